@@ -1,0 +1,44 @@
+# gostore: `make run` shows the store working, `make test` proves it.
+# Everything Python lives in a local virtualenv (.venv); Go builds use the
+# module cache. -checklinkname=0 is required by giouring on Go >= 1.23 and is
+# passed to every build and test so one cache serves all of them.
+
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+GOLD    := -ldflags=-checklinkname=0
+STAMP   := $(VENV)/.gostore-installed
+SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) go.mod go.sum setup.py pyproject.toml
+
+.PHONY: run test bench vet gotest pytest install clean
+
+run: install
+	$(PY) -m gostore.demo
+
+test: vet gotest install pytest
+
+vet:
+	go vet $(GOLD) ./...
+
+gotest:
+	go test -race $(GOLD) -count=1 ./...
+
+pytest: install
+	$(PY) -m pytest -q -p no:cacheprovider python/tests_unit tests
+
+bench: install
+	$(PY) bench/bench.py --json bench/results.json
+
+install: $(STAMP)
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "setuptools>=68" wheel pytest numpy
+
+$(STAMP): $(PY) $(SOURCES)
+	$(PIP) install -q --no-build-isolation .
+	touch $@
+
+clean:
+	rm -rf $(VENV) build python/gostore/libgostore.so python/gostore/libgostore.h python/gostore/bin *.egg-info python/*.egg-info

@@ -1,0 +1,284 @@
+// data.go exports the data path: put, get, exist, size and removal.
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// scatter turns the flattened (ptrs, sizes, nparts) arrays into one scatter
+// list per object. Object i is nil with bad[i] set when its description is
+// invalid: parts beyond the arrays, a null address, or (zero-copy) a range
+// outside every registered buffer. Nothing is touched for such objects.
+func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy bool, total int) ([][][]byte, []bool) {
+	np := u32s(nparts, n)
+	ps := u64s(ptrs, total)
+	ss := u64s(sizes, total)
+	out := make([][][]byte, n)
+	bad := make([]bool, n)
+	next := 0
+	for i := 0; i < n; i++ {
+		if np == nil || (total > 0 && (ps == nil || ss == nil)) {
+			bad[i] = true
+			continue
+		}
+		k := int(np[i])
+		if k > total-next {
+			bad[i] = true
+			next = total
+			continue
+		}
+		parts := make([][]byte, 0, k)
+		for j := next; j < next+k; j++ {
+			ptr, size := ps[j], ss[j]
+			switch {
+			case size == 0:
+				continue
+			case ptr == 0 || ptr+size < ptr, zeroCopy && !c.Registered(ptr, size):
+				logger.Warn("memory range rejected: null, wrapping or outside every registered buffer",
+					"object", i, "ptr", ptr, "size", size)
+				bad[i] = true
+			}
+			parts = append(parts, mem(ptr, size))
+		}
+		next += k
+		if !bad[i] {
+			out[i] = parts
+		}
+	}
+	return out, bad
+}
+
+func sum32(p *C.uint32_t, n int) int {
+	t := 0
+	for _, v := range u32s(p, n) {
+		t += int(v)
+	}
+	return t
+}
+
+func replicaConfig(replicaNum, flags C.int, preferred *C.char, preferredLen C.int) wire.ReplicaConfig {
+	return wire.ReplicaConfig{
+		ReplicaNum: int(replicaNum),
+		SoftPin:    flags&1 != 0,
+		HardPin:    flags&2 != 0,
+		SameNode:   flags&4 != 0,
+		Preferred:  splitNonEmpty(goString(preferred, preferredLen), "\n"),
+	}
+}
+
+//export gs_put_batch
+func gs_put_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int,
+	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, results *C.int32_t) {
+	cnt := int(n)
+	res := i32s(results, cnt)
+	c := clientOf(h)
+	ks, ok := keyList(keys, keyLens, cnt)
+	if c == nil || !ok {
+		code := wire.ErrInvalidParams
+		if c == nil {
+			code = wire.ErrInternal
+		}
+		for i := range res {
+			res[i] = int32(code)
+		}
+		return
+	}
+	bufs, bad := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy != 0, sum32(nparts, cnt))
+	items := make([]client.PutItem, 0, cnt)
+	idx := make([]int, 0, cnt)
+	for i := range cnt {
+		if bad[i] {
+			res[i] = int32(wire.ErrInvalidParams)
+			continue
+		}
+		items = append(items, client.PutItem{Key: ks[i], Parts: bufs[i]})
+		idx = append(idx, i)
+	}
+	for j, code := range c.PutBatch(items, replicaConfig(replicaNum, flags, preferred, preferredLen)) {
+		res[idx[j]] = int32(code)
+	}
+}
+
+//export gs_get_start
+func gs_get_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, sizesOut *C.int64_t) C.int64_t {
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	ks, ok := keyList(keys, keyLens, int(n))
+	if !ok {
+		return C.int64_t(wire.ErrInvalidParams)
+	}
+	p, err := c.GetStart(ks)
+	if err != nil {
+		return C.int64_t(wire.CodeOf(err))
+	}
+	copy(i64s(sizesOut, int(n)), p.Sizes())
+	return C.int64_t(newHandle(p))
+}
+
+//export gs_get_finish
+func gs_get_finish(h C.int64_t, pending C.int64_t, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
+	p, ok := lookup[*client.Pending](pending)
+	if !ok {
+		logger.Error("gs_get_finish: unknown pending get", "handle", int64(pending))
+		return
+	}
+	handles.Delete(int64(pending))
+	n := len(p.Sizes())
+	res := i64s(results, n)
+	c := clientOf(h)
+	if c == nil {
+		for i := range res {
+			res[i] = int64(wire.ErrInternal)
+		}
+		return
+	}
+	finish(c, p, n, ptrs, sizes, nparts, zeroCopy != 0, res)
+}
+
+func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy bool, res []int64) {
+	dests, bad := scatter(c, n, ptrs, sizes, nparts, zeroCopy, sum32(nparts, n))
+	out := c.GetFinish(p, dests)
+	for i := range res {
+		if bad[i] {
+			res[i] = int64(wire.ErrInvalidParams)
+		} else {
+			res[i] = out[i]
+		}
+	}
+}
+
+//export gs_get_abort
+func gs_get_abort(h C.int64_t, pending C.int64_t) {
+	if _, ok := lookup[*client.Pending](pending); ok {
+		handles.Delete(int64(pending))
+	}
+}
+
+//export gs_get_into_batch
+func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
+	cnt := int(n)
+	res := i64s(results, cnt)
+	c := clientOf(h)
+	ks, ok := keyList(keys, keyLens, cnt)
+	if c == nil || !ok {
+		for i := range res {
+			res[i] = int64(wire.ErrInvalidParams)
+		}
+		return
+	}
+	p, err := c.GetStart(ks)
+	if err != nil {
+		for i := range res {
+			res[i] = int64(wire.CodeOf(err))
+		}
+		return
+	}
+	finish(c, p, cnt, ptrs, sizes, nparts, zeroCopy != 0, res)
+}
+
+//export gs_get_buffers
+func gs_get_buffers(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, ptrsOut *C.uint64_t, sizesOut *C.int64_t) {
+	cnt := int(n)
+	ps, ss := u64s(ptrsOut, cnt), i64s(sizesOut, cnt)
+	c := clientOf(h)
+	ks, ok := keyList(keys, keyLens, cnt)
+	if c == nil || !ok {
+		for i := range ss {
+			ss[i], ps[i] = int64(wire.ErrInvalidParams), 0
+		}
+		return
+	}
+	bufs, codes := c.GetBuffers(ks)
+	for i := range cnt {
+		ps[i], ss[i] = addr(bufs[i]), codes[i]
+	}
+}
+
+//export gs_free_buffer
+func gs_free_buffer(h C.int64_t, ptr C.uint64_t) {
+	s, ok := lookup[*store](h)
+	if !ok {
+		return
+	}
+	if c := s.client.Load(); c != nil {
+		if err := c.FreeBuffer(uintptr(ptr)); err != nil {
+			logger.Warn("free_buffer rejected", "err", err)
+		}
+	}
+}
+
+//export gs_exist_batch
+func gs_exist_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, results *C.int32_t) {
+	res := i32s(results, int(n))
+	c := clientOf(h)
+	ks, ok := keyList(keys, keyLens, int(n))
+	if c == nil || !ok {
+		for i := range res {
+			res[i] = int32(wire.ErrInvalidParams)
+		}
+		return
+	}
+	copy(res, c.Exist(ks))
+}
+
+//export gs_get_size
+func gs_get_size(h C.int64_t, key *C.char, keyLen C.int) C.int64_t {
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	return C.int64_t(c.GetSize(goString(key, keyLen)))
+}
+
+//export gs_remove_batch
+func gs_remove_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, force C.int, results *C.int32_t) {
+	res := i32s(results, int(n))
+	c := clientOf(h)
+	ks, ok := keyList(keys, keyLens, int(n))
+	if c == nil || !ok {
+		for i := range res {
+			res[i] = int32(wire.ErrInvalidParams)
+		}
+		return
+	}
+	for i, code := range c.Remove(ks, force != 0) {
+		res[i] = int32(code)
+	}
+}
+
+//export gs_remove_by_regex
+func gs_remove_by_regex(h C.int64_t, pattern *C.char, n C.int, force C.int) C.int64_t {
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	removed, err := c.RemoveByRegex(goString(pattern, n), force != 0)
+	if err != nil {
+		logger.Warn("remove_by_regex failed", "err", err)
+		return C.int64_t(wire.CodeOf(err))
+	}
+	return C.int64_t(removed)
+}
+
+//export gs_remove_all
+func gs_remove_all(h C.int64_t, force C.int) C.int64_t {
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	removed, err := c.RemoveAll(force != 0)
+	if err != nil {
+		return C.int64_t(wire.CodeOf(err))
+	}
+	return C.int64_t(removed)
+}

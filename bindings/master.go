@@ -1,0 +1,75 @@
+// master.go exports the embedded master and the benchmark probes.
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"strings"
+
+	"github.com/gostore/gostore/gostore/master/server"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+//export gs_master_start
+func gs_master_start(args *C.char, n C.int) C.int64_t {
+	var flags []string
+	for _, a := range strings.Split(goString(args, n), "\n") {
+		if a != "" {
+			flags = append(flags, a)
+		}
+	}
+	opts, err := server.ParseFlags(flags, nil)
+	if err != nil {
+		logger.Error("embedded master: bad flags", "err", err)
+		return C.int64_t(wire.ErrInvalidParams)
+	}
+	srv, err := server.Start(opts)
+	if err != nil {
+		logger.Error("embedded master: cannot start", "err", err)
+		return C.int64_t(wire.ErrInternal)
+	}
+	return C.int64_t(newHandle(srv))
+}
+
+//export gs_master_addr
+func gs_master_addr(m C.int64_t, out *C.char, capacity C.int) C.int {
+	srv, ok := lookup[*server.Server](m)
+	if !ok {
+		return C.int(wire.ErrInvalidParams)
+	}
+	return putString(srv.Addr(), out, capacity)
+}
+
+//export gs_master_http_addr
+func gs_master_http_addr(m C.int64_t, out *C.char, capacity C.int) C.int {
+	srv, ok := lookup[*server.Server](m)
+	if !ok {
+		return C.int(wire.ErrInvalidParams)
+	}
+	return putString(srv.HTTPAddr(), out, capacity)
+}
+
+//export gs_master_stop
+func gs_master_stop(m C.int64_t) C.int {
+	srv, ok := lookup[*server.Server](m)
+	if !ok {
+		return C.int(wire.ErrInvalidParams)
+	}
+	handles.Delete(int64(m))
+	srv.Close()
+	return 0
+}
+
+//export gs_bench_memcpy
+func gs_bench_memcpy(size C.uint64_t, iters C.int) C.double {
+	return C.double(transfer.MemcpyGBps(uint64(size), int(iters)))
+}
+
+//export gs_bench_tcp_stream
+func gs_bench_tcp_stream(size C.uint64_t, iters C.int) C.double {
+	return C.double(transfer.LoopbackStreamGBps(uint64(size), int(iters)))
+}

@@ -1,0 +1,238 @@
+// store.go exports the store lifecycle: handles, setup, close, health.
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// store is what a Python MooncakeDistributedStore holds a handle to.
+type store struct {
+	mu     sync.Mutex // serializes setup and close
+	client atomic.Pointer[client.Client]
+}
+
+var (
+	handles    sync.Map // int64 -> *store, *client.Pending or *server.Server
+	nextHandle atomic.Int64
+	logger     = newLogger()
+)
+
+func newLogger() *slog.Logger {
+	lvl := slog.LevelInfo
+	if v := os.Getenv("GOSTORE_LOG_LEVEL"); v != "" {
+		lvl.UnmarshalText([]byte(v))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+func newHandle(v any) int64 {
+	h := nextHandle.Add(1)
+	handles.Store(h, v)
+	return h
+}
+
+func lookup[T any](h C.int64_t) (T, bool) {
+	v, ok := handles.Load(int64(h))
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	t, ok := v.(T)
+	return t, ok
+}
+
+// clientOf returns the set-up client behind a store handle, or nil (and logs
+// why) when there is none.
+func clientOf(h C.int64_t) *client.Client {
+	s, ok := lookup[*store](h)
+	if !ok {
+		logger.Error("unknown store handle", "handle", int64(h))
+		return nil
+	}
+	c := s.client.Load()
+	if c == nil {
+		logger.Error("store is not set up")
+	}
+	return c
+}
+
+//export gs_store_new
+func gs_store_new() C.int64_t { return C.int64_t(newHandle(&store{})) }
+
+//export gs_store_free
+func gs_store_free(h C.int64_t) {
+	if s, ok := lookup[*store](h); ok {
+		if c := s.client.Swap(nil); c != nil {
+			c.Close()
+		}
+		handles.Delete(int64(h))
+	}
+}
+
+//export gs_setup
+func gs_setup(h C.int64_t, js *C.char, n C.int) C.int {
+	s, ok := lookup[*store](h)
+	if !ok {
+		return C.int(wire.ErrInvalidParams)
+	}
+	cfg, err := parseSetup([]byte(goString(js, n)))
+	if err != nil {
+		logger.Error("setup rejected", "err", err)
+		return C.int(wire.CodeOf(err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.client.Load(); c != nil && c.Health() != 1 {
+		logger.Error("setup called on a store that is already set up", "hostname", c.Hostname())
+		return C.int(wire.ErrInvalidParams)
+	}
+	c, err := client.New(cfg, logger)
+	if err != nil {
+		return C.int(wire.CodeOf(err))
+	}
+	s.client.Store(c)
+	return 0
+}
+
+// parseSetup decodes the JSON config; sizes may be numbers or strings such
+// as "16MB". Unknown keys are an error so a typo is never silently ignored.
+func parseSetup(b []byte) (client.Config, error) {
+	var raw map[string]any
+	var cfg client.Config
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return cfg, wire.Errorf(wire.ErrInvalidParams, "setup config is not a JSON object: %v", err)
+	}
+	for k, v := range raw {
+		var err error
+		switch k {
+		case "local_hostname":
+			cfg.LocalHostname, err = asString(k, v)
+		case "metadata_server":
+			cfg.MetadataServer, err = asString(k, v)
+		case "protocol":
+			cfg.Protocol, err = asString(k, v)
+		case "rdma_devices":
+			cfg.RDMADevices, err = asString(k, v)
+		case "master_server_addr":
+			cfg.MasterServerAddr, err = asString(k, v)
+		case "ssd_offload_path":
+			cfg.SSDOffloadPath, err = asString(k, v)
+		case "enable_ssd_offload":
+			b, ok := v.(bool)
+			if !ok {
+				err = fmt.Errorf("%s must be a bool", k)
+			}
+			cfg.EnableSSDOffload = b
+		case "global_segment_size":
+			cfg.GlobalSegmentSize, err = asSize(k, v)
+		case "local_buffer_size":
+			cfg.LocalBufferSize, err = asSize(k, v)
+		default:
+			err = fmt.Errorf("unknown setup key %q", k)
+		}
+		if err != nil {
+			return cfg, wire.Errorf(wire.ErrInvalidParams, "%v", err)
+		}
+	}
+	return cfg, nil
+}
+
+func asString(k string, v any) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s must be a string, got %T", k, v)
+	}
+	return s, nil
+}
+
+func asSize(k string, v any) (uint64, error) {
+	switch x := v.(type) {
+	case float64:
+		if x < 0 || x != float64(uint64(x)) {
+			return 0, fmt.Errorf("%s must be a non-negative integer, got %v", k, x)
+		}
+		return uint64(x), nil
+	case string:
+		n, err := client.ParseSize(x)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %v", k, err)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("%s must be a size, got %T", k, v)
+}
+
+//export gs_close
+func gs_close(h C.int64_t) C.int {
+	s, ok := lookup[*store](h)
+	if !ok {
+		return C.int(wire.ErrInvalidParams)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.client.Load(); c != nil {
+		c.Close()
+	}
+	return 0
+}
+
+//export gs_health_check
+func gs_health_check(h C.int64_t) C.int {
+	s, ok := lookup[*store](h)
+	if !ok {
+		return 1
+	}
+	c := s.client.Load()
+	if c == nil {
+		return 1
+	}
+	return C.int(c.Health())
+}
+
+//export gs_get_hostname
+func gs_get_hostname(h C.int64_t, out *C.char, capacity C.int) C.int {
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	return putString(c.Hostname(), out, capacity)
+}
+
+//export gs_register_buffer
+func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) C.int {
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	if err := c.RegisterBuffer(uint64(ptr), uint64(size)); err != nil {
+		logger.Warn("register_buffer rejected", "err", err)
+		return C.int(wire.CodeOf(err))
+	}
+	return 0
+}
+
+//export gs_unregister_buffer
+func gs_unregister_buffer(h C.int64_t, ptr C.uint64_t) C.int {
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	if err := c.UnregisterBuffer(uint64(ptr)); err != nil {
+		logger.Warn("unregister_buffer rejected", "err", err)
+		return C.int(wire.CodeOf(err))
+	}
+	return 0
+}

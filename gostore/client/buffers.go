@@ -1,0 +1,153 @@
+// buffers.go defines the registry of caller buffers for the zero-copy API and
+// the staging memory that GetBuffers lends out.
+package client
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/gostore/gostore/gostore/alloc"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// registry remembers the ranges Python declared with register_buffer. A
+// zero-copy call may only touch memory inside one of them.
+type registry struct {
+	mu     sync.RWMutex
+	ranges []addrRange // sorted by start, non-overlapping
+}
+
+type addrRange struct{ start, size uint64 }
+
+func (r addrRange) end() uint64 { return r.start + r.size }
+
+func (g *registry) register(ptr, size uint64) error {
+	if ptr == 0 || size == 0 || ptr+size < ptr {
+		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): null, empty or wrapping range", ptr, size)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := sort.Search(len(g.ranges), func(i int) bool { return g.ranges[i].start >= ptr })
+	if (i > 0 && g.ranges[i-1].end() > ptr) || (i < len(g.ranges) && ptr+size > g.ranges[i].start) {
+		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d) overlaps a registered buffer", ptr, size)
+	}
+	g.ranges = append(g.ranges, addrRange{})
+	copy(g.ranges[i+1:], g.ranges[i:])
+	g.ranges[i] = addrRange{ptr, size}
+	return nil
+}
+
+func (g *registry) unregister(ptr uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := sort.Search(len(g.ranges), func(i int) bool { return g.ranges[i].start >= ptr })
+	if i == len(g.ranges) || g.ranges[i].start != ptr {
+		return wire.Errorf(wire.ErrInvalidParams, "unregister_buffer(%#x): not registered", ptr)
+	}
+	g.ranges = append(g.ranges[:i], g.ranges[i+1:]...)
+	return nil
+}
+
+// contains reports whether [ptr, ptr+size) lies inside one registered buffer.
+func (g *registry) contains(ptr, size uint64) bool {
+	if ptr == 0 || ptr+size < ptr {
+		return false
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	i := sort.Search(len(g.ranges), func(i int) bool { return g.ranges[i].start > ptr })
+	if i == 0 {
+		return false
+	}
+	r := g.ranges[i-1]
+	return ptr+size <= r.end()
+}
+
+// staging lends memory to GetBuffers: ranges of the local buffer
+// (local_buffer_size) while it has room, a private mapping per buffer beyond
+// that. The memory is mmap'ed, never Go heap, because Python keeps the
+// address after the call returns.
+type staging struct {
+	mu    sync.Mutex
+	buf   *transfer.LocalSegment
+	alloc *alloc.Allocator
+	lent  map[uintptr]lent
+	// closed: the store closed while memory was still lent; the shared
+	// buffer is unmapped when the last loan comes back, never under Python.
+	closed bool
+}
+
+type lent struct {
+	size    uint64 // bytes reserved in buf (rounded), or 0 for an own mapping
+	private *transfer.LocalSegment
+}
+
+func newStaging(size uint64) (*staging, error) {
+	s := &staging{lent: make(map[uintptr]lent)}
+	if size == 0 {
+		return s, nil
+	}
+	buf, err := transfer.NewLocalBuffer(size)
+	if err != nil {
+		return nil, err
+	}
+	s.buf, s.alloc = buf, alloc.New(size, 64)
+	return s, nil
+}
+
+// get returns size bytes of lent memory.
+func (s *staging) get(size uint64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "store is closed")
+	}
+	if s.alloc != nil {
+		if off, ok := s.alloc.Alloc(size); ok {
+			b := s.buf.Bytes()[off : off+size : off+size]
+			s.lent[addrOf(b)] = lent{size: size}
+			return b, nil
+		}
+	}
+	m, err := transfer.NewLocalBuffer(size)
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrInternal, "staging %d bytes: %v", size, err)
+	}
+	b := m.Bytes()[:size:size]
+	s.lent[addrOf(b)] = lent{private: m}
+	return b, nil
+}
+
+// put takes back memory lent by get; an unknown address is an error.
+func (s *staging) put(addr uintptr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.lent[addr]
+	if !ok {
+		return wire.Errorf(wire.ErrInvalidParams, "free_buffer(%#x): not a buffer of this store", addr)
+	}
+	delete(s.lent, addr)
+	if l.private != nil {
+		return l.private.Close()
+	}
+	err := s.alloc.Free(uint64(addr-addrOf(s.buf.Bytes())), l.size)
+	s.releaseIfIdleLocked()
+	return err
+}
+
+func (s *staging) releaseIfIdleLocked() {
+	if !s.closed || s.buf == nil || s.alloc.Used() > 0 {
+		return
+	}
+	s.buf.Close()
+	s.buf, s.alloc = nil, nil
+}
+
+// close stops lending; memory already lent stays mapped until it is put back.
+func (s *staging) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.releaseIfIdleLocked()
+}

@@ -1,0 +1,320 @@
+// client.go defines Client: configuration, setup, heartbeat and close.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// Config is what Python's setup() passes.
+type Config struct {
+	LocalHostname     string `json:"local_hostname"`
+	MetadataServer    string `json:"metadata_server"`
+	GlobalSegmentSize uint64 `json:"global_segment_size"`
+	LocalBufferSize   uint64 `json:"local_buffer_size"`
+	Protocol          string `json:"protocol"`
+	RDMADevices       string `json:"rdma_devices"`
+	MasterServerAddr  string `json:"master_server_addr"`
+	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
+	SSDOffloadPath    string `json:"ssd_offload_path"`
+}
+
+// Port range for local_hostname without a port, as in Mooncake.
+const (
+	portLow  = 12300
+	portHigh = 14300
+)
+
+// pingInterval is how often the client tells the master it is alive; well
+// below the smallest client_ttl (1 s) a deployment may set.
+var pingInterval = 300 * time.Millisecond
+
+// callTimeout bounds one API call end to end.
+const callTimeout = 30 * time.Second
+
+// Client is one store client. Its methods are safe for concurrent use.
+type Client struct {
+	cfg      Config
+	log      *slog.Logger
+	id       string
+	hostname string // host:port, the segment name
+	master   *rpc.Client
+	engine   *transfer.Engine
+	peers    peerCache
+	buffers  registry
+	staging  *staging
+
+	seg    *transfer.LocalSegment // nil for a pure consumer
+	server *transfer.Server
+	segID  atomic.Uint64 // master-assigned ID of seg, changes on remount
+
+	healthy atomic.Bool
+	closed  atomic.Bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// New connects a client as described by cfg: it mounts a segment of
+// GlobalSegmentSize bytes (none when 0) and starts the heartbeat.
+func New(cfg Config, log *slog.Logger) (*Client, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := validate(&cfg); err != nil {
+		log.Error("setup rejected", "err", err)
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
+	c.id = newClientID()
+	c.master = rpc.NewClient(cfg.MasterServerAddr)
+	c.engine = transfer.NewEngine(transfer.Options{Log: c.log})
+	c.peers.init()
+	ok := false
+	defer func() {
+		if !ok {
+			c.release()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &wire.PingResp{}); err != nil {
+		c.log.Error("master unreachable", "master", cfg.MasterServerAddr, "err", err)
+		return nil, err
+	}
+	var err error
+	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
+		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
+	}
+	host, ln, err := listenTransfer(cfg.LocalHostname)
+	if err != nil {
+		return nil, err
+	}
+	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	if cfg.GlobalSegmentSize == 0 {
+		ln.Close() // a pure consumer only needs its name
+	} else {
+		if c.seg, err = transfer.NewLocalSegment(c.hostname, cfg.GlobalSegmentSize); err != nil {
+			ln.Close()
+			return nil, wire.Errorf(wire.ErrInternal, "segment of %d bytes: %v", cfg.GlobalSegmentSize, err)
+		}
+		c.server = transfer.NewServer(ln, c.seg.Bytes(), c.log)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.server.Serve()
+		}()
+		if err := c.mount(ctx); err != nil {
+			return nil, err
+		}
+	}
+	c.healthy.Store(true)
+	c.wg.Add(1)
+	go c.heartbeat()
+	ok = true
+	c.log.Info("client ready", "hostname", c.hostname, "segment", cfg.GlobalSegmentSize, "master", cfg.MasterServerAddr)
+	return c, nil
+}
+
+func validate(cfg *Config) error {
+	if cfg.LocalHostname == "" {
+		return wire.Errorf(wire.ErrInvalidParams, "local_hostname is empty")
+	}
+	switch strings.ToLower(cfg.Protocol) {
+	case "", "tcp", "rdma":
+	default:
+		return wire.Errorf(wire.ErrInvalidParams, "protocol %q: want \"tcp\" or \"rdma\"", cfg.Protocol)
+	}
+	if cfg.MasterServerAddr == "" {
+		cfg.MasterServerAddr = "127.0.0.1:50051"
+	}
+	if strings.HasPrefix(cfg.MasterServerAddr, "etcd://") {
+		return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q: HA discovery through etcd is not available in this build", cfg.MasterServerAddr)
+	}
+	if _, _, err := net.SplitHostPort(cfg.MasterServerAddr); err != nil {
+		return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q: %v", cfg.MasterServerAddr, err)
+	}
+	return nil
+}
+
+func newClientID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// listenTransfer opens the transfer server's listener: on the given port, or
+// on a free port of 12300–14300 when local_hostname has none.
+func listenTransfer(local string) (string, net.Listener, error) {
+	host, port, err := net.SplitHostPort(local)
+	if err != nil {
+		host, port = local, ""
+	}
+	if port != "" {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			return "", nil, wire.Errorf(wire.ErrInvalidParams, "listen on %s: %v", local, err)
+		}
+		return host, ln, nil
+	}
+	span := big.NewInt(portHigh - portLow)
+	for range 64 {
+		n, _ := rand.Int(rand.Reader, span)
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(portLow+int(n.Int64()))))
+		if err == nil {
+			return host, ln, nil
+		}
+	}
+	return "", nil, wire.Errorf(wire.ErrInvalidParams, "no free port in %d-%d on %s", portLow, portHigh, host)
+}
+
+func (c *Client) mount(ctx context.Context) error {
+	desc := wire.SegmentDesc{
+		Name: c.hostname, ClientID: c.id, Size: c.seg.Size(), HostID: transfer.HostID(),
+		ShmPath: c.seg.ShmPath(), TransferAddr: c.server.Addr().String(),
+	}
+	var resp wire.MountResp
+	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc}, &resp); err != nil {
+		c.log.Error("mount segment failed", "name", c.hostname, "err", err)
+		return err
+	}
+	c.segID.Store(resp.SegID)
+	desc.ID = resp.SegID
+	c.peers.setOwn(desc, c.seg.Bytes())
+	return nil
+}
+
+// heartbeat pings the master; an unknown answer (the master restarted or
+// expired us) remounts the segment so the pool gets the memory back.
+func (c *Client) heartbeat() {
+	defer c.wg.Done()
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var resp wire.PingResp
+		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &resp)
+		if err == nil && !resp.Known && c.seg != nil && !c.closed.Load() {
+			c.log.Warn("master does not know this client any more; remounting the segment", "hostname", c.hostname)
+			err = c.mount(ctx)
+		}
+		cancel()
+		if was := c.healthy.Swap(err == nil); was != (err == nil) {
+			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
+		}
+	}
+}
+
+// Hostname is this client's segment name, "host:port".
+func (c *Client) Hostname() string { return c.hostname }
+
+// ID is the client's identity at the master.
+func (c *Client) ID() string { return c.id }
+
+// Health is 0 when the last heartbeat reached the master, 2 otherwise, and 1
+// after Close.
+func (c *Client) Health() int {
+	switch {
+	case c.closed.Load():
+		return 1
+	case c.healthy.Load():
+		return 0
+	default:
+		return 2
+	}
+}
+
+// Close unmounts the segment (objects living only there disappear), stops
+// the heartbeat and the transfer server, and releases memory. Idempotent.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	if c.seg != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: c.hostname}, nil)
+		cancel()
+		if err != nil && !errors.Is(err, wire.ErrSegmentNotFound.Err()) {
+			c.log.Warn("unmount at close failed; the master will drop the segment after client_ttl", "err", err)
+		}
+	}
+	c.release()
+	c.log.Info("client closed", "hostname", c.hostname)
+	return nil
+}
+
+func (c *Client) release() {
+	c.closed.Store(true)
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	if c.server != nil {
+		c.server.Close()
+	}
+	c.wg.Wait()
+	c.engine.Close()
+	c.master.Close()
+	if c.seg != nil {
+		c.seg.Close()
+	}
+	if c.staging != nil {
+		c.staging.close()
+	}
+}
+
+// RegisterBuffer declares [ptr, ptr+size) usable by the zero-copy calls.
+func (c *Client) RegisterBuffer(ptr, size uint64) error { return c.buffers.register(ptr, size) }
+
+// UnregisterBuffer forgets a buffer registered at ptr.
+func (c *Client) UnregisterBuffer(ptr uint64) error { return c.buffers.unregister(ptr) }
+
+// Registered reports whether [ptr, ptr+size) lies inside a registered buffer.
+func (c *Client) Registered(ptr, size uint64) bool { return c.buffers.contains(ptr, size) }
+
+func (c *Client) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), callTimeout)
+}
+
+func (c *Client) checkOpen() error {
+	if c.closed.Load() {
+		return wire.Errorf(wire.ErrInternal, "store is closed")
+	}
+	return nil
+}
+
+func addrOf(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+func init() {
+	if v := os.Getenv("GOSTORE_PING_INTERVAL_MS"); v != "" {
+		if ms, err := strconv.Atoi(v); err == nil && ms > 0 {
+			pingInterval = time.Duration(ms) * time.Millisecond
+		}
+	}
+}

@@ -1,0 +1,253 @@
+package client
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/master/server"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// startMaster runs a real master server on loopback for the test.
+func startMaster(t *testing.T, extra ...string) *server.Server {
+	t.Helper()
+	opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1"}, extra...), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func newClient(t *testing.T, master string, segment uint64) *Client {
+	t.Helper()
+	c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master,
+		GlobalSegmentSize: segment, LocalBufferSize: 1 << 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func pattern(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestPutGetAcrossClients(t *testing.T) {
+	for _, tcp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("forceTCP=%v", tcp), func(t *testing.T) {
+			if tcp {
+				t.Setenv("GOSTORE_TRANSPORT", "tcp")
+			}
+			m := startMaster(t)
+			owner := newClient(t, m.Addr(), 8<<20)
+			reader := newClient(t, m.Addr(), 0) // pure consumer: everything lands on owner
+			sizes := []int{1, 4096, 1<<20 + 3}
+			var items []PutItem
+			for i, n := range sizes {
+				v := pattern(uint64(i), n)
+				// Split the value into three parts to exercise put_parts.
+				items = append(items, PutItem{Key: fmt.Sprint("k", i), Parts: [][]byte{v[:n/3], v[n/3 : n/2], v[n/2:]}})
+			}
+			for i, code := range reader.PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
+				if code != wire.OK {
+					t.Fatalf("put %d: %v", i, code)
+				}
+			}
+			for _, who := range []*Client{owner, reader} {
+				keys := []string{"k0", "k1", "k2", "missing"}
+				dests := make([][][]byte, len(keys))
+				for i, n := range sizes {
+					dests[i] = [][]byte{make([]byte, n/2), make([]byte, n-n/2+5)}
+				}
+				dests[3] = [][]byte{make([]byte, 8)}
+				got := who.GetInto(keys, dests)
+				for i, n := range sizes {
+					if got[i] != int64(n) {
+						t.Fatalf("get %d = %d, want %d", i, got[i], n)
+					}
+					joined := append(append([]byte{}, dests[i][0]...), dests[i][1][:n-n/2]...)
+					if !bytes.Equal(joined, pattern(uint64(i), n)) {
+						t.Fatalf("get %d: bytes differ", i)
+					}
+				}
+				if got[3] != int64(wire.ErrObjectNotFound) {
+					t.Fatalf("miss = %d", got[3])
+				}
+			}
+			// Too small a destination is -600 and touches nothing.
+			small := make([]byte, 10)
+			if got := reader.GetInto([]string{"k1"}, [][][]byte{{small}}); got[0] != int64(wire.ErrInvalidParams) {
+				t.Fatalf("small buffer: %d", got[0])
+			}
+			if !bytes.Equal(small, make([]byte, 10)) {
+				t.Fatal("a rejected get wrote into the buffer")
+			}
+		})
+	}
+}
+
+func TestPutDoesNotOverwrite(t *testing.T) {
+	m := startMaster(t)
+	c := newClient(t, m.Addr(), 1<<20)
+	if r := c.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("first")}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	if r := c.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("second!")}}, {Key: "", Parts: [][]byte{[]byte("x")}}, {Key: "e"}}, wire.ReplicaConfig{}); r[0] != wire.OK || r[1] != wire.ErrInvalidParams || r[2] != wire.ErrInvalidParams {
+		t.Fatalf("re-put/invalid: %v", r)
+	}
+	bufs, codes := c.GetBuffers([]string{"k"})
+	if codes[0] != 5 || string(bufs[0]) != "first" {
+		t.Fatalf("got %q (%d)", bufs[0], codes[0])
+	}
+	if err := c.FreeBuffer(addrOf(bufs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FreeBuffer(addrOf(bufs[0])); err == nil {
+		t.Fatal("double free accepted")
+	}
+}
+
+func TestReplicaSurvivesWriterClose(t *testing.T) {
+	m := startMaster(t)
+	a := newClient(t, m.Addr(), 1<<20)
+	b := newClient(t, m.Addr(), 1<<20)
+	v := pattern(7, 5000)
+	if r := a.PutBatch([]PutItem{{Key: "two", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 2}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	if r := a.PutBatch([]PutItem{{Key: "one", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	a.Close()
+	dst := make([]byte, 5000)
+	got := b.GetInto([]string{"two", "one"}, [][][]byte{{dst}, {make([]byte, 5000)}})
+	if got[0] != 5000 || !bytes.Equal(dst, v) {
+		t.Fatalf("replicated object after writer close: %d", got[0])
+	}
+	if got[1] != int64(wire.ErrObjectNotFound) {
+		t.Fatalf("object only on the closed client: %d", got[1])
+	}
+	if a.Health() != 1 {
+		t.Fatal("closed client reports healthy")
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	var g registry
+	if err := g.register(0, 10); err == nil {
+		t.Fatal("null accepted")
+	}
+	if err := g.register(1000, 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][2]uint64{{950, 100}, {1099, 10}, {900, 300}} {
+		if err := g.register(bad[0], bad[1]); err == nil {
+			t.Fatalf("overlap %v accepted", bad)
+		}
+	}
+	if err := g.register(1100, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ptr, size uint64
+		ok        bool
+	}{{1000, 100, true}, {1050, 50, true}, {1050, 51, false}, {1099, 2, false}, {999, 1, false}, {1100, 10, true}, {^uint64(0), 2, false}} {
+		if got := g.contains(tc.ptr, tc.size); got != tc.ok {
+			t.Errorf("contains(%d,%d) = %v", tc.ptr, tc.size, got)
+		}
+	}
+	if err := g.unregister(1050); err == nil {
+		t.Fatal("unregister of an inner address accepted")
+	}
+	if err := g.unregister(1000); err != nil || g.contains(1000, 1) {
+		t.Fatal("unregister failed")
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]uint64{"16MB": 16 << 20, "4gb": 4 << 30, "1024": 1024, "2 KiB": 2048, "1.5k": 1536, "3t": 3 << 40} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "MB", "-1", "x12", "99999999999999999999t"} {
+		if _, err := ParseSize(bad); err == nil {
+			t.Errorf("ParseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestConcurrentClients(t *testing.T) {
+	m := startMaster(t)
+	a := newClient(t, m.Addr(), 32<<20)
+	b := newClient(t, m.Addr(), 32<<20)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := []*Client{a, b}[g%2]
+			for i := range 20 {
+				k := fmt.Sprintf("g%d/%d", g, i)
+				v := pattern(uint64(g*1000+i), 64<<10)
+				if r := c.PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+					t.Errorf("put %s: %v", k, r[0])
+					return
+				}
+				dst := make([]byte, len(v))
+				if got := []*Client{b, a}[g%2].GetInto([]string{k}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+					t.Errorf("get %s: %d", k, got[0])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestMasterRestartRemounts(t *testing.T) {
+	pingInterval = 20 * time.Millisecond
+	defer func() { pingInterval = 300 * time.Millisecond }()
+	m := startMaster(t)
+	addr := m.Addr()
+	c := newClient(t, addr, 1<<20)
+	m.Close()
+	// A new master on the same address knows nothing; the heartbeat must
+	// bring the segment back.
+	_, port, _ := net.SplitHostPort(addr)
+	m2 := startMaster(t, "--rpc_port="+port)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(m2.Core().Segments()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	segs := m2.Core().Segments()
+	if len(segs) != 1 || segs[0].Name != c.Hostname() {
+		t.Fatalf("segments after master restart: %+v", segs)
+	}
+	v := pattern(3, 1000)
+	if r := c.PutBatch([]PutItem{{Key: "after", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+		t.Fatalf("put after remount: %v", r[0])
+	}
+	for c.Health() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.Health() != 0 {
+		t.Fatal("client unhealthy after the master came back")
+	}
+}

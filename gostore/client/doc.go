@@ -1,0 +1,15 @@
+// Package client is the store client that lives inside every Python process:
+// it mounts this process's segment into the pool, talks to the master, and
+// moves object bytes with the transfer engine.
+//
+// A put is PutStart (the master picks replica ranges), one transfer per
+// replica straight from the caller's buffers, then PutEnd — or PutRevoke if
+// a transfer failed. A get is GetReplicas, then one transfer from the
+// nearest replica (own segment, then shared memory, then TCP) straight into
+// the caller's buffers, trying the next replica on failure. Batches do the
+// same with one RPC per phase for the whole batch.
+//
+// Buffers: callers own every []byte they pass and must keep it valid until
+// the call returns. Memory handed back by GetBuffers is the client's, lent
+// until FreeBuffer.
+package client

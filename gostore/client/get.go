@@ -1,0 +1,332 @@
+// get.go defines the read side: GetReplicas, transfers into caller buffers,
+// and the existence, size and removal calls.
+package client
+
+import (
+	"sort"
+
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// Pending is a get whose replica lists are known but whose bytes have not
+// moved yet; it lets Python size its buffers between the two halves.
+type Pending struct {
+	keys []string
+	res  []wire.GetResult
+}
+
+// Sizes returns each object's size, or its negative code (-704 missing).
+func (p *Pending) Sizes() []int64 {
+	out := make([]int64, len(p.res))
+	for i, r := range p.res {
+		if r.Code != wire.OK {
+			out[i] = int64(r.Code)
+		} else {
+			out[i] = int64(r.Size)
+		}
+	}
+	return out
+}
+
+// GetStart asks the master for the keys' replicas in one RPC (granting
+// leases). An error means the whole call failed.
+func (c *Client) GetStart(keys []string) (*Pending, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	p := &Pending{keys: keys, res: make([]wire.GetResult, len(keys))}
+	var q []string
+	var qi []int
+	for i, k := range keys {
+		if k == "" {
+			p.res[i].Code = wire.ErrInvalidParams
+			continue
+		}
+		q = append(q, k)
+		qi = append(qi, i)
+	}
+	if len(q) == 0 {
+		return p, nil
+	}
+	var resp wire.GetReplicasResp
+	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q}, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(q) {
+		return nil, wire.Errorf(wire.ErrRPCFail, "GetReplicas answered %d of %d keys", len(resp.Results), len(q))
+	}
+	for j, i := range qi {
+		p.res[i] = resp.Results[j]
+	}
+	return p, nil
+}
+
+// GetFinish reads object i into dests[i] (a scatter list the caller owns;
+// nil skips the object). Result i is the bytes written or a negative code:
+// -600 when dests[i] is smaller than the object.
+func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
+	out := p.Sizes()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	type want struct {
+		item     int
+		bufs     [][]byte
+		replicas []wire.Replica
+	}
+	var wants []want
+	var ids []uint64
+	for i, r := range p.res {
+		if r.Code != wire.OK {
+			continue
+		}
+		if i >= len(dests) || dests[i] == nil {
+			out[i] = int64(wire.ErrInvalidParams) // found, but nowhere to put it
+			continue
+		}
+		bufs, ok := trim(dests[i], r.Size)
+		if !ok {
+			c.log.Warn("get: destination smaller than the object", "key", p.keys[i], "size", r.Size)
+			out[i] = int64(wire.ErrInvalidParams)
+			continue
+		}
+		if len(r.Replicas) == 0 {
+			out[i] = int64(wire.ErrReplicaIsGone)
+			continue
+		}
+		wants = append(wants, want{item: i, bufs: bufs, replicas: r.Replicas})
+		for _, rep := range r.Replicas {
+			ids = append(ids, rep.SegID)
+		}
+	}
+	if len(wants) == 0 {
+		return out
+	}
+	_ = c.resolve(ctx, ids) // unresolved replicas are skipped below
+	for _, w := range wants {
+		c.orderReplicas(w.replicas)
+	}
+	// Round r tries every still-unread object's r-th replica, all in one
+	// engine batch, so a failed replica costs one more round, not a stall.
+	for round := 0; len(wants) > 0; round++ {
+		var ops []transfer.Op
+		var opWant []int
+		var next []want
+		for k, w := range wants {
+			if round >= len(w.replicas) {
+				continue // out[i] keeps the last error
+			}
+			rep := w.replicas[round]
+			if mem := c.peers.local(rep.SegID); mem != nil {
+				if copyOut(mem, rep.Offset, w.bufs) {
+					out[w.item] = int64(p.res[w.item].Size)
+				} else {
+					out[w.item] = int64(wire.ErrInvalidReplica)
+					next = append(next, w)
+				}
+				continue
+			}
+			peer, ok := c.peers.get(rep.SegID)
+			if !ok {
+				out[w.item] = int64(wire.ErrReplicaIsGone)
+				next = append(next, w)
+				continue
+			}
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: w.bufs})
+			opWant = append(opWant, k)
+		}
+		if len(ops) > 0 {
+			for j, err := range c.engine.Do(ctx, ops) {
+				w := wants[opWant[j]]
+				if err == nil {
+					out[w.item] = int64(p.res[w.item].Size)
+					continue
+				}
+				seg := w.replicas[round].SegID
+				c.log.Warn("get: transfer failed; trying another replica", "key", p.keys[w.item], "segment", seg, "err", err)
+				out[w.item] = int64(wire.CodeOf(err))
+				c.failed(seg)
+				next = append(next, w)
+			}
+		}
+		wants = next
+	}
+	return out
+}
+
+// orderReplicas puts the cheapest replica first: own segment, then shared
+// memory on this host, then TCP.
+func (c *Client) orderReplicas(reps []wire.Replica) {
+	cost := func(r wire.Replica) int {
+		if c.peers.local(r.SegID) != nil {
+			return 0
+		}
+		if p, ok := c.peers.get(r.SegID); ok {
+			if c.engine.PathFor(p) == "shm" {
+				return 1
+			}
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(reps, func(i, j int) bool { return cost(reps[i]) < cost(reps[j]) })
+}
+
+// trim returns the prefix of bufs covering exactly size bytes, or false if
+// bufs hold fewer.
+func trim(bufs [][]byte, size uint64) ([][]byte, bool) {
+	out := make([][]byte, 0, len(bufs))
+	left := size
+	for _, b := range bufs {
+		if left == 0 {
+			break
+		}
+		n := min(uint64(len(b)), left)
+		if n > 0 {
+			out = append(out, b[:n])
+		}
+		left -= n
+	}
+	return out, left == 0
+}
+
+// GetInto is GetStart and GetFinish in one call.
+func (c *Client) GetInto(keys []string, dests [][][]byte) []int64 {
+	p, err := c.GetStart(keys)
+	if err != nil {
+		return fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+	}
+	return c.GetFinish(p, dests)
+}
+
+// GetBuffers reads each object into memory the client lends (see
+// FreeBuffer). bufs[i] is nil when codes[i] is negative.
+func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
+	bufs = make([][]byte, len(keys))
+	p, err := c.GetStart(keys)
+	if err != nil {
+		return bufs, fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+	}
+	dests := make([][][]byte, len(keys))
+	sizes := p.Sizes()
+	for i, n := range sizes {
+		if n <= 0 {
+			continue
+		}
+		b, err := c.staging.get(uint64(n))
+		if err != nil {
+			sizes[i] = int64(wire.CodeOf(err))
+			p.res[i].Code = wire.CodeOf(err)
+			continue
+		}
+		bufs[i] = b
+		dests[i] = [][]byte{b}
+	}
+	codes = c.GetFinish(p, dests)
+	for i, code := range codes {
+		if code < 0 && bufs[i] != nil {
+			c.staging.put(addrOf(bufs[i]))
+			bufs[i] = nil
+		}
+	}
+	return bufs, codes
+}
+
+// FreeBuffer returns memory lent by GetBuffers.
+func (c *Client) FreeBuffer(addr uintptr) error { return c.staging.put(addr) }
+
+// Exist returns 1 (exists, lease granted), 0 (missing) or a negative code.
+func (c *Client) Exist(keys []string) []int32 {
+	out := make([]int32, len(keys))
+	if err := c.checkOpen(); err != nil {
+		return fill32(out, int32(wire.CodeOf(err)))
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.CodesResp
+	if err := c.master.Call(ctx, wire.OpExist, &wire.KeysReq{ClientID: c.id, Keys: keys}, &resp); err != nil || len(resp.Codes) != len(keys) {
+		code := wire.CodeOf(err)
+		if err == nil {
+			code = wire.ErrRPCFail
+		}
+		return fill32(out, int32(code))
+	}
+	for i, code := range resp.Codes {
+		switch code {
+		case wire.OK:
+			out[i] = 1
+		case wire.ErrObjectNotFound:
+			out[i] = 0
+		default:
+			out[i] = int32(code)
+		}
+	}
+	return out
+}
+
+// GetSize returns the object's size (granting a lease) or a negative code.
+func (c *Client) GetSize(key string) int64 {
+	p, err := c.GetStart([]string{key})
+	if err != nil {
+		return int64(wire.CodeOf(err))
+	}
+	return p.Sizes()[0]
+}
+
+// Remove deletes keys; see master.Core.Remove for the codes.
+func (c *Client) Remove(keys []string, force bool) []wire.Code {
+	out := make([]wire.Code, len(keys))
+	if err := c.checkOpen(); err != nil {
+		return fill(out, wire.CodeOf(err))
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.CodesResp
+	if err := c.master.Call(ctx, wire.OpRemove, &wire.RemoveReq{Keys: keys, Force: force}, &resp); err != nil || len(resp.Codes) != len(keys) {
+		code := wire.CodeOf(err)
+		if err == nil {
+			code = wire.ErrRPCFail
+		}
+		return fill(out, code)
+	}
+	return resp.Codes
+}
+
+// RemoveByRegex removes the keys pattern matches (search semantics).
+func (c *Client) RemoveByRegex(pattern string, force bool) (int64, error) {
+	return c.count(wire.OpRemoveByRegex, &wire.RemoveByRegexReq{Pattern: pattern, Force: force})
+}
+
+// RemoveAll removes every removable object.
+func (c *Client) RemoveAll(force bool) (int64, error) {
+	return c.count(wire.OpRemoveAll, &wire.RemoveAllReq{Force: force})
+}
+
+func (c *Client) count(op wire.Op, req any) (int64, error) {
+	if err := c.checkOpen(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.CountResp
+	if err := c.master.Call(ctx, op, req, &resp); err != nil {
+		return 0, err
+	}
+	return resp.N, nil
+}
+
+func fill32(out []int32, v int32) []int32 {
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func fill64(out []int64, v int64) []int64 {
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}

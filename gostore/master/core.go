@@ -1,0 +1,305 @@
+// core.go defines Core, its configuration and the segment and client registry.
+package master
+
+import (
+	"hash/maphash"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gostore/gostore/gostore/alloc"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// NumShards is the number of object-map shards, as in Mooncake's master: with
+// many RPC goroutines contending, 1024 independent locks keep the chance that
+// two calls wait on the same one small.
+const NumShards = 1024
+
+// allocAlign is the alignment of replica offsets inside a segment: a cache
+// line, so that copies into neighbouring objects never share one.
+const allocAlign = 64
+
+// Config holds the master's policy knobs; zero fields take the defaults of
+// PYTHON_API.md.
+type Config struct {
+	DefaultKVLeaseTTL time.Duration // reads extend an object's lease this far
+	ClientTTL         time.Duration // a client silent this long loses its segments
+	// Now is the clock; Rand picks among segments. Both injected for tests.
+	Now  func() time.Time
+	Rand *rand.Rand
+}
+
+func (c *Config) fill() {
+	if c.DefaultKVLeaseTTL == 0 {
+		c.DefaultKVLeaseTTL = 10 * time.Second
+	}
+	if c.ClientTTL == 0 {
+		c.ClientTTL = 10 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Rand == nil {
+		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+}
+
+// Core is the metadata state machine. All methods are safe for concurrent use.
+type Core struct {
+	cfg    Config
+	seed   maphash.Seed
+	shards [NumShards]shard
+
+	randMu sync.Mutex // guards cfg.Rand
+
+	segs struct {
+		sync.RWMutex
+		byID   map[uint64]*segment
+		byName map[string]*segment
+		list   []*segment // mounted segments, for placement
+		nextID uint64
+	}
+	clients struct {
+		sync.Mutex
+		lastSeen map[string]time.Time
+	}
+	stats Stats
+}
+
+// Stats are monotonically increasing counters the server exports.
+type Stats struct {
+	PutStarts, PutEnds, PutRevokes, Gets, GetMisses, Removes atomic.Int64
+	AllocFailures, ClientsExpired, FreeErrors                atomic.Int64
+}
+
+type shard struct {
+	mu      sync.Mutex
+	objects map[string]*object
+}
+
+type segment struct {
+	desc wire.SegmentDesc
+	mu   sync.Mutex // guards alloc and dead
+	// alloc owns the segment's byte ranges.
+	alloc *alloc.Allocator
+	dead  bool
+}
+
+// New returns an empty core.
+func New(cfg Config) *Core {
+	cfg.fill()
+	c := &Core{cfg: cfg, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].objects = make(map[string]*object)
+	}
+	c.segs.byID = make(map[uint64]*segment)
+	c.segs.byName = make(map[string]*segment)
+	c.clients.lastSeen = make(map[string]time.Time)
+	return c
+}
+
+// Stats returns the core's counters.
+func (c *Core) Stats() *Stats { return &c.stats }
+
+// Config returns the configuration in force (defaults filled in).
+func (c *Core) Config() Config { return c.cfg }
+
+func (c *Core) shardOf(key string) *shard {
+	return &c.shards[maphash.String(c.seed, key)%NumShards]
+}
+
+// Ping records that a client is alive. It reports false when the client was
+// unknown (new, expired, or the master restarted): the client must then mount
+// its segments again.
+func (c *Core) Ping(clientID string) bool {
+	if clientID == "" {
+		return false
+	}
+	now := c.cfg.Now()
+	c.clients.Lock()
+	defer c.clients.Unlock()
+	_, known := c.clients.lastSeen[clientID]
+	c.clients.lastSeen[clientID] = now
+	return known
+}
+
+// MountSegment adds a client's memory to the pool and returns its new ID.
+// Mounting a name the same client already mounted returns the existing ID
+// (a retried RPC must not fail); another client's name is -102.
+func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
+	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and at least %d bytes", allocAlign)
+	}
+	c.touch(d.ClientID)
+	c.segs.Lock()
+	defer c.segs.Unlock()
+	if old, ok := c.segs.byName[d.Name]; ok {
+		if old.desc.ClientID == d.ClientID && old.desc.Size == d.Size && old.desc.ShmPath == d.ShmPath {
+			return old.desc.ID, nil
+		}
+		return 0, wire.Errorf(wire.ErrSegmentAlreadyExists, "segment %q is mounted by another client", d.Name)
+	}
+	c.segs.nextID++
+	d.ID = c.segs.nextID
+	s := &segment{desc: d, alloc: alloc.New(d.Size, allocAlign)}
+	c.segs.byID[d.ID] = s
+	c.segs.byName[d.Name] = s
+	c.segs.list = append(c.segs.list, s)
+	return d.ID, nil
+}
+
+// UnmountSegment removes a client's segment from the pool; replicas there are
+// dropped and objects left without replicas disappear.
+func (c *Core) UnmountSegment(clientID, name string) error {
+	c.segs.Lock()
+	s, ok := c.segs.byName[name]
+	if !ok {
+		c.segs.Unlock()
+		return wire.Errorf(wire.ErrSegmentNotFound, "segment %q is not mounted", name)
+	}
+	if s.desc.ClientID != clientID {
+		c.segs.Unlock()
+		return wire.Errorf(wire.ErrIllegalClient, "segment %q belongs to another client", name)
+	}
+	c.removeSegmentLocked(s)
+	c.segs.Unlock()
+	c.dropReplicasOn(s)
+	return nil
+}
+
+// removeSegmentLocked takes s out of the registry and marks it dead; the
+// caller holds segs' write lock and sweeps the shards afterwards.
+func (c *Core) removeSegmentLocked(s *segment) {
+	delete(c.segs.byID, s.desc.ID)
+	delete(c.segs.byName, s.desc.Name)
+	for i, x := range c.segs.list {
+		if x == s {
+			c.segs.list = append(c.segs.list[:i], c.segs.list[i+1:]...)
+			break
+		}
+	}
+	s.mu.Lock()
+	s.dead = true
+	s.mu.Unlock()
+}
+
+// dropReplicasOn sweeps every shard for replicas on the dead segment s.
+func (c *Core) dropReplicasOn(s *segment) {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for key, o := range sh.objects {
+			if o.dropReplicasOn(s) && len(o.replicas) == 0 {
+				delete(sh.objects, key)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// QuerySegments returns the descriptors of the given segment IDs that are
+// still mounted.
+func (c *Core) QuerySegments(ids []uint64) []wire.SegmentDesc {
+	c.segs.RLock()
+	defer c.segs.RUnlock()
+	out := make([]wire.SegmentDesc, 0, len(ids))
+	for _, id := range ids {
+		if s, ok := c.segs.byID[id]; ok {
+			out = append(out, s.desc)
+		}
+	}
+	return out
+}
+
+// SegmentInfo is a segment's descriptor with its allocator figures.
+type SegmentInfo struct {
+	wire.SegmentDesc
+	Used, LargestFree uint64
+	FreeExtents       int
+}
+
+// Segments lists the mounted segments sorted by name.
+func (c *Core) Segments() []SegmentInfo {
+	c.segs.RLock()
+	list := append([]*segment(nil), c.segs.list...)
+	c.segs.RUnlock()
+	out := make([]SegmentInfo, 0, len(list))
+	for _, s := range list {
+		s.mu.Lock()
+		out = append(out, SegmentInfo{SegmentDesc: s.desc, Used: s.alloc.Used(),
+			LargestFree: s.alloc.LargestFree(), FreeExtents: s.alloc.FreeExtents()})
+		s.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (c *Core) touch(clientID string) {
+	now := c.cfg.Now()
+	c.clients.Lock()
+	c.clients.lastSeen[clientID] = now
+	c.clients.Unlock()
+}
+
+// Tick runs time-driven work: clients silent for ClientTTL are forgotten and
+// their segments unmounted. It returns the IDs of the expired clients.
+func (c *Core) Tick() []string {
+	now := c.cfg.Now()
+	var expired []string
+	c.clients.Lock()
+	for id, seen := range c.clients.lastSeen {
+		if now.Sub(seen) > c.cfg.ClientTTL {
+			expired = append(expired, id)
+			delete(c.clients.lastSeen, id)
+		}
+	}
+	c.clients.Unlock()
+	if len(expired) == 0 {
+		return nil
+	}
+	gone := make(map[string]bool, len(expired))
+	for _, id := range expired {
+		gone[id] = true
+	}
+	c.segs.Lock()
+	var dead []*segment
+	for _, s := range append([]*segment(nil), c.segs.list...) {
+		if gone[s.desc.ClientID] {
+			c.removeSegmentLocked(s)
+			dead = append(dead, s)
+		}
+	}
+	c.segs.Unlock()
+	for _, s := range dead {
+		c.dropReplicasOn(s)
+	}
+	c.stats.ClientsExpired.Add(int64(len(expired)))
+	sort.Strings(expired)
+	return expired
+}
+
+// Totals sums the pool: segments, capacity, used bytes, objects.
+type Totals struct {
+	Segments                int
+	Capacity, Used, Objects uint64
+}
+
+// Totals computes the pool's totals (for metrics).
+func (c *Core) Totals() Totals {
+	var t Totals
+	for _, s := range c.Segments() {
+		t.Segments++
+		t.Capacity += s.Size
+		t.Used += s.Used
+	}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		t.Objects += uint64(len(sh.objects))
+		sh.mu.Unlock()
+	}
+	return t
+}

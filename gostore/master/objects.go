@@ -1,0 +1,342 @@
+// objects.go defines objects and the put/get/exist/remove operations on them.
+package master
+
+import (
+	"regexp"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+type replicaStatus uint8
+
+const (
+	replicaProcessing replicaStatus = iota // allocated, the writer is copying
+	replicaComplete                        // written and readable
+)
+
+func (s replicaStatus) String() string {
+	if s == replicaComplete {
+		return "COMPLETE"
+	}
+	return "PROCESSING"
+}
+
+type replica struct {
+	seg    *segment
+	offset uint64
+	status replicaStatus
+}
+
+// object is one key's metadata; its shard's mutex guards it.
+type object struct {
+	size     uint64
+	replicas []replica
+	lease    time.Time // reads extend it; leased objects are not removed
+	started  time.Time // PutStart time
+	writer   string    // client that started the put
+	softPin  bool
+	hardPin  bool
+}
+
+func (o *object) complete() bool {
+	for _, r := range o.replicas {
+		if r.status == replicaComplete {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
+
+func (o *object) grantLease(now time.Time, ttl time.Duration) {
+	if until := now.Add(ttl); until.After(o.lease) {
+		o.lease = until
+	}
+}
+
+// release returns every replica's range to its segment.
+func (o *object) release(st *Stats) {
+	for _, r := range o.replicas {
+		r.seg.free(r.offset, o.size, st)
+	}
+	o.replicas = nil
+}
+
+// dropReplicasOn forgets replicas on the dead segment s (their memory left
+// with it) and reports whether any were dropped.
+func (o *object) dropReplicasOn(s *segment) bool {
+	kept := o.replicas[:0]
+	for _, r := range o.replicas {
+		if r.seg != s {
+			kept = append(kept, r)
+		}
+	}
+	dropped := len(kept) != len(o.replicas)
+	o.replicas = kept
+	return dropped
+}
+
+func (s *segment) free(off, size uint64, st *Stats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return
+	}
+	if err := s.alloc.Free(off, size); err != nil {
+		// A broken bookkeeping invariant; counted rather than crashing the
+		// master that every client depends on.
+		st.FreeErrors.Add(1)
+	}
+}
+
+func checkKey(key string) error {
+	if key == "" {
+		return wire.Errorf(wire.ErrInvalidParams, "empty key")
+	}
+	return nil
+}
+
+// PutStart allocates replicas for each key: result i is OK with the ranges
+// to write, ErrObjectAlreadyExists, ErrNoAvailableHandle or ErrInvalidParams.
+func (c *Core) PutStart(clientID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
+	if len(keys) != len(sizes) {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
+	}
+	now := c.cfg.Now()
+	c.touch(clientID)
+	p := c.newPlacer(cfg)
+	out := make([]wire.PutStartResult, len(keys))
+	for i, key := range keys {
+		out[i] = c.putStartOne(now, clientID, key, sizes[i], cfg, p)
+	}
+	return out, nil
+}
+
+func (c *Core) putStartOne(now time.Time, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
+	if err := checkKey(key); err != nil {
+		return wire.PutStartResult{Code: wire.ErrInvalidParams}
+	}
+	if size == 0 {
+		return wire.PutStartResult{Code: wire.ErrInvalidParams}
+	}
+	c.stats.PutStarts.Add(1)
+	sh := c.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.objects[key]; ok {
+		return wire.PutStartResult{Code: wire.ErrObjectAlreadyExists}
+	}
+	reps := p.place(size)
+	if len(reps) == 0 {
+		c.stats.AllocFailures.Add(1)
+		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle}
+	}
+	o := &object{size: size, replicas: reps, started: now, writer: clientID,
+		softPin: cfg.SoftPin, hardPin: cfg.HardPin}
+	sh.objects[key] = o
+	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, len(reps))}
+	for j, r := range reps {
+		res.Replicas[j] = wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset}
+	}
+	return res
+}
+
+// PutEnd marks the keys' replicas COMPLETE: readable from now on.
+func (c *Core) PutEnd(clientID string, keys []string) []wire.Code {
+	c.touch(clientID)
+	out := make([]wire.Code, len(keys))
+	for i, key := range keys {
+		c.stats.PutEnds.Add(1)
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o, ok := sh.objects[key]
+		switch {
+		case !ok || len(o.replicas) == 0:
+			out[i] = wire.ErrObjectNotFound
+		default:
+			for j := range o.replicas {
+				o.replicas[j].status = replicaComplete
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// PutRevoke abandons unfinished puts and frees their space.
+func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
+	c.touch(clientID)
+	out := make([]wire.Code, len(keys))
+	for i, key := range keys {
+		c.stats.PutRevokes.Add(1)
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o, ok := sh.objects[key]
+		switch {
+		case !ok:
+			out[i] = wire.ErrObjectNotFound
+		case o.complete():
+			out[i] = wire.ErrInvalidWrite
+		default:
+			o.release(&c.stats)
+			delete(sh.objects, key)
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// GetReplicas returns each key's size and COMPLETE replicas and extends its
+// lease: -704 for a missing key, -703 while no replica is complete.
+func (c *Core) GetReplicas(keys []string) []wire.GetResult {
+	now := c.cfg.Now()
+	out := make([]wire.GetResult, len(keys))
+	for i, key := range keys {
+		c.stats.Gets.Add(1)
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o, ok := sh.objects[key]
+		switch {
+		case !ok:
+			out[i].Code = wire.ErrObjectNotFound
+			c.stats.GetMisses.Add(1)
+		case !o.complete():
+			out[i].Code = wire.ErrReplicaIsNotReady
+		default:
+			o.grantLease(now, c.cfg.DefaultKVLeaseTTL)
+			out[i].Size = o.size
+			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
+			for _, r := range o.replicas {
+				if r.status == replicaComplete {
+					out[i].Replicas = append(out[i].Replicas, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// Exist reports OK for keys with a complete replica (granting a lease) and
+// ErrObjectNotFound otherwise.
+func (c *Core) Exist(keys []string) []wire.Code {
+	now := c.cfg.Now()
+	out := make([]wire.Code, len(keys))
+	for i, key := range keys {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		if o, ok := sh.objects[key]; ok && o.complete() {
+			o.grantLease(now, c.cfg.DefaultKVLeaseTTL)
+		} else {
+			out[i] = wire.ErrObjectNotFound
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// removable says why o may not be removed now (OK if it may).
+func removable(o *object, now time.Time, force bool) wire.Code {
+	if force {
+		return wire.OK
+	}
+	if !o.complete() {
+		return wire.ErrReplicaIsNotReady
+	}
+	if o.leased(now) {
+		return wire.ErrObjectHasLease
+	}
+	return wire.OK
+}
+
+// Remove deletes keys: -704 missing, -706 leased, -703 unfinished (the last
+// two only without force).
+func (c *Core) Remove(keys []string, force bool) []wire.Code {
+	now := c.cfg.Now()
+	out := make([]wire.Code, len(keys))
+	for i, key := range keys {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o, ok := sh.objects[key]
+		if !ok {
+			out[i] = wire.ErrObjectNotFound
+		} else if out[i] = removable(o, now, force); out[i] == wire.OK {
+			o.release(&c.stats)
+			delete(sh.objects, key)
+			c.stats.Removes.Add(1)
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// RemoveByRegex removes every removable key in which pattern matches
+// (search, not full match) and returns how many it removed.
+func (c *Core) RemoveByRegex(pattern string, force bool) (int64, error) {
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "bad pattern %q: %v", pattern, err)
+	}
+	return c.removeMatching(re.MatchString, force), nil
+}
+
+// RemoveAll removes every removable object and returns how many.
+func (c *Core) RemoveAll(force bool) int64 {
+	return c.removeMatching(func(string) bool { return true }, force)
+}
+
+func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
+	now := c.cfg.Now()
+	var n int64
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for key, o := range sh.objects {
+			if match(key) && removable(o, now, force) == wire.OK {
+				o.release(&c.stats)
+				delete(sh.objects, key)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	c.stats.Removes.Add(n)
+	return n
+}
+
+// ReplicaInfo describes one replica for introspection.
+type ReplicaInfo struct {
+	Segment string `json:"segment"`
+	SegID   uint64 `json:"segment_id"`
+	Offset  uint64 `json:"offset"`
+	Status  string `json:"status"`
+}
+
+// ObjectInfo describes an object for /query_key.
+type ObjectInfo struct {
+	Key        string        `json:"key"`
+	Size       uint64        `json:"size"`
+	Replicas   []ReplicaInfo `json:"replicas"`
+	LeaseUntil time.Time     `json:"lease_until"`
+	SoftPin    bool          `json:"soft_pin"`
+	HardPin    bool          `json:"hard_pin"`
+}
+
+// QueryKey describes key without granting a lease; ok is false when missing.
+func (c *Core) QueryKey(key string) (ObjectInfo, bool) {
+	sh := c.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o, ok := sh.objects[key]
+	if !ok {
+		return ObjectInfo{}, false
+	}
+	info := ObjectInfo{Key: key, Size: o.size, LeaseUntil: o.lease, SoftPin: o.softPin, HardPin: o.hardPin}
+	for _, r := range o.replicas {
+		info.Replicas = append(info.Replicas, ReplicaInfo{Segment: r.seg.desc.Name, SegID: r.seg.desc.ID,
+			Offset: r.offset, Status: r.status.String()})
+	}
+	return info, true
+}

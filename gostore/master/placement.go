@@ -1,0 +1,66 @@
+// placement.go decides which segments receive an object's replicas.
+package master
+
+import "github.com/gostore/gostore/gostore/wire"
+
+// placer allocates replicas for the keys of one PutStart batch. The segment
+// list is snapshotted once per batch, not once per key.
+type placer struct {
+	c         *Core
+	want      int
+	preferred []*segment
+	all       []*segment
+}
+
+func (c *Core) newPlacer(cfg wire.ReplicaConfig) *placer {
+	p := &placer{c: c, want: max(cfg.ReplicaNum, 1)}
+	c.segs.RLock()
+	p.all = append([]*segment(nil), c.segs.list...)
+	for _, name := range cfg.Preferred {
+		if s, ok := c.segs.byName[name]; ok {
+			p.preferred = append(p.preferred, s)
+		}
+	}
+	c.segs.RUnlock()
+	return p
+}
+
+// place allocates size bytes on up to want distinct segments: preferred
+// segments first, in order, then the others starting at a random one. It is
+// best effort: fewer replicas than wanted is success, none is failure.
+func (p *placer) place(size uint64) []replica {
+	reps := make([]replica, 0, p.want)
+	used := func(s *segment) bool {
+		for _, r := range reps {
+			if r.seg == s {
+				return true
+			}
+		}
+		return false
+	}
+	try := func(s *segment) {
+		if len(reps) == p.want || used(s) {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.dead {
+			return
+		}
+		if off, ok := s.alloc.Alloc(size); ok {
+			reps = append(reps, replica{seg: s, offset: off})
+		}
+	}
+	for _, s := range p.preferred {
+		try(s)
+	}
+	if n := len(p.all); n > 0 && len(reps) < p.want {
+		p.c.randMu.Lock()
+		start := p.c.cfg.Rand.IntN(n)
+		p.c.randMu.Unlock()
+		for i := 0; i < n && len(reps) < p.want; i++ {
+			try(p.all[(start+i)%n])
+		}
+	}
+	return reps
+}

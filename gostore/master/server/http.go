@@ -1,0 +1,100 @@
+// http.go defines the operator endpoints and the Prometheus metrics.
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+type metrics struct {
+	reg      *prometheus.Registry
+	calls    *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	opLabels [64]string
+}
+
+// newMetrics registers on a private registry: the master may live inside a
+// Python process next to other Go code, so the global registry is off limits.
+func newMetrics(core *master.Core) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.calls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gostore_master_rpc_total", Help: "Master RPCs answered, by operation and result code.",
+	}, []string{"op", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "gostore_master_rpc_seconds", Help: "Time the master spent on an RPC, by operation.",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 10),
+	}, []string{"op"})
+	m.reg.MustRegister(m.calls, m.latency)
+	for op := wire.Op(1); op.Valid(); op++ {
+		m.opLabels[op] = op.String()
+	}
+	st := core.Stats()
+	counter := func(name, help string, f func() int64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f()) }))
+	}
+	counter("gostore_master_put_start_total", "Keys asked for by PutStart.", st.PutStarts.Load)
+	counter("gostore_master_put_end_total", "Keys completed by PutEnd.", st.PutEnds.Load)
+	counter("gostore_master_put_revoke_total", "Keys revoked by PutRevoke.", st.PutRevokes.Load)
+	counter("gostore_master_get_total", "Keys asked for by GetReplicas.", st.Gets.Load)
+	counter("gostore_master_get_miss_total", "GetReplicas keys that were missing.", st.GetMisses.Load)
+	counter("gostore_master_remove_total", "Objects removed.", st.Removes.Load)
+	counter("gostore_master_alloc_failure_total", "Puts that found no space.", st.AllocFailures.Load)
+	counter("gostore_master_clients_expired_total", "Clients dropped after client_ttl.", st.ClientsExpired.Load)
+	counter("gostore_master_free_error_total", "Allocator frees that broke an invariant (bugs).", st.FreeErrors.Load)
+	gauge := func(name, help string, f func(master.Totals) float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
+			func() float64 { return f(core.Totals()) }))
+	}
+	gauge("gostore_master_segments", "Mounted segments.", func(t master.Totals) float64 { return float64(t.Segments) })
+	gauge("gostore_master_capacity_bytes", "Bytes contributed to the pool.", func(t master.Totals) float64 { return float64(t.Capacity) })
+	gauge("gostore_master_used_bytes", "Bytes allocated to replicas.", func(t master.Totals) float64 { return float64(t.Used) })
+	gauge("gostore_master_objects", "Objects in the index.", func(t master.Totals) float64 { return float64(t.Objects) })
+	return m
+}
+
+func (m *metrics) observe(op wire.Op, code wire.Code, took time.Duration) {
+	label := m.opLabels[op]
+	m.calls.WithLabelValues(label, strconv.Itoa(int(code))).Inc()
+	m.latency.WithLabelValues(label).Observe(took.Seconds())
+}
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("OK\n"))
+	})
+	mux.HandleFunc("/get_all_segments", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.core.Segments())
+	})
+	mux.HandleFunc("/query_key", func(w http.ResponseWriter, r *http.Request) {
+		key := r.URL.Query().Get("key")
+		if key == "" {
+			http.Error(w, "missing ?key=", http.StatusBadRequest)
+			return
+		}
+		info, ok := s.core.QueryKey(key)
+		if !ok {
+			http.Error(w, "key not found", http.StatusNotFound)
+			return
+		}
+		writeJSON(w, info)
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,192 @@
+// server.go defines Server: listeners, RPC handlers and the tick loop.
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// Server is a running master.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	core    *master.Core
+	rpc     *rpc.Server
+	rpcLn   net.Listener
+	http    *http.Server
+	httpLn  net.Listener
+	metrics *metrics
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// Start listens on the configured ports and serves until Close.
+func Start(opts Options) (*Server, error) {
+	log := opts.Log
+	if log == nil {
+		lvl, err := parseLevel(opts.LogLevel)
+		if err != nil {
+			lvl = slog.LevelInfo
+		}
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("component", "master")
+	}
+	if opts.TickInterval <= 0 {
+		opts.TickInterval = 100 * time.Millisecond
+	}
+	core := master.New(master.Config{DefaultKVLeaseTTL: opts.DefaultKVLeaseTTL, ClientTTL: opts.ClientTTL})
+	s := &Server{opts: opts, log: log, core: core, stop: make(chan struct{})}
+	s.metrics = newMetrics(core)
+	s.rpc = rpc.NewServer(log, s.metrics.observe)
+	s.register()
+
+	var err error
+	s.rpcLn, err = net.Listen("tcp", net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
+	if err != nil {
+		return nil, err
+	}
+	if opts.MetricsPort >= 0 {
+		s.httpLn, err = net.Listen("tcp", net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.MetricsPort)))
+		if err != nil {
+			s.rpcLn.Close()
+			return nil, err
+		}
+		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("http server stopped", "err", err)
+			}
+		}()
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.rpc.Serve(s.rpcLn); err != nil {
+			log.Error("rpc server stopped", "err", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.tickLoop()
+	}()
+	log.Info("master serving", "rpc", s.Addr(), "http", s.HTTPAddr(),
+		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
+	return s, nil
+}
+
+// Core exposes the metadata core (tests and introspection).
+func (s *Server) Core() *master.Core { return s.core }
+
+// Addr is the RPC listener's address, dialable from this host (a wildcard
+// listener reports 127.0.0.1).
+func (s *Server) Addr() string { return dialable(s.rpcLn.Addr()) }
+
+// HTTPAddr is the HTTP listener's address, or "" when disabled.
+func (s *Server) HTTPAddr() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return dialable(s.httpLn.Addr())
+}
+
+func dialable(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok || !ta.IP.IsUnspecified() {
+		return a.String()
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+}
+
+// Close stops serving and waits for the goroutines.
+func (s *Server) Close() {
+	s.once.Do(func() {
+		close(s.stop)
+		s.rpc.Close()
+		if s.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.http.Shutdown(ctx)
+			cancel()
+		}
+		s.wg.Wait()
+		s.log.Info("master stopped")
+	})
+}
+
+func (s *Server) tickLoop() {
+	t := time.NewTicker(s.opts.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			for _, id := range s.core.Tick() {
+				s.log.Warn("client expired: no ping within client_ttl; its segments are unmounted", "client", id)
+			}
+		}
+	}
+}
+
+func (s *Server) register() {
+	c := s.core
+	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
+		return &wire.PingResp{Known: c.Ping(r.ClientID)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
+		id, err := c.MountSegment(r.Seg)
+		if err == nil {
+			s.log.Info("segment mounted", "name", r.Seg.Name, "id", id, "size", r.Seg.Size, "client", r.Seg.ClientID)
+		}
+		return &wire.MountResp{SegID: id}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpUnmountSegment, func(r *wire.UnmountReq) (*struct{}, error) {
+		err := c.UnmountSegment(r.ClientID, r.Name)
+		if err == nil {
+			s.log.Info("segment unmounted", "name", r.Name, "client", r.ClientID)
+		}
+		return &struct{}{}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpQuerySegments, func(r *wire.QuerySegmentsReq) (*wire.QuerySegmentsResp, error) {
+		return &wire.QuerySegmentsResp{Segs: c.QuerySegments(r.IDs)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpPutStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
+		res, err := c.PutStart(r.ClientID, r.Keys, r.Sizes, r.Config)
+		return &wire.PutStartResp{Results: res}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.PutEnd(r.ClientID, r.Keys)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.PutRevoke(r.ClientID, r.Keys)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
+		return &wire.GetReplicasResp{Results: c.GetReplicas(r.Keys)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpExist, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.Exist(r.Keys)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpRemove, func(r *wire.RemoveReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.Remove(r.Keys, r.Force)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpRemoveByRegex, func(r *wire.RemoveByRegexReq) (*wire.CountResp, error) {
+		n, err := c.RemoveByRegex(r.Pattern, r.Force)
+		return &wire.CountResp{N: n}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpRemoveAll, func(r *wire.RemoveAllReq) (*wire.CountResp, error) {
+		return &wire.CountResp{N: c.RemoveAll(r.Force)}, nil
+	})
+}

@@ -1,0 +1,156 @@
+// client.go defines the RPC client: a pool of connections, one call at a time on each.
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// DefaultCallTimeout bounds a call whose context has no deadline.
+const DefaultCallTimeout = 10 * time.Second
+
+const maxIdle = 64
+
+// Client calls one master address. It is safe for concurrent use.
+type Client struct {
+	addr   string
+	nextID atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		idle   []*clientConn
+		closed bool
+	}
+}
+
+type clientConn struct {
+	c   net.Conn
+	r   *bufio.Reader
+	out []byte
+	in  []byte
+}
+
+// NewClient returns a client for addr; connections are made on demand.
+func NewClient(addr string) *Client { return &Client{addr: addr} }
+
+// Addr is the master address this client calls.
+func (c *Client) Addr() string { return c.addr }
+
+// Call sends req (msgpack-encoded) as op and decodes the reply into resp
+// (which may be nil). A master-side failure comes back as a *wire.Error with
+// the master's code; transport failures are ErrRPCFail / ErrRPCTimeout.
+func (c *Client) Call(ctx context.Context, op wire.Op, req, resp any) error {
+	cc, err := c.get(ctx)
+	if err != nil {
+		return err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(DefaultCallTimeout)
+	}
+	cc.c.SetDeadline(deadline)
+	h, body, err := cc.roundTrip(c.nextID.Add(1), op, req)
+	if err != nil {
+		cc.c.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return wire.Errorf(wire.ErrRPCTimeout, "%s to %s: %v", op, c.addr, err)
+		}
+		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
+	}
+	defer c.put(cc)
+	if h.Status != wire.OK {
+		var msg string
+		_ = msgpack.Unmarshal(body, &msg)
+		return &wire.Error{Code: h.Status, Msg: msg}
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := msgpack.Unmarshal(body, resp); err != nil {
+		return wire.Errorf(wire.ErrRPCFail, "%s: undecodable reply: %v", op, err)
+	}
+	return nil
+}
+
+func (cc *clientConn) roundTrip(id uint64, op wire.Op, req any) (wire.Header, []byte, error) {
+	body, err := msgpack.Marshal(req)
+	if err != nil {
+		return wire.Header{}, nil, err
+	}
+	cc.out = wire.AppendFrame(cc.out[:0], id, op, wire.OK, body)
+	if _, err := cc.c.Write(cc.out); err != nil {
+		return wire.Header{}, nil, err
+	}
+	h, b, err := wire.ReadFrame(cc.r, cc.in)
+	if err != nil {
+		return h, nil, err
+	}
+	if cap(b) <= 1<<20 {
+		cc.in = b
+	}
+	if h.ID != id || h.Op != op {
+		return h, nil, fmt.Errorf("reply for request %d/%s, want %d/%s", h.ID, h.Op, id, op)
+	}
+	return h, b, nil
+}
+
+func (c *Client) get(ctx context.Context) (*clientConn, error) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil, wire.Errorf(wire.ErrRPCFail, "client closed")
+	}
+	if n := len(c.mu.idle); n > 0 {
+		cc := c.mu.idle[n-1]
+		c.mu.idle = c.mu.idle[:n-1]
+		c.mu.Unlock()
+		return cc, nil
+	}
+	c.mu.Unlock()
+	d := net.Dialer{Timeout: 3 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", c.addr, err)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
+}
+
+func (c *Client) put(cc *clientConn) {
+	if cap(cc.out) > 1<<20 {
+		cc.out = nil
+	}
+	c.mu.Lock()
+	if c.mu.closed || len(c.mu.idle) >= maxIdle {
+		c.mu.Unlock()
+		cc.c.Close()
+		return
+	}
+	c.mu.idle = append(c.mu.idle, cc)
+	c.mu.Unlock()
+}
+
+// Close closes idle connections; calls in flight finish and then close theirs.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.mu.closed = true
+	idle := c.mu.idle
+	c.mu.idle = nil
+	c.mu.Unlock()
+	for _, cc := range idle {
+		cc.c.Close()
+	}
+}

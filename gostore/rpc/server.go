@@ -1,0 +1,216 @@
+// server.go defines the RPC server: handler registry and connection loops.
+package rpc
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// Handler answers one request body. A *wire.Error return sends its code to
+// the caller; an error wrapping ErrGarbage closes the connection.
+type Handler func(body []byte) (resp any, err error)
+
+// ErrGarbage marks a request body that could not be decoded.
+var ErrGarbage = errors.New("rpc: undecodable request")
+
+// Observer, when set, is told about every answered call (for metrics).
+type Observer func(op wire.Op, code wire.Code, took time.Duration)
+
+// Server dispatches frames to handlers. Register handlers before Serve.
+type Server struct {
+	handlers [64]Handler
+	log      *slog.Logger
+	observe  Observer
+
+	mu struct {
+		sync.Mutex
+		listeners []net.Listener
+		conns     map[net.Conn]struct{}
+		closed    bool
+	}
+	wg sync.WaitGroup
+}
+
+// NewServer returns a server that logs to log (slog.Default() if nil).
+func NewServer(log *slog.Logger, observe Observer) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{log: log, observe: observe}
+	s.mu.conns = make(map[net.Conn]struct{})
+	return s
+}
+
+// Handle registers h for op.
+func (s *Server) Handle(op wire.Op, h Handler) {
+	if int(op) >= len(s.handlers) {
+		panic(fmt.Sprintf("rpc: opcode %d out of table", op))
+	}
+	s.handlers[op] = h
+}
+
+// HandleFunc registers a typed handler: the body is decoded into a fresh Req.
+func HandleFunc[Req any, Resp any](s *Server, op wire.Op, f func(*Req) (*Resp, error)) {
+	s.Handle(op, func(body []byte) (any, error) {
+		req := new(Req)
+		if err := msgpack.Unmarshal(body, req); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrGarbage, op, err)
+		}
+		return f(req)
+	})
+}
+
+// Serve accepts connections on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.mu.listeners = append(s.mu.listeners, ln)
+	s.mu.Unlock()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.mu.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.mu.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// Close stops the listeners, closes every connection and waits for the
+// connection goroutines to finish.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.mu.closed = true
+	for _, ln := range s.mu.listeners {
+		ln.Close()
+	}
+	for c := range s.mu.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.mu.conns, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	w := bufio.NewWriterSize(c, 64<<10)
+	var body []byte
+	var out []byte
+	for {
+		h, b, err := wire.ReadFrame(r, body)
+		if err != nil {
+			if err != io.EOF && !errors.Is(err, net.ErrClosed) {
+				s.log.Warn("rpc: closing connection after a bad frame", "peer", c.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		if cap(b) > cap(body) && cap(b) <= 1<<20 {
+			body = b // keep a grown buffer, but not a huge one
+		}
+		start := time.Now()
+		resp, code, err := s.dispatch(h.Op, b)
+		if err != nil {
+			s.log.Warn("rpc: closing connection after a bad request", "peer", c.RemoteAddr().String(), "op", uint16(h.Op), "err", err)
+			return
+		}
+		if s.observe != nil {
+			s.observe(h.Op, code, time.Since(start))
+		}
+		if out, err = encodeResponse(out[:0], h, code, resp); err != nil {
+			s.log.Error("rpc: cannot encode a response", "op", h.Op.String(), "err", err)
+			return
+		}
+		if _, err := w.Write(out); err != nil {
+			return
+		}
+		if r.Buffered() == 0 {
+			if err := w.Flush(); err != nil {
+				return
+			}
+		}
+		if cap(out) > 1<<20 {
+			out = nil
+		}
+	}
+}
+
+// dispatch runs the handler; a non-nil error means "close the connection".
+func (s *Server) dispatch(op wire.Op, body []byte) (any, wire.Code, error) {
+	if int(op) >= len(s.handlers) || s.handlers[op] == nil {
+		return nil, 0, fmt.Errorf("unknown opcode %d", uint16(op))
+	}
+	resp, err := safeCall(s.handlers[op], body)
+	if err == nil {
+		return resp, wire.OK, nil
+	}
+	if errors.Is(err, ErrGarbage) {
+		return nil, 0, err
+	}
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we.Msg, we.Code, nil
+	}
+	s.log.Error("rpc: handler failed", "op", op.String(), "err", err)
+	return err.Error(), wire.ErrInternal, nil
+}
+
+// safeCall turns a handler panic into an internal error so one bad request
+// cannot crash the master; the panic is a bug and is reported as such.
+func safeCall(h Handler, body []byte) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panic: %v", p)
+		}
+	}()
+	return h(body)
+}
+
+func encodeResponse(dst []byte, h wire.Header, code wire.Code, resp any) ([]byte, error) {
+	body, err := msgpack.Marshal(resp)
+	if err != nil {
+		return dst, err
+	}
+	return wire.AppendFrame(dst, h.ID, h.Op, code, body), nil
+}

@@ -1,0 +1,146 @@
+// helpers_test.go defines test helpers: byte patterns, scatter lists and
+// TCP peers served from a LocalSegment.
+package transfer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// pattern returns n pseudo-random bytes determined by seed: a xorshift block
+// of 8191 bytes (a prime, so misplaced slices show) repeated, with every
+// 4 KiB page stamped with its number. Cheap under the race detector.
+func pattern(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	x := seed*0x9E3779B97F4A7C15 + 1
+	const block = 8191
+	for i := 0; i < min(n, block); i++ {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x >> 32)
+	}
+	for done := min(n, block); done < n; done *= 2 {
+		copy(b[done:], b[:done])
+	}
+	for i := 0; i+8 <= n; i += 4096 {
+		le.PutUint64(b[i:], uint64(i/4096)^seed<<40)
+	}
+	return b
+}
+
+// scatter cuts b into pieces of the given lengths (cycled), with an empty
+// buffer thrown in, so ops exercise multi-buffer lists.
+func scatter(b []byte, lens ...int) [][]byte {
+	var out [][]byte
+	if len(lens) == 0 {
+		return [][]byte{b}
+	}
+	for i := 0; len(b) > 0; i++ {
+		n := min(lens[i%len(lens)], len(b))
+		out = append(out, b[:n:n])
+		if i == 1 {
+			out = append(out, []byte{})
+		}
+		b = b[n:]
+	}
+	return out
+}
+
+func join(bufs [][]byte) []byte { return bytes.Join(bufs, nil) }
+
+func codeOf(err error) wire.Code { return wire.CodeOf(err) }
+
+func quietLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: slog.LevelError + 100}))
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// tcpPeer is a LocalSegment served by a Server on 127.0.0.1.
+type tcpPeer struct {
+	seg  *LocalSegment
+	srv  *Server
+	peer Peer
+}
+
+var nextSegID = uint64(1000)
+
+func newTCPPeer(t testing.TB, size uint64) *tcpPeer {
+	t.Helper()
+	seg, err := NewLocalSegment(t.Name(), size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(ln, seg.Bytes(), quietLog())
+	go srv.Serve()
+	nextSegID++
+	p := &tcpPeer{seg: seg, srv: srv, peer: Peer{
+		SegID: nextSegID, HostID: "elsewhere", TransferAddr: ln.Addr().String(), Size: size,
+	}}
+	t.Cleanup(func() {
+		srv.Close()
+		seg.Close()
+	})
+	return p
+}
+
+// shmPeer describes seg as a same-host peer.
+func shmPeer(seg *LocalSegment) Peer {
+	nextSegID++
+	return Peer{SegID: nextSegID, HostID: HostID(), ShmPath: seg.ShmPath(), Size: seg.Size()}
+}
+
+// needShm skips tests of the shared-memory path when the environment
+// forces TCP.
+func needShm(t testing.TB) {
+	t.Helper()
+	if os.Getenv("GOSTORE_TRANSPORT") == "tcp" {
+		t.Skip("GOSTORE_TRANSPORT=tcp disables shared memory")
+	}
+}
+
+func mustOK(t testing.TB, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+}
+
+func firstDiff(a, b []byte) string {
+	if len(a) != len(b) {
+		return fmt.Sprintf("lengths %d and %d", len(a), len(b))
+	}
+	if bytes.Equal(a, b) {
+		return ""
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return fmt.Sprintf("first difference at byte %d: %#x vs %#x", i, a[i], b[i])
+		}
+	}
+	return ""
+}
+
+func wantCode(t testing.TB, err error, c wire.Code) {
+	t.Helper()
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != c {
+		t.Fatalf("error %v, want code %d (%v)", err, c, c)
+	}
+}

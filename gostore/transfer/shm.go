@@ -1,0 +1,180 @@
+// shm.go defines the shared-memory path of the Engine: a cache of peers'
+// segments mapped through their /proc/<pid>/fd memfd paths.
+package transfer
+
+import (
+	"math"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// shmMap is one peer segment mapped into this process.
+type shmMap struct {
+	once sync.Once
+	err  error
+
+	mu  sync.RWMutex // read-held during copies, write-held to unmap
+	mem []byte       // nil once unmapped
+}
+
+// shmCache maps peer segments on first use and remembers the ones that
+// could not be mapped, which then go over TCP.
+type shmCache struct {
+	mu       sync.Mutex
+	maps     map[uint64]*shmMap
+	fallback map[uint64]error // SegID → why mapping failed
+	closed   bool             // after forgetAll: map nothing more
+}
+
+func newShmCache() *shmCache {
+	return &shmCache{maps: map[uint64]*shmMap{}, fallback: map[uint64]error{}}
+}
+
+func (c *shmCache) failed(segID uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, bad := c.fallback[segID]
+	return bad
+}
+
+// acquire returns p's mapping, read-locked: the caller copies, then calls
+// release. useTCP reports that the segment cannot be mapped (remembered
+// until Forget), so the caller should go over TCP instead.
+func (c *shmCache) acquire(p Peer) (m *shmMap, useTCP bool, err error) {
+	for attempt := 0; ; attempt++ {
+		if attempt > 3 {
+			return nil, false, wire.Errorf(wire.ErrTransferFail, "segment %d was forgotten during the transfer", p.SegID)
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, false, wire.Errorf(wire.ErrTransferFail, "transfer engine closed")
+		}
+		if err, bad := c.fallback[p.SegID]; bad {
+			c.mu.Unlock()
+			return nil, true, err
+		}
+		m = c.maps[p.SegID]
+		if m == nil {
+			m = &shmMap{}
+			c.maps[p.SegID] = m
+		}
+		c.mu.Unlock()
+
+		m.once.Do(func() { m.mem, m.err = mapPeer(p) })
+		if m.err != nil {
+			c.mu.Lock()
+			if c.maps[p.SegID] != m { // forgotten meanwhile: look again
+				c.mu.Unlock()
+				continue
+			}
+			delete(c.maps, p.SegID)
+			c.fallback[p.SegID] = m.err
+			c.mu.Unlock()
+			return nil, true, m.err
+		}
+		m.mu.RLock()
+		if m.mem != nil {
+			return m, false, nil
+		}
+		m.mu.RUnlock() // forgotten between lookup and lock: look again
+	}
+}
+
+func (m *shmMap) release() { m.mu.RUnlock() }
+
+// forget unmaps segID once no copy uses it and clears its fallback mark.
+func (c *shmCache) forget(segID uint64) {
+	c.mu.Lock()
+	m := c.maps[segID]
+	delete(c.maps, segID)
+	delete(c.fallback, segID)
+	c.mu.Unlock()
+	if m != nil {
+		m.unmap()
+	}
+}
+
+// forgetAll unmaps every segment (Engine.Close).
+func (c *shmCache) forgetAll() {
+	c.mu.Lock()
+	maps := c.maps
+	c.maps = map[uint64]*shmMap{}
+	c.fallback = map[uint64]error{}
+	c.closed = true
+	c.mu.Unlock()
+	for _, m := range maps {
+		m.unmap()
+	}
+}
+
+func (m *shmMap) unmap() {
+	m.once.Do(func() { m.err = wire.Errorf(wire.ErrTransferFail, "segment forgotten") })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mem != nil {
+		_ = unix.Munmap(m.mem)
+		m.mem = nil
+	}
+}
+
+// mapPeer opens p.ShmPath and maps the whole file shared. The descriptor is
+// closed at once; the mapping keeps the memory alive.
+func mapPeer(p Peer) ([]byte, error) {
+	if p.ShmPath == "" {
+		return nil, wire.Errorf(wire.ErrTransferFail, "segment %d has no shm path", p.SegID)
+	}
+	// The path must name a memfd, so that a recycled pid or fd number cannot
+	// make us map some unrelated file.
+	if target, err := os.Readlink(p.ShmPath); err != nil || !strings.HasPrefix(target, "/memfd:") {
+		return nil, wire.Errorf(wire.ErrTransferFail, "segment %d: %s is not a memfd (%q, %v)", p.SegID, p.ShmPath, target, err)
+	}
+	fd, err := unix.Open(p.ShmPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrTransferFail, "open %s: %v", p.ShmPath, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, wire.Errorf(wire.ErrTransferFail, "fstat %s: %v", p.ShmPath, err)
+	}
+	size := uint64(st.Size)
+	if st.Size <= 0 || (p.Size != 0 && size < p.Size) {
+		return nil, wire.Errorf(wire.ErrTransferFail, "%s holds %d bytes, segment %d claims %d", p.ShmPath, st.Size, p.SegID, p.Size)
+	}
+	if p.Size != 0 {
+		size = p.Size
+	}
+	if size > uint64(math.MaxInt) {
+		return nil, wire.Errorf(wire.ErrTransferFail, "segment %d too large to map (%d bytes)", p.SegID, size)
+	}
+	mem, err := mapPopulated(fd, size, unix.MAP_SHARED)
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrTransferFail, "mmap %s (%d bytes): %v", p.ShmPath, size, err)
+	}
+	return mem, nil
+}
+
+// copyShm performs op against the mapping: one copy() per caller buffer.
+func copyShm(mem []byte, op *Op) error {
+	total, _ := opLen(op)
+	if !inRange(op.Offset, total, uint64(len(mem))) {
+		return wire.Errorf(wire.ErrInvalidParams, "range [%d,+%d) outside segment %d of %d bytes",
+			op.Offset, total, op.Peer.SegID, len(mem))
+	}
+	off := op.Offset
+	for _, b := range op.Bufs {
+		if op.Write {
+			copy(mem[off:], b)
+		} else {
+			copy(b, mem[off:])
+		}
+		off += uint64(len(b))
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+// tcp_client.go defines the TCP path of the Engine: per-peer pools of
+// pipelined connections, each with a writer and a reader goroutine.
+package transfer
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// tcpReq is one request on a connection: a slice of an op.
+type tcpReq struct {
+	hdr   [reqHdrSize]byte
+	op    byte
+	id    uint64
+	off   uint64
+	n     uint64
+	bufs  [][]byte // write payload or read destination, n bytes in all
+	call  *call
+	opIdx int
+}
+
+// peerPool holds the streams to one transfer server, dialled lazily.
+type peerPool struct {
+	e    *Engine
+	addr string
+	rr   atomic.Uint64 // rotates the first stream of each call
+
+	mu     sync.Mutex
+	conns  []*tconn
+	closed bool
+}
+
+func newPeerPool(e *Engine, addr string) *peerPool {
+	return &peerPool{e: e, addr: addr, conns: make([]*tconn, e.streams)}
+}
+
+// get returns the live connection of slot, dialling a new one if needed.
+func (p *peerPool) get(ctx context.Context, slot int) (*tconn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, transferErr("connections to %s closed", p.addr)
+	}
+	if c := p.conns[slot]; c != nil && c.alive() {
+		return c, nil
+	}
+	d := net.Dialer{Timeout: p.e.dialTO, Control: setSockBufs}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, transferErr("dial %s: %v", p.addr, err)
+	}
+	tuneConn(nc)
+	c := newTConn(nc, p, slot)
+	p.conns[slot] = c
+	return c, nil
+}
+
+// setSockBufs sizes the socket buffers before connect, so the window scale
+// negotiated in the handshake fits them.
+func setSockBufs(_, _ string, rc syscall.RawConn) error {
+	return rc.Control(func(fd uintptr) {
+		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, sockBufSize)
+		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, sockBufSize)
+	})
+}
+
+// drop forgets c if it is still slot's connection.
+func (p *peerPool) drop(c *tconn) {
+	p.mu.Lock()
+	if p.conns[c.slot] == c {
+		p.conns[c.slot] = nil
+	}
+	p.mu.Unlock()
+}
+
+// close fails every connection; later gets fail.
+func (p *peerPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := append([]*tconn(nil), p.conns...)
+	p.mu.Unlock()
+	for _, c := range conns {
+		if c != nil {
+			c.fail(transferErr("connection to %s closed by the engine", p.addr))
+		}
+	}
+}
+
+// tconn is one stream to a transfer server. send queues requests; the writer
+// goroutine writes everything queued with one writev, without waiting for
+// answers; the reader goroutine matches answers to requests by id and reads
+// read payloads straight into the caller's buffers.
+type tconn struct {
+	nc   net.Conn
+	pool *peerPool
+	slot int
+
+	mu      sync.Mutex
+	queue   []*tcpReq          // registered, not yet taken by the writer
+	pending map[uint64]*tcpReq // registered, not yet answered (queue included)
+	nextID  uint64
+	err     error // set once the connection is broken
+
+	wake chan struct{} // cap 1: the queue is not empty
+	dead chan struct{} // closed by fail
+	live atomic.Int32  // writer and reader goroutines still running
+}
+
+func newTConn(nc net.Conn, p *peerPool, slot int) *tconn {
+	c := &tconn{nc: nc, pool: p, slot: slot, pending: map[uint64]*tcpReq{},
+		wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	c.live.Store(2)
+	go c.writeLoop()
+	go c.readLoop()
+	return c
+}
+
+func (c *tconn) alive() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err == nil
+}
+
+// send registers and queues rs. Once it returns nil every request of rs is
+// finished exactly once, by an answer or by the connection failing.
+func (c *tconn) send(rs []*tcpReq) error {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	for _, r := range rs {
+		c.nextID++
+		r.id = c.nextID
+		r.hdr[0] = r.op
+		le.PutUint64(r.hdr[1:], r.id)
+		le.PutUint64(r.hdr[9:], r.off)
+		le.PutUint64(r.hdr[17:], r.n)
+		c.pending[r.id] = r
+	}
+	c.queue = append(c.queue, rs...)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// fail breaks the connection: the goroutines stop and, once both have,
+// every request still registered fails with err.
+func (c *tconn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.mu.Unlock()
+	close(c.dead)
+	c.nc.Close()
+	c.pool.drop(c)
+}
+
+// exit is called by each goroutine as it stops. The last one out fails the
+// requests left: neither touches a caller's buffer any more.
+func (c *tconn) exit() {
+	if c.live.Add(-1) != 0 {
+		return
+	}
+	c.mu.Lock()
+	reqs := c.pending
+	err := c.err
+	c.pending, c.queue = nil, nil
+	c.mu.Unlock()
+	for _, r := range reqs {
+		r.call.finish(r.opIdx, err, true)
+	}
+}
+
+// abandon ends the requests of cl on c because cl's ctx ended: queued ones
+// are withdrawn; if some are on the wire, the connection is broken, since
+// their answers would land in buffers the caller takes back.
+func (c *tconn) abandon(cl *call, cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return // exit finishes them
+	}
+	var withdrawn []*tcpReq
+	kept := c.queue[:0]
+	for _, r := range c.queue {
+		if r.call == cl {
+			withdrawn = append(withdrawn, r)
+			delete(c.pending, r.id)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(c.queue[len(kept):])
+	c.queue = kept
+	onWire := false
+	for _, r := range c.pending {
+		if r.call == cl {
+			onWire = true
+			break
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range withdrawn {
+		r.call.finish(r.opIdx, cause, false)
+	}
+	if onWire {
+		c.fail(transferErr("connection to %s dropped: a transfer on it was abandoned", c.pool.addr))
+	}
+}
+
+func (c *tconn) writeLoop() {
+	defer c.exit()
+	var spare []*tcpReq
+	var iov [][]byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.dead:
+			return
+		}
+		c.mu.Lock()
+		if c.err != nil {
+			c.mu.Unlock()
+			return
+		}
+		q := c.queue
+		c.queue = spare[:0]
+		c.mu.Unlock()
+		iov = iov[:0]
+		for _, r := range q {
+			iov = append(iov, r.hdr[:])
+			if r.op == opWrite {
+				iov = append(iov, r.bufs...)
+			}
+		}
+		var err error
+		if len(iov) > 0 {
+			nb := net.Buffers(iov)
+			_, err = nb.WriteTo(c.nc)
+		}
+		clear(iov)
+		clear(q)
+		spare = q[:0]
+		if err != nil {
+			c.fail(transferErr("write to %s: %v", c.pool.addr, err))
+			return
+		}
+	}
+}
+
+func (c *tconn) readLoop() {
+	defer c.exit()
+	br := bufio.NewReaderSize(c.nc, ioBufSize)
+	var h [respHdrSize]byte
+	for {
+		if _, err := io.ReadFull(br, h[:]); err != nil {
+			c.fail(transferErr("read from %s: %v", c.pool.addr, err))
+			return
+		}
+		id, status, n := le.Uint64(h[0:]), wire.Code(int32(le.Uint32(h[8:]))), le.Uint64(h[12:])
+		c.mu.Lock()
+		r := c.pending[id]
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if r == nil {
+			c.fail(transferErr("%s answered unknown request %d", c.pool.addr, id))
+			return
+		}
+		var err error
+		switch {
+		case status != wire.OK && n == 0:
+			r.call.finish(r.opIdx, wire.Errorf(status, "peer %s, range [%d,+%d)", c.pool.addr, r.off, r.n), false)
+			continue
+		case r.op == opRead && status == wire.OK && n == r.n:
+			for _, b := range r.bufs {
+				if _, err = io.ReadFull(br, b); err != nil {
+					err = transferErr("read from %s: %v", c.pool.addr, err)
+					break
+				}
+			}
+		case r.op == opWrite && status == wire.OK && n == 0:
+		default:
+			err = transferErr("%s answered request %d (op %d, %d bytes) with status %d and %d bytes",
+				c.pool.addr, id, r.op, r.n, status, n)
+		}
+		if err != nil {
+			r.call.finish(r.opIdx, err, true)
+			c.fail(err)
+			return
+		}
+		r.call.finish(r.opIdx, nil, false)
+	}
+}

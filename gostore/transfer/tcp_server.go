@@ -1,0 +1,241 @@
+// tcp_server.go defines Server, which serves one segment's bytes to peers
+// over TCP, plus the data-plane wire format shared with the client side.
+package transfer
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+const (
+	opWrite = 1
+	opRead  = 2
+
+	reqHdrSize  = 1 + 8 + 8 + 8 // op, id, offset, length
+	respHdrSize = 8 + 4 + 8     // id, status, length
+
+	sockBufSize = 4 << 20 // SO_SNDBUF / SO_RCVBUF on every data connection
+	ioBufSize   = 64 << 10
+
+	// A write whose range is bad but whose payload is at most this long is
+	// drained and answered with an error; a longer one closes the connection.
+	maxDiscard = 64 << 20
+	// Read payloads up to this size are copied behind their header so that a
+	// pipelined batch of small reads leaves in one write.
+	smallRead = 16 << 10
+)
+
+var le = binary.LittleEndian
+
+// tuneConn sets the socket options every data connection uses.
+func tuneConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetReadBuffer(sockBufSize)
+		_ = tc.SetWriteBuffer(sockBufSize)
+	}
+}
+
+// inRange reports whether [off, off+n) lies within a segment of size bytes,
+// without overflowing.
+func inRange(off, n, size uint64) bool { return off <= size && n <= size-off }
+
+// Server answers transfer requests against one segment.
+type Server struct {
+	ln  net.Listener
+	seg []byte
+	log *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // connection handlers
+}
+
+// NewServer returns a server for seg on ln; call Serve to accept. A nil log
+// means slog.Default(). seg must stay mapped until Close returns.
+func NewServer(ln net.Listener, seg []byte, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	// Accepted sockets inherit the listener's buffer sizes, set before the
+	// handshake picks the window scale.
+	if sc, ok := ln.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = setSockBufs("", "", rc)
+		}
+	}
+	return &Server{ln: ln, seg: seg, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+// Addr returns the listener's address.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve accepts connections until Close; it returns nil after Close.
+func (s *Server) Serve() error {
+	backoff := time.Duration(0)
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if s.isClosed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// EMFILE and friends: wait and go on, like net/http.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+			} else if backoff < time.Second {
+				backoff *= 2
+			}
+			s.log.Warn("transfer: accept failed", "err", err, "retry_in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.handle(c)
+	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Close stops accepting, closes every connection and waits for their
+// handlers to return. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return nil
+	}
+	s.closed = true
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+	return err
+}
+
+func putRespHdr(out []byte, id uint64, status wire.Code, n uint64) []byte {
+	var h [respHdrSize]byte
+	le.PutUint64(h[0:], id)
+	le.PutUint32(h[8:], uint32(int32(status)))
+	le.PutUint64(h[12:], n)
+	return append(out, h[:]...)
+}
+
+// handle serves one connection until it fails, the peer leaves or it sends
+// something that is not a request.
+func (s *Server) handle(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	tuneConn(c)
+	remote := c.RemoteAddr().String()
+	br := bufio.NewReaderSize(c, ioBufSize)
+	out := make([]byte, 0, ioBufSize) // response headers and small read payloads not yet sent
+	flush := func() error {
+		if len(out) == 0 {
+			return nil
+		}
+		_, err := c.Write(out)
+		out = out[:0]
+		return err
+	}
+	size := uint64(len(s.seg))
+	var hdr [reqHdrSize]byte
+	for {
+		// Answer what is done before any read that may block.
+		if br.Buffered() < reqHdrSize {
+			if flush() != nil {
+				return
+			}
+		}
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			if err == io.ErrUnexpectedEOF {
+				s.log.Warn("transfer: truncated request header, closing connection", "remote", remote)
+			}
+			return
+		}
+		op, id, off, n := hdr[0], le.Uint64(hdr[1:]), le.Uint64(hdr[9:]), le.Uint64(hdr[17:])
+		switch op {
+		case opWrite:
+			if !inRange(off, n, size) {
+				out = putRespHdr(out, id, wire.ErrInvalidParams, 0)
+				if n > maxDiscard {
+					_ = flush()
+					s.log.Warn("transfer: write out of range with oversized payload, closing connection",
+						"remote", remote, "offset", off, "length", n, "segment", size)
+					return
+				}
+				if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
+					return
+				}
+				continue
+			}
+			if uint64(br.Buffered()) < n && flush() != nil {
+				return
+			}
+			// Straight into the segment: bufio hands large reads to the socket.
+			if _, err := io.ReadFull(br, s.seg[off:off+n]); err != nil {
+				s.log.Debug("transfer: write payload cut short", "remote", remote, "err", err)
+				return
+			}
+			out = putRespHdr(out, id, wire.OK, 0)
+		case opRead:
+			if !inRange(off, n, size) {
+				out = putRespHdr(out, id, wire.ErrInvalidParams, 0)
+				break
+			}
+			out = putRespHdr(out, id, wire.OK, n)
+			if n <= smallRead {
+				out = append(out, s.seg[off:off+n]...)
+				break
+			}
+			// Pending headers and the payload in one writev, straight from the segment.
+			bufs := net.Buffers{out, s.seg[off : off+n]}
+			_, err := bufs.WriteTo(c)
+			out = out[:0]
+			if err != nil {
+				return
+			}
+		default:
+			s.log.Warn("transfer: unknown op, closing connection", "remote", remote, "op", op)
+			_ = flush()
+			return
+		}
+		if len(out) >= ioBufSize/2 && flush() != nil {
+			return
+		}
+	}
+}

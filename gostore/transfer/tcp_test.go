@@ -1,0 +1,346 @@
+// tcp_test.go tests the Engine's TCP path against a Server: sizes, scatter
+// lists, batches, concurrency, ranges, dead and hung servers.
+package transfer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+func TestTCPSizesScatter(t *testing.T) {
+	const size = 40 << 20
+	tp := newTCPPeer(t, size)
+	for _, opt := range []Options{
+		{ForceTCP: true},
+		{ForceTCP: true, StreamsPerPeer: 3, SliceSize: 64 << 10}, // many slices straddling buffers
+		{ForceTCP: true, StreamsPerPeer: 1, SliceSize: 1000},     // unaligned slice size
+	} {
+		t.Run(fmt.Sprintf("streams%d-slice%d", opt.StreamsPerPeer, opt.SliceSize), func(t *testing.T) {
+			opt.Log = quietLog()
+			e := NewEngine(opt)
+			defer e.Close()
+			if e.PathFor(tp.peer) != "tcp" {
+				t.Fatalf("PathFor = %q", e.PathFor(tp.peer))
+			}
+			ctx := context.Background()
+			seed := uint64(opt.SliceSize)
+			off := uint64(3)
+			for _, n := range []int{1, 4096, 1<<20 + 3, 16 << 20} {
+				for li, lens := range [][]int{nil, {1, 4095, 100000}, {333333}} {
+					if n == 16<<20 && (li == 1 || opt.SliceSize == 1000) {
+						continue // keeps the race run short; covered by the other layouts
+					}
+					seed++
+					data := pattern(seed, n)
+					mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: off, Bufs: scatter(data, lens...), Write: true}}))
+					if d := firstDiff(tp.seg.Bytes()[off:off+uint64(n)], data); d != "" {
+						t.Fatalf("write %d bytes at %d, lens %v: %s", n, off, lens, d)
+					}
+					dst := scatter(make([]byte, n), append(lens, 7777)...)
+					mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: off, Bufs: dst}}))
+					if d := firstDiff(join(dst), data); d != "" {
+						t.Fatalf("read %d bytes at %d, lens %v: %s", n, off, lens, d)
+					}
+					off += uint64(n) + 1
+					if off > size-(16<<20) {
+						off = 5
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestTCPBatch32(t *testing.T) {
+	tp := newTCPPeer(t, 4<<20)
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := context.Background()
+	for round := 0; round < 5; round++ {
+		var ops []Op
+		var want [][]byte
+		for i := 0; i < 32; i++ {
+			data := pattern(uint64(round*100+i), 4096)
+			want = append(want, data)
+			ops = append(ops, Op{Peer: tp.peer, Offset: uint64(i*4096*3 + round), Bufs: scatter(data, 1000), Write: true})
+		}
+		mustOK(t, e.Do(ctx, ops))
+		reads := make([]Op, 32)
+		for i := range reads {
+			reads[i] = Op{Peer: tp.peer, Offset: ops[i].Offset, Bufs: scatter(make([]byte, 4096), 3000)}
+		}
+		mustOK(t, e.Do(ctx, reads))
+		for i := range reads {
+			if d := firstDiff(tp.seg.Bytes()[ops[i].Offset:ops[i].Offset+4096], want[i]); d != "" {
+				t.Fatalf("round %d op %d in segment: %s", round, i, d)
+			}
+			if d := firstDiff(join(reads[i].Bufs), want[i]); d != "" {
+				t.Fatalf("round %d op %d read: %s", round, i, d)
+			}
+		}
+	}
+}
+
+func TestTCPConcurrent(t *testing.T) {
+	const goroutines, region = 8, 1 << 20
+	tp := newTCPPeer(t, goroutines*region)
+	e := NewEngine(Options{ForceTCP: true, SliceSize: 128 << 10, Log: quietLog()})
+	defer e.Close()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errc := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			base := uint64(g * region)
+			for it := 0; it < 10; it++ {
+				big := pattern(uint64(g*100+it), region/2+it)
+				small := make([][]byte, 8)
+				ops := []Op{{Peer: tp.peer, Offset: base, Bufs: scatter(big, 70000), Write: true}}
+				for k := range small {
+					small[k] = pattern(uint64(g*100+it+k*7), 4096)
+					ops = append(ops, Op{Peer: tp.peer, Offset: base + region/2 + 4096 + uint64(k*5000), Bufs: [][]byte{small[k]}, Write: true})
+				}
+				for i, err := range e.Do(ctx, ops) {
+					if err != nil {
+						errc <- fmt.Errorf("goroutine %d write op %d: %w", g, i, err)
+						return
+					}
+				}
+				reads := make([]Op, len(ops))
+				for i := range ops {
+					n := len(join(ops[i].Bufs))
+					reads[i] = Op{Peer: tp.peer, Offset: ops[i].Offset, Bufs: scatter(make([]byte, n), 50000)}
+				}
+				for i, err := range e.Do(ctx, reads) {
+					if err != nil {
+						errc <- fmt.Errorf("goroutine %d read op %d: %w", g, i, err)
+						return
+					}
+					if d := firstDiff(join(reads[i].Bufs), join(ops[i].Bufs)); d != "" {
+						errc <- fmt.Errorf("goroutine %d iteration %d op %d: %s", g, it, i, d)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+}
+
+func TestTCPOutOfRange(t *testing.T) {
+	const size = 1 << 20
+	tp := newTCPPeer(t, size)
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := context.Background()
+	before := append([]byte(nil), tp.seg.Bytes()...)
+	unknown := tp.peer
+	unknown.Size = 0 // the server has to catch it
+	for _, p := range []Peer{tp.peer, unknown} {
+		errs := e.Do(ctx, []Op{
+			{Peer: p, Offset: size - 10, Bufs: [][]byte{pattern(1, 11)}, Write: true},
+			{Peer: p, Offset: ^uint64(0), Bufs: [][]byte{pattern(2, 2)}, Write: true},
+			{Peer: p, Offset: size + 1, Bufs: [][]byte{make([]byte, 10)}},
+			{Peer: p, Offset: 100, Bufs: [][]byte{pattern(3, 50)}, Write: true}, // fine
+		})
+		for i := 0; i < 3; i++ {
+			wantCode(t, errs[i], wire.ErrInvalidParams)
+		}
+		if errs[3] != nil {
+			t.Fatalf("in-range op beside bad ones: %v", errs[3])
+		}
+	}
+	copy(before[100:], pattern(3, 50))
+	if d := firstDiff(tp.seg.Bytes(), before); d != "" {
+		t.Fatalf("segment changed outside the good op: %s", d)
+	}
+	// A multi-slice write crossing the end, checked by the server only
+	// (size unknown): every slice is refused.
+	big := make([]byte, 2<<20)
+	errs := e.Do(ctx, []Op{{Peer: unknown, Offset: size - 1000, Bufs: [][]byte{big}, Write: true}})
+	wantCode(t, errs[0], wire.ErrInvalidParams)
+	if d := firstDiff(tp.seg.Bytes(), before); d != "" {
+		t.Fatalf("segment changed by a rejected write: %s", d)
+	}
+}
+
+func TestEngineClosed(t *testing.T) {
+	tp := newTCPPeer(t, 1<<20)
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	mustOK(t, e.Do(context.Background(), []Op{{Peer: tp.peer, Bufs: [][]byte{make([]byte, 10)}}}))
+	e.Close()
+	e.Close()
+	errs := e.Do(context.Background(), []Op{{Peer: tp.peer, Bufs: [][]byte{make([]byte, 10)}}})
+	wantCode(t, errs[0], wire.ErrTransferFail)
+}
+
+// A server that takes requests and never answers: Do must return at the
+// deadline with -800 (matching context.DeadlineExceeded), and the engine
+// must keep working for other peers.
+func TestTCPHungServerDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	hung := Peer{SegID: 9, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	for _, write := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		start := time.Now()
+		errs := e.Do(ctx, []Op{
+			{Peer: hung, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}, Write: write},
+			{Peer: hung, Offset: 8 << 20, Bufs: [][]byte{make([]byte, 4096)}, Write: write},
+		})
+		cancel()
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("Do took %v past a 200ms deadline", took)
+		}
+		for _, err := range errs {
+			wantCode(t, err, wire.ErrTransferFail)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%v does not match DeadlineExceeded", err)
+			}
+		}
+	}
+	tp := newTCPPeer(t, 1<<20)
+	data := pattern(9, 5000)
+	mustOK(t, e.Do(context.Background(), []Op{{Peer: tp.peer, Offset: 1, Bufs: [][]byte{data}, Write: true}}))
+	if d := firstDiff(tp.seg.Bytes()[1:5001], data); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// A server that drops every connection after reading a little: ops fail
+// with -800 promptly, with no deadline needed.
+func TestTCPServerDropsConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { c.Read(make([]byte, 100)); c.Close() }()
+		}
+	}()
+	p := Peer{SegID: 10, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := e.Do(ctx, []Op{
+		{Peer: p, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}, Write: true},
+		{Peer: p, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}},
+	})
+	for _, err := range errs {
+		wantCode(t, err, wire.ErrTransferFail)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("needed the deadline")
+	}
+}
+
+// The real server closes while transfers run: every Do returns (-800 or
+// success), and after a new server starts at the same address the engine
+// works again with its pooled connections replaced.
+func TestTCPServerClosedMidFlight(t *testing.T) {
+	const size = 32 << 20
+	seg, err := NewLocalSegment("midflight", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	srv := NewServer(ln, seg.Bytes(), quietLog())
+	go srv.Serve()
+	p := Peer{SegID: 11, HostID: "x", TransferAddr: addr, Size: size}
+	e := NewEngine(Options{ForceTCP: true, SliceSize: 256 << 10, Log: quietLog()})
+	defer e.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failures := 0
+	started := make(chan struct{}, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 8<<20)
+			for it := 0; ; it++ {
+				errs := e.Do(ctx, []Op{{Peer: p, Offset: uint64(g) * (8 << 20), Bufs: [][]byte{buf}, Write: it%2 == 0}})
+				if it == 0 {
+					started <- struct{}{}
+				}
+				if errs[0] != nil {
+					if wire.CodeOf(errs[0]) != wire.ErrTransferFail {
+						t.Errorf("goroutine %d: %v", g, errs[0])
+					}
+					mu.Lock()
+					failures++
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		<-started
+	}
+	srv.Close()
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatal("transfers hung until the deadline")
+	}
+	if failures != 4 {
+		t.Fatalf("%d goroutines saw a failure, want 4", failures)
+	}
+
+	// A new server at the same address: the engine recovers.
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	srv2 := NewServer(ln2, seg.Bytes(), quietLog())
+	go srv2.Serve()
+	defer srv2.Close()
+	data := pattern(11, 3<<20)
+	mustOK(t, e.Do(ctx, []Op{{Peer: p, Offset: 12345, Bufs: scatter(data, 1<<20), Write: true}}))
+	if d := firstDiff(seg.Bytes()[12345:12345+len(data)], data); d != "" {
+		t.Fatal(d)
+	}
+}

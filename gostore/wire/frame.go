@@ -1,0 +1,79 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// A frame is an 18-byte header followed by a msgpack body:
+//
+//	u32 body length | u64 request id | u16 opcode | i32 status
+//
+// Requests carry status 0; a response repeats the request's id and opcode and
+// carries the outcome's Code. Several requests may be in flight on one
+// connection; responses name the request they answer by id.
+const HeaderSize = 18
+
+// MaxBody bounds a frame body. A peer announcing more is treated as garbage:
+// the connection is closed rather than a huge buffer allocated on its word.
+const MaxBody = 64 << 20
+
+// Header is a decoded frame header.
+type Header struct {
+	Len    uint32
+	ID     uint64
+	Op     Op
+	Status Code
+}
+
+// PutHeader encodes h into b[:HeaderSize].
+func PutHeader(b []byte, h Header) {
+	binary.LittleEndian.PutUint32(b[0:], h.Len)
+	binary.LittleEndian.PutUint64(b[4:], h.ID)
+	binary.LittleEndian.PutUint16(b[12:], uint16(h.Op))
+	binary.LittleEndian.PutUint32(b[14:], uint32(h.Status))
+}
+
+// ParseHeader decodes b[:HeaderSize] and validates the length.
+func ParseHeader(b []byte) (Header, error) {
+	h := Header{
+		Len:    binary.LittleEndian.Uint32(b[0:]),
+		ID:     binary.LittleEndian.Uint64(b[4:]),
+		Op:     Op(binary.LittleEndian.Uint16(b[12:])),
+		Status: Code(int32(binary.LittleEndian.Uint32(b[14:]))),
+	}
+	if h.Len > MaxBody {
+		return h, fmt.Errorf("frame body of %d bytes exceeds the %d limit", h.Len, MaxBody)
+	}
+	return h, nil
+}
+
+// ReadFrame reads one frame from r. buf is reused for the body when large
+// enough; the returned body aliases it (the caller owns both).
+func ReadFrame(r io.Reader, buf []byte) (Header, []byte, error) {
+	var hb [HeaderSize]byte
+	if _, err := io.ReadFull(r, hb[:]); err != nil {
+		return Header{}, nil, err
+	}
+	h, err := ParseHeader(hb[:])
+	if err != nil {
+		return h, nil, err
+	}
+	if cap(buf) < int(h.Len) {
+		buf = make([]byte, h.Len)
+	}
+	body := buf[:h.Len]
+	if _, err := io.ReadFull(r, body); err != nil {
+		return h, nil, fmt.Errorf("truncated frame body: %w", err)
+	}
+	return h, body, nil
+}
+
+// AppendFrame appends a frame with the given header fields and body to dst.
+func AppendFrame(dst []byte, id uint64, op Op, status Code, body []byte) []byte {
+	var hb [HeaderSize]byte
+	PutHeader(hb[:], Header{Len: uint32(len(body)), ID: id, Op: op, Status: status})
+	dst = append(dst, hb[:]...)
+	return append(dst, body...)
+}

@@ -1,0 +1,174 @@
+package wire
+
+// Op names a master RPC. Per-key operations exist only in batch form on the
+// wire: a single put is a batch of one, so one code path serves both.
+type Op uint16
+
+const (
+	OpPing Op = iota + 1
+	OpMountSegment
+	OpUnmountSegment
+	OpQuerySegments
+	OpPutStart
+	OpPutEnd
+	OpPutRevoke
+	OpGetReplicas
+	OpExist
+	OpRemove
+	OpRemoveByRegex
+	OpRemoveAll
+	opEnd
+)
+
+var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySegments",
+	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll"}
+
+// Valid reports whether op is one this version of the protocol knows.
+func (op Op) Valid() bool { return op > 0 && op < opEnd }
+
+func (op Op) String() string {
+	if op.Valid() {
+		return opNames[op]
+	}
+	return "Op(?)"
+}
+
+// SegmentDesc describes memory a client contributes to the pool and how a
+// peer reaches it.
+type SegmentDesc struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	// ID is assigned by the master at mount and never reused while it runs,
+	// so a peer's cached mapping of an old segment of the same name is never
+	// mistaken for the new one.
+	ID       uint64
+	Name     string // "host:port", the owner's get_hostname()
+	ClientID string
+	Size     uint64
+	// HostID identifies a kernel and network namespace; peers with the same
+	// HostID may map ShmPath instead of using TCP.
+	HostID       string
+	ShmPath      string // e.g. /proc/<pid>/fd/<n> of the owner's memfd
+	TransferAddr string // "ip:port" of the owner's transfer server
+}
+
+// ReplicaConfig is the wire form of Python's ReplicateConfig.
+type ReplicaConfig struct {
+	_msgpack   struct{} `msgpack:",as_array"`
+	ReplicaNum int
+	SoftPin    bool
+	HardPin    bool
+	Preferred  []string // segment names tried first, in order
+	SameNode   bool
+}
+
+// Replica locates one copy of an object: a byte range of a segment.
+type Replica struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	SegID    uint64
+	Offset   uint64
+}
+
+type PingReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+}
+
+type PingResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	// Known is false when the master does not know the client (it restarted,
+	// or the client was silent past client_ttl); the client remounts.
+	Known bool
+}
+
+type MountReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Seg      SegmentDesc
+}
+
+type MountResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	SegID    uint64
+}
+
+type UnmountReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Name     string
+}
+
+type QuerySegmentsReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	IDs      []uint64
+}
+
+type QuerySegmentsResp struct {
+	_msgpack struct{}      `msgpack:",as_array"`
+	Segs     []SegmentDesc // only the segments still mounted
+}
+
+type PutStartReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Keys     []string
+	Sizes    []uint64
+	Config   ReplicaConfig
+}
+
+// PutStartResult is the outcome for one key: OK with the replicas to write,
+// ErrObjectAlreadyExists for a key already stored, or another error.
+type PutStartResult struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Code     Code
+	Replicas []Replica
+}
+
+type PutStartResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Results  []PutStartResult
+}
+
+// KeysReq serves PutEnd, PutRevoke, GetReplicas and Exist.
+type KeysReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Keys     []string
+}
+
+type CodesResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Codes    []Code
+}
+
+type GetResult struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Code     Code
+	Size     uint64
+	Replicas []Replica // complete replicas only
+}
+
+type GetReplicasResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Results  []GetResult
+}
+
+type RemoveReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Keys     []string
+	Force    bool
+}
+
+type RemoveByRegexReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Pattern  string
+	Force    bool
+}
+
+type RemoveAllReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Force    bool
+}
+
+type CountResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	N        int64
+}

@@ -1,0 +1,147 @@
+"""Loading ``libgostore.so`` and declaring its C ABI (``bindings/ABI.md``).
+
+The library is a Go ``c-shared`` build. It is loaded lazily, on the first call
+that needs it, so that importing :mod:`gostore` neither starts the Go runtime
+nor fails where the library is missing (argument checks and pure-Python parts
+work without it).
+
+* Path: ``$GOSTORE_LIB`` if set, else ``libgostore.so`` next to this file.
+* ``ctypes.CDLL`` (not ``PyDLL``): every call releases the GIL while Go runs.
+* ``RTLD_LAZY`` is required: go-nvml leaves its ``nvml*`` symbols unresolved
+  until it opens ``libnvidia-ml.so.1`` at run time; an eager (``RTLD_NOW``)
+  load fails with "undefined symbol" on machines without a driver.
+* Array arguments are declared ``c_void_p`` and receive raw addresses (of
+  ``array.array`` buffers, ``bytes`` objects, ``ctypes`` arrays): building an
+  ``array.array`` from a list is several times faster than a ctypes array.
+
+Once the Go runtime is loaded the process must not ``fork()`` (a forked child
+hangs); use the ``spawn`` start method of :mod:`multiprocessing`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import c_char_p, c_double, c_int, c_int64, c_uint64, c_void_p
+from typing import Optional
+
+__all__ = ["library_path", "lib", "is_loaded", "bench_memcpy", "bench_tcp_stream"]
+
+LIB_NAME = "libgostore.so"
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_i64 = c_int64
+_vp = c_void_p  # uint32_t*/uint64_t*/int32_t*/int64_t* arrays and out buffers
+
+# name: (restype, argtypes) -- one entry per function of bindings/ABI.md.
+PROTOTYPES = {
+    "gs_store_new": (_i64, []),
+    "gs_setup": (c_int, [_i64, c_char_p, c_int]),
+    "gs_close": (c_int, [_i64]),
+    "gs_store_free": (None, [_i64]),
+    "gs_health_check": (c_int, [_i64]),
+    "gs_get_hostname": (c_int, [_i64, _vp, c_int]),
+    # h, n, keys, key_lens, ptrs, sizes, nparts, zero_copy, replica_num, flags,
+    # preferred, preferred_len, results(int32)
+    "gs_put_batch": (
+        None,
+        [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, c_int, c_int, c_char_p, c_int, _vp],
+    ),
+    # h, n, keys, key_lens, sizes_out(int64) -> pending handle
+    "gs_get_start": (_i64, [_i64, c_int, c_char_p, _vp, _vp]),
+    # h, pending, ptrs, sizes, nparts, zero_copy, results(int64)
+    "gs_get_finish": (None, [_i64, _i64, _vp, _vp, _vp, c_int, _vp]),
+    "gs_get_abort": (None, [_i64, _i64]),
+    # h, n, keys, key_lens, ptrs, sizes, nparts, zero_copy, results(int64)
+    "gs_get_into_batch": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, _vp]),
+    # h, n, keys, key_lens, ptrs_out(uint64), sizes_out(int64)
+    "gs_get_buffers": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp]),
+    "gs_free_buffer": (None, [_i64, c_uint64]),
+    # h, n, keys, key_lens, results(int32)
+    "gs_exist_batch": (None, [_i64, c_int, c_char_p, _vp, _vp]),
+    "gs_get_size": (_i64, [_i64, c_char_p, c_int]),
+    # h, n, keys, key_lens, force, results(int32)
+    "gs_remove_batch": (None, [_i64, c_int, c_char_p, _vp, c_int, _vp]),
+    "gs_remove_by_regex": (_i64, [_i64, c_char_p, c_int, c_int]),
+    "gs_remove_all": (_i64, [_i64, c_int]),
+    "gs_register_buffer": (c_int, [_i64, c_uint64, c_uint64]),
+    "gs_unregister_buffer": (c_int, [_i64, c_uint64]),
+    "gs_master_start": (_i64, [c_char_p, c_int]),
+    "gs_master_addr": (c_int, [_i64, _vp, c_int]),
+    "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),
+    "gs_master_stop": (c_int, [_i64]),
+    "gs_bench_memcpy": (c_double, [c_uint64, c_int]),
+    "gs_bench_tcp_stream": (c_double, [c_uint64, c_int]),
+}
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+
+
+def library_path() -> str:
+    """Where the library is looked for: ``$GOSTORE_LIB`` or the package dir."""
+    return os.environ.get("GOSTORE_LIB") or os.path.join(_PKG_DIR, LIB_NAME)
+
+
+def is_loaded() -> bool:
+    return _lib is not None
+
+
+def _missing(name: str, path: str):
+    def call(*_args, **_kw):
+        raise NotImplementedError(f"{name} is not exported by {path}; rebuild libgostore.so")
+
+    return call
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (loading it and declaring prototypes on first use)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if not os.path.exists(path):
+            raise OSError(
+                f"gostore native library not found at {path!r}: install the package "
+                "with `pip install .` (needs the Go toolchain), build it in place with "
+                "`python setup.py build_ext --inplace`, or point GOSTORE_LIB at a "
+                "libgostore.so"
+            )
+        handle = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_GLOBAL)
+        for name, (restype, argtypes) in PROTOTYPES.items():
+            try:
+                fn = getattr(handle, name)
+            except AttributeError:
+                # Keep an older/partial library usable for the calls it has.
+                setattr(handle, name, _missing(name, path))
+                continue
+            fn.restype = restype
+            fn.argtypes = argtypes
+        _lib = handle
+        return _lib
+
+
+def read_string(fn, handle: int, cap: int = 1024) -> Optional[str]:
+    """Call an ``int f(h, char *out, int cap)`` ABI function; ``None`` on error."""
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = fn(handle, buf, cap)
+        if n < 0:
+            return None
+        if n <= cap:
+            return buf.raw[:n].decode("utf-8", "replace")
+        cap = n  # a library that reports the needed size: retry once bigger
+
+
+def bench_memcpy(size: int, iters: int) -> float:
+    """GB/s of Go's ``copy`` between two ``size``-byte buffers (for benchmarks)."""
+    return lib().gs_bench_memcpy(size, iters)
+
+
+def bench_tcp_stream(size: int, iters: int) -> float:
+    """GB/s of one loopback TCP stream carrying ``iters`` messages of ``size``."""
+    return lib().gs_bench_tcp_stream(size, iters)

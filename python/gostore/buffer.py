@@ -1,0 +1,73 @@
+"""``GostoreBuffer``: a value held in library-owned memory (``get_buffer``).
+
+Why a ctypes array subclass: ``get_buffer`` must return an object that
+exports the buffer protocol (``memoryview(buf)``, ``bytes(buf)``,
+``numpy.frombuffer(buf)``) over memory that Go allocated, without copying it.
+Before Python 3.12 (PEP 688) a class written in Python cannot implement
+``__buffer__``; ctypes arrays, however, export their memory, and
+``(c_ubyte * n).from_address(ptr)`` makes one over foreign memory without
+owning it. So each buffer is an instance of a subclass of ``c_ubyte * n`` (one
+class per size, cached) that mixes in :class:`GostoreBuffer`'s methods, and a
+``weakref.finalize`` returns the memory to the library (``gs_free_buffer``)
+exactly once, when the last reference -- including any ``memoryview`` or
+numpy array made from it, which keep it alive -- is gone.
+
+Indexing/slicing a ctypes array yields Python ints/lists; for bulk access use
+``memoryview(buf)`` (``memoryview(buf).cast("B")`` for a flat byte view).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import weakref
+from typing import Any
+
+__all__ = ["GostoreBuffer"]
+
+
+class GostoreBuffer:
+    """Methods shared by every per-size buffer class (see the module doc)."""
+
+    __slots__ = ()
+
+    def ptr(self) -> int:
+        """Address of the first byte."""
+        return ctypes.addressof(self)  # type: ignore[arg-type]
+
+    def size(self) -> int:
+        """Length in bytes (same as ``len(buf)``)."""
+        return ctypes.sizeof(self)  # type: ignore[arg-type]
+
+    def tobytes(self) -> bytes:
+        """A copy of the contents as ``bytes``."""
+        return ctypes.string_at(self.ptr(), self.size())
+
+    def __repr__(self) -> str:
+        return f"<GostoreBuffer size={self.size()} ptr=0x{self.ptr():x}>"
+
+    def __reduce__(self):  # foreign memory: pickle the contents
+        return (bytes, (self.tobytes(),))
+
+
+@functools.lru_cache(maxsize=1024)
+def _buffer_class(n: int) -> type:
+    return type(
+        "GostoreBuffer",
+        (GostoreBuffer, ctypes.c_ubyte * n),
+        {"__module__": __name__, "__qualname__": f"GostoreBuffer[{n}]"},
+    )
+
+
+def _release(lib: Any, owner: Any, ptr: int) -> None:
+    # ``owner`` keeps the store handle alive (and valid) while buffers exist.
+    lib.gs_free_buffer(owner.h, ptr)
+
+
+def wrap(lib: Any, owner: Any, ptr: int, size: int) -> GostoreBuffer:
+    """Wrap library memory ``[ptr, ptr+size)``; freed when collected."""
+    buf = _buffer_class(size).from_address(ptr)
+    fin = weakref.finalize(buf, _release, lib, owner, ptr)
+    # At interpreter exit the process is going away: no need to call into Go.
+    fin.atexit = False
+    return buf

@@ -1,0 +1,742 @@
+"""``MooncakeDistributedStore``: the Mooncake-compatible client.
+
+This module only checks Python types, packs arguments into the flat arrays of
+the C ABI (``bindings/ABI.md``) and maps results; every store decision is made
+in Go. Conventions (``PYTHON_API.md``):
+
+* methods return ints -- ``0``/a count/a size on success, a negative
+  :class:`~gostore.ErrorCode` on failure -- and never raise for store-level
+  failures; ``TypeError`` is raised for arguments of the wrong type;
+* values that are well typed but cannot be valid (empty key, empty value,
+  negative or > 2**64-1 pointers and sizes, batch lists of different lengths)
+  give ``-600`` (INVALID_PARAMS) without reaching native code;
+* every native call releases the GIL; a store is usable from many threads (the
+  only mutable Python state is the lazily created native handle, created once
+  under a lock).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import threading
+import weakref
+from array import array
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import _native
+from ._buffers import BufferPins, new_bytes
+from .buffer import GostoreBuffer, wrap as _wrap_buffer
+from .config import DEFAULT_CONFIG_NATIVE, ReplicateConfig
+from .errors import ErrorCode
+
+__all__ = ["MooncakeDistributedStore"]
+
+_INVALID = int(ErrorCode.INVALID_PARAMS)  # -600
+_U64_MAX = 2**64 - 1
+_MISSING: Any = object()
+
+# Dict-form setup() defaults (PYTHON_API.md).
+_DEFAULT_SIZE = 16 * 1024 * 1024
+_DEFAULT_MASTER = "127.0.0.1:50051"
+_DEFAULT_LOCAL_HOSTNAME = "127.0.0.1"
+_DEFAULT_METADATA = "P2PHANDSHAKE"
+
+# setup(**kwargs) accepted beyond the seven required arguments and ``engine``.
+_SETUP_EXTRA_KWARGS = ("enable_ssd_offload", "ssd_offload_path")
+
+for _code in ("I", "Q", "q", "i"):  # the ABI's uint32/uint64/int64/int32 arrays
+    assert array(_code).itemsize == {"I": 4, "Q": 8, "q": 8, "i": 4}[_code]
+
+
+# --------------------------------------------------------------------------
+# argument checking helpers (pure Python; no native library involved)
+
+
+def _addr(a: array) -> int:
+    return a.buffer_info()[0]
+
+
+def _tname(x: Any) -> str:
+    return type(x).__name__
+
+
+def _key(key: Any, what: str = "key") -> Optional[bytes]:
+    """UTF-8 bytes of ``key``; ``None`` if empty/unencodable; TypeError if not str."""
+    if not isinstance(key, str):
+        raise TypeError(f"{what} must be str, not {_tname(key)}")
+    if not key:
+        return None
+    try:
+        return key.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return None
+
+
+def _seq(x: Any, what: str) -> Sequence[Any]:
+    if not isinstance(x, (list, tuple)):
+        raise TypeError(f"{what} must be a list, not {_tname(x)}")
+    return x
+
+
+def _keys(keys: Any, what: str = "keys") -> List[Optional[bytes]]:
+    keys = _seq(keys, what)
+    out = []
+    for k in keys:
+        if not isinstance(k, str):
+            raise TypeError(f"{what} must contain only str, found {_tname(k)}")
+        out.append(_key(k))
+    return out
+
+
+def _int(x: Any, what: str) -> int:
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise TypeError(f"{what} must be int, not {_tname(x)}") from None
+
+
+def _ints(xs: Any, what: str) -> List[int]:
+    xs = _seq(xs, what)
+    out = []
+    for x in xs:
+        try:
+            out.append(operator.index(x))
+        except TypeError:
+            raise TypeError(f"{what} must contain only int, found {_tname(x)}") from None
+    return out
+
+
+def _u64(v: int) -> bool:
+    return 0 <= v <= _U64_MAX
+
+
+def _bool(x: Any, what: str) -> bool:
+    if isinstance(x, (bool, int)) or _tname(x) == "bool_":
+        return bool(x)
+    raise TypeError(f"{what} must be bool, not {_tname(x)}")
+
+
+def _config(config: Any) -> Optional[Tuple[int, int, bytes]]:
+    if config is None:
+        return DEFAULT_CONFIG_NATIVE
+    if not isinstance(config, ReplicateConfig):
+        raise TypeError(f"config must be a ReplicateConfig, not {_tname(config)}")
+    return config._to_native()
+
+
+def _pack_keys(keys: Sequence[bytes]) -> Tuple[bytes, array]:
+    return b"".join(keys), array("I", [len(k) for k in keys])
+
+
+def _size_arg(x: Any, what: str) -> Any:
+    """A setup() size: int (bytes) or str like "16MB" (parsed by Go)."""
+    if isinstance(x, bool) or not isinstance(x, (int, str)):
+        try:
+            return operator.index(x)  # numpy integers
+        except TypeError:
+            raise TypeError(f"{what} must be int or str, not {_tname(x)}") from None
+    return x
+
+
+def _str_arg(x: Any, what: str) -> str:
+    if not isinstance(x, str):
+        raise TypeError(f"{what} must be str, not {_tname(x)}")
+    return x
+
+
+def _setup_params(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """Validate setup()'s arguments into the JSON object of ``gs_setup``.
+
+    Raises TypeError exactly where a pybind11 binding would; never touches
+    the native library.
+    """
+    names = (
+        "local_hostname",
+        "metadata_server",
+        "global_segment_size",
+        "local_buffer_size",
+        "protocol",
+        "rdma_devices",
+        "master_server_addr",
+        "engine",
+    )
+    if len(args) > len(names):
+        raise TypeError(
+            f"setup() takes at most {len(names)} positional arguments ({len(args)} given)"
+        )
+    # setup(config: dict) / setup(config=dict)
+    if (len(args) == 1 and isinstance(args[0], dict) and not kwargs) or (
+        not args and set(kwargs) == {"config"}
+    ):
+        cfg = args[0] if args else kwargs["config"]
+        if not isinstance(cfg, dict):
+            raise TypeError(f"setup(config=...) must be a dict, not {_tname(cfg)}")
+        return _setup_from_dict(cfg)
+
+    given: Dict[str, Any] = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k in given:
+            raise TypeError(f"setup() got multiple values for argument {k!r}")
+        if k not in names and k not in _SETUP_EXTRA_KWARGS:
+            raise TypeError(f"setup() got an unexpected keyword argument {k!r}")
+        given[k] = v
+    missing = [n for n in names[:7] if n not in given]
+    if missing:
+        raise TypeError(
+            "setup() missing required argument(s): " + ", ".join(repr(m) for m in missing)
+        )
+    params: Dict[str, Any] = {
+        "local_hostname": _str_arg(given["local_hostname"], "local_hostname"),
+        "metadata_server": _str_arg(given["metadata_server"], "metadata_server"),
+        "global_segment_size": _size_arg(given["global_segment_size"], "global_segment_size"),
+        "local_buffer_size": _size_arg(given["local_buffer_size"], "local_buffer_size"),
+        "protocol": _str_arg(given["protocol"], "protocol"),
+        "rdma_devices": _str_arg(given["rdma_devices"], "rdma_devices"),
+        "master_server_addr": _str_arg(given["master_server_addr"], "master_server_addr"),
+    }
+    # ``engine`` (Mooncake: a TransferEngine to share) is accepted and unused:
+    # gostore's client owns its transfer engine.
+    _add_ssd_params(params, given)
+    return params
+
+
+def _add_ssd_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
+    if src.get("enable_ssd_offload") is not None:
+        params["enable_ssd_offload"] = _bool(src["enable_ssd_offload"], "enable_ssd_offload")
+    if src.get("ssd_offload_path") is not None:
+        params["ssd_offload_path"] = _str_arg(src["ssd_offload_path"], "ssd_offload_path")
+
+
+def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    def pick(*keys: str, default: Any) -> Any:
+        for k in keys:
+            if k in cfg and cfg[k] is not None:
+                return cfg[k]
+        return default
+
+    params: Dict[str, Any] = {
+        "local_hostname": _str_arg(
+            pick("local_hostname", default=_DEFAULT_LOCAL_HOSTNAME), "local_hostname"
+        ),
+        "metadata_server": _str_arg(
+            pick("metadata_server", default=_DEFAULT_METADATA), "metadata_server"
+        ),
+        "global_segment_size": _size_arg(
+            pick("global_segment_size", default=_DEFAULT_SIZE), "global_segment_size"
+        ),
+        "local_buffer_size": _size_arg(
+            pick("local_buffer_size", default=_DEFAULT_SIZE), "local_buffer_size"
+        ),
+        "protocol": _str_arg(pick("protocol", default="tcp"), "protocol"),
+        "rdma_devices": _str_arg(pick("device_name", "rdma_devices", default=""), "device_name"),
+        "master_server_addr": _str_arg(
+            pick("master_server_address", "master_server_addr", default=_DEFAULT_MASTER),
+            "master_server_address",
+        ),
+    }
+    _add_ssd_params(params, cfg)
+    return params
+
+
+# --------------------------------------------------------------------------
+# the native handle
+
+
+class _Handle:
+    """Owns one ``gs_store_new`` handle; ``gs_store_free`` when collected.
+
+    Buffers returned by ``get_buffer`` reference this object (not the store),
+    so the handle outlives every buffer whose memory it owns.
+    """
+
+    __slots__ = ("h", "_fin", "__weakref__")
+
+    def __init__(self, lib: Any) -> None:
+        h = lib.gs_store_new()
+        if h <= 0:
+            raise RuntimeError(f"gs_store_new failed: {ErrorCode.name_of(h)}")
+        self.h = h
+        # Also runs at interpreter exit (atexit), while the Go runtime is still
+        # alive: a clean exit unmounts this client's segment.
+        self._fin = weakref.finalize(self, lib.gs_store_free, h)
+
+
+class MooncakeDistributedStore:
+    """A gostore client with Mooncake's ``MooncakeDistributedStore`` API.
+
+    Create it, call :meth:`setup`, use it, :meth:`close` it (or use it as a
+    context manager). Nothing native happens before the first method call.
+    """
+
+    def __init__(self) -> None:
+        self._hobj: Optional[_Handle] = None
+        self._hlock = threading.Lock()
+
+    # ---- native plumbing -------------------------------------------------
+
+    def _owner(self) -> _Handle:
+        hobj = self._hobj
+        if hobj is None:
+            with self._hlock:
+                if self._hobj is None:
+                    self._hobj = _Handle(_native.lib())
+                hobj = self._hobj
+        return hobj
+
+    def _h(self) -> int:
+        return self._owner().h
+
+    def _put(
+        self,
+        keys: List[bytes],
+        ptrs: array,
+        sizes: array,
+        nparts: array,
+        zero_copy: int,
+        cfg: Tuple[int, int, bytes],
+    ) -> List[int]:
+        h = self._h()
+        blob, lens = _pack_keys(keys)
+        results = array("i", bytes(4 * len(keys)))
+        replica_num, flags, preferred = cfg
+        _native.lib().gs_put_batch(
+            h, len(keys), blob, _addr(lens), _addr(ptrs), _addr(sizes), _addr(nparts),
+            zero_copy, replica_num, flags, preferred, len(preferred), _addr(results),
+        )
+        return results.tolist()
+
+    def _get_into(
+        self, keys: List[bytes], ptrs: array, sizes: array, nparts: array, zero_copy: int
+    ) -> List[int]:
+        h = self._h()
+        blob, lens = _pack_keys(keys)
+        results = array("q", bytes(8 * len(keys)))
+        _native.lib().gs_get_into_batch(
+            h, len(keys), blob, _addr(lens), _addr(ptrs), _addr(sizes), _addr(nparts),
+            zero_copy, _addr(results),
+        )
+        return results.tolist()
+
+    def _get_bytes(self, keys: List[bytes]) -> List[bytes]:
+        """gs_get_start, one uninitialized bytes per hit, gs_get_finish."""
+        lib = _native.lib()
+        h = self._h()
+        n = len(keys)
+        blob, lens = _pack_keys(keys)
+        sizes_out = array("q", bytes(8 * n))
+        pending = lib.gs_get_start(h, n, blob, _addr(lens), _addr(sizes_out))
+        if pending <= 0:
+            return [b""] * n
+        finished = False
+        try:
+            outs: List[bytes] = [b""] * n
+            ptrs = array("Q")
+            sizes = array("Q")
+            nparts = array("I", bytes(4 * n))
+            for i, size in enumerate(sizes_out):
+                if size > 0:
+                    outs[i], addr = new_bytes(size)
+                    ptrs.append(addr)
+                    sizes.append(size)
+                    nparts[i] = 1
+            if not ptrs:
+                return [b""] * n
+            results = array("q", bytes(8 * n))
+            finished = True  # gs_get_finish frees ``pending`` whatever happens
+            lib.gs_get_finish(
+                h, pending, _addr(ptrs), _addr(sizes), _addr(nparts), 0, _addr(results)
+            )
+            return [
+                out if (sizes_out[i] > 0 and results[i] == sizes_out[i]) else b""
+                for i, out in enumerate(outs)
+            ]
+        finally:
+            if not finished:
+                lib.gs_get_abort(h, pending)
+
+    def _get_buffers(self, keys: List[bytes]) -> List[Optional[GostoreBuffer]]:
+        lib = _native.lib()
+        owner = self._owner()
+        n = len(keys)
+        blob, lens = _pack_keys(keys)
+        ptrs_out = array("Q", bytes(8 * n))
+        sizes_out = array("q", bytes(8 * n))
+        lib.gs_get_buffers(owner.h, n, blob, _addr(lens), _addr(ptrs_out), _addr(sizes_out))
+        out: List[Optional[GostoreBuffer]] = [None] * n
+        for i in range(n):
+            ptr, size = ptrs_out[i], sizes_out[i]
+            if size > 0 and ptr:
+                out[i] = _wrap_buffer(lib, owner, ptr, size)
+            elif ptr:
+                lib.gs_free_buffer(owner.h, ptr)
+        return out
+
+    # ---- lifecycle --------------------------------------------------------
+
+    def setup(self, *args: Any, **kwargs: Any) -> int:
+        """Connect to the cluster; 0 or a negative error code.
+
+        ``setup(local_hostname, metadata_server, global_segment_size,
+        local_buffer_size, protocol, rdma_devices, master_server_addr,
+        engine=None, enable_ssd_offload=..., ssd_offload_path=...)`` or
+        ``setup(config: dict)``. The first seven are required, positionally or
+        by name; sizes are ints or strings such as ``"16MB"``. Unknown keyword
+        arguments raise ``TypeError``.
+        """
+        params = _setup_params(args, kwargs)  # all TypeErrors before native code
+        for k in ("global_segment_size", "local_buffer_size"):
+            v = params[k]
+            if isinstance(v, int) and not _u64(v):
+                return _INVALID
+        doc = json.dumps(params).encode("utf-8")
+        return _native.lib().gs_setup(self._h(), doc, len(doc))
+
+    def close(self) -> int:
+        """Unmount this client's segment and disconnect; 0."""
+        if self._hobj is None:
+            return 0
+        return _native.lib().gs_close(self._hobj.h)
+
+    def health_check(self) -> int:
+        """0 healthy, 1 not set up / closed, 2 master unreachable."""
+        if self._hobj is None:
+            return 1
+        return _native.lib().gs_health_check(self._hobj.h)
+
+    def get_hostname(self) -> str:
+        """This client's segment name ``"host:port"`` ("" before setup)."""
+        if self._hobj is None:
+            return ""
+        s = _native.read_string(_native.lib().gs_get_hostname, self._hobj.h, 256)
+        return s or ""
+
+    def __enter__(self) -> "MooncakeDistributedStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "unset" if self._hobj is None else f"handle={self._hobj.h}"
+        return f"<MooncakeDistributedStore {state}>"
+
+    # ---- copying API ------------------------------------------------------
+
+    def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Store ``value`` (any buffer) under ``key``; an existing key is kept (0)."""
+        k = _key(key)
+        cfg = _config(config)
+        with BufferPins() as pins:
+            addr, n = pins.pin(value)
+            if k is None or n == 0 or cfg is None:
+                return _INVALID
+            return self._put(
+                [k], array("Q", [addr]), array("Q", [n]), array("I", [1]), 0, cfg
+            )[0]
+
+    def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Store the concatenation of ``parts`` under ``key``."""
+        k = _key(key)
+        cfg = _config(config)
+        with BufferPins() as pins:
+            ptrs = array("Q")
+            sizes = array("Q")
+            for p in parts:
+                addr, n = pins.pin(p)
+                if n:
+                    ptrs.append(addr)
+                    sizes.append(n)
+            if k is None or not ptrs or cfg is None:
+                return _INVALID
+            return self._put([k], ptrs, sizes, array("I", [len(ptrs)]), 0, cfg)[0]
+
+    def put_batch(
+        self, keys: List[str], values: List[Any], config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """Store many values; 0 or the first error (in key order)."""
+        ks = _keys(keys)
+        values = _seq(values, "values")
+        cfg = _config(config)
+        if len(ks) != len(values) or cfg is None:
+            return _INVALID
+        if not ks:
+            return 0
+        codes = [_INVALID] * len(ks)
+        with BufferPins() as pins:
+            idx: List[int] = []
+            send: List[bytes] = []
+            ptrs = array("Q")
+            sizes = array("Q")
+            for i, (k, v) in enumerate(zip(ks, values)):
+                addr, n = pins.pin(v)
+                if k is not None and n:
+                    idx.append(i)
+                    send.append(k)
+                    ptrs.append(addr)
+                    sizes.append(n)
+            if send:
+                res = self._put(send, ptrs, sizes, array("I", [1]) * len(send), 0, cfg)
+                for i, r in zip(idx, res):
+                    codes[i] = r
+        for c in codes:
+            if c != 0:
+                return c
+        return 0
+
+    def get(self, key: str) -> bytes:
+        """The value as ``bytes``; ``b""`` on a miss or any error."""
+        k = _key(key)
+        if k is None:
+            return b""
+        return self._get_bytes([k])[0]
+
+    def get_batch(self, keys: List[str]) -> List[bytes]:
+        """``list[bytes]``, ``b""`` for misses and errors."""
+        ks = _keys(keys)
+        out = [b""] * len(ks)
+        idx = [i for i, k in enumerate(ks) if k is not None]
+        if idx:
+            for i, v in zip(idx, self._get_bytes([ks[i] for i in idx])):
+                out[i] = v
+        return out
+
+    def get_buffer(self, key: str) -> Optional[GostoreBuffer]:
+        """The value in library memory (buffer protocol, ``.ptr()``, ``.size()``), or None."""
+        k = _key(key)
+        if k is None:
+            return None
+        return self._get_buffers([k])[0]
+
+    def batch_get_buffer(self, keys: List[str]) -> List[Optional[GostoreBuffer]]:
+        """One :meth:`get_buffer` result per key."""
+        ks = _keys(keys)
+        out: List[Optional[GostoreBuffer]] = [None] * len(ks)
+        idx = [i for i, k in enumerate(ks) if k is not None]
+        if idx:
+            for i, v in zip(idx, self._get_buffers([ks[i] for i in idx])):
+                out[i] = v
+        return out
+
+    # ---- existence, size, removal ----------------------------------------
+
+    def _exist(self, keys: List[bytes]) -> List[int]:
+        blob, lens = _pack_keys(keys)
+        results = array("i", bytes(4 * len(keys)))
+        _native.lib().gs_exist_batch(self._h(), len(keys), blob, _addr(lens), _addr(results))
+        return results.tolist()
+
+    def is_exist(self, key: str) -> int:
+        """1 exists, 0 not, negative on error; grants a read lease."""
+        k = _key(key)
+        if k is None:
+            return _INVALID
+        return self._exist([k])[0]
+
+    def batch_is_exist(self, keys: List[str]) -> List[int]:
+        """``list[int]`` with :meth:`is_exist`'s convention."""
+        ks = _keys(keys)
+        out = [_INVALID] * len(ks)
+        idx = [i for i, k in enumerate(ks) if k is not None]
+        if idx:
+            for i, r in zip(idx, self._exist([ks[i] for i in idx])):
+                out[i] = r
+        return out
+
+    def get_size(self, key: str) -> int:
+        """Size in bytes, or negative (-704 missing); grants a lease."""
+        k = _key(key)
+        if k is None:
+            return _INVALID
+        return _native.lib().gs_get_size(self._h(), k, len(k))
+
+    def _remove(self, keys: List[bytes], force: bool) -> List[int]:
+        blob, lens = _pack_keys(keys)
+        results = array("i", bytes(4 * len(keys)))
+        _native.lib().gs_remove_batch(
+            self._h(), len(keys), blob, _addr(lens), int(force), _addr(results)
+        )
+        return results.tolist()
+
+    def remove(self, key: str, force: bool = False) -> int:
+        """0; -704 missing; -706 leased (unless ``force``); -703; -708."""
+        k = _key(key)
+        force = _bool(force, "force")
+        if k is None:
+            return _INVALID
+        return self._remove([k], force)[0]
+
+    def remove_by_regex(self, pattern: str, force: bool = False) -> int:
+        """Number of keys removed whose key matches ``pattern`` (search semantics)."""
+        p = _str_arg(pattern, "pattern")
+        force = _bool(force, "force")
+        try:
+            pb = p.encode("utf-8")
+        except UnicodeEncodeError:
+            return _INVALID
+        return _native.lib().gs_remove_by_regex(self._h(), pb, len(pb), int(force))
+
+    def remove_all(self, force: bool = False) -> int:
+        """Number of objects removed."""
+        force = _bool(force, "force")
+        return _native.lib().gs_remove_all(self._h(), int(force))
+
+    def batch_remove(self, keys: List[str], force: bool = False) -> List[int]:
+        """``list[int]``, one :meth:`remove` result per key."""
+        ks = _keys(keys)
+        force = _bool(force, "force")
+        out = [_INVALID] * len(ks)
+        idx = [i for i, k in enumerate(ks) if k is not None]
+        if idx:
+            for i, r in zip(idx, self._remove([ks[i] for i in idx], force)):
+                out[i] = r
+        return out
+
+    # ---- zero-copy API ----------------------------------------------------
+
+    def register_buffer(self, ptr: int, size: int) -> int:
+        """Declare ``[ptr, ptr+size)`` usable by the zero-copy calls; 0 / negative."""
+        p = _int(ptr, "ptr")
+        s = _int(size, "size")
+        if not (_u64(p) and _u64(s)):
+            return _INVALID
+        return _native.lib().gs_register_buffer(self._h(), p, s)
+
+    def unregister_buffer(self, ptr: int) -> int:
+        """Forget a registered buffer; 0 / negative."""
+        p = _int(ptr, "ptr")
+        if not _u64(p):
+            return _INVALID
+        return _native.lib().gs_unregister_buffer(self._h(), p)
+
+    def put_from(
+        self, key: str, ptr: int, size: int, config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """Store ``size`` bytes read directly from registered memory at ``ptr``."""
+        k = _key(key)
+        p = _int(ptr, "ptr")
+        s = _int(size, "size")
+        cfg = _config(config)
+        if k is None or cfg is None or not (_u64(p) and _u64(s)):
+            return _INVALID
+        return self._put([k], array("Q", [p]), array("Q", [s]), array("I", [1]), 1, cfg)[0]
+
+    def get_into(self, key: str, ptr: int, size: int) -> int:
+        """Read the value into registered memory; bytes written or negative."""
+        k = _key(key)
+        p = _int(ptr, "ptr")
+        s = _int(size, "size")
+        if k is None or not (_u64(p) and _u64(s)):
+            return _INVALID
+        return self._get_into([k], array("Q", [p]), array("Q", [s]), array("I", [1]), 1)[0]
+
+    def _flat_batch(self, keys: Any, ptrs: Any, sizes: Any):
+        """(n, idx, send_keys, ptrs, sizes) for the one-buffer-per-key batches."""
+        ks = _keys(keys)
+        ps = _ints(ptrs, "ptrs")
+        ss = _ints(sizes, "sizes")
+        if not (len(ks) == len(ps) == len(ss)):
+            return len(ks), None, None, None, None
+        idx: List[int] = []
+        send: List[bytes] = []
+        pa = array("Q")
+        sa = array("Q")
+        for i, (k, p, s) in enumerate(zip(ks, ps, ss)):
+            if k is not None and _u64(p) and _u64(s):
+                idx.append(i)
+                send.append(k)
+                pa.append(p)
+                sa.append(s)
+        return len(ks), idx, send, pa, sa
+
+    def batch_put_from(
+        self,
+        keys: List[str],
+        ptrs: List[int],
+        sizes: List[int],
+        config: Optional[ReplicateConfig] = None,
+    ) -> List[int]:
+        """One :meth:`put_from` result per key; all -600 if list lengths differ."""
+        cfg = _config(config)
+        n, idx, send, pa, sa = self._flat_batch(keys, ptrs, sizes)
+        out = [_INVALID] * n
+        if idx is None or cfg is None:
+            return out
+        if send:
+            res = self._put(send, pa, sa, array("I", [1]) * len(send), 1, cfg)
+            for i, r in zip(idx, res):
+                out[i] = r
+        return out
+
+    def batch_get_into(self, keys: List[str], ptrs: List[int], sizes: List[int]) -> List[int]:
+        """One :meth:`get_into` result per key (-704 for a miss)."""
+        n, idx, send, pa, sa = self._flat_batch(keys, ptrs, sizes)
+        out = [_INVALID] * n
+        if idx is None:
+            return out
+        if send:
+            res = self._get_into(send, pa, sa, array("I", [1]) * len(send), 1)
+            for i, r in zip(idx, res):
+                out[i] = r
+        return out
+
+    def _multi_batch(self, keys: Any, ptr_lists: Any, size_lists: Any):
+        """(n, idx, send_keys, ptrs, sizes, nparts) for the scatter-list batches."""
+        ks = _keys(keys)
+        pls = _seq(ptr_lists, "ptr_lists")
+        sls = _seq(size_lists, "size_lists")
+        pls = [_ints(pl, "ptr_lists[i]") for pl in pls]
+        sls = [_ints(sl, "size_lists[i]") for sl in sls]
+        if not (len(ks) == len(pls) == len(sls)):
+            return len(ks), None, None, None, None, None
+        idx: List[int] = []
+        send: List[bytes] = []
+        pa = array("Q")
+        sa = array("Q")
+        na = array("I")
+        for i, (k, pl, sl) in enumerate(zip(ks, pls, sls)):
+            if (
+                k is None
+                or not pl
+                or len(pl) != len(sl)
+                or not all(_u64(p) for p in pl)
+                or not all(_u64(s) for s in sl)
+            ):
+                continue
+            idx.append(i)
+            send.append(k)
+            pa.extend(pl)
+            sa.extend(sl)
+            na.append(len(pl))
+        return len(ks), idx, send, pa, sa, na
+
+    def batch_put_from_multi_buffers(
+        self,
+        keys: List[str],
+        ptr_lists: List[List[int]],
+        size_lists: List[List[int]],
+        config: Optional[ReplicateConfig] = None,
+    ) -> List[int]:
+        """Store each object as the concatenation of its scatter list."""
+        cfg = _config(config)
+        n, idx, send, pa, sa, na = self._multi_batch(keys, ptr_lists, size_lists)
+        out = [_INVALID] * n
+        if idx is None or cfg is None:
+            return out
+        if send:
+            for i, r in zip(idx, self._put(send, pa, sa, na, 1, cfg)):
+                out[i] = r
+        return out
+
+    def batch_get_into_multi_buffers(
+        self, keys: List[str], ptr_lists: List[List[int]], size_lists: List[List[int]]
+    ) -> List[int]:
+        """Gather each object into its scatter list; bytes written or negative."""
+        n, idx, send, pa, sa, na = self._multi_batch(keys, ptr_lists, size_lists)
+        out = [_INVALID] * n
+        if idx is None:
+            return out
+        if send:
+            for i, r in zip(idx, self._get_into(send, pa, sa, na, 1)):
+                out[i] = r
+        return out
