@@ -58,13 +58,16 @@ func BenchmarkTCPWrite16M(b *testing.B) { benchTCP(b, true, Options{}) }
 func BenchmarkTCPRead16M(b *testing.B)  { benchTCP(b, false, Options{}) }
 
 // BenchmarkTCPBatch4K runs batches of 32 writes of 4 KiB; ops/s is reported.
-func BenchmarkTCPBatch4K(b *testing.B) {
+func BenchmarkTCPBatch4K(b *testing.B)     { benchBatch(b, true) }
+func BenchmarkTCPBatch4KRead(b *testing.B) { benchBatch(b, false) }
+
+func benchBatch(b *testing.B, write bool) {
 	tp := newTCPPeer(b, 64<<20)
 	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
 	defer e.Close()
 	ops := make([]Op, 32)
 	for i := range ops {
-		ops[i] = Op{Peer: tp.peer, Offset: uint64(i) * 8192, Bufs: [][]byte{pattern(uint64(i), 4096)}, Write: true}
+		ops[i] = Op{Peer: tp.peer, Offset: uint64(i) * 8192, Bufs: [][]byte{pattern(uint64(i), 4096)}, Write: write}
 	}
 	mustOK(b, e.Do(context.Background(), ops))
 	b.SetBytes(32 * 4096)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,13 +87,12 @@ type Engine struct {
 // NewEngine returns an Engine with opt's settings.
 func NewEngine(opt Options) *Engine {
 	e := &Engine{
-		forceTCP: opt.ForceTCP || os.Getenv("GOSTORE_TRANSPORT") == "tcp",
+		forceTCP: opt.ForceTCP || strings.EqualFold(os.Getenv("GOSTORE_TRANSPORT"), "tcp"),
 		streams:  opt.StreamsPerPeer,
 		slice:    uint64(opt.SliceSize),
 		dialTO:   opt.DialTimeout,
 		log:      opt.Log,
 		host:     HostID(),
-		shm:      newShmCache(),
 		pools:    map[string]*peerPool{},
 		segAddr:  map[uint64]string{},
 	}
@@ -108,6 +108,7 @@ func NewEngine(opt Options) *Engine {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	e.shm = newShmCache(e.log)
 	return e
 }
 
@@ -267,8 +268,6 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		m, useTCP, err := e.shm.acquire(ops[i].Peer)
 		switch {
 		case useTCP:
-			e.log.Debug("transfer: shared memory unavailable, using TCP",
-				"seg", ops[i].Peer.SegID, "path", ops[i].Peer.ShmPath, "err", err)
 			late = append(late, i)
 		case err != nil:
 			errs[i] = err
@@ -444,7 +443,7 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 					need -= uint64(len(b))
 					bo += len(b)
 				}
-				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
+				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset, n: ln,
 					bufs: pieces[start:len(pieces):len(pieces)]})
 				r := &slab[len(slab)-1]
 				if op.Write {

@@ -3,6 +3,7 @@
 package transfer
 
 import (
+	"log/slog"
 	"math"
 	"os"
 	"strings"
@@ -29,10 +30,11 @@ type shmCache struct {
 	maps     map[uint64]*shmMap
 	fallback map[uint64]error // SegID → why mapping failed
 	closed   bool             // after forgetAll: map nothing more
+	log      *slog.Logger
 }
 
-func newShmCache() *shmCache {
-	return &shmCache{maps: map[uint64]*shmMap{}, fallback: map[uint64]error{}}
+func newShmCache(log *slog.Logger) *shmCache {
+	return &shmCache{maps: map[uint64]*shmMap{}, fallback: map[uint64]error{}, log: log}
 }
 
 func (c *shmCache) failed(segID uint64) bool {
@@ -76,6 +78,8 @@ func (c *shmCache) acquire(p Peer) (m *shmMap, useTCP bool, err error) {
 			delete(c.maps, p.SegID)
 			c.fallback[p.SegID] = m.err
 			c.mu.Unlock()
+			c.log.Warn("transfer: cannot map a same-host segment, using TCP for it",
+				"seg", p.SegID, "path", p.ShmPath, "err", m.err)
 			return nil, true, m.err
 		}
 		m.mu.RLock()

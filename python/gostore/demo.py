@@ -38,12 +38,15 @@ class _Progress:
     """A one-line progress bar on stderr (no dependency needed)."""
 
     def __init__(self, total: int, width: int = 40) -> None:
-        self.total, self.width, self.done = total, width, 0
+        self.total, self.width, self.done, self.shown = total, width, 0, -1
 
     def step(self, label: str, n: int = 1) -> None:
         self.done += n
         frac = self.done / self.total
         fill = int(frac * self.width)
+        if fill == self.shown and self.done < self.total:
+            return  # redraw only when the bar grows: cheap, and quiet in logs
+        self.shown = fill
         bar = "#" * fill + "-" * (self.width - fill)
         sys.stderr.write(f"\r[{bar}] {frac * 100:5.1f}%  {label:<28}")
         sys.stderr.flush()
@@ -203,6 +206,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.storage:
         return _storage_main(args.storage, args.segment)
 
+    os.environ.setdefault("GOSTORE_LOG_LEVEL", "warn")
     master, storage = None, []
     store = MooncakeDistributedStore()
     try:
