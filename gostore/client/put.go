@@ -38,7 +38,7 @@ func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 
 	// Phase 1: ask the master where to write the valid items.
 	idx := make([]int, 0, len(items))
-	req := wire.PutStartReq{ClientID: c.id, Config: cfg}
+	req := wire.PutStartReq{ClientID: c.id, Config: cfg, HostID: transfer.HostID()}
 	for i, it := range items {
 		size := it.size()
 		if it.Key == "" || size == 0 {

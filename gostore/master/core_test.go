@@ -42,7 +42,7 @@ func mount(t *testing.T, c *Core, client, name string, size uint64) uint64 {
 
 func put(t *testing.T, c *Core, key string, size uint64, cfg wire.ReplicaConfig) wire.PutStartResult {
 	t.Helper()
-	res, err := c.PutStart("w", []string{key}, []uint64{size}, cfg)
+	res, err := c.PutStart("w", "", []string{key}, []uint64{size}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func put(t *testing.T, c *Core, key string, size uint64, cfg wire.ReplicaConfig)
 func TestPutLifecycle(t *testing.T) {
 	c, _ := newTestCore(t)
 	mount(t, c, "a", "seg-a", 1<<20)
-	res, _ := c.PutStart("w", []string{"k"}, []uint64{100}, wire.ReplicaConfig{})
+	res, _ := c.PutStart("w", "", []string{"k"}, []uint64{100}, wire.ReplicaConfig{})
 	if res[0].Code != wire.OK || len(res[0].Replicas) != 1 {
 		t.Fatalf("PutStart = %+v", res[0])
 	}
@@ -68,7 +68,7 @@ func TestPutLifecycle(t *testing.T) {
 	if e := c.Exist([]string{"k"}); e[0] != wire.ErrObjectNotFound {
 		t.Fatalf("exist while processing = %v", e[0])
 	}
-	if r, _ := c.PutStart("w", []string{"k"}, []uint64{100}, wire.ReplicaConfig{}); r[0].Code != wire.ErrObjectAlreadyExists {
+	if r, _ := c.PutStart("w", "", []string{"k"}, []uint64{100}, wire.ReplicaConfig{}); r[0].Code != wire.ErrObjectAlreadyExists {
 		t.Fatalf("second PutStart = %v", r[0].Code)
 	}
 	if codes := c.Remove([]string{"k"}, false); codes[0] != wire.ErrReplicaIsNotReady {
@@ -87,7 +87,7 @@ func TestPutLifecycle(t *testing.T) {
 func TestRevokeFreesSpace(t *testing.T) {
 	c, _ := newTestCore(t)
 	mount(t, c, "a", "seg-a", 4096)
-	res, _ := c.PutStart("w", []string{"big"}, []uint64{4096}, wire.ReplicaConfig{})
+	res, _ := c.PutStart("w", "", []string{"big"}, []uint64{4096}, wire.ReplicaConfig{})
 	if res[0].Code != wire.OK {
 		t.Fatal(res[0].Code)
 	}
@@ -105,7 +105,7 @@ func TestRevokeFreesSpace(t *testing.T) {
 func TestInvalidPuts(t *testing.T) {
 	c, _ := newTestCore(t)
 	mount(t, c, "a", "seg-a", 1<<20)
-	res, err := c.PutStart("w", []string{"", "z", "ok"}, []uint64{1, 0, 1}, wire.ReplicaConfig{})
+	res, err := c.PutStart("w", "", []string{"", "z", "ok"}, []uint64{1, 0, 1}, wire.ReplicaConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestInvalidPuts(t *testing.T) {
 			t.Errorf("key %d: %v, want %v", i, res[i].Code, want[i])
 		}
 	}
-	if _, err := c.PutStart("w", []string{"a"}, nil, wire.ReplicaConfig{}); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := c.PutStart("w", "", []string{"a"}, nil, wire.ReplicaConfig{}); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("mismatched lengths: %v", err)
 	}
 	if r := put(t, c, "huge", 2<<20, wire.ReplicaConfig{}); r.Code != wire.ErrNoAvailableHandle {
@@ -195,7 +195,7 @@ func TestRemoveByRegexAndAll(t *testing.T) {
 		put(t, c, k, 10, wire.ReplicaConfig{})
 	}
 	c.GetReplicas([]string{"layer1/b"}) // leased
-	c.PutStart("w", []string{"layer1/unfinished"}, []uint64{10}, wire.ReplicaConfig{})
+	c.PutStart("w", "", []string{"layer1/unfinished"}, []uint64{10}, wire.ReplicaConfig{})
 	if _, err := c.RemoveByRegex("(", false); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("bad regex: %v", err)
 	}
@@ -300,7 +300,7 @@ func TestConcurrentPutsAndUnmount(t *testing.T) {
 			defer wg.Done()
 			for i := range 300 {
 				k := fmt.Sprintf("g%d-%d", g, i)
-				res, _ := c.PutStart("w", []string{k}, []uint64{512}, wire.ReplicaConfig{ReplicaNum: 2})
+				res, _ := c.PutStart("w", "", []string{k}, []uint64{512}, wire.ReplicaConfig{ReplicaNum: 2})
 				if res[0].Code == wire.OK {
 					c.PutEnd("w", []string{k})
 				}
@@ -324,6 +324,24 @@ func TestConcurrentPutsAndUnmount(t *testing.T) {
 					t.Fatalf("%s has a replica on unmounted segment %d", k, r.seg.desc.ID)
 				}
 			}
+		}
+	}
+}
+
+func TestSameNodeFirst(t *testing.T) {
+	c, _ := newTestCore(t)
+	for i := range 4 {
+		host := "far"
+		if i == 2 {
+			host = "near"
+		}
+		c.MountSegment(wire.SegmentDesc{Name: fmt.Sprint("s", i), ClientID: fmt.Sprint("c", i), Size: 1 << 20, HostID: host})
+	}
+	for i := range 20 {
+		res, _ := c.PutStart("w", "near", []string{fmt.Sprint("k", i)}, []uint64{64}, wire.ReplicaConfig{SameNode: true})
+		segs := c.QuerySegments([]uint64{res[0].Replicas[0].SegID})
+		if segs[0].HostID != "near" {
+			t.Fatalf("put %d placed on %s", i, segs[0].Name)
 		}
 	}
 }

@@ -100,13 +100,15 @@ func checkKey(key string) error {
 
 // PutStart allocates replicas for each key: result i is OK with the ranges
 // to write, ErrObjectAlreadyExists, ErrNoAvailableHandle or ErrInvalidParams.
-func (c *Core) PutStart(clientID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
+//
+// hostID is the writer's host; with cfg.SameNode, segments there come first.
+func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
 	if len(keys) != len(sizes) {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
 	}
 	now := c.cfg.Now()
 	c.touch(clientID)
-	p := c.newPlacer(cfg)
+	p := c.newPlacer(cfg, hostID)
 	out := make([]wire.PutStartResult, len(keys))
 	for i, key := range keys {
 		out[i] = c.putStartOne(now, clientID, key, sizes[i], cfg, p)

@@ -9,10 +9,11 @@ type placer struct {
 	c         *Core
 	want      int
 	preferred []*segment
+	near      []*segment // on the writer's host, when SameNode asks for it
 	all       []*segment
 }
 
-func (c *Core) newPlacer(cfg wire.ReplicaConfig) *placer {
+func (c *Core) newPlacer(cfg wire.ReplicaConfig, hostID string) *placer {
 	p := &placer{c: c, want: max(cfg.ReplicaNum, 1)}
 	c.segs.RLock()
 	p.all = append([]*segment(nil), c.segs.list...)
@@ -22,6 +23,13 @@ func (c *Core) newPlacer(cfg wire.ReplicaConfig) *placer {
 		}
 	}
 	c.segs.RUnlock()
+	if cfg.SameNode && hostID != "" {
+		for _, s := range p.all {
+			if s.desc.HostID == hostID {
+				p.near = append(p.near, s)
+			}
+		}
+	}
 	return p
 }
 
@@ -54,13 +62,22 @@ func (p *placer) place(size uint64) []replica {
 	for _, s := range p.preferred {
 		try(s)
 	}
-	if n := len(p.all); n > 0 && len(reps) < p.want {
-		p.c.randMu.Lock()
-		start := p.c.cfg.Rand.IntN(n)
-		p.c.randMu.Unlock()
-		for i := 0; i < n && len(reps) < p.want; i++ {
-			try(p.all[(start+i)%n])
-		}
-	}
+	p.tryFromRandomStart(p.near, try, func() bool { return len(reps) == p.want })
+	p.tryFromRandomStart(p.all, try, func() bool { return len(reps) == p.want })
 	return reps
+}
+
+// tryFromRandomStart walks segs circularly from a random index, so load
+// spreads over segments with room, until done reports true.
+func (p *placer) tryFromRandomStart(segs []*segment, try func(*segment), done func() bool) {
+	n := len(segs)
+	if n == 0 || done() {
+		return
+	}
+	p.c.randMu.Lock()
+	start := p.c.cfg.Rand.IntN(n)
+	p.c.randMu.Unlock()
+	for i := 0; i < n && !done(); i++ {
+		try(segs[(start+i)%n])
+	}
 }

@@ -112,6 +112,7 @@ type PutStartReq struct {
 	Keys     []string
 	Sizes    []uint64
 	Config   ReplicaConfig
+	HostID   string // the writer's host, for ReplicaConfig.SameNode
 }
 
 // PutStartResult is the outcome for one key: OK with the replicas to write,

@@ -164,7 +164,7 @@ func (s *Server) register() {
 		return &wire.QuerySegmentsResp{Segs: c.QuerySegments(r.IDs)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
-		res, err := c.PutStart(r.ClientID, r.Keys, r.Sizes, r.Config)
+		res, err := c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
 		return &wire.PutStartResp{Results: res}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {

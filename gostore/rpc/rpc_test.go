@@ -1,0 +1,155 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+type echoReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	S        string
+	Fail     int32
+}
+
+type echoResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	S        string
+}
+
+func startEcho(t *testing.T) (*Server, string, *lockedWriter) {
+	t.Helper()
+	logs := &lockedWriter{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	s := NewServer(log, nil)
+	HandleFunc(s, wire.OpPing, func(r *echoReq) (*echoResp, error) {
+		if r.Fail != 0 {
+			return nil, wire.Errorf(wire.Code(r.Fail), "asked to fail")
+		}
+		if r.S == "panic" {
+			panic("handler bug")
+		}
+		return &echoResp{S: r.S + "!"}, nil
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(s.Close)
+	return s, ln.Addr().String(), logs
+}
+
+// lockedWriter collects log output written by server goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
+
+func TestCallAndErrors(t *testing.T) {
+	_, addr, _ := startEcho(t)
+	c := NewClient(addr)
+	defer c.Close()
+	ctx := context.Background()
+	var resp echoResp
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "hi"}, &resp); err != nil || resp.S != "hi!" {
+		t.Fatalf("call: %v %q", err, resp.S)
+	}
+	err := c.Call(ctx, wire.OpPing, &echoReq{Fail: int32(wire.ErrObjectHasLease)}, &resp)
+	if wire.CodeOf(err) != wire.ErrObjectHasLease {
+		t.Fatalf("error code lost: %v", err)
+	}
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "panic"}, &resp); wire.CodeOf(err) != wire.ErrInternal {
+		t.Fatalf("panicking handler: %v", err)
+	}
+	// An unregistered opcode closes the connection: the caller sees RPC_FAIL.
+	if err := c.Call(ctx, wire.OpRemoveAll, &echoReq{}, &resp); wire.CodeOf(err) != wire.ErrRPCFail {
+		t.Fatalf("unknown op: %v", err)
+	}
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "again"}, &resp); err != nil || resp.S != "again!" {
+		t.Fatalf("after a dropped connection: %v", err)
+	}
+}
+
+func TestGarbageClosesOnlyThatConnection(t *testing.T) {
+	_, addr, logs := startEcho(t)
+	good := NewClient(addr)
+	defer good.Close()
+	var resp echoResp
+	if err := good.Call(context.Background(), wire.OpPing, &echoReq{S: "x"}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	huge := make([]byte, wire.HeaderSize)
+	wire.PutHeader(huge, wire.Header{Len: 1 << 30, ID: 1, Op: wire.OpPing})
+	badBody := wire.AppendFrame(nil, 1, wire.OpPing, 0, []byte{0xc1, 0xc1, 0xc1})
+	for name, payload := range map[string][]byte{
+		"garbage":   []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n\r\n"),
+		"truncated": badBody[:10],
+		"huge":      huge,
+		"badbody":   badBody,
+		"unknownop": wire.AppendFrame(nil, 1, wire.Op(60), 0, nil),
+	} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(payload)
+		if name == "truncated" {
+			conn.(*net.TCPConn).CloseWrite()
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var b [64]byte
+		if n, err := conn.Read(b[:]); err == nil {
+			t.Errorf("%s: server answered %d bytes instead of closing", name, n)
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: connection left open", name)
+		}
+		conn.Close()
+		if err := good.Call(context.Background(), wire.OpPing, &echoReq{S: name}, &resp); err != nil || resp.S != name+"!" {
+			t.Fatalf("after %s: %v", name, err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if !bytes.Contains([]byte(logs.String()), []byte("closing connection")) {
+		t.Fatalf("bad frames were not logged: %s", logs.String())
+	}
+}
+
+func TestPipelinedRequestsOnOneConnection(t *testing.T) {
+	_, addr, _ := startEcho(t)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var out []byte
+	for i := uint64(1); i <= 50; i++ {
+		out = wire.AppendFrame(out, i, wire.OpPing, 0, []byte{0x92, 0xa1, 'a', 0x00})
+	}
+	conn.Write(out)
+	for i := uint64(1); i <= 50; i++ {
+		h, _, err := wire.ReadFrame(conn, nil)
+		if err != nil || h.ID != i || h.Status != wire.OK {
+			t.Fatalf("reply %d: %+v %v", i, h, err)
+		}
+	}
+}
