@@ -443,7 +443,7 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 					need -= uint64(len(b))
 					bo += len(b)
 				}
-				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset, n: ln,
+				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
 					bufs: pieces[start:len(pieces):len(pieces)]})
 				r := &slab[len(slab)-1]
 				if op.Write {
