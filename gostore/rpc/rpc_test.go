@@ -24,7 +24,7 @@ type echoResp struct {
 	S        string
 }
 
-func startEcho(t *testing.T) (*Server, string, *lockedWriter) {
+func startEcho(t testing.TB) (*Server, string, *lockedWriter) {
 	t.Helper()
 	logs := &lockedWriter{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
