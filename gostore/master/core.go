@@ -23,10 +23,22 @@ const NumShards = 1024
 const allocAlign = 64
 
 // Config holds the master's policy knobs; zero fields take the defaults of
-// PYTHON_API.md.
+// PYTHON_API.md (AllowEvictSoftPinned excepted: its zero is "no").
 type Config struct {
 	DefaultKVLeaseTTL time.Duration // reads extend an object's lease this far
 	ClientTTL         time.Duration // a client silent this long loses its segments
+	SoftPinTTL        time.Duration // with_soft_pin protects this long after the last read
+	// AllowEvictSoftPinned lets eviction take soft-pinned objects once the
+	// others are gone.
+	AllowEvictSoftPinned bool
+	EvictionRatio        float64 // share of evictable objects one pass frees, at least
+	HighWatermark        float64 // pool usage above which a pass runs
+	// PutStartDiscardTimeout: an unfinished put older than this may be
+	// taken over by a new put of its key. PutStartReleaseTimeout: the
+	// abandoned put's ranges are reused only after this, so a slow writer
+	// never scribbles over a newer object.
+	PutStartDiscardTimeout time.Duration
+	PutStartReleaseTimeout time.Duration
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -38,6 +50,21 @@ func (c *Config) fill() {
 	}
 	if c.ClientTTL == 0 {
 		c.ClientTTL = 10 * time.Second
+	}
+	if c.SoftPinTTL == 0 {
+		c.SoftPinTTL = 30 * time.Minute
+	}
+	if c.EvictionRatio == 0 {
+		c.EvictionRatio = 0.05
+	}
+	if c.HighWatermark == 0 {
+		c.HighWatermark = 0.90
+	}
+	if c.PutStartDiscardTimeout == 0 {
+		c.PutStartDiscardTimeout = 30 * time.Second
+	}
+	if c.PutStartReleaseTimeout == 0 {
+		c.PutStartReleaseTimeout = 600 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -66,13 +93,22 @@ type Core struct {
 		sync.Mutex
 		lastSeen map[string]time.Time
 	}
-	stats Stats
+	discarded struct {
+		sync.Mutex
+		list []discardedPut // in release order
+	}
+	// evictSoon asks the next Tick for an eviction pass (an allocation
+	// failed): the put that failed returns -200 at once, the next succeeds.
+	evictSoon atomic.Bool
+	stats     Stats
 }
 
 // Stats are monotonically increasing counters the server exports.
 type Stats struct {
 	PutStarts, PutEnds, PutRevokes, Gets, GetMisses, Removes atomic.Int64
 	AllocFailures, ClientsExpired, FreeErrors                atomic.Int64
+	PutsTakenOver, PutsOfDeadClients, DiscardedReleased      atomic.Int64
+	EvictionPasses, EvictedObjects, EvictedBytes             atomic.Int64
 }
 
 type shard struct {
@@ -106,6 +142,9 @@ func (c *Core) Stats() *Stats { return &c.stats }
 
 // Config returns the configuration in force (defaults filled in).
 func (c *Core) Config() Config { return c.cfg }
+
+// now reads the injected clock as nanoseconds.
+func (c *Core) now() int64 { return c.cfg.Now().UnixNano() }
 
 func (c *Core) shardOf(key string) *shard {
 	return &c.shards[maphash.String(c.seed, key)%NumShards]
@@ -244,10 +283,23 @@ func (c *Core) touch(clientID string) {
 	c.clients.Unlock()
 }
 
-// Tick runs time-driven work: clients silent for ClientTTL are forgotten and
-// their segments unmounted. It returns the IDs of the expired clients.
+// Tick runs time-driven work and returns the IDs of clients it expired:
+//   - clients silent for ClientTTL are forgotten, their segments unmounted
+//     and their unfinished puts dropped;
+//   - quarantined ranges of taken-over puts are released when due;
+//   - an eviction pass runs when usage is above HighWatermark or a put
+//     found no space since the last Tick.
 func (c *Core) Tick() []string {
 	now := c.cfg.Now()
+	expired := c.expireClients(now)
+	c.releaseDiscarded(now.UnixNano())
+	if c.evictSoon.Swap(false) || c.usage() > c.cfg.HighWatermark {
+		c.Evict()
+	}
+	return expired
+}
+
+func (c *Core) expireClients(now time.Time) []string {
 	var expired []string
 	c.clients.Lock()
 	for id, seen := range c.clients.lastSeen {
@@ -276,6 +328,7 @@ func (c *Core) Tick() []string {
 	for _, s := range dead {
 		c.dropReplicasOn(s)
 	}
+	c.revokePutsOf(gone)
 	c.stats.ClientsExpired.Add(int64(len(expired)))
 	sort.Strings(expired)
 	return expired

@@ -28,15 +28,18 @@ type replica struct {
 	status replicaStatus
 }
 
-// object is one key's metadata; its shard's mutex guards it.
+// object is one key's metadata; its shard's mutex guards it. Times are
+// nanoseconds of the injected clock (int64, not time.Time: a million objects
+// must stay cheap).
 type object struct {
 	size     uint64
 	replicas []replica
-	lease    time.Time // reads extend it; leased objects are not removed
-	started  time.Time // PutStart time
-	writer   string    // client that started the put
-	softPin  bool
-	hardPin  bool
+	lease    int64 // reads extend it; leased objects are neither removed nor evicted
+	lastUse  int64 // put end or last lease: eviction takes the oldest first
+	started  int64 // PutStart time, for taking over abandoned puts
+	softPin  int64 // soft-pinned until then (0: not soft-pinned)
+	writer   string
+	hardPin  bool // never evicted; only remove takes it away
 }
 
 func (o *object) complete() bool {
@@ -48,11 +51,26 @@ func (o *object) complete() bool {
 	return false
 }
 
-func (o *object) leased(now time.Time) bool { return now.Before(o.lease) }
+// unfinished reports whether a put is still writing the object.
+func (o *object) unfinished() bool {
+	for _, r := range o.replicas {
+		if r.status != replicaComplete {
+			return true
+		}
+	}
+	return false
+}
 
-func (o *object) grantLease(now time.Time, ttl time.Duration) {
-	if until := now.Add(ttl); until.After(o.lease) {
-		o.lease = until
+func (o *object) leased(now int64) bool { return now < o.lease }
+
+func (o *object) softPinned(now int64) bool { return now < o.softPin }
+
+// touch records a read: the lease and a soft pin are extended.
+func (o *object) touch(now int64, cfg *Config) {
+	o.lease = max(o.lease, now+int64(cfg.DefaultKVLeaseTTL))
+	o.lastUse = now
+	if o.softPin != 0 {
+		o.softPin = max(o.softPin, now+int64(cfg.SoftPinTTL))
 	}
 }
 
@@ -106,7 +124,7 @@ func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, 
 	if len(keys) != len(sizes) {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
 	}
-	now := c.cfg.Now()
+	now := c.now()
 	c.touch(clientID)
 	p := c.newPlacer(cfg, hostID)
 	out := make([]wire.PutStartResult, len(keys))
@@ -116,7 +134,7 @@ func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, 
 	return out, nil
 }
 
-func (c *Core) putStartOne(now time.Time, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
+func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
 	if err := checkKey(key); err != nil {
 		return wire.PutStartResult{Code: wire.ErrInvalidParams}
 	}
@@ -127,16 +145,26 @@ func (c *Core) putStartOne(now time.Time, clientID, key string, size uint64, cfg
 	sh := c.shardOf(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.objects[key]; ok {
-		return wire.PutStartResult{Code: wire.ErrObjectAlreadyExists}
+	if old, ok := sh.objects[key]; ok {
+		if !old.unfinished() || now-old.started < int64(c.cfg.PutStartDiscardTimeout) {
+			return wire.PutStartResult{Code: wire.ErrObjectAlreadyExists}
+		}
+		// An abandoned put: the new one takes the key. The old writer may
+		// still be copying, so its ranges are quarantined, not freed.
+		c.discard(old, now)
+		delete(sh.objects, key)
+		c.stats.PutsTakenOver.Add(1)
 	}
 	reps := p.place(size)
 	if len(reps) == 0 {
 		c.stats.AllocFailures.Add(1)
+		c.evictSoon.Store(true)
 		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle}
 	}
-	o := &object{size: size, replicas: reps, started: now, writer: clientID,
-		softPin: cfg.SoftPin, hardPin: cfg.HardPin}
+	o := &object{size: size, replicas: reps, started: now, writer: clientID, hardPin: cfg.HardPin}
+	if cfg.SoftPin {
+		o.softPin = now + int64(c.cfg.SoftPinTTL)
+	}
 	sh.objects[key] = o
 	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, len(reps))}
 	for j, r := range reps {
@@ -145,9 +173,12 @@ func (c *Core) putStartOne(now time.Time, clientID, key string, size uint64, cfg
 	return res
 }
 
-// PutEnd marks the keys' replicas COMPLETE: readable from now on.
+// PutEnd marks the keys' replicas COMPLETE: readable from now on. Only the
+// writer that started the put may end it; for anyone else (say a slow writer
+// whose put was taken over) the put is gone: -704.
 func (c *Core) PutEnd(clientID string, keys []string) []wire.Code {
 	c.touch(clientID)
+	now := c.now()
 	out := make([]wire.Code, len(keys))
 	for i, key := range keys {
 		c.stats.PutEnds.Add(1)
@@ -155,19 +186,20 @@ func (c *Core) PutEnd(clientID string, keys []string) []wire.Code {
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok || len(o.replicas) == 0:
+		case !ok || len(o.replicas) == 0 || o.writer != clientID:
 			out[i] = wire.ErrObjectNotFound
 		default:
 			for j := range o.replicas {
 				o.replicas[j].status = replicaComplete
 			}
+			o.lastUse = now
 		}
 		sh.mu.Unlock()
 	}
 	return out
 }
 
-// PutRevoke abandons unfinished puts and frees their space.
+// PutRevoke abandons the caller's unfinished puts and frees their space.
 func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
 	c.touch(clientID)
 	out := make([]wire.Code, len(keys))
@@ -177,9 +209,9 @@ func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok:
+		case !ok || o.writer != clientID:
 			out[i] = wire.ErrObjectNotFound
-		case o.complete():
+		case !o.unfinished():
 			out[i] = wire.ErrInvalidWrite
 		default:
 			o.release(&c.stats)
@@ -193,7 +225,7 @@ func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
 // GetReplicas returns each key's size and COMPLETE replicas and extends its
 // lease: -704 for a missing key, -703 while no replica is complete.
 func (c *Core) GetReplicas(keys []string) []wire.GetResult {
-	now := c.cfg.Now()
+	now := c.now()
 	out := make([]wire.GetResult, len(keys))
 	for i, key := range keys {
 		c.stats.Gets.Add(1)
@@ -207,7 +239,7 @@ func (c *Core) GetReplicas(keys []string) []wire.GetResult {
 		case !o.complete():
 			out[i].Code = wire.ErrReplicaIsNotReady
 		default:
-			o.grantLease(now, c.cfg.DefaultKVLeaseTTL)
+			o.touch(now, &c.cfg)
 			out[i].Size = o.size
 			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
 			for _, r := range o.replicas {
@@ -224,13 +256,13 @@ func (c *Core) GetReplicas(keys []string) []wire.GetResult {
 // Exist reports OK for keys with a complete replica (granting a lease) and
 // ErrObjectNotFound otherwise.
 func (c *Core) Exist(keys []string) []wire.Code {
-	now := c.cfg.Now()
+	now := c.now()
 	out := make([]wire.Code, len(keys))
 	for i, key := range keys {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
 		if o, ok := sh.objects[key]; ok && o.complete() {
-			o.grantLease(now, c.cfg.DefaultKVLeaseTTL)
+			o.touch(now, &c.cfg)
 		} else {
 			out[i] = wire.ErrObjectNotFound
 		}
@@ -240,7 +272,7 @@ func (c *Core) Exist(keys []string) []wire.Code {
 }
 
 // removable says why o may not be removed now (OK if it may).
-func removable(o *object, now time.Time, force bool) wire.Code {
+func removable(o *object, now int64, force bool) wire.Code {
 	if force {
 		return wire.OK
 	}
@@ -256,7 +288,7 @@ func removable(o *object, now time.Time, force bool) wire.Code {
 // Remove deletes keys: -704 missing, -706 leased, -703 unfinished (the last
 // two only without force).
 func (c *Core) Remove(keys []string, force bool) []wire.Code {
-	now := c.cfg.Now()
+	now := c.now()
 	out := make([]wire.Code, len(keys))
 	for i, key := range keys {
 		sh := c.shardOf(key)
@@ -290,7 +322,7 @@ func (c *Core) RemoveAll(force bool) int64 {
 }
 
 func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
-	now := c.cfg.Now()
+	now := c.now()
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -335,7 +367,8 @@ func (c *Core) QueryKey(key string) (ObjectInfo, bool) {
 	if !ok {
 		return ObjectInfo{}, false
 	}
-	info := ObjectInfo{Key: key, Size: o.size, LeaseUntil: o.lease, SoftPin: o.softPin, HardPin: o.hardPin}
+	info := ObjectInfo{Key: key, Size: o.size, LeaseUntil: time.Unix(0, o.lease).UTC(),
+		SoftPin: o.softPin > 0, HardPin: o.hardPin}
 	for _, r := range o.replicas {
 		info.Replicas = append(info.Replicas, ReplicaInfo{Segment: r.seg.desc.Name, SegID: r.seg.desc.ID,
 			Offset: r.offset, Status: r.status.String()})

@@ -50,6 +50,12 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_alloc_failure_total", "Puts that found no space.", st.AllocFailures.Load)
 	counter("gostore_master_clients_expired_total", "Clients dropped after client_ttl.", st.ClientsExpired.Load)
 	counter("gostore_master_free_error_total", "Allocator frees that broke an invariant (bugs).", st.FreeErrors.Load)
+	counter("gostore_master_put_taken_over_total", "Abandoned puts taken over by a new put of the key.", st.PutsTakenOver.Load)
+	counter("gostore_master_put_of_dead_client_total", "Unfinished puts dropped because their writer died.", st.PutsOfDeadClients.Load)
+	counter("gostore_master_discarded_released_total", "Quarantined ranges of taken-over puts released.", st.DiscardedReleased.Load)
+	counter("gostore_master_eviction_pass_total", "Eviction passes run.", st.EvictionPasses.Load)
+	counter("gostore_master_evicted_object_total", "Objects evicted.", st.EvictedObjects.Load)
+	counter("gostore_master_evicted_bytes_total", "Replica bytes freed by eviction.", st.EvictedBytes.Load)
 	gauge := func(name, help string, f func(master.Totals) float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return f(core.Totals()) }))

@@ -46,7 +46,16 @@ func Start(opts Options) (*Server, error) {
 	if opts.TickInterval <= 0 {
 		opts.TickInterval = 100 * time.Millisecond
 	}
-	core := master.New(master.Config{DefaultKVLeaseTTL: opts.DefaultKVLeaseTTL, ClientTTL: opts.ClientTTL})
+	core := master.New(master.Config{
+		DefaultKVLeaseTTL:      opts.DefaultKVLeaseTTL,
+		ClientTTL:              opts.ClientTTL,
+		SoftPinTTL:             opts.DefaultKVSoftPinTTL,
+		AllowEvictSoftPinned:   opts.AllowEvictSoftPinned,
+		EvictionRatio:          opts.EvictionRatio,
+		HighWatermark:          opts.EvictionHighWatermark,
+		PutStartDiscardTimeout: opts.PutStartDiscardTimeout,
+		PutStartReleaseTimeout: opts.PutStartReleaseTimeout,
+	})
 	s := &Server{opts: opts, log: log, core: core, stop: make(chan struct{})}
 	s.metrics = newMetrics(core)
 	s.rpc = rpc.NewServer(log, s.metrics.observe)

@@ -1,0 +1,209 @@
+package master
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// fillAged puts n objects of size bytes, one clock step apart, so that key i
+// is the i-th least recently used.
+func fillAged(t *testing.T, c *Core, clk *fakeClock, prefix string, n int, size uint64, cfg wire.ReplicaConfig) []string {
+	t.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%03d", prefix, i)
+		if r := put(t, c, keys[i], size, cfg); r.Code != wire.OK {
+			t.Fatalf("put %s: %v", keys[i], r.Code)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	return keys
+}
+
+func present(c *Core, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if _, ok := c.QueryKey(k); ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func TestEvictionTakesTheOldestUnprotected(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.AllowEvictSoftPinned = true
+	mount(t, c, "a", "seg", 1<<20)
+	plain := fillAged(t, c, clk, "plain", 40, 1024, wire.ReplicaConfig{})
+	hard := fillAged(t, c, clk, "hard", 10, 1024, wire.ReplicaConfig{HardPin: true})
+	soft := fillAged(t, c, clk, "soft", 10, 1024, wire.ReplicaConfig{SoftPin: true})
+	// Reading the two oldest plain objects leases them and makes them recent.
+	c.GetReplicas(plain[:2])
+	// An unfinished put is never evicted.
+	c.PutStart("w", "", []string{"unfinished"}, []uint64{1024}, wire.ReplicaConfig{})
+	used := c.Segments()[0].Used
+
+	// 60 candidates (40 plain − 2 leased + 10 soft... = 48), ratio 0.05 → 3.
+	res := c.Evict()
+	if res.Candidates != 48 || res.Objects != 3 || res.Bytes != 3*1024 {
+		t.Fatalf("pass: %+v", res)
+	}
+	if got := present(c, plain); !slices.Equal(got, append(plain[:2:2], plain[5:]...)) {
+		t.Fatalf("evicted the wrong plain objects; left %v", got)
+	}
+	if c.Segments()[0].Used != used-3*1024 {
+		t.Fatalf("space not returned: %d -> %d", used, c.Segments()[0].Used)
+	}
+	// Everything unprotected (ratio 1): plain first, then soft-pinned; the
+	// leased, hard-pinned and unfinished objects stay.
+	c.cfg.EvictionRatio = 1
+	c.Evict()
+	if got := present(c, plain); !slices.Equal(got, plain[:2]) {
+		t.Fatalf("plain left: %v", got)
+	}
+	if len(present(c, soft)) != 0 || len(present(c, hard)) != 10 || len(present(c, []string{"unfinished"})) != 1 {
+		t.Fatalf("soft %v hard %v", present(c, soft), present(c, hard))
+	}
+	// After the lease the read objects go too; hard pins never.
+	clk.Advance(2 * time.Second)
+	c.Evict()
+	if len(present(c, plain)) != 0 || len(present(c, hard)) != 10 {
+		t.Fatal("lease expiry or hard pin not honoured")
+	}
+}
+
+func TestSoftPinnedKeptWhenNotAllowed(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.AllowEvictSoftPinned = false
+	c.cfg.EvictionRatio = 1
+	mount(t, c, "a", "seg", 1<<20)
+	soft := fillAged(t, c, clk, "soft", 5, 1024, wire.ReplicaConfig{SoftPin: true})
+	plain := fillAged(t, c, clk, "plain", 5, 1024, wire.ReplicaConfig{})
+	c.Evict()
+	if len(present(c, soft)) != 5 || len(present(c, plain)) != 0 {
+		t.Fatalf("soft %v plain %v", present(c, soft), present(c, plain))
+	}
+	// A soft pin lapses SoftPinTTL after the last read, then it is plain.
+	c.cfg.AllowEvictSoftPinned = false
+	clk.Advance(c.cfg.SoftPinTTL + time.Second)
+	c.Evict()
+	if len(present(c, soft)) != 0 {
+		t.Fatal("expired soft pin still protects")
+	}
+}
+
+func TestEvictionRatioGrowsAboveWatermark(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "a", "seg", 100*1024)
+	fillAged(t, c, clk, "k", 95, 1024, wire.ReplicaConfig{}) // 95% used, watermark 90%
+	// max(0.05, 0.95 − 0.90 + 0.05) = 0.10 of 95 → 10 objects.
+	if res := c.Evict(); res.Objects != 10 {
+		t.Fatalf("evicted %d, want 10", res.Objects)
+	}
+}
+
+func TestFailedPutTriggersEvictionForTheNext(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.HighWatermark = 1 // only the failure triggers a pass
+	mount(t, c, "a", "seg", 64*1024)
+	fillAged(t, c, clk, "k", 64, 1024, wire.ReplicaConfig{})
+	if r := put(t, c, "new", 4096, wire.ReplicaConfig{}); r.Code != wire.ErrNoAvailableHandle {
+		t.Fatalf("full pool: %v", r.Code)
+	}
+	c.Ping("w")
+	c.Tick()
+	if r := put(t, c, "new", 4096, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatalf("put after the pass: %v", r.Code)
+	}
+	if st := c.Stats(); st.EvictionPasses.Load() != 1 || st.EvictedObjects.Load() < 4 {
+		t.Fatalf("passes %d evicted %d", st.EvictionPasses.Load(), st.EvictedObjects.Load())
+	}
+	// A Tick without pressure does not evict.
+	c.Tick()
+	if c.Stats().EvictionPasses.Load() != 1 {
+		t.Fatal("eviction without a reason")
+	}
+}
+
+func TestAbandonedPutIsTakenOverAndQuarantined(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.ClientTTL = time.Hour // keep the slow writer alive
+	mount(t, c, "a", "seg", 1<<20)
+	first, _ := c.PutStart("slow", "", []string{"k"}, []uint64{4096}, wire.ReplicaConfig{})
+	clk.Advance(c.cfg.PutStartDiscardTimeout - time.Second)
+	if r, _ := c.PutStart("fast", "", []string{"k"}, []uint64{4096}, wire.ReplicaConfig{}); r[0].Code != wire.ErrObjectAlreadyExists {
+		t.Fatalf("young unfinished put taken over: %v", r[0].Code)
+	}
+	clk.Advance(2 * time.Second)
+	second, _ := c.PutStart("fast", "", []string{"k"}, []uint64{4096}, wire.ReplicaConfig{})
+	if second[0].Code != wire.OK || second[0].Replicas[0] == first[0].Replicas[0] {
+		t.Fatalf("takeover: %+v (old %+v)", second[0], first[0])
+	}
+	if used := c.Segments()[0].Used; used != 2*4096 {
+		t.Fatalf("old ranges must stay allocated during quarantine: used %d", used)
+	}
+	// The slow writer finishing late must not publish the new put's object
+	// (whose bytes are still being written) as its own.
+	if r := c.PutEnd("slow", []string{"k"}); r[0] != wire.ErrObjectNotFound {
+		t.Fatalf("late PutEnd of a taken-over put: %v", r[0])
+	}
+	if g := c.GetReplicas([]string{"k"}); g[0].Code != wire.ErrReplicaIsNotReady {
+		t.Fatalf("taken-over key readable before its new writer ended: %v", g[0].Code)
+	}
+	if r := c.PutRevoke("slow", []string{"k"}); r[0] != wire.ErrObjectNotFound {
+		t.Fatalf("late revoke: %v", r[0])
+	}
+	c.PutEnd("fast", []string{"k"})
+	clk.Advance(c.cfg.PutStartReleaseTimeout)
+	c.Tick()
+	if used := c.Segments()[0].Used; used != 4096 {
+		t.Fatalf("quarantine not released: used %d", used)
+	}
+	if c.Stats().PutsTakenOver.Load() != 1 || c.Stats().DiscardedReleased.Load() != 1 {
+		t.Fatal("counters")
+	}
+}
+
+func TestDeadWritersPutsAreDropped(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "owner", "seg", 1<<20)
+	c.PutStart("doomed", "", []string{"stuck"}, []uint64{4096}, wire.ReplicaConfig{})
+	put(t, c, "done", 100, wire.ReplicaConfig{})
+	for range 12 {
+		clk.Advance(time.Second)
+		c.Ping("owner")
+		c.Ping("w")
+		c.Tick()
+	}
+	if _, ok := c.QueryKey("stuck"); ok {
+		t.Fatal("a dead writer's unfinished put is stuck")
+	}
+	if r := put(t, c, "stuck", 64, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatalf("key still blocked: %v", r.Code)
+	}
+	if _, ok := c.QueryKey("done"); !ok || c.Segments()[0].Used != 64+128 {
+		t.Fatalf("used %d", c.Segments()[0].Used)
+	}
+}
+
+func TestNthSmallestMatchesSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := range 200 {
+		n := 1 + r.IntN(300)
+		a := make([]int64, n)
+		for i := range a {
+			a[i] = int64(r.IntN(50)) // many duplicates
+		}
+		k := r.IntN(n)
+		sorted := slices.Clone(a)
+		slices.Sort(sorted)
+		if got := nthSmallest(a, k); got != sorted[k] {
+			t.Fatalf("trial %d: nth(%d) = %d, want %d", trial, k, got, sorted[k])
+		}
+	}
+}
