@@ -24,7 +24,7 @@ gotest:
 	go test -race $(GOLD) -count=1 ./...
 
 pytest: install
-	$(PY) -m pytest -q -p no:cacheprovider python/tests_unit tests
+	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: install
 	$(PY) bench/bench.py --json bench/results.json

@@ -43,6 +43,7 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 				logger.Warn("memory range rejected: null, wrapping or outside every registered buffer",
 					"object", i, "ptr", ptr, "size", size)
 				bad[i] = true
+				continue // never form a slice over memory we rejected
 			}
 			parts = append(parts, mem(ptr, size))
 		}
@@ -52,6 +53,32 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 		}
 	}
 	return out, bad
+}
+
+// guard turns a panic in an exported call into a logged internal error with
+// every result set to fail: a bug must never take the Python process down,
+// nor report success.
+func guard(name string, fail func()) {
+	if p := recover(); p != nil {
+		logger.Error("internal error in exported call; results set to INTERNAL_ERROR", "call", name, "panic", p)
+		fail()
+	}
+}
+
+func fail32(res []int32) func() {
+	return func() {
+		for i := range res {
+			res[i] = int32(wire.ErrInternal)
+		}
+	}
+}
+
+func fail64(res []int64) func() {
+	return func() {
+		for i := range res {
+			res[i] = int64(wire.ErrInternal)
+		}
+	}
 }
 
 func sum32(p *C.uint32_t, n int) int {
@@ -78,6 +105,7 @@ func gs_put_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, results *C.int32_t) {
 	cnt := int(n)
 	res := i32s(results, cnt)
+	defer guard("gs_put_batch", fail32(res))
 	c := clientOf(h)
 	ks, ok := keyList(keys, keyLens, cnt)
 	if c == nil || !ok {
@@ -134,6 +162,7 @@ func gs_get_finish(h C.int64_t, pending C.int64_t, ptrs, sizes *C.uint64_t, npar
 	handles.Delete(int64(pending))
 	n := len(p.Sizes())
 	res := i64s(results, n)
+	defer guard("gs_get_finish", fail64(res))
 	c := clientOf(h)
 	if c == nil {
 		for i := range res {
@@ -168,6 +197,7 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
 	cnt := int(n)
 	res := i64s(results, cnt)
+	defer guard("gs_get_into_batch", fail64(res))
 	c := clientOf(h)
 	ks, ok := keyList(keys, keyLens, cnt)
 	if c == nil || !ok {
@@ -190,6 +220,7 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 func gs_get_buffers(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, ptrsOut *C.uint64_t, sizesOut *C.int64_t) {
 	cnt := int(n)
 	ps, ss := u64s(ptrsOut, cnt), i64s(sizesOut, cnt)
+	defer guard("gs_get_buffers", fail64(ss))
 	c := clientOf(h)
 	ks, ok := keyList(keys, keyLens, cnt)
 	if c == nil || !ok {
