@@ -100,6 +100,8 @@ type Core struct {
 	// evictSoon asks the next Tick for an eviction pass (an allocation
 	// failed): the put that failed returns -200 at once, the next succeeds.
 	evictSoon atomic.Bool
+	epochs    atomic.Uint64
+	tasks     taskTable
 	stats     Stats
 }
 
@@ -109,6 +111,8 @@ type Stats struct {
 	AllocFailures, ClientsExpired, FreeErrors                atomic.Int64
 	PutsTakenOver, PutsOfDeadClients, DiscardedReleased      atomic.Int64
 	EvictionPasses, EvictedObjects, EvictedBytes             atomic.Int64
+	UpsertStarts, UpsertsInPlace, WritesPreempted            atomic.Int64
+	TasksCreated, TasksSucceeded, TasksFailed                atomic.Int64
 }
 
 type shard struct {
@@ -134,6 +138,7 @@ func New(cfg Config) *Core {
 	c.segs.byID = make(map[uint64]*segment)
 	c.segs.byName = make(map[string]*segment)
 	c.clients.lastSeen = make(map[string]time.Time)
+	c.tasks.byID = make(map[string]*task)
 	return c
 }
 
@@ -292,6 +297,11 @@ func (c *Core) touch(clientID string) {
 func (c *Core) Tick() []string {
 	now := c.cfg.Now()
 	expired := c.expireClients(now)
+	dead := make(map[string]bool, len(expired))
+	for _, id := range expired {
+		dead[id] = true
+	}
+	c.tickTasks(now.UnixNano(), dead)
 	c.releaseDiscarded(now.UnixNano())
 	if c.evictSoon.Swap(false) || c.usage() > c.cfg.HighWatermark {
 		c.Evict()

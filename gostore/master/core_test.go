@@ -47,7 +47,7 @@ func put(t *testing.T, c *Core, key string, size uint64, cfg wire.ReplicaConfig)
 		t.Fatal(err)
 	}
 	if res[0].Code == wire.OK {
-		if codes := c.PutEnd("w", []string{key}); codes[0] != wire.OK {
+		if codes := c.PutEnd("w", []string{key}, nil); codes[0] != wire.OK {
 			t.Fatalf("PutEnd %s: %v", key, codes[0])
 		}
 	}
@@ -62,7 +62,7 @@ func TestPutLifecycle(t *testing.T) {
 		t.Fatalf("PutStart = %+v", res[0])
 	}
 	// Unfinished: not readable, not existing, a second put sees it.
-	if g := c.GetReplicas([]string{"k"}); g[0].Code != wire.ErrReplicaIsNotReady {
+	if g := c.GetReplicas([]string{"k"}, false); g[0].Code != wire.ErrReplicaIsNotReady {
 		t.Fatalf("get while processing = %v, want -703", g[0].Code)
 	}
 	if e := c.Exist([]string{"k"}); e[0] != wire.ErrObjectNotFound {
@@ -74,12 +74,12 @@ func TestPutLifecycle(t *testing.T) {
 	if codes := c.Remove([]string{"k"}, false); codes[0] != wire.ErrReplicaIsNotReady {
 		t.Fatalf("remove while processing = %v, want -703", codes[0])
 	}
-	c.PutEnd("w", []string{"k"})
-	g := c.GetReplicas([]string{"k"})
+	c.PutEnd("w", []string{"k"}, nil)
+	g := c.GetReplicas([]string{"k"}, false)
 	if g[0].Code != wire.OK || g[0].Size != 100 || g[0].Replicas[0] != res[0].Replicas[0] {
 		t.Fatalf("get = %+v", g[0])
 	}
-	if r := c.PutRevoke("w", []string{"k"}); r[0] != wire.ErrInvalidWrite {
+	if r := c.PutRevoke("w", []string{"k"}, nil); r[0] != wire.ErrInvalidWrite {
 		t.Fatalf("revoke of a complete object = %v", r[0])
 	}
 }
@@ -94,7 +94,7 @@ func TestRevokeFreesSpace(t *testing.T) {
 	if r := put(t, c, "other", 64, wire.ReplicaConfig{}); r.Code != wire.ErrNoAvailableHandle {
 		t.Fatalf("put into a full pool = %v, want -200", r.Code)
 	}
-	if r := c.PutRevoke("w", []string{"big"}); r[0] != wire.OK {
+	if r := c.PutRevoke("w", []string{"big"}, nil); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
 	if r := put(t, c, "other", 4096, wire.ReplicaConfig{}); r.Code != wire.OK {
@@ -167,7 +167,7 @@ func TestLeaseBlocksRemove(t *testing.T) {
 		t.Fatalf("remove without lease (put grants none) = %v", codes[0])
 	}
 	put(t, c, "k", 10, wire.ReplicaConfig{})
-	c.GetReplicas([]string{"k"})
+	c.GetReplicas([]string{"k"}, false)
 	if codes := c.Remove([]string{"k"}, false); codes[0] != wire.ErrObjectHasLease {
 		t.Fatalf("remove of a leased object = %v, want -706", codes[0])
 	}
@@ -182,7 +182,7 @@ func TestLeaseBlocksRemove(t *testing.T) {
 		t.Fatalf("remove after the lease = %v", codes)
 	}
 	put(t, c, "k", 10, wire.ReplicaConfig{})
-	c.GetReplicas([]string{"k"})
+	c.GetReplicas([]string{"k"}, false)
 	if codes := c.Remove([]string{"k"}, true); codes[0] != wire.OK {
 		t.Fatalf("forced remove = %v", codes[0])
 	}
@@ -194,7 +194,7 @@ func TestRemoveByRegexAndAll(t *testing.T) {
 	for _, k := range []string{"layer1/a", "layer1/b", "layer2/a", "x"} {
 		put(t, c, k, 10, wire.ReplicaConfig{})
 	}
-	c.GetReplicas([]string{"layer1/b"}) // leased
+	c.GetReplicas([]string{"layer1/b"}, false) // leased
 	c.PutStart("w", "", []string{"layer1/unfinished"}, []uint64{10}, wire.ReplicaConfig{})
 	if _, err := c.RemoveByRegex("(", false); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("bad regex: %v", err)
@@ -229,7 +229,7 @@ func TestUnmountDropsReplicas(t *testing.T) {
 	if err := c.UnmountSegment("a", "seg-a"); err != nil {
 		t.Fatal(err)
 	}
-	if g := c.GetReplicas([]string{"both", "onlyA"}); g[0].Code != wire.OK || len(g[0].Replicas) != 1 || g[1].Code != wire.ErrObjectNotFound {
+	if g := c.GetReplicas([]string{"both", "onlyA"}, false); g[0].Code != wire.OK || len(g[0].Replicas) != 1 || g[1].Code != wire.ErrObjectNotFound {
 		t.Fatalf("after unmount: %+v", g)
 	}
 	if err := c.UnmountSegment("a", "seg-a"); wire.CodeOf(err) != wire.ErrSegmentNotFound {
@@ -271,7 +271,7 @@ func TestSilentClientExpires(t *testing.T) {
 			t.Fatalf("expired %v", exp)
 		}
 	}
-	if g := c.GetReplicas([]string{"onQuiet", "onAlive"}); g[0].Code != wire.ErrObjectNotFound || g[1].Code != wire.OK {
+	if g := c.GetReplicas([]string{"onQuiet", "onAlive"}, false); g[0].Code != wire.ErrObjectNotFound || g[1].Code != wire.OK {
 		t.Fatalf("after expiry: %v %v", g[0].Code, g[1].Code)
 	}
 	if len(c.Segments()) != 1 {
@@ -302,9 +302,9 @@ func TestConcurrentPutsAndUnmount(t *testing.T) {
 				k := fmt.Sprintf("g%d-%d", g, i)
 				res, _ := c.PutStart("w", "", []string{k}, []uint64{512}, wire.ReplicaConfig{ReplicaNum: 2})
 				if res[0].Code == wire.OK {
-					c.PutEnd("w", []string{k})
+					c.PutEnd("w", []string{k}, nil)
 				}
-				c.GetReplicas([]string{k})
+				c.GetReplicas([]string{k}, false)
 				if i%3 == 0 {
 					c.Remove([]string{k}, true)
 				}

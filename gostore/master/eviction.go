@@ -15,10 +15,12 @@ type discardedPut struct {
 	releaseAt int64
 }
 
-// discard moves o's ranges to the quarantine; the caller holds o's shard lock.
-func (c *Core) discard(o *object, now int64) {
-	d := discardedPut{replicas: o.replicas, size: o.size, releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)}
-	o.replicas = nil
+// discard moves ranges to the quarantine.
+func (c *Core) discard(reps []replica, size uint64, now int64) {
+	if len(reps) == 0 {
+		return
+	}
+	d := discardedPut{replicas: reps, size: size, releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)}
 	c.discarded.Lock()
 	c.discarded.list = append(c.discarded.list, d) // releaseAt grows with now
 	c.discarded.Unlock()
@@ -64,7 +66,7 @@ func (c *Core) revokePutsOf(dead map[string]bool) {
 // evictable classifies o for eviction: never an unfinished, leased (being
 // read) or hard-pinned object; soft-pinned ones only in the second pass.
 func evictable(o *object, now int64) (ok, soft bool) {
-	if o.hardPin || o.leased(now) || o.unfinished() || len(o.replicas) == 0 {
+	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 {
 		return false, false
 	}
 	return true, o.softPinned(now)

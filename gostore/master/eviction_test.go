@@ -43,7 +43,7 @@ func TestEvictionTakesTheOldestUnprotected(t *testing.T) {
 	hard := fillAged(t, c, clk, "hard", 10, 1024, wire.ReplicaConfig{HardPin: true})
 	soft := fillAged(t, c, clk, "soft", 10, 1024, wire.ReplicaConfig{SoftPin: true})
 	// Reading the two oldest plain objects leases them and makes them recent.
-	c.GetReplicas(plain[:2])
+	c.GetReplicas(plain[:2], false)
 	// An unfinished put is never evicted.
 	c.PutStart("w", "", []string{"unfinished"}, []uint64{1024}, wire.ReplicaConfig{})
 	used := c.Segments()[0].Used
@@ -149,16 +149,16 @@ func TestAbandonedPutIsTakenOverAndQuarantined(t *testing.T) {
 	}
 	// The slow writer finishing late must not publish the new put's object
 	// (whose bytes are still being written) as its own.
-	if r := c.PutEnd("slow", []string{"k"}); r[0] != wire.ErrObjectNotFound {
+	if r := c.PutEnd("slow", []string{"k"}, nil); r[0] != wire.ErrObjectNotFound {
 		t.Fatalf("late PutEnd of a taken-over put: %v", r[0])
 	}
-	if g := c.GetReplicas([]string{"k"}); g[0].Code != wire.ErrReplicaIsNotReady {
+	if g := c.GetReplicas([]string{"k"}, false); g[0].Code != wire.ErrReplicaIsNotReady {
 		t.Fatalf("taken-over key readable before its new writer ended: %v", g[0].Code)
 	}
-	if r := c.PutRevoke("slow", []string{"k"}); r[0] != wire.ErrObjectNotFound {
+	if r := c.PutRevoke("slow", []string{"k"}, nil); r[0] != wire.ErrObjectNotFound {
 		t.Fatalf("late revoke: %v", r[0])
 	}
-	c.PutEnd("fast", []string{"k"})
+	c.PutEnd("fast", []string{"k"}, nil)
 	clk.Advance(c.cfg.PutStartReleaseTimeout)
 	c.Tick()
 	if used := c.Segments()[0].Used; used != 4096 {

@@ -39,7 +39,10 @@ type object struct {
 	started  int64 // PutStart time, for taking over abandoned puts
 	softPin  int64 // soft-pinned until then (0: not soft-pinned)
 	writer   string
-	hardPin  bool // never evicted; only remove takes it away
+	epoch    uint64 // of the current or last write; see wire.PutStartResult
+	readers  int32  // gets between GetReplicas(ForRead) and ReadDone
+	tasks    int32  // replica tasks running on the object
+	hardPin  bool   // never evicted; only remove takes it away
 }
 
 func (o *object) complete() bool {
@@ -62,6 +65,10 @@ func (o *object) unfinished() bool {
 }
 
 func (o *object) leased(now int64) bool { return now < o.lease }
+
+// busy reports readers still copying out of the replicas. A reader past its
+// lease no longer counts: its transfer reports LEASE_EXPIRED instead.
+func (o *object) busy(now int64) bool { return o.readers > 0 && o.leased(now) }
 
 func (o *object) softPinned(now int64) bool { return now < o.softPin }
 
@@ -109,13 +116,6 @@ func (s *segment) free(off, size uint64, st *Stats) {
 	}
 }
 
-func checkKey(key string) error {
-	if key == "" {
-		return wire.Errorf(wire.ErrInvalidParams, "empty key")
-	}
-	return nil
-}
-
 // PutStart allocates replicas for each key: result i is OK with the ranges
 // to write, ErrObjectAlreadyExists, ErrNoAvailableHandle or ErrInvalidParams.
 //
@@ -135,10 +135,7 @@ func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, 
 }
 
 func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
-	if err := checkKey(key); err != nil {
-		return wire.PutStartResult{Code: wire.ErrInvalidParams}
-	}
-	if size == 0 {
+	if key == "" || size == 0 {
 		return wire.PutStartResult{Code: wire.ErrInvalidParams}
 	}
 	c.stats.PutStarts.Add(1)
@@ -151,23 +148,39 @@ func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wir
 		}
 		// An abandoned put: the new one takes the key. The old writer may
 		// still be copying, so its ranges are quarantined, not freed.
-		c.discard(old, now)
+		c.discard(old.replicas, old.size, now)
 		delete(sh.objects, key)
 		c.stats.PutsTakenOver.Add(1)
 	}
+	return c.insertLocked(sh, now, clientID, key, size, cfg, cfg.HardPin, p)
+}
+
+// insertLocked allocates a new object for key; the caller holds sh.mu.
+func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, hardPin bool, p *placer) wire.PutStartResult {
 	reps := p.place(size)
 	if len(reps) == 0 {
 		c.stats.AllocFailures.Add(1)
 		c.evictSoon.Store(true)
 		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle}
 	}
-	o := &object{size: size, replicas: reps, started: now, writer: clientID, hardPin: cfg.HardPin}
+	o := &object{size: size, replicas: reps, hardPin: hardPin}
+	c.startWrite(o, now, clientID, cfg)
+	sh.objects[key] = o
+	return writeResult(o)
+}
+
+// startWrite makes clientID the object's writer under a fresh epoch.
+func (c *Core) startWrite(o *object, now int64, clientID string, cfg wire.ReplicaConfig) {
+	o.started, o.writer, o.epoch = now, clientID, c.epochs.Add(1)
+	o.softPin = 0
 	if cfg.SoftPin {
 		o.softPin = now + int64(c.cfg.SoftPinTTL)
 	}
-	sh.objects[key] = o
-	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, len(reps))}
-	for j, r := range reps {
+}
+
+func writeResult(o *object) wire.PutStartResult {
+	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, len(o.replicas)), Epoch: o.epoch}
+	for j, r := range o.replicas {
 		res.Replicas[j] = wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset}
 	}
 	return res
@@ -176,7 +189,9 @@ func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wir
 // PutEnd marks the keys' replicas COMPLETE: readable from now on. Only the
 // writer that started the put may end it; for anyone else (say a slow writer
 // whose put was taken over) the put is gone: -704.
-func (c *Core) PutEnd(clientID string, keys []string) []wire.Code {
+//
+// epochs, when given, must match the epochs PutStart returned.
+func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Code {
 	c.touch(clientID)
 	now := c.now()
 	out := make([]wire.Code, len(keys))
@@ -186,7 +201,7 @@ func (c *Core) PutEnd(clientID string, keys []string) []wire.Code {
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok || len(o.replicas) == 0 || o.writer != clientID:
+		case !ok || len(o.replicas) == 0 || !o.writtenBy(clientID, epochs, i):
 			out[i] = wire.ErrObjectNotFound
 		default:
 			for j := range o.replicas {
@@ -200,7 +215,7 @@ func (c *Core) PutEnd(clientID string, keys []string) []wire.Code {
 }
 
 // PutRevoke abandons the caller's unfinished puts and frees their space.
-func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
+func (c *Core) PutRevoke(clientID string, keys []string, epochs []uint64) []wire.Code {
 	c.touch(clientID)
 	out := make([]wire.Code, len(keys))
 	for i, key := range keys {
@@ -209,7 +224,7 @@ func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok || o.writer != clientID:
+		case !ok || !o.writtenBy(clientID, epochs, i):
 			out[i] = wire.ErrObjectNotFound
 		case !o.unfinished():
 			out[i] = wire.ErrInvalidWrite
@@ -222,9 +237,17 @@ func (c *Core) PutRevoke(clientID string, keys []string) []wire.Code {
 	return out
 }
 
+// writtenBy reports whether the current write is the caller's (and, with
+// epochs, the very write the caller started).
+func (o *object) writtenBy(clientID string, epochs []uint64, i int) bool {
+	return o.writer == clientID && (i >= len(epochs) || epochs[i] == o.epoch)
+}
+
 // GetReplicas returns each key's size and COMPLETE replicas and extends its
-// lease: -704 for a missing key, -703 while no replica is complete.
-func (c *Core) GetReplicas(keys []string) []wire.GetResult {
+// lease: -704 for a missing key, -703 while no replica is complete. With
+// forRead the caller is counted as a reader until ReadDone (or its lease
+// ends): an upsert then gets -714 instead of overwriting under it.
+func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 	now := c.now()
 	out := make([]wire.GetResult, len(keys))
 	for i, key := range keys {
@@ -240,7 +263,11 @@ func (c *Core) GetReplicas(keys []string) []wire.GetResult {
 			out[i].Code = wire.ErrReplicaIsNotReady
 		default:
 			o.touch(now, &c.cfg)
+			if forRead {
+				o.readers++
+			}
 			out[i].Size = o.size
+			out[i].LeaseMS = c.cfg.DefaultKVLeaseTTL.Milliseconds()
 			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
 			for _, r := range o.replicas {
 				if r.status == replicaComplete {
@@ -251,6 +278,18 @@ func (c *Core) GetReplicas(keys []string) []wire.GetResult {
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// ReadDone ends reads counted by GetReplicas(forRead).
+func (c *Core) ReadDone(keys []string) {
+	for _, key := range keys {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		if o, ok := sh.objects[key]; ok && o.readers > 0 {
+			o.readers--
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // Exist reports OK for keys with a complete replica (granting a lease) and
@@ -273,6 +312,9 @@ func (c *Core) Exist(keys []string) []wire.Code {
 
 // removable says why o may not be removed now (OK if it may).
 func removable(o *object, now int64, force bool) wire.Code {
+	if o.tasks > 0 {
+		return wire.ErrObjectHasReplicationTsk // even forced: the task holds ranges
+	}
 	if force {
 		return wire.OK
 	}

@@ -50,12 +50,7 @@ func (p *placer) place(size uint64) []replica {
 		if len(reps) == p.want || used(s) {
 			return
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.dead {
-			return
-		}
-		if off, ok := s.alloc.Alloc(size); ok {
+		if off, ok := s.allocate(size); ok {
 			reps = append(reps, replica{seg: s, offset: off})
 		}
 	}

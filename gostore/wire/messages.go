@@ -17,11 +17,17 @@ const (
 	OpRemove
 	OpRemoveByRegex
 	OpRemoveAll
+	OpUpsertStart
+	OpReadDone
+	OpCreateTask
+	OpTaskDone
+	OpQueryTask
 	opEnd
 )
 
 var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySegments",
-	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll"}
+	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
+	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask"}
 
 // Valid reports whether op is one this version of the protocol knows.
 func (op Op) Valid() bool { return op > 0 && op < opEnd }
@@ -121,6 +127,9 @@ type PutStartResult struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Code     Code
 	Replicas []Replica
+	// Epoch names this write; PutEnd/PutRevoke quote it so that a write
+	// preempted by a newer one (same client or not) cannot end the newer.
+	Epoch uint64
 }
 
 type PutStartResp struct {
@@ -128,11 +137,15 @@ type PutStartResp struct {
 	Results  []PutStartResult
 }
 
-// KeysReq serves PutEnd, PutRevoke, GetReplicas and Exist.
+// KeysReq serves PutEnd, PutRevoke, GetReplicas, Exist and ReadDone.
 type KeysReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
 	Keys     []string
+	Epochs   []uint64 // PutEnd/PutRevoke: the epochs PutStart returned
+	// ForRead (GetReplicas): the caller will transfer the bytes; the
+	// object counts it as a reader until ReadDone or the lease ends.
+	ForRead bool
 }
 
 type CodesResp struct {
@@ -145,6 +158,9 @@ type GetResult struct {
 	Code     Code
 	Size     uint64
 	Replicas []Replica // complete replicas only
+	// LeaseMS is the lease just granted: a transfer that ends later than
+	// this after the request was sent may have read reclaimed memory.
+	LeaseMS int64
 }
 
 type GetReplicasResp struct {
@@ -172,4 +188,55 @@ type RemoveAllReq struct {
 type CountResp struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	N        int64
+}
+
+// TaskKind is a replica task's kind.
+type TaskKind uint8
+
+const (
+	TaskCopy TaskKind = iota + 1 // add replicas on target segments
+	TaskMove                     // add a replica on the target, drop the source's
+)
+
+// CreateTaskReq asks for a copy (Targets) or move (Source → Targets[0]).
+// The calling client executes the task and reports with TaskDone.
+type CreateTaskReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Kind     TaskKind
+	Key      string
+	Source   string // move: the segment to take the replica from
+	Targets  []string
+}
+
+// TaskPlan is what the executing client must do: read Size bytes from one
+// of Sources and write them to every Target.
+type TaskPlan struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+	Size     uint64
+	Sources  []Replica
+	Targets  []Replica
+}
+
+type TaskDoneReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	ID       string
+	Code     Code // OK, or why the transfer failed
+}
+
+type QueryTaskReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+}
+
+// TaskInfo describes a task; Status is PENDING, PROCESSING, SUCCESS or FAILED.
+type TaskInfo struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+	Key      string
+	Kind     TaskKind
+	Status   string
+	Error    string
 }

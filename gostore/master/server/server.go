@@ -177,13 +177,13 @@ func (s *Server) register() {
 		return &wire.PutStartResp{Results: res}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.PutEnd(r.ClientID, r.Keys)}, nil
+		return &wire.CodesResp{Codes: c.PutEnd(r.ClientID, r.Keys, r.Epochs)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.PutRevoke(r.ClientID, r.Keys)}, nil
+		return &wire.CodesResp{Codes: c.PutRevoke(r.ClientID, r.Keys, r.Epochs)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
-		return &wire.GetReplicasResp{Results: c.GetReplicas(r.Keys)}, nil
+		return &wire.GetReplicasResp{Results: c.GetReplicas(r.Keys, r.ForRead)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpExist, func(r *wire.KeysReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.Exist(r.Keys)}, nil
@@ -197,5 +197,24 @@ func (s *Server) register() {
 	})
 	rpc.HandleFunc(s.rpc, wire.OpRemoveAll, func(r *wire.RemoveAllReq) (*wire.CountResp, error) {
 		return &wire.CountResp{N: c.RemoveAll(r.Force)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpUpsertStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
+		res, err := c.UpsertStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
+		return &wire.PutStartResp{Results: res}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpReadDone, func(r *wire.KeysReq) (*struct{}, error) {
+		c.ReadDone(r.Keys)
+		return &struct{}{}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpCreateTask, func(r *wire.CreateTaskReq) (*wire.TaskPlan, error) {
+		plan, err := c.CreateTask(*r)
+		return &plan, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpTaskDone, func(r *wire.TaskDoneReq) (*struct{}, error) {
+		return &struct{}{}, c.TaskDone(r.ClientID, r.ID, r.Code)
+	})
+	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
+		info, err := c.QueryTask(r.ID)
+		return &info, err
 	})
 }

@@ -1,0 +1,263 @@
+// tasks.go defines replica tasks: copying an object to other segments and
+// moving one of its replicas, executed by the client that asked.
+package master
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// finishedTaskTTL is how long a finished task stays queryable.
+const finishedTaskTTL = 10 * time.Minute
+
+// Task statuses, as Python's query_task reports them.
+const (
+	TaskProcessing = "PROCESSING"
+	TaskSucceeded  = "SUCCESS"
+	TaskFailed     = "FAILED"
+)
+
+type taskTable struct {
+	sync.Mutex
+	byID map[string]*task
+	next uint64
+}
+
+// task is a running or finished replica task; taskTable's mutex guards it.
+type task struct {
+	info     wire.TaskInfo
+	client   string    // the executor
+	size     uint64    // bytes per replica
+	targets  []replica // allocated for the task, invisible to readers until done
+	source   *segment  // move: the segment whose replica goes away
+	finished int64     // when it ended (0: running)
+}
+
+// CreateTask validates and plans a copy or move of key, allocating the
+// target ranges. The calling client copies the bytes, then calls TaskDone.
+// While the task runs, remove and upsert of the key return -708.
+func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
+	var plan wire.TaskPlan
+	switch {
+	case req.Key == "" || len(req.Targets) == 0:
+		return plan, wire.Errorf(wire.ErrInvalidParams, "a task needs a key and targets")
+	case req.Kind == wire.TaskMove && (req.Source == "" || len(req.Targets) != 1):
+		return plan, wire.Errorf(wire.ErrInvalidParams, "a move needs one source and one target")
+	case req.Kind != wire.TaskCopy && req.Kind != wire.TaskMove:
+		return plan, wire.Errorf(wire.ErrInvalidParams, "unknown task kind %d", req.Kind)
+	}
+	now := c.now()
+	c.touch(req.ClientID)
+	targets, source, err := c.taskSegments(req)
+	if err != nil {
+		return plan, err
+	}
+	sh := c.shardOf(req.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o, ok := sh.objects[req.Key]
+	switch {
+	case !ok:
+		return plan, wire.Errorf(wire.ErrObjectNotFound, "%q", req.Key)
+	case o.unfinished():
+		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", req.Key)
+	case o.tasks > 0:
+		return plan, wire.Errorf(wire.ErrObjectHasReplicationTsk, "%q already has a task", req.Key)
+	case source != nil && !o.hasReplicaOn(source):
+		return plan, wire.Errorf(wire.ErrReplicaNotFound, "%q has no replica on %s", req.Key, req.Source)
+	}
+	t := &task{client: req.ClientID, size: o.size, source: source,
+		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
+	for _, s := range targets {
+		if o.hasReplicaOn(s) {
+			c.freeAll(t.targets, o.size)
+			return plan, wire.Errorf(wire.ErrReplicaAlreadyExists, "%q already has a replica on %s", req.Key, s.desc.Name)
+		}
+		off, ok := s.allocate(o.size)
+		if !ok {
+			c.freeAll(t.targets, o.size)
+			c.evictSoon.Store(true)
+			return plan, wire.Errorf(wire.ErrNoAvailableHandle, "no room for %q on %s", req.Key, s.desc.Name)
+		}
+		t.targets = append(t.targets, replica{seg: s, offset: off, status: replicaProcessing})
+	}
+	o.tasks++
+	o.lastUse = now
+	plan = wire.TaskPlan{Size: o.size}
+	for _, r := range o.replicas {
+		plan.Sources = append(plan.Sources, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+	}
+	for _, r := range t.targets {
+		plan.Targets = append(plan.Targets, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+	}
+	c.tasks.Lock()
+	c.tasks.next++
+	t.info.ID = strconv.FormatUint(c.tasks.next, 10)
+	c.tasks.byID[t.info.ID] = t
+	c.tasks.Unlock()
+	plan.ID = t.info.ID
+	c.stats.TasksCreated.Add(1)
+	return plan, nil
+}
+
+// taskSegments resolves the task's segment names.
+func (c *Core) taskSegments(req wire.CreateTaskReq) (targets []*segment, source *segment, err error) {
+	c.segs.RLock()
+	defer c.segs.RUnlock()
+	seen := map[*segment]bool{}
+	for _, name := range req.Targets {
+		s, ok := c.segs.byName[name]
+		if !ok {
+			return nil, nil, wire.Errorf(wire.ErrSegmentNotFound, "target segment %q is not mounted", name)
+		}
+		if !seen[s] {
+			seen[s] = true
+			targets = append(targets, s)
+		}
+	}
+	if req.Kind == wire.TaskMove {
+		var ok bool
+		if source, ok = c.segs.byName[req.Source]; !ok {
+			return nil, nil, wire.Errorf(wire.ErrSegmentNotFound, "source segment %q is not mounted", req.Source)
+		}
+		if source == targets[0] {
+			return nil, nil, wire.Errorf(wire.ErrInvalidParams, "move from %q to itself", req.Source)
+		}
+	}
+	return targets, source, nil
+}
+
+func (o *object) hasReplicaOn(s *segment) bool {
+	for _, r := range o.replicas {
+		if r.seg == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *segment) allocate(size uint64) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return 0, false
+	}
+	return s.alloc.Alloc(size)
+}
+
+func (c *Core) freeAll(reps []replica, size uint64) {
+	for _, r := range reps {
+		r.seg.free(r.offset, size, &c.stats)
+	}
+}
+
+// TaskDone ends a task: with OK the target replicas become COMPLETE (and a
+// move drops its source replica), otherwise the targets are freed.
+func (c *Core) TaskDone(clientID, id string, code wire.Code) error {
+	now := c.now()
+	c.tasks.Lock()
+	t, ok := c.tasks.byID[id]
+	switch {
+	case !ok:
+		c.tasks.Unlock()
+		return wire.Errorf(wire.ErrObjectNoReplicationTask, "no task %q", id)
+	case t.client != clientID:
+		c.tasks.Unlock()
+		return wire.Errorf(wire.ErrIllegalClient, "task %q belongs to another client", id)
+	case t.finished != 0:
+		c.tasks.Unlock()
+		return wire.Errorf(wire.ErrInvalidParams, "task %q already ended %s", id, t.info.Status)
+	}
+	t.finished = now
+	c.tasks.Unlock()
+	c.finishTask(t, code, now)
+	return nil
+}
+
+func (c *Core) finishTask(t *task, code wire.Code, now int64) {
+	sh := c.shardOf(t.info.Key)
+	sh.mu.Lock()
+	o, ok := sh.objects[t.info.Key]
+	if ok {
+		o.tasks--
+	}
+	var added int
+	if ok && code == wire.OK {
+		for _, r := range t.targets {
+			if !r.seg.isDead() {
+				r.status = replicaComplete
+				o.replicas = append(o.replicas, r)
+				added++
+			}
+		}
+		if t.source != nil && added > 0 {
+			// Readers may still copy out of the moved replica: its range
+			// waits out the quarantine like a preempted write.
+			for i, r := range o.replicas {
+				if r.seg == t.source {
+					o.replicas = append(o.replicas[:i], o.replicas[i+1:]...)
+					c.discard([]replica{r}, o.size, now)
+					break
+				}
+			}
+		}
+	}
+	sh.mu.Unlock()
+	c.tasks.Lock()
+	defer c.tasks.Unlock()
+	switch {
+	case added > 0:
+		t.info.Status = TaskSucceeded
+		c.stats.TasksSucceeded.Add(1)
+	default:
+		if code == wire.OK {
+			code = wire.ErrReplicaIsGone // the object or every target vanished
+		}
+		if added == 0 {
+			c.freeAll(t.targets, t.size)
+		}
+		t.info.Status, t.info.Error = TaskFailed, code.String()
+		c.stats.TasksFailed.Add(1)
+	}
+	t.targets = nil
+}
+
+func (s *segment) isDead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dead
+}
+
+// QueryTask describes a task; unknown (or long finished) ids are -709.
+func (c *Core) QueryTask(id string) (wire.TaskInfo, error) {
+	c.tasks.Lock()
+	defer c.tasks.Unlock()
+	t, ok := c.tasks.byID[id]
+	if !ok {
+		return wire.TaskInfo{}, wire.Errorf(wire.ErrObjectNoReplicationTask, "no task %q", id)
+	}
+	return t.info, nil
+}
+
+// tickTasks fails the running tasks of dead executors and forgets tasks that
+// finished long ago.
+func (c *Core) tickTasks(now int64, dead map[string]bool) {
+	var orphaned []*task
+	c.tasks.Lock()
+	for id, t := range c.tasks.byID {
+		switch {
+		case t.finished == 0 && dead[t.client]:
+			t.finished = now
+			orphaned = append(orphaned, t)
+		case t.finished != 0 && now-t.finished > int64(finishedTaskTTL):
+			delete(c.tasks.byID, id)
+		}
+	}
+	c.tasks.Unlock()
+	for _, t := range orphaned {
+		c.finishTask(t, wire.ErrClientNotFound, now)
+	}
+}

@@ -1,0 +1,88 @@
+// upsert.go defines UpsertStart: insert-or-replace, after the Hard Pin and
+// Upsert RFC. UpsertEnd and UpsertRevoke are PutEnd and PutRevoke.
+package master
+
+import "github.com/gostore/gostore/gostore/wire"
+
+// UpsertStart prepares each key for writing, whatever it holds now:
+//
+//   - missing (case A): allocated like a put;
+//   - an unfinished put/upsert is preempted first: its PROCESSING ranges go
+//     to the quarantine (its writer may still be copying) and, if nothing
+//     complete remains, the key is treated as missing;
+//   - a running copy/move task: -708; readers copying out: -714;
+//   - same size (case B): rewritten in place: every replica turns
+//     PROCESSING (readers get -703) under a new epoch, same ranges returned;
+//   - other size (case C): the old ranges go to the quarantine and new ones
+//     are allocated.
+//
+// A hard pin is kept across upserts; a soft pin follows the new config.
+func (c *Core) UpsertStart(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
+	if len(keys) != len(sizes) {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
+	}
+	now := c.now()
+	c.touch(clientID)
+	p := c.newPlacer(cfg, hostID)
+	out := make([]wire.PutStartResult, len(keys))
+	for i, key := range keys {
+		out[i] = c.upsertOne(now, clientID, key, sizes[i], cfg, p)
+	}
+	return out, nil
+}
+
+func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
+	if key == "" || size == 0 {
+		return wire.PutStartResult{Code: wire.ErrInvalidParams}
+	}
+	c.stats.UpsertStarts.Add(1)
+	sh := c.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	o, ok := sh.objects[key]
+	if !ok {
+		return c.insertLocked(sh, now, clientID, key, size, cfg, cfg.HardPin, p)
+	}
+	hardPin := o.hardPin || cfg.HardPin
+	if o.tasks > 0 {
+		return wire.PutStartResult{Code: wire.ErrObjectHasReplicationTsk}
+	}
+	if o.unfinished() {
+		c.discard(o.takeReplicas(replicaProcessing), o.size, now)
+		c.stats.WritesPreempted.Add(1)
+		if len(o.replicas) == 0 {
+			delete(sh.objects, key)
+			return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
+		}
+	}
+	if o.busy(now) {
+		return wire.PutStartResult{Code: wire.ErrObjectReplicaBusy}
+	}
+	if o.size == size {
+		for j := range o.replicas {
+			o.replicas[j].status = replicaProcessing
+		}
+		o.hardPin = hardPin
+		c.startWrite(o, now, clientID, cfg)
+		c.stats.UpsertsInPlace.Add(1)
+		return writeResult(o)
+	}
+	c.discard(o.replicas, o.size, now)
+	delete(sh.objects, key)
+	return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
+}
+
+// takeReplicas removes and returns the replicas in the given state.
+func (o *object) takeReplicas(st replicaStatus) []replica {
+	var taken []replica
+	kept := o.replicas[:0]
+	for _, r := range o.replicas {
+		if r.status == st {
+			taken = append(taken, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	o.replicas = kept
+	return taken
+}
