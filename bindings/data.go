@@ -103,9 +103,23 @@ func replicaConfig(replicaNum, flags C.int, preferred *C.char, preferredLen C.in
 func gs_put_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int,
 	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, results *C.int32_t) {
+	write(false, h, n, keys, keyLens, ptrs, sizes, nparts, zeroCopy, replicaNum, flags, preferred, preferredLen, results)
+}
+
+//export gs_upsert_batch
+func gs_upsert_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int,
+	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, results *C.int32_t) {
+	write(true, h, n, keys, keyLens, ptrs, sizes, nparts, zeroCopy, replicaNum, flags, preferred, preferredLen, results)
+}
+
+// write serves gs_put_batch and gs_upsert_batch.
+func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int,
+	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, results *C.int32_t) {
 	cnt := int(n)
 	res := i32s(results, cnt)
-	defer guard("gs_put_batch", fail32(res))
+	defer guard("gs_put_batch/gs_upsert_batch", fail32(res))
 	c := clientOf(h)
 	ks, ok := keyList(keys, keyLens, cnt)
 	if c == nil || !ok {
@@ -129,7 +143,14 @@ func gs_put_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		items = append(items, client.PutItem{Key: ks[i], Parts: bufs[i]})
 		idx = append(idx, i)
 	}
-	for j, code := range c.PutBatch(items, replicaConfig(replicaNum, flags, preferred, preferredLen)) {
+	cfg := replicaConfig(replicaNum, flags, preferred, preferredLen)
+	var codes []wire.Code
+	if upsert {
+		codes = c.UpsertBatch(items, cfg)
+	} else {
+		codes = c.PutBatch(items, cfg)
+	}
+	for j, code := range codes {
 		res[idx[j]] = int32(code)
 	}
 }
@@ -187,8 +208,13 @@ func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t,
 
 //export gs_get_abort
 func gs_get_abort(h C.int64_t, pending C.int64_t) {
-	if _, ok := lookup[*client.Pending](pending); ok {
-		handles.Delete(int64(pending))
+	p, ok := lookup[*client.Pending](pending)
+	if !ok {
+		return
+	}
+	handles.Delete(int64(pending))
+	if c := clientOf(h); c != nil {
+		c.Abort(p)
 	}
 }
 

@@ -50,15 +50,16 @@ const callTimeout = 30 * time.Second
 
 // Client is one store client. Its methods are safe for concurrent use.
 type Client struct {
-	cfg      Config
-	log      *slog.Logger
-	id       string
-	hostname string // host:port, the segment name
-	master   *rpc.Client
-	engine   *transfer.Engine
-	peers    peerCache
-	buffers  registry
-	staging  *staging
+	cfg       Config
+	log       *slog.Logger
+	id        string
+	hostname  string // host:port, the segment name
+	master    *rpc.Client
+	engine    *transfer.Engine
+	peers     peerCache
+	buffers   registry
+	staging   *staging
+	readsDone readsDone
 
 	seg    *transfer.LocalSegment // nil for a pure consumer
 	server *transfer.Server
@@ -85,6 +86,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log})
 	c.peers.init()
+	c.readsDone.init()
 	ok := false
 	defer func() {
 		if !ok {
@@ -124,8 +126,12 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		}
 	}
 	c.healthy.Store(true)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.heartbeat()
+	go func() {
+		defer c.wg.Done()
+		c.readsDone.run(c.master, c.id, c.log, c.stop)
+	}()
 	ok = true
 	c.log.Info("client ready", "hostname", c.hostname, "segment", cfg.GlobalSegmentSize, "master", cfg.MasterServerAddr)
 	return c, nil

@@ -4,6 +4,7 @@ package client
 
 import (
 	"sort"
+	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
@@ -14,6 +15,8 @@ import (
 type Pending struct {
 	keys []string
 	res  []wire.GetResult
+	sent time.Time // when GetReplicas left: leases count from here
+	read bool      // the master counts us as a reader of the found keys
 }
 
 // Sizes returns each object's size, or its negative code (-704 missing).
@@ -30,14 +33,19 @@ func (p *Pending) Sizes() []int64 {
 }
 
 // GetStart asks the master for the keys' replicas in one RPC (granting
-// leases). An error means the whole call failed.
+// leases) and registers this client as their reader until GetFinish or
+// Abort. An error means the whole call failed.
 func (c *Client) GetStart(keys []string) (*Pending, error) {
+	return c.getStart(keys, true)
+}
+
+func (c *Client) getStart(keys []string, read bool) (*Pending, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
-	p := &Pending{keys: keys, res: make([]wire.GetResult, len(keys))}
+	p := &Pending{keys: keys, res: make([]wire.GetResult, len(keys)), sent: time.Now(), read: read}
 	var q []string
 	var qi []int
 	for i, k := range keys {
@@ -52,7 +60,7 @@ func (c *Client) GetStart(keys []string) (*Pending, error) {
 		return p, nil
 	}
 	var resp wire.GetReplicasResp
-	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q}, &resp); err != nil {
+	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read}, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Results) != len(q) {
@@ -64,10 +72,42 @@ func (c *Client) GetStart(keys []string) (*Pending, error) {
 	return p, nil
 }
 
+// Abort ends a get without reading.
+func (c *Client) Abort(p *Pending) { c.endReads(p) }
+
+// endReads tells the master (in the background, batched) that this client
+// no longer reads the objects p found.
+func (c *Client) endReads(p *Pending) {
+	if !p.read {
+		return
+	}
+	p.read = false
+	for i, r := range p.res {
+		if r.Code == wire.OK {
+			c.readsDone.add(p.keys[i])
+		}
+	}
+}
+
 // GetFinish reads object i into dests[i] (a scatter list the caller owns;
 // nil skips the object). Result i is the bytes written or a negative code:
-// -600 when dests[i] is smaller than the object.
+// -600 when dests[i] is smaller than the object, -707 when the transfer
+// ended after the object's lease (the memory may have been reused; the
+// bytes must not be trusted).
 func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
+	defer c.endReads(p)
+	out := c.readInto(p, dests)
+	now := time.Now()
+	for i, r := range p.res {
+		if out[i] > 0 && r.LeaseMS > 0 && now.After(p.sent.Add(time.Duration(r.LeaseMS)*time.Millisecond)) {
+			c.log.Warn("get: transfer outlived the lease; result discarded", "key", p.keys[i], "lease_ms", r.LeaseMS)
+			out[i] = int64(wire.ErrLeaseExpired)
+		}
+	}
+	return out
+}
+
+func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 	out := p.Sizes()
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -268,7 +308,7 @@ func (c *Client) Exist(keys []string) []int32 {
 
 // GetSize returns the object's size (granting a lease) or a negative code.
 func (c *Client) GetSize(key string) int64 {
-	p, err := c.GetStart([]string{key})
+	p, err := c.getStart([]string{key}, false)
 	if err != nil {
 		return int64(wire.CodeOf(err))
 	}

@@ -29,6 +29,18 @@ func (it PutItem) size() uint64 {
 // overwrites) or the item's error code. Invalid items (empty key or value)
 // get -600 and do not stop the others.
 func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
+	return c.write(wire.OpPutStart, items, cfg)
+}
+
+// UpsertBatch inserts or replaces each item (see master.Core.UpsertStart):
+// the same pipeline as PutBatch with UpsertStart as its first phase.
+func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
+	return c.write(wire.OpUpsertStart, items, cfg)
+}
+
+// write runs the three-phase write pipeline with start (PutStart or
+// UpsertStart) as its first phase.
+func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
 	if err := c.checkOpen(); err != nil {
 		return fill(out, wire.CodeOf(err))
@@ -42,7 +54,7 @@ func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	for i, it := range items {
 		size := it.size()
 		if it.Key == "" || size == 0 {
-			c.log.Warn("put rejected: empty key or value", "key", it.Key, "size", size)
+			c.log.Warn("write rejected: empty key or value", "op", start.String(), "key", it.Key, "size", size)
 			out[i] = wire.ErrInvalidParams
 			continue
 		}
@@ -54,8 +66,8 @@ func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 		return out
 	}
 	var resp wire.PutStartResp
-	if err := c.master.Call(ctx, wire.OpPutStart, &req, &resp); err != nil || len(resp.Results) != len(idx) {
-		c.log.Warn("PutStart failed", "keys", len(idx), "err", err)
+	if err := c.master.Call(ctx, start, &req, &resp); err != nil || len(resp.Results) != len(idx) {
+		c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
 		code := wire.CodeOf(err)
 		if err == nil {
 			code = wire.ErrRPCFail
@@ -78,6 +90,7 @@ func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	var opItem []int // ops[k] writes items[opItem[k]]
 	var opSeg []uint64
 	writing := make([]bool, len(items))
+	epochs := make([]uint64, len(items))
 	for j, r := range resp.Results {
 		i := idx[j]
 		switch r.Code {
@@ -88,7 +101,7 @@ func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 			out[i] = r.Code
 			continue
 		}
-		writing[i] = true
+		writing[i], epochs[i] = true, r.Epoch
 		for _, rep := range r.Replicas {
 			if mem := c.peers.local(rep.SegID); mem != nil {
 				if !copyInto(mem, rep.Offset, items[i].Parts) {
@@ -119,39 +132,39 @@ func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	}
 
 	// Phase 3: publish what was written, revoke what was not.
-	var done, revoke []string
+	done := wire.KeysReq{ClientID: c.id}
+	revoke := wire.KeysReq{ClientID: c.id}
 	var doneIdx []int
 	for i, w := range writing {
-		if !w {
-			continue
-		}
-		if out[i] == wire.OK {
-			done = append(done, items[i].Key)
+		switch {
+		case !w:
+		case out[i] == wire.OK:
+			done.Keys, done.Epochs = append(done.Keys, items[i].Key), append(done.Epochs, epochs[i])
 			doneIdx = append(doneIdx, i)
-		} else {
-			revoke = append(revoke, items[i].Key)
+		default:
+			revoke.Keys, revoke.Epochs = append(revoke.Keys, items[i].Key), append(revoke.Epochs, epochs[i])
 		}
 	}
-	c.finishPuts(ctx, done, doneIdx, revoke, out)
+	c.finishWrites(ctx, &done, doneIdx, &revoke, out)
 	return out
 }
 
-// finishPuts sends PutEnd and PutRevoke concurrently.
-func (c *Client) finishPuts(ctx context.Context, done []string, doneIdx []int, revoke []string, out []wire.Code) {
+// finishWrites sends PutEnd and PutRevoke concurrently.
+func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx []int, revoke *wire.KeysReq, out []wire.Code) {
 	var wg sync.WaitGroup
-	if len(revoke) > 0 {
+	if len(revoke.Keys) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var r wire.CodesResp
-			if err := c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: revoke}, &r); err != nil {
-				c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(revoke), "err", err)
+			if err := c.master.Call(ctx, wire.OpPutRevoke, revoke, &r); err != nil {
+				c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(revoke.Keys), "err", err)
 			}
 		}()
 	}
-	if len(done) > 0 {
+	if len(done.Keys) > 0 {
 		var r wire.CodesResp
-		err := c.master.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: c.id, Keys: done}, &r)
+		err := c.master.Call(ctx, wire.OpPutEnd, done, &r)
 		for k, i := range doneIdx {
 			switch {
 			case err != nil:

@@ -1,0 +1,72 @@
+// reads.go defines the background batcher that tells the master reads ended.
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// readDoneBatch caps one ReadDone RPC.
+const readDoneBatch = 4096
+
+// readsDone collects keys whose reads ended and sends them to the master in
+// batches, off the get's critical path: a get costs one RPC, and the reader
+// count it holds on the object drops a moment later. While a batch is in
+// flight new keys accumulate, so the batch size follows the load.
+type readsDone struct {
+	mu      sync.Mutex
+	pending []string
+	wake    chan struct{}
+}
+
+func (r *readsDone) init() { r.wake = make(chan struct{}, 1) }
+
+func (r *readsDone) add(key string) {
+	r.mu.Lock()
+	r.pending = append(r.pending, key)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *readsDone) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := min(len(r.pending), readDoneBatch)
+	keys := r.pending[:n:n]
+	r.pending = r.pending[n:]
+	if len(r.pending) == 0 {
+		r.pending = nil
+	}
+	return keys
+}
+
+// run sends batches until stop closes, then flushes what is left.
+func (r *readsDone) run(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) {
+	flush := func() {
+		for keys := r.take(); len(keys) > 0; keys = r.take() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := master.Call(ctx, wire.OpReadDone, &wire.KeysReq{ClientID: clientID, Keys: keys}, nil); err != nil {
+				// The master frees the reader count when the lease ends.
+				log.Debug("ReadDone not delivered; the lease will end the reads", "keys", len(keys), "err", err)
+			}
+			cancel()
+		}
+	}
+	for {
+		select {
+		case <-stop:
+			flush()
+			return
+		case <-r.wake:
+			flush()
+		}
+	}
+}

@@ -1,0 +1,99 @@
+// tasks.go defines replica tasks on the client side: asking the master for a
+// copy or move plan and carrying it out in the background.
+package client
+
+import (
+
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// CreateCopyTask starts copying key to the named segments and returns the
+// task ID at once; QueryTask follows it. While it runs, remove and upsert of
+// key return -708.
+func (c *Client) CreateCopyTask(key string, targets []string) (string, error) {
+	return c.createTask(wire.CreateTaskReq{Kind: wire.TaskCopy, Key: key, Targets: targets})
+}
+
+// CreateMoveTask starts moving key's replica from source to target.
+func (c *Client) CreateMoveTask(key, source, target string) (string, error) {
+	return c.createTask(wire.CreateTaskReq{Kind: wire.TaskMove, Key: key, Source: source, Targets: []string{target}})
+}
+
+// QueryTask returns a task's state as the master knows it.
+func (c *Client) QueryTask(id string) (wire.TaskInfo, error) {
+	if err := c.checkOpen(); err != nil {
+		return wire.TaskInfo{}, err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var info wire.TaskInfo
+	err := c.master.Call(ctx, wire.OpQueryTask, &wire.QueryTaskReq{ID: id}, &info)
+	return info, err
+}
+
+func (c *Client) createTask(req wire.CreateTaskReq) (string, error) {
+	if err := c.checkOpen(); err != nil {
+		return "", err
+	}
+	req.ClientID = c.id
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var plan wire.TaskPlan
+	if err := c.master.Call(ctx, wire.OpCreateTask, &req, &plan); err != nil {
+		c.log.Warn("replica task refused", "key", req.Key, "targets", req.Targets, "err", err)
+		return "", err
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		code := c.runTask(req.Key, plan)
+		ctx, cancel := c.ctx()
+		defer cancel()
+		if err := c.master.Call(ctx, wire.OpTaskDone, &wire.TaskDoneReq{ClientID: c.id, ID: plan.ID, Code: code}, nil); err != nil {
+			c.log.Warn("TaskDone not delivered; the task fails when this client expires", "task", plan.ID, "err", err)
+		}
+	}()
+	return plan.ID, nil
+}
+
+// runTask copies the object from one of the plan's sources to every target
+// through a buffer of its own.
+func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
+	buf := make([]byte, plan.Size)
+	p := &Pending{keys: []string{key}, res: []wire.GetResult{{Code: wire.OK, Size: plan.Size, Replicas: plan.Sources}}}
+	if got := c.readInto(p, [][][]byte{{buf}}); got[0] < 0 {
+		return wire.Code(got[0])
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	ids := make([]uint64, len(plan.Targets))
+	for i, t := range plan.Targets {
+		ids[i] = t.SegID
+	}
+	if err := c.resolve(ctx, ids); err != nil {
+		return wire.CodeOf(err)
+	}
+	var ops []transfer.Op
+	for _, t := range plan.Targets {
+		if mem := c.peers.local(t.SegID); mem != nil {
+			if !copyInto(mem, t.Offset, [][]byte{buf}) {
+				return wire.ErrInvalidReplica
+			}
+			continue
+		}
+		peer, ok := c.peers.get(t.SegID)
+		if !ok {
+			return wire.ErrSegmentNotFound
+		}
+		ops = append(ops, transfer.Op{Peer: peer, Offset: t.Offset, Bufs: [][]byte{buf}, Write: true})
+	}
+	for _, err := range c.engine.Do(ctx, ops) {
+		if err != nil {
+			c.log.Warn("replica task transfer failed", "task", plan.ID, "err", err)
+			return wire.CodeOf(err)
+		}
+	}
+	return wire.OK
+}
+
