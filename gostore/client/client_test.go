@@ -251,3 +251,122 @@ func TestMasterRestartRemounts(t *testing.T) {
 		t.Fatal("client unhealthy after the master came back")
 	}
 }
+
+func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
+	m := startMaster(t)
+	owner := newClient(t, m.Addr(), 8<<20)
+	c := newClient(t, m.Addr(), 0)
+	v1, v2, v3 := pattern(1, 5000), pattern(2, 5000), pattern(3, 7000)
+	write := func(f func([]PutItem, wire.ReplicaConfig) []wire.Code, v []byte) wire.Code {
+		return f([]PutItem{{Key: "k", Parts: [][]byte{v[:100], v[100:]}}}, wire.ReplicaConfig{})[0]
+	}
+	read := func() []byte {
+		dst := make([]byte, 8000)
+		n := owner.GetInto([]string{"k"}, [][][]byte{{dst}})[0]
+		if n < 0 {
+			t.Fatalf("get: %d", n)
+		}
+		return dst[:n]
+	}
+	if write(c.UpsertBatch, v1) != wire.OK || !bytes.Equal(read(), v1) {
+		t.Fatal("upsert of a new key")
+	}
+	if write(c.PutBatch, v2) != wire.OK || !bytes.Equal(read(), v1) {
+		t.Fatal("put overwrote")
+	}
+	if write(c.UpsertBatch, v2) != wire.OK || !bytes.Equal(read(), v2) {
+		t.Fatal("same-size upsert")
+	}
+	if write(c.UpsertBatch, v3) != wire.OK || !bytes.Equal(read(), v3) {
+		t.Fatal("resizing upsert")
+	}
+	// Reads end in the background; until then an upsert may see -714.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		code := write(c.UpsertBatch, v1)
+		if code == wire.OK {
+			break
+		}
+		if code != wire.ErrObjectReplicaBusy || time.Now().After(deadline) {
+			t.Fatalf("upsert after reads ended: %v", code)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !bytes.Equal(read(), v1) {
+		t.Fatal("bytes after the last upsert")
+	}
+}
+
+func TestReadOutlivingItsLeaseIsRefused(t *testing.T) {
+	t.Setenv("GOSTORE_TRANSPORT", "tcp") // slow enough to outlive 1 ms
+	m := startMaster(t, "--default_kv_lease_ttl=1")
+	owner := newClient(t, m.Addr(), 64<<20)
+	c := newClient(t, m.Addr(), 0)
+	v := pattern(9, 32<<20)
+	if r := c.PutBatch([]PutItem{{Key: "big", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	_ = owner
+	if got := c.GetInto([]string{"big"}, [][][]byte{{make([]byte, len(v))}}); got[0] != int64(wire.ErrLeaseExpired) {
+		t.Fatalf("get outliving a 1 ms lease = %d, want -707", got[0])
+	}
+}
+
+func TestCopyAndMoveTasks(t *testing.T) {
+	m := startMaster(t)
+	a := newClient(t, m.Addr(), 8<<20)
+	b := newClient(t, m.Addr(), 8<<20)
+	v := pattern(4, 300000)
+	if r := a.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	wait := func(id string) wire.TaskInfo {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			info, err := a.QueryTask(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Status != "PROCESSING" || time.Now().After(deadline) {
+				return info
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	id, err := a.CreateCopyTask("k", []string{b.Hostname()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := wait(id); info.Status != "SUCCESS" {
+		t.Fatalf("copy: %+v", info)
+	}
+	a.Close() // the original holder leaves; the copy serves
+	dst := make([]byte, len(v))
+	if got := b.GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+		t.Fatalf("read from the copy: %d", got[0])
+	}
+	c := newClient(t, m.Addr(), 8<<20)
+	id, err = b.CreateMoveTask("k", b.Hostname(), c.Hostname())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		info, _ := b.QueryTask(id)
+		if info.Status == "SUCCESS" {
+			break
+		}
+		if info.Status == "FAILED" || time.Now().After(deadline) {
+			t.Fatalf("move: %+v", info)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.Close()
+	clear(dst)
+	if got := c.GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+		t.Fatalf("read after move: %d", got[0])
+	}
+	if _, err := c.CreateCopyTask("k", []string{"nowhere:1"}); wire.CodeOf(err) != wire.ErrSegmentNotFound {
+		t.Fatalf("unknown target: %v", err)
+	}
+}
