@@ -3,7 +3,6 @@
 package client
 
 import (
-
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -96,4 +95,3 @@ func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 	}
 	return wire.OK
 }
-
