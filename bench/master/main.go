@@ -1,0 +1,252 @@
+// Command master measures the master's metadata throughput (make bench):
+// the core in-process, the same operations over RPC from several callers,
+// one eviction pass over a million objects, and master memory per object.
+// It prints a table and, with -json, writes the figures. It never fails on
+// a number.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/master/server"
+	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+type row struct {
+	Name    string  `json:"name"`
+	Where   string  `json:"where"`
+	Batch   int     `json:"batch"`
+	Callers int     `json:"callers"`
+	KeysPS  float64 `json:"keys_per_s"`
+	CallsPS float64 `json:"calls_per_s"`
+}
+
+func main() {
+	jsonOut := flag.String("json", "", "write results here")
+	quick := flag.Bool("quick", false, "smaller runs")
+	objects := flag.Int("objects", 1_000_000, "objects for the eviction and memory figures")
+	flag.Parse()
+	dur := 2 * time.Second
+	if *quick {
+		dur = 500 * time.Millisecond
+		*objects = 200_000
+	}
+	var rows []row
+	rows = append(rows, inProcess(dur)...)
+	rows = append(rows, overRPC(dur)...)
+	evictMS, bytesPerObject := evictionAndMemory(*objects)
+
+	fmt.Printf("\nmaster metadata throughput (GOMAXPROCS=%d)\n", runtime.GOMAXPROCS(0))
+	fmt.Printf("%-22s %-10s %6s %8s %14s %12s\n", "operation", "where", "batch", "callers", "keys/s", "calls/s")
+	for _, r := range rows {
+		fmt.Printf("%-22s %-10s %6d %8d %14.0f %12.0f\n", r.Name, r.Where, r.Batch, r.Callers, r.KeysPS, r.CallsPS)
+	}
+	fmt.Printf("\neviction pass over %d objects: %.1f ms (target < 200 ms)\n", *objects, evictMS)
+	fmt.Printf("master memory per object at %d objects: %.0f bytes (target <= 300)\n", *objects, bytesPerObject)
+	best := func(where string, batch int) float64 {
+		m := 0.0
+		for _, r := range rows {
+			if r.Where == where && r.Batch == batch && r.KeysPS > m && r.Name != "PutStart+PutEnd" {
+				m = r.KeysPS
+			}
+		}
+		return m
+	}
+	fmt.Printf("targets: single ops over RPC %.0f/s (>= 150k), batches of 128 over RPC %.0f keys/s (>= 1M)\n",
+		best("rpc", 1), best("rpc", 128))
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(map[string]any{"rows": rows, "eviction_ms": evictMS, "objects": *objects,
+			"bytes_per_object": bytesPerObject, "gomaxprocs": runtime.GOMAXPROCS(0), "time": time.Now().UTC()}, "", "  ")
+		os.WriteFile(*jsonOut, b, 0o644)
+	}
+}
+
+func newCore() *master.Core {
+	c := master.New(master.Config{ClientTTL: time.Hour})
+	for i := range 4 {
+		c.MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30})
+	}
+	return c
+}
+
+// keys returns n distinct keys of a realistic shape.
+func keys(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s/layer%02d/block%08d", prefix, i%61, i)
+	}
+	return out
+}
+
+// runFor calls f from callers goroutines until d passes; f returns keys done.
+func runFor(d time.Duration, callers int, f func(g int, i int) int) float64 {
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := 0
+			for i := 0; time.Now().Before(deadline); i++ {
+				n += f(g, i)
+			}
+			total.Add(int64(n))
+		}()
+	}
+	wg.Wait()
+	return float64(total.Load()) / time.Since(start).Seconds()
+}
+
+func inProcess(d time.Duration) []row {
+	c := newCore()
+	callers := runtime.GOMAXPROCS(0)
+	var rows []row
+	for _, batch := range []int{1, 128} {
+		ks := make([][]string, callers)
+		sizes := make([]uint64, batch)
+		for i := range sizes {
+			sizes[i] = 4096
+		}
+		var seq atomic.Int64
+		kps := runFor(d, callers, func(g, i int) int {
+			base := seq.Add(int64(batch)) - int64(batch)
+			b := make([]string, batch)
+			for j := range b {
+				b[j] = "p/" + strconv.FormatInt(base+int64(j), 10)
+			}
+			ks[g] = b
+			c.PutStart("w", "", b, sizes, wire.ReplicaConfig{})
+			c.PutEnd("w", b, nil)
+			return batch
+		})
+		rows = append(rows, row{"PutStart+PutEnd", "in-process", batch, callers, kps, kps / float64(batch)})
+		existing := keys("p", 0)
+		for i := range 100_000 {
+			existing = append(existing, "p/"+strconv.Itoa(i))
+		}
+		for _, op := range []string{"GetReplicas", "Exist"} {
+			kps := runFor(d, callers, func(g, i int) int {
+				off := (i * batch * 7919) % (len(existing) - batch)
+				b := existing[off : off+batch]
+				if op == "Exist" {
+					c.Exist(b)
+				} else {
+					c.GetReplicas(b, false)
+				}
+				return batch
+			})
+			rows = append(rows, row{op, "in-process", batch, callers, kps, kps / float64(batch)})
+		}
+	}
+	return rows
+}
+
+func overRPC(d time.Duration) []row {
+	opts, _ := server.ParseFlags([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--log_level=error", "--client_ttl=3600"}, nil)
+	srv, err := server.Start(opts)
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	for i := range 4 {
+		srv.Core().MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30})
+	}
+	cl := rpc.NewClient(srv.Addr())
+	defer cl.Close()
+	ctx := context.Background()
+	var rows []row
+	for _, batch := range []int{1, 128} {
+		callers := 64
+		if batch > 1 {
+			callers = 8
+		}
+		sizes := make([]uint64, batch)
+		for i := range sizes {
+			sizes[i] = 4096
+		}
+		var seq atomic.Int64
+		kps := runFor(d, callers, func(g, i int) int {
+			base := seq.Add(int64(batch)) - int64(batch)
+			b := make([]string, batch)
+			for j := range b {
+				b[j] = "r/" + strconv.FormatInt(base+int64(j), 10)
+			}
+			var ps wire.PutStartResp
+			cl.Call(ctx, wire.OpPutStart, &wire.PutStartReq{ClientID: "w", Keys: b, Sizes: sizes}, &ps)
+			cl.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: b}, &wire.CodesResp{})
+			return batch
+		})
+		rows = append(rows, row{"PutStart+PutEnd", "rpc", batch, callers, kps, 2 * kps / float64(batch)})
+		n := int(seq.Load())
+		for _, op := range []string{"GetReplicas", "Exist"} {
+			wop := wire.OpGetReplicas
+			if op == "Exist" {
+				wop = wire.OpExist
+			}
+			kps := runFor(d, callers, func(g, i int) int {
+				off := rand.IntN(max(n-batch, 1))
+				b := make([]string, batch)
+				for j := range b {
+					b[j] = "r/" + strconv.Itoa(off+j)
+				}
+				if wop == wire.OpExist {
+					cl.Call(ctx, wop, &wire.KeysReq{Keys: b}, &wire.CodesResp{})
+				} else {
+					cl.Call(ctx, wop, &wire.KeysReq{Keys: b}, &wire.GetReplicasResp{})
+				}
+				return batch
+			})
+			rows = append(rows, row{op, "rpc", batch, callers, kps, kps / float64(batch)})
+		}
+	}
+	return rows
+}
+
+// evictionAndMemory fills a core with n objects, reports the heap growth
+// per object, then times one eviction pass (5% of the objects).
+func evictionAndMemory(n int) (evictMS, bytesPerObject float64) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	c := newCore()
+	const batch = 1024
+	ks := make([]string, batch)
+	sizes := make([]uint64, batch)
+	for i := range sizes {
+		sizes[i] = 4096
+	}
+	for done := 0; done < n; done += batch {
+		m := min(batch, n-done)
+		for j := range m {
+			ks[j] = fmt.Sprintf("model/layer%02d/block%08d", (done+j)%61, done+j)
+		}
+		c.PutStart("w", "", ks[:m], sizes[:m], wire.ReplicaConfig{})
+		c.PutEnd("w", ks[:m], nil)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	bytesPerObject = float64(after.HeapInuse-before.HeapInuse) / float64(n)
+	start := time.Now()
+	res := c.Evict()
+	evictMS = float64(time.Since(start).Microseconds()) / 1000
+	if res.Objects == 0 {
+		fmt.Fprintln(os.Stderr, "warning: the eviction pass evicted nothing")
+	}
+	return evictMS, bytesPerObject
+}
