@@ -1,0 +1,1105 @@
+#!/usr/bin/env python3
+"""gostore benchmark: put/get throughput and latency against the physical limits.
+
+What runs (per transport pass, each in a fresh child process of this script):
+
+* the real ``gostore-master`` executable,
+* one *storage peer* process (this script with ``--peer``) that contributes
+  the only memory segment of the cluster,
+* the *worker* (this script with ``--worker``): the client under test. It sets
+  up with ``global_segment_size=0``, so every byte it puts or gets crosses to
+  the peer -- over shared memory (``shm``, the default between processes of
+  one host) or over loopback TCP (``GOSTORE_TRANSPORT=tcp`` in the peer's and
+  the worker's environment; the engine reads it when the Go runtime starts,
+  hence one process per pass).
+
+Matrix: {put, get} x {copying API, zero-copy API} x {single call, batch of 32}
+x {4 KiB, 1 MiB, 16 MiB} x {shm, tcp}. For every cell: GB/s, keys/s,
+p50/p99 latency per call (a batch call is one call), the physical limit
+measured in the same run (Go memcpy for shm rows, one raw loopback TCP stream
+for tcp rows, both at the cell's value size) and the ratio to it, the number
+of failed keys, and the share of the machine other processes used meanwhile
+(the machine may be shared). References printed beside the limits: a cold
+libc memcpy and a loopback ping-pong RTT between two Python processes (an
+echo child, ``--echo``). Only the API call itself is timed; key lists,
+pointer lists, stamping and verification happen outside the timed region.
+
+Honesty rules: every put writes fresh keys (a re-put of an existing key returns
+0 without writing); the segment is emptied with ``remove_all(force=True)``
+(untimed) before it could fill; every non-zero return code is counted and
+printed; gets read keys written before and a sample of every value read (its
+per-put stamp and three windows of its pattern) is verified after the call.
+
+The script prints; it never fails on a number (exit 1 only when it could not
+run at all). ``--json PATH`` writes every cell, the limits, the targets and
+the machine. ``--quick`` is a ~30 s smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as _dt
+import json
+import mmap
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+SIZES = [4 * KiB, 1 * MiB, 16 * MiB]
+BATCH = 32
+BATCHES = [1, BATCH]
+TRANSPORTS = ["shm", "tcp"]
+APIS = ["copy", "zero_copy"]
+
+# Method names per (op, api, batched).
+METHOD = {
+    ("put", "copy", False): "put",
+    ("put", "copy", True): "put_batch",
+    ("put", "zero_copy", False): "put_from",
+    ("put", "zero_copy", True): "batch_put_from",
+    ("get", "copy", False): "get",
+    ("get", "copy", True): "get_batch",
+    ("get", "zero_copy", False): "get_into",
+    ("get", "zero_copy", True): "batch_get_into",
+}
+
+# Value pattern: byte at arena offset a is PAT[a % PERIOD]; a prime period so
+# that a value read from the wrong offset does not match by accident. The
+# first STAMP bytes of every value are overwritten by a per-put unique stamp.
+PERIOD = 4093
+PAT = bytes((i * 131 + (i >> 8) * 17 + 7) & 0xFF for i in range(PERIOD))
+PATD = PAT + PAT
+STAMP = 8
+WIN = 16  # verified window length
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def fmt_size(n: int) -> str:
+    if n >= MiB and n % MiB == 0:
+        return f"{n // MiB} MiB"
+    if n >= KiB and n % KiB == 0:
+        return f"{n // KiB} KiB"
+    return f"{n} B"
+
+
+def pct(sorted_vals: List[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_vals:
+        return float("nan")
+    k = max(0, min(len(sorted_vals) - 1, int(round(q / 100.0 * len(sorted_vals) + 0.5)) - 1))
+    return sorted_vals[k]
+
+
+# --------------------------------------------------------------------------
+# machine description
+
+
+def machine_info() -> Dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_total = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem_total = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    commit = None
+    try:
+        root = os.path.dirname(HERE)
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip() or None
+        if commit:
+            dirty = subprocess.run(
+                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=5,
+            ).stdout.strip()
+            if dirty:
+                commit += "+dirty"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "nproc_affinity": affinity,
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "kernel_version": platform.version(),
+        "mem_total_bytes": mem_total,
+        "python": sys.version.split()[0],
+        "git_commit": commit,
+    }
+
+
+# --------------------------------------------------------------------------
+# child processes
+
+
+def _pdeathsig() -> None:
+    """preexec_fn: die with SIGTERM when the process that started us dies.
+
+    Runs in the forked child before exec; the parent has not loaded the Go
+    runtime yet when it starts children (see Worker.run).
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _readline_timeout(proc: subprocess.Popen, timeout: float) -> str:
+    out: List[str] = []
+
+    def rd() -> None:
+        try:
+            out.append(proc.stdout.readline() if proc.stdout else "")
+        except Exception:
+            out.append("")
+
+    t = threading.Thread(target=rd, daemon=True)
+    t.start()
+    t.join(timeout)
+    return out[0] if out else ""
+
+
+def child_env(transport: str) -> Dict[str, str]:
+    env = dict(os.environ, GOSTORE_LOG_LEVEL="warn")
+    if transport == "tcp":
+        env["GOSTORE_TRANSPORT"] = "tcp"
+    else:
+        env.pop("GOSTORE_TRANSPORT", None)
+    return env
+
+
+def start_master(transport: str) -> subprocess.Popen:
+    from gostore import master_binary_path  # pure Python: does not load the library
+
+    binary = master_binary_path()
+    if not os.path.exists(binary):
+        raise RuntimeError(f"gostore-master not found at {binary} (set GOSTORE_MASTER_BIN)")
+    proc = subprocess.Popen(
+        [binary, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=warn"],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        env=child_env(transport), preexec_fn=_pdeathsig,
+    )
+    line = _readline_timeout(proc, 30)
+    if "rpc=" not in line:
+        kill(proc)
+        raise RuntimeError(f"gostore-master did not start: {line!r}")
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    proc.rpc_addr = fields["rpc"]  # type: ignore[attr-defined]
+    return proc
+
+
+def start_peer(master: str, segment: int, transport: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--peer", master, "--segment", str(segment)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=child_env(transport), preexec_fn=_pdeathsig,
+    )
+    line = _readline_timeout(proc, 60)
+    if not line.startswith("ready"):
+        kill(proc)
+        raise RuntimeError(f"storage peer did not start: {line!r}")
+    proc.hostname = line.split()[1]  # type: ignore[attr-defined]
+    return proc
+
+
+def kill(proc: Optional[subprocess.Popen], grace: float = 5.0) -> None:
+    """Stop one process we started: close its stdin, SIGTERM, then SIGKILL."""
+    if proc is None:
+        return
+    try:
+        if proc.stdin and not proc.stdin.closed:
+            proc.stdin.close()
+    except OSError:
+        pass
+    if proc.poll() is None:
+        try:
+            proc.wait(timeout=grace if proc.stdin else 0.01)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    try:
+        if proc.stdout:
+            proc.stdout.close()
+    except OSError:
+        pass
+
+
+def peer_main(master: str, segment: int) -> int:
+    """Peer role: contribute a segment until stdin closes."""
+    from gostore import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master)
+    if rc != 0:
+        print(f"error {rc}", flush=True)
+        return 1
+    print(f"ready {store.get_hostname()}", flush=True)
+    try:
+        sys.stdin.read()
+    except KeyboardInterrupt:
+        pass
+    store.close()
+    return 0
+
+
+# --------------------------------------------------------------------------
+# background load and round-trip reference
+
+
+def _proc_cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime, all threads
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _machine_ticks() -> Tuple[int, int]:
+    """(busy, total) jiffies over all CPUs from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    total = sum(v[:8])  # user nice system idle iowait irq softirq steal
+    return total - v[3] - v[4], total
+
+
+class CpuMon:
+    """How much of the machine other processes used while we measured.
+
+    busy(all CPUs) - CPU time of our own processes (worker, master, peer),
+    as a fraction of all CPU time in the interval. The machine may be shared;
+    a high value means the numbers of that interval are disturbed.
+    """
+
+    def __init__(self, pids: List[int]) -> None:
+        self.pids = pids
+        self.snap()
+
+    def snap(self) -> None:
+        self.busy, self.total = _machine_ticks()
+        self.ours = sum(_proc_cpu_ticks(p) for p in self.pids)
+
+    def foreign(self) -> Dict[str, float]:
+        busy, total = _machine_ticks()
+        ours = sum(_proc_cpu_ticks(p) for p in self.pids)
+        dt = max(1, total - self.total)
+        out = {
+            "machine_busy": (busy - self.busy) / dt,
+            "ours": (ours - self.ours) / dt,
+            "foreign": max(0.0, (busy - self.busy) - (ours - self.ours)) / dt,
+        }
+        self.busy, self.total, self.ours = busy, total, ours
+        return out
+
+
+def echo_main() -> int:
+    """Echo role: answer every message on a loopback socket (RTT reference)."""
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    print(srv.getsockname()[1], flush=True)
+    c, _ = srv.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        d = c.recv(256)
+        if not d:
+            return 0
+        c.sendall(d)
+
+
+class Echo:
+    """A loopback ping-pong between this process and an echo child: the
+    round trip of two processes on this machine, without gostore (Python
+    sockets, 32-byte messages)."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--echo"], stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL, text=True, preexec_fn=_pdeathsig,
+        )
+        port = int(_readline_timeout(self.proc, 30) or 0)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def rtt(self, n: int) -> Dict[str, float]:
+        lat = []
+        msg = b"x" * 32
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            self.sock.sendall(msg)
+            got = 0
+            while got < len(msg):
+                got += len(self.sock.recv(256))
+            lat.append(time.perf_counter_ns() - t0)
+        lat.sort()
+        return {"p50_us": pct(lat, 50) / 1e3, "p99_us": pct(lat, 99) / 1e3, "n": n}
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        kill(self.proc)
+
+
+# --------------------------------------------------------------------------
+# memory arenas
+
+
+class Arena:
+    """Page-aligned anonymous memory, faulted in, optionally filled with PAT."""
+
+    def __init__(self, size: int, fill: bool) -> None:
+        self.size = size
+        self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._c = ctypes.c_char.from_buffer(self.mm)
+        self.addr = ctypes.addressof(self._c)
+        if fill:
+            n = min(PERIOD, size)
+            ctypes.memmove(self.addr, PAT, n)
+            while n < size:  # doubling keeps the period: n is a multiple of PERIOD
+                k = min(n, size - n)
+                ctypes.memmove(self.addr + n, self.addr, k)
+                n += k
+        else:
+            ctypes.memset(self.addr, 0, size)
+        self.view = memoryview(self.mm)  # lives as long as the process
+
+
+def expected(base: int, off: int, n: int) -> bytes:
+    s = (base + off) % PERIOD
+    return PATD[s:s + n]
+
+
+def windows(size: int) -> List[int]:
+    """Offsets (past the stamp) of the verified windows of a value."""
+    return sorted({STAMP, max(STAMP, size // 2 - WIN // 2), max(STAMP, size - WIN)})
+
+
+# --------------------------------------------------------------------------
+# the worker: one transport pass
+
+
+class Cell:
+    def __init__(self, transport: str, op: str, api: str, batch: int, size: int) -> None:
+        self.transport, self.op, self.api, self.batch, self.size = transport, op, api, batch, size
+        self.method = METHOD[(op, api, batch > 1)]
+        self.lat_ns: List[int] = []
+        self.keys = 0
+        self.errors = 0  # failed keys
+        self.codes: Dict[str, int] = {}
+        self.verified = 0  # keys whose sample was checked
+        self.verify_failures = 0
+        self.segment_resets = 0
+        self.notes: List[str] = []
+        self.load: Dict[str, float] = {}
+
+    def code(self, c: Any, n: int = 1) -> None:
+        self.errors += n
+        k = str(c)
+        self.codes[k] = self.codes.get(k, 0) + n
+
+    def result(self, limit_name: str, limit_gbps: float) -> Dict[str, Any]:
+        lat = sorted(self.lat_ns)
+        total_s = sum(lat) / 1e9
+        calls = len(lat)
+        nbytes = self.keys * self.size
+        ok_keys = self.keys - self.errors - self.verify_failures
+        gbps = (ok_keys * self.size) / total_s / 1e9 if total_s > 0 else 0.0
+        kps = ok_keys / total_s if total_s > 0 else 0.0
+        p50 = pct(lat, 50) / 1e3 if lat else float("nan")
+        p99 = pct(lat, 99) / 1e3 if lat else float("nan")
+        return {
+            "transport": self.transport,
+            "op": self.op,
+            "api": self.api,
+            "method": self.method,
+            "batch": self.batch,
+            "size": self.size,
+            "calls": calls,
+            "keys": self.keys,
+            "bytes": nbytes,
+            "timed_s": total_s,
+            "gbps": gbps,
+            "keys_per_s": kps,
+            "calls_per_s": calls / total_s if total_s > 0 else 0.0,
+            "p50_us": p50,
+            "p99_us": p99,
+            "mean_us": (total_s / calls * 1e6) if calls else float("nan"),
+            "min_us": lat[0] / 1e3 if lat else float("nan"),
+            "max_us": lat[-1] / 1e3 if lat else float("nan"),
+            "p50_us_per_key": p50 / self.batch,
+            "limit": limit_name,
+            "limit_gbps": limit_gbps,
+            "pct_of_limit": (100.0 * gbps / limit_gbps) if limit_gbps > 0 else None,
+            "errors": self.errors,
+            "error_codes": self.codes,
+            "verified_keys": self.verified,
+            "verify_failures": self.verify_failures,
+            "segment_resets": self.segment_resets,
+            "background_cpu": self.load.get("foreign"),
+            "load": self.load,
+            "notes": self.notes,
+        }
+
+
+class Budget:
+    """Iteration/time bounds of one timed loop: at least min_calls timed
+    calls, then stop at max calls (cell_bytes moved) or when the cell's wall
+    clock budget (untimed work included) is spent, whichever comes first."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.cell_s = 0.25 if quick else 2.0
+        self.cell_bytes = (256 * MiB) if quick else (6 * GiB)
+        self.max_calls = 400 if quick else 20000
+
+    def min_calls(self, size: int, batch: int) -> int:
+        huge = size * batch >= 256 * MiB  # 32 x 16 MiB: up to seconds per call
+        if self.quick:
+            return 1 if huge else 2
+        return 3 if huge else 5
+
+    def calls(self, size: int, batch: int) -> int:
+        return max(self.min_calls(size, batch), min(self.max_calls, self.cell_bytes // (size * batch)))
+
+
+class Worker:
+    def __init__(self, transport: str, quick: bool, segment: int) -> None:
+        self.transport = transport
+        self.quick = quick
+        self.segment = segment
+        self.budget = Budget(quick)
+        # The segment is emptied before it would pass this many bytes: well
+        # below the master's eviction high watermark (0.90).
+        self.cap = int(segment * 0.6)
+        self.used = 0
+        self.store: Any = None
+        self.src: Optional[Arena] = None
+        self.dst: Optional[Arena] = None
+        self.stamp = 0
+        self.run_id = f"{os.getpid():x}{int(time.time()) & 0xFFFF:x}"
+        self.limits: Dict[str, Dict[str, Any]] = {"memcpy": {}, "tcp_stream": {}}
+        self.info: Dict[str, Any] = {}
+
+    # ---- helpers ----------------------------------------------------------
+
+    def reset_segment(self) -> None:
+        n = self.store.remove_all(True)
+        if n < 0:
+            log(f"  remove_all(force=True) returned {n}")
+        self.used = 0
+
+    def next_stamp(self) -> bytes:
+        self.stamp += 1
+        # Unique per put in this run (the run id keeps passes apart too).
+        return (self.stamp | (os.getpid() << 40)).to_bytes(8, "little")
+
+    def measure_limits(self) -> None:
+        from gostore import _native
+
+        reps = 3
+        for size in SIZES:
+            it_mem = max(8, min(200000, (256 * MiB if self.quick else GiB) // size))
+            it_tcp = max(8, min(50000, (128 * MiB if self.quick else 768 * MiB) // size))
+            try:
+                mem = [_native.bench_memcpy(size, it_mem) for _ in range(reps)]
+            except (NotImplementedError, AttributeError) as e:  # an old library
+                log(f"  memcpy probe unavailable: {e}")
+                mem = [0.0]
+            try:
+                tcp = [_native.bench_tcp_stream(size, it_tcp) for _ in range(reps)]
+            except (NotImplementedError, AttributeError) as e:
+                log(f"  tcp stream probe unavailable: {e}")
+                tcp = [0.0]
+            self.limits["memcpy"][str(size)] = {"gbps": max(mem), "samples": mem, "iters": it_mem}
+            self.limits["tcp_stream"][str(size)] = {"gbps": max(tcp), "samples": tcp, "iters": it_tcp}
+            log(f"  [{self.transport}] limits {fmt_size(size):>7}: memcpy {max(mem):7.2f} GB/s, "
+                f"tcp stream {max(tcp):6.2f} GB/s")
+
+    def measure_cold_memcpy(self) -> None:
+        """Reference only: libc memcpy (ctypes.memmove) of size bytes from
+        rotating slots of the 512 MiB source arena into rotating slots of the
+        destination arena, so the data is not cache-hot like in the Go probe
+        (which copies the same two buffers again and again). Sizes >= 1 MiB;
+        at 4 KiB the ctypes call would dominate."""
+        assert self.src is not None and self.dst is not None
+        out: Dict[str, Any] = {}
+        for size in SIZES:
+            if size < MiB:
+                continue
+            slots = self.src.size // size
+            n = max(8, min(256, (GiB if not self.quick else 256 * MiB) // size))
+            best = 0.0
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for i in range(n):
+                    k = (i * 7) % slots
+                    ctypes.memmove(self.dst.addr + ((i * 13) % slots) * size, self.src.addr + k * size, size)
+                best = max(best, n * size / (time.perf_counter() - t0) / 1e9)
+            out[str(size)] = {"gbps": best, "iters": n}
+        self.limits["memcpy_cold_libc"] = out
+        ctypes.memset(self.dst.addr, 0, self.dst.size)
+
+    def limit_for(self, size: int) -> Tuple[str, float]:
+        name = "memcpy" if self.transport == "shm" else "tcp_stream"
+        return name, self.limits[name][str(size)]["gbps"]
+
+    def wait_prefault(self) -> float:
+        """The engine maps a same-host peer segment on first use and faults
+        its pages in from a background goroutine. Wait (untimed) until this
+        process's shared RSS stops growing so that the prefault neither
+        competes with the measured calls for CPU nor leaves faults to them."""
+        if self.transport != "shm":
+            return 0.0
+
+        def rss_shmem() -> int:
+            try:
+                with open("/proc/self/status") as f:
+                    for line in f:
+                        if line.startswith("RssShmem:"):
+                            return int(line.split()[1]) * 1024
+            except OSError:
+                pass
+            return -1
+
+        t0 = time.perf_counter()
+        last, stable_since = rss_shmem(), time.perf_counter()
+        while time.perf_counter() - t0 < 30:
+            time.sleep(0.05)
+            cur = rss_shmem()
+            if cur < 0 or cur >= self.segment * 0.98:
+                break
+            if cur != last:
+                last, stable_since = cur, time.perf_counter()
+            elif time.perf_counter() - stable_since > 0.5:
+                break
+        return time.perf_counter() - t0
+
+    def check_path(self, peer_host: str) -> Dict[str, Any]:
+        """Which path the data actually took: TCP connections to the peer's
+        transfer port, and whether a memfd segment is mapped here."""
+        port = int(peer_host.rsplit(":", 1)[1])
+        conns = 0
+        for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(name) as f:
+                    next(f)
+                    for line in f:
+                        parts = line.split()
+                        rem_port = int(parts[2].split(":")[1], 16)
+                        if rem_port == port and parts[3] == "01":  # ESTABLISHED
+                            conns += 1
+            except OSError:
+                pass
+        memfd = False
+        try:
+            with open("/proc/self/maps") as f:
+                memfd = any("memfd:gostore" in line for line in f)
+        except OSError:
+            pass
+        return {"tcp_conns_to_peer": conns, "peer_memfd_mapped": memfd}
+
+    # ---- one cell ----------------------------------------------------------
+
+    def run_put(self, api: str, batch: int, size: int) -> Tuple[Cell, List[List[Tuple[str, int, bytes]]]]:
+        """Timed puts with fresh keys. Returns the cell and the groups of
+        (key, slot, stamp) still stored afterwards (for the get cell)."""
+        cell = Cell(self.transport, "put", api, batch, size)
+        st, src = self.store, self.src
+        assert src is not None
+        prefix = f"{self.run_id}/{self.transport[0]}/{api[0]}{batch}/{size}/"
+        slots = list(range(batch))
+        ptrs = [src.addr + j * size for j in slots]
+        sizes = [size] * batch
+        views = [src.view[j * size:(j + 1) * size] for j in slots]
+        call_bytes = size * batch
+        live: List[List[Tuple[str, int, bytes]]] = []
+        max_calls = self.budget.calls(size, batch)
+        min_calls = self.budget.min_calls(size, batch)
+        t_end = time.perf_counter() + self.budget.cell_s
+        it = -1  # -1: warm-up call, not recorded
+        while True:
+            if it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls)):
+                break
+            if self.used + call_bytes > self.cap:
+                self.reset_segment()
+                live.clear()
+                if it >= 0:
+                    cell.segment_resets += 1
+            keys = [f"{prefix}{it + 1}/{j}" for j in slots]
+            stamps = [self.next_stamp() for _ in slots]
+            for j in slots:
+                ctypes.memmove(ptrs[j], stamps[j], STAMP)
+            fail: Optional[List[Any]] = None
+            if api == "copy":
+                if batch == 1:
+                    t0 = time.perf_counter_ns()
+                    rc = st.put(keys[0], views[0])
+                    dt = time.perf_counter_ns() - t0
+                    fail = [rc] if rc != 0 else []
+                else:
+                    t0 = time.perf_counter_ns()
+                    rc = st.put_batch(keys, views)
+                    dt = time.perf_counter_ns() - t0
+                    # put_batch reports only the first error: count the batch.
+                    fail = [rc] * batch if rc != 0 else []
+            else:
+                if batch == 1:
+                    t0 = time.perf_counter_ns()
+                    rc = st.put_from(keys[0], ptrs[0], size)
+                    dt = time.perf_counter_ns() - t0
+                    fail = [rc] if rc != 0 else []
+                else:
+                    t0 = time.perf_counter_ns()
+                    rcs = st.batch_put_from(keys, ptrs, sizes)
+                    dt = time.perf_counter_ns() - t0
+                    fail = [r for r in rcs if r != 0]
+            for j in slots:  # restore the pattern under the stamps (later cells use other slots)
+                ctypes.memmove(ptrs[j], expected(j * size, 0, STAMP), STAMP)
+            self.used += call_bytes
+            if it >= 0:
+                cell.lat_ns.append(dt)
+                cell.keys += batch
+                for c in fail:
+                    cell.code(c)
+            elif fail:
+                cell.notes.append(f"warm-up put failed: {fail[:3]}")
+            if not fail:
+                live.append([(keys[j], j, stamps[j]) for j in slots])
+            elif any(c == -200 for c in fail):
+                self.reset_segment()  # no space: empty it, keep going (counted)
+                live.clear()
+            it += 1
+        return cell, live
+
+    def run_get(self, api: str, batch: int, size: int, groups: List[List[Tuple[str, int, bytes]]]) -> Cell:
+        cell = Cell(self.transport, "get", api, batch, size)
+        st, dst = self.store, self.dst
+        assert dst is not None
+        if not groups:
+            cell.notes.append("no keys were stored by the put cell: nothing to read")
+            return cell
+        dptrs = [dst.addr + j * size for j in range(batch)]
+        sizes = [size] * batch
+        wins = windows(size)
+        max_calls = self.budget.calls(size, batch)
+        min_calls = self.budget.min_calls(size, batch)
+        t_end = time.perf_counter() + self.budget.cell_s
+        key_lists = [[k for k, _, _ in g] for g in groups]
+        it = -1
+        while True:
+            if it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls)):
+                break
+            gi = (it + 1) % len(groups)
+            group, keys = groups[gi], key_lists[gi]
+            if api == "copy":
+                if batch == 1:
+                    t0 = time.perf_counter_ns()
+                    vals = [st.get(keys[0])]
+                    dt = time.perf_counter_ns() - t0
+                else:
+                    t0 = time.perf_counter_ns()
+                    vals = st.get_batch(keys)
+                    dt = time.perf_counter_ns() - t0
+                res = [len(v) for v in vals]  # b"" is a miss or an error
+                reads = [bytes(v[:STAMP]) for v in vals], [
+                    [bytes(v[w:w + WIN]) for w in wins] for v in vals]
+            else:
+                # Poison the sampled bytes of the destination so that a call
+                # that writes nothing cannot pass verification.
+                for j in range(batch):
+                    ctypes.memset(dptrs[j], 0, STAMP)
+                    for w in wins:
+                        ctypes.memset(dptrs[j] + w, 0, WIN)
+                if batch == 1:
+                    t0 = time.perf_counter_ns()
+                    res = [st.get_into(keys[0], dptrs[0], size)]
+                    dt = time.perf_counter_ns() - t0
+                else:
+                    t0 = time.perf_counter_ns()
+                    res = st.batch_get_into(keys, dptrs, sizes)
+                    dt = time.perf_counter_ns() - t0
+                reads = [ctypes.string_at(dptrs[j], STAMP) for j in range(batch)], [
+                    [ctypes.string_at(dptrs[j] + w, WIN) for w in wins] for j in range(batch)]
+            # verify (untimed)
+            bad_codes: List[Any] = []
+            vfail = 0
+            for j, (key, slot, stamp) in enumerate(group):
+                r = res[j]
+                if r != size:
+                    bad_codes.append(r if r < 0 else ("empty" if r == 0 else f"short:{r}"))
+                    continue
+                ok = reads[0][j] == stamp and all(
+                    reads[1][j][wi] == expected(slot * size, w, WIN) for wi, w in enumerate(wins))
+                if not ok:
+                    vfail += 1
+                    if os.environ.get("BENCH_DEBUG"):
+                        log(f"    verify failed {key} slot {slot}: stamp {reads[0][j].hex()} want {stamp.hex()}; "
+                            + ", ".join(f"@{w} {reads[1][j][wi] == expected(slot * size, w, WIN)}"
+                                        for wi, w in enumerate(wins)))
+            if it >= 0:
+                cell.lat_ns.append(dt)
+                cell.keys += batch
+                cell.verified += batch - len(bad_codes)
+                cell.verify_failures += vfail
+                for c in bad_codes:
+                    cell.code(c)
+            elif bad_codes or vfail:
+                cell.notes.append(f"warm-up get failed: codes {bad_codes[:3]}, {vfail} verify failures")
+            it += 1
+        return cell
+
+    # ---- the pass -------------------------------------------------------------
+
+    def run(self) -> Dict[str, Any]:
+        master = peer = None
+        echo: Optional[Echo] = None
+        cells: List[Dict[str, Any]] = []
+        t_start = time.perf_counter()
+        try:
+            # Children first: nothing may fork after the Go runtime is loaded.
+            master = start_master(self.transport)
+            peer = start_peer(master.rpc_addr, self.segment, self.transport)
+            self.info.update(master=master.rpc_addr, peer=peer.hostname,
+                             master_pid=master.pid, peer_pid=peer.pid)
+            echo = Echo()  # also a child: started before the Go runtime loads
+            self.info["rtt_start"] = echo.rtt(1000 if self.quick else 4000)
+            from gostore import MooncakeDistributedStore
+
+            mon = CpuMon([os.getpid(), master.pid, peer.pid])
+            self.measure_limits()
+            arena = BATCH * max(SIZES)
+            self.src = Arena(arena, fill=True)
+            self.dst = Arena(arena, fill=False)
+            self.measure_cold_memcpy()
+            self.info["load_limits"] = mon.foreign()
+            self.store = st = MooncakeDistributedStore()
+            rc = st.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 * MiB, "tcp", "", master.rpc_addr)
+            if rc != 0:
+                raise RuntimeError(f"setup failed: {rc}")
+            for a in (self.src, self.dst):
+                rc = st.register_buffer(a.addr, a.size)
+                if rc != 0:
+                    raise RuntimeError(f"register_buffer failed: {rc}")
+            # Warm-up: maps the peer segment / opens the connections.
+            t0 = time.perf_counter()
+            wk = f"{self.run_id}/warmup"
+            rc1 = st.put_from(wk, self.src.addr, 16 * MiB)
+            rc2 = st.get_into(wk, self.dst.addr, 16 * MiB)
+            self.info["warmup_s"] = time.perf_counter() - t0
+            self.info["warmup_codes"] = [rc1, rc2]
+            self.info["prefault_wait_s"] = self.wait_prefault()
+            self.info["path"] = self.check_path(peer.hostname)
+            path = self.info["path"]
+            log(f"  [{self.transport}] warm-up {self.info['warmup_s'] * 1e3:.0f} ms (put {rc1}, get {rc2}), "
+                f"prefault wait {self.info['prefault_wait_s']:.2f} s; "
+                f"tcp connections to peer: {path['tcp_conns_to_peer']}, "
+                f"peer memfd mapped: {path['peer_memfd_mapped']}")
+            if self.transport == "shm" and path["tcp_conns_to_peer"]:
+                log("  WARNING: shm pass has TCP connections to the peer")
+            if self.transport == "tcp" and not path["tcp_conns_to_peer"]:
+                log("  WARNING: tcp pass has no TCP connection to the peer")
+            self.reset_segment()
+
+            for size in SIZES:
+                for batch in BATCHES:
+                    for api in APIS:
+                        self.reset_segment()
+                        mon.snap()
+                        pc, groups = self.run_put(api, batch, size)
+                        pc.load = mon.foreign()
+                        gc = self.run_get(api, batch, size, groups)
+                        gc.load = mon.foreign()
+                        lname, lgbps = self.limit_for(size)
+                        for c in (pc, gc):
+                            r = c.result(lname, lgbps)
+                            cells.append(r)
+                            log(f"  [{self.transport}] {r['method']:<15}{batch:>3} x {fmt_size(size):>7}: "
+                                f"{r['gbps']:7.2f} GB/s {r['keys_per_s']:>10.0f} keys/s "
+                                f"p50 {r['p50_us']:9.1f} us  ({r['calls']} calls, {r['errors']} errors, "
+                                f"{r['verify_failures']} bad, background cpu {100 * c.load['foreign']:.0f}%)")
+            self.reset_segment()
+            self.info["rtt_end"] = echo.rtt(1000 if self.quick else 4000)
+        finally:
+            if self.store is not None:
+                try:
+                    self.store.close()
+                except Exception as e:  # never mask the original error
+                    log(f"  close failed: {e!r}")
+            kill(peer)
+            kill(master)
+            if echo is not None:
+                echo.close()
+        left = [p.pid for p in (peer, master, echo.proc if echo else None) if p is not None and p.poll() is None]
+        self.info["children_left_running"] = left
+        self.info["pass_s"] = time.perf_counter() - t_start
+        return {"transport": self.transport, "limits": self.limits, "cells": cells, "info": self.info}
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    def on_term(*_a: Any) -> None:
+        raise SystemExit(143)  # run the finally blocks: kill master and peer
+
+    signal.signal(signal.SIGTERM, on_term)
+    os.environ["GOSTORE_LOG_LEVEL"] = "warn"
+    is_tcp = (os.environ.get("GOSTORE_TRANSPORT") or "").lower() == "tcp"
+    if is_tcp != (args.transport == "tcp"):
+        log(f"worker: GOSTORE_TRANSPORT={os.environ.get('GOSTORE_TRANSPORT')!r} does not match --transport")
+        return 1
+    w = Worker(args.transport, args.quick, args.segment)
+    try:
+        out = w.run()
+    except KeyboardInterrupt:
+        return 130  # Worker.run's finally stopped the master and the peer
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+    return 0
+
+
+# --------------------------------------------------------------------------
+# orchestration, report
+
+
+def run_pass(transport: str, args: argparse.Namespace) -> Dict[str, Any]:
+    fd, out = tempfile.mkstemp(prefix=f"gostore-bench-{transport}-", suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--transport", transport,
+           "--out", out, "--segment", str(args.segment)]
+    if args.quick:
+        cmd.append("--quick")
+    proc = subprocess.Popen(cmd, env=child_env(transport), preexec_fn=_pdeathsig)
+    try:
+        rc = proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    try:
+        if rc != 0:
+            raise RuntimeError(f"{transport} pass failed (exit {rc})")
+        with open(out) as f:
+            return json.load(f)
+    finally:
+        os.unlink(out)
+
+
+def find(cells: List[Dict[str, Any]], transport: str, method: str, batch: int, size: int) -> Optional[Dict[str, Any]]:
+    for c in cells:
+        if (c["transport"], c["method"], c["batch"], c["size"]) == (transport, method, batch, size):
+            return c
+    return None
+
+
+def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str]) -> List[Dict[str, Any]]:
+    out: List[Dict[str, Any]] = []
+
+    def add(name: str, cell: Optional[Dict[str, Any]], measured: Optional[float], unit: str,
+            op: str, target: float, detail: str) -> None:
+        if cell is None or measured is None:
+            out.append({"target": name, "verdict": "N/A", "detail": "cell not run"})
+            return
+        ok = measured >= target if op == ">=" else measured <= target
+        if cell["errors"] or cell["verify_failures"]:
+            ok = False
+            detail += f"; {cell['errors']} errors, {cell['verify_failures']} verify failures"
+        out.append({"target": name, "verdict": "PASS" if ok else "BELOW", "measured": measured,
+                    "unit": unit, "op": op, "threshold": target, "detail": detail})
+
+    big = 16 * MiB
+    for tr in transports:
+        lim_name = "memcpy" if tr == "shm" else "raw loopback TCP stream"
+        for m in ("put_from", "get_into"):
+            c = find(cells, tr, m, 1, big)
+            if c is not None:
+                add(f"{tr}: {m} 16 MiB >= 70% of {lim_name}", c, c["pct_of_limit"], "%", ">=", 70.0,
+                    f"{c['gbps']:.2f} GB/s vs {c['limit_gbps']:.2f} GB/s")
+        for m in ("batch_put_from", "batch_get_into"):
+            c = find(cells, tr, m, BATCH, big)
+            if c is not None:
+                add(f"{tr}: {m} 32x16 MiB >= 70% of {lim_name} (batch form)", c, c["pct_of_limit"], "%",
+                    ">=", 70.0, f"{c['gbps']:.2f} GB/s vs {c['limit_gbps']:.2f} GB/s")
+        for m in ("batch_put_from", "batch_get_into"):
+            c = find(cells, tr, m, BATCH, 4 * KiB)
+            if c is not None:
+                add(f"{tr}: {m} 32x4 KiB >= 100k keys/s", c, c["keys_per_s"], "keys/s", ">=", 100000.0,
+                    f"{c['keys_per_s']:.0f} keys/s, p50 {c['p50_us']:.1f} us per call of 32")
+        c = find(cells, tr, "get", 1, 4 * KiB)
+        if c is not None:
+            add(f"{tr}: get 4 KiB p50 <= 60 us", c, c["p50_us"], "us", "<=", 60.0,
+                f"p50 {c['p50_us']:.1f} us, p99 {c['p99_us']:.1f} us")
+    return out
+
+
+def print_report(doc: Dict[str, Any]) -> None:
+    m = doc["machine"]
+    print()
+    print(f"gostore benchmark  {doc['timestamp']}  {'(quick)' if doc['config']['quick'] else ''}")
+    print(f"machine: {m['nproc']} CPUs ({m['cpu_model']}), kernel {m['kernel']}, "
+          f"python {m['python']}, commit {m['git_commit']}")
+    print(f"peer segment {fmt_size(doc['config']['segment'])}, client global_segment_size=0, "
+          f"batch {BATCH}; a batch call counts as one call for p50/p99; keys/s counts objects")
+    for tr in doc["config"]["transports"]:
+        rows = [c for c in doc["cells"] if c["transport"] == tr]
+        if not rows:
+            continue
+        lim = doc["limits"][tr]
+        info = doc["passes"][tr]
+        key = "memcpy" if tr == "shm" else "tcp_stream"
+        print()
+        print(f"== transport {tr}")
+        print("   limits measured in this pass (GB/s): Go memcpy probe "
+              + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in lim["memcpy"].items())
+              + "; raw loopback TCP stream "
+              + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in lim["tcp_stream"].items()))
+        cold = lim.get("memcpy_cold_libc") or {}
+        rs, re_ = info.get("rtt_start") or {}, info.get("rtt_end") or {}
+        print("   reference only: libc memcpy, cold (rotating over 512 MiB) "
+              + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in cold.items())
+              + f" GB/s; loopback ping-pong RTT p50 {rs.get('p50_us', float('nan')):.1f} us at start, "
+              f"{re_.get('p50_us', float('nan')):.1f} us at end (two Python processes)")
+        print(f"   the '% limit' column is against the {'Go memcpy probe' if tr == 'shm' else 'raw TCP stream'}"
+              " at the cell's value size; 'bg cpu' is the share of the machine used by other processes")
+        hdr = (f"{'op':<4} {'api':<15} {'batch':>5} {'size':>7} {'GB/s':>8} {'keys/s':>10} "
+               f"{'p50 us':>9} {'p99 us':>9} {'limit GB/s':>10} {'% limit':>8} {'errors':>6} {'calls':>6} {'bg cpu':>6}")
+        print(hdr)
+        print("-" * len(hdr))
+        for c in rows:
+            err = c["errors"] + c["verify_failures"]
+            pl = f"{c['pct_of_limit']:.0f}%" if c["pct_of_limit"] is not None else "-"
+            bg = c.get("background_cpu")
+            bgs = f"{100 * bg:.0f}%" if bg is not None else "-"
+            print(f"{c['op']:<4} {c['method']:<15} {c['batch']:>5} {fmt_size(c['size']):>7} "
+                  f"{c['gbps']:>8.2f} {c['keys_per_s']:>10.0f} {c['p50_us']:>9.1f} {c['p99_us']:>9.1f} "
+                  f"{c['limit_gbps']:>10.2f} {pl:>8} {err:>6} {c['calls']:>6} {bgs:>6}")
+        bad = [c for c in rows if c["errors"] or c["verify_failures"] or c["notes"]]
+        for c in bad:
+            print(f"  ! {c['method']} {c['batch']}x{fmt_size(c['size'])}: codes {c['error_codes']}, "
+                  f"{c['verify_failures']} verify failures; {'; '.join(c['notes'])}")
+        bgs = [c["background_cpu"] for c in rows if c.get("background_cpu") is not None]
+        if bgs and max(bgs) > 0.10:
+            print(f"  ! other processes used up to {100 * max(bgs):.0f}% of the machine during this pass "
+                  f"(mean {100 * sum(bgs) / len(bgs):.0f}%): its numbers are disturbed")
+        print(f"   path check: {info.get('path')}; pass took {info.get('pass_s', 0):.1f} s")
+    print()
+    print("== targets (reported, never enforced)")
+    for t in doc["targets"]:
+        if t["verdict"] == "N/A":
+            print(f"  N/A    {t['target']}")
+        else:
+            print(f"  {t['verdict']:<6} {t['target']}: {t['detail']}"
+                  + (f" ({t['measured']:.0f}% of limit)" if t["unit"] == "%" else ""))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description="gostore put/get benchmark (see bench/README.md)")
+    ap.add_argument("--json", metavar="PATH", help="write every cell, the limits and the machine here")
+    ap.add_argument("--quick", action="store_true", help="a ~30 s smoke run")
+    ap.add_argument("--transport", choices=["shm", "tcp", "both"], default="both")
+    ap.add_argument("--segment", type=int, default=2 * GiB, help="peer segment bytes (default 2 GiB)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--peer", metavar="MASTER", help=argparse.SUPPRESS)
+    ap.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.echo:
+        return echo_main()
+    if args.peer:
+        return peer_main(args.peer, args.segment)
+    if args.worker:
+        return worker_main(args)
+
+    transports = TRANSPORTS if args.transport == "both" else [args.transport]
+    doc: Dict[str, Any] = {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "config": {"quick": args.quick, "segment": args.segment, "batch": BATCH, "sizes": SIZES,
+                   "transports": transports, "python": sys.executable,
+                   "GOSTORE_LIB": os.environ.get("GOSTORE_LIB"),
+                   "GOSTORE_MASTER_BIN": os.environ.get("GOSTORE_MASTER_BIN")},
+        "limits": {}, "cells": [], "passes": {}, "targets": [],
+    }
+    t0 = time.perf_counter()
+    failed = []
+    for tr in transports:
+        log(f"== {tr} pass")
+        try:
+            res = run_pass(tr, args)
+        except RuntimeError as e:
+            log(f"  {e}")
+            failed.append(tr)
+            continue
+        doc["limits"][tr] = res["limits"]
+        doc["cells"].extend(res["cells"])
+        doc["passes"][tr] = res["info"]
+    doc["targets"] = evaluate_targets(doc["cells"], [t for t in transports if t not in failed])
+    doc["total_s"] = time.perf_counter() - t0
+    print_report(doc)
+    print(f"\ntotal {doc['total_s']:.1f} s" + (f"; FAILED passes: {failed}" if failed else ""))
+    if args.json:
+        d = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(d, exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"wrote {args.json}")
+    return 1 if len(failed) == len(transports) else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("interrupted")
+        sys.exit(130)
