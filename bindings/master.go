@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gostore/gostore/gostore/master/server"
+	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -32,6 +33,8 @@ func gs_master_start(args *C.char, n C.int) C.int64_t {
 		logger.Error("embedded master: cannot start", "err", err)
 		return C.int64_t(wire.ErrInternal)
 	}
+	rpc.UseBlocking.Store(false) // see rpc.UseBlocking: the master lives here
+
 	return C.int64_t(newHandle(srv))
 }
 

@@ -65,6 +65,10 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	if len(idx) == 0 {
 		return out
 	}
+	if start == wire.OpUpsertStart {
+		// This client's finished reads must not make its own upsert busy.
+		c.readsDone.flush(c.master, c.id, c.log)
+	}
 	var resp wire.PutStartResp
 	if err := c.master.Call(ctx, start, &req, &resp); err != nil || len(resp.Results) != len(idx) {
 		c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)

@@ -22,6 +22,7 @@ type readsDone struct {
 	mu      sync.Mutex
 	pending []string
 	wake    chan struct{}
+	sending sync.Mutex // held while a batch is on the wire
 }
 
 func (r *readsDone) init() { r.wake = make(chan struct{}, 1) }
@@ -48,25 +49,30 @@ func (r *readsDone) take() []string {
 	return keys
 }
 
+// flush sends everything pending and returns once the master has it,
+// including a batch another goroutine had already started sending.
+func (r *readsDone) flush(master *rpc.Client, clientID string, log *slog.Logger) {
+	r.sending.Lock()
+	defer r.sending.Unlock()
+	for keys := r.take(); len(keys) > 0; keys = r.take() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := master.Call(ctx, wire.OpReadDone, &wire.KeysReq{ClientID: clientID, Keys: keys}, nil); err != nil {
+			// The master frees the reader count when the lease ends.
+			log.Debug("ReadDone not delivered; the lease will end the reads", "keys", len(keys), "err", err)
+		}
+		cancel()
+	}
+}
+
 // run sends batches until stop closes, then flushes what is left.
 func (r *readsDone) run(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) {
-	flush := func() {
-		for keys := r.take(); len(keys) > 0; keys = r.take() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if err := master.Call(ctx, wire.OpReadDone, &wire.KeysReq{ClientID: clientID, Keys: keys}, nil); err != nil {
-				// The master frees the reader count when the lease ends.
-				log.Debug("ReadDone not delivered; the lease will end the reads", "keys", len(keys), "err", err)
-			}
-			cancel()
-		}
-	}
 	for {
 		select {
 		case <-stop:
-			flush()
+			r.flush(master, clientID, log)
 			return
 		case <-r.wake:
-			flush()
+			r.flush(master, clientID, log)
 		}
 	}
 }

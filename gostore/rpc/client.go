@@ -34,8 +34,24 @@ type Client struct {
 	}
 }
 
+type conn interface {
+	Read([]byte) (int, error)
+	Write([]byte) (int, error)
+	SetDeadline(time.Time) error
+	Close() error
+}
+
+// UseBlocking selects blocking-syscall connections (see blockingConn): the
+// lower-latency choice when the master is another process. A process that
+// runs the master itself turns it off: a thread blocked in a syscall keeps
+// its P until sysmon takes it back, which starved the in-process master and
+// doubled the round trip in the same measurement.
+var UseBlocking atomic.Bool
+
+func init() { UseBlocking.Store(true) }
+
 type clientConn struct {
-	c   net.Conn
+	c   conn
 	r   *bufio.Reader
 	out []byte
 	in  []byte
@@ -118,13 +134,24 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		return cc, nil
 	}
 	c.mu.Unlock()
-	d := net.Dialer{Timeout: 3 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	timeout := 3 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	var conn conn
+	var err error
+	if UseBlocking.Load() {
+		conn, err = dialBlocking(c.addr, timeout)
+	} else {
+		var nc net.Conn
+		nc, err = net.DialTimeout("tcp", c.addr, timeout)
+		if err == nil {
+			nc.(*net.TCPConn).SetNoDelay(true)
+			conn = nc
+		}
+	}
 	if err != nil {
 		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", c.addr, err)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
 	}
 	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
 }
