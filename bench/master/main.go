@@ -6,15 +6,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +39,10 @@ type row struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "-serve" {
+		serve() // the master half of the RPC figures, in its own process
+		return
+	}
 	jsonOut := flag.String("json", "", "write results here")
 	quick := flag.Bool("quick", false, "smaller runs")
 	objects := flag.Int("objects", 1_000_000, "objects for the eviction and memory figures")
@@ -59,7 +67,7 @@ func main() {
 	best := func(where string, batch int) float64 {
 		m := 0.0
 		for _, r := range rows {
-			if r.Where == where && r.Batch == batch && r.KeysPS > m && r.Name != "PutStart+PutEnd" {
+			if strings.HasPrefix(r.Where, where) && r.Batch == batch && r.KeysPS > m && r.Name != "PutStart+PutEnd" {
 				m = r.KeysPS
 			}
 		}
@@ -156,17 +164,57 @@ func inProcess(d time.Duration) []row {
 	return rows
 }
 
-func overRPC(d time.Duration) []row {
+// serve runs a master for overRPC in this process (started by overRPC as a
+// child, so that caller and master are separate processes as in a real
+// deployment) and prints its address.
+func serve() {
 	opts, _ := server.ParseFlags([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--log_level=error", "--client_ttl=3600"}, nil)
 	srv, err := server.Start(opts)
 	if err != nil {
 		panic(err)
 	}
-	defer srv.Close()
 	for i := range 4 {
 		srv.Core().MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30})
 	}
-	cl := rpc.NewClient(srv.Addr())
+	fmt.Println(srv.Addr())
+	io.Copy(io.Discard, os.Stdin) // until the parent closes our stdin
+	srv.Close()
+}
+
+func overRPC(d time.Duration) []row {
+	cmd := exec.Command(os.Args[0], "-serve")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		panic(err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Wait()
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		panic(err)
+	}
+	addr := strings.TrimSpace(line)
+	var rows []row
+	// Connections read with blocking syscalls (the client library's choice
+	// for calls from Python) and through the netpoller, which suits many
+	// concurrent callers in one process better.
+	for _, mode := range []struct {
+		where    string
+		blocking bool
+	}{{"rpc", true}, {"rpc-netpoll", false}} {
+		rpc.UseBlocking.Store(mode.blocking)
+		rows = append(rows, rpcRows(d, addr, mode.where)...)
+	}
+	rpc.UseBlocking.Store(true)
+	return rows
+}
+
+func rpcRows(d time.Duration, addr, where string) []row {
+	cl := rpc.NewClient(addr)
 	defer cl.Close()
 	ctx := context.Background()
 	var rows []row
@@ -191,7 +239,7 @@ func overRPC(d time.Duration) []row {
 			cl.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: b}, &wire.CodesResp{})
 			return batch
 		})
-		rows = append(rows, row{"PutStart+PutEnd", "rpc", batch, callers, kps, 2 * kps / float64(batch)})
+		rows = append(rows, row{"PutStart+PutEnd", where, batch, callers, kps, 2 * kps / float64(batch)})
 		n := int(seq.Load())
 		for _, op := range []string{"GetReplicas", "Exist"} {
 			wop := wire.OpGetReplicas
@@ -211,7 +259,7 @@ func overRPC(d time.Duration) []row {
 				}
 				return batch
 			})
-			rows = append(rows, row{op, "rpc", batch, callers, kps, kps / float64(batch)})
+			rows = append(rows, row{op, where, batch, callers, kps, kps / float64(batch)})
 		}
 	}
 	return rows

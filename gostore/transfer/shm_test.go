@@ -4,6 +4,7 @@ package transfer
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -309,4 +310,39 @@ func TestCrossProcessChild(t *testing.T) {
 	}
 	fmt.Println("CHILD OK")
 	in.ReadString('\n') // until the parent closes stdin
+}
+
+func TestCopyParallelScatter(t *testing.T) {
+	for _, layout := range [][]int{{6 << 20}, {1, 3<<20 + 5, 7, 2 << 20}, {5 << 20, 0, 1 << 20}} {
+		total := 0
+		for _, n := range layout {
+			total += n
+		}
+		src := make([][]byte, len(layout))
+		for i, n := range layout {
+			src[i] = make([]byte, n)
+			for j := range src[i] {
+				src[i][j] = byte(i*31 + j*7)
+			}
+		}
+		seg := make([]byte, total)
+		copyParallel(seg, src, true, 3)
+		pos := 0
+		for i := range src {
+			if !bytes.Equal(seg[pos:pos+len(src[i])], src[i]) {
+				t.Fatalf("layout %v: write part %d differs", layout, i)
+			}
+			pos += len(src[i])
+		}
+		dst := make([][]byte, len(layout))
+		for i, n := range layout {
+			dst[i] = make([]byte, n)
+		}
+		copyParallel(seg, dst, false, 2)
+		for i := range dst {
+			if !bytes.Equal(dst[i], src[i]) {
+				t.Fatalf("layout %v: read part %d differs", layout, i)
+			}
+		}
+	}
 }

@@ -1,0 +1,95 @@
+package wire
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The plain types share the messages' fields and tags but not their
+// methods: msgpack encodes them by reflection, the reference layout.
+type (
+	plainKeysReq         KeysReq
+	plainPutStartReq     PutStartReq
+	plainPutStartResp    PutStartResp
+	plainGetReplicasResp GetReplicasResp
+	plainCodesResp       CodesResp
+)
+
+func TestHandWrittenCodecsMatchReflection(t *testing.T) {
+	cfg := ReplicaConfig{ReplicaNum: 2, SoftPin: true, Preferred: []string{"a:1", "b:2"}, SameNode: true}
+	reps := []Replica{{SegID: 1, Offset: 1 << 40}, {SegID: 7, Offset: 64}}
+	// Both layouts must decode into each other: the hand-written encoder
+	// writes compact integers where reflection writes fixed-width ones,
+	// which msgpack readers accept either way.
+	cases := []struct {
+		fast, plain      any
+		fresh, freshPlan func() any
+	}{
+		{&KeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true},
+			&plainKeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true},
+			func() any { return new(KeysReq) }, func() any { return new(plainKeysReq) }},
+		{&PutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h"},
+			&plainPutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h"},
+			func() any { return new(PutStartReq) }, func() any { return new(plainPutStartReq) }},
+		{&PutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9}, {Code: ErrNoAvailableHandle, Replicas: reps[:1]}}},
+			&plainPutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9}, {Code: ErrNoAvailableHandle, Replicas: reps[:1]}}},
+			func() any { return new(PutStartResp) }, func() any { return new(plainPutStartResp) }},
+		{&GetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000}, {Code: ErrObjectNotFound, Replicas: reps[1:]}}},
+			&plainGetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000}, {Code: ErrObjectNotFound, Replicas: reps[1:]}}},
+			func() any { return new(GetReplicasResp) }, func() any { return new(plainGetReplicasResp) }},
+		{&CodesResp{Codes: []Code{OK, ErrObjectHasLease, -1300}}, &plainCodesResp{Codes: []Code{OK, ErrObjectHasLease, -1300}},
+			func() any { return new(CodesResp) }, func() any { return new(plainCodesResp) }},
+	}
+	for _, tc := range cases {
+		fast, err := msgpack.Marshal(tc.fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := msgpack.Marshal(tc.plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plainBack := tc.freshPlan()
+		if err := msgpack.Unmarshal(fast, plainBack); err != nil {
+			t.Fatalf("%T: reflection cannot read the hand-written bytes: %v", tc.fast, err)
+		}
+		if !reflect.DeepEqual(plainBack, tc.plain) {
+			t.Errorf("%T: hand-written bytes read back by reflection\n%+v\n%+v", tc.fast, plainBack, tc.plain)
+		}
+		back := tc.fresh()
+		if err := msgpack.Unmarshal(ref, back); err != nil {
+			t.Fatalf("%T: %v", back, err)
+		}
+		if !reflect.DeepEqual(back, tc.fast) {
+			t.Errorf("%T: round trip\n%+v\n%+v", back, back, tc.fast)
+		}
+	}
+}
+
+func TestHandWrittenDecodersRejectGarbage(t *testing.T) {
+	for _, b := range [][]byte{{}, {0x91}, {0x94, 0xa1, 'c', 0x91, 0x05}, {0xc1}, {0x95, 0xc0, 0xc0, 0xc0, 0xc0}} {
+		var k KeysReq
+		if err := msgpack.Unmarshal(b, &k); err == nil {
+			t.Errorf("KeysReq accepted % x", b)
+		}
+		var p PutStartReq
+		if err := msgpack.Unmarshal(b, &p); err == nil {
+			t.Errorf("PutStartReq accepted % x", b)
+		}
+	}
+}
+
+func TestHandWrittenCodecsEmptyLists(t *testing.T) {
+	b, _ := msgpack.Marshal(&KeysReq{ClientID: "c"})
+	var k KeysReq
+	if err := msgpack.Unmarshal(b, &k); err != nil || len(k.Keys) != 0 || k.ClientID != "c" {
+		t.Fatalf("%+v %v", k, err)
+	}
+	ref, _ := msgpack.Marshal(&plainCodesResp{}) // nil list: msgpack nil
+	var c CodesResp
+	if err := msgpack.Unmarshal(ref, &c); err != nil || len(c.Codes) != 0 {
+		t.Fatalf("%+v %v", c, err)
+	}
+}
