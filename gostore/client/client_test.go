@@ -292,7 +292,11 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 	if upsert(v3) != wire.OK || !bytes.Equal(read(), v3) {
 		t.Fatal("resizing upsert")
 	}
-	// The writer's own finished reads never make its upsert busy.
+	// The writer's own finished reads never make its upsert busy (once the
+	// other client's reads above have drained).
+	if upsert(v1) != wire.OK {
+		t.Fatal("upsert after the other client's reads")
+	}
 	for i := range 20 {
 		dst := make([]byte, 8000)
 		if n := c.GetInto([]string{"k"}, [][][]byte{{dst}})[0]; n < 0 {

@@ -86,7 +86,7 @@ type Core struct {
 		sync.RWMutex
 		byID   map[uint64]*segment
 		byName map[string]*segment
-		list   []*segment // mounted segments, for placement
+		list   []*segment // mounted segments; replaced, never changed in place
 		nextID uint64
 	}
 	clients struct {
@@ -219,12 +219,15 @@ func (c *Core) UnmountSegment(clientID, name string) error {
 func (c *Core) removeSegmentLocked(s *segment) {
 	delete(c.segs.byID, s.desc.ID)
 	delete(c.segs.byName, s.desc.Name)
-	for i, x := range c.segs.list {
-		if x == s {
-			c.segs.list = append(c.segs.list[:i], c.segs.list[i+1:]...)
-			break
+	// Copy on write: readers keep using the slice they loaded under the
+	// read lock after releasing it (placement, usage).
+	kept := make([]*segment, 0, len(c.segs.list))
+	for _, x := range c.segs.list {
+		if x != s {
+			kept = append(kept, x)
 		}
 	}
+	c.segs.list = kept
 	s.mu.Lock()
 	s.dead = true
 	s.mu.Unlock()

@@ -16,7 +16,7 @@ type placer struct {
 func (c *Core) newPlacer(cfg wire.ReplicaConfig, hostID string) *placer {
 	p := &placer{c: c, want: max(cfg.ReplicaNum, 1)}
 	c.segs.RLock()
-	p.all = append([]*segment(nil), c.segs.list...)
+	p.all = c.segs.list // copy-on-write: safe to keep
 	for _, name := range cfg.Preferred {
 		if s, ok := c.segs.byName[name]; ok {
 			p.preferred = append(p.preferred, s)

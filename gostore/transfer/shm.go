@@ -4,9 +4,9 @@ package transfer
 
 import (
 	"log/slog"
-	"runtime"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
