@@ -121,6 +121,15 @@ func (s *segment) free(off, size uint64, st *Stats) {
 //
 // hostID is the writer's host; with cfg.SameNode, segments there come first.
 func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
+	return c.startWrites(clientID, hostID, keys, sizes, cfg, c.putStartOne)
+}
+
+// startOne starts the write of one key; see putStartOne and upsertOne.
+type startOne func(now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult
+
+// startWrites runs one for each valid key of a batch, with one clock reading
+// and one placement snapshot for the whole batch.
+func (c *Core) startWrites(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig, one startOne) ([]wire.PutStartResult, error) {
 	if len(keys) != len(sizes) {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
 	}
@@ -129,15 +138,16 @@ func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, 
 	p := c.newPlacer(cfg, hostID)
 	out := make([]wire.PutStartResult, len(keys))
 	for i, key := range keys {
-		out[i] = c.putStartOne(now, clientID, key, sizes[i], cfg, p)
+		if key == "" || sizes[i] == 0 {
+			out[i] = wire.PutStartResult{Code: wire.ErrInvalidParams}
+			continue
+		}
+		out[i] = one(now, clientID, key, sizes[i], cfg, p)
 	}
 	return out, nil
 }
 
 func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
-	if key == "" || size == 0 {
-		return wire.PutStartResult{Code: wire.ErrInvalidParams}
-	}
 	c.stats.PutStarts.Add(1)
 	sh := c.shardOf(key)
 	sh.mu.Lock()

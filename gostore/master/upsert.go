@@ -18,23 +18,10 @@ import "github.com/gostore/gostore/gostore/wire"
 //
 // A hard pin is kept across upserts; a soft pin follows the new config.
 func (c *Core) UpsertStart(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
-	if len(keys) != len(sizes) {
-		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
-	}
-	now := c.now()
-	c.touch(clientID)
-	p := c.newPlacer(cfg, hostID)
-	out := make([]wire.PutStartResult, len(keys))
-	for i, key := range keys {
-		out[i] = c.upsertOne(now, clientID, key, sizes[i], cfg, p)
-	}
-	return out, nil
+	return c.startWrites(clientID, hostID, keys, sizes, cfg, c.upsertOne)
 }
 
 func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.ReplicaConfig, p *placer) wire.PutStartResult {
-	if key == "" || size == 0 {
-		return wire.PutStartResult{Code: wire.ErrInvalidParams}
-	}
 	c.stats.UpsertStarts.Add(1)
 	sh := c.shardOf(key)
 	sh.mu.Lock()
