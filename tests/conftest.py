@@ -15,6 +15,10 @@ Fixtures
     two peers ``a``/``b`` (64 MiB each) and the test process' store ``store``
     (64 MiB). Tests sharing it use unique key prefixes (``uniq`` fixture;
     the prefix's objects are force-removed after the test).
+``stuck_put(...)``           leaves a peer between PutStart and PutEnd (the
+    replica's holder is suspended with ``Peer.suspended()`` and the writer
+    reaches it over TCP): for preemption, takeover and dead-writer tests.
+``Peer.send/recv``           run commands on several peers at once.
 ``run_isolated(fn)``         runs ``fn(store, prefix)`` in a fresh client
     process against a master of its own (tests/isolated.py): for calls that
     could crash the native library, so a crash fails one test, not the run.
@@ -25,6 +29,7 @@ failing peer call or a crashed master quotes their tail.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import json
@@ -60,6 +65,25 @@ from gostore import MooncakeDistributedStore  # noqa: E402
 import peer as peer_mod  # noqa: E402  (tests/ is on sys.path: rootdir conftest)
 
 pattern = peer_mod.pattern
+
+
+def stuck_put(master: "Master", writer: "Peer", key: str, size: int, seed: int,
+              holder: "Peer", op: str = "put_pattern") -> None:
+    """Leave ``writer`` between PutStart and PutEnd: it starts ``op`` of
+    ``key`` onto ``holder``'s segment, which must be suspended (see
+    :meth:`Peer.suspended`) and reached over TCP (``writer`` started with
+    ``transport="tcp"``), so the transfer blocks. Returns once the master
+    shows the unfinished replica; ``writer.recv()`` collects the put's
+    result after ``holder`` resumes."""
+    writer.send(op, key=key, size=size, seed=seed, preferred_segment=holder.hostname)
+
+    def unfinished():
+        info = master.query_key(key)
+        return bool(info and info["replicas"]
+                    and all(r["status"] != "COMPLETE" for r in info["replicas"])
+                    and {r["segment"] for r in info["replicas"]} == {holder.hostname})
+
+    wait_until(unfinished, timeout=10, what=f"an unfinished put of {key} on {holder}")
 
 
 def master_binary() -> str:
@@ -171,6 +195,14 @@ class Master:
     def log(self) -> str:
         return _tail(self.log_path, 6000)
 
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled series of ``/metrics``."""
+        status, body = self.http("/metrics")
+        assert status == 200, (status, body)
+        m = re.search(rf"^{re.escape(name)} (\S+)$", body, re.M)
+        assert m, f"{name} missing from /metrics"
+        return float(m.group(1))
+
     def stop(self) -> Optional[str]:
         """Kill; returns an error text if it had died on its own."""
         err = None
@@ -269,15 +301,28 @@ class Peer:
         return _tail(self.log_path)
 
     def call(self, op: str, timeout: float = 60.0, **kw) -> dict:
+        self.send(op, **kw)
+        return self.recv(op, timeout)
+
+    def send(self, op: str, **kw) -> None:
+        """Start a command without waiting: several peers can then work at
+        once; collect each answer, in order, with :meth:`recv`."""
         if self.proc.poll() is not None:
             raise PeerError(f"peer {self.pid} is not running ({self.proc.returncode}); "
                             f"stderr:\n{self.log()}")
         self.proc.stdin.write(json.dumps(dict(op=op, **kw)) + "\n")
         self.proc.stdin.flush()
+
+    def recv(self, op: str = "?", timeout: float = 60.0) -> dict:
+        """The answer to the oldest command sent and not yet received."""
         ans = self._next(timeout)
         if "error" in ans:
             raise PeerError(f"peer {self.pid} failed on {op}: {ans['error']}")
         return ans
+
+    def answered(self) -> bool:
+        """True when an answer is waiting (:meth:`recv` will not block)."""
+        return not self._lines.empty()
 
     # convenience wrappers ---------------------------------------------------
     def put(self, key: str, value: bytes, replica_num: int = 1, preferred_segment: str = "") -> int:
@@ -286,6 +331,16 @@ class Peer:
 
     def get(self, key: str) -> bytes:
         return bytes.fromhex(self.call("get", key=key)["hex"])
+
+    def upsert(self, key: str, value: bytes, replica_num: int = 1, preferred_segment: str = "",
+               hard_pin: bool = False) -> int:
+        return self.call("upsert", key=key, hex=value.hex(), replica_num=replica_num,
+                         preferred_segment=preferred_segment, hard_pin=hard_pin)["rc"]
+
+    def upsert_pattern(self, key: str, size: int, seed: int, replica_num: int = 1,
+                       preferred_segment: str = "") -> int:
+        return self.call("upsert_pattern", key=key, size=size, seed=seed,
+                         replica_num=replica_num, preferred_segment=preferred_segment)["rc"]
 
     def is_exist(self, key: str) -> int:
         return self.call("is_exist", key=key)["rc"]
@@ -327,6 +382,20 @@ class Peer:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._close_pipes()
+
+    @contextlib.contextmanager
+    def suspended(self):
+        """SIGSTOP the peer for the ``with`` block (SIGCONT after, whatever
+        happens). Its segment stays mounted and mapped, but nothing it serves
+        over TCP moves: a TCP transfer to or from it blocks until the block
+        ends. Keep it short (the master expires a client silent for
+        ``client_ttl``)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield self
+        finally:
+            if self.alive():
+                os.kill(self.proc.pid, signal.SIGCONT)
 
     def stop(self, timeout: float = 15.0) -> None:
         """Ask the peer to exit (it closes its store); SIGKILL if it hangs."""

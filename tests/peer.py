@@ -20,6 +20,23 @@ line on stdin and answers one JSON line on stdout per command:
 ``put_pattern``     ``key``, ``size``, ``seed`` [, ``replica_num``,
                     ``preferred_segment``] -> ``{"rc": int}``
 ``check_pattern``   ``key``, ``size``, ``seed`` -> ``{"ok": bool, "size": int}``
+``upsert``          ``key``, ``hex`` [, ``replica_num``, ``preferred_segment``,
+                    ``hard_pin``, ``soft_pin``] -> ``{"rc": int}``
+``upsert_pattern``  ``key``, ``size``, ``seed`` [, config as ``upsert``] -> ``{"rc": int}``
+``upsert_loop``     ``key``, ``size``, ``seeds``, ``iters`` [, ``min_ok``,
+                    ``max_seconds``]: ``iters`` upserts cycling through the
+                    seeds' patterns (the next seed only after a success), and
+                    more until ``min_ok`` returned 0 or ``max_seconds`` pass
+                    -> ``{"codes": {"rc": count}, "last_ok_seed": seed of the
+                    last upsert that returned 0 (or null)}``
+``read_loop``       ``key``, ``size``, ``seeds``, ``threads``, ``seconds`` [,
+                    ``stop_file``]: ``threads`` threads ``get`` the key until
+                    ``seconds`` pass or ``stop_file`` exists; each read must be
+                    ``b""`` or exactly one of the patterns -> ``{"reads",
+                    "empty", "match": {"seed": n}, "bad": n, "bad_samples"}``
+``copy_task``       ``key``, ``targets`` -> ``{"id": str, "rc": int}``
+``move_task``       ``key``, ``source``, ``target`` -> ``{"id": str, "rc": int}``
+``query_task``      ``id`` -> ``{"rc": int, "status": str, "task_error": str}``
 ``hostname``        -> ``{"hostname": str}``
 ``health``          -> ``{"rc": int}``
 ``mapped_segments`` -> ``{"names": [...]}``: the gostore memfds this process
@@ -40,6 +57,7 @@ import argparse
 import json
 import random
 import sys
+import time
 import traceback
 
 
@@ -65,7 +83,69 @@ def _config(cmd: dict):
     return ReplicateConfig(
         replica_num=int(cmd.get("replica_num", 1)),
         preferred_segment=cmd.get("preferred_segment", "") or "",
+        with_hard_pin=bool(cmd.get("hard_pin", False)),
+        with_soft_pin=bool(cmd.get("soft_pin", False)),
     )
+
+
+def read_loop(store, key: str, size: int, seeds: list, threads: int, seconds: float,
+              stop_file: str = "") -> dict:
+    """Concurrent gets of ``key``; classifies every result (see the op table)."""
+    import os
+    import threading
+    import time
+
+    versions = [(int(seed), pattern(int(seed), size)) for seed in seeds]
+    lock = threading.Lock()
+    stats = {"reads": 0, "empty": 0, "match": {}, "bad": 0, "bad_samples": []}
+    deadline = time.monotonic() + seconds
+
+    def reader() -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            if stop_file and n % 4 == 0 and os.path.exists(stop_file):
+                break
+            got = store.get(key)
+            which = None
+            if got:
+                for seed, v in versions:
+                    if got == v:
+                        which = seed
+                        break
+            with lock:
+                stats["reads"] += 1
+                if not got:
+                    stats["empty"] += 1
+                elif which is None:
+                    stats["bad"] += 1
+                    if len(stats["bad_samples"]) < 5:
+                        stats["bad_samples"].append(_describe_bad(got, versions))
+                else:
+                    m = stats["match"]
+                    m[str(which)] = m.get(str(which), 0) + 1
+
+    ts = [threading.Thread(target=reader) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return stats
+
+
+def _describe_bad(got: bytes, versions: list) -> dict:
+    """Which version each 64 KiB block of a torn read came from."""
+    blk = 64 << 10
+    blocks = []
+    for off in range(0, len(got), blk):
+        src = "?"
+        for seed, v in versions:
+            if got[off:off + blk] == v[off:off + blk]:
+                src = seed
+                break
+        if not blocks or blocks[-1][0] != src:
+            blocks.append([src, off])
+    return {"size": len(got), "runs": blocks[:20]}
 
 
 def handle(store, cmd: dict) -> dict:
@@ -87,6 +167,42 @@ def handle(store, cmd: dict) -> dict:
         got = store.get(cmd["key"])
         want = pattern(int(cmd["seed"]), int(cmd["size"]))
         return {"ok": got == want, "size": len(got)}
+    if op == "upsert":
+        return {"rc": store.upsert(cmd["key"], bytes.fromhex(cmd["hex"]), _config(cmd))}
+    if op == "upsert_pattern":
+        data = pattern(int(cmd["seed"]), int(cmd["size"]))
+        return {"rc": store.upsert(cmd["key"], data, _config(cmd))}
+    if op == "upsert_loop":
+        seeds = [int(x) for x in cmd["seeds"]]
+        datas = [pattern(x, int(cmd["size"])) for x in seeds]
+        cfg = _config(cmd)
+        codes: dict = {}
+        last_ok = None
+        ok = i = 0
+        iters, min_ok = int(cmd["iters"]), int(cmd.get("min_ok", 0))
+        deadline = time.monotonic() + float(cmd.get("max_seconds", 30))
+        while i < iters or (ok < min_ok and time.monotonic() < deadline):
+            i += 1
+            rc = store.upsert(cmd["key"], datas[ok % len(datas)], cfg)
+            codes[str(rc)] = codes.get(str(rc), 0) + 1
+            if rc == 0:
+                last_ok = seeds[ok % len(seeds)]
+                ok += 1
+        return {"codes": codes, "last_ok_seed": last_ok}
+    if op == "read_loop":
+        return read_loop(store, cmd["key"], int(cmd["size"]), list(cmd["seeds"]),
+                         int(cmd.get("threads", 4)), float(cmd["seconds"]),
+                         cmd.get("stop_file", ""))
+    if op == "copy_task":
+        tid, rc = store.create_copy_task(cmd["key"], list(cmd["targets"]))
+        return {"id": tid, "rc": rc}
+    if op == "move_task":
+        tid, rc = store.create_move_task(cmd["key"], cmd["source"], cmd["target"])
+        return {"id": tid, "rc": rc}
+    if op == "query_task":
+        info, rc = store.query_task(cmd["id"])
+        return {"rc": rc, "status": info.status if info else "",
+                "task_error": info.error if info else ""}
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "health":

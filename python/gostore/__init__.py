@@ -20,6 +20,7 @@ from .config import ReplicateConfig
 from .errors import ErrorCode
 from .master import EmbeddedMaster, master_binary_path
 from .store import MooncakeDistributedStore
+from .tasks import TaskInfo
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ __all__ = [
     "ErrorCode",
     "EmbeddedMaster",
     "GostoreBuffer",
+    "TaskInfo",
     "master_binary_path",
     "__version__",
 ]

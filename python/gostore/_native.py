@@ -48,6 +48,11 @@ PROTOTYPES = {
         None,
         [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, c_int, c_int, c_char_p, c_int, _vp],
     ),
+    # same arguments as gs_put_batch; inserts or replaces
+    "gs_upsert_batch": (
+        None,
+        [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, c_int, c_int, c_char_p, c_int, _vp],
+    ),
     # h, n, keys, key_lens, sizes_out(int64) -> pending handle
     "gs_get_start": (_i64, [_i64, c_int, c_char_p, _vp, _vp]),
     # h, pending, ptrs, sizes, nparts, zero_copy, results(int64)
@@ -67,6 +72,15 @@ PROTOTYPES = {
     "gs_remove_all": (_i64, [_i64, c_int]),
     "gs_register_buffer": (c_int, [_i64, c_uint64, c_uint64]),
     "gs_unregister_buffer": (c_int, [_i64, c_uint64]),
+    # h, key, key_len, targets ("\n"-separated), targets_len, id_out, id_cap
+    "gs_create_copy_task": (c_int, [_i64, c_char_p, c_int, c_char_p, c_int, _vp, c_int]),
+    # h, key, key_len, source, source_len, target, target_len, id_out, id_cap
+    "gs_create_move_task": (
+        c_int,
+        [_i64, c_char_p, c_int, c_char_p, c_int, c_char_p, c_int, _vp, c_int],
+    ),
+    # h, id, id_len, out (JSON), cap
+    "gs_query_task": (c_int, [_i64, c_char_p, c_int, _vp, c_int]),
     "gs_master_start": (_i64, [c_char_p, c_int]),
     "gs_master_addr": (c_int, [_i64, _vp, c_int]),
     "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),

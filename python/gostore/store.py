@@ -17,6 +17,7 @@ in Go. Conventions (``PYTHON_API.md``):
 
 from __future__ import annotations
 
+import ctypes
 import json
 import operator
 import threading
@@ -29,12 +30,16 @@ from ._buffers import BufferPins, new_bytes
 from .buffer import GostoreBuffer, wrap as _wrap_buffer
 from .config import DEFAULT_CONFIG_NATIVE, ReplicateConfig
 from .errors import ErrorCode
+from .tasks import TaskInfo
 
 __all__ = ["MooncakeDistributedStore"]
 
 _INVALID = int(ErrorCode.INVALID_PARAMS)  # -600
 _U64_MAX = 2**64 - 1
 _MISSING: Any = object()
+_BUFFER_OVERFLOW = int(ErrorCode.BUFFER_OVERFLOW)  # -10: an out buffer too small
+_TASK_ID_CAP = 128  # task ids are decimal uint64s
+_QUERY_TASK_MAX_CAP = 1 << 26
 
 # Dict-form setup() defaults (PYTHON_API.md).
 _DEFAULT_SIZE = 16 * 1024 * 1024
@@ -123,6 +128,19 @@ def _config(config: Any) -> Optional[Tuple[int, int, bytes]]:
     if not isinstance(config, ReplicateConfig):
         raise TypeError(f"config must be a ReplicateConfig, not {_tname(config)}")
     return config._to_native()
+
+
+def _segment_name(name: Any, what: str) -> Optional[bytes]:
+    """UTF-8 of a segment name; None if it cannot name one (blank, or with a
+    newline: the ABI separates names by newlines); TypeError if not str."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be str, not {_tname(name)}")
+    if not name.strip() or "\n" in name:
+        return None
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def _pack_keys(keys: Sequence[bytes]) -> Tuple[bytes, array]:
@@ -287,7 +305,7 @@ class MooncakeDistributedStore:
     def _h(self) -> int:
         return self._owner().h
 
-    def _put(
+    def _write(
         self,
         keys: List[bytes],
         ptrs: array,
@@ -295,12 +313,16 @@ class MooncakeDistributedStore:
         nparts: array,
         zero_copy: int,
         cfg: Tuple[int, int, bytes],
+        upsert: bool = False,
     ) -> List[int]:
+        """``gs_put_batch`` (or ``gs_upsert_batch``: same arguments)."""
         h = self._h()
         blob, lens = _pack_keys(keys)
         results = array("i", bytes(4 * len(keys)))
         replica_num, flags, preferred = cfg
-        _native.lib().gs_put_batch(
+        lib = _native.lib()
+        fn = lib.gs_upsert_batch if upsert else lib.gs_put_batch
+        fn(
             h, len(keys), blob, _addr(lens), _addr(ptrs), _addr(sizes), _addr(nparts),
             zero_copy, replica_num, flags, preferred, len(preferred), _addr(results),
         )
@@ -423,20 +445,21 @@ class MooncakeDistributedStore:
 
     # ---- copying API ------------------------------------------------------
 
-    def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
-        """Store ``value`` (any buffer) under ``key``; an existing key is kept (0)."""
+    # The put and upsert families share these helpers; ``upsert`` picks
+    # gs_upsert_batch over gs_put_batch and nothing else differs.
+
+    def _write_value(self, key: Any, value: Any, config: Any, upsert: bool) -> int:
         k = _key(key)
         cfg = _config(config)
         with BufferPins() as pins:
             addr, n = pins.pin(value)
             if k is None or n == 0 or cfg is None:
                 return _INVALID
-            return self._put(
-                [k], array("Q", [addr]), array("Q", [n]), array("I", [1]), 0, cfg
+            return self._write(
+                [k], array("Q", [addr]), array("Q", [n]), array("I", [1]), 0, cfg, upsert
             )[0]
 
-    def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
-        """Store the concatenation of ``parts`` under ``key``."""
+    def _write_parts(self, key: Any, parts: Tuple[Any, ...], config: Any, upsert: bool) -> int:
         k = _key(key)
         cfg = _config(config)
         with BufferPins() as pins:
@@ -449,12 +472,9 @@ class MooncakeDistributedStore:
                     sizes.append(n)
             if k is None or not ptrs or cfg is None:
                 return _INVALID
-            return self._put([k], ptrs, sizes, array("I", [len(ptrs)]), 0, cfg)[0]
+            return self._write([k], ptrs, sizes, array("I", [len(ptrs)]), 0, cfg, upsert)[0]
 
-    def put_batch(
-        self, keys: List[str], values: List[Any], config: Optional[ReplicateConfig] = None
-    ) -> int:
-        """Store many values; 0 or the first error (in key order)."""
+    def _write_batch(self, keys: Any, values: Any, config: Any, upsert: bool) -> int:
         ks = _keys(keys)
         values = _seq(values, "values")
         cfg = _config(config)
@@ -476,13 +496,29 @@ class MooncakeDistributedStore:
                     ptrs.append(addr)
                     sizes.append(n)
             if send:
-                res = self._put(send, ptrs, sizes, array("I", [1]) * len(send), 0, cfg)
+                res = self._write(
+                    send, ptrs, sizes, array("I", [1]) * len(send), 0, cfg, upsert
+                )
                 for i, r in zip(idx, res):
                     codes[i] = r
         for c in codes:
             if c != 0:
                 return c
         return 0
+
+    def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Store ``value`` (any buffer) under ``key``; an existing key is kept (0)."""
+        return self._write_value(key, value, config, False)
+
+    def put_parts(self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Store the concatenation of ``parts`` under ``key``."""
+        return self._write_parts(key, parts, config, False)
+
+    def put_batch(
+        self, keys: List[str], values: List[Any], config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """Store many values; 0 or the first error (in key order)."""
+        return self._write_batch(keys, values, config, False)
 
     def get(self, key: str) -> bytes:
         """The value as ``bytes``; ``b""`` on a miss or any error."""
@@ -609,17 +645,22 @@ class MooncakeDistributedStore:
             return _INVALID
         return _native.lib().gs_unregister_buffer(self._h(), p)
 
-    def put_from(
-        self, key: str, ptr: int, size: int, config: Optional[ReplicateConfig] = None
-    ) -> int:
-        """Store ``size`` bytes read directly from registered memory at ``ptr``."""
+    def _write_from(self, key: Any, ptr: Any, size: Any, config: Any, upsert: bool) -> int:
         k = _key(key)
         p = _int(ptr, "ptr")
         s = _int(size, "size")
         cfg = _config(config)
         if k is None or cfg is None or not (_u64(p) and _u64(s)):
             return _INVALID
-        return self._put([k], array("Q", [p]), array("Q", [s]), array("I", [1]), 1, cfg)[0]
+        return self._write(
+            [k], array("Q", [p]), array("Q", [s]), array("I", [1]), 1, cfg, upsert
+        )[0]
+
+    def put_from(
+        self, key: str, ptr: int, size: int, config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """Store ``size`` bytes read directly from registered memory at ``ptr``."""
+        return self._write_from(key, ptr, size, config, False)
 
     def get_into(self, key: str, ptr: int, size: int) -> int:
         """Read the value into registered memory; bytes written or negative."""
@@ -649,6 +690,20 @@ class MooncakeDistributedStore:
                 sa.append(s)
         return len(ks), idx, send, pa, sa
 
+    def _write_batch_from(
+        self, keys: Any, ptrs: Any, sizes: Any, config: Any, upsert: bool
+    ) -> List[int]:
+        cfg = _config(config)
+        n, idx, send, pa, sa = self._flat_batch(keys, ptrs, sizes)
+        out = [_INVALID] * n
+        if idx is None or cfg is None:
+            return out
+        if send:
+            res = self._write(send, pa, sa, array("I", [1]) * len(send), 1, cfg, upsert)
+            for i, r in zip(idx, res):
+                out[i] = r
+        return out
+
     def batch_put_from(
         self,
         keys: List[str],
@@ -657,16 +712,7 @@ class MooncakeDistributedStore:
         config: Optional[ReplicateConfig] = None,
     ) -> List[int]:
         """One :meth:`put_from` result per key; all -600 if list lengths differ."""
-        cfg = _config(config)
-        n, idx, send, pa, sa = self._flat_batch(keys, ptrs, sizes)
-        out = [_INVALID] * n
-        if idx is None or cfg is None:
-            return out
-        if send:
-            res = self._put(send, pa, sa, array("I", [1]) * len(send), 1, cfg)
-            for i, r in zip(idx, res):
-                out[i] = r
-        return out
+        return self._write_batch_from(keys, ptrs, sizes, config, False)
 
     def batch_get_into(self, keys: List[str], ptrs: List[int], sizes: List[int]) -> List[int]:
         """One :meth:`get_into` result per key (-704 for a miss)."""
@@ -724,7 +770,7 @@ class MooncakeDistributedStore:
         if idx is None or cfg is None:
             return out
         if send:
-            for i, r in zip(idx, self._put(send, pa, sa, na, 1, cfg)):
+            for i, r in zip(idx, self._write(send, pa, sa, na, 1, cfg)):
                 out[i] = r
         return out
 
@@ -740,3 +786,98 @@ class MooncakeDistributedStore:
             for i, r in zip(idx, self._get_into(send, pa, sa, na, 1)):
                 out[i] = r
         return out
+
+    # ---- upsert (insert or replace) ---------------------------------------
+    # The put family's argument rules; an existing key is replaced instead of
+    # kept. Results straight from the store: 0; -714 (OBJECT_REPLICA_BUSY)
+    # while readers copy out of the object; -708 (OBJECT_HAS_REPLICATION_TASK)
+    # while a copy/move task runs on it; -200 when no space; -600 as for put.
+
+    def upsert(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Insert or replace ``key`` with ``value`` (any buffer); 0 or negative."""
+        return self._write_value(key, value, config, True)
+
+    def upsert_from(
+        self, key: str, ptr: int, size: int, config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """:meth:`upsert` of ``size`` bytes read directly from registered memory."""
+        return self._write_from(key, ptr, size, config, True)
+
+    def upsert_parts(
+        self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """:meth:`upsert` of the concatenation of ``parts``."""
+        return self._write_parts(key, parts, config, True)
+
+    def upsert_batch(
+        self, keys: List[str], values: List[Any], config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """Upsert many values in one pipeline; 0 or the first error (in key order)."""
+        return self._write_batch(keys, values, config, True)
+
+    def batch_upsert_from(
+        self,
+        keys: List[str],
+        ptrs: List[int],
+        sizes: List[int],
+        config: Optional[ReplicateConfig] = None,
+    ) -> List[int]:
+        """One :meth:`upsert_from` result per key; all -600 if list lengths differ."""
+        return self._write_batch_from(keys, ptrs, sizes, config, True)
+
+    # ---- replica tasks ----------------------------------------------------
+
+    def _task_id(self, fn: Any, *args: Any) -> Tuple[str, int]:
+        out = ctypes.create_string_buffer(_TASK_ID_CAP)
+        n = fn(self._h(), *args, out, _TASK_ID_CAP)
+        if n < 0:
+            return "", n
+        return out.raw[:n].decode("utf-8", "replace"), 0
+
+    def create_copy_task(self, key: str, targets: List[str]) -> Tuple[str, int]:
+        """Copy ``key`` to the segments named in ``targets`` (``get_hostname()``
+        values), in the background; ``(task_id, 0)`` or ``("", negative)``:
+        -704 missing key, -101 unknown segment, -711 a replica is already
+        there, -708 another task runs on the key, -200 no room."""
+        k = _key(key)
+        ts = _seq(targets, "targets")
+        names = [_segment_name(t, "targets[i]") for t in ts]
+        if k is None or not names or any(n is None for n in names):
+            return "", _INVALID
+        tb = b"\n".join(names)  # type: ignore[arg-type]
+        return self._task_id(_native.lib().gs_create_copy_task, k, len(k), tb, len(tb))
+
+    def create_move_task(self, key: str, source: str, target: str) -> Tuple[str, int]:
+        """Move ``key``'s replica from segment ``source`` to ``target``, in the
+        background; ``(task_id, 0)`` or ``("", negative)`` (as
+        :meth:`create_copy_task`, and -710 when ``source`` holds no replica)."""
+        k = _key(key)
+        sb = _segment_name(source, "source")
+        tb = _segment_name(target, "target")
+        if k is None or sb is None or tb is None:
+            return "", _INVALID
+        return self._task_id(
+            _native.lib().gs_create_move_task, k, len(k), sb, len(sb), tb, len(tb)
+        )
+
+    def query_task(self, task_id: str) -> Tuple[Optional[TaskInfo], int]:
+        """``(TaskInfo, 0)`` for a known task, ``(None, negative)`` otherwise
+        (-709 for an unknown or long-finished id)."""
+        if not isinstance(task_id, str):
+            raise TypeError(f"task_id must be str, not {_tname(task_id)}")
+        try:
+            tid = task_id.encode("utf-8")
+        except UnicodeEncodeError:
+            return None, _INVALID
+        lib = _native.lib()
+        h = self._h()
+        cap = 1024
+        while True:
+            out = ctypes.create_string_buffer(cap)
+            n = lib.gs_query_task(h, tid, len(tid), out, cap)
+            if n == _BUFFER_OVERFLOW and cap < _QUERY_TASK_MAX_CAP:
+                cap *= 4  # a long key: ask again with room for it
+                continue
+            if n < 0:
+                return None, n
+            return TaskInfo._from_json(out.raw[:n].decode("utf-8", "replace")), 0
