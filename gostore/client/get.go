@@ -84,7 +84,7 @@ func (c *Client) endReads(p *Pending) {
 	p.read = false
 	for i, r := range p.res {
 		if r.Code == wire.OK {
-			c.readsDone.add(p.keys[i])
+			c.readsDone.add(p.keys[i], r.Epoch)
 		}
 	}
 }

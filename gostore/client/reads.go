@@ -20,16 +20,17 @@ const readDoneBatch = 4096
 // flight new keys accumulate, so the batch size follows the load.
 type readsDone struct {
 	mu      sync.Mutex
-	pending []string
+	pending wire.KeysReq // Keys and Epochs of ended reads
 	wake    chan struct{}
 	sending sync.Mutex // held while a batch is on the wire
 }
 
 func (r *readsDone) init() { r.wake = make(chan struct{}, 1) }
 
-func (r *readsDone) add(key string) {
+func (r *readsDone) add(key string, epoch uint64) {
 	r.mu.Lock()
-	r.pending = append(r.pending, key)
+	r.pending.Keys = append(r.pending.Keys, key)
+	r.pending.Epochs = append(r.pending.Epochs, epoch)
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -37,16 +38,17 @@ func (r *readsDone) add(key string) {
 	}
 }
 
-func (r *readsDone) take() []string {
+// take removes up to readDoneBatch reads from the queue.
+func (r *readsDone) take(clientID string) wire.KeysReq {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := min(len(r.pending), readDoneBatch)
-	keys := r.pending[:n:n]
-	r.pending = r.pending[n:]
-	if len(r.pending) == 0 {
-		r.pending = nil
+	n := min(len(r.pending.Keys), readDoneBatch)
+	req := wire.KeysReq{ClientID: clientID, Keys: r.pending.Keys[:n:n], Epochs: r.pending.Epochs[:n:n]}
+	r.pending.Keys, r.pending.Epochs = r.pending.Keys[n:], r.pending.Epochs[n:]
+	if len(r.pending.Keys) == 0 {
+		r.pending = wire.KeysReq{}
 	}
-	return keys
+	return req
 }
 
 // flush sends everything pending and returns once the master has it,
@@ -54,11 +56,11 @@ func (r *readsDone) take() []string {
 func (r *readsDone) flush(master *rpc.Client, clientID string, log *slog.Logger) {
 	r.sending.Lock()
 	defer r.sending.Unlock()
-	for keys := r.take(); len(keys) > 0; keys = r.take() {
+	for req := r.take(clientID); len(req.Keys) > 0; req = r.take(clientID) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := master.Call(ctx, wire.OpReadDone, &wire.KeysReq{ClientID: clientID, Keys: keys}, nil); err != nil {
+		if err := master.Call(ctx, wire.OpReadDone, &req, nil); err != nil {
 			// The master frees the reader count when the lease ends.
-			log.Debug("ReadDone not delivered; the lease will end the reads", "keys", len(keys), "err", err)
+			log.Debug("ReadDone not delivered; the lease will end the reads", "keys", len(req.Keys), "err", err)
 		}
 		cancel()
 	}

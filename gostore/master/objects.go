@@ -278,6 +278,7 @@ func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 			}
 			out[i].Size = o.size
 			out[i].LeaseMS = c.cfg.DefaultKVLeaseTTL.Milliseconds()
+			out[i].Epoch = o.epoch
 			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
 			for _, r := range o.replicas {
 				if r.status == replicaComplete {
@@ -290,12 +291,14 @@ func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 	return out
 }
 
-// ReadDone ends reads counted by GetReplicas(forRead).
-func (c *Core) ReadDone(keys []string) {
-	for _, key := range keys {
+// ReadDone ends reads counted by GetReplicas(forRead). epochs[i] is the
+// epoch GetReplicas returned for keys[i]: a read of an object since replaced
+// (removed and put again) does not end a read of the new one.
+func (c *Core) ReadDone(keys []string, epochs []uint64) {
+	for i, key := range keys {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
-		if o, ok := sh.objects[key]; ok && o.readers > 0 {
+		if o, ok := sh.objects[key]; ok && o.readers > 0 && (i >= len(epochs) || epochs[i] == o.epoch) {
 			o.readers--
 		}
 		sh.mu.Unlock()

@@ -72,7 +72,12 @@ func TestUpsertCases(t *testing.T) {
 	if r := upsert(t, c, "w", "k", 1000, wire.ReplicaConfig{}); r.Code != wire.ErrObjectReplicaBusy {
 		t.Fatalf("upsert under a reader: %v", r.Code)
 	}
-	c.ReadDone([]string{"k"})
+	g := c.GetReplicas([]string{"k"}, false)
+	c.ReadDone([]string{"k"}, []uint64{g[0].Epoch + 1}) // another object's read
+	if r := upsert(t, c, "w", "k", 1000, wire.ReplicaConfig{}); r.Code != wire.ErrObjectReplicaBusy {
+		t.Fatalf("a stale ReadDone ended a current read: %v", r.Code)
+	}
+	c.ReadDone([]string{"k"}, []uint64{g[0].Epoch})
 	c.GetReplicas([]string{"k"}, true)
 	clk.Advance(2 * time.Second) // the reader's lease ends without ReadDone
 	c.GetReplicas([]string{"k"}, false)

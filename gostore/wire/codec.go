@@ -323,7 +323,7 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		return err
 	}
 	for _, r := range m.Results {
-		if err := e.EncodeArrayLen(4); err != nil {
+		if err := e.EncodeArrayLen(5); err != nil {
 			return err
 		}
 		if err := e.EncodeInt(int64(r.Code)); err != nil {
@@ -336,6 +336,9 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 			return err
 		}
 		if err := e.EncodeInt(r.LeaseMS); err != nil {
+			return err
+		}
+		if err := e.EncodeUint(r.Epoch); err != nil {
 			return err
 		}
 	}
@@ -353,7 +356,7 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	}
 	m.Results = make([]GetResult, max(k, 0))
 	for i := range m.Results {
-		f, err := arrayOf(d, 4)
+		f, err := arrayOf(d, 5)
 		if err != nil {
 			return err
 		}
@@ -372,7 +375,10 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 		if r.LeaseMS, err = d.DecodeInt64(); err != nil {
 			return err
 		}
-		if err := skipRest(d, f, 4); err != nil {
+		if r.Epoch, err = d.DecodeUint64(); err != nil {
+			return err
+		}
+		if err := skipRest(d, f, 5); err != nil {
 			return err
 		}
 	}

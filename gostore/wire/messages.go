@@ -142,7 +142,9 @@ type KeysReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
 	Keys     []string
-	Epochs   []uint64 // PutEnd/PutRevoke: the epochs PutStart returned
+	// PutEnd/PutRevoke: the epochs PutStart returned; ReadDone: the epochs
+	// GetReplicas returned.
+	Epochs []uint64
 	// ForRead (GetReplicas): the caller will transfer the bytes; the
 	// object counts it as a reader until ReadDone or the lease ends.
 	ForRead bool
@@ -161,6 +163,9 @@ type GetResult struct {
 	// LeaseMS is the lease just granted: a transfer that ends later than
 	// this after the request was sent may have read reclaimed memory.
 	LeaseMS int64
+	// Epoch of the object read; ReadDone quotes it so that a late ReadDone
+	// never ends a read of a newer object under the same key.
+	Epoch uint64
 }
 
 type GetReplicasResp struct {

@@ -203,7 +203,7 @@ func (s *Server) register() {
 		return &wire.PutStartResp{Results: res}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpReadDone, func(r *wire.KeysReq) (*struct{}, error) {
-		c.ReadDone(r.Keys)
+		c.ReadDone(r.Keys, r.Epochs)
 		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpCreateTask, func(r *wire.CreateTaskReq) (*wire.TaskPlan, error) {
