@@ -28,6 +28,7 @@ pytest: install
 
 bench: install
 	$(PY) bench/bench.py --json bench/results.json
+	go run $(GOLD) ./bench/master --json bench/master-results.json
 
 install: $(STAMP)
 
