@@ -17,6 +17,7 @@ import (
 
 //export gs_master_start
 func gs_master_start(args *C.char, n C.int) C.int64_t {
+	refreshEnv()
 	var flags []string
 	for _, a := range strings.Split(goString(args, n), "\n") {
 		if a != "" {

@@ -3,6 +3,7 @@ package main
 
 /*
 #include <stdint.h>
+#include <stdlib.h>
 */
 import "C"
 
@@ -11,8 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/gostore/gostore/gostore/client"
 	"github.com/gostore/gostore/gostore/wire"
@@ -27,15 +30,30 @@ type store struct {
 var (
 	handles    sync.Map // int64 -> *store, *client.Pending or *server.Server
 	nextHandle atomic.Int64
-	logger     = newLogger()
+	logLevel   slog.LevelVar
+	logger     = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &logLevel}))
 )
 
-func newLogger() *slog.Logger {
+// getenv reads the process environment as it is now. In a c-shared library
+// Go's os.Getenv sees the environment of the moment the library was loaded
+// (and not even all of it: variables Python added later are missing), so
+// settings a Python program makes with os.environ are read through libc.
+func getenv(name string) string {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	if v := C.getenv(cs); v != nil {
+		return C.GoString(v)
+	}
+	return ""
+}
+
+// refreshEnv applies the environment settings that may change after load.
+func refreshEnv() {
 	lvl := slog.LevelInfo
-	if v := os.Getenv("GOSTORE_LOG_LEVEL"); v != "" {
+	if v := getenv("GOSTORE_LOG_LEVEL"); v != "" {
 		lvl.UnmarshalText([]byte(v))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	logLevel.Set(lvl)
 }
 
 func newHandle(v any) int64 {
@@ -70,7 +88,10 @@ func clientOf(h C.int64_t) *client.Client {
 }
 
 //export gs_store_new
-func gs_store_new() C.int64_t { return C.int64_t(newHandle(&store{})) }
+func gs_store_new() C.int64_t {
+	refreshEnv()
+	return C.int64_t(newHandle(&store{}))
+}
 
 //export gs_store_free
 func gs_store_free(h C.int64_t) {
@@ -88,11 +109,13 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) C.int {
 	if !ok {
 		return C.int(wire.ErrInvalidParams)
 	}
+	refreshEnv()
 	cfg, err := parseSetup([]byte(goString(js, n)))
 	if err != nil {
 		logger.Error("setup rejected", "err", err)
 		return C.int(wire.CodeOf(err))
 	}
+	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil && c.Health() != 1 {

@@ -33,6 +33,8 @@ type Config struct {
 	MasterServerAddr  string `json:"master_server_addr"`
 	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
 	SSDOffloadPath    string `json:"ssd_offload_path"`
+	// ForceTCP disables the shared-memory path (GOSTORE_TRANSPORT=tcp).
+	ForceTCP bool `json:"-"`
 }
 
 // Port range for local_hostname without a port, as in Mooncake.
@@ -84,7 +86,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
-	c.engine = transfer.NewEngine(transfer.Options{Log: c.log})
+	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP})
 	c.peers.init()
 	c.readsDone.init()
 	ok := false

@@ -16,7 +16,11 @@ import sys
 import time
 from typing import Callable, List, Optional
 
-from . import MooncakeDistributedStore, ReplicateConfig, master_binary_path
+# The Go runtime reads its environment when the library loads: set the log
+# level before anything here can load it.
+os.environ.setdefault("GOSTORE_LOG_LEVEL", "warn")
+
+from . import MooncakeDistributedStore, ReplicateConfig, master_binary_path  # noqa: E402
 
 MiB = 1 << 20
 
@@ -206,7 +210,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.storage:
         return _storage_main(args.storage, args.segment)
 
-    os.environ.setdefault("GOSTORE_LOG_LEVEL", "warn")
     master, storage = None, []
     store = MooncakeDistributedStore()
     try:
