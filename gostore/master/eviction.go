@@ -108,19 +108,49 @@ type candidate struct {
 	soft    bool
 }
 
+// exactEvictionLimit bounds the object count for which a pass ranks every
+// candidate; above it the age threshold is estimated from a sample.
+const exactEvictionLimit = 1 << 16
+
 // Evict runs one eviction pass now: it frees about
 // max(EvictionRatio, usage − HighWatermark + EvictionRatio) of the evictable
 // objects, least recently used first, non-pinned before soft-pinned (the
 // latter only if AllowEvictSoftPinned).
 //
-// A million objects must be swept in well under 200 ms on two cores, so the
-// pass sweeps the shards once, in parallel, remembering each candidate; finds
-// the age threshold with a selection instead of a sort; and then deletes just
-// the chosen keys, shard by shard, re-checking each under its lock.
+// Up to exactEvictionLimit objects the pass is exact: it ranks every
+// candidate. Beyond, a million objects must be swept in well under 200 ms
+// on two cores, so it estimates the age thresholds from the objects of a
+// sample of shards (keys hash uniformly over shards, so 64k objects give
+// the quantiles to a fraction of a percent) and then sweeps once, in
+// parallel, evicting candidates older than the thresholds up to the counts.
 func (c *Core) Evict() EvictResult {
 	now := c.now()
 	ratio := max(c.cfg.EvictionRatio, c.usage()-c.cfg.HighWatermark+c.cfg.EvictionRatio)
 	ratio = min(ratio, 1)
+	var res EvictResult
+	if total := c.objectCount(); total <= exactEvictionLimit {
+		res = c.evictExact(now, ratio)
+	} else {
+		res = c.evictSampled(now, ratio, total)
+	}
+	c.stats.EvictionPasses.Add(1)
+	c.stats.EvictedObjects.Add(int64(res.Objects))
+	c.stats.EvictedBytes.Add(int64(res.Bytes))
+	return res
+}
+
+func (c *Core) objectCount() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.objects)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (c *Core) evictExact(now int64, ratio float64) EvictResult {
 	perShard := make([][]candidate, NumShards)
 	c.forShards(func(i int, sh *shard) {
 		var cands []candidate
@@ -147,10 +177,97 @@ func (c *Core) Evict() EvictResult {
 	if left := want - res.Objects; left > 0 && c.cfg.AllowEvictSoftPinned {
 		c.evictOldest(now, perShard, soft, min(left, len(soft)), true, &res)
 	}
-	c.stats.EvictionPasses.Add(1)
-	c.stats.EvictedObjects.Add(int64(res.Objects))
-	c.stats.EvictedBytes.Add(int64(res.Bytes))
 	return res
+}
+
+func (c *Core) evictSampled(now int64, ratio float64, total int) EvictResult {
+	// Sample every stride-th shard from a random start: about
+	// exactEvictionLimit objects.
+	stride := NumShards / max(1, NumShards*exactEvictionLimit/total)
+	c.randMu.Lock()
+	first := c.cfg.Rand.IntN(stride)
+	c.randMu.Unlock()
+	var plain, soft []int64
+	sampled := 0
+	for i := first; i < NumShards; i += stride {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		sampled += len(sh.objects)
+		for _, o := range sh.objects {
+			if ok, isSoft := evictable(o, now); ok {
+				if isSoft {
+					soft = append(soft, o.lastUse)
+				} else {
+					plain = append(plain, o.lastUse)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if sampled == 0 {
+		return EvictResult{}
+	}
+	scale := float64(total) / float64(sampled)
+	estPlain, estSoft := float64(len(plain))*scale, float64(len(soft))*scale
+	res := EvictResult{Candidates: int(estPlain + estSoft)}
+	want := math.Ceil(ratio * (estPlain + estSoft))
+	plainN := min(want, estPlain)
+	softN := 0.0
+	if c.cfg.AllowEvictSoftPinned {
+		softN = min(want-plainN, estSoft)
+	}
+	// Objects strictly older than a class's cut all go; those exactly at
+	// the cut (a batch shares one clock reading) go while the estimate
+	// allows, so ties never push out an older object.
+	var cut [2]int64
+	var tiesLeft [2]atomic.Int64
+	for class, cl := range []struct {
+		ages []int64
+		n    float64 // estimated evictions in the class
+	}{{plain, plainN}, {soft, softN}} {
+		var below int
+		cut[class], below = threshold(cl.ages, cl.n/(float64(max(len(cl.ages), 1))*scale))
+		tiesLeft[class].Store(int64(cl.n - float64(below)*scale))
+	}
+	var objects, bytes atomic.Int64
+	c.forShards(func(_ int, sh *shard) {
+		for key, o := range sh.objects {
+			ok, isSoft := evictable(o, now)
+			if !ok {
+				continue
+			}
+			class := 0
+			if isSoft {
+				class = 1
+			}
+			if o.lastUse > cut[class] || (o.lastUse == cut[class] && tiesLeft[class].Add(-1) < 0) {
+				continue
+			}
+			bytes.Add(int64(o.size) * int64(len(o.replicas)))
+			o.release(&c.stats)
+			delete(sh.objects, key)
+			objects.Add(1)
+		}
+	})
+	res.Objects, res.Bytes = int(objects.Load()), uint64(bytes.Load())
+	return res
+}
+
+// threshold returns the age at or below which the fraction share of ages
+// lies (math.MinInt64 when nothing is to go), and how many ages lie strictly
+// below it.
+func threshold(ages []int64, share float64) (cut int64, below int) {
+	if len(ages) == 0 || !(share > 0) {
+		return math.MinInt64, 0
+	}
+	k := min(len(ages)-1, int(math.Ceil(share*float64(len(ages))))-1)
+	cut = nthSmallest(ages, max(k, 0))
+	for _, a := range ages {
+		if a < cut {
+			below++
+		}
+	}
+	return cut, below
 }
 
 // evictOldest evicts up to n candidates of one class (soft-pinned or not)

@@ -207,3 +207,43 @@ func TestNthSmallestMatchesSort(t *testing.T) {
 		}
 	}
 }
+
+// Above exactEvictionLimit objects the thresholds come from a sample: the
+// pass must still take about the right number, and the oldest ones.
+func TestSampledEvictionTakesAboutTheOldest(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "a", "seg", 1<<30)
+	const n = exactEvictionLimit + 30000
+	keys := make([]string, 0, 1000)
+	sizes := make([]uint64, 1000)
+	for i := range sizes {
+		sizes[i] = 64
+	}
+	var all []string
+	for len(all) < n {
+		keys = keys[:0]
+		for j := 0; j < 1000 && len(all) < n; j++ {
+			k := fmt.Sprintf("k%07d", len(all))
+			keys = append(keys, k)
+			all = append(all, k)
+		}
+		c.PutStart("w", "", keys, sizes[:len(keys)], wire.ReplicaConfig{})
+		c.PutEnd("w", keys, nil) // one clock reading per batch: 1000 share an age
+		clk.Advance(time.Millisecond)
+	}
+	res := c.Evict()
+	want := n / 20 // ratio 0.05
+	if res.Objects < want*9/10 || res.Objects > want*11/10 {
+		t.Fatalf("evicted %d, want about %d", res.Objects, want)
+	}
+	// Every evicted key is among the oldest 7%, and the oldest 4% all went.
+	for i, k := range all {
+		_, ok := c.QueryKey(k)
+		switch {
+		case !ok && i > n*7/100:
+			t.Fatalf("evicted %s, the %d-th oldest of %d", k, i, n)
+		case ok && i < n*4/100:
+			t.Fatalf("kept %s, the %d-th oldest of %d", k, i, n)
+		}
+	}
+}
