@@ -199,23 +199,34 @@ func overRPC(d time.Duration) []row {
 	}
 	addr := strings.TrimSpace(line)
 	var rows []row
-	// Connections read with blocking syscalls (the client library's choice
-	// for calls from Python) and through the netpoller, which suits many
-	// concurrent callers in one process better.
+	// Three ways to call: calls pipelined over two shared connections
+	// (rpc.MuxClient, for many concurrent callers), and one connection per
+	// caller read with blocking syscalls (the client library's choice for
+	// calls from Python) or through the netpoller.
+	mux, err := rpc.DialMux(addr, 2)
+	if err != nil {
+		panic(err)
+	}
+	defer mux.Close()
+	rows = append(rows, rpcRows(d, mux, "rpc-pipelined")...)
 	for _, mode := range []struct {
 		where    string
 		blocking bool
-	}{{"rpc", true}, {"rpc-netpoll", false}} {
+	}{{"rpc-blocking", true}, {"rpc-netpoll", false}} {
 		rpc.UseBlocking.Store(mode.blocking)
-		rows = append(rows, rpcRows(d, addr, mode.where)...)
+		cl := rpc.NewClient(addr)
+		rows = append(rows, rpcRows(d, cl, mode.where)...)
+		cl.Close()
 	}
 	rpc.UseBlocking.Store(true)
 	return rows
 }
 
-func rpcRows(d time.Duration, addr, where string) []row {
-	cl := rpc.NewClient(addr)
-	defer cl.Close()
+type caller interface {
+	Call(ctx context.Context, op wire.Op, req, resp any) error
+}
+
+func rpcRows(d time.Duration, cl caller, where string) []row {
 	ctx := context.Background()
 	var rows []row
 	for _, batch := range []int{1, 128} {

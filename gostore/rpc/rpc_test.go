@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,5 +152,37 @@ func TestPipelinedRequestsOnOneConnection(t *testing.T) {
 		if err != nil || h.ID != i || h.Status != wire.OK {
 			t.Fatalf("reply %d: %+v %v", i, h, err)
 		}
+	}
+}
+
+func TestMuxClientConcurrentCalls(t *testing.T) {
+	_, addr, _ := startEcho(t)
+	m, err := DialMux(addr, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				s := string(rune('a'+g)) + strings.Repeat("x", i%7)
+				var resp echoResp
+				if err := m.Call(context.Background(), wire.OpPing, &echoReq{S: s}, &resp); err != nil || resp.S != s+"!" {
+					t.Errorf("call %d/%d: %v %q", g, i, err, resp.S)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var resp echoResp
+	if err := m.Call(context.Background(), wire.OpPing, &echoReq{Fail: int32(wire.ErrObjectNotFound)}, &resp); wire.CodeOf(err) != wire.ErrObjectNotFound {
+		t.Fatalf("error code over mux: %v", err)
+	}
+	m.Close()
+	if err := m.Call(context.Background(), wire.OpPing, &echoReq{S: "late"}, &resp); wire.CodeOf(err) != wire.ErrRPCFail {
+		t.Fatalf("call after close: %v", err)
 	}
 }
