@@ -55,7 +55,7 @@ func main() {
 	var rows []row
 	rows = append(rows, inProcess(dur)...)
 	rows = append(rows, overRPC(dur)...)
-	evictMS, bytesPerObject := evictionAndMemory(*objects)
+	evictMS, bytesPerObject, rssPerObject := evictionAndMemory(*objects)
 
 	fmt.Printf("\nmaster metadata throughput (GOMAXPROCS=%d)\n", runtime.GOMAXPROCS(0))
 	fmt.Printf("%-22s %-10s %6s %8s %14s %12s\n", "operation", "where", "batch", "callers", "keys/s", "calls/s")
@@ -63,7 +63,8 @@ func main() {
 		fmt.Printf("%-22s %-10s %6d %8d %14.0f %12.0f\n", r.Name, r.Where, r.Batch, r.Callers, r.KeysPS, r.CallsPS)
 	}
 	fmt.Printf("\neviction pass over %d objects: %.1f ms (target < 200 ms)\n", *objects, evictMS)
-	fmt.Printf("master memory per object at %d objects: %.0f bytes (target <= 300)\n", *objects, bytesPerObject)
+	fmt.Printf("master memory per object at %d objects: %.0f bytes of heap in use, %.0f bytes of RSS growth (target <= 300)\n",
+		*objects, bytesPerObject, rssPerObject)
 	best := func(where string, batch int) float64 {
 		m := 0.0
 		for _, r := range rows {
@@ -77,7 +78,7 @@ func main() {
 		best("rpc", 1), best("rpc", 128))
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(map[string]any{"rows": rows, "eviction_ms": evictMS, "objects": *objects,
-			"bytes_per_object": bytesPerObject, "gomaxprocs": runtime.GOMAXPROCS(0), "time": time.Now().UTC()}, "", "  ")
+			"bytes_per_object": bytesPerObject, "rss_bytes_per_object": rssPerObject, "gomaxprocs": runtime.GOMAXPROCS(0), "time": time.Now().UTC()}, "", "  ")
 		os.WriteFile(*jsonOut, b, 0o644)
 	}
 }
@@ -278,11 +279,12 @@ func rpcRows(d time.Duration, cl caller, where string) []row {
 
 // evictionAndMemory fills a core with n objects, reports the heap growth
 // per object, then times one eviction pass (5% of the objects).
-func evictionAndMemory(n int) (evictMS, bytesPerObject float64) {
+func evictionAndMemory(n int) (evictMS, bytesPerObject, rssPerObject float64) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
+	rssBefore := rss()
 	c := newCore()
 	const batch = 1024
 	ks := make([]string, batch)
@@ -301,11 +303,26 @@ func evictionAndMemory(n int) (evictMS, bytesPerObject float64) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	bytesPerObject = float64(after.HeapInuse-before.HeapInuse) / float64(n)
+	rssPerObject = float64(rss()-rssBefore) / float64(n)
 	start := time.Now()
 	res := c.Evict()
 	evictMS = float64(time.Since(start).Microseconds()) / 1000
 	if res.Objects == 0 {
 		fmt.Fprintln(os.Stderr, "warning: the eviction pass evicted nothing")
 	}
-	return evictMS, bytesPerObject
+	return evictMS, bytesPerObject, rssPerObject
+}
+
+// rss is the process's resident set in bytes (/proc/self/statm).
+func rss() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
 }
