@@ -182,6 +182,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 // startWrite makes clientID the object's writer under a fresh epoch.
 func (c *Core) startWrite(o *object, now int64, clientID string, cfg wire.ReplicaConfig) {
 	o.started, o.writer, o.epoch = now, clientID, c.epochs.Add(1)
+	o.readers = 0 // only lapsed readers can remain (busy objects are not rewritten)
 	o.softPin = 0
 	if cfg.SoftPin {
 		o.softPin = now + int64(c.cfg.SoftPinTTL)
@@ -272,6 +273,9 @@ func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 		case !o.complete():
 			out[i].Code = wire.ErrReplicaIsNotReady
 		default:
+			if !o.leased(now) {
+				o.readers = 0 // readers past their lease no longer count
+			}
 			o.touch(now, &c.cfg)
 			if forRead {
 				o.readers++

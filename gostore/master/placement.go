@@ -23,6 +23,9 @@ func (c *Core) newPlacer(cfg wire.ReplicaConfig, hostID string) *placer {
 		}
 	}
 	c.segs.RUnlock()
+	// More replicas than segments cannot exist; the cap also keeps a huge
+	// replica_num from sizing an allocation.
+	p.want = min(p.want, max(len(p.all), 1))
 	if cfg.SameNode && hostID != "" {
 		for _, s := range p.all {
 			if s.desc.HostID == hostID {

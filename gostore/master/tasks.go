@@ -29,6 +29,7 @@ type taskTable struct {
 // task is a running or finished replica task; taskTable's mutex guards it.
 type task struct {
 	info     wire.TaskInfo
+	obj      *object   // the object copied: the key may be reused meanwhile
 	client   string    // the executor
 	size     uint64    // bytes per replica
 	targets  []replica // allocated for the task, invisible to readers until done
@@ -69,7 +70,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	case source != nil && !o.hasReplicaOn(source):
 		return plan, wire.Errorf(wire.ErrReplicaNotFound, "%q has no replica on %s", req.Key, req.Source)
 	}
-	t := &task{client: req.ClientID, size: o.size, source: source,
+	t := &task{obj: o, client: req.ClientID, size: o.size, source: source,
 		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
 	for _, s := range targets {
 		if o.hasReplicaOn(s) {
@@ -181,6 +182,7 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 	sh := c.shardOf(t.info.Key)
 	sh.mu.Lock()
 	o, ok := sh.objects[t.info.Key]
+	ok = ok && o == t.obj // the object may be gone and its key reused
 	if ok {
 		o.tasks--
 	}
@@ -216,9 +218,7 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 		if code == wire.OK {
 			code = wire.ErrReplicaIsGone // the object or every target vanished
 		}
-		if added == 0 {
-			c.freeAll(t.targets, t.size)
-		}
+		c.freeAll(t.targets, t.size)
 		t.info.Status, t.info.Error = TaskFailed, code.String()
 		c.stats.TasksFailed.Add(1)
 	}

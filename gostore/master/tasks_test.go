@@ -157,3 +157,36 @@ func TestFailedAndOrphanedTasksFreeTheirTargets(t *testing.T) {
 		t.Fatal("finished task never forgotten")
 	}
 }
+
+// The task's object vanishes (its only replica's segment is unmounted) and
+// the key is put again before the task ends: the new object must not get
+// the old task's replicas or its task count.
+func TestTaskEndingAfterItsObjectWasReplaced(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "s1", 1<<20)
+	mount(t, c, "b", "s2", 1<<20)
+	mount(t, c, "c", "s3", 1<<20)
+	put(t, c, "k", 4096, wire.ReplicaConfig{Preferred: []string{"s1"}})
+	plan, err := c.CreateTask(wire.CreateTaskReq{ClientID: "x", Kind: wire.TaskCopy, Key: "k", Targets: []string{"s2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.UnmountSegment("a", "s1")
+	put(t, c, "k", 100, wire.ReplicaConfig{Preferred: []string{"s3"}})
+	c.TaskDone("x", plan.ID, wire.OK)
+	g := c.GetReplicas([]string{"k"}, false)
+	if g[0].Size != 100 || len(g[0].Replicas) != 1 {
+		t.Fatalf("the new object was changed by the old task: %+v", g[0])
+	}
+	if r := c.Remove([]string{"k"}, true); r[0] != wire.OK { // -708 if the count leaked
+		t.Fatalf("new object locked by the old task: %v", r[0])
+	}
+	if info, _ := c.QueryTask(plan.ID); info.Status != TaskFailed {
+		t.Fatalf("task status %q", info.Status)
+	}
+	for _, s := range c.Segments() {
+		if s.Used != 0 {
+			t.Fatalf("%s keeps %d bytes", s.Name, s.Used)
+		}
+	}
+}

@@ -166,3 +166,24 @@ func TestRemoveAndEvictionRespectTasks(t *testing.T) {
 		t.Fatalf("remove after the task: %v", r[0])
 	}
 }
+
+// A reader that never reports (its client died) must not make the object
+// busy forever: past its lease it no longer counts, and a rewrite starts
+// the count afresh.
+func TestLapsedReadersDoNotLeak(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "a", "seg", 1<<20)
+	put(t, c, "k", 100, wire.ReplicaConfig{})
+	c.GetReplicas([]string{"k"}, true) // never ReadDone
+	clk.Advance(2 * time.Second)
+	b := upsert(t, c, "w", "k", 100, wire.ReplicaConfig{})
+	if b.Code != wire.OK {
+		t.Fatalf("upsert after the reader's lease: %v", b.Code)
+	}
+	c.PutEnd("w", []string{"k"}, []uint64{b.Epoch})
+	g := c.GetReplicas([]string{"k"}, true)
+	c.ReadDone([]string{"k"}, []uint64{g[0].Epoch})
+	if r := upsert(t, c, "w", "k", 100, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatalf("upsert after every live read ended: %v", r.Code)
+	}
+}

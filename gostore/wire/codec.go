@@ -1,7 +1,11 @@
 // codec.go hand-writes the msgpack encoding of the hot messages.
 package wire
 
-import "github.com/vmihailenco/msgpack/v5"
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
 
 // The messages on every put and get path implement msgpack's CustomEncoder
 // and CustomDecoder with exactly the array layout the struct tags describe,
@@ -25,11 +29,13 @@ func decodeStrings(d *msgpack.Decoder) ([]string, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	out := make([]string, n)
-	for i := range out {
-		if out[i], err = d.DecodeString(); err != nil {
+	out := make([]string, 0, allocCap(n))
+	for range n {
+		v, err := d.DecodeString()
+		if err != nil {
 			return nil, err
 		}
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -51,14 +57,22 @@ func decodeUints(d *msgpack.Decoder) ([]uint64, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	out := make([]uint64, n)
-	for i := range out {
-		if out[i], err = d.DecodeUint64(); err != nil {
+	out := make([]uint64, 0, allocCap(n))
+	for range n {
+		v, err := d.DecodeUint64()
+		if err != nil {
 			return nil, err
 		}
+		out = append(out, v)
 	}
 	return out, nil
 }
+
+// allocCap bounds what a length read from a peer may allocate up front; a
+// longer list grows as its elements actually arrive, so a 30-byte frame
+// claiming 4 billion elements fails on the missing bytes, not by exhausting
+// memory (which no recover() could catch).
+func allocCap(n int) int { return max(0, min(n, 1<<12)) }
 
 // arrayOf reads an array header and checks it has at least want fields;
 // extra trailing fields (from a newer peer) are skipped by skipRest.
@@ -85,7 +99,7 @@ func skipRest(d *msgpack.Decoder, n, used int) error {
 type shortArray struct{ got, want int }
 
 func (s shortArray) Error() string {
-	return "msgpack array too short for the message"
+	return fmt.Sprintf("msgpack array of %d fields, the message needs %d", s.got, s.want)
 }
 
 func errShortArray(got, want int) error { return shortArray{got, want} }
@@ -238,21 +252,23 @@ func decodeReplicas(d *msgpack.Decoder) ([]Replica, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	out := make([]Replica, n)
-	for i := range out {
+	out := make([]Replica, 0, allocCap(n))
+	for range n {
 		m, err := arrayOf(d, 2)
 		if err != nil {
 			return nil, err
 		}
-		if out[i].SegID, err = d.DecodeUint64(); err != nil {
+		var r Replica
+		if r.SegID, err = d.DecodeUint64(); err != nil {
 			return nil, err
 		}
-		if out[i].Offset, err = d.DecodeUint64(); err != nil {
+		if r.Offset, err = d.DecodeUint64(); err != nil {
 			return nil, err
 		}
 		if err := skipRest(d, m, 2); err != nil {
 			return nil, err
 		}
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -290,13 +306,14 @@ func (m *PutStartResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	if err != nil {
 		return err
 	}
-	m.Results = make([]PutStartResult, max(k, 0))
-	for i := range m.Results {
+	m.Results = make([]PutStartResult, 0, allocCap(k))
+	for range k {
 		f, err := arrayOf(d, 3)
 		if err != nil {
 			return err
 		}
-		r := &m.Results[i]
+		m.Results = append(m.Results, PutStartResult{})
+		r := &m.Results[len(m.Results)-1]
 		code, err := d.DecodeInt32()
 		if err != nil {
 			return err
@@ -354,13 +371,14 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	if err != nil {
 		return err
 	}
-	m.Results = make([]GetResult, max(k, 0))
-	for i := range m.Results {
+	m.Results = make([]GetResult, 0, allocCap(k))
+	for range k {
 		f, err := arrayOf(d, 5)
 		if err != nil {
 			return err
 		}
-		r := &m.Results[i]
+		m.Results = append(m.Results, GetResult{})
+		r := &m.Results[len(m.Results)-1]
 		code, err := d.DecodeInt32()
 		if err != nil {
 			return err
@@ -409,13 +427,13 @@ func (m *CodesResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	if err != nil {
 		return err
 	}
-	m.Codes = make([]Code, max(k, 0))
-	for i := range m.Codes {
+	m.Codes = make([]Code, 0, allocCap(k))
+	for range k {
 		c, err := d.DecodeInt32()
 		if err != nil {
 			return err
 		}
-		m.Codes[i] = Code(c)
+		m.Codes = append(m.Codes, Code(c))
 	}
 	return skipRest(d, n, 1)
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -91,5 +92,33 @@ func TestHandWrittenCodecsEmptyLists(t *testing.T) {
 	var c CodesResp
 	if err := msgpack.Unmarshal(ref, &c); err != nil || len(c.Codes) != 0 {
 		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// A length prefix is the peer's word: a frame claiming four billion keys
+// must fail on the missing bytes, not allocate for them.
+func TestHandWrittenDecodersDoNotTrustLengths(t *testing.T) {
+	huge := []byte{0xdd, 0xff, 0xff, 0xff, 0xff}
+	cases := map[string][]byte{
+		"KeysReq.Keys":      append([]byte{0x94, 0xa1, 'c'}, huge...),
+		"PutStartReq.Sizes": append([]byte{0x95, 0xa1, 'c', 0x90}, huge...),
+		"CodesResp":         append([]byte{0x91}, huge...),
+		"GetReplicasResp":   append([]byte{0x91}, huge...),
+	}
+	for name, b := range cases {
+		var err error
+		switch {
+		case strings.HasPrefix(name, "KeysReq"):
+			err = msgpack.Unmarshal(b, new(KeysReq))
+		case strings.HasPrefix(name, "PutStartReq"):
+			err = msgpack.Unmarshal(b, new(PutStartReq))
+		case name == "CodesResp":
+			err = msgpack.Unmarshal(b, new(CodesResp))
+		default:
+			err = msgpack.Unmarshal(b, new(GetReplicasResp))
+		}
+		if err == nil {
+			t.Errorf("%s: a truncated huge list decoded", name)
+		}
 	}
 }
