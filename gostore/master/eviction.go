@@ -100,16 +100,8 @@ type EvictResult struct {
 	Bytes      uint64
 }
 
-// candidate is an evictable object seen by the first sweep.
-type candidate struct {
-	lastUse int64
-	key     string
-	obj     *object
-	soft    bool
-}
-
-// exactEvictionLimit bounds the object count for which a pass ranks every
-// candidate; above it the age threshold is estimated from a sample.
+// exactEvictionLimit bounds the object count for which a pass looks at every
+// object to place its cut; above it the cut comes from a sample of shards.
 const exactEvictionLimit = 1 << 16
 
 // Evict runs one eviction pass now: it frees about
@@ -117,22 +109,20 @@ const exactEvictionLimit = 1 << 16
 // objects, least recently used first, non-pinned before soft-pinned (the
 // latter only if AllowEvictSoftPinned).
 //
-// Up to exactEvictionLimit objects the pass is exact: it ranks every
-// candidate. Beyond, a million objects must be swept in well under 200 ms
-// on two cores, so it estimates the age thresholds from the objects of a
-// sample of shards (keys hash uniformly over shards, so 64k objects give
-// the quantiles to a fraction of a percent) and then sweeps once, in
-// parallel, evicting candidates older than the thresholds up to the counts.
+// The pass first places an age cut per class (plain, soft-pinned) with a
+// selection over the candidates' ages, then sweeps the shards once, in
+// parallel, evicting what is older than the cut; objects exactly at the cut
+// (a batch shares one clock reading) go while the count allows, so ties
+// never push out an older object. Up to exactEvictionLimit objects every
+// object is looked at and the pass is exact. Beyond, a million objects must
+// be swept in well under 200 ms on two cores, so the ages come from a
+// sample of shards: keys hash uniformly over shards, and 64k objects place
+// the cut to a fraction of a percent.
 func (c *Core) Evict() EvictResult {
 	now := c.now()
 	ratio := max(c.cfg.EvictionRatio, c.usage()-c.cfg.HighWatermark+c.cfg.EvictionRatio)
 	ratio = min(ratio, 1)
-	var res EvictResult
-	if total := c.objectCount(); total <= exactEvictionLimit {
-		res = c.evictExact(now, ratio)
-	} else {
-		res = c.evictSampled(now, ratio, total)
-	}
+	res := c.evict(now, ratio, c.objectCount())
 	c.stats.EvictionPasses.Add(1)
 	c.stats.EvictedObjects.Add(int64(res.Objects))
 	c.stats.EvictedBytes.Add(int64(res.Bytes))
@@ -150,43 +140,16 @@ func (c *Core) objectCount() int {
 	return n
 }
 
-func (c *Core) evictExact(now int64, ratio float64) EvictResult {
-	perShard := make([][]candidate, NumShards)
-	c.forShards(func(i int, sh *shard) {
-		var cands []candidate
-		for key, o := range sh.objects {
-			if ok, soft := evictable(o, now); ok {
-				cands = append(cands, candidate{o.lastUse, key, o, soft})
-			}
-		}
-		perShard[i] = cands
-	})
-	var plain, soft []int64
-	for _, cands := range perShard {
-		for _, cd := range cands {
-			if cd.soft {
-				soft = append(soft, cd.lastUse)
-			} else {
-				plain = append(plain, cd.lastUse)
-			}
-		}
+func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
+	// Look at every stride-th shard from a random start: about
+	// exactEvictionLimit objects (all of them below that).
+	stride, first := 1, 0
+	if total > exactEvictionLimit {
+		stride = NumShards / max(1, NumShards*exactEvictionLimit/total)
+		c.randMu.Lock()
+		first = c.cfg.Rand.IntN(stride)
+		c.randMu.Unlock()
 	}
-	res := EvictResult{Candidates: len(plain) + len(soft)}
-	want := int(math.Ceil(ratio * float64(res.Candidates)))
-	c.evictOldest(now, perShard, plain, min(want, len(plain)), false, &res)
-	if left := want - res.Objects; left > 0 && c.cfg.AllowEvictSoftPinned {
-		c.evictOldest(now, perShard, soft, min(left, len(soft)), true, &res)
-	}
-	return res
-}
-
-func (c *Core) evictSampled(now int64, ratio float64, total int) EvictResult {
-	// Sample every stride-th shard from a random start: about
-	// exactEvictionLimit objects.
-	stride := NumShards / max(1, NumShards*exactEvictionLimit/total)
-	c.randMu.Lock()
-	first := c.cfg.Rand.IntN(stride)
-	c.randMu.Unlock()
 	var plain, soft []int64
 	sampled := 0
 	for i := first; i < NumShards; i += stride {
@@ -268,40 +231,6 @@ func threshold(ages []int64, share float64) (cut int64, below int) {
 		}
 	}
 	return cut, below
-}
-
-// evictOldest evicts up to n candidates of one class (soft-pinned or not)
-// whose lastUse is among the n oldest of ages.
-func (c *Core) evictOldest(now int64, perShard [][]candidate, ages []int64, n int, soft bool, res *EvictResult) {
-	if n <= 0 {
-		return
-	}
-	threshold := nthSmallest(ages, n-1)
-	var left atomic.Int64 // ties at the threshold must not overshoot n
-	left.Store(int64(n))
-	var objects, bytes atomic.Int64
-	c.forShards(func(i int, sh *shard) {
-		for _, cd := range perShard[i] {
-			if cd.soft != soft || cd.lastUse > threshold {
-				continue
-			}
-			if o, ok := sh.objects[cd.key]; !ok || o != cd.obj {
-				continue // replaced since the sweep
-			}
-			if ok, isSoft := evictable(cd.obj, now); !ok || isSoft != soft {
-				continue // read, pinned or rewritten since the sweep
-			}
-			if left.Add(-1) < 0 {
-				return
-			}
-			bytes.Add(int64(cd.obj.size) * int64(len(cd.obj.replicas)))
-			cd.obj.release(&c.stats)
-			delete(sh.objects, cd.key)
-			objects.Add(1)
-		}
-	})
-	res.Objects += int(objects.Load())
-	res.Bytes += uint64(bytes.Load())
 }
 
 // forShards runs f on every shard with its lock held, spreading the shards

@@ -247,3 +247,35 @@ func TestSampledEvictionTakesAboutTheOldest(t *testing.T) {
 		}
 	}
 }
+
+// A batch shares one clock reading. When the cut falls inside a batch, every
+// older object must still go and only the remainder come from the tie.
+func TestEvictionTiesNeverPushOutOlder(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.EvictionRatio = 0.5
+	mount(t, c, "a", "seg", 1<<20)
+	batch := func(prefix string) []string {
+		keys := make([]string, 20)
+		sizes := make([]uint64, 20)
+		for i := range keys {
+			keys[i], sizes[i] = fmt.Sprintf("%s%02d", prefix, i), 64
+		}
+		c.PutStart("w", "", keys, sizes, wire.ReplicaConfig{})
+		c.PutEnd("w", keys, nil)
+		clk.Advance(time.Millisecond)
+		return keys
+	}
+	a, b, cc := batch("a"), batch("b"), batch("c")
+	if res := c.Evict(); res.Objects != 30 {
+		t.Fatalf("evicted %d, want 30", res.Objects)
+	}
+	if n := len(present(c, a)); n != 0 {
+		t.Fatalf("%d of the oldest batch survived while newer ones went", n)
+	}
+	if n := len(present(c, b)); n != 10 {
+		t.Fatalf("%d of the middle batch left, want 10", n)
+	}
+	if n := len(present(c, cc)); n != 20 {
+		t.Fatalf("the newest batch lost %d", 20-n)
+	}
+}
