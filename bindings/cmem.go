@@ -29,28 +29,28 @@ func addr(b []byte) uint64 {
 }
 
 func u32s(p *C.uint32_t, n int) []uint32 {
-	if n == 0 || p == nil {
+	if n <= 0 || p == nil {
 		return nil
 	}
 	return unsafe.Slice((*uint32)(unsafe.Pointer(p)), n)
 }
 
 func u64s(p *C.uint64_t, n int) []uint64 {
-	if n == 0 || p == nil {
+	if n <= 0 || p == nil {
 		return nil
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), n)
 }
 
 func i64s(p *C.int64_t, n int) []int64 {
-	if n == 0 || p == nil {
+	if n <= 0 || p == nil {
 		return nil
 	}
 	return unsafe.Slice((*int64)(unsafe.Pointer(p)), n)
 }
 
 func i32s(p *C.int32_t, n int) []int32 {
-	if n == 0 || p == nil {
+	if n <= 0 || p == nil {
 		return nil
 	}
 	return unsafe.Slice((*int32)(unsafe.Pointer(p)), n)
@@ -67,6 +67,9 @@ func goString(p *C.char, n C.int) string {
 // keyList splits the concatenated key bytes by their lengths. It reports
 // false when the lengths do not fit a sane total.
 func keyList(keys *C.char, lens *C.uint32_t, n int) ([]string, bool) {
+	if n < 0 {
+		return nil, false
+	}
 	ls := u32s(lens, n)
 	var total uint64
 	for _, l := range ls {
@@ -103,4 +106,23 @@ func splitNonEmpty(s, sep string) []string {
 		}
 	}
 	return out
+}
+
+// recoverTo turns a panic in an export with one result into that result
+// being INTERNAL_ERROR (ret may be nil for exports without one), logged:
+// a panic crossing into C would abort the Python process.
+func recoverTo(name string, ret any) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	logger.Error("internal error in exported call", "call", name, "panic", p)
+	switch r := ret.(type) {
+	case *C.int:
+		*r = C.int(-1)
+	case *C.int64_t:
+		*r = C.int64_t(-1)
+	case *C.double:
+		*r = -1
+	}
 }

@@ -57,7 +57,7 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 
 // guard turns a panic in an exported call into a logged internal error with
 // every result set to fail: a bug must never take the Python process down,
-// nor report success.
+// nor report success. Exports with a single result use recoverTo.
 func guard(name string, fail func()) {
 	if p := recover(); p != nil {
 		logger.Error("internal error in exported call; results set to INTERNAL_ERROR", "call", name, "panic", p)
@@ -156,7 +156,8 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 }
 
 //export gs_get_start
-func gs_get_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, sizesOut *C.int64_t) C.int64_t {
+func gs_get_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, sizesOut *C.int64_t) (ret C.int64_t) {
+	defer recoverTo("gs_get_start", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
@@ -208,6 +209,7 @@ func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t,
 
 //export gs_get_abort
 func gs_get_abort(h C.int64_t, pending C.int64_t) {
+	defer recoverTo("gs_get_abort", nil)
 	p, ok := lookup[*client.Pending](pending)
 	if !ok {
 		return
@@ -263,6 +265,7 @@ func gs_get_buffers(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, ptr
 
 //export gs_free_buffer
 func gs_free_buffer(h C.int64_t, ptr C.uint64_t) {
+	defer recoverTo("gs_free_buffer", nil)
 	s, ok := lookup[*store](h)
 	if !ok {
 		return
@@ -277,6 +280,7 @@ func gs_free_buffer(h C.int64_t, ptr C.uint64_t) {
 //export gs_exist_batch
 func gs_exist_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, results *C.int32_t) {
 	res := i32s(results, int(n))
+	defer guard("gs_exist_batch", fail32(res))
 	c := clientOf(h)
 	ks, ok := keyList(keys, keyLens, int(n))
 	if c == nil || !ok {
@@ -289,7 +293,8 @@ func gs_exist_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, res
 }
 
 //export gs_get_size
-func gs_get_size(h C.int64_t, key *C.char, keyLen C.int) C.int64_t {
+func gs_get_size(h C.int64_t, key *C.char, keyLen C.int) (ret C.int64_t) {
+	defer recoverTo("gs_get_size", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
@@ -300,6 +305,7 @@ func gs_get_size(h C.int64_t, key *C.char, keyLen C.int) C.int64_t {
 //export gs_remove_batch
 func gs_remove_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, force C.int, results *C.int32_t) {
 	res := i32s(results, int(n))
+	defer guard("gs_remove_batch", fail32(res))
 	c := clientOf(h)
 	ks, ok := keyList(keys, keyLens, int(n))
 	if c == nil || !ok {
@@ -314,7 +320,8 @@ func gs_remove_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, fo
 }
 
 //export gs_remove_by_regex
-func gs_remove_by_regex(h C.int64_t, pattern *C.char, n C.int, force C.int) C.int64_t {
+func gs_remove_by_regex(h C.int64_t, pattern *C.char, n C.int, force C.int) (ret C.int64_t) {
+	defer recoverTo("gs_remove_by_regex", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
@@ -328,7 +335,8 @@ func gs_remove_by_regex(h C.int64_t, pattern *C.char, n C.int, force C.int) C.in
 }
 
 //export gs_remove_all
-func gs_remove_all(h C.int64_t, force C.int) C.int64_t {
+func gs_remove_all(h C.int64_t, force C.int) (ret C.int64_t) {
+	defer recoverTo("gs_remove_all", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)

@@ -16,7 +16,8 @@ import (
 )
 
 //export gs_master_start
-func gs_master_start(args *C.char, n C.int) C.int64_t {
+func gs_master_start(args *C.char, n C.int) (ret C.int64_t) {
+	defer recoverTo("gs_master_start", &ret)
 	refreshEnv()
 	var flags []string
 	for _, a := range strings.Split(goString(args, n), "\n") {
@@ -40,7 +41,8 @@ func gs_master_start(args *C.char, n C.int) C.int64_t {
 }
 
 //export gs_master_addr
-func gs_master_addr(m C.int64_t, out *C.char, capacity C.int) C.int {
+func gs_master_addr(m C.int64_t, out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_master_addr", &ret)
 	srv, ok := lookup[*server.Server](m)
 	if !ok {
 		return C.int(wire.ErrInvalidParams)
@@ -49,7 +51,8 @@ func gs_master_addr(m C.int64_t, out *C.char, capacity C.int) C.int {
 }
 
 //export gs_master_http_addr
-func gs_master_http_addr(m C.int64_t, out *C.char, capacity C.int) C.int {
+func gs_master_http_addr(m C.int64_t, out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_master_http_addr", &ret)
 	srv, ok := lookup[*server.Server](m)
 	if !ok {
 		return C.int(wire.ErrInvalidParams)
@@ -58,7 +61,8 @@ func gs_master_http_addr(m C.int64_t, out *C.char, capacity C.int) C.int {
 }
 
 //export gs_master_stop
-func gs_master_stop(m C.int64_t) C.int {
+func gs_master_stop(m C.int64_t) (ret C.int) {
+	defer recoverTo("gs_master_stop", &ret)
 	srv, ok := lookup[*server.Server](m)
 	if !ok {
 		return C.int(wire.ErrInvalidParams)
@@ -69,11 +73,13 @@ func gs_master_stop(m C.int64_t) C.int {
 }
 
 //export gs_bench_memcpy
-func gs_bench_memcpy(size C.uint64_t, iters C.int) C.double {
+func gs_bench_memcpy(size C.uint64_t, iters C.int) (ret C.double) {
+	defer recoverTo("gs_bench_memcpy", &ret)
 	return C.double(transfer.MemcpyGBps(uint64(size), int(iters)))
 }
 
 //export gs_bench_tcp_stream
-func gs_bench_tcp_stream(size C.uint64_t, iters C.int) C.double {
+func gs_bench_tcp_stream(size C.uint64_t, iters C.int) (ret C.double) {
+	defer recoverTo("gs_bench_tcp_stream", &ret)
 	return C.double(transfer.LoopbackStreamGBps(uint64(size), int(iters)))
 }

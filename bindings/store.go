@@ -88,13 +88,15 @@ func clientOf(h C.int64_t) *client.Client {
 }
 
 //export gs_store_new
-func gs_store_new() C.int64_t {
+func gs_store_new() (ret C.int64_t) {
+	defer recoverTo("gs_store_new", &ret)
 	refreshEnv()
 	return C.int64_t(newHandle(&store{}))
 }
 
 //export gs_store_free
 func gs_store_free(h C.int64_t) {
+	defer recoverTo("gs_store_free", nil)
 	if s, ok := lookup[*store](h); ok {
 		if c := s.client.Swap(nil); c != nil {
 			c.Close()
@@ -104,7 +106,8 @@ func gs_store_free(h C.int64_t) {
 }
 
 //export gs_setup
-func gs_setup(h C.int64_t, js *C.char, n C.int) C.int {
+func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
+	defer recoverTo("gs_setup", &ret)
 	s, ok := lookup[*store](h)
 	if !ok {
 		return C.int(wire.ErrInvalidParams)
@@ -199,7 +202,8 @@ func asSize(k string, v any) (uint64, error) {
 }
 
 //export gs_close
-func gs_close(h C.int64_t) C.int {
+func gs_close(h C.int64_t) (ret C.int) {
+	defer recoverTo("gs_close", &ret)
 	s, ok := lookup[*store](h)
 	if !ok {
 		return C.int(wire.ErrInvalidParams)
@@ -213,7 +217,8 @@ func gs_close(h C.int64_t) C.int {
 }
 
 //export gs_health_check
-func gs_health_check(h C.int64_t) C.int {
+func gs_health_check(h C.int64_t) (ret C.int) {
+	defer recoverTo("gs_health_check", &ret)
 	s, ok := lookup[*store](h)
 	if !ok {
 		return 1
@@ -226,7 +231,8 @@ func gs_health_check(h C.int64_t) C.int {
 }
 
 //export gs_get_hostname
-func gs_get_hostname(h C.int64_t, out *C.char, capacity C.int) C.int {
+func gs_get_hostname(h C.int64_t, out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_get_hostname", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int(wire.ErrInternal)
@@ -235,7 +241,8 @@ func gs_get_hostname(h C.int64_t, out *C.char, capacity C.int) C.int {
 }
 
 //export gs_register_buffer
-func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) C.int {
+func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
+	defer recoverTo("gs_register_buffer", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int(wire.ErrInternal)
@@ -248,7 +255,8 @@ func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) C.int {
 }
 
 //export gs_unregister_buffer
-func gs_unregister_buffer(h C.int64_t, ptr C.uint64_t) C.int {
+func gs_unregister_buffer(h C.int64_t, ptr C.uint64_t) (ret C.int) {
+	defer recoverTo("gs_unregister_buffer", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int(wire.ErrInternal)

@@ -13,7 +13,8 @@ import (
 )
 
 //export gs_create_copy_task
-func gs_create_copy_task(h C.int64_t, key *C.char, keyLen C.int, targets *C.char, targetsLen C.int, idOut *C.char, idCap C.int) C.int {
+func gs_create_copy_task(h C.int64_t, key *C.char, keyLen C.int, targets *C.char, targetsLen C.int, idOut *C.char, idCap C.int) (ret C.int) {
+	defer recoverTo("gs_create_copy_task", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int(wire.ErrInternal)
@@ -26,7 +27,8 @@ func gs_create_copy_task(h C.int64_t, key *C.char, keyLen C.int, targets *C.char
 }
 
 //export gs_create_move_task
-func gs_create_move_task(h C.int64_t, key *C.char, keyLen C.int, source *C.char, sourceLen C.int, target *C.char, targetLen C.int, idOut *C.char, idCap C.int) C.int {
+func gs_create_move_task(h C.int64_t, key *C.char, keyLen C.int, source *C.char, sourceLen C.int, target *C.char, targetLen C.int, idOut *C.char, idCap C.int) (ret C.int) {
+	defer recoverTo("gs_create_move_task", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int(wire.ErrInternal)
@@ -41,7 +43,8 @@ func gs_create_move_task(h C.int64_t, key *C.char, keyLen C.int, source *C.char,
 // gs_query_task writes {"id","key","kind","status","error"} as JSON.
 //
 //export gs_query_task
-func gs_query_task(h C.int64_t, id *C.char, idLen C.int, out *C.char, capacity C.int) C.int {
+func gs_query_task(h C.int64_t, id *C.char, idLen C.int, out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_query_task", &ret)
 	c := clientOf(h)
 	if c == nil {
 		return C.int(wire.ErrInternal)

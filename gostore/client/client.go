@@ -69,6 +69,10 @@ type Client struct {
 
 	healthy atomic.Bool
 	closed  atomic.Bool
+	// inFlight is read-held by every call that may touch segment or caller
+	// memory; Close takes it to wait for them before unmapping anything, so
+	// a close from one Python thread never pulls memory from under another.
+	inFlight sync.RWMutex
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
@@ -258,6 +262,8 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	c.inFlight.Lock() // wait for the calls in flight; new ones see closed
+	defer c.inFlight.Unlock()
 	if c.seg != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: c.hostname}, nil)
@@ -303,6 +309,17 @@ func (c *Client) Registered(ptr, size uint64) bool { return c.buffers.contains(p
 
 func (c *Client) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)
+}
+
+// enter admits a call that may touch memory; the caller runs the returned
+// func when it is done. Calls must not nest enter (see inFlight).
+func (c *Client) enter() (func(), error) {
+	c.inFlight.RLock()
+	if err := c.checkOpen(); err != nil {
+		c.inFlight.RUnlock()
+		return nil, err
+	}
+	return c.inFlight.RUnlock, nil
 }
 
 func (c *Client) checkOpen() error {

@@ -382,3 +382,38 @@ func TestCopyAndMoveTasks(t *testing.T) {
 		t.Fatalf("unknown target: %v", err)
 	}
 }
+
+// Close from one thread while others copy into and out of this client's own
+// segment: the calls either finish or fail with a code, never touch
+// unmapped memory.
+func TestCloseWhileCallsAreInFlight(t *testing.T) {
+	m := startMaster(t)
+	c := newClient(t, m.Addr(), 16<<20)
+	v := pattern(5, 256<<10)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst := make([]byte, len(v))
+			for i := 0; ; i++ {
+				k := fmt.Sprintf("g%d/%d", g, i)
+				if r := c.PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+					if r[0] != wire.ErrInternal {
+						t.Errorf("put after close: %v, want -1", r[0])
+					}
+					return
+				}
+				if got := c.GetInto([]string{k}, [][][]byte{{dst}}); got[0] < 0 {
+					return
+				} else if !bytes.Equal(dst, v) {
+					t.Errorf("%s: bytes differ", k)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	wg.Wait()
+}

@@ -95,6 +95,17 @@ func (c *Client) endReads(p *Pending) {
 // ended after the object's lease (the memory may have been reused; the
 // bytes must not be trusted).
 func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
+	leave, err := c.enter()
+	if err != nil {
+		c.endReads(p)
+		return fill64(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
+	}
+	defer leave()
+	return c.finish(p, dests)
+}
+
+// finish is GetFinish for a caller that has entered.
+func (c *Client) finish(p *Pending, dests [][][]byte) []int64 {
 	defer c.endReads(p)
 	out := c.readInto(p, dests)
 	now := time.Now()
@@ -234,17 +245,27 @@ func trim(bufs [][]byte, size uint64) ([][]byte, bool) {
 
 // GetInto is GetStart and GetFinish in one call.
 func (c *Client) GetInto(keys []string, dests [][][]byte) []int64 {
+	leave, err := c.enter()
+	if err != nil {
+		return fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+	}
+	defer leave()
 	p, err := c.GetStart(keys)
 	if err != nil {
 		return fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
-	return c.GetFinish(p, dests)
+	return c.finish(p, dests)
 }
 
 // GetBuffers reads each object into memory the client lends (see
 // FreeBuffer). bufs[i] is nil when codes[i] is negative.
 func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 	bufs = make([][]byte, len(keys))
+	leave, err := c.enter()
+	if err != nil {
+		return bufs, fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+	}
+	defer leave()
 	p, err := c.GetStart(keys)
 	if err != nil {
 		return bufs, fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
@@ -264,7 +285,7 @@ func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 		bufs[i] = b
 		dests[i] = [][]byte{b}
 	}
-	codes = c.GetFinish(p, dests)
+	codes = c.finish(p, dests)
 	for i, code := range codes {
 		if code < 0 && bufs[i] != nil {
 			c.staging.put(addrOf(bufs[i]))

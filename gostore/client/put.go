@@ -42,9 +42,11 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // UpsertStart) as its first phase.
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
-	if err := c.checkOpen(); err != nil {
+	leave, err := c.enter()
+	if err != nil {
 		return fill(out, wire.CodeOf(err))
 	}
+	defer leave()
 	ctx, cancel := c.ctx()
 	defer cancel()
 

@@ -32,9 +32,11 @@ func (c *Client) QueryTask(id string) (wire.TaskInfo, error) {
 }
 
 func (c *Client) createTask(req wire.CreateTaskReq) (string, error) {
-	if err := c.checkOpen(); err != nil {
+	leave, err := c.enter() // Close must not wait on c.wg before this Add
+	if err != nil {
 		return "", err
 	}
+	defer leave()
 	req.ClientID = c.id
 	ctx, cancel := c.ctx()
 	defer cancel()

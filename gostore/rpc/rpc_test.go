@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"os"
 	"bytes"
 	"context"
 	"errors"
@@ -121,7 +122,7 @@ func TestGarbageClosesOnlyThatConnection(t *testing.T) {
 		var b [64]byte
 		if n, err := conn.Read(b[:]); err == nil {
 			t.Errorf("%s: server answered %d bytes instead of closing", name, n)
-		} else if errors.Is(err, context.DeadlineExceeded) {
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("%s: connection left open", name)
 		}
 		conn.Close()
