@@ -65,7 +65,6 @@ type Client struct {
 
 	seg    *transfer.LocalSegment // nil for a pure consumer
 	server *transfer.Server
-	segID  atomic.Uint64 // master-assigned ID of seg, changes on remount
 
 	healthy atomic.Bool
 	closed  atomic.Bool
@@ -73,8 +72,8 @@ type Client struct {
 	// memory; Close takes it to wait for them before unmapping anything, so
 	// a close from one Python thread never pulls memory from under another.
 	inFlight sync.RWMutex
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 // New connects a client as described by cfg: it mounts a segment of
@@ -205,7 +204,6 @@ func (c *Client) mount(ctx context.Context) error {
 		c.log.Error("mount segment failed", "name", c.hostname, "err", err)
 		return err
 	}
-	c.segID.Store(resp.SegID)
 	desc.ID = resp.SegID
 	c.peers.setOwn(desc, c.seg.Bytes())
 	return nil

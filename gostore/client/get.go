@@ -171,7 +171,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 			}
 			rep := w.replicas[round]
 			if mem := c.peers.local(rep.SegID); mem != nil {
-				if copyOut(mem, rep.Offset, w.bufs) {
+				if transfer.CopyScatter(mem, rep.Offset, w.bufs, false) == nil {
 					out[w.item] = int64(p.res[w.item].Size)
 				} else {
 					out[w.item] = int64(wire.ErrInvalidReplica)

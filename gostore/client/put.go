@@ -110,7 +110,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 		writing[i], epochs[i] = true, r.Epoch
 		for _, rep := range r.Replicas {
 			if mem := c.peers.local(rep.SegID); mem != nil {
-				if !copyInto(mem, rep.Offset, items[i].Parts) {
+				if transfer.CopyScatter(mem, rep.Offset, items[i].Parts, true) != nil {
 					out[i] = wire.ErrInvalidParams
 				}
 				continue
@@ -183,28 +183,6 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 		}
 	}
 	wg.Wait()
-}
-
-// copyInto copies parts contiguously into mem at off; false if out of range.
-func copyInto(mem []byte, off uint64, parts [][]byte) bool {
-	for _, p := range parts {
-		if off > uint64(len(mem)) || uint64(len(p)) > uint64(len(mem))-off {
-			return false
-		}
-		off += uint64(copy(mem[off:], p))
-	}
-	return true
-}
-
-// copyOut fills parts from mem at off; false if out of range.
-func copyOut(mem []byte, off uint64, parts [][]byte) bool {
-	for _, p := range parts {
-		if off > uint64(len(mem)) || uint64(len(p)) > uint64(len(mem))-off {
-			return false
-		}
-		off += uint64(copy(p, mem[off:]))
-	}
-	return true
 }
 
 func fill(out []wire.Code, c wire.Code) []wire.Code {

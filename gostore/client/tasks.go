@@ -78,7 +78,7 @@ func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 	var ops []transfer.Op
 	for _, t := range plan.Targets {
 		if mem := c.peers.local(t.SegID); mem != nil {
-			if !copyInto(mem, t.Offset, [][]byte{buf}) {
+			if transfer.CopyScatter(mem, t.Offset, [][]byte{buf}, true) != nil {
 				return wire.ErrInvalidReplica
 			}
 			continue

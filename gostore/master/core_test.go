@@ -285,9 +285,9 @@ func TestSilentClientExpires(t *testing.T) {
 	}
 }
 
-// TestConcurrentPutsAndUnmount races puts, gets and an unmount; with -race it
-// checks the lock order, and afterwards every surviving replica must be on a
-// mounted segment.
+// TestConcurrentPutsAndUnmount races puts, gets and an unmount (with -race
+// it checks the shared state for data races); afterwards every surviving
+// replica must be on a mounted segment.
 func TestConcurrentPutsAndUnmount(t *testing.T) {
 	c, _ := newTestCore(t)
 	for i := range 4 {

@@ -4,8 +4,11 @@
 //
 // The core does no I/O and reads no clock: time comes from the injected
 // Config.Now, randomness from Config.Rand, and the driver (package
-// master/server) calls Tick periodically to expire clients. That keeps every
-// rule testable in microseconds with a fake clock.
+// master/server) calls Tick periodically to expire clients, release
+// quarantined ranges, fail orphaned tasks and run eviction. That keeps every
+// rule testable in microseconds with a fake clock. (An eviction pass spreads
+// its sweep over GOMAXPROCS goroutines and waits for them: the one place
+// the core starts goroutines, all gone when Evict returns.)
 //
 // Invariants
 //   - Objects are spread over NumShards shards by key hash; each shard's mutex
@@ -14,8 +17,13 @@
 //     until the replica is dropped; it is returned to the allocator exactly
 //     once, unless the segment was unmounted first (then the whole range went
 //     with it).
-//   - Lock order: shard, then segment. Unmounting marks the segment dead under
-//     its own lock before sweeping the shards, so an allocation racing with an
-//     unmount either fails or is swept.
+//   - Lock order: the segment registry (segs), then a shard, then a segment,
+//     then the quarantine (discarded) or the task table. segs is never taken
+//     under a shard lock. Unmounting marks the segment dead under its own
+//     lock before sweeping the shards, so an allocation racing with an
+//     unmount either fails or is swept. The segment list is copy-on-write.
+//   - Every write (put, upsert) has an epoch; PutEnd/PutRevoke and ReadDone
+//     quote it, so a preempted write or a late reader never acts on a newer
+//     object under the same key.
 //   - An object is readable only once it has a COMPLETE replica.
 package master

@@ -48,7 +48,8 @@ func TestEvictionTakesTheOldestUnprotected(t *testing.T) {
 	c.PutStart("w", "", []string{"unfinished"}, []uint64{1024}, wire.ReplicaConfig{})
 	used := c.Segments()[0].Used
 
-	// 60 candidates (40 plain − 2 leased + 10 soft... = 48), ratio 0.05 → 3.
+	// Candidates: 38 plain (40 less the 2 leased) + 10 soft-pinned = 48;
+	// ratio 0.05 of 48 rounds up to 3.
 	res := c.Evict()
 	if res.Candidates != 48 || res.Objects != 3 || res.Bytes != 3*1024 {
 		t.Fatalf("pass: %+v", res)

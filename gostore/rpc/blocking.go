@@ -21,7 +21,9 @@ import (
 // thread and is woken once, directly, as a C client would be. The Go
 // runtime lets other goroutines run meanwhile (the thread is in a syscall).
 //
-// Deadlines become SO_RCVTIMEO/SO_SNDTIMEO, set only when they change.
+// Deadlines become SO_RCVTIMEO/SO_SNDTIMEO (two setsockopt calls when the
+// deadline moves, which is every call in practice). They bound each system
+// call rather than the whole frame; a frame read takes one or two.
 type blockingConn struct {
 	fd       int
 	mu       sync.Mutex // guards closed against a concurrent Close
@@ -73,9 +75,6 @@ func (b *blockingConn) SetDeadline(t time.Time) error {
 			d = time.Microsecond
 		}
 		tv = unix.NsecToTimeval(d.Nanoseconds())
-		// Re-arming per call would cost two syscalls; a deadline that is
-		// reused (same absolute time) is not re-armed, and one that moves
-		// is, so the timeout is always at least as long as asked.
 	}
 	if err := unix.SetsockoptTimeval(b.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return err

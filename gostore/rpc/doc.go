@@ -7,7 +7,10 @@
 // closes that connection only (and is logged): a peer can never take the
 // server down.
 //
-// The Client keeps a pool of connections and runs one call at a time on
-// each, which measured the lowest single-call latency (no goroutine hand-off
-// on the reply path); concurrency comes from the pool.
+// Two clients serve two kinds of caller. Client keeps a pool of connections
+// and runs one call at a time on each; it reads replies with blocking system
+// calls on the calling thread (blocking.go), the lowest latency for a call
+// from Python. MuxClient pipelines many concurrent callers over a few shared
+// connections, coalescing their frames into single writes: the throughput
+// choice for a process with many goroutines calling at once.
 package rpc

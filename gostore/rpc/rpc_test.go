@@ -1,12 +1,12 @@
 package rpc
 
 import (
-	"os"
 	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"

@@ -3,6 +3,7 @@
 package transfer
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -196,21 +197,33 @@ func mapPeer(p Peer) ([]byte, error) {
 
 // copyShm performs op against the mapping: one copy() per caller buffer.
 func copyShm(mem []byte, op *Op) error {
-	total, _ := opLen(op)
-	if !inRange(op.Offset, total, uint64(len(mem))) {
-		return wire.Errorf(wire.ErrInvalidParams, "range [%d,+%d) outside segment %d of %d bytes",
-			op.Offset, total, op.Peer.SegID, len(mem))
+	if err := CopyScatter(mem, op.Offset, op.Bufs, op.Write); err != nil {
+		return wire.Errorf(wire.ErrInvalidParams, "segment %d: %v", op.Peer.SegID, err)
+	}
+	return nil
+}
+
+// CopyScatter copies between the contiguous range of mem starting at off
+// and the scatter list bufs: into mem when write, out of it otherwise. A
+// range outside mem is an error and nothing is copied. Copies of a few MiB
+// and more are spread over the cores (see parallelCopyMin).
+func CopyScatter(mem []byte, off uint64, bufs [][]byte, write bool) error {
+	var total uint64
+	for _, b := range bufs {
+		total += uint64(len(b))
+	}
+	if !inRange(off, total, uint64(len(mem))) {
+		return fmt.Errorf("range [%d,+%d) outside %d bytes", off, total, len(mem))
 	}
 	workers := min(runtime.GOMAXPROCS(0), int(total/parallelCopyMin))
 	if workers < 2 {
-		off := op.Offset
-		for _, b := range op.Bufs {
-			copyPart(mem[off:], b, op.Write)
+		for _, b := range bufs {
+			copyPart(mem[off:], b, write)
 			off += uint64(len(b))
 		}
 		return nil
 	}
-	copyParallel(mem[op.Offset:op.Offset+total], op.Bufs, op.Write, workers)
+	copyParallel(mem[off:off+total], bufs, write, workers)
 	return nil
 }
 

@@ -32,7 +32,8 @@ type Options struct {
 	EtcdEndpoints  string
 	ClusterID      string
 
-	// TickInterval is how often time-driven work (client expiry) runs.
+	// TickInterval is how often time-driven work runs: client expiry,
+	// quarantine release, orphaned tasks, eviction.
 	TickInterval time.Duration
 	LogLevel     string
 
@@ -89,9 +90,11 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--rpc_port %d out of range", o.RPCPort)
 	case o.MetricsPort > 65535:
 		return fmt.Errorf("--metrics_port %d out of range", o.MetricsPort)
-	case o.DefaultKVLeaseTTL < 0 || o.ClientTTL <= 0 || o.TickInterval <= 0:
-		return fmt.Errorf("lease ttl, client ttl and tick interval must be positive")
-	case o.EvictionRatio < 0 || o.EvictionRatio > 1 || o.EvictionHighWatermark <= 0 || o.EvictionHighWatermark > 1:
+	case o.DefaultKVLeaseTTL <= 0 || o.DefaultKVSoftPinTTL <= 0 || o.ClientTTL <= 0 || o.TickInterval <= 0 ||
+		o.PutStartDiscardTimeout <= 0 || o.PutStartReleaseTimeout <= 0:
+		// Zero would silently mean "the default" in the core: refuse it.
+		return fmt.Errorf("ttls, timeouts and the tick interval must be positive")
+	case o.EvictionRatio <= 0 || o.EvictionRatio > 1 || o.EvictionHighWatermark <= 0 || o.EvictionHighWatermark > 1:
 		return fmt.Errorf("eviction ratios must lie in (0, 1]")
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {

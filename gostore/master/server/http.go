@@ -42,7 +42,7 @@ func newMetrics(core *master.Core) *metrics {
 			func() float64 { return float64(f()) }))
 	}
 	counter("gostore_master_put_start_total", "Keys asked for by PutStart.", st.PutStarts.Load)
-	counter("gostore_master_put_end_total", "Keys completed by PutEnd.", st.PutEnds.Load)
+	counter("gostore_master_put_end_total", "Keys asked for by PutEnd.", st.PutEnds.Load)
 	counter("gostore_master_put_revoke_total", "Keys revoked by PutRevoke.", st.PutRevokes.Load)
 	counter("gostore_master_get_total", "Keys asked for by GetReplicas.", st.Gets.Load)
 	counter("gostore_master_get_miss_total", "GetReplicas keys that were missing.", st.GetMisses.Load)
@@ -56,6 +56,12 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_eviction_pass_total", "Eviction passes run.", st.EvictionPasses.Load)
 	counter("gostore_master_evicted_object_total", "Objects evicted.", st.EvictedObjects.Load)
 	counter("gostore_master_evicted_bytes_total", "Replica bytes freed by eviction.", st.EvictedBytes.Load)
+	counter("gostore_master_upsert_start_total", "Keys asked for by UpsertStart.", st.UpsertStarts.Load)
+	counter("gostore_master_upsert_in_place_total", "Upserts that rewrote an object in place.", st.UpsertsInPlace.Load)
+	counter("gostore_master_write_preempted_total", "Unfinished writes preempted by an upsert.", st.WritesPreempted.Load)
+	counter("gostore_master_task_created_total", "Replica tasks created.", st.TasksCreated.Load)
+	counter("gostore_master_task_succeeded_total", "Replica tasks that succeeded.", st.TasksSucceeded.Load)
+	counter("gostore_master_task_failed_total", "Replica tasks that failed.", st.TasksFailed.Load)
 	gauge := func(name, help string, f func(master.Totals) float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return f(core.Totals()) }))

@@ -24,7 +24,8 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("parsed %+v", o)
 	}
 	for _, bad := range [][]string{{"--nope=1"}, {"--rpc_port=70000"}, {"--client_ttl=0"},
-		{"--eviction_ratio=2"}, {"--log_level=loud"}, {"stray"}, {"--client_ttl=abc"}} {
+		{"--eviction_ratio=2"}, {"--eviction_ratio=0"}, {"--default_kv_lease_ttl=0"}, {"--log_level=loud"},
+		{"stray"}, {"--client_ttl=abc"}} {
 		if _, err := ParseFlags(bad, nil); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
