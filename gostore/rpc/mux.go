@@ -38,9 +38,10 @@ type muxReply struct {
 type muxConn struct {
 	c net.Conn
 
-	wmu      sync.Mutex // guards out, flushing
-	out      []byte
-	flushing bool
+	wmu  sync.Mutex // guards out
+	out  []byte
+	wake chan struct{} // the writer has frames to send
+	done chan struct{} // closed by fail: the writer stops
 
 	pmu     sync.Mutex // guards pending, err
 	pending map[uint64]chan muxReply
@@ -57,8 +58,9 @@ func DialMux(addr string, n int) (*MuxClient, error) {
 			return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
 		}
 		c.(*net.TCPConn).SetNoDelay(true)
-		mc := &muxConn{c: c, pending: make(map[uint64]chan muxReply)}
+		mc := &muxConn{c: c, pending: make(map[uint64]chan muxReply), wake: make(chan struct{}, 1), done: make(chan struct{})}
 		go mc.readLoop()
+		go mc.writeLoop()
 		m.conns = append(m.conns, mc)
 	}
 	return m, nil
@@ -109,31 +111,44 @@ func (m *MuxClient) Call(ctx context.Context, op wire.Op, req, resp any) error {
 	return nil
 }
 
-// send queues frame; if no write is in progress this caller writes
-// everything queued, including frames other callers add meanwhile.
+// send queues frame for the writer goroutine. Frames queued while it is
+// writing go out together in its next write: under load one system call
+// carries many requests.
 func (mc *muxConn) send(frame []byte) error {
 	mc.wmu.Lock()
 	mc.out = append(mc.out, frame...)
-	if mc.flushing {
-		mc.wmu.Unlock()
-		return nil
-	}
-	mc.flushing = true
-	for len(mc.out) > 0 {
-		buf := mc.out
-		mc.out = nil
-		mc.wmu.Unlock()
-		_, err := mc.c.Write(buf)
-		mc.wmu.Lock()
-		if err != nil {
-			mc.flushing = false
-			mc.wmu.Unlock()
-			return err
-		}
-	}
-	mc.flushing = false
 	mc.wmu.Unlock()
+	select {
+	case mc.wake <- struct{}{}:
+	default:
+	}
 	return nil
+}
+
+// writeLoop double-buffers: senders append to out while the previous
+// batch, in spare, is on the wire.
+func (mc *muxConn) writeLoop() {
+	var spare []byte
+	for {
+		select {
+		case <-mc.done:
+			return
+		case <-mc.wake:
+		}
+		mc.wmu.Lock()
+		if len(mc.out) == 0 {
+			mc.wmu.Unlock()
+			continue
+		}
+		buf := mc.out
+		mc.out = spare[:0]
+		mc.wmu.Unlock()
+		if _, err := mc.c.Write(buf); err != nil {
+			mc.fail(err)
+			return
+		}
+		spare = buf
+	}
 }
 
 func (mc *muxConn) readLoop() {
@@ -166,6 +181,7 @@ func (mc *muxConn) fail(err error) {
 	}
 	mc.err = err
 	mc.c.Close()
+	close(mc.done)
 	for id, ch := range mc.pending {
 		ch <- muxReply{err: err}
 		delete(mc.pending, id)
