@@ -12,60 +12,51 @@ import (
 // so the bytes are unchanged; they skip reflection and its type-cache
 // lookups, which were a fifth of the master's CPU on batched puts.
 
-func encodeStrings(e *msgpack.Encoder, ss []string) error {
-	if err := e.EncodeArrayLen(len(ss)); err != nil {
+// encodeList writes xs as an array, one element with each.
+func encodeList[T any](e *msgpack.Encoder, xs []T, each func(T) error) error {
+	if err := e.EncodeArrayLen(len(xs)); err != nil {
 		return err
 	}
-	for _, s := range ss {
-		if err := e.EncodeString(s); err != nil {
+	for _, x := range xs {
+		if err := each(x); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// decodeList reads an array, one element with each; the slice grows as
+// elements arrive (see allocCap). A nil or empty array gives nil.
+func decodeList[T any](d *msgpack.Decoder, each func(*T) error) ([]T, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	out := make([]T, 0, allocCap(n))
+	for range n {
+		var v T
+		if err := each(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func encodeStrings(e *msgpack.Encoder, ss []string) error {
+	return encodeList(e, ss, e.EncodeString)
 }
 
 func decodeStrings(d *msgpack.Decoder) ([]string, error) {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n <= 0 {
-		return nil, err
-	}
-	out := make([]string, 0, allocCap(n))
-	for range n {
-		v, err := d.DecodeString()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return decodeList(d, func(v *string) (err error) { *v, err = d.DecodeString(); return })
 }
 
 func encodeUints(e *msgpack.Encoder, vs []uint64) error {
-	if err := e.EncodeArrayLen(len(vs)); err != nil {
-		return err
-	}
-	for _, v := range vs {
-		if err := e.EncodeUint(v); err != nil {
-			return err
-		}
-	}
-	return nil
+	return encodeList(e, vs, e.EncodeUint)
 }
 
 func decodeUints(d *msgpack.Decoder) ([]uint64, error) {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n <= 0 {
-		return nil, err
-	}
-	out := make([]uint64, 0, allocCap(n))
-	for range n {
-		v, err := d.DecodeUint64()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return decodeList(d, func(v *uint64) (err error) { *v, err = d.DecodeUint64(); return })
 }
 
 // allocCap bounds what a length read from a peer may allocate up front; a
@@ -230,57 +221,40 @@ func (m *PutStartReq) DecodeMsgpack(d *msgpack.Decoder) error {
 }
 
 func encodeReplicas(e *msgpack.Encoder, rs []Replica) error {
-	if err := e.EncodeArrayLen(len(rs)); err != nil {
-		return err
-	}
-	for _, r := range rs {
+	return encodeList(e, rs, func(r Replica) error {
 		if err := e.EncodeArrayLen(2); err != nil {
 			return err
 		}
 		if err := e.EncodeUint(r.SegID); err != nil {
 			return err
 		}
-		if err := e.EncodeUint(r.Offset); err != nil {
-			return err
-		}
-	}
-	return nil
+		return e.EncodeUint(r.Offset)
+	})
 }
 
 func decodeReplicas(d *msgpack.Decoder) ([]Replica, error) {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n <= 0 {
-		return nil, err
-	}
-	out := make([]Replica, 0, allocCap(n))
-	for range n {
+	return decodeList(d, func(r *Replica) error {
 		m, err := arrayOf(d, 2)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		var r Replica
 		if r.SegID, err = d.DecodeUint64(); err != nil {
-			return nil, err
+			return err
 		}
 		if r.Offset, err = d.DecodeUint64(); err != nil {
-			return nil, err
+			return err
 		}
-		if err := skipRest(d, m, 2); err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
+		return skipRest(d, m, 2)
+	})
 }
+
+// A response is a one-field array holding its list of results.
 
 func (m *PutStartResp) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := e.EncodeArrayLen(1); err != nil {
 		return err
 	}
-	if err := e.EncodeArrayLen(len(m.Results)); err != nil {
-		return err
-	}
-	for _, r := range m.Results {
+	return encodeList(e, m.Results, func(r PutStartResult) error {
 		if err := e.EncodeArrayLen(3); err != nil {
 			return err
 		}
@@ -290,11 +264,8 @@ func (m *PutStartResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		if err := encodeReplicas(e, r.Replicas); err != nil {
 			return err
 		}
-		if err := e.EncodeUint(r.Epoch); err != nil {
-			return err
-		}
-	}
-	return nil
+		return e.EncodeUint(r.Epoch)
+	})
 }
 
 func (m *PutStartResp) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -302,32 +273,24 @@ func (m *PutStartResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	if err != nil {
 		return err
 	}
-	k, err := d.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	m.Results = make([]PutStartResult, 0, allocCap(k))
-	for range k {
+	m.Results, err = decodeList(d, func(r *PutStartResult) error {
 		f, err := arrayOf(d, 3)
 		if err != nil {
 			return err
 		}
-		m.Results = append(m.Results, PutStartResult{})
-		r := &m.Results[len(m.Results)-1]
-		code, err := d.DecodeInt32()
-		if err != nil {
+		if r.Code, err = decodeCode(d); err != nil {
 			return err
 		}
-		r.Code = Code(code)
 		if r.Replicas, err = decodeReplicas(d); err != nil {
 			return err
 		}
 		if r.Epoch, err = d.DecodeUint64(); err != nil {
 			return err
 		}
-		if err := skipRest(d, f, 3); err != nil {
-			return err
-		}
+		return skipRest(d, f, 3)
+	})
+	if err != nil {
+		return err
 	}
 	return skipRest(d, n, 1)
 }
@@ -336,10 +299,7 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := e.EncodeArrayLen(1); err != nil {
 		return err
 	}
-	if err := e.EncodeArrayLen(len(m.Results)); err != nil {
-		return err
-	}
-	for _, r := range m.Results {
+	return encodeList(e, m.Results, func(r GetResult) error {
 		if err := e.EncodeArrayLen(5); err != nil {
 			return err
 		}
@@ -355,11 +315,8 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		if err := e.EncodeInt(r.LeaseMS); err != nil {
 			return err
 		}
-		if err := e.EncodeUint(r.Epoch); err != nil {
-			return err
-		}
-	}
-	return nil
+		return e.EncodeUint(r.Epoch)
+	})
 }
 
 func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -367,23 +324,14 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	if err != nil {
 		return err
 	}
-	k, err := d.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	m.Results = make([]GetResult, 0, allocCap(k))
-	for range k {
+	m.Results, err = decodeList(d, func(r *GetResult) error {
 		f, err := arrayOf(d, 5)
 		if err != nil {
 			return err
 		}
-		m.Results = append(m.Results, GetResult{})
-		r := &m.Results[len(m.Results)-1]
-		code, err := d.DecodeInt32()
-		if err != nil {
+		if r.Code, err = decodeCode(d); err != nil {
 			return err
 		}
-		r.Code = Code(code)
 		if r.Size, err = d.DecodeUint64(); err != nil {
 			return err
 		}
@@ -396,9 +344,10 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 		if r.Epoch, err = d.DecodeUint64(); err != nil {
 			return err
 		}
-		if err := skipRest(d, f, 5); err != nil {
-			return err
-		}
+		return skipRest(d, f, 5)
+	})
+	if err != nil {
+		return err
 	}
 	return skipRest(d, n, 1)
 }
@@ -407,15 +356,7 @@ func (m *CodesResp) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := e.EncodeArrayLen(1); err != nil {
 		return err
 	}
-	if err := e.EncodeArrayLen(len(m.Codes)); err != nil {
-		return err
-	}
-	for _, c := range m.Codes {
-		if err := e.EncodeInt(int64(c)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return encodeList(e, m.Codes, func(c Code) error { return e.EncodeInt(int64(c)) })
 }
 
 func (m *CodesResp) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -423,17 +364,13 @@ func (m *CodesResp) DecodeMsgpack(d *msgpack.Decoder) error {
 	if err != nil {
 		return err
 	}
-	k, err := d.DecodeArrayLen()
-	if err != nil {
+	if m.Codes, err = decodeList(d, func(c *Code) (err error) { *c, err = decodeCode(d); return }); err != nil {
 		return err
 	}
-	m.Codes = make([]Code, 0, allocCap(k))
-	for range k {
-		c, err := d.DecodeInt32()
-		if err != nil {
-			return err
-		}
-		m.Codes = append(m.Codes, Code(c))
-	}
 	return skipRest(d, n, 1)
+}
+
+func decodeCode(d *msgpack.Decoder) (Code, error) {
+	c, err := d.DecodeInt32()
+	return Code(c), err
 }
