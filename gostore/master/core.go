@@ -39,6 +39,12 @@ type Config struct {
 	// never scribbles over a newer object.
 	PutStartDiscardTimeout time.Duration
 	PutStartReleaseTimeout time.Duration
+	// EnableOffload turns the SSD tier on: clients are asked to persist
+	// objects (all completed ones, or with OffloadOnEvict only those
+	// eviction picks), and eviction drops a memory replica only once the
+	// object has a disk copy, so nothing is lost while disks have room.
+	EnableOffload  bool
+	OffloadOnEvict bool
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -102,6 +108,7 @@ type Core struct {
 	evictSoon atomic.Bool
 	epochs    atomic.Uint64
 	tasks     taskTable
+	offload   offloadQueues
 	stats     Stats
 }
 
@@ -113,6 +120,7 @@ type Stats struct {
 	EvictionPasses, EvictedObjects, EvictedBytes             atomic.Int64
 	UpsertStarts, UpsertsInPlace, WritesPreempted            atomic.Int64
 	TasksCreated, TasksSucceeded, TasksFailed                atomic.Int64
+	Offloaded, EvictionsOffloadWait                          atomic.Int64
 }
 
 type shard struct {
@@ -341,7 +349,7 @@ func (c *Core) expireClients(now time.Time) []string {
 	for _, s := range dead {
 		c.dropReplicasOn(s)
 	}
-	c.revokePutsOf(gone)
+	c.forgetClients(gone)
 	c.stats.ClientsExpired.Add(int64(len(expired)))
 	sort.Strings(expired)
 	return expired

@@ -47,9 +47,11 @@ func (c *Core) releaseDiscarded(now int64) {
 	c.stats.DiscardedReleased.Add(int64(len(due)))
 }
 
-// revokePutsOf drops the unfinished puts of dead writers: nobody will ever
-// finish them, and nobody is copying into them any more.
-func (c *Core) revokePutsOf(dead map[string]bool) {
+// forgetClients drops what dead clients leave behind: their unfinished puts
+// (nobody will finish them, nobody copies into them any more) and the disk
+// copies in their SSD tiers (unreachable now). Objects left with no replica
+// disappear.
+func (c *Core) forgetClients(dead map[string]bool) {
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -59,6 +61,13 @@ func (c *Core) revokePutsOf(dead map[string]bool) {
 				o.release(&c.stats)
 				delete(sh.objects, key)
 				n++
+				continue
+			}
+			if o.disk != nil && dead[o.disk.client] {
+				o.disk = nil
+				if len(o.replicas) == 0 {
+					delete(sh.objects, key)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -67,12 +76,24 @@ func (c *Core) revokePutsOf(dead map[string]bool) {
 }
 
 // evictable classifies o for eviction: never an unfinished, leased (being
-// read) or hard-pinned object; soft-pinned ones only in the second pass.
-func evictable(o *object, now int64) (ok, soft bool) {
+// read) or hard-pinned object, nor one without memory replicas; soft-pinned
+// ones only in the second pass. With the SSD tier on, only objects whose
+// disk copy exists (the others wait for their offload).
+func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
 	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 {
 		return false, false
 	}
+	if c.cfg.EnableOffload && o.disk == nil {
+		return false, false
+	}
 	return true, o.softPinned(now)
+}
+
+// awaitsOffload reports an object eviction would take but for its missing
+// disk copy.
+func (c *Core) awaitsOffload(o *object, now int64) bool {
+	return c.cfg.EnableOffload && o.disk == nil && !o.hardPin && !o.leased(now) &&
+		!o.unfinished() && o.tasks == 0 && len(o.replicas) > 0
 }
 
 // usage is the pool's used/capacity ratio.
@@ -157,12 +178,16 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 		sh.mu.Lock()
 		sampled += len(sh.objects)
 		for _, o := range sh.objects {
-			if ok, isSoft := evictable(o, now); ok {
+			if ok, isSoft := c.evictable(o, now); ok {
 				if isSoft {
 					soft = append(soft, o.lastUse)
 				} else {
 					plain = append(plain, o.lastUse)
 				}
+			} else if c.cfg.OffloadOnEvict && c.awaitsOffload(o, now) {
+				// Counted as a candidate: the sweep asks for its offload
+				// instead of evicting it.
+				plain = append(plain, o.lastUse)
 			}
 		}
 		sh.mu.Unlock()
@@ -195,8 +220,13 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 	var objects, bytes atomic.Int64
 	c.forShards(func(_ int, sh *shard) {
 		for key, o := range sh.objects {
-			ok, isSoft := evictable(o, now)
+			ok, isSoft := c.evictable(o, now)
 			if !ok {
+				if c.cfg.OffloadOnEvict && c.awaitsOffload(o, now) && o.lastUse <= cut[0] {
+					// Would have gone: ask its holder to persist it first.
+					c.wantOffload(key, o)
+					c.stats.EvictionsOffloadWait.Add(1)
+				}
 				continue
 			}
 			class := 0
@@ -208,7 +238,9 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			}
 			bytes.Add(int64(o.size) * int64(len(o.replicas)))
 			o.release(&c.stats)
-			delete(sh.objects, key)
+			if o.disk == nil {
+				delete(sh.objects, key)
+			} // else the object lives on in the SSD tier
 			objects.Add(1)
 		}
 	})

@@ -39,10 +39,17 @@ type object struct {
 	started  int64 // PutStart time, for taking over abandoned puts
 	softPin  int64 // soft-pinned until then (0: not soft-pinned)
 	writer   string
-	epoch    uint64 // of the current or last write; see wire.PutStartResult
-	readers  int32  // gets between GetReplicas(ForRead) and ReadDone
-	tasks    int32  // replica tasks running on the object
-	hardPin  bool   // never evicted; only remove takes it away
+	epoch    uint64    // of the current or last write; see wire.PutStartResult
+	readers  int32     // gets between GetReplicas(ForRead) and ReadDone
+	tasks    int32     // replica tasks running on the object
+	hardPin  bool      // never evicted; only remove takes it away
+	disk     *diskCopy // LOCAL_DISK replica in a client's SSD tier, or nil
+}
+
+// readable reports whether a get can be served: a complete memory replica,
+// or a disk copy when no write is in progress.
+func (o *object) readable() bool {
+	return o.complete() || (o.disk != nil && !o.unfinished())
 }
 
 func (o *object) complete() bool {
@@ -219,6 +226,10 @@ func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Co
 				o.replicas[j].status = replicaComplete
 			}
 			o.lastUse = now
+			o.disk = nil // a rewritten object's old disk copy is stale
+			if c.cfg.EnableOffload && !c.cfg.OffloadOnEvict {
+				c.wantOffload(key, o)
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -270,9 +281,12 @@ func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 		case !ok:
 			out[i].Code = wire.ErrObjectNotFound
 			c.stats.GetMisses.Add(1)
-		case !o.complete():
+		case !o.readable():
 			out[i].Code = wire.ErrReplicaIsNotReady
 		default:
+			if o.disk != nil {
+				out[i].Disk = o.disk.endpoint
+			}
 			if !o.leased(now) {
 				o.readers = 0 // readers past their lease no longer count
 			}
@@ -317,7 +331,7 @@ func (c *Core) Exist(keys []string) []wire.Code {
 	for i, key := range keys {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
-		if o, ok := sh.objects[key]; ok && o.complete() {
+		if o, ok := sh.objects[key]; ok && o.readable() {
 			o.touch(now, &c.cfg)
 		} else {
 			out[i] = wire.ErrObjectNotFound
@@ -335,7 +349,7 @@ func removable(o *object, now int64, force bool) wire.Code {
 	if force {
 		return wire.OK
 	}
-	if !o.complete() {
+	if !o.readable() {
 		return wire.ErrReplicaIsNotReady
 	}
 	if o.leased(now) {

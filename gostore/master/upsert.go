@@ -45,7 +45,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 	if o.busy(now) {
 		return wire.PutStartResult{Code: wire.ErrObjectReplicaBusy}
 	}
-	if o.size == size {
+	if o.size == size && len(o.replicas) > 0 { // a disk-only object has no ranges to reuse
 		for j := range o.replicas {
 			o.replicas[j].status = replicaProcessing
 		}

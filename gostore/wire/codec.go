@@ -300,7 +300,7 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		return err
 	}
 	return encodeList(e, m.Results, func(r GetResult) error {
-		if err := e.EncodeArrayLen(5); err != nil {
+		if err := e.EncodeArrayLen(6); err != nil {
 			return err
 		}
 		if err := e.EncodeInt(int64(r.Code)); err != nil {
@@ -315,7 +315,10 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		if err := e.EncodeInt(r.LeaseMS); err != nil {
 			return err
 		}
-		return e.EncodeUint(r.Epoch)
+		if err := e.EncodeUint(r.Epoch); err != nil {
+			return err
+		}
+		return e.EncodeString(r.Disk)
 	})
 }
 
@@ -325,7 +328,7 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 		return err
 	}
 	m.Results, err = decodeList(d, func(r *GetResult) error {
-		f, err := arrayOf(d, 5)
+		f, err := arrayOf(d, 6)
 		if err != nil {
 			return err
 		}
@@ -344,7 +347,10 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 		if r.Epoch, err = d.DecodeUint64(); err != nil {
 			return err
 		}
-		return skipRest(d, f, 5)
+		if r.Disk, err = d.DecodeString(); err != nil {
+			return err
+		}
+		return skipRest(d, f, 6)
 	})
 	if err != nil {
 		return err

@@ -22,12 +22,16 @@ const (
 	OpCreateTask
 	OpTaskDone
 	OpQueryTask
+	OpOffloadHeartbeat
+	OpNotifyOffloaded
+	OpEvictDiskReplicas
 	opEnd
 )
 
 var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySegments",
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
-	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask"}
+	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
+	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas"}
 
 // Valid reports whether op is one this version of the protocol knows.
 func (op Op) Valid() bool { return op > 0 && op < opEnd }
@@ -166,6 +170,9 @@ type GetResult struct {
 	// Epoch of the object read; ReadDone quotes it so that a late ReadDone
 	// never ends a read of a newer object under the same key.
 	Epoch uint64
+	// Disk is the endpoint of the client holding a LOCAL_DISK copy ("" if
+	// none); a reader falls back to it when Replicas is empty.
+	Disk string
 }
 
 type GetReplicasResp struct {
@@ -244,4 +251,28 @@ type TaskInfo struct {
 	Kind     TaskKind
 	Status   string
 	Error    string
+}
+
+// OffloadHeartbeatReq asks which objects the client should persist.
+type OffloadHeartbeatReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Max      int
+}
+
+// ObjectsResp lists objects by key and size.
+type ObjectsResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Keys     []string
+	Sizes    []uint64
+}
+
+// NotifyOffloadedReq reports objects now held in the client's SSD tier,
+// reachable at Endpoint.
+type NotifyOffloadedReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Endpoint string
+	Keys     []string
+	Sizes    []uint64
 }

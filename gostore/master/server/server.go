@@ -55,6 +55,8 @@ func Start(opts Options) (*Server, error) {
 		HighWatermark:          opts.EvictionHighWatermark,
 		PutStartDiscardTimeout: opts.PutStartDiscardTimeout,
 		PutStartReleaseTimeout: opts.PutStartReleaseTimeout,
+		EnableOffload:          opts.EnableOffload,
+		OffloadOnEvict:         opts.OffloadOnEvict,
 	})
 	s := &Server{opts: opts, log: log, core: core, stop: make(chan struct{})}
 	s.metrics = newMetrics(core)
@@ -216,5 +218,15 @@ func (s *Server) register() {
 	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
 		info, err := c.QueryTask(r.ID)
 		return &info, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.ObjectsResp, error) {
+		keys, sizes := c.OffloadHeartbeat(r.ClientID, r.Max)
+		return &wire.ObjectsResp{Keys: keys, Sizes: sizes}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.Keys, r.Sizes)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpEvictDiskReplicas, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.EvictDiskReplicas(r.ClientID, r.Keys)}, nil
 	})
 }
