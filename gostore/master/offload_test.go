@@ -120,7 +120,7 @@ func TestDiskCopiesOfADeadClientAreDropped(t *testing.T) {
 	mount(t, c, "b", "seg-b", 1<<20)
 	put(t, c, "onA", 100, wire.ReplicaConfig{Preferred: []string{"seg"}})
 	c.NotifyOffloaded("b", "ep-b", []string{"onA"}, []uint64{100}) // b holds a's object on disk
-	c.Evict()                                                        // memory copy goes
+	c.Evict()                                                      // memory copy goes
 	for range 12 {
 		clk.Advance(time.Second)
 		c.Ping("a")
