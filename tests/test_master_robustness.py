@@ -21,8 +21,8 @@ from conftest import MiB, pattern, wait_until
 
 OP_PING = 1
 # The highest opcode the master knows (gostore/wire/messages.go: OpPing ..
-# OpQueryTask); everything above it is unknown.
-LAST_OP = 17
+# OpEvictDiskReplicas); everything above it is unknown.
+LAST_OP = 20  # the last wire.Op in gostore/wire/messages.go (EvictDiskReplicas)
 HEADER = struct.Struct("<IQHi")
 assert HEADER.size == 18
 
