@@ -1,0 +1,63 @@
+// backend.go defines the Backend interface every SSD backend implements,
+// its configuration and the MOONCAKE_OFFLOAD_* environment names.
+package storage
+
+import (
+	"errors"
+
+	"github.com/gostore/gostore/gostore/storage/fileio"
+)
+
+// Errors a backend returns, wrapped with details.
+var (
+	ErrNotFound = errors.New("storage: object not found")
+	ErrCorrupt  = errors.New("storage: record failed its checksum")
+	ErrFull     = errors.New("storage: size or key limit reached")
+	ErrSize     = errors.New("storage: destination size differs from the stored object")
+)
+
+// Backend stores objects on local disk.
+type Backend interface {
+	// Name is the descriptor: "bucket_storage_backend",
+	// "file_per_key_storage_backend" or "offset_allocator_storage_backend".
+	Name() string
+	// BatchOffload persists values[i] under keys[i] (replacing an older
+	// copy) and returns one error per object. Data is durable (datasync)
+	// when it returns nil for an object.
+	BatchOffload(keys []string, values [][]byte) []error
+	// BatchLoad reads each object into dsts[i], whose length must equal the
+	// stored size (ErrSize otherwise); ErrNotFound for a missing key,
+	// ErrCorrupt when the bytes fail their checksum (never wrong bytes).
+	BatchLoad(keys []string, dsts [][]byte) []error
+	// Size reports a stored object's size.
+	Size(key string) (uint64, bool)
+	// Remove deletes objects; missing keys are not an error.
+	Remove(keys []string) error
+	// ScanMeta calls fn for every intact object found on disk, for recovery
+	// after a restart; torn or corrupt records and files are skipped and
+	// logged, never returned.
+	ScanMeta(fn func(key string, size uint64) error) error
+	// Usage is the bytes and keys stored.
+	Usage() (bytes uint64, keys int)
+	Close() error
+}
+
+// Config is shared by the backends; zero values take the defaults below.
+type Config struct {
+	Path   string        // the directory (MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)
+	Engine fileio.Engine // nil: fileio.FromEnv()
+
+	TotalSizeLimit uint64 // [2 TiB] MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES
+	TotalKeysLimit uint64 // [10M] MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT
+
+	// Bucket backend.
+	BucketSizeLimit    uint64 // [256 MiB] MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES
+	BucketKeysLimit    uint64 // [500] MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT
+	BucketMaxTotalSize uint64 // [0 = 90% of the disk] MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE
+	EvictionPolicy     string // [fifo; none, lru] MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY
+
+	// OnEvict is told, in one call per eviction, which keys the backend is
+	// about to drop (the client forwards them to the master as
+	// EvictDiskReplicas) before their files are deleted.
+	OnEvict func(keys []string)
+}
