@@ -18,6 +18,11 @@ import (
 // two calls wait on the same one small.
 const NumShards = 1024
 
+// maxSegmentSize bounds what a client may claim to contribute, so that
+// sums over the pool cannot overflow (a segment is memory the client
+// mapped: 256 TiB is far beyond any host).
+const maxSegmentSize = 256 << 40
+
 // allocAlign is the alignment of replica offsets inside a segment: a cache
 // line, so that copies into neighbouring objects never share one.
 const allocAlign = 64
@@ -182,8 +187,8 @@ func (c *Core) Ping(clientID string) bool {
 // Mounting a name the same client already mounted returns the existing ID
 // (a retried RPC must not fail); another client's name is -102.
 func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
-	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign {
-		return 0, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and at least %d bytes", allocAlign)
+	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign || d.Size > maxSegmentSize {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
 	}
 	c.touch(d.ClientID)
 	c.segs.Lock()

@@ -252,6 +252,9 @@ func TestMountRules(t *testing.T) {
 	if _, err := c.MountSegment(wire.SegmentDesc{Name: "tiny", ClientID: "b", Size: 1}); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("tiny segment: %v", err)
 	}
+	if _, err := c.MountSegment(wire.SegmentDesc{Name: "huge", ClientID: "b", Size: 1 << 63}); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Fatalf("implausible segment size accepted: %v", err)
+	}
 	c.UnmountSegment("a", "seg")
 	if id2 := mount(t, c, "a", "seg", 1<<20); id2 == id {
 		t.Fatal("segment IDs must not be reused")

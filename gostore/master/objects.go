@@ -313,10 +313,13 @@ func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 // epoch GetReplicas returned for keys[i]: a read of an object since replaced
 // (removed and put again) does not end a read of the new one.
 func (c *Core) ReadDone(keys []string, epochs []uint64) {
+	if len(epochs) != len(keys) {
+		return // without epochs a ReadDone could end anyone's read
+	}
 	for i, key := range keys {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
-		if o, ok := sh.objects[key]; ok && o.readers > 0 && (i >= len(epochs) || epochs[i] == o.epoch) {
+		if o, ok := sh.objects[key]; ok && o.readers > 0 && epochs[i] == o.epoch {
 			o.readers--
 		}
 		sh.mu.Unlock()

@@ -74,6 +74,7 @@ func TestUpsertCases(t *testing.T) {
 	}
 	g := c.GetReplicas([]string{"k"}, false)
 	c.ReadDone([]string{"k"}, []uint64{g[0].Epoch + 1}) // another object's read
+	c.ReadDone([]string{"k"}, nil)                      // no epochs: ignored
 	if r := upsert(t, c, "w", "k", 1000, wire.ReplicaConfig{}); r.Code != wire.ErrObjectReplicaBusy {
 		t.Fatalf("a stale ReadDone ended a current read: %v", r.Code)
 	}
