@@ -470,3 +470,32 @@ func TestOpenDirectFallback(t *testing.T) {
 		os.Remove(p)
 	}
 }
+
+// A submission slot reused after a datasync must not carry the datasync
+// flag into the next read or write (giouring does not clear it).
+func TestReadsAfterDatasync(t *testing.T) {
+	for _, e := range engines(t) {
+		f := tempFile(t, "f-"+e.Name())
+		data := make([]byte, 64*1024)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		for round := range 3 {
+			if err := e.WriteAt(f, data, 0); err != nil {
+				t.Fatalf("round %d write: %v", round, err)
+			}
+			if err := e.Datasync(f); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 70 { // more than a ring's worth of slots
+				got := make([]byte, 512)
+				if err := e.ReadAt(f, got, int64(i*512)); err != nil {
+					t.Fatalf("round %d read %d after datasync: %v", round, i, err)
+				}
+				if !bytes.Equal(got, data[i*512:(i+1)*512]) {
+					t.Fatalf("%s round %d read %d: bytes differ", e.Name(), round, i)
+				}
+			}
+		}
+	}
+}

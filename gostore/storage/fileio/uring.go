@@ -146,6 +146,10 @@ func (u *uringBackend) run(ops []*op) {
 				} else {
 					sqe.PrepareRead(o.fd, addr, n, off)
 				}
+				// giouring's prepare leaves the per-op flags of the slot's
+				// previous user: after a datasync (flag 1) the kernel would
+				// read RWF_HIPRI and refuse the read or write with EINVAL.
+				sqe.OpcodeFlags = 0
 			}
 			sqe.SetData64(uint64(i))
 			inflight++
