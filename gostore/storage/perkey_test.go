@@ -1,0 +1,116 @@
+package storage
+
+import (
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gostore/gostore/gostore/storage/fileio"
+)
+
+func perkeyOpen(t *testing.T, dir string, eng fileio.Engine, sizeLimit, keysLimit uint64) Backend {
+	t.Helper()
+	b, err := NewFilePerKey(Config{Path: dir, Engine: eng, TotalSizeLimit: sizeLimit, TotalKeysLimit: keysLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Name() != "file_per_key_storage_backend" {
+		t.Fatalf("Name = %q", b.Name())
+	}
+	return b
+}
+
+func TestPerKeySuite(t *testing.T) { perkeySuite(t, perkeyOpen) }
+
+func TestPerKeyLayout(t *testing.T) {
+	dir := t.TempDir()
+	eng, _ := fileio.New(false)
+	defer eng.Close()
+	b := perkeyOpen(t, dir, eng, 1<<20, 0)
+	defer b.Close()
+	perkeyPut(t, b, map[string][]byte{"hello": []byte("world")})
+	h := perkeyHash("hello")
+	fi, err := os.Stat(filepath.Join(dir, h[:2], h[2:4], h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != perkeyHdrLen+5+5 {
+		t.Fatalf("file size %d", fi.Size())
+	}
+}
+
+func TestPerKeyCorruption(t *testing.T) {
+	perkeyEngines(t, func(t *testing.T, eng fileio.Engine) {
+		dir := t.TempDir()
+		b := perkeyOpen(t, dir, eng, 16<<20, 0)
+		defer b.Close()
+		want := map[string][]byte{"good": perkeyVal(1, 5000), "bad": perkeyVal(2, 5000)}
+		perkeyPut(t, b, want)
+		h := perkeyHash("bad")
+		p := filepath.Join(dir, h[:2], h[2:4], h)
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw[len(raw)-100] ^= 0x40
+		if err := os.WriteFile(p, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, 5000)
+		errs := b.BatchLoad([]string{"bad", "good"}, [][]byte{dst, make([]byte, 5000)})
+		if !errors.Is(errs[0], ErrCorrupt) || errs[1] != nil {
+			t.Fatalf("errs = %v", errs)
+		}
+		for _, c := range dst {
+			if c != 0 {
+				t.Fatal("corrupt load left bytes in dst")
+			}
+		}
+		delete(want, "bad")
+		perkeyCheck(t, b, want)
+	})
+}
+
+func TestPerKeyTornFiles(t *testing.T) {
+	perkeyEngines(t, func(t *testing.T, eng fileio.Engine) {
+		dir := t.TempDir()
+		b := perkeyOpen(t, dir, eng, 16<<20, 0)
+		want := map[string][]byte{"ok": perkeyVal(1, 7000), "trunc": perkeyVal(2, 7000),
+			"short": perkeyVal(3, 10), "magic": perkeyVal(4, 10)}
+		perkeyPut(t, b, want)
+		b.Close()
+		path := func(k string) string {
+			h := perkeyHash(k)
+			return filepath.Join(dir, h[:2], h[2:4], h)
+		}
+		if err := os.Truncate(path("trunc"), 5000); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(path("short"), 10); err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := os.ReadFile(path("magic"))
+		raw[0] ^= 0xff
+		os.WriteFile(path("magic"), raw, 0o644)
+		tmp := path("ok") + perkeyTmpMark + "42"
+		os.WriteFile(tmp, []byte("partial"), 0o644)
+
+		b = perkeyOpen(t, dir, eng, 16<<20, 0)
+		defer b.Close()
+		if got := perkeyScan(t, b); !maps.Equal(got, map[string]uint64{"ok": 7000}) {
+			t.Fatalf("ScanMeta = %v", got)
+		}
+		perkeyCheck(t, b, map[string][]byte{"ok": want["ok"]})
+		if err := perkeyLoadErr(b, "trunc", 7000); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("torn file: %v", err)
+		}
+		if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+			t.Fatalf("temp file not deleted: %v", err)
+		}
+		// A torn file is replaced by a new write.
+		perkeyPut(t, b, map[string][]byte{"trunc": perkeyVal(5, 100)})
+		perkeyCheck(t, b, map[string][]byte{"trunc": perkeyVal(5, 100)})
+	})
+}
