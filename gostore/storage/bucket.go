@@ -1,0 +1,840 @@
+package storage
+
+// BucketStorageBackend (the default backend).
+//
+// Objects are grouped into buckets. A bucket is two files in Config.Path:
+//
+//	<id>.bucket  data: records [hdr 24 B | key | value], see bucket_meta.go
+//	<id>.meta    the bucket's index: header (magic, version, id, count,
+//	             data size), one entry per live object (key, value offset,
+//	             size, CRC32C of key+value), trailing CRC32C of the file.
+//
+// Ids are increasing (nanosecond clock, forced past the largest id seen on
+// disk), and zero-padded so the files sort by age.
+//
+// Write path (BatchOffload): the batch is cut into buckets of at most
+// BucketSizeLimit record bytes / BucketKeysLimit objects (an object larger
+// than BucketSizeLimit gets a bucket of its own). Difference from the seed:
+// the seed holds objects that do not fill a bucket back until the next
+// heartbeat; here every call writes what it is given, so a small batch makes
+// a small bucket (the caller batches). Per bucket: reserve space (evicting
+// under the lock if needed) → OnEvict outside the lock → finalize the
+// evicted buckets → write data, datasync → write meta to <id>.meta.tmp,
+// datasync, rename, sync the directory → publish in memory. A key written
+// again replaces the older copy (the copy in the bucket with the higher id
+// wins, in memory and at recovery); the older bucket keeps the dead bytes
+// (counted in Usage and the limits until the whole bucket goes) and its meta
+// is rewritten without the key so a restart cannot resurrect it. Remove does
+// the same; a bucket left without live objects has its files deleted.
+//
+// Limits: the bytes of all bucket files (data incl. record headers and dead
+// records, plus meta) must stay within min(TotalSizeLimit,
+// BucketMaxTotalSize [0 = 90% of the filesystem]) and the live keys within
+// TotalKeysLimit (a batch's keys are all counted as new, so replacing keys
+// at the key limit may evict slightly early). When a bucket would not fit:
+// "none" → ErrFull; "fifo" → evict the oldest buckets; "lru" → evict the
+// buckets whose last load is oldest (never-read buckets first, oldest id
+// first among equals). Last access is a logical clock bumped by every
+// BatchLoad, so ordering is exact even with a coarse clock.
+//
+// Two-phase eviction: phase 1 under the lock removes the victims' objects
+// from the index and collects their keys; OnEvict(keys) is called once,
+// outside the lock; phase 2 waits for the victims' in-flight reads (each
+// BatchLoad holds a per-bucket reference from lookup to the end of its I/O),
+// then closes and deletes their files (meta first, then data).
+//
+// Reads (BatchLoad) go through Engine.ReadBatch straight into the caller's
+// buffers (at most fileio.QueueDepth per submission) and verify CRC32C of
+// key+value; a mismatch returns ErrCorrupt and zeroes the destination.
+//
+// Recovery (at open; ScanMeta then reports the recovered index): every
+// <id>.meta is checked (header, checksum, bounds against the data file);
+// a torn/corrupt meta or a missing data file skips that bucket with an
+// slog error, leaving its files in place. Data files without any meta (a
+// crash before the meta was renamed) and *.tmp files are deleted. Record
+// CRCs are verified lazily at load (ErrCorrupt), not at recovery: checking
+// them eagerly would read every byte on the disk.
+//
+// Files are opened buffered (no O_DIRECT); each live bucket keeps its data
+// file open for reads (one descriptor per bucket).
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gostore/gostore/gostore/storage/fileio"
+)
+
+// Defaults of the bucket-specific Config fields.
+const (
+	bucketDefaultTotalSize  = 2 << 40  // 2 TiB
+	bucketDefaultTotalKeys  = 10000000 // 10M
+	bucketDefaultSizeLimit  = 256 << 20
+	bucketDefaultKeysLimit  = 500
+	bucketDefaultPolicy     = "fifo"
+	bucketDiskFraction      = 0.9
+	bucketName              = "bucket_storage_backend"
+	bucketDataExt           = ".bucket"
+	bucketMetaExt           = ".meta"
+	bucketTmpExt            = ".tmp"
+	bucketPolicyNone        = "none"
+	bucketPolicyFIFO        = "fifo"
+	bucketPolicyLRU         = "lru"
+	bucketErrClosedMsg      = "storage: bucket backend closed"
+	bucketIDWidth           = 20
+	bucketMaxReadsPerSubmit = fileio.QueueDepth
+)
+
+var bucketErrClosed = errors.New(bucketErrClosedMsg)
+
+// bucketLoadHook, when set (tests), is called by BatchLoad after it has taken
+// its bucket references and before it reads.
+var bucketLoadHook func(keys []string)
+
+// bucketEntry is one live object.
+type bucketEntry struct {
+	bk   *bucketFile
+	key  string
+	off  uint64 // of the value in the data file
+	size uint64
+	crc  uint32
+}
+
+// bucketFile is one published bucket.
+type bucketFile struct {
+	id       uint64
+	f        *os.File // data file, open for reads
+	dataSize uint64
+	metaSize uint64
+	live     map[string]*bucketEntry // guarded by bucketBackend.mu
+
+	lastAccess atomic.Uint64
+	refs       sync.WaitGroup // in-flight reads
+
+	metaMu sync.Mutex // serialises meta rewrites and deletion
+	dead   bool       // guarded by metaMu
+}
+
+func (bk *bucketFile) disk() uint64 { return bk.dataSize + bk.metaSize }
+
+type bucketBackend struct {
+	dir     string
+	eng     fileio.Engine
+	ownEng  bool
+	policy  string
+	sizeCap uint64
+	keysCap uint64
+	bSize   uint64
+	bKeys   uint64
+	onEvict func([]string)
+
+	mu       sync.RWMutex
+	closed   bool
+	ops      sync.WaitGroup
+	index    map[string]*bucketEntry
+	buckets  map[uint64]*bucketFile
+	disk     uint64 // bytes of published bucket files
+	resBytes uint64 // reserved by writes in progress
+	resKeys  uint64
+	lastID   uint64
+
+	clock atomic.Uint64 // logical LRU clock
+}
+
+// NewBucket opens (recovering what is there) or creates the bucket backend
+// in cfg.Path.
+func NewBucket(cfg Config) (Backend, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("storage: bucket backend needs a path")
+	}
+	policy := strings.ToLower(strings.TrimSpace(cfg.EvictionPolicy))
+	if policy == "" {
+		policy = bucketDefaultPolicy
+	}
+	switch policy {
+	case bucketPolicyNone, bucketPolicyFIFO, bucketPolicyLRU:
+	default:
+		return nil, fmt.Errorf("storage: unknown bucket eviction policy %q (none, fifo, lru)", cfg.EvictionPolicy)
+	}
+	if err := os.MkdirAll(cfg.Path, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: bucket dir: %w", err)
+	}
+	b := &bucketBackend{
+		dir: cfg.Path, policy: policy, onEvict: cfg.OnEvict,
+		sizeCap: cfg.TotalSizeLimit, keysCap: cfg.TotalKeysLimit,
+		bSize: cfg.BucketSizeLimit, bKeys: cfg.BucketKeysLimit,
+		index: map[string]*bucketEntry{}, buckets: map[uint64]*bucketFile{},
+	}
+	if b.sizeCap == 0 {
+		b.sizeCap = bucketDefaultTotalSize
+	}
+	if b.keysCap == 0 {
+		b.keysCap = bucketDefaultTotalKeys
+	}
+	if b.bSize == 0 {
+		b.bSize = bucketDefaultSizeLimit
+	}
+	if b.bKeys == 0 {
+		b.bKeys = bucketDefaultKeysLimit
+	}
+	maxTotal := cfg.BucketMaxTotalSize
+	if maxTotal == 0 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(cfg.Path, &st); err != nil {
+			return nil, fmt.Errorf("storage: statfs %s: %w", cfg.Path, err)
+		}
+		maxTotal = uint64(float64(st.Blocks) * float64(st.Bsize) * bucketDiskFraction)
+	}
+	b.sizeCap = min(b.sizeCap, maxTotal)
+	if cfg.Engine != nil {
+		b.eng = cfg.Engine
+	} else {
+		e, err := fileio.FromEnv()
+		if err != nil {
+			return nil, err
+		}
+		b.eng, b.ownEng = e, true
+	}
+	if err := b.recover(); err != nil {
+		b.closeFiles()
+		if b.ownEng {
+			b.eng.Close()
+		}
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bucketBackend) Name() string { return bucketName }
+
+// enter registers an operation; false once closed.
+func (b *bucketBackend) enter() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	b.ops.Add(1)
+	return true
+}
+
+func bucketErrs(n int, err error) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+func (b *bucketBackend) path(id uint64, ext string) string {
+	return filepath.Join(b.dir, fmt.Sprintf("%0*d%s", bucketIDWidth, id, ext))
+}
+
+// nextIDLocked returns a fresh increasing id (b.mu held).
+func (b *bucketBackend) nextIDLocked() uint64 {
+	id := uint64(time.Now().UnixNano())
+	if id <= b.lastID {
+		id = b.lastID + 1
+	}
+	b.lastID = id
+	return id
+}
+
+// BatchOffload writes the objects as one or more new buckets.
+func (b *bucketBackend) BatchOffload(keys []string, values [][]byte) []error {
+	if len(keys) != len(values) {
+		return bucketErrs(len(keys), fmt.Errorf("storage: %d keys but %d values", len(keys), len(values)))
+	}
+	if !b.enter() {
+		return bucketErrs(len(keys), bucketErrClosed)
+	}
+	defer b.ops.Done()
+	errs := make([]error, len(keys))
+	// The last copy of a key in the batch wins; earlier ones share its result.
+	last := make(map[string]int, len(keys))
+	for i, k := range keys {
+		last[k] = i
+	}
+	var group []int
+	var groupBytes uint64
+	flush := func() {
+		if len(group) == 0 {
+			return
+		}
+		err := b.offloadGroup(keys, values, group)
+		for _, i := range group {
+			errs[i] = err
+		}
+		group, groupBytes = nil, 0
+	}
+	for i, k := range keys {
+		if last[k] != i {
+			continue
+		}
+		n := bucketRecLen(k, values[i])
+		if len(group) > 0 && (groupBytes+n > b.bSize || uint64(len(group)) >= b.bKeys) {
+			flush()
+		}
+		group = append(group, i)
+		groupBytes += n
+	}
+	flush()
+	for i, k := range keys {
+		if j := last[k]; j != i {
+			errs[i] = errs[j]
+		}
+	}
+	return errs
+}
+
+// offloadGroup writes one bucket holding keys[i], values[i] for i in idx.
+func (b *bucketBackend) offloadGroup(keys []string, values [][]byte, idx []int) error {
+	ents := make([]*bucketEntry, len(idx))
+	vals := make([][]byte, len(idx))
+	var dataSize uint64
+	for j, i := range idx {
+		ents[j] = &bucketEntry{key: keys[i], size: uint64(len(values[i])), crc: bucketCRC(keys[i], values[i])}
+		vals[j] = values[i]
+		dataSize += bucketRecLen(keys[i], values[i])
+	}
+	need := dataSize + bucketMetaLen(ents)
+	nkeys := uint64(len(ents))
+
+	// Phase 1: reserve, evicting under the lock.
+	b.mu.Lock()
+	victims, evicted, err := b.prepareEvictionLocked(need, nkeys)
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	id := b.nextIDLocked()
+	b.resBytes += need
+	b.resKeys += nkeys
+	b.mu.Unlock()
+
+	if len(evicted) > 0 && b.onEvict != nil {
+		b.onEvict(evicted)
+	}
+	// Phase 2.
+	for _, bk := range victims {
+		b.deleteBucket(bk)
+	}
+
+	bk, err := b.writeBucket(id, ents, vals)
+
+	b.mu.Lock()
+	b.resBytes -= need
+	b.resKeys -= nkeys
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	emptied, touched := b.publishLocked(bk, ents)
+	b.mu.Unlock()
+	return b.afterUnlink(emptied, touched)
+}
+
+// prepareEvictionLocked makes room for need bytes and nkeys keys on top of
+// what is published and reserved. It returns the evicted buckets (already
+// unlinked from the index) and their keys.
+func (b *bucketBackend) prepareEvictionLocked(need, nkeys uint64) ([]*bucketFile, []string, error) {
+	fits := func() bool {
+		return b.disk+b.resBytes+need <= b.sizeCap && uint64(len(b.index))+b.resKeys+nkeys <= b.keysCap
+	}
+	if fits() {
+		return nil, nil, nil
+	}
+	if b.policy == bucketPolicyNone {
+		return nil, nil, fmt.Errorf("%w: %d bytes in use + %d needed > %d, or %d keys + %d > %d (eviction policy none)",
+			ErrFull, b.disk+b.resBytes, need, b.sizeCap, uint64(len(b.index))+b.resKeys, nkeys, b.keysCap)
+	}
+	// Even evicting every published bucket would not be enough.
+	if b.resBytes+need > b.sizeCap || b.resKeys+nkeys > b.keysCap {
+		return nil, nil, fmt.Errorf("%w: bucket of %d bytes / %d keys exceeds the limits (%d bytes, %d keys) with %d bytes reserved",
+			ErrFull, need, nkeys, b.sizeCap, b.keysCap, b.resBytes)
+	}
+	var victims []*bucketFile
+	var keys []string
+	for !fits() {
+		bk := b.candidateLocked()
+		if bk == nil { // cannot happen given the check above
+			return victims, keys, fmt.Errorf("%w: nothing left to evict", ErrFull)
+		}
+		for k := range bk.live {
+			delete(b.index, k)
+			keys = append(keys, k)
+		}
+		delete(b.buckets, bk.id)
+		b.disk -= bk.disk()
+		victims = append(victims, bk)
+	}
+	sort.Strings(keys)
+	return victims, keys, nil
+}
+
+// candidateLocked selects the next bucket to evict.
+func (b *bucketBackend) candidateLocked() *bucketFile {
+	var best *bucketFile
+	for _, bk := range b.buckets {
+		if best == nil {
+			best = bk
+			continue
+		}
+		if b.policy == bucketPolicyLRU {
+			a, c := bk.lastAccess.Load(), best.lastAccess.Load()
+			if a < c || (a == c && bk.id < best.id) {
+				best = bk
+			}
+		} else if bk.id < best.id {
+			best = bk
+		}
+	}
+	return best
+}
+
+// publishLocked adds a written (or recovered) bucket to the index. A key
+// already stored in a newer bucket keeps that copy. It returns the older
+// buckets left empty (unlinked, to delete) and those that lost keys (to
+// rewrite their meta).
+func (b *bucketBackend) publishLocked(bk *bucketFile, ents []*bucketEntry) (emptied, touched []*bucketFile) {
+	b.buckets[bk.id] = bk
+	b.disk += bk.disk()
+	seen := map[*bucketFile]bool{}
+	for _, e := range ents {
+		e.bk = bk
+		if old, ok := b.index[e.key]; ok {
+			if old.bk.id > bk.id {
+				continue // dead on arrival
+			}
+			delete(old.bk.live, e.key)
+			if !seen[old.bk] {
+				seen[old.bk] = true
+				touched = append(touched, old.bk)
+			}
+		}
+		b.index[e.key] = e
+		bk.live[e.key] = e
+	}
+	if len(bk.live) < len(ents) || len(ents) == 0 {
+		touched = append(touched, bk)
+	}
+	return b.splitEmptyLocked(touched)
+}
+
+// splitEmptyLocked unlinks the buckets of list that have no live object.
+func (b *bucketBackend) splitEmptyLocked(list []*bucketFile) (emptied, touched []*bucketFile) {
+	for _, bk := range list {
+		if len(bk.live) == 0 {
+			delete(b.buckets, bk.id)
+			b.disk -= bk.disk()
+			emptied = append(emptied, bk)
+		} else {
+			touched = append(touched, bk)
+		}
+	}
+	return emptied, touched
+}
+
+// afterUnlink deletes emptied buckets and rewrites the meta of touched ones.
+func (b *bucketBackend) afterUnlink(emptied, touched []*bucketFile) error {
+	for _, bk := range emptied {
+		b.deleteBucket(bk)
+	}
+	var errs []error
+	for _, bk := range touched {
+		errs = append(errs, b.rewriteMeta(bk))
+	}
+	return errors.Join(errs...)
+}
+
+// deleteBucket is phase 2 of eviction (and the end of an emptied bucket):
+// bk is already unlinked; wait for its reads, then close and delete.
+func (b *bucketBackend) deleteBucket(bk *bucketFile) {
+	bk.refs.Wait()
+	bk.metaMu.Lock()
+	defer bk.metaMu.Unlock()
+	if bk.dead {
+		return
+	}
+	bk.dead = true
+	if err := bk.f.Close(); err != nil {
+		slog.Error("storage: bucket close", "id", bk.id, "err", err)
+	}
+	for _, p := range []string{b.path(bk.id, bucketMetaExt), b.path(bk.id, bucketDataExt)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			slog.Error("storage: bucket delete", "path", p, "err", err)
+		}
+	}
+	if err := bucketSyncDir(b.dir); err != nil {
+		slog.Error("storage: bucket dir sync", "dir", b.dir, "err", err)
+	}
+}
+
+// rewriteMeta writes bk's meta with its live objects only.
+func (b *bucketBackend) rewriteMeta(bk *bucketFile) error {
+	bk.metaMu.Lock()
+	defer bk.metaMu.Unlock()
+	if bk.dead {
+		return nil
+	}
+	b.mu.RLock()
+	ents := make([]*bucketEntry, 0, len(bk.live))
+	for _, e := range bk.live {
+		ents = append(ents, e)
+	}
+	b.mu.RUnlock()
+	sort.Slice(ents, func(i, j int) bool { return ents[i].off < ents[j].off })
+	if err := b.writeFileAtomic(b.path(bk.id, bucketMetaExt), bucketEncodeMeta(bk.id, bk.dataSize, ents)); err != nil {
+		return fmt.Errorf("storage: rewrite meta of bucket %d: %w", bk.id, err)
+	}
+	return nil
+}
+
+// writeBucket writes and syncs the data then the meta of a new bucket, and
+// fills ents' offsets.
+func (b *bucketBackend) writeBucket(id uint64, ents []*bucketEntry, vals [][]byte) (bk *bucketFile, err error) {
+	dataPath, metaPath := b.path(id, bucketDataExt), b.path(id, bucketMetaExt)
+	f, err := os.OpenFile(dataPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("storage: create bucket: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(dataPath)
+			os.Remove(metaPath)
+		}
+	}()
+	var off uint64
+	for j, e := range ents {
+		hdr := bucketEncodeRecHdr(e.key, e.size, e.crc)
+		if err = b.eng.WriteAt(f, hdr, int64(off)); err != nil {
+			return nil, fmt.Errorf("storage: write bucket %d: %w", id, err)
+		}
+		e.off = off + uint64(len(hdr))
+		if err = b.eng.WriteAt(f, vals[j], int64(e.off)); err != nil {
+			return nil, fmt.Errorf("storage: write bucket %d: %w", id, err)
+		}
+		off = e.off + e.size
+	}
+	if err = b.eng.Datasync(f); err != nil {
+		return nil, fmt.Errorf("storage: sync bucket %d: %w", id, err)
+	}
+	meta := bucketEncodeMeta(id, off, ents)
+	if err = b.writeFileAtomic(metaPath, meta); err != nil {
+		return nil, fmt.Errorf("storage: write meta of bucket %d: %w", id, err)
+	}
+	return &bucketFile{id: id, f: f, dataSize: off, metaSize: uint64(len(meta)),
+		live: make(map[string]*bucketEntry, len(ents))}, nil
+}
+
+// writeFileAtomic writes p to path via path.tmp, datasync, rename, dir sync.
+func (b *bucketBackend) writeFileAtomic(path string, p []byte) error {
+	tmp := path + bucketTmpExt
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	err = b.eng.WriteAt(f, p, 0)
+	if err == nil {
+		err = b.eng.Datasync(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return bucketSyncDir(b.dir)
+}
+
+func bucketSyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+type bucketRead struct {
+	i int
+	e *bucketEntry
+}
+
+// BatchLoad reads objects into dsts, verifying their checksums.
+func (b *bucketBackend) BatchLoad(keys []string, dsts [][]byte) []error {
+	if len(keys) != len(dsts) {
+		return bucketErrs(len(keys), fmt.Errorf("storage: %d keys but %d buffers", len(keys), len(dsts)))
+	}
+	if !b.enter() {
+		return bucketErrs(len(keys), bucketErrClosed)
+	}
+	defer b.ops.Done()
+	errs := make([]error, len(keys))
+	reads := make([]bucketRead, 0, len(keys))
+	b.mu.RLock()
+	for i, k := range keys {
+		e, ok := b.index[k]
+		switch {
+		case !ok:
+			errs[i] = fmt.Errorf("%w: %q", ErrNotFound, k)
+		case uint64(len(dsts[i])) != e.size:
+			errs[i] = fmt.Errorf("%w: %q is %d bytes, buffer %d", ErrSize, k, e.size, len(dsts[i]))
+		default:
+			e.bk.refs.Add(1) // the bucket is linked: its deletion waits for this
+			e.bk.lastAccess.Store(b.clock.Add(1))
+			reads = append(reads, bucketRead{i, e})
+		}
+	}
+	b.mu.RUnlock()
+	defer func() {
+		for _, r := range reads {
+			r.e.bk.refs.Done()
+		}
+	}()
+	if h := bucketLoadHook; h != nil {
+		h(keys)
+	}
+	for start := 0; start < len(reads); start += bucketMaxReadsPerSubmit {
+		chunk := reads[start:min(start+bucketMaxReadsPerSubmit, len(reads))]
+		reqs := make([]fileio.Request, len(chunk))
+		for j, r := range chunk {
+			reqs[j] = fileio.Request{File: r.e.bk.f, Buf: dsts[r.i], Off: int64(r.e.off)}
+		}
+		rerrs := b.eng.ReadBatch(reqs)
+		for j, r := range chunk {
+			dst := dsts[r.i]
+			switch {
+			case rerrs[j] != nil:
+				clear(dst)
+				errs[r.i] = fmt.Errorf("storage: read %q from bucket %d: %w", r.e.key, r.e.bk.id, rerrs[j])
+			case bucketCRC(r.e.key, dst) != r.e.crc:
+				clear(dst)
+				errs[r.i] = fmt.Errorf("%w: %q in bucket %d at offset %d", ErrCorrupt, r.e.key, r.e.bk.id, r.e.off)
+			}
+		}
+	}
+	return errs
+}
+
+func (b *bucketBackend) Size(key string) (uint64, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if e, ok := b.index[key]; ok {
+		return e.size, true
+	}
+	return 0, false
+}
+
+// Remove unlinks the keys, rewrites the meta of the buckets that keep other
+// objects and deletes the files of those left empty.
+func (b *bucketBackend) Remove(keys []string) error {
+	if !b.enter() {
+		return bucketErrClosed
+	}
+	defer b.ops.Done()
+	b.mu.Lock()
+	seen := map[*bucketFile]bool{}
+	var list []*bucketFile
+	for _, k := range keys {
+		e, ok := b.index[k]
+		if !ok {
+			continue
+		}
+		delete(b.index, k)
+		delete(e.bk.live, k)
+		if !seen[e.bk] {
+			seen[e.bk] = true
+			list = append(list, e.bk)
+		}
+	}
+	emptied, touched := b.splitEmptyLocked(list)
+	b.mu.Unlock()
+	return b.afterUnlink(emptied, touched)
+}
+
+// ScanMeta reports every object recovered at open (or written since).
+func (b *bucketBackend) ScanMeta(fn func(key string, size uint64) error) error {
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return bucketErrClosed
+	}
+	snap := make([]bucketEntry, 0, len(b.index))
+	for _, e := range b.index {
+		snap = append(snap, bucketEntry{key: e.key, size: e.size})
+	}
+	b.mu.RUnlock()
+	for _, e := range snap {
+		if err := fn(e.key, e.size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Usage reports the bytes of the bucket files (records incl. headers and
+// dead copies, plus metas) and the number of live keys.
+func (b *bucketBackend) Usage() (uint64, int) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.disk, len(b.index)
+}
+
+func (b *bucketBackend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.ops.Wait()
+	b.closeFiles()
+	if b.ownEng {
+		return b.eng.Close()
+	}
+	return nil
+}
+
+func (b *bucketBackend) closeFiles() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, bk := range b.buckets {
+		bk.f.Close()
+	}
+}
+
+// recover loads every intact bucket from the directory.
+func (b *bucketBackend) recover() error {
+	des, err := os.ReadDir(b.dir)
+	if err != nil {
+		return fmt.Errorf("storage: read bucket dir: %w", err)
+	}
+	metas := map[uint64]bool{}
+	datas := map[uint64]bool{}
+	for _, de := range des {
+		name := de.Name()
+		if !de.Type().IsRegular() {
+			continue
+		}
+		if strings.HasSuffix(name, bucketTmpExt) {
+			os.Remove(filepath.Join(b.dir, name))
+			continue
+		}
+		ext := filepath.Ext(name)
+		if ext != bucketDataExt && ext != bucketMetaExt {
+			continue
+		}
+		id, err := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
+		if err != nil {
+			continue
+		}
+		b.lastID = max(b.lastID, id)
+		if ext == bucketDataExt {
+			datas[id] = true
+		} else {
+			metas[id] = true
+		}
+	}
+	for id := range datas {
+		if !metas[id] {
+			p := b.path(id, bucketDataExt)
+			slog.Warn("storage: deleting bucket data without meta (interrupted write)", "path", p)
+			os.Remove(p)
+		}
+	}
+	ids := make([]uint64, 0, len(metas))
+	for id := range metas {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var emptied, touched []*bucketFile
+	for _, id := range ids {
+		bk, ents, err := b.openBucket(id, datas[id])
+		if err != nil {
+			slog.Error("storage: skipping bucket", "id", id, "dir", b.dir, "err", err)
+			continue
+		}
+		e, t := b.publishLocked(bk, ents)
+		emptied = append(emptied, e...)
+		touched = append(touched, t...)
+	}
+	// Buckets fully superseded by newer ones (a crash before their meta was
+	// rewritten) go; partially superseded ones get their meta rewritten.
+	b.afterUnlinkRecovery(emptied, touched)
+	return nil
+}
+
+func (b *bucketBackend) afterUnlinkRecovery(emptied, touched []*bucketFile) {
+	live := touched[:0]
+	for _, bk := range touched {
+		if len(bk.live) > 0 && b.buckets[bk.id] == bk {
+			live = append(live, bk)
+		}
+	}
+	if err := b.afterUnlink(emptied, live); err != nil {
+		slog.Error("storage: bucket recovery cleanup", "err", err)
+	}
+}
+
+// openBucket reads and checks one bucket's meta and opens its data file.
+func (b *bucketBackend) openBucket(id uint64, haveData bool) (*bucketFile, []*bucketEntry, error) {
+	if !haveData {
+		return nil, nil, errors.New("data file missing")
+	}
+	metaPath := b.path(id, bucketMetaExt)
+	mf, err := os.Open(metaPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := mf.Stat()
+	if err != nil {
+		mf.Close()
+		return nil, nil, err
+	}
+	raw := make([]byte, st.Size())
+	err = b.eng.ReadAt(mf, raw, 0)
+	mf.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read meta: %w", err)
+	}
+	hdr, ents, err := bucketDecodeMeta(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("meta %s: %w", metaPath, err)
+	}
+	if hdr.id != id {
+		return nil, nil, fmt.Errorf("meta %s names bucket %d", metaPath, hdr.id)
+	}
+	f, err := os.OpenFile(b.path(id, bucketDataExt), os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if uint64(dst.Size()) < hdr.dataSize {
+		f.Close()
+		return nil, nil, fmt.Errorf("data file is %d bytes, meta says %d", dst.Size(), hdr.dataSize)
+	}
+	return &bucketFile{id: id, f: f, dataSize: uint64(dst.Size()), metaSize: uint64(len(raw)),
+		live: make(map[string]*bucketEntry, len(ents))}, ents, nil
+}
