@@ -476,7 +476,7 @@ func (b *bucketBackend) deleteBucket(bk *bucketFile) {
 			slog.Error("storage: bucket delete", "path", p, "err", err)
 		}
 	}
-	if err := bucketSyncDir(b.dir); err != nil {
+	if err := syncDir(b.dir); err != nil {
 		slog.Error("storage: bucket dir sync", "dir", b.dir, "err", err)
 	}
 }
@@ -495,7 +495,7 @@ func (b *bucketBackend) rewriteMeta(bk *bucketFile) error {
 	}
 	b.mu.RUnlock()
 	sort.Slice(ents, func(i, j int) bool { return ents[i].off < ents[j].off })
-	if err := b.writeFileAtomic(b.path(bk.id, bucketMetaExt), bucketEncodeMeta(bk.id, bk.dataSize, ents)); err != nil {
+	if err := b.writeMeta(b.path(bk.id, bucketMetaExt), bucketEncodeMeta(bk.id, bk.dataSize, ents)); err != nil {
 		return fmt.Errorf("storage: rewrite meta of bucket %d: %w", bk.id, err)
 	}
 	return nil
@@ -532,44 +532,11 @@ func (b *bucketBackend) writeBucket(id uint64, ents []*bucketEntry, vals [][]byt
 		return nil, fmt.Errorf("storage: sync bucket %d: %w", id, err)
 	}
 	meta := bucketEncodeMeta(id, off, ents)
-	if err = b.writeFileAtomic(metaPath, meta); err != nil {
+	if err = b.writeMeta(metaPath, meta); err != nil {
 		return nil, fmt.Errorf("storage: write meta of bucket %d: %w", id, err)
 	}
 	return &bucketFile{id: id, f: f, dataSize: off, metaSize: uint64(len(meta)),
 		live: make(map[string]*bucketEntry, len(ents))}, nil
-}
-
-// writeFileAtomic writes p to path via path.tmp, datasync, rename, dir sync.
-func (b *bucketBackend) writeFileAtomic(path string, p []byte) error {
-	tmp := path + bucketTmpExt
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	err = b.eng.WriteAt(f, p, 0)
-	if err == nil {
-		err = b.eng.Datasync(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return bucketSyncDir(b.dir)
-}
-
-func bucketSyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 type bucketRead struct {
@@ -837,4 +804,9 @@ func (b *bucketBackend) openBucket(id uint64, haveData bool) (*bucketFile, []*bu
 	}
 	return &bucketFile{id: id, f: f, dataSize: uint64(dst.Size()), metaSize: uint64(len(raw)),
 		live: make(map[string]*bucketEntry, len(ents))}, ents, nil
+}
+
+// writeMeta replaces a meta file atomically (see writeFileAtomic).
+func (b *bucketBackend) writeMeta(path string, p []byte) error {
+	return writeFileAtomic(b.eng, path, path+bucketTmpExt, p)
 }

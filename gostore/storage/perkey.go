@@ -198,25 +198,7 @@ func (b *perkeyBackend) writeFile(h, key string, val []byte) error {
 	perkeyEncodeHdr(buf, key, crc32.Checksum(buf[perkeyHdrLen:], kvCRCTable), uint64(len(val)))
 
 	tmp := fmt.Sprintf("%s%s%d", final, perkeyTmpMark, b.tmpCounter.Add(1))
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	err = b.eng.WriteAt(f, buf, 0)
-	if err == nil {
-		err = b.eng.Datasync(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, final)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return perkeySyncDir(d2)
+	return writeFileAtomic(b.eng, final, tmp, buf)
 }
 
 // perkeyMkdir creates dir and its parent as needed, syncing the parent of
@@ -235,19 +217,7 @@ func perkeyMkdir(dir string) error {
 		}
 		return err
 	}
-	return perkeySyncDir(parent)
-}
-
-func perkeySyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return syncDir(parent)
 }
 
 func (b *perkeyBackend) BatchLoad(keys []string, dsts [][]byte) []error {
@@ -368,7 +338,7 @@ func (b *perkeyBackend) Remove(keys []string) error {
 		path := b.pathOf(h)
 		err := os.Remove(path)
 		if err == nil {
-			err = perkeySyncDir(filepath.Dir(path))
+			err = syncDir(filepath.Dir(path))
 		} else if errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		}

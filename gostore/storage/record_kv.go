@@ -2,6 +2,8 @@ package storage
 
 import (
 	"hash/crc32"
+	"os"
+	"path/filepath"
 
 	"github.com/gostore/gostore/gostore/storage/fileio"
 )
@@ -46,4 +48,43 @@ func kvErrs(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+// writeFileAtomic makes path hold exactly p, durably, or leaves it as it
+// was: p goes to tmp (a name in the same directory), is datasynced and
+// renamed over path, and the directory is synced so the rename survives a
+// crash.
+func writeFileAtomic(eng fileio.Engine, path, tmp string, p []byte) error {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	err = eng.WriteAt(f, p, 0)
+	if err == nil {
+		err = eng.Datasync(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a directory's entries (creations, renames, removals) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
