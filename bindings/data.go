@@ -347,3 +347,39 @@ func gs_remove_all(h C.int64_t, force C.int) (ret C.int64_t) {
 	}
 	return C.int64_t(removed)
 }
+
+// gs_get_one reads one object with a single call when it fits in scratch
+// (cap bytes of caller memory): it returns 0 and the size in *size_out. A
+// larger object returns a pending handle (> 0) with its size in *size_out,
+// to be finished with gs_get_finish (or gs_get_abort) into memory of that
+// size; a miss or error returns the negative code. One RPC either way.
+//
+//export gs_get_one
+func gs_get_one(h C.int64_t, key *C.char, keyLen C.int, scratch, capacity C.uint64_t, sizeOut *C.int64_t) (ret C.int64_t) {
+	defer recoverTo("gs_get_one", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	if sizeOut == nil || (scratch == 0 && capacity > 0) {
+		return C.int64_t(wire.ErrInvalidParams)
+	}
+	p, err := c.GetStart([]string{goString(key, keyLen)})
+	if err != nil {
+		return C.int64_t(wire.CodeOf(err))
+	}
+	size := p.Sizes()[0]
+	*sizeOut = C.int64_t(size)
+	switch {
+	case size < 0:
+		c.Abort(p)
+		return C.int64_t(size)
+	case uint64(size) > uint64(capacity):
+		return C.int64_t(newHandle(p))
+	}
+	got := c.GetFinish(p, [][][]byte{{mem(uint64(scratch), uint64(size))}})[0]
+	if got < 0 {
+		return C.int64_t(got)
+	}
+	return 0
+}

@@ -47,6 +47,20 @@ _DEFAULT_MASTER = "127.0.0.1:50051"
 _DEFAULT_LOCAL_HOSTNAME = "127.0.0.1"
 _DEFAULT_METADATA = "P2PHANDSHAKE"
 
+# get() copies values up to this size through a per-thread scratch buffer.
+_SCRATCH = 64 * 1024
+_tls = threading.local()
+
+
+def _scratch() -> Tuple[Any, int]:
+    """This thread's scratch buffer for get() and its address."""
+    s = getattr(_tls, "scratch", None)
+    if s is None:
+        buf = (ctypes.c_char * _SCRATCH)()
+        s = _tls.scratch = (buf, ctypes.addressof(buf))
+    return s
+
+
 # setup(**kwargs) accepted beyond the seven required arguments and ``engine``.
 _SETUP_EXTRA_KWARGS = ("enable_ssd_offload", "ssd_offload_path")
 
@@ -525,7 +539,33 @@ class MooncakeDistributedStore:
         k = _key(key)
         if k is None:
             return b""
-        return self._get_bytes([k])[0]
+        # One native call: a value up to _SCRATCH bytes lands in this
+        # thread's scratch buffer and is copied into the bytes returned; a
+        # larger one comes back as a pending get, finished straight into a
+        # fresh bytes object (same single RPC either way).
+        scratch = _scratch()
+        size = array("q", [0])
+        lib = _native.lib()
+        h = self._h()
+        r = lib.gs_get_one(h, k, len(k), scratch[1], _SCRATCH, _addr(size))
+        if r == 0:
+            return ctypes.string_at(scratch[1], size[0])
+        if r < 0:
+            return b""
+        return self._finish_one(h, r, size[0])
+
+    def _finish_one(self, h: int, pending: int, size: int) -> bytes:
+        lib = _native.lib()
+        try:
+            out, addr = new_bytes(size)
+        except BaseException:
+            lib.gs_get_abort(h, pending)
+            raise
+        # The arrays must outlive the call: only their addresses cross.
+        ptrs, sizes, nparts = array("Q", [addr]), array("Q", [size]), array("I", [1])
+        results = array("q", [0])
+        lib.gs_get_finish(h, pending, _addr(ptrs), _addr(sizes), _addr(nparts), 0, _addr(results))
+        return out if results[0] == size else b""
 
     def get_batch(self, keys: List[str]) -> List[bytes]:
         """``list[bytes]``, ``b""`` for misses and errors."""
