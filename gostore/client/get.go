@@ -98,7 +98,7 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 	leave, err := c.enter()
 	if err != nil {
 		c.endReads(p)
-		return fill64(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
+		return fill(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
 	return c.finish(p, dests)
@@ -247,12 +247,12 @@ func trim(bufs [][]byte, size uint64) ([][]byte, bool) {
 func (c *Client) GetInto(keys []string, dests [][][]byte) []int64 {
 	leave, err := c.enter()
 	if err != nil {
-		return fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
 	p, err := c.GetStart(keys)
 	if err != nil {
-		return fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	return c.finish(p, dests)
 }
@@ -263,12 +263,12 @@ func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 	bufs = make([][]byte, len(keys))
 	leave, err := c.enter()
 	if err != nil {
-		return bufs, fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return bufs, fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
 	p, err := c.GetStart(keys)
 	if err != nil {
-		return bufs, fill64(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return bufs, fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	dests := make([][][]byte, len(keys))
 	sizes := p.Sizes()
@@ -302,7 +302,7 @@ func (c *Client) FreeBuffer(addr uintptr) error { return c.staging.put(addr) }
 func (c *Client) Exist(keys []string) []int32 {
 	out := make([]int32, len(keys))
 	if err := c.checkOpen(); err != nil {
-		return fill32(out, int32(wire.CodeOf(err)))
+		return fill(out, int32(wire.CodeOf(err)))
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -312,7 +312,7 @@ func (c *Client) Exist(keys []string) []int32 {
 		if err == nil {
 			code = wire.ErrRPCFail
 		}
-		return fill32(out, int32(code))
+		return fill(out, int32(code))
 	}
 	for i, code := range resp.Codes {
 		switch code {
@@ -376,18 +376,4 @@ func (c *Client) count(op wire.Op, req any) (int64, error) {
 		return 0, err
 	}
 	return resp.N, nil
-}
-
-func fill32(out []int32, v int32) []int32 {
-	for i := range out {
-		out[i] = v
-	}
-	return out
-}
-
-func fill64(out []int64, v int64) []int64 {
-	for i := range out {
-		out[i] = v
-	}
-	return out
 }

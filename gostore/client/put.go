@@ -185,9 +185,10 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 	wg.Wait()
 }
 
-func fill(out []wire.Code, c wire.Code) []wire.Code {
+// fill sets every entry of out to v (a whole batch failing one way).
+func fill[T any](out []T, v T) []T {
 	for i := range out {
-		out[i] = c
+		out[i] = v
 	}
 	return out
 }

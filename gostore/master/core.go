@@ -284,7 +284,7 @@ type SegmentInfo struct {
 // Segments lists the mounted segments sorted by name.
 func (c *Core) Segments() []SegmentInfo {
 	c.segs.RLock()
-	list := append([]*segment(nil), c.segs.list...)
+	list := c.segs.list // copy-on-write: safe to keep after RUnlock
 	c.segs.RUnlock()
 	out := make([]SegmentInfo, 0, len(list))
 	for _, s := range list {
@@ -344,7 +344,7 @@ func (c *Core) expireClients(now time.Time) []string {
 	}
 	c.segs.Lock()
 	var dead []*segment
-	for _, s := range append([]*segment(nil), c.segs.list...) {
+	for _, s := range c.segs.list { // removeSegmentLocked replaces the list, never edits it
 		if gone[s.desc.ClientID] {
 			c.removeSegmentLocked(s)
 			dead = append(dead, s)
@@ -374,11 +374,6 @@ func (c *Core) Totals() Totals {
 		t.Capacity += s.Size
 		t.Used += s.Used
 	}
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		t.Objects += uint64(len(sh.objects))
-		sh.mu.Unlock()
-	}
+	t.Objects = uint64(c.objectCount())
 	return t
 }

@@ -40,9 +40,7 @@ func (c *Core) releaseDiscarded(now int64) {
 	c.discarded.list = slices.Delete(c.discarded.list, 0, n)
 	c.discarded.Unlock()
 	for _, d := range due {
-		for _, r := range d.replicas {
-			r.seg.free(r.offset, d.size, &c.stats)
-		}
+		freeRanges(d.replicas, d.size, &c.stats)
 	}
 	c.stats.DiscardedReleased.Add(int64(len(due)))
 }

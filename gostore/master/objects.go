@@ -90,10 +90,15 @@ func (o *object) touch(now int64, cfg *Config) {
 
 // release returns every replica's range to its segment.
 func (o *object) release(st *Stats) {
-	for _, r := range o.replicas {
-		r.seg.free(r.offset, o.size, st)
-	}
+	freeRanges(o.replicas, o.size, st)
 	o.replicas = nil
+}
+
+// freeRanges returns each replica's range of size bytes to its segment.
+func freeRanges(reps []replica, size uint64, st *Stats) {
+	for _, r := range reps {
+		r.seg.free(r.offset, size, st)
+	}
 }
 
 // dropReplicasOn forgets replicas on the dead segment s (their memory left

@@ -74,12 +74,12 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
 	for _, s := range targets {
 		if o.hasReplicaOn(s) {
-			c.freeAll(t.targets, o.size)
+			freeRanges(t.targets, o.size, &c.stats)
 			return plan, wire.Errorf(wire.ErrReplicaAlreadyExists, "%q already has a replica on %s", req.Key, s.desc.Name)
 		}
 		off, ok := s.allocate(o.size)
 		if !ok {
-			c.freeAll(t.targets, o.size)
+			freeRanges(t.targets, o.size, &c.stats)
 			c.evictSoon.Store(true)
 			return plan, wire.Errorf(wire.ErrNoAvailableHandle, "no room for %q on %s", req.Key, s.desc.Name)
 		}
@@ -149,12 +149,6 @@ func (s *segment) allocate(size uint64) (uint64, bool) {
 	return s.alloc.Alloc(size)
 }
 
-func (c *Core) freeAll(reps []replica, size uint64) {
-	for _, r := range reps {
-		r.seg.free(r.offset, size, &c.stats)
-	}
-}
-
 // TaskDone ends a task: with OK the target replicas become COMPLETE (and a
 // move drops its source replica), otherwise the targets are freed.
 func (c *Core) TaskDone(clientID, id string, code wire.Code) error {
@@ -218,7 +212,7 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 		if code == wire.OK {
 			code = wire.ErrReplicaIsGone // the object or every target vanished
 		}
-		c.freeAll(t.targets, t.size)
+		freeRanges(t.targets, t.size, &c.stats)
 		t.info.Status, t.info.Error = TaskFailed, code.String()
 		c.stats.TasksFailed.Add(1)
 	}

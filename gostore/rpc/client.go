@@ -84,11 +84,17 @@ func (c *Client) Call(ctx context.Context, op wire.Op, req, resp any) error {
 		}
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
-	defer c.put(cc)
-	if h.Status != wire.OK {
+	defer c.put(cc) // after decoding: body aliases the connection's buffer
+	return decodeReply(op, h.Status, body, resp)
+}
+
+// decodeReply turns a reply into the caller's result: the master's code as
+// a *wire.Error, or the body decoded into resp (which may be nil).
+func decodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
+	if status != wire.OK {
 		var msg string
 		_ = msgpack.Unmarshal(body, &msg)
-		return &wire.Error{Code: h.Status, Msg: msg}
+		return &wire.Error{Code: status, Msg: msg}
 	}
 	if resp == nil {
 		return nil

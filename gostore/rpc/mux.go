@@ -97,18 +97,7 @@ func (m *MuxClient) Call(ctx context.Context, op wire.Op, req, resp any) error {
 	if r.err != nil {
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, m.addr, r.err)
 	}
-	if r.h.Status != wire.OK {
-		var msg string
-		_ = msgpack.Unmarshal(r.body, &msg)
-		return &wire.Error{Code: r.h.Status, Msg: msg}
-	}
-	if resp == nil {
-		return nil
-	}
-	if err := msgpack.Unmarshal(r.body, resp); err != nil {
-		return wire.Errorf(wire.ErrRPCFail, "%s: undecodable reply: %v", op, err)
-	}
-	return nil
+	return decodeReply(op, r.h.Status, r.body, resp)
 }
 
 // send queues frame for the writer goroutine. Frames queued while it is
