@@ -265,21 +265,11 @@ def kill(proc: Optional[subprocess.Popen], grace: float = 5.0) -> None:
 
 
 def peer_main(master: str, segment: int) -> int:
-    """Peer role: contribute a segment until stdin closes."""
-    from gostore import MooncakeDistributedStore
+    """Peer role: the demo's storage client (contributes a segment until
+    stdin closes)."""
+    from gostore.demo import storage_main
 
-    store = MooncakeDistributedStore()
-    rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master)
-    if rc != 0:
-        print(f"error {rc}", flush=True)
-        return 1
-    print(f"ready {store.get_hostname()}", flush=True)
-    try:
-        sys.stdin.read()
-    except KeyboardInterrupt:
-        pass
-    store.close()
-    return 0
+    return storage_main(master, segment)
 
 
 # --------------------------------------------------------------------------

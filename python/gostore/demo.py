@@ -25,15 +25,20 @@ from . import MooncakeDistributedStore, ReplicateConfig, master_binary_path  # n
 MiB = 1 << 20
 
 
-def _storage_main(master: str, segment: int) -> int:
-    """Child role: contribute a segment until stdin closes."""
+def storage_main(master: str, segment: int) -> int:
+    """Storage-client role (the demo's and the benchmark's peers): contribute
+    a segment of ``segment`` bytes until stdin closes. Prints ``ready
+    HOST:PORT`` once set up, or ``error CODE``."""
     store = MooncakeDistributedStore()
     rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master)
     if rc != 0:
         print(f"error {rc}", flush=True)
         return 1
     print(f"ready {store.get_hostname()}", flush=True)
-    sys.stdin.read()  # the parent closes our stdin to stop us
+    try:
+        sys.stdin.read()  # the parent closes our stdin to stop us
+    except KeyboardInterrupt:
+        pass
     store.close()
     return 0
 
@@ -208,7 +213,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--segment", type=int, default=256 * MiB, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.storage:
-        return _storage_main(args.storage, args.segment)
+        return storage_main(args.storage, args.segment)
 
     master, storage = None, []
     store = MooncakeDistributedStore()
