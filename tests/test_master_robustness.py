@@ -21,8 +21,9 @@ from conftest import MiB, pattern, wait_until
 
 OP_PING = 1
 # The highest opcode the master knows (gostore/wire/messages.go: OpPing ..
-# OpEvictDiskReplicas); everything above it is unknown.
-LAST_OP = 20  # the last wire.Op in gostore/wire/messages.go (EvictDiskReplicas)
+# OpRecoverDisk); everything above it is unknown to the master (48 and 49
+# are client-to-client ops a master never serves).
+LAST_OP = 21  # the last master wire.Op in gostore/wire/messages.go (RecoverDisk)
 HEADER = struct.Struct("<IQHi")
 assert HEADER.size == 18
 

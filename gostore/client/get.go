@@ -98,7 +98,7 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 	leave, err := c.enter()
 	if err != nil {
 		c.endReads(p)
-		return fill(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
+		return wire.Fill(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
 	return c.finish(p, dests)
@@ -247,12 +247,12 @@ func trim(bufs [][]byte, size uint64) ([][]byte, bool) {
 func (c *Client) GetInto(keys []string, dests [][][]byte) []int64 {
 	leave, err := c.enter()
 	if err != nil {
-		return fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return wire.Fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
 	p, err := c.GetStart(keys)
 	if err != nil {
-		return fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return wire.Fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	return c.finish(p, dests)
 }
@@ -263,12 +263,12 @@ func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 	bufs = make([][]byte, len(keys))
 	leave, err := c.enter()
 	if err != nil {
-		return bufs, fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return bufs, wire.Fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
 	p, err := c.GetStart(keys)
 	if err != nil {
-		return bufs, fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
+		return bufs, wire.Fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
 	dests := make([][][]byte, len(keys))
 	sizes := p.Sizes()
@@ -302,7 +302,7 @@ func (c *Client) FreeBuffer(addr uintptr) error { return c.staging.put(addr) }
 func (c *Client) Exist(keys []string) []int32 {
 	out := make([]int32, len(keys))
 	if err := c.checkOpen(); err != nil {
-		return fill(out, int32(wire.CodeOf(err)))
+		return wire.Fill(out, int32(wire.CodeOf(err)))
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -312,7 +312,7 @@ func (c *Client) Exist(keys []string) []int32 {
 		if err == nil {
 			code = wire.ErrRPCFail
 		}
-		return fill(out, int32(code))
+		return wire.Fill(out, int32(code))
 	}
 	for i, code := range resp.Codes {
 		switch code {
@@ -340,7 +340,7 @@ func (c *Client) GetSize(key string) int64 {
 func (c *Client) Remove(keys []string, force bool) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	if err := c.checkOpen(); err != nil {
-		return fill(out, wire.CodeOf(err))
+		return wire.Fill(out, wire.CodeOf(err))
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
@@ -350,7 +350,7 @@ func (c *Client) Remove(keys []string, force bool) []wire.Code {
 		if err == nil {
 			code = wire.ErrRPCFail
 		}
-		return fill(out, code)
+		return wire.Fill(out, code)
 	}
 	return resp.Codes
 }

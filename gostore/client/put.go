@@ -44,7 +44,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	out := make([]wire.Code, len(items))
 	leave, err := c.enter()
 	if err != nil {
-		return fill(out, wire.CodeOf(err))
+		return wire.Fill(out, wire.CodeOf(err))
 	}
 	defer leave()
 	ctx, cancel := c.ctx()
@@ -183,12 +183,4 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 		}
 	}
 	wg.Wait()
-}
-
-// fill sets every entry of out to v (a whole batch failing one way).
-func fill[T any](out []T, v T) []T {
-	for i := range out {
-		out[i] = v
-	}
-	return out
 }

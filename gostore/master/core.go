@@ -113,7 +113,8 @@ type Core struct {
 	evictSoon atomic.Bool
 	epochs    atomic.Uint64
 	tasks     taskTable
-	offload   offloadQueues
+	offload   offloadQueues // per client: keys to persist
+	drops     offloadQueues // per client: disk copies to delete
 	stats     Stats
 }
 
@@ -125,7 +126,7 @@ type Stats struct {
 	EvictionPasses, EvictedObjects, EvictedBytes             atomic.Int64
 	UpsertStarts, UpsertsInPlace, WritesPreempted            atomic.Int64
 	TasksCreated, TasksSucceeded, TasksFailed                atomic.Int64
-	Offloaded, EvictionsOffloadWait                          atomic.Int64
+	Offloaded, EvictionsOffloadWait, DiskRecovered           atomic.Int64
 }
 
 type shard struct {

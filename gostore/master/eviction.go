@@ -50,6 +50,10 @@ func (c *Core) releaseDiscarded(now int64) {
 // copies in their SSD tiers (unreachable now). Objects left with no replica
 // disappear.
 func (c *Core) forgetClients(dead map[string]bool) {
+	for id := range dead {
+		c.offload.forget(id)
+		c.drops.forget(id)
+	}
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -75,22 +79,27 @@ func (c *Core) forgetClients(dead map[string]bool) {
 
 // evictable classifies o for eviction: never an unfinished, leased (being
 // read) or hard-pinned object, nor one without memory replicas; soft-pinned
-// ones only in the second pass. With the SSD tier on, only objects whose
-// disk copy exists (the others wait for their offload).
+// ones only in the second pass. With the SSD tier on, an object held by a
+// client with a tier goes only once its disk copy exists (it waits for its
+// offload); objects on segments without a tier are evicted as before.
 func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
 	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 {
 		return false, false
 	}
-	if c.cfg.EnableOffload && o.disk == nil {
+	if c.waitsForDisk(o) {
 		return false, false
 	}
 	return true, o.softPinned(now)
 }
 
+func (c *Core) waitsForDisk(o *object) bool {
+	return c.cfg.EnableOffload && o.disk == nil && o.offloader() != ""
+}
+
 // awaitsOffload reports an object eviction would take but for its missing
 // disk copy.
 func (c *Core) awaitsOffload(o *object, now int64) bool {
-	return c.cfg.EnableOffload && o.disk == nil && !o.hardPin && !o.leased(now) &&
+	return c.waitsForDisk(o) && !o.hardPin && !o.leased(now) &&
 		!o.unfinished() && o.tasks == 0 && len(o.replicas) > 0
 }
 
@@ -182,9 +191,10 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 				} else {
 					plain = append(plain, o.lastUse)
 				}
-			} else if c.cfg.OffloadOnEvict && c.awaitsOffload(o, now) {
+			} else if c.awaitsOffload(o, now) {
 				// Counted as a candidate: the sweep asks for its offload
-				// instead of evicting it.
+				// instead of evicting it (with offload_on_evict, the first
+				// ask; otherwise a repeat of one lost on the way).
 				plain = append(plain, o.lastUse)
 			}
 		}
@@ -220,7 +230,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 		for key, o := range sh.objects {
 			ok, isSoft := c.evictable(o, now)
 			if !ok {
-				if c.cfg.OffloadOnEvict && c.awaitsOffload(o, now) && o.lastUse <= cut[0] {
+				if c.awaitsOffload(o, now) && o.lastUse <= cut[0] {
 					// Would have gone: ask its holder to persist it first.
 					c.wantOffload(key, o)
 					c.stats.EvictionsOffloadWait.Add(1)

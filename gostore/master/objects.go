@@ -231,7 +231,7 @@ func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Co
 				o.replicas[j].status = replicaComplete
 			}
 			o.lastUse = now
-			o.disk = nil // a rewritten object's old disk copy is stale
+			c.dropDisk(key, o) // a rewritten object's old disk copy is stale
 			if c.cfg.EnableOffload && !c.cfg.OffloadOnEvict {
 				c.wantOffload(key, o)
 			}
@@ -379,6 +379,7 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 			out[i] = wire.ErrObjectNotFound
 		} else if out[i] = removable(o, now, force); out[i] == wire.OK {
 			o.release(&c.stats)
+			c.dropDisk(key, o)
 			delete(sh.objects, key)
 			c.stats.Removes.Add(1)
 		}
@@ -411,6 +412,7 @@ func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 		for key, o := range sh.objects {
 			if match(key) && removable(o, now, force) == wire.OK {
 				o.release(&c.stats)
+				c.dropDisk(key, o)
 				delete(sh.objects, key)
 				n++
 			}
@@ -437,6 +439,8 @@ type ObjectInfo struct {
 	LeaseUntil time.Time     `json:"lease_until"`
 	SoftPin    bool          `json:"soft_pin"`
 	HardPin    bool          `json:"hard_pin"`
+	// Disk is the endpoint of the client holding the LOCAL_DISK replica.
+	Disk string `json:"disk,omitempty"`
 }
 
 // QueryKey describes key without granting a lease; ok is false when missing.
@@ -450,6 +454,9 @@ func (c *Core) QueryKey(key string) (ObjectInfo, bool) {
 	}
 	info := ObjectInfo{Key: key, Size: o.size, LeaseUntil: time.Unix(0, o.lease).UTC(),
 		SoftPin: o.softPin > 0, HardPin: o.hardPin}
+	if o.disk != nil {
+		info.Disk = o.disk.endpoint
+	}
 	for _, r := range o.replicas {
 		info.Replicas = append(info.Replicas, ReplicaInfo{Segment: r.seg.desc.Name, SegID: r.seg.desc.ID,
 			Offset: r.offset, Status: r.status.String()})

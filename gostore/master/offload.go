@@ -13,6 +13,9 @@ import (
 type diskCopy struct {
 	client   string
 	endpoint string
+	// storage names the directory the copy lives in; it outlives the
+	// client process, so a restarted client can claim its copies back.
+	storage string
 }
 
 // offloadQueues holds, per client, keys whose memory replica that client
@@ -32,6 +35,13 @@ func (q *offloadQueues) push(client, key string) {
 	q.Unlock()
 }
 
+// forget drops a dead client's queue.
+func (q *offloadQueues) forget(client string) {
+	q.Lock()
+	delete(q.byClient, client)
+	q.Unlock()
+}
+
 func (q *offloadQueues) pop(client string, max int) []string {
 	q.Lock()
 	defer q.Unlock()
@@ -46,24 +56,49 @@ func (q *offloadQueues) pop(client string, max int) []string {
 	return out
 }
 
-// wantOffload queues o (under key) for the client holding its first memory
-// replica; the caller holds o's shard lock.
+// offloader returns the client that should persist o: the owner of the
+// first memory replica whose segment has an SSD tier ("" if none has).
+func (o *object) offloader() string {
+	for _, r := range o.replicas {
+		if r.seg.desc.Offload {
+			return r.seg.desc.ClientID
+		}
+	}
+	return ""
+}
+
+// wantOffload queues o (under key) for its offloader; the caller holds o's
+// shard lock.
 func (c *Core) wantOffload(key string, o *object) {
-	if len(o.replicas) == 0 || o.disk != nil {
+	if o.disk != nil {
 		return
 	}
-	c.offload.push(o.replicas[0].seg.desc.ClientID, key)
+	if client := o.offloader(); client != "" {
+		c.offload.push(client, key)
+	}
+}
+
+// dropDisk forgets o's disk copy (the object is removed or rewritten) and
+// tells its holder to delete it, so a restart cannot bring it back. The
+// caller holds o's shard lock.
+func (c *Core) dropDisk(key string, o *object) {
+	if o.disk == nil {
+		return
+	}
+	c.drops.push(o.disk.client, key)
+	o.disk = nil
 }
 
 // OffloadHeartbeat returns up to max objects (keys and sizes) that clientID
-// should write to its SSD tier: complete, without a disk copy, with a
-// memory replica on one of its segments. With offload disabled it returns
-// nothing.
-func (c *Core) OffloadHeartbeat(clientID string, max int) (keys []string, sizes []uint64) {
+// should write to its SSD tier (complete, without a disk copy, with a
+// memory replica on one of its segments), and up to max keys whose disk
+// copies it should delete. With offload disabled it returns nothing.
+func (c *Core) OffloadHeartbeat(clientID string, max int) (keys []string, sizes []uint64, drop []string) {
 	if !c.cfg.EnableOffload || max <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c.touch(clientID)
+	drop = c.drops.pop(clientID, max)
 	for _, key := range c.offload.pop(clientID, max) {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
@@ -72,7 +107,7 @@ func (c *Core) OffloadHeartbeat(clientID string, max int) (keys []string, sizes 
 		}
 		sh.mu.Unlock()
 	}
-	return keys, sizes
+	return keys, sizes, drop
 }
 
 func (o *object) hasReplicaOf(clientID string) bool {
@@ -85,17 +120,16 @@ func (o *object) hasReplicaOf(clientID string) bool {
 }
 
 // NotifyOffloaded records that clientID holds keys[i] (of sizes[i] bytes) in
-// its SSD tier, reachable at endpoint: the object gains a LOCAL_DISK replica
-// and, with the tier on, its memory replicas become evictable.
-// -704: the object is gone; -600: the size differs (the object was
-// replaced meanwhile; the client should drop its copy).
-func (c *Core) NotifyOffloaded(clientID, endpoint string, keys []string, sizes []uint64) []wire.Code {
+// its SSD tier (directory storage), reachable at endpoint: the object gains
+// a LOCAL_DISK replica and, with the tier on, its memory replicas become
+// evictable. epochs, when given, are those of the reads the copies came
+// from. -704: the object is gone; -600: the size or epoch differs, or a
+// write is in progress (the object was replaced; the client should drop
+// its copy).
+func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string, sizes, epochs []uint64) []wire.Code {
 	out := make([]wire.Code, len(keys))
-	if len(sizes) != len(keys) {
-		for i := range out {
-			out[i] = wire.ErrInvalidParams
-		}
-		return out
+	if len(sizes) != len(keys) || (len(epochs) != 0 && len(epochs) != len(keys)) {
+		return wire.Fill(out, wire.ErrInvalidParams)
 	}
 	c.touch(clientID)
 	for i, key := range keys {
@@ -105,10 +139,13 @@ func (c *Core) NotifyOffloaded(clientID, endpoint string, keys []string, sizes [
 		switch {
 		case !ok:
 			out[i] = wire.ErrObjectNotFound
-		case o.size != sizes[i] || o.unfinished():
+		case o.size != sizes[i] || o.unfinished() || (len(epochs) != 0 && epochs[i] != o.epoch):
 			out[i] = wire.ErrInvalidParams
 		default:
-			o.disk = &diskCopy{client: clientID, endpoint: endpoint}
+			if o.disk != nil && o.disk.client != clientID {
+				c.drops.push(o.disk.client, key) // one disk copy per object
+			}
+			o.disk = &diskCopy{client: clientID, endpoint: endpoint, storage: storage}
 			c.stats.Offloaded.Add(1)
 		}
 		sh.mu.Unlock()
@@ -132,6 +169,43 @@ func (c *Core) EvictDiskReplicas(clientID string, keys []string) []wire.Code {
 			if len(o.replicas) == 0 {
 				delete(sh.objects, key)
 			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// RecoverDisk re-registers the objects a restarted client found in its SSD
+// tier (directory storage), reachable at endpoint. A missing key becomes a
+// disk-only object; a key whose disk copy lives in the same directory is
+// rebound to the new process; anything else is ErrObjectAlreadyExists (the
+// master holds a newer object or another copy: the client's is stale).
+func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, sizes []uint64) []wire.Code {
+	out := make([]wire.Code, len(keys))
+	if len(sizes) != len(keys) || storage == "" {
+		return wire.Fill(out, wire.ErrInvalidParams)
+	}
+	now := c.now()
+	c.touch(clientID)
+	for i, key := range keys {
+		if key == "" || sizes[i] == 0 {
+			out[i] = wire.ErrInvalidParams
+			continue
+		}
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o, ok := sh.objects[key]
+		switch {
+		case !ok:
+			o = &object{size: sizes[i], lastUse: now, started: now, epoch: c.epochs.Add(1),
+				disk: &diskCopy{client: clientID, endpoint: endpoint, storage: storage}}
+			sh.objects[key] = o
+			c.stats.DiskRecovered.Add(1)
+		case o.disk != nil && o.disk.storage == storage && o.size == sizes[i] && !o.unfinished():
+			o.disk.client, o.disk.endpoint = clientID, endpoint
+			c.stats.DiskRecovered.Add(1)
+		default:
+			out[i] = wire.ErrObjectAlreadyExists
 		}
 		sh.mu.Unlock()
 	}

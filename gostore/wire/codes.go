@@ -131,3 +131,12 @@ func CodeOf(err error) Code {
 	}
 	return ErrInternal
 }
+
+// Fill sets every entry of out to v (a whole batch failing one way) and
+// returns out.
+func Fill[T any](out []T, v T) []T {
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}

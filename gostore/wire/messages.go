@@ -25,20 +25,38 @@ const (
 	OpOffloadHeartbeat
 	OpNotifyOffloaded
 	OpEvictDiskReplicas
+	OpRecoverDisk
 	opEnd
+)
+
+// Client-to-client RPCs, served by a client's SSD tier (never by the
+// master): the load path of an object that only exists on a disk. They
+// share the frame format and number space, above the master's ops.
+const (
+	OpStageOffloaded Op = 48 + iota
+	OpReleaseStaged
+	opClientEnd
 )
 
 var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySegments",
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
 	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
-	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas"}
+	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk"}
 
-// Valid reports whether op is one this version of the protocol knows.
+var clientOpNames = [...]string{"StageOffloaded", "ReleaseStaged"}
+
+// Valid reports whether op is a master RPC this version of the protocol knows.
 func (op Op) Valid() bool { return op > 0 && op < opEnd }
 
+// ValidClient reports whether op is a client-to-client RPC.
+func (op Op) ValidClient() bool { return op >= OpStageOffloaded && op < opClientEnd }
+
 func (op Op) String() string {
-	if op.Valid() {
+	switch {
+	case op.Valid():
 		return opNames[op]
+	case op.ValidClient():
+		return clientOpNames[op-OpStageOffloaded]
 	}
 	return "Op(?)"
 }
@@ -59,6 +77,9 @@ type SegmentDesc struct {
 	HostID       string
 	ShmPath      string // e.g. /proc/<pid>/fd/<n> of the owner's memfd
 	TransferAddr string // "ip:port" of the owner's transfer server
+	// Offload is set when the owner runs an SSD tier: with the master's
+	// tier on, objects on this segment are evicted only once persisted.
+	Offload bool
 }
 
 // ReplicaConfig is the wire form of Python's ReplicateConfig.
@@ -260,19 +281,65 @@ type OffloadHeartbeatReq struct {
 	Max      int
 }
 
-// ObjectsResp lists objects by key and size.
-type ObjectsResp struct {
+// OffloadHeartbeatResp lists the objects to persist (by key and size) and
+// the keys whose disk copies the master no longer refers to (removed or
+// rewritten objects): the client deletes those before it writes new ones.
+type OffloadHeartbeatResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Keys     []string
+	Sizes    []uint64
+	Drop     []string
+}
+
+// NotifyOffloadedReq reports objects now held in the client's SSD tier,
+// reachable at Endpoint. StorageID names the directory they live in (it
+// survives restarts); Epochs, when given, are those of the reads the bytes
+// came from, so a copy of a since-replaced object is refused.
+type NotifyOffloadedReq struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	ClientID  string
+	Endpoint  string
+	Keys      []string
+	Sizes     []uint64
+	StorageID string
+	Epochs    []uint64
+}
+
+// RecoverDiskReq re-registers, after a restart, the objects a client found
+// in its SSD tier: a missing key comes back as a disk-only object; a key
+// whose disk copy was in the same StorageID is rebound to the new process;
+// any other key is -702 (the client deletes its stale copy).
+type RecoverDiskReq struct {
+	_msgpack  struct{} `msgpack:",as_array"`
+	ClientID  string
+	Endpoint  string
+	StorageID string
+	Keys      []string
+	Sizes     []uint64
+}
+
+// StageReq (client to client) asks the owner of disk copies to read them
+// into its staging buffer; Sizes are those the master reported.
+type StageReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Keys     []string
 	Sizes    []uint64
 }
 
-// NotifyOffloadedReq reports objects now held in the client's SSD tier,
-// reachable at Endpoint.
-type NotifyOffloadedReq struct {
+// StageResp locates the staged bytes: Codes[i] is OK with the object at
+// Offsets[i] of Buffer, or why it could not be staged. The caller pulls
+// the bytes with the transfer engine and then sends ReleaseStaged(BatchID);
+// the owner reclaims the space by itself GCTTLMS after staging.
+type StageResp struct {
 	_msgpack struct{} `msgpack:",as_array"`
-	ClientID string
-	Endpoint string
-	Keys     []string
-	Sizes    []uint64
+	BatchID  uint64
+	Codes    []Code
+	Offsets  []uint64
+	Buffer   SegmentDesc
+	GCTTLMS  int64
+}
+
+type ReleaseStagedReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	BatchID  uint64
 }

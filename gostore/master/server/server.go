@@ -219,12 +219,15 @@ func (s *Server) register() {
 		info, err := c.QueryTask(r.ID)
 		return &info, err
 	})
-	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.ObjectsResp, error) {
-		keys, sizes := c.OffloadHeartbeat(r.ClientID, r.Max)
-		return &wire.ObjectsResp{Keys: keys, Sizes: sizes}, nil
+	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.OffloadHeartbeatResp, error) {
+		keys, sizes, drop := c.OffloadHeartbeat(r.ClientID, r.Max)
+		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.Keys, r.Sizes)}, nil
+		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes, r.Epochs)}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpRecoverDisk, func(r *wire.RecoverDiskReq) (*wire.CodesResp, error) {
+		return &wire.CodesResp{Codes: c.RecoverDisk(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpEvictDiskReplicas, func(r *wire.KeysReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.EvictDiskReplicas(r.ClientID, r.Keys)}, nil
