@@ -39,12 +39,18 @@ var (
 // (and not even all of it: variables Python added later are missing), so
 // settings a Python program makes with os.environ are read through libc.
 func getenv(name string) string {
+	v, _ := lookupenv(name)
+	return v
+}
+
+// lookupenv is os.LookupEnv through libc (see getenv).
+func lookupenv(name string) (string, bool) {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	if v := C.getenv(cs); v != nil {
-		return C.GoString(v)
+		return C.GoString(v), true
 	}
-	return ""
+	return "", false
 }
 
 // refreshEnv applies the environment settings that may change after load.
@@ -119,6 +125,7 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 		return C.int(wire.CodeOf(err))
 	}
 	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
+	cfg.Getenv = lookupenv
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil && c.Health() != 1 {

@@ -257,17 +257,23 @@ class Peer:
 
     def __init__(self, master_addr: str, logdir: str, segment="64MB", buffer="16MB",
                  transport: Optional[str] = None, hostname: str = "127.0.0.1",
-                 expect_ready: bool = True, timeout: float = 30.0) -> None:
-        env = dict(os.environ)
-        env.pop("GOSTORE_TRANSPORT", None)
+                 expect_ready: bool = True, timeout: float = 30.0,
+                 ssd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> None:
+        """``ssd``: a directory for the peer's SSD tier; ``env``: extra
+        environment (e.g. MOONCAKE_OFFLOAD_* settings)."""
+        penv = dict(os.environ)
+        penv.pop("GOSTORE_TRANSPORT", None)
         if transport:
-            env["GOSTORE_TRANSPORT"] = transport
+            penv["GOSTORE_TRANSPORT"] = transport
+        penv.update(env or {})
         self.transport = transport or "default"
         args = [sys.executable, PEER_SCRIPT, "--master", master_addr,
                 "--segment", str(segment), "--buffer", str(buffer), "--hostname", hostname]
+        if ssd is not None:
+            args += ["--ssd", ssd]
         fd, self.log_path = _tempfile(logdir, "peer")
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=fd, text=True, env=env, cwd=ROOT)
+                                     stderr=fd, text=True, env=penv, cwd=ROOT)
         os.close(fd)
         self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)

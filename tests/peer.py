@@ -3,7 +3,11 @@
 Started by the tests (``conftest.Peer``) as::
 
     python tests/peer.py --master IP:PORT [--segment 64MB] [--buffer 16MB]
-                         [--hostname 127.0.0.1]
+                         [--hostname 127.0.0.1] [--ssd PATH]
+
+(``--ssd`` turns the SSD tier on: ``setup(..., enable_ssd_offload=True,
+ssd_offload_path=PATH)``; its settings come from the MOONCAKE_OFFLOAD_*
+environment.)
 
 It calls ``setup()`` against the master and prints one JSON line
 ``{"ready": true, "rc": 0, "hostname": "host:port", "pid": N}`` (or ``"ready":
@@ -220,6 +224,7 @@ def main() -> int:
     ap.add_argument("--segment", default="64MB")
     ap.add_argument("--buffer", default="16MB")
     ap.add_argument("--hostname", default="127.0.0.1")
+    ap.add_argument("--ssd", default=None)
     args = ap.parse_args()
 
     from gostore import MooncakeDistributedStore
@@ -234,8 +239,9 @@ def main() -> int:
         return int(s) if s.isdigit() else s
 
     store = MooncakeDistributedStore()
+    ssd = {} if args.ssd is None else {"enable_ssd_offload": True, "ssd_offload_path": args.ssd}
     rc = store.setup(args.hostname, "P2PHANDSHAKE", size(args.segment), size(args.buffer),
-                     "tcp", "", args.master)
+                     "tcp", "", args.master, **ssd)
     import os
 
     if rc != 0:

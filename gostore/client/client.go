@@ -35,6 +35,9 @@ type Config struct {
 	SSDOffloadPath    string `json:"ssd_offload_path"`
 	// ForceTCP disables the shared-memory path (GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool `json:"-"`
+	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: os.LookupEnv; the
+	// bindings pass one that sees what Python set after loading them).
+	Getenv func(string) (string, bool) `json:"-"`
 }
 
 // Port range for local_hostname without a port, as in Mooncake.
@@ -65,6 +68,13 @@ type Client struct {
 
 	seg    *transfer.LocalSegment // nil for a pure consumer
 	server *transfer.Server
+	ssd    *ssdTier // nil without enable_ssd_offload
+
+	// diskPeers are RPC clients of other clients' SSD tiers, by endpoint.
+	diskPeers struct {
+		sync.Mutex
+		m map[string]*rpc.Client
+	}
 
 	healthy atomic.Bool
 	closed  atomic.Bool
@@ -113,6 +123,13 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		return nil, err
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	if cfg.EnableSSDOffload {
+		if c.ssd, err = openSSD(c, host); err != nil {
+			ln.Close()
+			c.log.Error("SSD tier rejected", "err", err)
+			return nil, err
+		}
+	}
 	if cfg.GlobalSegmentSize == 0 {
 		ln.Close() // a pure consumer only needs its name
 	} else {
@@ -129,6 +146,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		if err := c.mount(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if c.ssd != nil {
+		c.ssd.start()
 	}
 	c.healthy.Store(true)
 	c.wg.Add(2)
@@ -197,7 +217,7 @@ func listenTransfer(local string) (string, net.Listener, error) {
 func (c *Client) mount(ctx context.Context) error {
 	desc := wire.SegmentDesc{
 		Name: c.hostname, ClientID: c.id, Size: c.seg.Size(), HostID: transfer.HostID(),
-		ShmPath: c.seg.ShmPath(), TransferAddr: c.server.Addr().String(),
+		ShmPath: c.seg.ShmPath(), TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil,
 	}
 	var resp wire.MountResp
 	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc}, &resp); err != nil {
@@ -223,16 +243,41 @@ func (c *Client) heartbeat() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var resp wire.PingResp
-		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &resp)
-		if err == nil && !resp.Known && c.seg != nil && !c.closed.Load() {
-			c.log.Warn("master does not know this client any more; remounting the segment", "hostname", c.hostname)
-			err = c.mount(ctx)
+		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id, StorageID: c.storageID()}, &resp)
+		if err == nil && !resp.Known && !c.closed.Load() {
+			err = c.rejoin(ctx)
 		}
 		cancel()
+		if err == nil && resp.OffloadWork && c.ssd != nil {
+			c.ssd.kick()
+		}
 		if was := c.healthy.Swap(err == nil); was != (err == nil) {
 			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
 		}
 	}
+}
+
+// storageID names the SSD tier's directory ("" without a tier).
+func (c *Client) storageID() string {
+	if c.ssd == nil {
+		return ""
+	}
+	return c.ssd.fs.ID()
+}
+
+// rejoin brings back what a master that forgot us (it restarted, or we
+// were silent past client_ttl) lost: our segment and our SSD copies.
+func (c *Client) rejoin(ctx context.Context) error {
+	if c.seg != nil {
+		c.log.Warn("master does not know this client any more; remounting the segment", "hostname", c.hostname)
+		if err := c.mount(ctx); err != nil {
+			return err
+		}
+	}
+	if c.ssd != nil {
+		return c.ssd.recover()
+	}
+	return nil
 }
 
 // Hostname is this client's segment name, "host:port".
@@ -282,10 +327,19 @@ func (c *Client) release() {
 	default:
 		close(c.stop)
 	}
+	c.diskPeers.Lock()
+	for _, p := range c.diskPeers.m {
+		p.Close()
+	}
+	c.diskPeers.m = nil
+	c.diskPeers.Unlock()
 	if c.server != nil {
 		c.server.Close()
 	}
 	c.wg.Wait()
+	if c.ssd != nil {
+		c.ssd.close() // before the segment its offloads read goes away
+	}
 	c.engine.Close()
 	c.master.Close()
 	if c.seg != nil {

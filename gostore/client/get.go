@@ -129,6 +129,12 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 	}
 	var wants []want
 	var ids []uint64
+	disk := map[string][]diskWant{} // by the endpoint of the SSD tier holding them
+	defer func() {
+		for endpoint, dw := range disk {
+			c.readFromDisk(ctx, p.keys, endpoint, dw, out)
+		}
+	}()
 	for i, r := range p.res {
 		if r.Code != wire.OK {
 			continue
@@ -144,7 +150,11 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 			continue
 		}
 		if len(r.Replicas) == 0 {
-			out[i] = int64(wire.ErrReplicaIsGone)
+			if r.Disk != "" {
+				disk[r.Disk] = append(disk[r.Disk], diskWant{item: i, size: r.Size, bufs: bufs})
+			} else {
+				out[i] = int64(wire.ErrReplicaIsGone)
+			}
 			continue
 		}
 		wants = append(wants, want{item: i, bufs: bufs, replicas: r.Replicas})
@@ -167,7 +177,12 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 		var next []want
 		for k, w := range wants {
 			if round >= len(w.replicas) {
-				continue // out[i] keeps the last error
+				// Every memory replica failed: the disk copy, if any, is
+				// the last resort. Otherwise out[i] keeps the last error.
+				if r := p.res[w.item]; r.Disk != "" {
+					disk[r.Disk] = append(disk[r.Disk], diskWant{item: w.item, size: r.Size, bufs: w.bufs})
+				}
+				continue
 			}
 			rep := w.replicas[round]
 			if mem := c.peers.local(rep.SegID); mem != nil {

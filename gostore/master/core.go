@@ -248,12 +248,13 @@ func (c *Core) removeSegmentLocked(s *segment) {
 }
 
 // dropReplicasOn sweeps every shard for replicas on the dead segment s.
+// An object left without memory replicas lives on if it has a disk copy.
 func (c *Core) dropReplicasOn(s *segment) {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		for key, o := range sh.objects {
-			if o.dropReplicasOn(s) && len(o.replicas) == 0 {
+			if o.dropReplicasOn(s) && len(o.replicas) == 0 && o.disk == nil {
 				delete(sh.objects, key)
 			}
 		}

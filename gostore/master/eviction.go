@@ -51,8 +51,7 @@ func (c *Core) releaseDiscarded(now int64) {
 // disappear.
 func (c *Core) forgetClients(dead map[string]bool) {
 	for id := range dead {
-		c.offload.forget(id)
-		c.drops.forget(id)
+		c.offload.forget(id) // drops are per directory: they wait for its next holder
 	}
 	var n int64
 	for i := range c.shards {
@@ -61,9 +60,11 @@ func (c *Core) forgetClients(dead map[string]bool) {
 		for key, o := range sh.objects {
 			if dead[o.writer] && o.unfinished() {
 				o.release(&c.stats)
-				delete(sh.objects, key)
 				n++
-				continue
+				if o.disk == nil || dead[o.disk.client] {
+					delete(sh.objects, key)
+					continue
+				} // a rewrite that never ended: the disk keeps the last value
 			}
 			if o.disk != nil && dead[o.disk.client] {
 				o.disk = nil

@@ -3,6 +3,7 @@
 package master
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/gostore/gostore/gostore/wire"
@@ -18,21 +19,60 @@ type diskCopy struct {
 	storage string
 }
 
-// offloadQueues holds, per client, keys whose memory replica that client
-// holds and which it should persist. Entries are hints: the heartbeat
-// re-checks each key, so a removed or already-offloaded key costs nothing.
+// offloadQueues holds, per client, keys in first-come order, each at most
+// once (eviction asks again for objects still waiting, pass after pass).
+// Entries are hints: the heartbeat re-checks each key, so a removed or
+// already-offloaded key costs nothing.
 type offloadQueues struct {
 	sync.Mutex
-	byClient map[string][]string
+	byClient map[string]*keyQueue
+}
+
+type keyQueue struct {
+	keys   []string
+	queued map[string]struct{}
 }
 
 func (q *offloadQueues) push(client, key string) {
 	q.Lock()
+	defer q.Unlock()
 	if q.byClient == nil {
-		q.byClient = make(map[string][]string)
+		q.byClient = make(map[string]*keyQueue)
 	}
-	q.byClient[client] = append(q.byClient[client], key)
-	q.Unlock()
+	kq := q.byClient[client]
+	if kq == nil {
+		kq = &keyQueue{queued: make(map[string]struct{})}
+		q.byClient[client] = kq
+	}
+	if _, dup := kq.queued[key]; !dup {
+		kq.queued[key] = struct{}{}
+		kq.keys = append(kq.keys, key)
+	}
+}
+
+func (q *offloadQueues) pending(client string) bool {
+	q.Lock()
+	defer q.Unlock()
+	return q.byClient[client] != nil
+}
+
+// take removes key from client's queue and reports whether it was there.
+func (q *offloadQueues) take(client, key string) bool {
+	q.Lock()
+	defer q.Unlock()
+	kq := q.byClient[client]
+	if kq == nil {
+		return false
+	}
+	if _, ok := kq.queued[key]; !ok {
+		return false
+	}
+	delete(kq.queued, key)
+	kq.keys = slices.DeleteFunc(kq.keys, func(k string) bool { return k == key })
+	if len(kq.keys) == 0 {
+		delete(q.byClient, client)
+	}
+	return true
 }
 
 // forget drops a dead client's queue.
@@ -45,12 +85,16 @@ func (q *offloadQueues) forget(client string) {
 func (q *offloadQueues) pop(client string, max int) []string {
 	q.Lock()
 	defer q.Unlock()
-	keys := q.byClient[client]
-	n := min(len(keys), max)
-	out := keys[:n:n]
-	if rest := keys[n:]; len(rest) > 0 {
-		q.byClient[client] = rest
-	} else {
+	kq := q.byClient[client]
+	if kq == nil {
+		return nil
+	}
+	n := min(len(kq.keys), max)
+	out := kq.keys[:n:n]
+	for _, k := range out {
+		delete(kq.queued, k)
+	}
+	if kq.keys = kq.keys[n:]; len(kq.keys) == 0 {
 		delete(q.byClient, client)
 	}
 	return out
@@ -79,26 +123,38 @@ func (c *Core) wantOffload(key string, o *object) {
 }
 
 // dropDisk forgets o's disk copy (the object is removed or rewritten) and
-// tells its holder to delete it, so a restart cannot bring it back. The
-// caller holds o's shard lock.
+// tells its directory's holder to delete it, so a restart cannot bring it
+// back. Drops are kept per directory, not per process: one removed while
+// its holder is down reaches the holder's successor. The caller holds o's
+// shard lock.
 func (c *Core) dropDisk(key string, o *object) {
 	if o.disk == nil {
 		return
 	}
-	c.drops.push(o.disk.client, key)
+	c.drops.push(o.disk.storage, key)
 	o.disk = nil
+}
+
+// OffloadPending reports whether clientID has objects to persist or disk
+// copies to delete: the ping tells it, so it need not wait for its next
+// offload heartbeat while eviction waits on it.
+func (c *Core) OffloadPending(clientID, storage string) bool {
+	return c.cfg.EnableOffload && (c.offload.pending(clientID) || (storage != "" && c.drops.pending(storage)))
 }
 
 // OffloadHeartbeat returns up to max objects (keys and sizes) that clientID
 // should write to its SSD tier (complete, without a disk copy, with a
 // memory replica on one of its segments), and up to max keys whose disk
-// copies it should delete. With offload disabled it returns nothing.
-func (c *Core) OffloadHeartbeat(clientID string, max int) (keys []string, sizes []uint64, drop []string) {
+// copies in its directory (storage) it should delete. With offload
+// disabled it returns nothing.
+func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []string, sizes []uint64, drop []string) {
 	if !c.cfg.EnableOffload || max <= 0 {
 		return nil, nil, nil
 	}
 	c.touch(clientID)
-	drop = c.drops.pop(clientID, max)
+	if storage != "" {
+		drop = c.drops.pop(storage, max)
+	}
 	for _, key := range c.offload.pop(clientID, max) {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
@@ -142,8 +198,8 @@ func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string
 		case o.size != sizes[i] || o.unfinished() || (len(epochs) != 0 && epochs[i] != o.epoch):
 			out[i] = wire.ErrInvalidParams
 		default:
-			if o.disk != nil && o.disk.client != clientID {
-				c.drops.push(o.disk.client, key) // one disk copy per object
+			if o.disk != nil && o.disk.storage != storage {
+				c.drops.push(o.disk.storage, key) // one disk copy per object
 			}
 			o.disk = &diskCopy{client: clientID, endpoint: endpoint, storage: storage}
 			c.stats.Offloaded.Add(1)
@@ -176,10 +232,11 @@ func (c *Core) EvictDiskReplicas(clientID string, keys []string) []wire.Code {
 }
 
 // RecoverDisk re-registers the objects a restarted client found in its SSD
-// tier (directory storage), reachable at endpoint. A missing key becomes a
-// disk-only object; a key whose disk copy lives in the same directory is
-// rebound to the new process; anything else is ErrObjectAlreadyExists (the
-// master holds a newer object or another copy: the client's is stale).
+// tier (directory storage), reachable at endpoint. A key the directory was
+// told to drop is stale; otherwise a missing key becomes a disk-only
+// object and a key whose disk copy lives in the same directory is rebound
+// to the new process; anything else is ErrObjectAlreadyExists (the master
+// holds a newer object or another copy: the client's is stale).
 func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, sizes []uint64) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	if len(sizes) != len(keys) || storage == "" {
@@ -190,6 +247,10 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 	for i, key := range keys {
 		if key == "" || sizes[i] == 0 {
 			out[i] = wire.ErrInvalidParams
+			continue
+		}
+		if c.drops.take(storage, key) {
+			out[i] = wire.ErrObjectAlreadyExists
 			continue
 		}
 		sh := c.shardOf(key)

@@ -40,14 +40,20 @@ func TestOffloadHeartbeatHandsOutCompletedObjects(t *testing.T) {
 	put(t, c, "k1", 100, wire.ReplicaConfig{})
 	put(t, c, "k2", 200, wire.ReplicaConfig{})
 	c.PutStart("w", "", []string{"writing"}, []uint64{10}, wire.ReplicaConfig{})
-	keys, sizes, _ := c.OffloadHeartbeat("a", 10)
+	if !c.OffloadPending("a", "dir-a") || c.OffloadPending("other", "dir-other") {
+		t.Fatal("the ping does not tell a about its pending work")
+	}
+	keys, sizes, _ := c.OffloadHeartbeat("a", "dir-a", 10)
+	if c.OffloadPending("a", "dir-a") {
+		t.Fatal("work still pending after the heartbeat took it")
+	}
 	if !slices.Equal(keys, []string{"k1", "k2"}) || !slices.Equal(sizes, []uint64{100, 200}) {
 		t.Fatalf("heartbeat: %v %v", keys, sizes)
 	}
-	if keys, _, _ := c.OffloadHeartbeat("a", 10); len(keys) != 0 {
+	if keys, _, _ := c.OffloadHeartbeat("a", "dir-a", 10); len(keys) != 0 {
 		t.Fatalf("handed out twice: %v", keys)
 	}
-	if keys, _, _ := c.OffloadHeartbeat("other", 10); len(keys) != 0 {
+	if keys, _, _ := c.OffloadHeartbeat("other", "dir-other", 10); len(keys) != 0 {
 		t.Fatalf("another client got a's objects: %v", keys)
 	}
 	codes := c.NotifyOffloaded("a", "10.0.0.1:7", "d", []string{"k1", "k2", "nope"}, []uint64{100, 999, 1}, nil)
@@ -99,13 +105,13 @@ func TestOffloadOnEvictAsksForTheVictimsFirst(t *testing.T) {
 	c, clk := offloadCore(t, true)
 	c.cfg.EvictionRatio = 0.25
 	keys := fillAged(t, c, clk, "k", 20, 1000, wire.ReplicaConfig{})
-	if got, _, _ := c.OffloadHeartbeat("a", 100); len(got) != 0 {
+	if got, _, _ := c.OffloadHeartbeat("a", "dir-a", 100); len(got) != 0 {
 		t.Fatalf("offload_on_evict handed out objects before any eviction: %v", got)
 	}
 	if res := c.Evict(); res.Objects != 0 {
 		t.Fatalf("evicted %d without disk copies", res.Objects)
 	}
-	got, _, _ := c.OffloadHeartbeat("a", 100)
+	got, _, _ := c.OffloadHeartbeat("a", "dir-a", 100)
 	slices.Sort(got)
 	if !slices.Equal(got, keys[:5]) {
 		t.Fatalf("asked to offload %v, want the 5 oldest %v", got, keys[:5])
@@ -120,7 +126,7 @@ func TestRewriteDropsTheStaleDiskCopy(t *testing.T) {
 	c, _ := offloadCore(t, false)
 	put(t, c, "k", 100, wire.ReplicaConfig{})
 	notify(c, "a", 100, "k")
-	c.OffloadHeartbeat("a", 10) // takes k's offload request
+	c.OffloadHeartbeat("a", "dir-a", 10) // takes k's offload request
 	b := upsert(t, c, "w", "k", 100, wire.ReplicaConfig{})
 	if g := c.GetReplicas([]string{"k"}, false); g[0].Code != wire.ErrReplicaIsNotReady {
 		t.Fatalf("read during an in-place rewrite of an offloaded object: %v", g[0].Code)
@@ -129,7 +135,7 @@ func TestRewriteDropsTheStaleDiskCopy(t *testing.T) {
 	if g := c.GetReplicas([]string{"k"}, false); g[0].Disk != "" {
 		t.Fatal("the old disk copy survived a rewrite")
 	}
-	keys, _, drop := c.OffloadHeartbeat("a", 10)
+	keys, _, drop := c.OffloadHeartbeat("a", "dir-a", 10)
 	if !slices.Equal(drop, []string{"k"}) || !slices.Equal(keys, []string{"k"}) {
 		t.Fatalf("after a rewrite: offload %v, drop %v; want the new k offloaded and the old copy dropped", keys, drop)
 	}
@@ -141,7 +147,7 @@ func TestDiskCopiesOfADeadClientAreDropped(t *testing.T) {
 	mount(t, c, "b", "seg-b", 1<<20)
 	put(t, c, "onA", 100, wire.ReplicaConfig{Preferred: []string{"seg"}})
 	notify(c, "b", 100, "onA") // b holds a's object on disk
-	c.Evict()                                                      // memory copy goes
+	c.Evict()                  // memory copy goes
 	for range 12 {
 		clk.Advance(time.Second)
 		c.Ping("a")
@@ -179,7 +185,7 @@ func TestObjectsWithoutATierHolderAreEvictedAtOnce(t *testing.T) {
 	mount(t, c, "b", "plain", 1<<20)
 	put(t, c, "onTier", 100, wire.ReplicaConfig{Preferred: []string{"seg"}})
 	put(t, c, "onPlain", 100, wire.ReplicaConfig{Preferred: []string{"plain"}})
-	if keys, _, _ := c.OffloadHeartbeat("b", 10); len(keys) != 0 {
+	if keys, _, _ := c.OffloadHeartbeat("b", "dir-b", 10); len(keys) != 0 {
 		t.Fatalf("a client without a tier was asked to offload %v", keys)
 	}
 	if res := c.Evict(); res.Objects != 1 {
@@ -198,12 +204,13 @@ func TestObjectsWithoutATierHolderAreEvictedAtOnce(t *testing.T) {
 func TestEvictionRepeatsALostOffloadRequest(t *testing.T) {
 	c, _ := offloadCore(t, false)
 	put(t, c, "k", 100, wire.ReplicaConfig{})
-	if keys, _, _ := c.OffloadHeartbeat("a", 10); !slices.Equal(keys, []string{"k"}) {
+	if keys, _, _ := c.OffloadHeartbeat("a", "dir-a", 10); !slices.Equal(keys, []string{"k"}) {
 		t.Fatalf("first request: %v", keys)
 	}
-	c.Evict() // the client never reported k: eviction asks again
-	if keys, _, _ := c.OffloadHeartbeat("a", 10); !slices.Equal(keys, []string{"k"}) {
-		t.Fatalf("after eviction: %v, want k again", keys)
+	c.Evict() // the client never reported k: eviction asks again,
+	c.Evict() // once however many passes ask
+	if keys, _, _ := c.OffloadHeartbeat("a", "dir-a", 10); !slices.Equal(keys, []string{"k"}) {
+		t.Fatalf("after eviction: %v, want k once again", keys)
 	}
 }
 
@@ -234,17 +241,17 @@ func TestRemoveTellsTheDiskHolderToDelete(t *testing.T) {
 	notify(c, "b", 100, "r1", "r2", "keep")
 	c.Remove([]string{"r1"}, false)
 	c.RemoveByRegex("^r", false)
-	if _, _, drop := c.OffloadHeartbeat("a", 10); len(drop) != 0 {
+	if _, _, drop := c.OffloadHeartbeat("a", "dir-a", 10); len(drop) != 0 {
 		t.Fatalf("a was told to drop %v, held by b", drop)
 	}
-	_, _, drop := c.OffloadHeartbeat("b", 10)
+	_, _, drop := c.OffloadHeartbeat("b", "dir-b", 10)
 	slices.Sort(drop)
 	if !slices.Equal(drop, []string{"r1", "r2"}) {
 		t.Fatalf("b told to drop %v, want r1 r2", drop)
 	}
 	// A second holder's copy replaces the first, which must go.
 	notify(c, "a", 100, "keep")
-	if _, _, drop := c.OffloadHeartbeat("b", 10); !slices.Equal(drop, []string{"keep"}) {
+	if _, _, drop := c.OffloadHeartbeat("b", "dir-b", 10); !slices.Equal(drop, []string{"keep"}) {
 		t.Fatalf("b's superseded copy: drop %v", drop)
 	}
 }
@@ -255,12 +262,15 @@ func TestRecoverDiskAfterARestart(t *testing.T) {
 	put(t, c, "mine", 100, wire.ReplicaConfig{})
 	put(t, c, "theirs", 100, wire.ReplicaConfig{})
 	c.NotifyOffloaded("old", "ep-old", "dirA", []string{"mine"}, []uint64{100}, nil)
+	put(t, c, "removed", 100, wire.ReplicaConfig{})
+	c.NotifyOffloaded("old", "ep-old", "dirA", []string{"removed"}, []uint64{100}, nil)
+	c.Remove([]string{"removed"}, true) // while dirA's holder is down
 	c.NotifyOffloaded("other", "ep-o", "dirB", []string{"theirs"}, []uint64{100}, nil)
 	codes := c.RecoverDisk("new", "ep-new", "dirA",
-		[]string{"gone", "mine", "theirs", "inMemory", "", "zero", "mine"},
-		[]uint64{50, 100, 100, 100, 1, 0, 999})
+		[]string{"gone", "mine", "theirs", "inMemory", "", "zero", "mine", "removed"},
+		[]uint64{50, 100, 100, 100, 1, 0, 999, 100})
 	want := []wire.Code{wire.OK, wire.OK, wire.ErrObjectAlreadyExists, wire.ErrObjectAlreadyExists,
-		wire.ErrInvalidParams, wire.ErrInvalidParams, wire.ErrObjectAlreadyExists}
+		wire.ErrInvalidParams, wire.ErrInvalidParams, wire.ErrObjectAlreadyExists, wire.ErrObjectAlreadyExists}
 	if !slices.Equal(codes, want) {
 		t.Fatalf("recover: %v, want %v", codes, want)
 	}
@@ -276,7 +286,41 @@ func TestRecoverDiskAfterARestart(t *testing.T) {
 	if r := c.EvictDiskReplicas("old", []string{"mine"}); r[0] != wire.ErrReplicaNotFound {
 		t.Fatalf("old process still owns the copy: %v", r[0])
 	}
+	if _, ok := c.QueryKey("removed"); ok {
+		t.Fatal("an object removed while its disk holder was down came back")
+	}
+	if _, _, drop := c.OffloadHeartbeat("new", "dirA", 10); len(drop) != 0 {
+		t.Fatalf("the drop answered by recovery is handed out again: %v", drop)
+	}
 	if codes := c.RecoverDisk("new", "ep", "", []string{"x"}, []uint64{1}); codes[0] != wire.ErrInvalidParams {
 		t.Fatalf("no storage id: %v", codes)
+	}
+}
+
+// An object whose memory replicas go with their segment, or whose rewrite
+// dies with its writer, lives on from its disk copy.
+func TestTheDiskCopyOutlivesTheMemory(t *testing.T) {
+	c, clk := offloadCore(t, false)
+	mountTier(t, c, "b", "seg-b", 1<<20)
+	put(t, c, "k", 100, wire.ReplicaConfig{Preferred: []string{"seg"}})
+	put(t, c, "rewritten", 100, wire.ReplicaConfig{Preferred: []string{"seg-b"}})
+	notify(c, "b", 100, "k", "rewritten")
+	if _, err := c.UpsertStart("w2", "", []string{"rewritten"}, []uint64{100}, wire.ReplicaConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UnmountSegment("a", "seg"); err != nil {
+		t.Fatal(err)
+	}
+	if g := c.GetReplicas([]string{"k"}, false); g[0].Code != wire.OK || g[0].Disk != "ep-b" || len(g[0].Replicas) != 0 {
+		t.Fatalf("after its segment went: %+v", g[0])
+	}
+	for range 12 { // w2 never ends its upsert and falls silent
+		clk.Advance(time.Second)
+		c.Ping("b")
+		c.Ping("w")
+		c.Tick()
+	}
+	if g := c.GetReplicas([]string{"rewritten"}, false); g[0].Code != wire.OK || g[0].Disk != "ep-b" || len(g[0].Replicas) != 0 {
+		t.Fatalf("after its writer died mid-rewrite: %+v", g[0])
 	}
 }

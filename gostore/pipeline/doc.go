@@ -24,8 +24,8 @@
 //  3. PreconditionAwaiter (Workers goroutines) calls Precondition.Wait
 //     with the token; it may block until the source is ready.
 //  4. Batcher (one goroutine) groups ready items: it flushes at MaxBatch
-//     items, and on each FlushInterval tick if at least MinBatch are
-//     pending; never more than MaxBatch per batch.
+//     items or MaxBatchBytes bytes, and on each FlushInterval tick if at
+//     least MinBatch are pending; never more than MaxBatch per batch.
 //  5. TransferExecutor (Workers goroutines) takes a batch, sweeps it one
 //     last time, calls Upgrader.Upgrade (pinning the sources), then
 //     Executor.Transfer, then release.

@@ -73,6 +73,10 @@ type Executor[K comparable] interface {
 type Config struct {
 	// MaxBatch is the most items in one batch (default 64).
 	MaxBatch int
+	// MaxBatchBytes, when not 0, also flushes a batch once its items'
+	// sizes add up to this many bytes (the last item may cross it; a
+	// larger item travels alone): it bounds how much one upgrade pins.
+	MaxBatchBytes uint64
 	// MinBatch is the fewest ready items a timed flush sends (default 1,
 	// clamped to MaxBatch). Close flushes any number.
 	MinBatch int

@@ -60,6 +60,28 @@ func TestFlushBySizeAndOnClose(t *testing.T) {
 	}
 }
 
+// Items' sizes (here: their keys) close a batch once they reach
+// MaxBatchBytes; an item larger than that travels alone.
+func TestFlushByBytes(t *testing.T) {
+	h := newHarness(t, Config{MaxBatch: 100, MinBatch: 100, MaxBatchBytes: 10, Workers: 1}, nil)
+	var hs []Handle
+	for _, k := range []int{4, 5, 3, 20, 1, 2} {
+		hs = append(hs, h.enqueue(k))
+	}
+	for i, k := range []int{4, 5, 3, 20} {
+		if err := h.wait(k, hs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.waitPending(3) // reports arrive in order: 1 2 3, 1 (20), 1 2
+	h.waitPending(1)
+	h.waitPending(2) // 1 and 2: 3 bytes, below the limit, wait for Close
+	h.p.Close()
+	if got, want := h.ex.allBatches(), [][]int{{4, 5, 3}, {20}, {1, 2}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("batches %v, want %v", got, want)
+	}
+}
+
 func TestFlushByTime(t *testing.T) {
 	h := newHarness(t, Config{MaxBatch: 10, MinBatch: 2}, nil)
 	h0 := h.enqueue(0)

@@ -81,7 +81,8 @@ func (p *Pipeline[K]) preconditionStep(c *container[K]) bool {
 	return true
 }
 
-// batcher groups ready containers: it flushes MaxBatch at once, and on a
+// batcher groups ready containers: it flushes MaxBatch (or MaxBatchBytes)
+// at once, and on a
 // tick whatever is pending if at least MinBatch; when its input closes it
 // flushes everything (in MaxBatch pieces) and closes the executor queue.
 // A fired token kicks it to sweep what it holds, so a cancelled container
@@ -97,7 +98,7 @@ func (p *Pipeline[K]) batcher() {
 		case c, ok := <-p.batch:
 			if !ok {
 				for len(pending) > 0 {
-					n := min(len(pending), p.cfg.MaxBatch)
+					n := p.batchLen(pending)
 					p.pushBatch(slices.Clone(pending[:n]))
 					pending = pending[n:]
 				}
@@ -113,7 +114,7 @@ func (p *Pipeline[K]) batcher() {
 			if p.hooks.onPending != nil {
 				p.hooks.onPending(len(pending))
 			}
-			if len(pending) >= p.cfg.MaxBatch {
+			if p.full(pending) {
 				p.pushBatch(pending)
 				pending = nil
 			}
@@ -127,6 +128,35 @@ func (p *Pipeline[K]) batcher() {
 			pending = p.sweepAll(pending, StageBatcher)
 		}
 	}
+}
+
+// full reports whether pending makes a batch by itself: MaxBatch items,
+// or MaxBatchBytes bytes.
+func (p *Pipeline[K]) full(pending []*container[K]) bool {
+	if len(pending) >= p.cfg.MaxBatch {
+		return true
+	}
+	return p.cfg.MaxBatchBytes > 0 && sizeOf(pending) >= p.cfg.MaxBatchBytes
+}
+
+// batchLen is how many of pending (from the front) the next batch takes:
+// at most MaxBatch items, and no more once MaxBatchBytes is reached.
+func (p *Pipeline[K]) batchLen(pending []*container[K]) int {
+	var bytes uint64
+	for i, c := range pending {
+		if i == p.cfg.MaxBatch || (p.cfg.MaxBatchBytes > 0 && bytes >= p.cfg.MaxBatchBytes) {
+			return i
+		}
+		bytes += c.item.Size
+	}
+	return len(pending)
+}
+
+func sizeOf[K comparable](list []*container[K]) (n uint64) {
+	for _, c := range list {
+		n += c.item.Size
+	}
+	return n
 }
 
 // pushBatch hands b to an executor, sweeping it whenever a token fires

@@ -138,6 +138,9 @@ type bucketBackend struct {
 	bSize   uint64
 	bKeys   uint64
 	onEvict func([]string)
+	// shareDisk: the cap was derived from the filesystem's size (no
+	// explicit BucketMaxTotalSize), so it also respects the free space.
+	shareDisk bool
 
 	mu       sync.RWMutex
 	closed   bool
@@ -197,6 +200,7 @@ func NewBucket(cfg Config) (Backend, error) {
 		maxTotal = uint64(float64(st.Blocks) * float64(st.Bsize) * bucketDiskFraction)
 	}
 	b.sizeCap = min(b.sizeCap, maxTotal)
+	b.shareDisk = cfg.BucketMaxTotalSize == 0
 	if cfg.Engine != nil {
 		b.eng = cfg.Engine
 	} else {
@@ -212,6 +216,15 @@ func NewBucket(cfg Config) (Backend, error) {
 			b.eng.Close()
 		}
 		return nil, err
+	}
+	if b.shareDisk {
+		// 90% of the disk may be more than is free when other files share
+		// it: also stay within what we hold plus 95% of the free space.
+		var st unix.Statfs_t
+		if err := unix.Statfs(cfg.Path, &st); err == nil {
+			free := st.Bavail * uint64(st.Bsize)
+			b.sizeCap = min(b.sizeCap, b.disk+free-free/20)
+		}
 	}
 	return b, nil
 }
@@ -299,7 +312,29 @@ func (b *bucketBackend) BatchOffload(keys []string, values [][]byte) []error {
 }
 
 // offloadGroup writes one bucket holding keys[i], values[i] for i in idx.
+// A disk that fills up before the size cap (other files share it) lowers
+// the cap to what is in use and, with eviction on, retries once: the
+// retry evicts room instead of failing.
 func (b *bucketBackend) offloadGroup(keys []string, values [][]byte, idx []int) error {
+	err := b.writeGroup(keys, values, idx)
+	if !errors.Is(err, unix.ENOSPC) {
+		return err
+	}
+	b.mu.Lock()
+	if used := b.disk + b.resBytes; used < b.sizeCap {
+		slog.Warn("storage: disk full below the size cap; lowering the cap to the bytes in use",
+			"dir", b.dir, "cap", b.sizeCap, "in_use", used)
+		b.sizeCap = used
+	}
+	policy := b.policy
+	b.mu.Unlock()
+	if policy == bucketPolicyNone {
+		return err
+	}
+	return b.writeGroup(keys, values, idx)
+}
+
+func (b *bucketBackend) writeGroup(keys []string, values [][]byte, idx []int) error {
 	ents := make([]*bucketEntry, len(idx))
 	vals := make([][]byte, len(idx))
 	var dataSize uint64

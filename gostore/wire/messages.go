@@ -102,6 +102,8 @@ type Replica struct {
 type PingReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
+	// StorageID names the client's SSD tier directory ("" without one).
+	StorageID string
 }
 
 type PingResp struct {
@@ -109,6 +111,9 @@ type PingResp struct {
 	// Known is false when the master does not know the client (it restarted,
 	// or the client was silent past client_ttl); the client remounts.
 	Known bool
+	// OffloadWork: the master has objects for the client's SSD tier to
+	// persist or drop; the client runs its offload heartbeat now.
+	OffloadWork bool
 }
 
 type MountReq struct {
@@ -274,11 +279,13 @@ type TaskInfo struct {
 	Error    string
 }
 
-// OffloadHeartbeatReq asks which objects the client should persist.
+// OffloadHeartbeatReq asks which objects the client should persist and
+// which copies in its directory (StorageID) it should delete.
 type OffloadHeartbeatReq struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	ClientID string
-	Max      int
+	_msgpack  struct{} `msgpack:",as_array"`
+	ClientID  string
+	Max       int
+	StorageID string
 }
 
 // OffloadHeartbeatResp lists the objects to persist (by key and size) and

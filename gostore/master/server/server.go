@@ -155,7 +155,7 @@ func (s *Server) tickLoop() {
 func (s *Server) register() {
 	c := s.core
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
-		return &wire.PingResp{Known: c.Ping(r.ClientID)}, nil
+		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID, r.StorageID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
 		id, err := c.MountSegment(r.Seg)
@@ -220,7 +220,7 @@ func (s *Server) register() {
 		return &info, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.OffloadHeartbeatResp, error) {
-		keys, sizes, drop := c.OffloadHeartbeat(r.ClientID, r.Max)
+		keys, sizes, drop := c.OffloadHeartbeat(r.ClientID, r.StorageID, r.Max)
 		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {

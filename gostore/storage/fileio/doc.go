@@ -7,18 +7,40 @@
 // # Engines
 //
 // New(true) creates an io_uring ring (QueueDepth entries, no SQPOLL, no fixed
-// files, no registered/fixed buffers) and runs one NOP through it. On any
-// failure it logs once and returns the pread engine instead, so a missing or
-// disabled io_uring never becomes an error. FromEnv reads
-// MOONCAKE_OFFLOAD_USE_URING (legacy alias MOONCAKE_USE_URING); "true"/"1"
-// selects io_uring, anything else (including unset) pread.
+// files) and runs one NOP through it. On any failure it logs once and returns
+// the pread engine instead, so a missing or disabled io_uring never becomes an
+// error. FromEnv reads MOONCAKE_OFFLOAD_USE_URING, or the legacy
+// MOONCAKE_USE_URING when the former is unset: io_uring is the default (unset,
+// empty, "true", "1", "yes", "on"); "false", "0", "no" or "off" select pread
+// (case and surrounding space ignored); other values are logged and keep the
+// default. UseURing applies the same rules to a value read elsewhere.
 //
 // Every Engine method either transfers the whole buffer or returns an error:
 // short reads/writes are resubmitted for the remainder, and a read that hits
 // end of file before the buffer is full returns an error wrapping
-// io.ErrUnexpectedEOF (never silent zeros). A uring Engine owns one ring guarded
-// by a mutex, so it is safe but serialised across goroutines; use one Engine per
-// I/O goroutine for parallelism.
+// io.ErrUnexpectedEOF (never silent zeros).
+//
+// A uring Engine keeps a pool of rings, one per concurrent caller: each call
+// (including a bounced write's read-modify-write) checks out a ring for its
+// duration, so goroutines do I/O in parallel with no lock held across it.
+// Rings are created on demand up to max(4, 2*GOMAXPROCS); further callers wait
+// for one to come back. If an extra ring cannot be created, that call runs on
+// pread/pwrite (logged once). A ring that fails unrecoverably fails the ops in
+// flight on it and is closed; later calls get a fresh ring. Close makes later
+// calls fail with os.ErrClosed and returns once the calls in flight have
+// finished and every ring is closed.
+//
+// # Fixed buffers
+//
+// RegisterFixed(mem) declares a page-aligned region (typically the staging
+// buffer) that the caller keeps mapped until Close returns. The uring engine
+// advises it MADV_NOHUGEPAGE and each ring registers it, on its next use, as
+// io_uring fixed buffers of at most 256 MiB each. A read whose destination lies
+// entirely inside one of those buffers is issued as IORING_OP_READ_FIXED, which
+// skips pinning the pages per request; other reads, all writes, and rings where
+// registration failed (logged once) use plain reads. Counters reports how many
+// read submissions took each path. The pread engine accepts and ignores the
+// region.
 //
 // Callers must not Close a file while an Engine call on it is in flight, and
 // must not touch a buffer while a call using it is in flight.

@@ -16,8 +16,8 @@ import (
 )
 
 const (
-	// QueueDepth is the io_uring ring size and the number of requests a
-	// ReadBatch keeps in flight at once.
+	// QueueDepth is the size of each io_uring ring and the number of
+	// requests a ReadBatch keeps in flight at once.
 	QueueDepth = 32
 	// Alignment is the O_DIRECT alignment of buffer address, length and offset.
 	Alignment = 4096
@@ -32,7 +32,7 @@ const (
 )
 
 // Engine performs file I/O for the SSD backends. Implementations: uring
-// (giouring, one ring per Engine, guarded by a mutex), and pread/pwrite.
+// (giouring, a pool of rings, one checked out per call) and pread/pwrite.
 type Engine interface {
 	Name() string // "io_uring" or "pread"
 	// ReadAt/WriteAt: full transfers or an error (short I/O retried internally).
@@ -42,6 +42,16 @@ type Engine interface {
 	// errs[i] per request (nil on success). len(errs) == len(reqs).
 	ReadBatch(reqs []Request) []error
 	Datasync(f *os.File) error
+	// RegisterFixed declares mem as the fixed-buffer region: reads landing
+	// entirely inside one registered chunk of it use IORING_OP_READ_FIXED.
+	// mem must be page aligned and stay mapped until Close returns. At most
+	// one call per Engine; a failed registration only costs the fast path.
+	RegisterFixed(mem []byte) error
+	// Counters reports how many read submissions used READ_FIXED and how many
+	// a plain read (io_uring SQEs, or pread calls for the pread engine).
+	Counters() (fixedReads, plainReads uint64)
+	// Close waits for calls in flight, releases the rings, and makes later
+	// calls fail with os.ErrClosed.
 	Close() error
 }
 
@@ -68,24 +78,66 @@ type op struct {
 
 // backend is what the two implementations provide; engine adds validation and
 // the O_DIRECT bounce rule on top, so both behave identically.
+//
+// Every Engine call checks out one runner with get, runs all its ops on it
+// (including a bounced write's read-modify-write) and hands it back with put,
+// so a uring runner (one ring) is never shared by two calls at once.
 type backend interface {
 	name() string
-	run(ops []*op) // fills op.done / op.err for every op
-	close() error
+	get() (runner, error) // os.ErrClosed after close
+	put(runner)
+	setFixed(mem []byte) // called at most once, with validated memory
+	close() error        // idempotent; waits for checked-out runners
+}
+
+// runner executes ops; it fills op.done / op.err for every op.
+type runner interface {
+	run(ops []*op)
+}
+
+// stats backs Engine.Counters. Runners add their per-call totals once, so the
+// shared cache line is touched once per call, not once per submission.
+type stats struct {
+	fixedReads, plainReads atomic.Uint64
 }
 
 type engine struct {
-	b      backend
-	closed atomic.Bool
+	b        backend
+	st       *stats
+	closed   atomic.Bool
+	fixedSet atomic.Bool
 }
 
 func (e *engine) Name() string { return e.b.name() }
 
+// Close is idempotent; every call returns once the runners are released.
 func (e *engine) Close() error {
-	if e.closed.Swap(true) {
-		return nil
-	}
+	e.closed.Store(true)
 	return e.b.close()
+}
+
+func (e *engine) Counters() (fixedReads, plainReads uint64) {
+	return e.st.fixedReads.Load(), e.st.plainReads.Load()
+}
+
+// RegisterFixed validates mem and hands it to the backend. The pread backend
+// ignores the region, but the checks are shared so that a caller's misuse
+// fails the same way whichever engine FromEnv picked.
+func (e *engine) RegisterFixed(mem []byte) error {
+	if e.closed.Load() {
+		return os.ErrClosed
+	}
+	if len(mem) == 0 {
+		return errors.New("fileio: RegisterFixed: empty region")
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(mem)))%uintptr(os.Getpagesize()) != 0 {
+		return errors.New("fileio: RegisterFixed: region is not page aligned")
+	}
+	if e.fixedSet.Swap(true) {
+		return errors.New("fileio: RegisterFixed: a fixed-buffer region is already registered")
+	}
+	e.b.setFixed(mem)
+	return nil
 }
 
 func errEOF(o *op) error {
@@ -126,8 +178,9 @@ func isDirect(fd int) bool {
 }
 
 // prepare builds the transfer for (f, p, off), applying the bounce rule (see
-// package doc). For bounced writes it performs the head/tail read-modify-write.
-func (e *engine) prepare(f *os.File, p []byte, off int64, write bool) (*xfer, error) {
+// package doc). For bounced writes it performs the head/tail read-modify-write
+// on r, the runner of the calling Engine method (r is unused for reads).
+func prepare(r runner, f *os.File, p []byte, off int64, write bool) (*xfer, error) {
 	fd := int(f.Fd())
 	x := &xfer{f: f, op: op{fd: fd, buf: p, off: off, write: write}}
 	if isAligned(p, off) || !isDirect(fd) {
@@ -155,7 +208,7 @@ func (e *engine) prepare(f *os.File, p []byte, off int64, write bool) (*xfer, er
 		rmw = append(rmw, &op{fd: fd, buf: b[tail-start:], off: tail})
 	}
 	if len(rmw) > 0 {
-		e.b.run(rmw)
+		r.run(rmw)
 		for _, o := range rmw {
 			if o.err != nil && !errors.Is(o.err, io.ErrUnexpectedEOF) {
 				return nil, fmt.Errorf("fileio: bounce read-modify-write: %w", o.err)
@@ -206,11 +259,18 @@ func (e *engine) rw(f *os.File, p []byte, off int64, write bool) error {
 	if len(p) == 0 {
 		return nil
 	}
-	x, err := e.prepare(f, p, off, write)
+	r, err := e.b.get()
 	if err != nil {
 		return err
 	}
-	e.b.run([]*op{&x.op})
+	x, err := prepare(r, f, p, off, write)
+	if err == nil {
+		r.run([]*op{&x.op})
+	}
+	e.b.put(r) // finish needs no ring; let another call have it now
+	if err != nil {
+		return err
+	}
 	err = x.finish()
 	runtime.KeepAlive(f)
 	return err
@@ -227,12 +287,21 @@ func (e *engine) ReadBatch(reqs []Request) []error {
 		if errs[i] = e.check(r.File, r.Off); errs[i] != nil || len(r.Buf) == 0 {
 			continue
 		}
-		if xs[i], errs[i] = e.prepare(r.File, r.Buf, r.Off, false); errs[i] == nil {
+		// Reads never do read-modify-write, so no runner is needed yet.
+		if xs[i], errs[i] = prepare(nil, r.File, r.Buf, r.Off, false); errs[i] == nil {
 			ops = append(ops, &xs[i].op)
 		}
 	}
 	if len(ops) > 0 {
-		e.b.run(ops)
+		r, err := e.b.get()
+		if err != nil {
+			for _, o := range ops {
+				o.err = err
+			}
+		} else {
+			r.run(ops)
+			e.b.put(r)
+		}
 	}
 	for i, x := range xs {
 		if x != nil {
@@ -247,8 +316,13 @@ func (e *engine) Datasync(f *os.File) error {
 	if err := e.check(f, 0); err != nil {
 		return err
 	}
+	r, err := e.b.get()
+	if err != nil {
+		return err
+	}
 	o := &op{fd: int(f.Fd()), sync: true}
-	e.b.run([]*op{o})
+	r.run([]*op{o})
+	e.b.put(r)
 	runtime.KeepAlive(f)
 	if o.err != nil {
 		return fmt.Errorf("fileio: fdatasync: %w", o.err)
@@ -258,46 +332,80 @@ func (e *engine) Datasync(f *os.File) error {
 
 func roundUp(n int64) int64 { return (n + Alignment - 1) &^ (Alignment - 1) }
 
-// probeHook, when set (tests), is called by the io_uring probe; a non-nil error
-// makes the probe fail as if io_uring were unavailable.
+// probeHook, when set (tests), is called before every ring is created (the
+// probe at New and the extra rings of the pool); a non-nil error makes that
+// creation fail as if io_uring were unavailable.
 var probeHook func() error
 
 var fallbackLogged atomic.Bool
 
-// New returns the pread engine when useURing is false. When true it creates a
-// ring and runs a NOP through it; on any failure it logs (once per process at
-// Warn, then at Debug) and returns the pread engine. It never fails merely
-// because io_uring is unavailable.
-func New(useURing bool) (Engine, error) {
-	if useURing {
-		u, err := newURing()
-		if err == nil {
-			return &engine{b: u}, nil
-		}
-		lvl := slog.LevelDebug
-		if !fallbackLogged.Swap(true) {
-			lvl = slog.LevelWarn
-		}
-		slog.Log(context.Background(), lvl, "fileio: io_uring unavailable, falling back to pread/pwrite", "err", err)
+// logOnce logs msg at Warn the first time flag is set and at Debug afterwards,
+// so a persistent condition does not flood the log.
+func logOnce(flag *atomic.Bool, msg string, err error) {
+	lvl := slog.LevelDebug
+	if !flag.Swap(true) {
+		lvl = slog.LevelWarn
 	}
-	return &engine{b: preadBackend{}}, nil
+	slog.Log(context.Background(), lvl, msg, "err", err)
+}
+
+// New returns the pread engine when useURing is false. When true it creates a
+// first ring and runs a NOP through it; on any failure it logs (once per
+// process at Warn, then at Debug) and returns the pread engine. It never fails
+// merely because io_uring is unavailable.
+func New(useURing bool) (Engine, error) {
+	st := new(stats)
+	if useURing {
+		p, err := newURingPool(st)
+		if err == nil {
+			return &engine{b: p, st: st}, nil
+		}
+		logOnce(&fallbackLogged, "fileio: io_uring unavailable, falling back to pread/pwrite", err)
+	}
+	return &engine{b: preadBackend{st: st}, st: st}, nil
 }
 
 // FromEnv calls New with the setting of MOONCAKE_OFFLOAD_USE_URING, or of the
-// legacy MOONCAKE_USE_URING when the former is unset. "true" or "1" (case and
-// surrounding space ignored) select io_uring; the default is pread.
+// legacy MOONCAKE_USE_URING when the former is unset. io_uring is the default;
+// "false", "0", "no" or "off" (case and surrounding space ignored) select
+// pread. Unrecognised values are logged and keep the default.
 func FromEnv() (Engine, error) {
 	return New(envUseURing())
 }
 
 func envUseURing() bool {
-	v, ok := os.LookupEnv(EnvUseURing)
+	name := EnvUseURing
+	v, ok := os.LookupEnv(name)
 	if !ok {
-		v = os.Getenv(EnvUseURingLegacy)
+		name = EnvUseURingLegacy
+		v = os.Getenv(name)
 	}
+	use, known := parseUseURing(v)
+	if !known {
+		slog.Warn("fileio: unrecognised value, using the default (io_uring)", "var", name, "value", v)
+	}
+	return use
+}
+
+// UseURing interprets a value of MOONCAKE_OFFLOAD_USE_URING by FromEnv's rules
+// (the empty string meaning unset), for callers that read their configuration
+// from somewhere other than the process environment. Unrecognised values are
+// logged and give the default, true.
+func UseURing(v string) bool {
+	use, known := parseUseURing(v)
+	if !known {
+		slog.Warn("fileio: unrecognised io_uring setting, using the default (io_uring)", "value", v)
+	}
+	return use
+}
+
+// parseUseURing reports the setting v selects and whether v was recognised.
+func parseUseURing(v string) (use, known bool) {
 	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "true", "1":
-		return true
+	case "", "true", "1", "yes", "on":
+		return true, true
+	case "false", "0", "no", "off":
+		return false, true
 	}
-	return false
+	return true, false
 }

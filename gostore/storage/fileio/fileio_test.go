@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"unsafe"
@@ -366,21 +368,39 @@ func TestFromEnv(t *testing.T) {
 	cases := []struct {
 		cur, legacy *string
 		want        string
+		warn        bool // an unrecognised value must be logged
 	}{
-		{nil, nil, "pread"},
-		{ptr("true"), nil, "io_uring"},
-		{ptr("1"), nil, "io_uring"},
-		{ptr(" TRUE "), nil, "io_uring"},
-		{ptr("false"), nil, "pread"},
-		{ptr("0"), ptr("true"), "pread"}, // the current name wins when set
-		{nil, ptr("true"), "io_uring"},
-		{nil, ptr("1"), "io_uring"},
-		{nil, ptr("no"), "pread"},
+		{nil, nil, "io_uring", false}, // io_uring is the default
+		{ptr(""), nil, "io_uring", false},
+		{ptr("  "), nil, "io_uring", false},
+		{ptr("true"), nil, "io_uring", false},
+		{ptr("1"), nil, "io_uring", false},
+		{ptr("yes"), nil, "io_uring", false},
+		{ptr("on"), nil, "io_uring", false},
+		{ptr(" TRUE "), nil, "io_uring", false},
+		{ptr("On"), nil, "io_uring", false},
+		{ptr("false"), nil, "pread", false},
+		{ptr("0"), nil, "pread", false},
+		{ptr("no"), nil, "pread", false},
+		{ptr("off"), nil, "pread", false},
+		{ptr(" FALSE\n"), nil, "pread", false},
+		{ptr("Off"), nil, "pread", false},
+		{ptr("maybe"), nil, "io_uring", true},
+		{ptr("0"), ptr("true"), "pread", false},     // the current name wins when set
+		{ptr("1"), ptr("false"), "io_uring", false}, // in both directions
+		{ptr(""), ptr("false"), "io_uring", false},  // set but empty still wins
+		{nil, ptr("true"), "io_uring", false},
+		{nil, ptr("1"), "io_uring", false},
+		{nil, ptr("no"), "pread", false},
+		{nil, ptr(" OFF "), "pread", false},
+		{nil, ptr("0"), "pread", false},
+		{nil, ptr("bogus"), "io_uring", true},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%v/%v", deref(c.cur), deref(c.legacy)), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%q/%q", deref(c.cur), deref(c.legacy)), func(t *testing.T) {
 			setenv(t, EnvUseURing, c.cur)
 			setenv(t, EnvUseURingLegacy, c.legacy)
+			logs := captureLog(t)
 			e, err := FromEnv()
 			if err != nil {
 				t.Fatal(err)
@@ -389,8 +409,54 @@ func TestFromEnv(t *testing.T) {
 			if e.Name() != c.want {
 				t.Fatalf("engine %q, want %q", e.Name(), c.want)
 			}
+			if got := strings.Contains(logs.String(), "unrecognised"); got != c.warn {
+				t.Fatalf("warning logged = %v, want %v; log: %q", got, c.warn, logs.String())
+			}
 		})
 	}
+}
+
+func TestUseURing(t *testing.T) {
+	for v, want := range map[string]bool{
+		"": true, "true": true, "1": true, " Yes ": true, "ON": true,
+		"false": false, "0": false, "no": false, " Off\t": false,
+		"nope": true, // unrecognised: the default, with a warning
+	} {
+		logs := captureLog(t)
+		if got := UseURing(v); got != want {
+			t.Errorf("UseURing(%q) = %v, want %v", v, got, want)
+		}
+		if warned := strings.Contains(logs.String(), "unrecognised"); warned != (v == "nope") {
+			t.Errorf("UseURing(%q): warning logged = %v", v, warned)
+		}
+	}
+}
+
+// captureLog redirects the default slog logger to a buffer for the test.
+func captureLog(t *testing.T) *syncBuffer {
+	t.Helper()
+	var buf syncBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return &buf
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func ptr(s string) *string { return &s }

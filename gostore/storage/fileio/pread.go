@@ -7,13 +7,21 @@ import (
 )
 
 // preadBackend issues pread(2)/pwrite(2)/fdatasync(2) synchronously, one
-// request after the other (ReadBatch is sequential here).
-type preadBackend struct{}
+// request after the other (ReadBatch is sequential here). It is stateless, so
+// every call gets its own runner and there is nothing to pool or close; a uring
+// engine also uses it for a call when it cannot create another ring.
+type preadBackend struct{ st *stats }
 
-func (preadBackend) name() string { return "pread" }
-func (preadBackend) close() error { return nil }
+func (preadBackend) name() string           { return "pread" }
+func (b preadBackend) get() (runner, error) { return preadRunner(b), nil }
+func (preadBackend) put(runner)             {}
+func (preadBackend) setFixed([]byte)        {} // plain pread has no use for registered memory
+func (preadBackend) close() error           { return nil }
 
-func (preadBackend) run(ops []*op) {
+type preadRunner struct{ st *stats }
+
+func (r preadRunner) run(ops []*op) {
+	var reads uint64
 	for _, o := range ops {
 		if o.sync {
 			o.err = retryEINTR(func() error { return unix.Fdatasync(o.fd) })
@@ -28,6 +36,7 @@ func (preadBackend) run(ops []*op) {
 				n, err = unix.Pwrite(o.fd, chunk, off)
 			} else {
 				n, err = unix.Pread(o.fd, chunk, off)
+				reads++
 			}
 			switch {
 			case err == unix.EINTR || err == unix.EAGAIN:
@@ -41,6 +50,9 @@ func (preadBackend) run(ops []*op) {
 				o.done += n
 			}
 		}
+	}
+	if reads > 0 {
+		r.st.plainReads.Add(reads)
 	}
 }
 

@@ -4,25 +4,186 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"github.com/pawelgaczynski/giouring"
+	"golang.org/x/sys/unix"
 )
 
-// uringBackend owns one io_uring ring (QueueDepth SQ entries, default flags).
-// Features used: plain IORING_OP_READ / IORING_OP_WRITE / IORING_OP_FSYNC
-// (DATASYNC) and IORING_OP_NOP for the probe. Not used: fixed (registered)
-// buffers, fixed files, SQPOLL, IOPOLL. The mutex serialises users of the ring.
-type uringBackend struct {
+// uringPool is the io_uring backend: a pool of rings, each QueueDepth SQ
+// entries with default flags. Every Engine call checks out one ring for its
+// whole duration, so calls on different goroutines run in parallel on their
+// own rings and no lock is held while I/O is in flight; the mutex only guards
+// the pool bookkeeping. Rings are created lazily, up to max; beyond that a call
+// waits for a ring to be returned. Idle rings are reused LIFO so a lightly
+// loaded engine keeps touching the same few rings.
+type uringPool struct {
+	st  *stats
+	max int
+
 	mu     sync.Mutex
-	ring   *giouring.Ring
-	broken error // set after an unrecoverable ring error; all later calls fail
+	cond   sync.Cond // a ring was returned or dropped, or the pool closed
+	idle   []*uringRing
+	live   int // rings checked out, idle, or being created
+	closed bool
+	fixed  *fixedRegion // set once by setFixed; rings register it lazily
+
+	created        atomic.Int64 // rings ever created (tests)
+	fallbackLogged atomic.Bool  // "no extra ring, using pread" logged
+	registerLogged atomic.Bool  // "fixed-buffer registration failed" logged
 }
 
-func newURing() (*uringBackend, error) {
+// newURingPool creates the first ring and proves it works with a NOP, so New
+// can fall back to pread before anyone relies on io_uring.
+func newURingPool(st *stats) (*uringPool, error) {
+	u, err := newRing(st)
+	if err != nil {
+		return nil, err
+	}
+	if err := u.probe(); err != nil {
+		u.close()
+		return nil, err
+	}
+	p := &uringPool{st: st, max: max(4, 2*runtime.GOMAXPROCS(0)), idle: []*uringRing{u}, live: 1}
+	p.cond.L = &p.mu
+	p.created.Add(1)
+	return p, nil
+}
+
+func (p *uringPool) name() string { return "io_uring" }
+
+// get checks out an idle ring, or creates one while under the cap, or waits.
+// If creating a ring fails the call runs on pread instead of failing: io_uring
+// worked at New, so this is resource exhaustion that the next call may not see.
+func (p *uringPool) get() (runner, error) {
+	p.mu.Lock()
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, os.ErrClosed
+		}
+		if n := len(p.idle); n > 0 {
+			u := p.idle[n-1]
+			p.idle[n-1] = nil
+			p.idle = p.idle[:n-1]
+			reg := p.fixed
+			p.mu.Unlock()
+			p.useFixed(u, reg)
+			return u, nil
+		}
+		if p.live < p.max {
+			break
+		}
+		p.cond.Wait()
+	}
+	p.live++ // reserve the slot; create the ring without holding the lock
+	reg := p.fixed
+	p.mu.Unlock()
+	u, err := newRing(p.st)
+	if err != nil {
+		p.mu.Lock()
+		p.live--
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		logOnce(&p.fallbackLogged, "fileio: cannot create another io_uring ring, using pread/pwrite for this call", err)
+		return preadRunner{st: p.st}, nil
+	}
+	p.created.Add(1)
+	p.useFixed(u, reg)
+	return u, nil
+}
+
+// put returns a ring to the pool, or closes it if it broke or the pool closed
+// while it was out. The slot is released only after the ring is closed, so
+// close, which waits for all slots, never returns while a ring still exists.
+func (p *uringPool) put(r runner) {
+	u, ok := r.(*uringRing)
+	if !ok {
+		return // pread fallback: holds no slot
+	}
+	p.mu.Lock()
+	if u.broken == nil && !p.closed {
+		p.idle = append(p.idle, u)
+		p.cond.Signal()
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	u.close()
+	p.mu.Lock()
+	p.live--
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// setFixed records the region; each ring registers it on its next checkout.
+func (p *uringPool) setFixed(mem []byte) {
+	// Advise before any ring pins the pages: the SSD design keeps the staging
+	// region on small pages, so THP never has to collapse or split memory the
+	// kernel holds pinned. Best effort: shmem or heap memory may refuse it.
+	_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE)
+	reg := newFixedRegion(mem, fixedChunk)
+	p.mu.Lock()
+	p.fixed = reg
+	p.mu.Unlock()
+}
+
+// useFixed registers reg on u the first time u is used after RegisterFixed.
+// Failure (RLIMIT_MEMLOCK, memory the kernel will not pin, ...) is logged and
+// leaves u on plain reads; it is never an I/O error.
+func (p *uringPool) useFixed(u *uringRing, reg *fixedRegion) {
+	if reg == nil || u.fixedTried {
+		return
+	}
+	u.fixedTried = true
+	if err := reg.register(u.ring); err != nil {
+		logOnce(&p.registerLogged, "fileio: io_uring fixed-buffer registration failed, using plain reads", err)
+		return
+	}
+	u.fixed = reg
+}
+
+// close closes the idle rings, fails waiting and later get calls, and waits
+// until every checked-out ring has come back through put and been closed.
+func (p *uringPool) close() error {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	for _, u := range idle {
+		u.close()
+	}
+	p.mu.Lock()
+	p.live -= len(idle)
+	if len(idle) > 0 {
+		p.cond.Broadcast() // a concurrent close may be waiting on these
+	}
+	for p.live > 0 {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// uringRing is one ring, used by one Engine call at a time. Features used:
+// IORING_OP_READ / READ_FIXED / WRITE / FSYNC (DATASYNC), and NOP for the
+// probe. Not used: fixed files, SQPOLL, IOPOLL, WRITE_FIXED.
+type uringRing struct {
+	ring       *giouring.Ring
+	st         *stats
+	broken     error        // set after an unrecoverable ring error; the pool drops the ring
+	fixed      *fixedRegion // registered on this ring; nil: plain reads only
+	fixedTried bool
+}
+
+func newRing(st *stats) (*uringRing, error) {
 	if probeHook != nil {
 		if err := probeHook(); err != nil {
 			return nil, err
@@ -32,49 +193,49 @@ func newURing() (*uringBackend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("io_uring_setup: %w", err)
 	}
-	u := &uringBackend{ring: ring}
-	sqe := ring.GetSQE()
+	return &uringRing{ring: ring, st: st}, nil
+}
+
+// probe runs one NOP through the ring.
+func (u *uringRing) probe() error {
+	sqe := u.ring.GetSQE()
 	if sqe == nil {
-		ring.QueueExit()
-		return nil, errors.New("io_uring probe: no SQE")
+		return errors.New("io_uring probe: no SQE")
 	}
 	sqe.PrepareNop()
 	sqe.SetData64(0xfeed)
 	if err := u.submit(); err != nil {
-		ring.QueueExit()
-		return nil, fmt.Errorf("io_uring probe submit: %w", err)
+		return fmt.Errorf("io_uring probe submit: %w", err)
 	}
 	cqe, err := u.wait()
 	if err != nil {
-		ring.QueueExit()
-		return nil, fmt.Errorf("io_uring probe wait: %w", err)
+		return fmt.Errorf("io_uring probe wait: %w", err)
 	}
 	res, data := cqe.Res, cqe.UserData
-	ring.CQESeen(cqe)
+	u.ring.CQESeen(cqe)
 	if res != 0 || data != 0xfeed {
-		ring.QueueExit()
-		return nil, fmt.Errorf("io_uring probe: NOP completed with res=%d data=%#x", res, data)
-	}
-	return u, nil
-}
-
-func (u *uringBackend) name() string { return "io_uring" }
-
-func (u *uringBackend) close() error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.ring != nil {
-		u.ring.QueueExit()
-		u.ring = nil
+		return fmt.Errorf("io_uring probe: NOP completed with res=%d data=%#x", res, data)
 	}
 	return nil
+}
+
+func (u *uringRing) close() {
+	if u.fixed != nil && u.broken == nil {
+		// Unpin now rather than in the kernel's deferred ring teardown, so the
+		// pages (and any locked-memory accounting) are released by the time
+		// Engine.Close returns. Skipped on a broken ring: requests may still be
+		// in flight and unregistering would wait for them.
+		_, _ = u.ring.UnregisterBuffers()
+	}
+	u.ring.QueueExit()
+	u.ring = nil
 }
 
 func transient(err error) bool {
 	return err == syscall.EINTR || err == syscall.EAGAIN || err == syscall.EBUSY
 }
 
-func (u *uringBackend) submit() error {
+func (u *uringRing) submit() error {
 	for {
 		_, err := u.ring.Submit()
 		if err == nil || !transient(err) {
@@ -83,7 +244,7 @@ func (u *uringBackend) submit() error {
 	}
 }
 
-func (u *uringBackend) wait() (*giouring.CompletionQueueEvent, error) {
+func (u *uringRing) wait() (*giouring.CompletionQueueEvent, error) {
 	for {
 		cqe, err := u.ring.WaitCQE()
 		if err == nil && cqe != nil {
@@ -95,18 +256,20 @@ func (u *uringBackend) wait() (*giouring.CompletionQueueEvent, error) {
 	}
 }
 
+// submitHook, when set (tests), runs before each submit in run; a non-nil error
+// is taken as a failed io_uring_enter (nothing submitted) and breaks the ring.
+var submitHook func() error
+
+// maxSubmit caps the bytes of one SQE. A variable so tests can force the
+// resubmission path that short reads take.
+var maxSubmit = maxChunk
+
 // run keeps up to QueueDepth ops in flight, resubmitting the remainder of short
 // transfers, until every op is complete or failed.
-func (u *uringBackend) run(ops []*op) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.ring == nil || u.broken != nil {
-		err := u.broken
-		if err == nil {
-			err = fmt.Errorf("fileio: io_uring engine closed")
-		}
+func (u *uringRing) run(ops []*op) {
+	if u.broken != nil {
 		for _, o := range ops {
-			o.err = err
+			o.err = u.broken
 		}
 		return
 	}
@@ -123,6 +286,15 @@ func (u *uringBackend) run(ops []*op) {
 			queue = append(queue, i)
 		}
 	}
+	var nfixed, nplain uint64
+	defer func() {
+		if nfixed > 0 {
+			u.st.fixedReads.Add(nfixed)
+		}
+		if nplain > 0 {
+			u.st.plainReads.Add(nplain)
+		}
+	}()
 	inflight := 0
 	for len(queue) > 0 || inflight > 0 {
 		queued := 0
@@ -138,13 +310,24 @@ func (u *uringBackend) run(ops []*op) {
 			case o.sync:
 				sqe.PrepareFsync(o.fd, giouring.FsyncDatasync)
 			default:
-				n := uint32(min(len(o.buf)-o.done, maxChunk))
+				n := uint32(min(len(o.buf)-o.done, maxSubmit))
 				addr := uintptr(unsafe.Pointer(&o.buf[o.done]))
 				off := uint64(o.off + int64(o.done))
-				if o.write {
+				switch {
+				case o.write:
 					sqe.PrepareWrite(o.fd, addr, n, off)
-				} else {
-					sqe.PrepareRead(o.fd, addr, n, off)
+				default:
+					// READ_FIXED takes the absolute address inside the
+					// registered buffer; the index is re-derived for each
+					// (re)submission, and the remainder of a read that fit
+					// one chunk still does.
+					if idx := u.fixed.index(addr, n); idx >= 0 {
+						sqe.PrepareReadFixed(o.fd, addr, n, off, idx)
+						nfixed++
+					} else {
+						sqe.PrepareRead(o.fd, addr, n, off)
+						nplain++
+					}
 				}
 				// giouring's prepare leaves the per-op flags of the slot's
 				// previous user: after a datasync (flag 1) the kernel would
@@ -156,8 +339,17 @@ func (u *uringBackend) run(ops []*op) {
 			queued++
 		}
 		if queued > 0 {
-			if err := u.submit(); err != nil {
-				u.fail(fmt.Errorf("fileio: io_uring submit: %w", err), ops, inflight)
+			var err error
+			if submitHook != nil {
+				err = submitHook()
+			}
+			if err == nil {
+				err = u.submit()
+			}
+			if err != nil {
+				// A failed io_uring_enter consumed none of this round's
+				// SQEs: only the earlier rounds' requests are in flight.
+				u.fail(fmt.Errorf("fileio: io_uring submit: %w", err), ops, inflight-queued)
 				return
 			}
 		}
@@ -197,8 +389,8 @@ func (u *uringBackend) run(ops []*op) {
 
 // fail marks the ring broken after an unrecoverable error, tries to reap the
 // requests still in flight (so the kernel is done with the buffers), and fails
-// every unfinished op.
-func (u *uringBackend) fail(err error, ops []*op, inflight int) {
+// every unfinished op. The pool closes a broken ring when the call returns it.
+func (u *uringRing) fail(err error, ops []*op, inflight int) {
 	u.broken = err
 	for ; inflight > 0; inflight-- {
 		cqe, werr := u.wait()

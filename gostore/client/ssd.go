@@ -1,0 +1,772 @@
+// ssd.go defines the client's SSD tier: recovery at start, the offload
+// heartbeat feeding the offload pipeline (policy, precondition, upgrade =
+// pinning the memory replica, transfer = writing the disk and telling the
+// master), and the staging RPCs it serves to readers of its disk copies.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gostore/gostore/gostore/pipeline"
+	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/storage"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+const (
+	// heartbeatMax caps the objects (and drops) one offload heartbeat
+	// takes; a full answer is followed by another at once.
+	heartbeatMax = 1024
+	// recoverBatch caps the keys of one RecoverDisk RPC.
+	recoverBatch = 4096
+	// maxStageKeys caps the keys a peer may stage in one request.
+	maxStageKeys = 1 << 16
+	// offloadBatchBytes bounds what one upgrade pins and one backend call
+	// writes: a bucket's worth (the default bucket size limit).
+	offloadBatchBytes = 256 << 20
+)
+
+// ssdTier is the client's SSD tier (nil when setup did not ask for one).
+type ssdTier struct {
+	c   *Client
+	log *slog.Logger
+	fs  *storage.FileStorage
+
+	staging  *transfer.LocalSegment // the ClientBuffer's memory, shared with peers
+	stageSrv *transfer.Server       // serves it to peers on other hosts
+	bufDesc  wire.SegmentDesc       // how peers reach it
+	rpc      *rpc.Server            // StageOffloaded / ReleaseStaged
+	endpoint string                 // the rpc server's address: our disk copies' endpoint
+
+	pipe       *pipeline.Pipeline[string]
+	enqueueCtx context.Context // parent of every item's token; cancelled at close
+	cancel     context.CancelFunc
+
+	mu        sync.Mutex
+	inflight  map[string]bool        // keys in the pipeline
+	requested map[string]bool        // ... of which a caller asked for (they wait for their write)
+	pins      map[string]*offloadPin // keys past the upgrade
+	wake      chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	stats ssdStats
+}
+
+// ssdStats count the tier's work (exported through Client.SSDStats).
+type ssdStats struct {
+	offloaded, offloadFailed, dropped, recovered, staleDropped atomic.Int64
+	staged, stageFailed, corrupt                               atomic.Int64
+}
+
+// SSDStats is a snapshot of the tier's counters.
+type SSDStats struct {
+	Offloaded, OffloadFailed, Dropped, Recovered, StaleDropped int64
+	Staged, StageFailed, Corrupt                               int64
+	Objects                                                    int
+	Bytes                                                      uint64
+	Pipeline                                                   pipeline.Stats
+}
+
+// offloadPin is one object pinned for its offload: its bytes in our
+// segment, the epoch they belong to, and when the master's lease (which
+// keeps the range from reuse) ends.
+type offloadPin struct {
+	val      []byte
+	epoch    uint64
+	deadline time.Time
+	err      error
+}
+
+// openSSD opens the tier before the segment is mounted, so the segment is
+// announced with it.
+func openSSD(c *Client, host string) (*ssdTier, error) {
+	cfg := storage.FileStorageConfigFromEnv(c.cfg.SSDOffloadPath, c.cfg.Getenv).Filled()
+	t := &ssdTier{
+		c: c, log: c.log.With("component", "ssd"),
+		inflight: map[string]bool{}, requested: map[string]bool{}, pins: map[string]*offloadPin{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	t.enqueueCtx, t.cancel = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			t.close()
+		}
+	}()
+	var err error
+	// Validate the path before allocating the staging memory.
+	if cfg.Path == "" {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "enable_ssd_offload needs ssd_offload_path (or MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)")
+	}
+	if t.staging, err = transfer.NewLocalSegment("ssd-staging:"+c.hostname, cfg.BufferSize); err != nil {
+		return nil, wire.Errorf(wire.ErrInternal, "SSD staging buffer of %d bytes: %v", cfg.BufferSize, err)
+	}
+	cfg.OnEvict = t.evicted
+	if t.fs, err = storage.OpenFileStorage(cfg, t.staging.Bytes(), c.log); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrInternal, "SSD staging listener on %s: %v", host, err)
+	}
+	t.stageSrv = transfer.NewServer(ln, t.staging.Bytes(), c.log)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.stageSrv.Serve()
+	}()
+	t.bufDesc = wire.SegmentDesc{
+		ID: stagingSegID(), Name: "ssd-staging:" + c.hostname, ClientID: c.id, Size: t.staging.Size(),
+		HostID: transfer.HostID(), ShmPath: t.staging.ShmPath(), TransferAddr: ln.Addr().String(),
+	}
+	rln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrInternal, "SSD RPC listener on %s: %v", host, err)
+	}
+	t.endpoint = rln.Addr().String()
+	t.rpc = rpc.NewServer(t.log, nil)
+	rpc.HandleFunc(t.rpc, wire.OpStageOffloaded, t.serveStage)
+	rpc.HandleFunc(t.rpc, wire.OpReleaseStaged, t.serveRelease)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		t.rpc.Serve(rln)
+	}()
+	t.pipe = pipeline.New[string](pipeline.Config{
+		MaxBatch:      int(min(max(cfg.BucketKeysLimit, 1), 500)),
+		MaxBatchBytes: offloadBatchBytes,
+		FlushInterval: 20 * time.Millisecond,
+		QueueDepth:    4 * heartbeatMax,
+		Workers:       2,
+	}, t, t, t, t, t.done)
+	ok = true
+	return t, nil
+}
+
+// stagingSegID names the staging buffer in peers' transfer engines: the top
+// bit keeps it clear of the master's segment IDs (which count up from 1),
+// the random rest apart from other processes' buffers.
+func stagingSegID() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1<<63
+}
+
+// start recovers what the directory holds and starts the heartbeat.
+func (t *ssdTier) start() {
+	if err := t.recover(); err != nil {
+		t.log.Error("SSD recovery could not reach the master; retrying with the heartbeat", "err", err)
+	}
+	t.wg.Add(1)
+	go t.loop()
+}
+
+// recover re-registers every object found on disk with the master and
+// deletes the copies the master calls stale.
+func (t *ssdTier) recover() error {
+	var keys []string
+	var sizes []uint64
+	err := t.fs.Backend().ScanMeta(func(key string, size uint64) error {
+		keys, sizes = append(keys, key), append(sizes, size)
+		return nil
+	})
+	if err != nil {
+		t.log.Error("SSD scan failed", "err", err)
+	}
+	var registered, stale int
+	for start := 0; start < len(keys); start += recoverBatch {
+		end := min(start+recoverBatch, len(keys))
+		var resp wire.CodesResp
+		ctx, cancel := t.c.ctx()
+		err := t.c.master.Call(ctx, wire.OpRecoverDisk, &wire.RecoverDiskReq{
+			ClientID: t.c.id, Endpoint: t.endpoint, StorageID: t.fs.ID(),
+			Keys: keys[start:end], Sizes: sizes[start:end],
+		}, &resp)
+		cancel()
+		if err != nil {
+			return err
+		}
+		var drop []string
+		for i, code := range resp.Codes {
+			switch code {
+			case wire.OK:
+				registered++
+			case wire.ErrObjectAlreadyExists:
+				drop = append(drop, keys[start+i])
+			default:
+				t.log.Warn("SSD object not re-registered", "key", keys[start+i], "code", code)
+			}
+		}
+		if len(drop) > 0 {
+			stale += len(drop)
+			if err := t.fs.Backend().Remove(drop); err != nil {
+				t.log.Error("deleting stale SSD copies failed", "err", err)
+			}
+		}
+	}
+	t.stats.recovered.Add(int64(registered))
+	t.stats.staleDropped.Add(int64(stale))
+	if len(keys) > 0 {
+		t.log.Info("SSD tier recovered", "found", len(keys), "registered", registered, "stale_deleted", stale)
+	}
+	return nil
+}
+
+// kick runs the offload heartbeat now (the master has work for us).
+func (t *ssdTier) kick() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop is the offload heartbeat: every interval, or at once when the ping
+// says the master has work, it takes the objects to persist and the
+// copies to delete.
+func (t *ssdTier) loop() {
+	defer t.wg.Done()
+	tick := time.NewTicker(t.fs.Config().HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		t.heartbeat()
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+		case <-t.wake:
+		}
+	}
+}
+
+func (t *ssdTier) heartbeat() {
+	for {
+		var resp wire.OffloadHeartbeatResp
+		ctx, cancel := t.c.ctx()
+		err := t.c.master.Call(ctx, wire.OpOffloadHeartbeat, &wire.OffloadHeartbeatReq{ClientID: t.c.id, Max: heartbeatMax, StorageID: t.fs.ID()}, &resp)
+		cancel()
+		if err != nil {
+			t.log.Debug("offload heartbeat failed", "err", err)
+			return
+		}
+		// Drops first: a key both dropped and handed out is a rewrite
+		// whose old copy must go before the new one is written.
+		if len(resp.Drop) > 0 {
+			if err := t.fs.Backend().Remove(resp.Drop); err != nil {
+				t.log.Error("deleting SSD copies the master dropped failed", "err", err)
+			}
+			t.stats.dropped.Add(int64(len(resp.Drop)))
+		}
+		for i, key := range resp.Keys {
+			if i >= len(resp.Sizes) {
+				break
+			}
+			if _, err := t.enqueue(key, resp.Sizes[i], false); err != nil && !errors.Is(err, errInFlight) {
+				return // closing
+			}
+		}
+		if len(resp.Keys) < heartbeatMax && len(resp.Drop) < heartbeatMax {
+			return
+		}
+	}
+}
+
+var errInFlight = errors.New("offload of this key already in progress")
+
+// enqueue hands one object to the pipeline unless it is already there.
+func (t *ssdTier) enqueue(key string, size uint64, requested bool) (pipeline.Handle, error) {
+	t.mu.Lock()
+	if t.inflight[key] {
+		t.mu.Unlock()
+		return nil, errInFlight
+	}
+	t.inflight[key] = true
+	if requested {
+		t.requested[key] = true
+	}
+	t.mu.Unlock()
+	h, err := t.pipe.Enqueue(t.enqueueCtx, pipeline.Item[string]{Key: key, Size: size})
+	if err != nil {
+		t.forget(key)
+	}
+	return h, err
+}
+
+func (t *ssdTier) forget(key string) {
+	t.mu.Lock()
+	delete(t.inflight, key)
+	delete(t.requested, key)
+	t.mu.Unlock()
+}
+
+// done is the pipeline's report for every item.
+func (t *ssdTier) done(it pipeline.Item[string], err error) {
+	t.forget(it.Key)
+	switch {
+	case err == nil:
+		t.stats.offloaded.Add(1)
+	case errors.Is(err, context.Canceled):
+	default:
+		t.stats.offloadFailed.Add(1)
+		t.log.Warn("offload failed", "key", it.Key, "size", it.Size, "err", err)
+	}
+}
+
+// Admit is the PolicyEvaluator: an object larger than the staging buffer
+// could never be read back by another client, so it stays in memory.
+func (t *ssdTier) Admit(_ context.Context, it pipeline.Item[string]) bool {
+	ok := it.Size > 0 && it.Size <= t.staging.Size()
+	if !ok {
+		t.log.Warn("object not offloaded: larger than the staging buffer", "key", it.Key, "size", it.Size,
+			"buffer", t.staging.Size())
+	}
+	return ok
+}
+
+// Wait is the PreconditionAwaiter: objects the master hands out are
+// complete; one a caller asked for may still be being written, so it waits
+// (polling) until it is readable.
+func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
+	t.mu.Lock()
+	requested := t.requested[it.Key]
+	t.mu.Unlock()
+	if !requested {
+		return nil
+	}
+	for {
+		p, err := t.c.getStart([]string{it.Key}, false)
+		if err != nil {
+			return err
+		}
+		switch code := p.res[0].Code; code {
+		case wire.OK:
+			return nil
+		case wire.ErrReplicaIsNotReady:
+		default:
+			return wire.Errorf(code, "offload of %q", it.Key)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Upgrade pins the batch's memory replicas (the point of no return): the
+// master counts us as a reader of each, so they are neither rewritten nor
+// reclaimed until release, within the lease.
+func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (func(), error) {
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.Key
+	}
+	p, err := t.c.getStart(keys, true)
+	if err != nil {
+		return nil, err
+	}
+	var mem []byte
+	var ownID uint64
+	if t.c.seg != nil {
+		mem = t.c.seg.Bytes()
+		t.c.peers.mu.RLock()
+		ownID = t.c.peers.ownID
+		t.c.peers.mu.RUnlock()
+	}
+	t.mu.Lock()
+	for i, r := range p.res {
+		pin := &offloadPin{epoch: r.Epoch, deadline: p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)}
+		switch {
+		case r.Code != wire.OK:
+			pin.err = wire.Errorf(r.Code, "offload of %q", keys[i])
+		case r.Size != items[i].Size:
+			pin.err = wire.Errorf(wire.ErrInvalidParams, "offload of %q: size changed from %d to %d", keys[i], items[i].Size, r.Size)
+		default:
+			pin.err = wire.Errorf(wire.ErrReplicaNotFound, "offload of %q: no replica on this client's segment", keys[i])
+			for _, rep := range r.Replicas {
+				if rep.SegID == ownID && ownID != 0 && rep.Offset+r.Size <= uint64(len(mem)) {
+					pin.val, pin.err = mem[rep.Offset:rep.Offset+r.Size:rep.Offset+r.Size], nil
+					break
+				}
+			}
+		}
+		t.pins[keys[i]] = pin
+	}
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		for _, k := range keys {
+			delete(t.pins, k)
+		}
+		t.mu.Unlock()
+		t.c.endReads(p)
+	}, nil
+}
+
+// Transfer is the TransferExecutor: it writes the pinned bytes to disk and
+// reports the copies to the master. A copy the master refuses (the object
+// was replaced) or whose pin lapsed mid-write is deleted again.
+func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []error {
+	errs := make([]error, len(items))
+	pins := make([]*offloadPin, len(items))
+	t.mu.Lock()
+	for i, it := range items {
+		pins[i] = t.pins[it.Key]
+	}
+	t.mu.Unlock()
+	var keys []string
+	var vals [][]byte
+	var idx []int
+	for i, pin := range pins {
+		switch {
+		case pin == nil:
+			errs[i] = wire.Errorf(wire.ErrInternal, "offload of %q: not pinned", items[i].Key)
+		case pin.err != nil:
+			errs[i] = pin.err
+		default:
+			keys, vals, idx = append(keys, items[i].Key), append(vals, pin.val), append(idx, i)
+		}
+	}
+	if len(keys) == 0 {
+		return errs
+	}
+	werrs := t.fs.Backend().BatchOffload(keys, vals)
+	now := time.Now()
+	var req wire.NotifyOffloadedReq
+	var notified []int
+	var undo []string
+	for j, err := range werrs {
+		i := idx[j]
+		if err == nil && now.After(pins[i].deadline) {
+			err = wire.Errorf(wire.ErrLeaseExpired, "offload of %q outlived its lease; the copy is not trusted", keys[j])
+			undo = append(undo, keys[j])
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		req.Keys = append(req.Keys, keys[j])
+		req.Sizes = append(req.Sizes, items[i].Size)
+		req.Epochs = append(req.Epochs, pins[i].epoch)
+		notified = append(notified, i)
+	}
+	if len(req.Keys) > 0 {
+		req.ClientID, req.Endpoint, req.StorageID = t.c.id, t.endpoint, t.fs.ID()
+		var resp wire.CodesResp
+		ctx, cancel := t.c.ctx()
+		err := t.c.master.Call(ctx, wire.OpNotifyOffloaded, &req, &resp)
+		cancel()
+		if err == nil && len(resp.Codes) != len(req.Keys) {
+			err = wire.Errorf(wire.ErrRPCFail, "NotifyOffloaded answered %d of %d keys", len(resp.Codes), len(req.Keys))
+		}
+		for j, i := range notified {
+			switch {
+			case err != nil:
+				// The master may or may not have the copy: keep it (a
+				// restart re-registers or deletes it).
+				errs[i] = err
+			case resp.Codes[j] != wire.OK:
+				errs[i] = wire.Errorf(resp.Codes[j], "master refused the SSD copy of %q", req.Keys[j])
+				undo = append(undo, req.Keys[j])
+			}
+		}
+	}
+	if len(undo) > 0 {
+		if err := t.fs.Backend().Remove(undo); err != nil {
+			t.log.Error("deleting refused SSD copies failed", "err", err)
+		}
+	}
+	return errs
+}
+
+// evicted is the bucket backend's eviction handler: it tells the master,
+// in one RPC, before the files go.
+func (t *ssdTier) evicted(keys []string) {
+	ctx, cancel := t.c.ctx()
+	defer cancel()
+	var resp wire.CodesResp
+	if err := t.c.master.Call(ctx, wire.OpEvictDiskReplicas, &wire.KeysReq{ClientID: t.c.id, Keys: keys}, &resp); err != nil {
+		t.log.Error("telling the master about evicted SSD copies failed; readers will get errors, not stale bytes", "keys", len(keys), "err", err)
+	}
+}
+
+// serveStage answers a reader: the objects are read into the staging
+// buffer under one lease.
+func (t *ssdTier) serveStage(req *wire.StageReq) (*wire.StageResp, error) {
+	if len(req.Keys) != len(req.Sizes) || len(req.Keys) > maxStageKeys {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "stage: %d keys, %d sizes (at most %d)", len(req.Keys), len(req.Sizes), maxStageKeys)
+	}
+	id, offs, errs := t.fs.Stage(req.Keys, req.Sizes)
+	resp := &wire.StageResp{BatchID: id, Codes: make([]wire.Code, len(errs)), Offsets: offs,
+		Buffer: t.bufDesc, GCTTLMS: t.fs.Buffer().TTL().Milliseconds()}
+	var corrupt []string
+	for i, err := range errs {
+		resp.Codes[i] = storage.CodeOf(err)
+		if err == nil {
+			t.stats.staged.Add(1)
+			continue
+		}
+		t.stats.stageFailed.Add(1)
+		if errors.Is(err, storage.ErrCorrupt) {
+			corrupt = append(corrupt, req.Keys[i])
+		} else {
+			t.log.Warn("stage for a reader failed", "key", req.Keys[i], "err", err)
+		}
+	}
+	if len(corrupt) > 0 {
+		t.dropCorrupt(corrupt)
+	}
+	return resp, nil
+}
+
+// dropCorrupt forgets copies that failed their checksum, on disk and at the
+// master, so no reader is sent to them again.
+func (t *ssdTier) dropCorrupt(keys []string) {
+	t.stats.corrupt.Add(int64(len(keys)))
+	t.log.Error("SSD copies failed their checksum; deleting them", "keys", keys)
+	t.evicted(keys)
+	if err := t.fs.Backend().Remove(keys); err != nil {
+		t.log.Error("deleting corrupt SSD copies failed", "err", err)
+	}
+}
+
+func (t *ssdTier) serveRelease(req *wire.ReleaseStagedReq) (*wire.CodesResp, error) {
+	t.fs.Buffer().Release(req.BatchID)
+	return &wire.CodesResp{}, nil
+}
+
+// loadLocal reads this tier's own copies straight into the caller's
+// buffers (a reader that is the holder needs no staging).
+func (t *ssdTier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []wire.Code {
+	dsts := make([][]byte, len(keys))
+	scatter := make([]bool, len(keys))
+	for i, bufs := range dests {
+		if len(bufs) == 1 && uint64(len(bufs[0])) == sizes[i] {
+			dsts[i] = bufs[0]
+		} else {
+			dsts[i], scatter[i] = make([]byte, sizes[i]), true
+		}
+	}
+	out := make([]wire.Code, len(keys))
+	var corrupt []string
+	for i, err := range t.fs.Backend().BatchLoad(keys, dsts) {
+		out[i] = storage.CodeOf(err)
+		if errors.Is(err, storage.ErrCorrupt) {
+			corrupt = append(corrupt, keys[i])
+		}
+		if err == nil && scatter[i] {
+			rest := dsts[i]
+			for _, b := range dests[i] {
+				rest = rest[copy(b, rest):]
+			}
+		}
+	}
+	if len(corrupt) > 0 {
+		t.dropCorrupt(corrupt)
+	}
+	return out
+}
+
+// close stops the heartbeat and the pipeline (offloads not yet past their
+// upgrade are cancelled; committed ones finish), then the servers and the
+// storage. Idempotent.
+func (t *ssdTier) close() {
+	t.closeOnce.Do(func() {
+		if t.cancel != nil {
+			t.cancel()
+		}
+		close(t.stop)
+		if t.rpc != nil {
+			t.rpc.Close()
+		}
+		if t.stageSrv != nil {
+			t.stageSrv.Close()
+		}
+		t.wg.Wait()
+		if t.pipe != nil {
+			t.pipe.Close()
+		}
+		if t.fs != nil {
+			if err := t.fs.Close(); err != nil {
+				t.log.Error("closing the SSD tier", "err", err)
+			}
+		}
+		if t.staging != nil {
+			t.staging.Close()
+		}
+	})
+}
+
+func (t *ssdTier) snapshot() SSDStats {
+	s := &t.stats
+	bytes, objects := t.fs.Backend().Usage()
+	return SSDStats{
+		Offloaded: s.offloaded.Load(), OffloadFailed: s.offloadFailed.Load(), Dropped: s.dropped.Load(),
+		Recovered: s.recovered.Load(), StaleDropped: s.staleDropped.Load(),
+		Staged: s.staged.Load(), StageFailed: s.stageFailed.Load(), Corrupt: s.corrupt.Load(),
+		Objects: objects, Bytes: bytes, Pipeline: t.pipe.Stats(),
+	}
+}
+
+// SSDStats reports the SSD tier's counters; ok is false without a tier.
+func (c *Client) SSDStats() (s SSDStats, ok bool) {
+	if c.ssd == nil {
+		return SSDStats{}, false
+	}
+	return c.ssd.snapshot(), true
+}
+
+// Offload asks the SSD tier to persist keys now, whether or not the master
+// asked for them (an object still being written is waited for). Each
+// handle reports the outcome and can cancel its offload until the point of
+// no return (the pin of the memory replica). Keys already on their way
+// get a nil handle.
+func (c *Client) Offload(keys []string, sizes []uint64) ([]pipeline.Handle, error) {
+	if c.ssd == nil {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "this client has no SSD tier (setup enable_ssd_offload)")
+	}
+	if len(keys) != len(sizes) {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys, %d sizes", len(keys), len(sizes))
+	}
+	hs := make([]pipeline.Handle, len(keys))
+	for i, k := range keys {
+		h, err := c.ssd.enqueue(k, sizes[i], true)
+		switch {
+		case errors.Is(err, errInFlight):
+		case err != nil:
+			return hs, wire.Errorf(wire.ErrInternal, "offload of %q: %v", k, err)
+		default:
+			hs[i] = h
+		}
+	}
+	return hs, nil
+}
+
+// diskPeer returns the RPC client for a disk holder's endpoint.
+func (c *Client) diskPeer(endpoint string) *rpc.Client {
+	c.diskPeers.Lock()
+	defer c.diskPeers.Unlock()
+	if c.diskPeers.m == nil {
+		c.diskPeers.m = map[string]*rpc.Client{}
+	}
+	p, ok := c.diskPeers.m[endpoint]
+	if !ok {
+		p = rpc.NewClient(endpoint)
+		c.diskPeers.m[endpoint] = p
+	}
+	return p
+}
+
+// stageChunk bounds the bytes one staging request asks a holder for, so a
+// large batch does not need the holder's whole buffer at once.
+const stageChunk = 64 << 20
+
+// diskWant is an object to read from a holder's disk.
+type diskWant struct {
+	item int
+	size uint64
+	bufs [][]byte
+}
+
+// readFromDisk reads objects whose only copy is (or whose memory copies
+// failed and which have a copy) on a client's SSD tier: from this client's
+// own tier directly, from another's through its staging buffer.
+func (c *Client) readFromDisk(ctx context.Context, keys []string, endpoint string, wants []diskWant, out []int64) {
+	if c.ssd != nil && endpoint == c.ssd.endpoint {
+		ks := make([]string, len(wants))
+		sizes := make([]uint64, len(wants))
+		dests := make([][][]byte, len(wants))
+		for j, w := range wants {
+			ks[j], sizes[j], dests[j] = keys[w.item], w.size, w.bufs
+		}
+		for j, code := range c.ssd.loadLocal(ks, sizes, dests) {
+			out[wants[j].item] = codeOrSize(code, wants[j].size)
+		}
+		return
+	}
+	peer := c.diskPeer(endpoint)
+	for len(wants) > 0 {
+		n, bytes := 0, uint64(0)
+		for n < len(wants) && n < maxStageKeys && (n == 0 || bytes+wants[n].size <= stageChunk) {
+			bytes += wants[n].size
+			n++
+		}
+		c.stageAndPull(ctx, peer, keys, wants[:n], out)
+		wants = wants[n:]
+	}
+}
+
+// stageAndPull asks the holder to stage a chunk, pulls the bytes with the
+// transfer engine and releases the lease.
+func (c *Client) stageAndPull(ctx context.Context, peer *rpc.Client, keys []string, wants []diskWant, out []int64) {
+	req := wire.StageReq{Keys: make([]string, len(wants)), Sizes: make([]uint64, len(wants))}
+	for j, w := range wants {
+		req.Keys[j], req.Sizes[j] = keys[w.item], w.size
+	}
+	sent := time.Now()
+	var resp wire.StageResp
+	err := peer.Call(ctx, wire.OpStageOffloaded, &req, &resp)
+	if err == nil && (len(resp.Codes) != len(wants) || len(resp.Offsets) != len(wants)) {
+		err = wire.Errorf(wire.ErrRPCFail, "stage answered %d of %d keys", len(resp.Codes), len(wants))
+	}
+	if err != nil {
+		c.log.Warn("get: SSD holder unreachable", "endpoint", peer.Addr(), "err", err)
+		for _, w := range wants {
+			out[w.item] = int64(wire.CodeOf(err))
+		}
+		return
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := peer.Call(rctx, wire.OpReleaseStaged, &wire.ReleaseStagedReq{BatchID: resp.BatchID}, &wire.CodesResp{}); err != nil {
+			c.log.Debug("releasing a staging lease failed; the holder reclaims it after its TTL", "err", err)
+		}
+	}()
+	buf := transfer.PeerFromDesc(resp.Buffer)
+	var ops []transfer.Op
+	var opWant []diskWant
+	for j, w := range wants {
+		if resp.Codes[j] != wire.OK {
+			out[w.item] = int64(resp.Codes[j])
+			continue
+		}
+		ops = append(ops, transfer.Op{Peer: buf, Offset: resp.Offsets[j], Bufs: w.bufs})
+		opWant = append(opWant, w)
+	}
+	if len(ops) == 0 {
+		return
+	}
+	errs := c.engine.Do(ctx, ops)
+	late := time.Since(sent) >= time.Duration(resp.GCTTLMS)*time.Millisecond
+	for j, err := range errs {
+		w := opWant[j]
+		switch {
+		case err != nil:
+			out[w.item] = int64(wire.CodeOf(err))
+			c.log.Warn("get: pulling from an SSD holder's staging buffer failed", "key", keys[w.item], "err", err)
+		case late:
+			out[w.item] = int64(wire.ErrLeaseExpired)
+			c.log.Warn("get: SSD read outlived the staging lease; result discarded", "key", keys[w.item], "ttl_ms", resp.GCTTLMS)
+		default:
+			out[w.item] = int64(w.size)
+		}
+	}
+}
+
+func codeOrSize(code wire.Code, size uint64) int64 {
+	if code != wire.OK {
+		return int64(code)
+	}
+	return int64(size)
+}

@@ -1,0 +1,234 @@
+"""The SSD tier end to end (PYTHON_API.md "SSD tier"), with the real master
+binary and real client processes on loopback, real files and real io_uring.
+
+A storage peer runs ``setup(..., enable_ssd_offload=True,
+ssd_offload_path=...)`` with a small segment; the test process writes four
+times the pool through it. The master asks the peer to persist what it
+holds, evicts memory copies only once they are on disk, and readers fall
+back to the disk copy transparently. A SIGKILLed peer restarted on the same
+directory brings its objects back; a corrupted file is reported and never
+served; a disk at its size limit evicts instead of failing.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+
+import pytest
+
+from conftest import MiB, pattern, wait_until
+from gostore import ErrorCode
+
+NO_SPACE = int(ErrorCode.NO_AVAILABLE_HANDLE)
+SEGMENT = 16 * MiB
+OBJ = MiB
+
+
+def tier_env(backend: str, uring: bool, **extra) -> dict:
+    env = {
+        "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": backend,
+        "MOONCAKE_OFFLOAD_USE_URING": "true" if uring else "false",
+        "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+        "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES": str(16 * MiB),
+        "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": str(512 * MiB),
+        "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES": str(4 * MiB),
+        "GOSTORE_LOG_LEVEL": "info",
+    }
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def offload_master(master_factory, **flags):
+    base = dict(enable_offload=True, tick_interval_ms=20, eviction_high_watermark_ratio=0.8,
+                eviction_ratio=0.2, default_kv_lease_ttl=1000, client_ttl=2)
+    base.update(flags)
+    return master_factory(**base)
+
+
+def put_retrying(store, key: str, value: bytes, seconds: float = 30.0) -> None:
+    """put, retried while the pool is full (the master frees memory as the
+    SSD tier takes the older objects)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        rc = store.put(key, value)
+        if rc == 0:
+            return
+        assert rc == NO_SPACE and time.monotonic() < deadline, f"put {key}: {rc}"
+        time.sleep(0.01)
+
+
+def value(i: int) -> bytes:
+    """Object i's bytes: distinct per object, cheap to make."""
+    base = pattern(4242, OBJ)
+    r = (i * 4099) % OBJ
+    return base[r:] + base[:r]
+
+
+def on_disk(master, key: str) -> bool:
+    info = master.query_key(key)
+    return bool(info and info.get("disk"))
+
+
+def disk_only(master, key: str) -> bool:
+    info = master.query_key(key)
+    return bool(info and info.get("disk") and not info.get("replicas"))
+
+
+@pytest.mark.parametrize("backend,uring", [
+    ("bucket_storage_backend", True),
+    ("bucket_storage_backend", False),
+    ("file_per_key_storage_backend", True),
+    ("offset_allocator_storage_backend", False),
+], ids=["bucket-uring", "bucket-pread", "perkey-uring", "offset-pread"])
+def test_four_times_the_pool_stays_readable_and_survives_sigkill(master_factory, peer_factory,
+                                                                 store_factory, tmp_path,
+                                                                 backend, uring):
+    m = offload_master(master_factory)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    env = tier_env(backend, uring)
+    holder = peer_factory(m, segment=str(SEGMENT), ssd=ssd, env=env)
+    writer = store_factory(m, segment=0)  # every object lands on the holder
+    n = 4 * SEGMENT // OBJ
+    keys = [f"ssd/{i}" for i in range(n)]
+    for i, k in enumerate(keys):
+        put_retrying(writer, k, value(i))
+
+    for i, k in enumerate(keys):
+        assert writer.get(k) == value(i), f"{k} lost or changed"
+    # Most objects can only have come from disk: the pool holds a quarter.
+    wait_until(lambda: sum(disk_only(m, k) for k in keys) >= n // 2, timeout=10,
+               what="most objects disk-only")
+    io = "io_uring" if uring else "pread"
+    assert f"io={io}" in holder.log(), holder.log()
+
+    # Everything persisted, then the holder dies without a word.
+    wait_until(lambda: all(on_disk(m, k) for k in keys), timeout=20, what="every object on disk")
+    holder.kill()
+    restarted = peer_factory(m, segment=str(SEGMENT), ssd=ssd, env=env)
+    assert "SSD tier recovered" in restarted.log()
+    for i, k in enumerate(keys):
+        assert writer.get(k) == value(i), f"{k} not readable after the restart"
+    # Still so once the master has forgotten the dead process.
+    wait_until(lambda: m.metric("gostore_master_clients_expired_total") >= 1, timeout=10,
+               what="the killed peer expired")
+    for i, k in enumerate(keys):
+        assert writer.get(k) == value(i), f"{k} lost when the dead process expired"
+
+
+def test_corrupt_bucket_files_are_reported_and_never_served(master_factory, peer_factory,
+                                                            store_factory, tmp_path):
+    m = offload_master(master_factory)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    env = tier_env("bucket_storage_backend", True,
+                   MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT=4)
+    holder = peer_factory(m, segment=str(SEGMENT), ssd=ssd, env=env)
+    writer = store_factory(m, segment=0)
+    keys = [f"bad/{i}" for i in range(24)]
+    for i, k in enumerate(keys):
+        put_retrying(writer, k, value(i))
+    wait_until(lambda: all(on_disk(m, k) for k in keys), timeout=20, what="every object on disk")
+    holder.kill()
+
+    metas = sorted(glob.glob(os.path.join(ssd, "*.meta")))
+    datas = sorted(glob.glob(os.path.join(ssd, "*.bucket")))
+    assert len(metas) >= 3, metas
+    # One bucket's index torn in the middle, another's data flipped.
+    with open(metas[0], "r+b") as f:
+        f.truncate(os.path.getsize(metas[0]) // 2)
+    victim = value(keys.index(_first_key_in(datas[1], keys)))
+    with open(datas[1], "r+b") as f:
+        data = f.read()
+        at = data.find(victim[5000:5064])
+        assert at >= 0
+        f.seek(at)
+        f.write(bytes(b ^ 0xFF for b in data[at:at + 64]))
+
+    restarted = peer_factory(m, segment=str(SEGMENT), ssd=ssd, env=env)
+    assert "skipping bucket" in restarted.log(), restarted.log()
+    wait_until(lambda: m.metric("gostore_master_clients_expired_total") >= 1, timeout=10,
+               what="the killed peer expired")
+    served = missing = 0
+    for i, k in enumerate(keys):
+        got = writer.get(k)
+        if got:
+            assert got == value(i), f"{k}: wrong bytes served"
+            served += 1
+        else:
+            missing += 1
+    # The torn bucket's objects and the flipped object are gone; the rest
+    # is intact.
+    assert missing >= 2 and served >= len(keys) - 8, (served, missing)
+    assert "failed their checksum" in restarted.log(), restarted.log()
+
+
+def _first_key_in(bucket_file: str, keys) -> str:
+    with open(bucket_file, "rb") as f:
+        data = f.read()
+    for k in keys:
+        if k.encode() in data:
+            return k
+    raise AssertionError(f"no key found in {bucket_file}")
+
+
+def test_disk_at_its_limit_evicts_instead_of_failing(master_factory, peer_factory, store_factory,
+                                                     tmp_path):
+    m = offload_master(master_factory)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    limit = 24 * MiB
+    env = tier_env("bucket_storage_backend", True, MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE=limit,
+                   MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY="fifo")
+    peer_factory(m, segment=str(SEGMENT), ssd=ssd, env=env)
+    writer = store_factory(m, segment=0)
+    n = 4 * SEGMENT // OBJ
+    keys = [f"full/{i}" for i in range(n)]
+    for i, k in enumerate(keys):
+        put_retrying(writer, k, value(i))  # never fails: the disk makes room
+    used = sum(os.path.getsize(p) for p in glob.glob(os.path.join(ssd, "*.bucket")) +
+               glob.glob(os.path.join(ssd, "*.meta")))
+    assert used <= limit, f"disk tier uses {used} bytes, limit {limit}"
+    kept = 0
+    for i, k in enumerate(keys):
+        got = writer.get(k)
+        if got:
+            assert got == value(i), f"{k}: wrong bytes"
+            kept += 1
+    # The newest objects survive (memory plus what the disk keeps); the
+    # oldest went with the buckets the disk evicted.
+    assert writer.get(keys[-1]) == value(n - 1)
+    assert SEGMENT // OBJ <= kept < n, kept
+
+
+@pytest.mark.parametrize("what", ["missing", "file", "unwritable"])
+def test_bad_ssd_path_fails_setup_with_a_clear_error(master_factory, peer_factory, tmp_path, what):
+    m = offload_master(master_factory)
+    if what == "missing":
+        path, code = str(tmp_path / "nope"), ErrorCode.FILE_NOT_FOUND
+    elif what == "file":
+        path, code = str(tmp_path / "f"), ErrorCode.INVALID_PARAMS
+        open(path, "w").close()
+    else:
+        path, code = _unwritable(tmp_path), ErrorCode.FILE_WRITE_FAIL
+    p = peer_factory(m, segment="4MB", ssd=path, env=tier_env("bucket_storage_backend", True),
+                     expect_ready=False)
+    assert p.setup_rc == int(code), (p.setup_rc, p.log())
+    assert path in p.log() and "SSD tier" in p.log(), p.log()
+    assert m.segments() == [], "a failed setup left a segment mounted"
+
+
+def _unwritable(tmp_path) -> str:
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o555)
+        return str(d)
+    try:  # root ignores permissions; sysfs refuses new files even to root
+        open("/sys/gostore-probe", "w").close()
+    except OSError:
+        return "/sys"
+    os.remove("/sys/gostore-probe")
+    pytest.skip("no directory here that root cannot write")
