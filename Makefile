@@ -29,6 +29,7 @@ pytest: install
 bench: install
 	$(PY) bench/bench.py --json bench/results.json
 	go run $(GOLD) ./bench/master --json bench/master-results.json
+	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
 
 install: $(STAMP)
 

@@ -243,7 +243,7 @@ func (c *Client) heartbeat() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		var resp wire.PingResp
-		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id, StorageID: c.storageID()}, &resp)
+		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &resp)
 		if err == nil && !resp.Known && !c.closed.Load() {
 			err = c.rejoin(ctx)
 		}
@@ -255,14 +255,6 @@ func (c *Client) heartbeat() {
 			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
 		}
 	}
-}
-
-// storageID names the SSD tier's directory ("" without a tier).
-func (c *Client) storageID() string {
-	if c.ssd == nil {
-		return ""
-	}
-	return c.ssd.fs.ID()
 }
 
 // rejoin brings back what a master that forgot us (it restarted, or we

@@ -114,8 +114,12 @@ type Core struct {
 	epochs    atomic.Uint64
 	tasks     taskTable
 	offload   offloadQueues // per client: keys to persist
-	drops     offloadQueues // per client: disk copies to delete
-	stats     Stats
+	drops     offloadQueues // per SSD directory: disk copies to delete
+	tiers     struct {      // client → its SSD directory
+		sync.Mutex
+		byClient map[string]string
+	}
+	stats Stats
 }
 
 // Stats are monotonically increasing counters the server exports.

@@ -50,9 +50,12 @@ func (c *Core) releaseDiscarded(now int64) {
 // copies in their SSD tiers (unreachable now). Objects left with no replica
 // disappear.
 func (c *Core) forgetClients(dead map[string]bool) {
+	c.tiers.Lock()
 	for id := range dead {
 		c.offload.forget(id) // drops are per directory: they wait for its next holder
+		delete(c.tiers.byClient, id)
 	}
+	c.tiers.Unlock()
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]

@@ -138,8 +138,28 @@ func (c *Core) dropDisk(key string, o *object) {
 // OffloadPending reports whether clientID has objects to persist or disk
 // copies to delete: the ping tells it, so it need not wait for its next
 // offload heartbeat while eviction waits on it.
-func (c *Core) OffloadPending(clientID, storage string) bool {
-	return c.cfg.EnableOffload && (c.offload.pending(clientID) || (storage != "" && c.drops.pending(storage)))
+func (c *Core) OffloadPending(clientID string) bool {
+	if !c.cfg.EnableOffload {
+		return false
+	}
+	c.tiers.Lock()
+	storage := c.tiers.byClient[clientID]
+	c.tiers.Unlock()
+	return c.offload.pending(clientID) || (storage != "" && c.drops.pending(storage))
+}
+
+// tierOf records which directory clientID's SSD tier runs on (its offload
+// heartbeats say), so its ping can tell it about drops for it.
+func (c *Core) tierOf(clientID, storage string) {
+	if storage == "" {
+		return
+	}
+	c.tiers.Lock()
+	if c.tiers.byClient == nil {
+		c.tiers.byClient = make(map[string]string)
+	}
+	c.tiers.byClient[clientID] = storage
+	c.tiers.Unlock()
 }
 
 // OffloadHeartbeat returns up to max objects (keys and sizes) that clientID
@@ -153,6 +173,7 @@ func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []strin
 	}
 	c.touch(clientID)
 	if storage != "" {
+		c.tierOf(clientID, storage)
 		drop = c.drops.pop(storage, max)
 	}
 	for _, key := range c.offload.pop(clientID, max) {

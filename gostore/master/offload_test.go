@@ -40,11 +40,11 @@ func TestOffloadHeartbeatHandsOutCompletedObjects(t *testing.T) {
 	put(t, c, "k1", 100, wire.ReplicaConfig{})
 	put(t, c, "k2", 200, wire.ReplicaConfig{})
 	c.PutStart("w", "", []string{"writing"}, []uint64{10}, wire.ReplicaConfig{})
-	if !c.OffloadPending("a", "dir-a") || c.OffloadPending("other", "dir-other") {
+	if !c.OffloadPending("a") || c.OffloadPending("other") {
 		t.Fatal("the ping does not tell a about its pending work")
 	}
 	keys, sizes, _ := c.OffloadHeartbeat("a", "dir-a", 10)
-	if c.OffloadPending("a", "dir-a") {
+	if c.OffloadPending("a") {
 		t.Fatal("work still pending after the heartbeat took it")
 	}
 	if !slices.Equal(keys, []string{"k1", "k2"}) || !slices.Equal(sizes, []uint64{100, 200}) {
@@ -239,8 +239,15 @@ func TestRemoveTellsTheDiskHolderToDelete(t *testing.T) {
 		put(t, c, k, 100, wire.ReplicaConfig{})
 	}
 	notify(c, "b", 100, "r1", "r2", "keep")
+	c.OffloadHeartbeat("b", "dir-b", 10) // b's tier runs on dir-b
+	if c.OffloadPending("b") {
+		t.Fatal("b has nothing to do yet")
+	}
 	c.Remove([]string{"r1"}, false)
 	c.RemoveByRegex("^r", false)
+	if !c.OffloadPending("b") {
+		t.Fatal("b's ping does not tell it about the drops")
+	}
 	if _, _, drop := c.OffloadHeartbeat("a", "dir-a", 10); len(drop) != 0 {
 		t.Fatalf("a was told to drop %v, held by b", drop)
 	}

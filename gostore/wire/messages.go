@@ -102,8 +102,6 @@ type Replica struct {
 type PingReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
-	// StorageID names the client's SSD tier directory ("" without one).
-	StorageID string
 }
 
 type PingResp struct {

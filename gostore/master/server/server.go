@@ -155,7 +155,7 @@ func (s *Server) tickLoop() {
 func (s *Server) register() {
 	c := s.core
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
-		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID, r.StorageID)}, nil
+		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
 		id, err := c.MountSegment(r.Seg)
