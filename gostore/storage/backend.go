@@ -42,6 +42,14 @@ type Backend interface {
 	Close() error
 }
 
+// PaddedLoader is implemented by backends that can read a value straight
+// into block-aligned memory when the destination's capacity reaches the
+// next multiple of fileio.Alignment past its length; they may overwrite
+// those spare bytes.
+type PaddedLoader interface {
+	BatchLoadPadded(keys []string, dsts [][]byte) []error
+}
+
 // Config is shared by the backends; zero values take the defaults below.
 type Config struct {
 	Path   string        // the directory (MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)

@@ -39,6 +39,14 @@ func bucketRecLen(key string, val []byte) uint64 {
 	return bucketRecHdrLen + uint64(len(key)) + uint64(len(val))
 }
 
+// bucketAppend returns where a record of key and an n-byte value placed at
+// pos ends: its header is preceded by zeros so that the value starts on a
+// block boundary (see seqWriter.AlignAfter).
+func bucketAppend(pos uint64, key string, n uint64) uint64 {
+	hdr := bucketRecHdrLen + uint64(len(key))
+	return roundUpAlign(pos+hdr) + n
+}
+
 func bucketEncodeRecHdr(key string, size uint64, crc uint32) []byte {
 	p := make([]byte, bucketRecHdrLen+len(key))
 	binary.LittleEndian.PutUint32(p[0:], bucketRecMagic)

@@ -90,8 +90,13 @@ func (b *ClientBuffer) Lease(sizes []uint64) (id uint64, offs []uint64, errs []e
 	return id, offs, errs
 }
 
-// Slice is the staged range [off, off+n) of the buffer.
-func (b *ClientBuffer) Slice(off, n uint64) []byte { return b.mem[off : off+n : off+n] }
+// Slice is the staged range [off, off+n) of the buffer; its capacity
+// reaches the end of the leased room (n rounded up to fileio.Alignment),
+// which a padded load may overwrite.
+func (b *ClientBuffer) Slice(off, n uint64) []byte {
+	end := min(off+(n+fileio.Alignment-1)&^(fileio.Alignment-1), uint64(len(b.mem)))
+	return b.mem[off : off+n : end]
+}
 
 // Drop frees one range of a lease early (its object failed to stage), so
 // the space is not held for the TTL. It is a no-op for unknown ranges.

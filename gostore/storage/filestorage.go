@@ -293,7 +293,11 @@ func (fs *FileStorage) Stage(keys []string, sizes []uint64) (id uint64, offs []u
 		}
 	}
 	if len(lkeys) > 0 {
-		for j, err := range fs.backend.BatchLoad(lkeys, dsts) {
+		load := fs.backend.BatchLoad
+		if pl, ok := fs.backend.(PaddedLoader); ok {
+			load = pl.BatchLoadPadded // staging slots are padded
+		}
+		for j, err := range load(lkeys, dsts) {
 			if err != nil {
 				i := idx[j]
 				errs[i] = err

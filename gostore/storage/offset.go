@@ -153,53 +153,99 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 	}
 	defer b.closeMu.RUnlock()
 	errs := make([]error, len(keys))
-	for i := range keys {
-		errs[i] = b.offload(keys[i], values[i])
+	// One key twice in a batch: only its last copy is written (two
+	// parallel writes of one key would race for the index).
+	last := make(map[string]int, len(keys))
+	for i, k := range keys {
+		last[k] = i
+	}
+	// Write every record (in parallel), make them durable with one
+	// datasync, then publish them.
+	pend := make([]*offsetPending, len(keys))
+	forEach(len(keys), offloadWorkers, func(i int) {
+		if last[keys[i]] == i {
+			pend[i], errs[i] = b.write(keys[i], values[i])
+		}
+	})
+	synced := b.eng.Datasync(b.f)
+	for i, p := range pend {
+		switch {
+		case p == nil:
+		case synced != nil:
+			errs[i] = fmt.Errorf("storage: offset_allocator: offload %q: %w", keys[i], synced)
+			b.abandon(p)
+		default:
+			b.publish(keys[i], p)
+		}
+	}
+	for i, k := range keys {
+		errs[i] = errs[last[k]]
 	}
 	return errs
 }
 
-func (b *offsetBackend) offload(key string, val []byte) error {
+// offsetPending is a record written but not yet durable nor indexed.
+type offsetPending struct {
+	e        *offsetEntry
+	reserved bool // a new key: counted against the key limit already
+}
+
+// write reserves room for key's record and writes it (not yet synced).
+func (b *offsetBackend) write(key string, val []byte) (*offsetPending, error) {
 	if len(key) > 1<<20 || uint64(len(val)) > 0xffffffff {
-		return fmt.Errorf("storage: offset_allocator: key or value of %q too large", key)
+		return nil, fmt.Errorf("storage: offset_allocator: key or value of %q too large", key)
 	}
 	sh := b.shard(key)
 	sh.mu.Lock()
 	_, exists := sh.idx[key]
 	sh.mu.Unlock()
-	reserved := false
+	p := &offsetPending{}
 	if !exists {
 		if uint64(b.keys.Add(1)) > b.keysLimit {
 			b.keys.Add(-1)
-			return fmt.Errorf("%w: key limit %d, key %q", ErrFull, b.keysLimit, key)
+			return nil, fmt.Errorf("%w: key limit %d, key %q", ErrFull, b.keysLimit, key)
 		}
-		reserved = true
+		p.reserved = true
 	}
 	span := offsetSpan(key, uint64(len(val)))
 	b.amu.Lock()
 	off, ok := b.al.Alloc(span)
 	b.amu.Unlock()
+	p.e = &offsetEntry{off: off, span: span, size: uint64(len(val))}
 	if !ok {
-		if reserved {
-			b.keys.Add(-1)
-		}
-		return fmt.Errorf("%w: no %d-byte extent for %q", ErrFull, span, key)
+		p.e.span = 0
+		b.abandon(p)
+		return nil, fmt.Errorf("%w: no %d-byte extent for %q", ErrFull, span, key)
 	}
 	if err := b.writeRecord(off, span, key, val); err != nil {
-		b.free(off, span)
-		if reserved {
-			b.keys.Add(-1)
-		}
-		return fmt.Errorf("storage: offset_allocator: offload %q: %w", key, err)
+		b.abandon(p)
+		return nil, fmt.Errorf("storage: offset_allocator: offload %q: %w", key, err)
 	}
-	e := &offsetEntry{off: off, span: span, size: uint64(len(val))}
+	return p, nil
+}
+
+// abandon gives back what write reserved.
+func (b *offsetBackend) abandon(p *offsetPending) {
+	if p.e.span > 0 {
+		b.free(p.e.off, p.e.span)
+	}
+	if p.reserved {
+		b.keys.Add(-1)
+	}
+}
+
+// publish makes a durable record the key's current one and retires the
+// record it replaces.
+func (b *offsetBackend) publish(key string, p *offsetPending) {
+	e := p.e
+	sh := b.shard(key)
 	sh.mu.Lock()
 	old := sh.idx[key]
 	sh.idx[key] = e
 	switch {
-	case old != nil && reserved:
+	case old != nil && p.reserved:
 		b.keys.Add(-1)
-	case old == nil && !reserved:
+	case old == nil && !p.reserved:
 		b.keys.Add(1)
 	}
 	b.bytes.Add(int64(e.size))
@@ -215,9 +261,9 @@ func (b *offsetBackend) offload(key string, val []byte) error {
 	if release != nil {
 		b.release(release)
 	}
-	return nil
 }
 
+// writeRecord writes one record (the caller syncs).
 func (b *offsetBackend) writeRecord(off, span uint64, key string, val []byte) error {
 	buf := fileio.AlignedBuffer(int(span), offsetAlign)
 	defer fileio.FreeAligned(buf)
@@ -229,10 +275,7 @@ func (b *offsetBackend) writeRecord(off, span uint64, key string, val []byte) er
 	copy(buf[offsetHdrLen+n:], val)
 	end := offsetHdrLen + len(key) + len(val)
 	binary.LittleEndian.PutUint32(buf[4:], crc32.Checksum(buf[8:end], kvCRCTable))
-	if err := b.eng.WriteAt(b.f, buf, int64(off)); err != nil {
-		return err
-	}
-	return b.eng.Datasync(b.f)
+	return b.eng.WriteAt(b.f, buf, int64(off))
 }
 
 // release invalidates a dead record on disk and frees its space.

@@ -23,10 +23,12 @@ import (
 // <Path>/<h[0:2]>/<h[2:4]>/<h> with h = hex(sha256(key)). A file is
 //
 //	header (24 B, little endian):
-//	  magic u32 | version u16 | reserved u16 | key_len u32 |
+//	  magic u32 | version u16 (2) | reserved u16 | key_len u32 |
 //	  crc32c(key+value) u32 | value_len u64
-//	key | value
+//	key | zeros up to the next 4 KiB | value | zeros up to the next 4 KiB
 //
+// The value starts and the file ends on a block boundary, so files are
+// written and read O_DIRECT, a value straight into staging memory.
 // It is written under a unique temporary name (<h>.tmp.<n>), datasynced and
 // renamed over the final name (an atomic replace), then the directory is
 // synced. Loads verify the header, the key and the CRC. Opening walks the
@@ -36,7 +38,7 @@ import (
 
 const (
 	perkeyMagic   = 0x4b505347 // "GSPK"
-	perkeyVersion = 1
+	perkeyVersion = 2
 	perkeyHdrLen  = 24
 	perkeyStripes = 256
 	perkeyTmpMark = ".tmp."
@@ -141,8 +143,19 @@ func (b *perkeyBackend) BatchOffload(keys []string, values [][]byte) []error {
 		return kvErrs(len(keys), errors.New("storage: file_per_key: keys and values differ in length"))
 	}
 	errs := make([]error, len(keys))
-	for i := range keys {
-		errs[i] = b.offload(keys[i], values[i])
+	// Writers of one key serialise on its stripe; the last copy of a key
+	// in the batch must also be the one that lands last.
+	last := make(map[string]int, len(keys))
+	for i, k := range keys {
+		last[k] = i
+	}
+	forEach(len(keys), offloadWorkers, func(i int) {
+		if last[keys[i]] == i {
+			errs[i] = b.offload(keys[i], values[i])
+		}
+	})
+	for i, k := range keys {
+		errs[i] = errs[last[k]]
 	}
 	return errs
 }
@@ -192,13 +205,19 @@ func (b *perkeyBackend) writeFile(h, key string, val []byte) error {
 	if err := perkeyMkdir(d2); err != nil {
 		return err
 	}
-	buf := make([]byte, perkeyHdrLen+len(key)+len(val))
-	copy(buf[perkeyHdrLen:], key)
-	copy(buf[perkeyHdrLen+len(key):], val)
-	perkeyEncodeHdr(buf, key, crc32.Checksum(buf[perkeyHdrLen:], kvCRCTable), uint64(len(val)))
+	head := make([]byte, perkeyValueOff(len(key)))
+	copy(head[perkeyHdrLen:], key)
+	crc := crc32.Update(crc32.Checksum([]byte(key), kvCRCTable), kvCRCTable, val)
+	perkeyEncodeHdr(head, key, crc, uint64(len(val)))
 
 	tmp := fmt.Sprintf("%s%s%d", final, perkeyTmpMark, b.tmpCounter.Add(1))
-	return writeFileAtomic(b.eng, final, tmp, buf)
+	return writeFileAtomic(b.eng, final, tmp, false, head, val)
+}
+
+// perkeyValueOff is where the value of a file holding a keyLen-byte key
+// starts: the first block boundary after header and key.
+func perkeyValueOff(keyLen int) int64 {
+	return int64(roundUpAlign(uint64(perkeyHdrLen + keyLen)))
 }
 
 // perkeyMkdir creates dir and its parent as needed, syncing the parent of
@@ -227,17 +246,34 @@ func (b *perkeyBackend) BatchLoad(keys []string, dsts [][]byte) []error {
 	if b.isClosed() {
 		return kvErrs(len(keys), os.ErrClosed)
 	}
+	return b.load(keys, dsts, false)
+}
+
+// BatchLoadPadded is BatchLoad for destinations whose capacity reaches the
+// next multiple of fileio.Alignment: each value is read straight into its
+// destination, the file's padding included.
+func (b *perkeyBackend) BatchLoadPadded(keys []string, dsts [][]byte) []error {
+	if len(keys) != len(dsts) {
+		return kvErrs(len(keys), errors.New("storage: file_per_key: keys and dsts differ in length"))
+	}
+	if b.isClosed() {
+		return kvErrs(len(keys), os.ErrClosed)
+	}
+	return b.load(keys, dsts, true)
+}
+
+func (b *perkeyBackend) load(keys []string, dsts [][]byte, padded bool) []error {
 	errs := make([]error, len(keys))
 	for start := 0; start < len(keys); start += fileio.QueueDepth / 2 {
 		end := min(start+fileio.QueueDepth/2, len(keys))
-		b.loadChunk(keys[start:end], dsts[start:end], errs[start:end])
+		b.loadChunk(keys[start:end], dsts[start:end], errs[start:end], padded)
 	}
 	return errs
 }
 
 // loadChunk reads up to QueueDepth/2 objects with one ReadBatch: per object
 // one read of header+key and one of the value straight into dst.
-func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
+func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error, padded bool) {
 	files := make([]*os.File, len(keys))
 	heads := make([][]byte, len(keys))
 	reqs := make([]fileio.Request, 0, 2*len(keys))
@@ -259,7 +295,7 @@ func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
 			errs[i] = fmt.Errorf("%w: %q is %d bytes, dst %d", ErrSize, key, size, len(dsts[i]))
 			continue
 		}
-		f, err := os.Open(b.pathOf(perkeyHash(key)))
+		f, _, err := fileio.OpenDirect(b.pathOf(perkeyHash(key)), os.O_RDONLY, 0)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				err = fmt.Errorf("%w: %q", ErrNotFound, key)
@@ -272,7 +308,11 @@ func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
 		reqs = append(reqs, fileio.Request{File: f, Buf: heads[i], Off: 0})
 		owner = append(owner, i)
 		if len(dsts[i]) > 0 {
-			reqs = append(reqs, fileio.Request{File: f, Buf: dsts[i], Off: int64(len(heads[i]))})
+			buf := dsts[i]
+			if n := int(roundUpAlign(uint64(len(buf)))); padded && cap(buf) >= n {
+				buf = buf[:n]
+			}
+			reqs = append(reqs, fileio.Request{File: f, Buf: buf, Off: perkeyValueOff(len(key))})
 			owner = append(owner, i)
 		}
 	}
@@ -499,8 +539,8 @@ func (b *perkeyBackend) readMeta(path string) (string, uint64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	want := uint64(perkeyHdrLen) + uint64(h.keyLen) + h.valLen
-	if want < h.valLen || uint64(fi.Size()) != want {
+	want := uint64(perkeyValueOff(int(min(h.keyLen, 1<<20)))) + roundUpAlign(h.valLen)
+	if h.keyLen > 1<<20 || want < h.valLen || uint64(fi.Size()) != want {
 		return "", 0, fmt.Errorf("size mismatch: file is %d bytes, header says %d", fi.Size(), want)
 	}
 	kb := make([]byte, h.keyLen)

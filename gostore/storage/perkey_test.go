@@ -36,8 +36,13 @@ func TestPerKeyLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Size() != perkeyHdrLen+5+5 {
+	// Header and key, then the value on the next block, padded to a block.
+	if fi.Size() != 2*fileio.Alignment {
 		t.Fatalf("file size %d", fi.Size())
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, h[:2], h[2:4], h))
+	if string(raw[perkeyHdrLen:perkeyHdrLen+5]) != "hello" || string(raw[fileio.Alignment:fileio.Alignment+5]) != "world" {
+		t.Fatalf("layout: key %q value %q", raw[perkeyHdrLen:perkeyHdrLen+5], raw[fileio.Alignment:fileio.Alignment+5])
 	}
 }
 
@@ -54,7 +59,7 @@ func TestPerKeyCorruption(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw[len(raw)-100] ^= 0x40
+		raw[perkeyValueOff(len("bad"))+100] ^= 0x40
 		if err := os.WriteFile(p, raw, 0o644); err != nil {
 			t.Fatal(err)
 		}

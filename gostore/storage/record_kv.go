@@ -50,16 +50,26 @@ func kvErrs(n int, err error) []error {
 	return errs
 }
 
-// writeFileAtomic makes path hold exactly p, durably, or leaves it as it
-// was: p goes to tmp (a name in the same directory), is datasynced and
+// writeFileAtomic makes path hold the concatenated parts, durably, or
+// leaves it as it was: they go to tmp (a name in the same directory)
+// through a seqWriter on an O_DIRECT descriptor, which is datasynced and
 // renamed over path, and the directory is synced so the rename survives a
-// crash.
-func writeFileAtomic(eng fileio.Engine, path, tmp string, p []byte) error {
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+// crash. With exact the zeros padding the file to a whole block are cut
+// off again; without, they stay.
+func writeFileAtomic(eng fileio.Engine, path, tmp string, exact bool, parts ...[]byte) error {
+	f, _, err := fileio.OpenDirect(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	err = eng.WriteAt(f, p, 0)
+	w := newSeqWriter(eng, f)
+	for _, p := range parts {
+		w.Write(p)
+	}
+	size := w.Offset()
+	err = w.Close()
+	if err == nil && exact && size%fileio.Alignment != 0 {
+		err = f.Truncate(int64(size))
+	}
 	if err == nil {
 		err = eng.Datasync(f)
 	}

@@ -2,12 +2,13 @@ package fileio
 
 import (
 	"io"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// preadBackend issues pread(2)/pwrite(2)/fdatasync(2) synchronously, one
-// request after the other (ReadBatch is sequential here). It is stateless, so
+// preadBackend issues pread(2)/pwrite(2)/fdatasync(2) synchronously; the
+// requests of one call (a ReadBatch) run on up to preadParallel goroutines. It is stateless, so
 // every call gets its own runner and there is nothing to pool or close; a uring
 // engine also uses it for a call when it cannot create another ring.
 type preadBackend struct{ st *stats }
@@ -20,7 +21,35 @@ func (preadBackend) close() error           { return nil }
 
 type preadRunner struct{ st *stats }
 
+// preadParallel is how many requests of one call run at once: the pread
+// counterpart of the ring's queue depth (a disk serves concurrent requests
+// much faster than a sequence of them).
+const preadParallel = QueueDepth / 2
+
 func (r preadRunner) run(ops []*op) {
+	if len(ops) == 1 {
+		r.runSeq(ops)
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan *op)
+	for range min(len(ops), preadParallel) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range next {
+				r.runSeq([]*op{o})
+			}
+		}()
+	}
+	for _, o := range ops {
+		next <- o
+	}
+	close(next)
+	wg.Wait()
+}
+
+func (r preadRunner) runSeq(ops []*op) {
 	var reads uint64
 	for _, o := range ops {
 		if o.sync {
