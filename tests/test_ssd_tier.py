@@ -41,8 +41,10 @@ def tier_env(backend: str, uring: bool, **extra) -> dict:
 
 
 def offload_master(master_factory, **flags):
+    """A master with the tier on; leases keep their default (10 s): the
+    tier's own reads must not hold off the eviction they prepare."""
     base = dict(enable_offload=True, tick_interval_ms=20, eviction_high_watermark_ratio=0.8,
-                eviction_ratio=0.2, default_kv_lease_ttl=1000, client_ttl=2)
+                eviction_ratio=0.2, client_ttl=2)
     base.update(flags)
     return master_factory(**base)
 

@@ -40,6 +40,16 @@ func (c *Client) GetStart(keys []string) (*Pending, error) {
 }
 
 func (c *Client) getStart(keys []string, read bool) (*Pending, error) {
+	return c.locate(keys, read, false)
+}
+
+// peek locates the keys' replicas without using the objects (no lease, no
+// reader, no recency): how the SSD tier reads what it persists.
+func (c *Client) peek(keys []string) (*Pending, error) {
+	return c.locate(keys, false, true)
+}
+
+func (c *Client) locate(keys []string, read, peek bool) (*Pending, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -60,7 +70,7 @@ func (c *Client) getStart(keys []string, read bool) (*Pending, error) {
 		return p, nil
 	}
 	var resp wire.GetReplicasResp
-	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read}, &resp); err != nil {
+	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek}, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Results) != len(q) {

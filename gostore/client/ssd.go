@@ -79,13 +79,11 @@ type SSDStats struct {
 }
 
 // offloadPin is one object pinned for its offload: its bytes in our
-// segment, the epoch they belong to, and when the master's lease (which
-// keeps the range from reuse) ends.
+// segment and the epoch they belong to.
 type offloadPin struct {
-	val      []byte
-	epoch    uint64
-	deadline time.Time
-	err      error
+	val   []byte
+	epoch uint64
+	err   error
 }
 
 // openSSD opens the tier before the segment is mounted, so the segment is
@@ -344,7 +342,7 @@ func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
 		return nil
 	}
 	for {
-		p, err := t.c.getStart([]string{it.Key}, false)
+		p, err := t.c.peek([]string{it.Key})
 		if err != nil {
 			return err
 		}
@@ -363,15 +361,19 @@ func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
 	}
 }
 
-// Upgrade pins the batch's memory replicas (the point of no return): the
-// master counts us as a reader of each, so they are neither rewritten nor
-// reclaimed until release, within the lease.
+// Upgrade pins the batch's memory replicas (the point of no return): it
+// locates each in this client's segment and holds its bytes for the
+// transfer. The master is not asked to protect them: an object held by a
+// tier is not evicted before its disk copy exists, and one rewritten or
+// removed meanwhile changes epoch or disappears, which NotifyOffloaded
+// refuses, so a torn copy is never published. (A lease would keep the
+// object from the very eviction the copy is made for.)
 func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (func(), error) {
 	keys := make([]string, len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 	}
-	p, err := t.c.getStart(keys, true)
+	p, err := t.c.peek(keys)
 	if err != nil {
 		return nil, err
 	}
@@ -385,7 +387,7 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 	}
 	t.mu.Lock()
 	for i, r := range p.res {
-		pin := &offloadPin{epoch: r.Epoch, deadline: p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)}
+		pin := &offloadPin{epoch: r.Epoch}
 		switch {
 		case r.Code != wire.OK:
 			pin.err = wire.Errorf(r.Code, "offload of %q", keys[i])
@@ -409,13 +411,12 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 			delete(t.pins, k)
 		}
 		t.mu.Unlock()
-		t.c.endReads(p)
 	}, nil
 }
 
 // Transfer is the TransferExecutor: it writes the pinned bytes to disk and
 // reports the copies to the master. A copy the master refuses (the object
-// was replaced) or whose pin lapsed mid-write is deleted again.
+// was replaced or removed, or another directory has it) is deleted again.
 func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []error {
 	errs := make([]error, len(items))
 	pins := make([]*offloadPin, len(items))
@@ -441,16 +442,11 @@ func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []e
 		return errs
 	}
 	werrs := t.fs.Backend().BatchOffload(keys, vals)
-	now := time.Now()
 	var req wire.NotifyOffloadedReq
 	var notified []int
 	var undo []string
 	for j, err := range werrs {
 		i := idx[j]
-		if err == nil && now.After(pins[i].deadline) {
-			err = wire.Errorf(wire.ErrLeaseExpired, "offload of %q outlived its lease; the copy is not trusted", keys[j])
-			undo = append(undo, keys[j])
-		}
 		if err != nil {
 			errs[i] = err
 			continue
@@ -607,6 +603,13 @@ func (t *ssdTier) close() {
 	})
 }
 
+// pinned is how many objects are pinned for a transfer now.
+func (t *ssdTier) pinned() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.pins)
+}
+
 func (t *ssdTier) snapshot() SSDStats {
 	s := &t.stats
 	bytes, objects := t.fs.Backend().Usage()
@@ -650,123 +653,4 @@ func (c *Client) Offload(keys []string, sizes []uint64) ([]pipeline.Handle, erro
 		}
 	}
 	return hs, nil
-}
-
-// diskPeer returns the RPC client for a disk holder's endpoint.
-func (c *Client) diskPeer(endpoint string) *rpc.Client {
-	c.diskPeers.Lock()
-	defer c.diskPeers.Unlock()
-	if c.diskPeers.m == nil {
-		c.diskPeers.m = map[string]*rpc.Client{}
-	}
-	p, ok := c.diskPeers.m[endpoint]
-	if !ok {
-		p = rpc.NewClient(endpoint)
-		c.diskPeers.m[endpoint] = p
-	}
-	return p
-}
-
-// stageChunk bounds the bytes one staging request asks a holder for, so a
-// large batch does not need the holder's whole buffer at once.
-const stageChunk = 64 << 20
-
-// diskWant is an object to read from a holder's disk.
-type diskWant struct {
-	item int
-	size uint64
-	bufs [][]byte
-}
-
-// readFromDisk reads objects whose only copy is (or whose memory copies
-// failed and which have a copy) on a client's SSD tier: from this client's
-// own tier directly, from another's through its staging buffer.
-func (c *Client) readFromDisk(ctx context.Context, keys []string, endpoint string, wants []diskWant, out []int64) {
-	if c.ssd != nil && endpoint == c.ssd.endpoint {
-		ks := make([]string, len(wants))
-		sizes := make([]uint64, len(wants))
-		dests := make([][][]byte, len(wants))
-		for j, w := range wants {
-			ks[j], sizes[j], dests[j] = keys[w.item], w.size, w.bufs
-		}
-		for j, code := range c.ssd.loadLocal(ks, sizes, dests) {
-			out[wants[j].item] = codeOrSize(code, wants[j].size)
-		}
-		return
-	}
-	peer := c.diskPeer(endpoint)
-	for len(wants) > 0 {
-		n, bytes := 0, uint64(0)
-		for n < len(wants) && n < maxStageKeys && (n == 0 || bytes+wants[n].size <= stageChunk) {
-			bytes += wants[n].size
-			n++
-		}
-		c.stageAndPull(ctx, peer, keys, wants[:n], out)
-		wants = wants[n:]
-	}
-}
-
-// stageAndPull asks the holder to stage a chunk, pulls the bytes with the
-// transfer engine and releases the lease.
-func (c *Client) stageAndPull(ctx context.Context, peer *rpc.Client, keys []string, wants []diskWant, out []int64) {
-	req := wire.StageReq{Keys: make([]string, len(wants)), Sizes: make([]uint64, len(wants))}
-	for j, w := range wants {
-		req.Keys[j], req.Sizes[j] = keys[w.item], w.size
-	}
-	sent := time.Now()
-	var resp wire.StageResp
-	err := peer.Call(ctx, wire.OpStageOffloaded, &req, &resp)
-	if err == nil && (len(resp.Codes) != len(wants) || len(resp.Offsets) != len(wants)) {
-		err = wire.Errorf(wire.ErrRPCFail, "stage answered %d of %d keys", len(resp.Codes), len(wants))
-	}
-	if err != nil {
-		c.log.Warn("get: SSD holder unreachable", "endpoint", peer.Addr(), "err", err)
-		for _, w := range wants {
-			out[w.item] = int64(wire.CodeOf(err))
-		}
-		return
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := peer.Call(rctx, wire.OpReleaseStaged, &wire.ReleaseStagedReq{BatchID: resp.BatchID}, &wire.CodesResp{}); err != nil {
-			c.log.Debug("releasing a staging lease failed; the holder reclaims it after its TTL", "err", err)
-		}
-	}()
-	buf := transfer.PeerFromDesc(resp.Buffer)
-	var ops []transfer.Op
-	var opWant []diskWant
-	for j, w := range wants {
-		if resp.Codes[j] != wire.OK {
-			out[w.item] = int64(resp.Codes[j])
-			continue
-		}
-		ops = append(ops, transfer.Op{Peer: buf, Offset: resp.Offsets[j], Bufs: w.bufs})
-		opWant = append(opWant, w)
-	}
-	if len(ops) == 0 {
-		return
-	}
-	errs := c.engine.Do(ctx, ops)
-	late := time.Since(sent) >= time.Duration(resp.GCTTLMS)*time.Millisecond
-	for j, err := range errs {
-		w := opWant[j]
-		switch {
-		case err != nil:
-			out[w.item] = int64(wire.CodeOf(err))
-			c.log.Warn("get: pulling from an SSD holder's staging buffer failed", "key", keys[w.item], "err", err)
-		case late:
-			out[w.item] = int64(wire.ErrLeaseExpired)
-			c.log.Warn("get: SSD read outlived the staging lease; result discarded", "key", keys[w.item], "ttl_ms", resp.GCTTLMS)
-		default:
-			out[w.item] = int64(w.size)
-		}
-	}
-}
-
-func codeOrSize(code wire.Code, size uint64) int64 {
-	if code != wire.OK {
-		return int64(code)
-	}
-	return int64(size)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/pipeline"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/storage"
 	"github.com/gostore/gostore/gostore/wire"
@@ -55,7 +56,7 @@ func newTierClientErr(master string, segment uint64, dir string, e env) (*Client
 
 func startOffloadMaster(t *testing.T, extra ...string) string {
 	return startMaster(t, append([]string{"--enable_offload", "--tick_interval_ms=10",
-		"--eviction_high_watermark_ratio=0.7", "--eviction_ratio=0.3", "--default_kv_lease_ttl=500"}, extra...)...).Addr()
+		"--eviction_high_watermark_ratio=0.7", "--eviction_ratio=0.3"}, extra...)...).Addr()
 }
 
 // putRetrying writes v under key, retrying while the pool is full (the
@@ -197,7 +198,7 @@ func TestSSDCorruptCopyIsNeverServed(t *testing.T) {
 		putRetrying(t, writer, fmt.Sprint("fill", i), pattern(uint64(i), 200<<10))
 	}
 	waitFor(t, "bad evicted from memory", func() bool {
-		p, err := writer.getStart([]string{"bad"}, false)
+		p, err := writer.peek([]string{"bad"})
 		return err == nil && p.res[0].Code == wire.OK && len(p.res[0].Replicas) == 0
 	})
 	// Flip one byte of the value in its file.
@@ -265,10 +266,13 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	var end wire.CodesResp
 	mc.Call(context.Background(), wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: []string{"k"}}, &end)
 	if got := c.UpsertBatch([]PutItem{{Key: "k", Parts: [][]byte{pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
-		t.Fatalf("upsert after a cancelled offload: %v (a pin was left)", got[0])
+		t.Fatalf("upsert after a cancelled offload: %v", got[0])
 	}
-	if st, _ := c.SSDStats(); st.Objects != 0 || st.Pipeline.Upgraded != 0 {
+	if st, _ := c.SSDStats(); st.Objects != 0 || st.Pipeline.Upgraded != 0 || st.Pipeline.Cancelled[pipeline.StagePrecondition] != 1 {
 		t.Fatalf("a cancelled offload wrote or pinned: %+v", st)
+	}
+	if n := c.ssd.pinned(); n != 0 {
+		t.Fatalf("%d pins left", n)
 	}
 	// Not cancelled: it goes through.
 	hs, _ = c.Offload([]string{"k"}, []uint64{100})
@@ -279,6 +283,9 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	hs[0].Cancel() // after the fact: no effect
 	if _, ok := c.ssd.fs.Backend().Size("k"); !ok || hs[0].Err() != nil {
 		t.Fatal("offload not on disk")
+	}
+	if n := c.ssd.pinned(); n != 0 {
+		t.Fatalf("%d pins left after the offload", n)
 	}
 	if _, err := newClient(t, m.Addr(), 0).Offload([]string{"k"}, []uint64{100}); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("offload without a tier: %v", err)

@@ -275,6 +275,19 @@ func (o *object) writtenBy(clientID string, epochs []uint64, i int) bool {
 // forRead the caller is counted as a reader until ReadDone (or its lease
 // ends): an upsert then gets -714 instead of overwriting under it.
 func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
+	return c.replicasOf(keys, forRead, true)
+}
+
+// PeekReplicas is GetReplicas that leaves the object as it is: no lease,
+// no reader, no recency. The SSD tier reads objects this way to persist
+// them: that is not a use, and a lease would hold off the eviction the
+// copy is made for. (A copy of bytes rewritten or freed meanwhile is
+// refused by NotifyOffloaded: its epoch or object is gone.)
+func (c *Core) PeekReplicas(keys []string) []wire.GetResult {
+	return c.replicasOf(keys, false, false)
+}
+
+func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 	now := c.now()
 	out := make([]wire.GetResult, len(keys))
 	for i, key := range keys {
@@ -292,12 +305,14 @@ func (c *Core) GetReplicas(keys []string, forRead bool) []wire.GetResult {
 			if o.disk != nil {
 				out[i].Disk = o.disk.endpoint
 			}
-			if !o.leased(now) {
-				o.readers = 0 // readers past their lease no longer count
-			}
-			o.touch(now, &c.cfg)
-			if forRead {
-				o.readers++
+			if use {
+				if !o.leased(now) {
+					o.readers = 0 // readers past their lease no longer count
+				}
+				o.touch(now, &c.cfg)
+				if forRead {
+					o.readers++
+				}
 			}
 			out[i].Size = o.size
 			out[i].LeaseMS = c.cfg.DefaultKVLeaseTTL.Milliseconds()

@@ -201,8 +201,8 @@ func (o *object) hasReplicaOf(clientID string) bool {
 // a LOCAL_DISK replica and, with the tier on, its memory replicas become
 // evictable. epochs, when given, are those of the reads the copies came
 // from. -704: the object is gone; -600: the size or epoch differs, or a
-// write is in progress (the object was replaced; the client should drop
-// its copy).
+// write is in progress (the object was replaced); -711: another directory
+// holds the copy. The client drops a refused copy.
 func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string, sizes, epochs []uint64) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	if len(sizes) != len(keys) || (len(epochs) != 0 && len(epochs) != len(keys)) {
@@ -218,10 +218,11 @@ func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string
 			out[i] = wire.ErrObjectNotFound
 		case o.size != sizes[i] || o.unfinished() || (len(epochs) != 0 && epochs[i] != o.epoch):
 			out[i] = wire.ErrInvalidParams
+		case o.disk != nil && o.disk.storage != storage:
+			// One disk copy per object, the first: once it exists the
+			// memory this copy was read from may have been evicted.
+			out[i] = wire.ErrReplicaAlreadyExists
 		default:
-			if o.disk != nil && o.disk.storage != storage {
-				c.drops.push(o.disk.storage, key) // one disk copy per object
-			}
 			o.disk = &diskCopy{client: clientID, endpoint: endpoint, storage: storage}
 			c.stats.Offloaded.Add(1)
 		}

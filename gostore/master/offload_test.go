@@ -256,10 +256,12 @@ func TestRemoveTellsTheDiskHolderToDelete(t *testing.T) {
 	if !slices.Equal(drop, []string{"r1", "r2"}) {
 		t.Fatalf("b told to drop %v, want r1 r2", drop)
 	}
-	// A second holder's copy replaces the first, which must go.
-	notify(c, "a", 100, "keep")
-	if _, _, drop := c.OffloadHeartbeat("b", "dir-b", 10); !slices.Equal(drop, []string{"keep"}) {
-		t.Fatalf("b's superseded copy: drop %v", drop)
+	// A second holder's copy is refused: the first stays.
+	if codes := notify(c, "a", 100, "keep"); codes[0] != wire.ErrReplicaAlreadyExists {
+		t.Fatalf("second disk copy: %v", codes[0])
+	}
+	if g := c.GetReplicas([]string{"keep"}, false); g[0].Disk != "ep-b" {
+		t.Fatalf("keep's copy moved to %q", g[0].Disk)
 	}
 }
 
@@ -329,5 +331,26 @@ func TestTheDiskCopyOutlivesTheMemory(t *testing.T) {
 	}
 	if g := c.GetReplicas([]string{"rewritten"}, false); g[0].Code != wire.OK || g[0].Disk != "ep-b" || len(g[0].Replicas) != 0 {
 		t.Fatalf("after its writer died mid-rewrite: %+v", g[0])
+	}
+}
+
+// The SSD tier's reads leave the object as they find it: no lease that
+// would hold off eviction, no reader, no recency.
+func TestPeekReplicasUsesNothing(t *testing.T) {
+	c, clk := offloadCore(t, false)
+	put(t, c, "k", 100, wire.ReplicaConfig{})
+	before, _ := c.QueryKey("k")
+	clk.Advance(time.Second)
+	g := c.PeekReplicas([]string{"k", "missing"})
+	if g[0].Code != wire.OK || len(g[0].Replicas) != 1 || g[0].Size != 100 || g[1].Code != wire.ErrObjectNotFound {
+		t.Fatalf("peek: %+v", g)
+	}
+	if after, _ := c.QueryKey("k"); after.LeaseUntil != before.LeaseUntil {
+		t.Fatalf("peek extended the lease to %v", after.LeaseUntil)
+	}
+	notify(c, "a", 100, "k")
+	c.cfg.EvictionRatio = 1
+	if res := c.Evict(); res.Objects != 1 {
+		t.Fatalf("a peeked and persisted object was not evicted: %+v", res)
 	}
 }

@@ -240,12 +240,6 @@ func perkeyMkdir(dir string) error {
 }
 
 func (b *perkeyBackend) BatchLoad(keys []string, dsts [][]byte) []error {
-	if len(keys) != len(dsts) {
-		return kvErrs(len(keys), errors.New("storage: file_per_key: keys and dsts differ in length"))
-	}
-	if b.isClosed() {
-		return kvErrs(len(keys), os.ErrClosed)
-	}
 	return b.load(keys, dsts, false)
 }
 
@@ -253,16 +247,16 @@ func (b *perkeyBackend) BatchLoad(keys []string, dsts [][]byte) []error {
 // next multiple of fileio.Alignment: each value is read straight into its
 // destination, the file's padding included.
 func (b *perkeyBackend) BatchLoadPadded(keys []string, dsts [][]byte) []error {
+	return b.load(keys, dsts, true)
+}
+
+func (b *perkeyBackend) load(keys []string, dsts [][]byte, padded bool) []error {
 	if len(keys) != len(dsts) {
 		return kvErrs(len(keys), errors.New("storage: file_per_key: keys and dsts differ in length"))
 	}
 	if b.isClosed() {
 		return kvErrs(len(keys), os.ErrClosed)
 	}
-	return b.load(keys, dsts, true)
-}
-
-func (b *perkeyBackend) load(keys []string, dsts [][]byte, padded bool) []error {
 	errs := make([]error, len(keys))
 	for start := 0; start < len(keys); start += fileio.QueueDepth / 2 {
 		end := min(start+fileio.QueueDepth/2, len(keys))

@@ -101,7 +101,7 @@ var (
 )
 
 func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
-	if err := e.EncodeArrayLen(4); err != nil {
+	if err := e.EncodeArrayLen(5); err != nil {
 		return err
 	}
 	if err := e.EncodeString(m.ClientID); err != nil {
@@ -113,7 +113,10 @@ func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := encodeUints(e, m.Epochs); err != nil {
 		return err
 	}
-	return e.EncodeBool(m.ForRead)
+	if err := e.EncodeBool(m.ForRead); err != nil {
+		return err
+	}
+	return e.EncodeBool(m.Peek)
 }
 
 func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -133,7 +136,14 @@ func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
 	if m.ForRead, err = d.DecodeBool(); err != nil {
 		return err
 	}
-	return skipRest(d, n, 4)
+	used := 4
+	if n > 4 { // Peek came later: older peers send four fields
+		if m.Peek, err = d.DecodeBool(); err != nil {
+			return err
+		}
+		used++
+	}
+	return skipRest(d, n, used)
 }
 
 func (m *ReplicaConfig) EncodeMsgpack(e *msgpack.Encoder) error {

@@ -176,6 +176,9 @@ type KeysReq struct {
 	// ForRead (GetReplicas): the caller will transfer the bytes; the
 	// object counts it as a reader until ReadDone or the lease ends.
 	ForRead bool
+	// Peek (GetReplicas): locate the replicas without using the object
+	// (no lease, no reader, no recency): the SSD tier's reads.
+	Peek bool
 }
 
 type CodesResp struct {

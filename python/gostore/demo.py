@@ -3,7 +3,10 @@
 It starts the real ``gostore-master`` executable and two storage clients in
 their own processes on loopback, runs a short workload from this process
 (copying put/get, batches, zero-copy put_from/get_into), verifies every byte,
-prints a table, and stops everything it started.
+prints a table, and stops everything it started. A second part shows the SSD
+tier: a master with ``--enable_offload`` and one storage client with a small
+segment and an SSD tier in a temporary directory; four times its memory is
+written and read back, most of it from disk.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import ctypes
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 # The Go runtime reads its environment when the library loads: set the log
 # level before anything here can load it.
@@ -25,12 +29,14 @@ from . import MooncakeDistributedStore, ReplicateConfig, master_binary_path  # n
 MiB = 1 << 20
 
 
-def storage_main(master: str, segment: int) -> int:
+def storage_main(master: str, segment: int, ssd: Optional[str] = None) -> int:
     """Storage-client role (the demo's and the benchmark's peers): contribute
-    a segment of ``segment`` bytes until stdin closes. Prints ``ready
-    HOST:PORT`` once set up, or ``error CODE``."""
+    a segment of ``segment`` bytes (with an SSD tier in ``ssd`` if given)
+    until stdin closes. Prints ``ready HOST:PORT`` once set up, or ``error
+    CODE``."""
     store = MooncakeDistributedStore()
-    rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master)
+    tier = {} if ssd is None else {"enable_ssd_offload": True, "ssd_offload_path": ssd}
+    rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master, **tier)
     if rc != 0:
         print(f"error {rc}", flush=True)
         return 1
@@ -68,10 +74,11 @@ def _pattern(seed: int, n: int) -> bytes:
     return (block * (n // 256 + 1))[:n]
 
 
-def _start_master() -> subprocess.Popen:
+def _start_master(*flags: str) -> subprocess.Popen:
     binary = master_binary_path()
     proc = subprocess.Popen(
-        [binary, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=warn"],
+        [binary, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=warn",
+         *flags],
         stdout=subprocess.PIPE, text=True,
     )
     line = proc.stdout.readline() if proc.stdout else ""
@@ -84,12 +91,13 @@ def _start_master() -> subprocess.Popen:
     return proc
 
 
-def _start_storage(master: str, segment: int) -> subprocess.Popen:
-    env = dict(os.environ, GOSTORE_LOG_LEVEL="warn")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gostore.demo", "--storage", master, "--segment", str(segment)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
-    )
+def _start_storage(master: str, segment: int, ssd: Optional[str] = None,
+                   env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+    penv = dict(os.environ, GOSTORE_LOG_LEVEL="warn", **(env or {}))
+    args = [sys.executable, "-m", "gostore.demo", "--storage", master, "--segment", str(segment)]
+    if ssd is not None:
+        args += ["--ssd", ssd]
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=penv)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("ready"):
         proc.kill()
@@ -197,6 +205,42 @@ def _run_workload(store: MooncakeDistributedStore) -> List[tuple]:
     return rows
 
 
+def _run_ssd_tier() -> List[tuple]:
+    """Four times a 32 MiB pool through a client with an SSD tier."""
+    segment, obj, n = 32 * MiB, MiB, 128
+    rows: List[tuple] = []
+    master, storage = None, []
+    store = MooncakeDistributedStore()
+    with tempfile.TemporaryDirectory(prefix="gostore-demo-ssd-") as ssd:
+        try:
+            master = _start_master("--enable_offload", "--eviction_high_watermark_ratio=0.8",
+                                   "--tick_interval_ms=20")
+            storage = [_start_storage(master.rpc_addr, segment, ssd, {
+                "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+                "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES": str(64 * MiB),
+            })]
+            print(f"SSD tier: master --enable_offload, one client with a {segment // MiB} MiB segment "
+                  f"and an SSD tier in {ssd}; writing {n * obj // MiB} MiB ...")
+            if store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 * MiB, "tcp", "", master.rpc_addr) != 0:
+                raise RuntimeError("setup against the offload master failed")
+            values = [_pattern(1000 + i, obj) for i in range(n)]
+            t0 = time.perf_counter()
+            for i, v in enumerate(values):
+                while (rc := store.put(f"ssd/{i}", v)) != 0:
+                    if rc != -200:  # the pool is full until the tier has the older objects
+                        raise RuntimeError(f"put ssd/{i}: {rc}")
+                    time.sleep(0.005)
+            rows.append(("put 4x pool, SSD tier", n, n * obj, time.perf_counter() - t0, True))
+            t0 = time.perf_counter()
+            got = [store.get(f"ssd/{i}") for i in range(n)]
+            dt = time.perf_counter() - t0
+            rows.append(("get from memory + SSD", n, n * obj, dt, got == values))
+        finally:
+            store.close()
+            _stop(storage, master)
+    return rows
+
+
 def _print_table(rows: List[tuple]) -> None:
     print()
     print(f"{'operation':<24}{'objects':>9}{'MiB':>9}{'ms':>10}{'GB/s':>8}{'ops/s':>10}  verified")
@@ -211,9 +255,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--storage", metavar="MASTER", help=argparse.SUPPRESS)
     ap.add_argument("--segment", type=int, default=256 * MiB, help=argparse.SUPPRESS)
+    ap.add_argument("--ssd", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.storage:
-        return storage_main(args.storage, args.segment)
+        return storage_main(args.storage, args.segment, args.ssd)
 
     master, storage = None, []
     store = MooncakeDistributedStore()
@@ -229,11 +274,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"setup failed: {rc}")
             return 1
         rows = _run_workload(store)
-        _print_table(rows)
-        ok = all(r[4] for r in rows)
     finally:
         store.close()
         _stop(storage, master)
+    rows += _run_ssd_tier()
+    _print_table(rows)
+    ok = all(r[4] for r in rows)
     leftovers = [p for p in storage + ([master] if master else []) if p.poll() is None]
     shm = [f for f in os.listdir("/dev/shm") if "gostore" in f] if os.path.isdir("/dev/shm") else []
     print(f"stopped: {len(storage) + 1} processes, {len(leftovers)} still running, "

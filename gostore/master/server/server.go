@@ -185,6 +185,9 @@ func (s *Server) register() {
 		return &wire.CodesResp{Codes: c.PutRevoke(r.ClientID, r.Keys, r.Epochs)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
+		if r.Peek {
+			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
+		}
 		return &wire.GetReplicasResp{Results: c.GetReplicas(r.Keys, r.ForRead)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpExist, func(r *wire.KeysReq) (*wire.CodesResp, error) {
