@@ -9,6 +9,12 @@
 // first half of a remote reader's load) after the files' pages were
 // dropped from the page cache (fadvise DONTNEED), so reads hit the disk.
 // Every loaded object is compared with what was written.
+//
+// A second table runs the tier end to end in this process (master, a
+// holder with a segment an eighth of the data, a reader without one): put
+// rate while the tier makes room, offload rate, and the reader's get rate,
+// most objects coming from the holder's disk through its staging buffer
+// (shared memory, or TCP with GOSTORE_TRANSPORT=tcp).
 package main
 
 import (
@@ -47,15 +53,16 @@ type result struct {
 }
 
 type report struct {
-	Dir          string   `json:"dir"`
-	Filesystem   string   `json:"filesystem"`
-	TotalBytes   int64    `json:"bytes_per_cell"`
-	RawWriteGBps float64  `json:"raw_odirect_write_gbps"`
-	RawReadGBps  float64  `json:"raw_odirect_read_gbps"`
-	Target       string   `json:"target"`
-	Results      []result `json:"results"`
-	Nproc        int      `json:"nproc"`
-	When         string   `json:"when"`
+	Dir          string      `json:"dir"`
+	Filesystem   string      `json:"filesystem"`
+	TotalBytes   int64       `json:"bytes_per_cell"`
+	RawWriteGBps float64     `json:"raw_odirect_write_gbps"`
+	RawReadGBps  float64     `json:"raw_odirect_read_gbps"`
+	Target       string      `json:"target"`
+	Results      []result    `json:"results"`
+	EndToEnd     []e2eResult `json:"end_to_end"`
+	Nproc        int         `json:"nproc"`
+	When         string      `json:"when"`
 }
 
 const batchBytes = 256 << 20
@@ -98,6 +105,26 @@ func main() {
 				fmt.Printf("%-34s %-8s %7s %7d  %10.2f %6.0f%%  %10.2f %6.0f%%  %d/%d%s\n", r.Backend, r.Engine, human(size), r.Objects,
 					r.WriteGBps, r.WritePct, r.LoadGBps, r.LoadPct, r.FixedReads, r.PlainReads, verified(r.Verified))
 			}
+		}
+	}
+	fmt.Printf("\nend to end (bucket, io_uring): a client writes 8x a holder's segment, another reads it all back\n")
+	fmt.Printf("%7s %5s %7s  %8s %12s  %8s %7s  %9s\n", "object", "path", "objects", "put GB/s", "offload GB/s", "get GB/s", "of raw", "from disk")
+	for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
+		for _, tcp := range []bool{false, true} {
+			dir, err := os.MkdirTemp(root, "e2e-")
+			if err != nil {
+				fail(err)
+			}
+			r := e2e(dir, size, *total, tcp)
+			os.RemoveAll(dir)
+			if r.SetupFailure != "" {
+				fmt.Printf("%7s %5s  error: %s\n", human(size), r.Transport, r.SetupFailure)
+				continue
+			}
+			r.GetPctOfRaw = 100 * r.GetGBps / rep.RawReadGBps
+			rep.EndToEnd = append(rep.EndToEnd, r)
+			fmt.Printf("%7s %5s %7d  %8.2f %12.2f  %8.2f %6.0f%%  %9d%s\n", human(size), r.Transport, r.Objects,
+				r.PutGBps, r.OffloadGBps, r.GetGBps, r.GetPctOfRaw, r.FromDisk, verified(r.Verified))
 		}
 	}
 	if *jsonOut != "" {

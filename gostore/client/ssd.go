@@ -81,9 +81,10 @@ type SSDStats struct {
 // offloadPin is one object pinned for its offload: its bytes in our
 // segment and the epoch they belong to.
 type offloadPin struct {
-	val   []byte
-	epoch uint64
-	err   error
+	val       []byte
+	epoch     uint64
+	persisted bool // a disk copy exists already: nothing to do
+	err       error
 }
 
 // openSSD opens the tier before the segment is mounted, so the segment is
@@ -142,7 +143,7 @@ func openSSD(c *Client, host string) (*ssdTier, error) {
 		t.rpc.Serve(rln)
 	}()
 	t.pipe = pipeline.New[string](pipeline.Config{
-		MaxBatch:      int(min(max(cfg.BucketKeysLimit, 1), 500)),
+		MaxBatch:      offloadBatchKeys(cfg),
 		MaxBatchBytes: offloadBatchBytes,
 		FlushInterval: 20 * time.Millisecond,
 		QueueDepth:    4 * heartbeatMax,
@@ -150,6 +151,16 @@ func openSSD(c *Client, host string) (*ssdTier, error) {
 	}, t, t, t, t, t.done)
 	ok = true
 	return t, nil
+}
+
+// offloadBatchKeys is the most objects one pipeline batch (one backend
+// call, one bucket) carries: the bucket key limit, 500 unless set lower.
+func offloadBatchKeys(cfg storage.FileStorageConfig) int {
+	const most = 500
+	if n := cfg.BucketKeysLimit; n > 0 && n < most {
+		return int(n)
+	}
+	return most
 }
 
 // stagingSegID names the staging buffer in peers' transfer engines: the top
@@ -237,17 +248,30 @@ func (t *ssdTier) loop() {
 	tick := time.NewTicker(t.fs.Config().HeartbeatInterval)
 	defer tick.Stop()
 	for {
-		t.heartbeat()
+		var soon <-chan time.Time
+		if t.heartbeat() {
+			// Objects are streaming in: ask again shortly rather than at
+			// the next interval or ping, so the pool never waits long
+			// for the copies its eviction needs.
+			soon = time.After(busyHeartbeat)
+		}
 		select {
 		case <-t.stop:
 			return
 		case <-tick.C:
 		case <-t.wake:
+		case <-soon:
 		}
 	}
 }
 
-func (t *ssdTier) heartbeat() {
+// busyHeartbeat is the offload heartbeat's period while the master keeps
+// handing out work.
+const busyHeartbeat = 10 * time.Millisecond
+
+// heartbeat takes the master's work for the tier and reports whether
+// there was any.
+func (t *ssdTier) heartbeat() (busy bool) {
 	for {
 		var resp wire.OffloadHeartbeatResp
 		ctx, cancel := t.c.ctx()
@@ -255,8 +279,9 @@ func (t *ssdTier) heartbeat() {
 		cancel()
 		if err != nil {
 			t.log.Debug("offload heartbeat failed", "err", err)
-			return
+			return busy
 		}
+		busy = busy || len(resp.Keys) > 0 || len(resp.Drop) > 0
 		// Drops first: a key both dropped and handed out is a rewrite
 		// whose old copy must go before the new one is written.
 		if len(resp.Drop) > 0 {
@@ -270,11 +295,11 @@ func (t *ssdTier) heartbeat() {
 				break
 			}
 			if _, err := t.enqueue(key, resp.Sizes[i], false); err != nil && !errors.Is(err, errInFlight) {
-				return // closing
+				return false // closing
 			}
 		}
 		if len(resp.Keys) < heartbeatMax && len(resp.Drop) < heartbeatMax {
-			return
+			return busy
 		}
 	}
 }
@@ -391,6 +416,8 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 		switch {
 		case r.Code != wire.OK:
 			pin.err = wire.Errorf(r.Code, "offload of %q", keys[i])
+		case r.Disk != "":
+			pin.persisted = true // an earlier request of the key did it
 		case r.Size != items[i].Size:
 			pin.err = wire.Errorf(wire.ErrInvalidParams, "offload of %q: size changed from %d to %d", keys[i], items[i].Size, r.Size)
 		default:
@@ -434,6 +461,7 @@ func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []e
 			errs[i] = wire.Errorf(wire.ErrInternal, "offload of %q: not pinned", items[i].Key)
 		case pin.err != nil:
 			errs[i] = pin.err
+		case pin.persisted:
 		default:
 			keys, vals, idx = append(keys, items[i].Key), append(vals, pin.val), append(idx, i)
 		}

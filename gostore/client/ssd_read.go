@@ -5,6 +5,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/gostore/gostore/gostore/rpc"
@@ -29,7 +30,7 @@ func (c *Client) diskPeer(endpoint string) *rpc.Client {
 
 // stageChunk bounds the bytes one staging request asks a holder for, so a
 // large batch does not need the holder's whole buffer at once.
-const stageChunk = 64 << 20
+const stageChunk = 16 << 20
 
 // diskWant is an object to read from a holder's disk.
 type diskWant struct {
@@ -55,16 +56,59 @@ func (c *Client) readFromDisk(ctx context.Context, keys []string, endpoint strin
 		return
 	}
 	peer := c.diskPeer(endpoint)
+	var chunks [][]diskWant
 	for len(wants) > 0 {
 		n, bytes := 0, uint64(0)
 		for n < len(wants) && n < maxStageKeys && (n == 0 || bytes+wants[n].size <= stageChunk) {
 			bytes += wants[n].size
 			n++
 		}
-		c.stageAndPull(ctx, peer, keys, wants[:n], out)
+		chunks = append(chunks, wants[:n])
 		wants = wants[n:]
 	}
+	// A few chunks at once: the holder reads one from disk while another
+	// is pulled. Objects that found its staging buffer full go again, one
+	// chunk at a time, once the others have released their room.
+	var wg sync.WaitGroup
+	next := make(chan []diskWant)
+	for range min(len(chunks), stageParallel) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ch := range next {
+				c.stageAndPull(ctx, peer, keys, ch, out)
+			}
+		}()
+	}
+	for _, ch := range chunks {
+		next <- ch
+	}
+	close(next)
+	wg.Wait()
+	for try := 0; try < 3; try++ {
+		var again []diskWant
+		for _, ch := range chunks {
+			for _, w := range ch {
+				if out[w.item] == int64(wire.ErrFileInvalidBuffer) {
+					again = append(again, w)
+				}
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
+		for len(again) > 0 {
+			n := min(len(again), max(1, stageChunk/int(max(again[0].size, 1))))
+			c.stageAndPull(ctx, peer, keys, again[:n], out)
+			again = again[n:]
+		}
+	}
 }
+
+// stageParallel is how many staging chunks a reader has in flight with
+// one holder.
+const stageParallel = 4
 
 // stageAndPull asks the holder to stage a chunk, pulls the bytes with the
 // transfer engine and releases the lease.

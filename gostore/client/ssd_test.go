@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -348,5 +349,65 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The tier's RPC endpoint is reachable by any peer: garbage, unknown ops
+// and bad requests get errors or a closed connection, never a crash, and
+// the endpoint goes on serving.
+func TestSSDEndpointSurvivesBadPeers(t *testing.T) {
+	m := startOffloadMaster(t)
+	holder := newTierClient(t, m, 1<<20, t.TempDir(), tierEnv(nil))
+	ep := holder.ssd.endpoint
+	for _, raw := range [][]byte{
+		[]byte("GET / HTTP/1.1\r\n\r\n"),
+		wire.AppendFrame(nil, 1, wire.OpPutStart, wire.OK, []byte{0x90}),                  // a master op
+		wire.AppendFrame(nil, 2, wire.OpStageOffloaded, wire.OK, []byte{0xc1}),            // bad msgpack
+		wire.AppendFrame(nil, 3, wire.Op(63), wire.OK, nil),                               // unknown op
+		wire.AppendFrame(nil, 4, wire.OpReleaseStaged, wire.OK, []byte{0x91, 0xa1, 0x78}), // wrong type
+	} {
+		conn, err := net.Dial("tcp", ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(raw)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Read(make([]byte, 64)); err == nil {
+			t.Errorf("%q: answered instead of closing", raw)
+		}
+		conn.Close()
+	}
+	peer := rpc.NewClient(ep)
+	defer peer.Close()
+	ctx := context.Background()
+	var resp wire.StageResp
+	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: []string{"a", "b"}, Sizes: []uint64{1}}, &resp); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Fatalf("mismatched lengths: %v", err)
+	}
+	keys := make([]string, maxStageKeys+1)
+	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: keys, Sizes: make([]uint64, len(keys))}, &resp); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Fatalf("too many keys: %v", err)
+	}
+	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: []string{"", "nope", "x"}, Sizes: []uint64{1, 1 << 62, 0}}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	for i, code := range resp.Codes {
+		if code == wire.OK {
+			t.Fatalf("key %d of nonsense staged", i)
+		}
+	}
+	if err := peer.Call(ctx, wire.OpReleaseStaged, &wire.ReleaseStagedReq{BatchID: 12345}, &wire.CodesResp{}); err != nil {
+		t.Fatal(err)
+	}
+	// Still serving: a real object round trip through the tier.
+	writer := newClient(t, m, 0)
+	v := pattern(9, 100<<10)
+	putRetrying(t, writer, "ok", v)
+	waitFor(t, "the copy on disk", func() bool { _, ok := holder.ssd.fs.Backend().Size("ok"); return ok })
+	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: []string{"ok"}, Sizes: []uint64{uint64(len(v))}}, &resp); err != nil || resp.Codes[0] != wire.OK {
+		t.Fatalf("stage after the abuse: %v %v", err, resp.Codes)
+	}
+	if !bytes.Equal(holder.ssd.fs.Buffer().Slice(resp.Offsets[0], uint64(len(v))), v) {
+		t.Fatal("staged bytes differ")
 	}
 }
