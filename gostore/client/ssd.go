@@ -55,6 +55,7 @@ type ssdTier struct {
 	inflight  map[string]bool        // keys in the pipeline
 	requested map[string]bool        // ... of which a caller asked for (they wait for their write)
 	pins      map[string]*offloadPin // keys past the upgrade
+	recovered atomic.Bool            // the master has what the directory holds
 	wake      chan struct{}
 	stop      chan struct{}
 	wg        sync.WaitGroup
@@ -181,9 +182,21 @@ func (t *ssdTier) start() {
 	go t.loop()
 }
 
+// recoverIfPending retries a recovery that failed.
+func (t *ssdTier) recoverIfPending() {
+	if t.recovered.Load() {
+		return
+	}
+	if err := t.recover(); err != nil {
+		t.log.Debug("SSD recovery still failing", "err", err)
+	}
+}
+
 // recover re-registers every object found on disk with the master and
-// deletes the copies the master calls stale.
+// deletes the copies the master calls stale. A failure leaves the
+// recovery pending: the heartbeat retries it.
 func (t *ssdTier) recover() error {
+	t.recovered.Store(false)
 	var keys []string
 	var sizes []uint64
 	err := t.fs.Backend().ScanMeta(func(key string, size uint64) error {
@@ -224,6 +237,7 @@ func (t *ssdTier) recover() error {
 			}
 		}
 	}
+	t.recovered.Store(true)
 	t.stats.recovered.Add(int64(registered))
 	t.stats.staleDropped.Add(int64(stale))
 	if len(keys) > 0 {
@@ -248,6 +262,7 @@ func (t *ssdTier) loop() {
 	tick := time.NewTicker(t.fs.Config().HeartbeatInterval)
 	defer tick.Stop()
 	for {
+		t.recoverIfPending()
 		var soon <-chan time.Time
 		if t.heartbeat() {
 			// Objects are streaming in: ask again shortly rather than at

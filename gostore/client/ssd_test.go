@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/pipeline"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/storage"
@@ -409,5 +410,53 @@ func TestSSDEndpointSurvivesBadPeers(t *testing.T) {
 	}
 	if !bytes.Equal(holder.ssd.fs.Buffer().Slice(resp.Offsets[0], uint64(len(v))), v) {
 		t.Fatal("staged bytes differ")
+	}
+}
+
+// A master that restarts knows nothing; the tier's client rejoins and
+// brings its disk copies back, so the objects are readable again.
+func TestSSDSurvivesAMasterRestart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	flags := []string{"--enable_offload", fmt.Sprintf("--rpc_port=%d", port)}
+	start := func() *server.Server {
+		opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--metrics_port=-1"}, flags...), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			srv, err := server.Start(opts)
+			if err == nil {
+				return srv
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	m := start()
+	holder := newTierClient(t, m.Addr(), 1<<20, t.TempDir(), tierEnv(nil))
+	writer := newClient(t, m.Addr(), 0)
+	vals := map[string][]byte{}
+	for i := range 8 {
+		k := fmt.Sprint("survivor", i)
+		vals[k] = pattern(uint64(50+i), 64<<10)
+		putRetrying(t, writer, k, vals[k])
+	}
+	waitFor(t, "every object on disk", func() bool { st, _ := holder.SSDStats(); return st.Objects == len(vals) })
+	m.Close()
+	m = start()
+	defer m.Close()
+	waitFor(t, "the holder's copies back at the new master", func() bool {
+		st, _ := holder.SSDStats()
+		return st.Recovered >= int64(len(vals))
+	})
+	for k, v := range vals {
+		mustGet(t, writer, k, v)
 	}
 }

@@ -103,6 +103,11 @@ type Core struct {
 	clients struct {
 		sync.Mutex
 		lastSeen map[string]time.Time
+		// pinged holds the clients that pinged since they were last
+		// unknown. Any call keeps a client alive, but only a ping answers
+		// "known": a client whose first call to a restarted master is not
+		// a ping is still told, by its next ping, to mount again.
+		pinged map[string]bool
 	}
 	discarded struct {
 		sync.Mutex
@@ -156,6 +161,7 @@ func New(cfg Config) *Core {
 	c.segs.byID = make(map[uint64]*segment)
 	c.segs.byName = make(map[string]*segment)
 	c.clients.lastSeen = make(map[string]time.Time)
+	c.clients.pinged = make(map[string]bool)
 	c.tasks.byID = make(map[string]*task)
 	return c
 }
@@ -183,7 +189,8 @@ func (c *Core) Ping(clientID string) bool {
 	now := c.cfg.Now()
 	c.clients.Lock()
 	defer c.clients.Unlock()
-	_, known := c.clients.lastSeen[clientID]
+	known := c.clients.pinged[clientID]
+	c.clients.pinged[clientID] = true
 	c.clients.lastSeen[clientID] = now
 	return known
 }
@@ -338,6 +345,7 @@ func (c *Core) expireClients(now time.Time) []string {
 		if now.Sub(seen) > c.cfg.ClientTTL {
 			expired = append(expired, id)
 			delete(c.clients.lastSeen, id)
+			delete(c.clients.pinged, id)
 		}
 	}
 	c.clients.Unlock()

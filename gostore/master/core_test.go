@@ -348,3 +348,18 @@ func TestSameNodeFirst(t *testing.T) {
 		}
 	}
 }
+
+// A client whose first call to a (restarted) master is not a ping is
+// still told by its first ping that the master does not know it, so it
+// mounts its segment again.
+func TestOnlyAPingMakesAClientKnown(t *testing.T) {
+	c, _ := newTestCore(t)
+	c.PutStart("a", "", []string{"k"}, []uint64{10}, wire.ReplicaConfig{})
+	c.OffloadHeartbeat("a", "dir", 10)
+	if c.Ping("a") {
+		t.Fatal("the first ping found a known client")
+	}
+	if !c.Ping("a") {
+		t.Fatal("the second ping found an unknown client")
+	}
+}
