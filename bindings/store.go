@@ -142,9 +142,13 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 
 // parseSetup decodes the JSON config; sizes may be numbers or strings such
 // as "16MB". Unknown keys are an error so a typo is never silently ignored.
+//
+// A non-empty ssd_offload_path alone turns the SSD tier on (one argument
+// is enough); enable_ssd_offload=False keeps it off regardless.
 func parseSetup(b []byte) (client.Config, error) {
 	var raw map[string]any
 	var cfg client.Config
+	tierSaid := false
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return cfg, wire.Errorf(wire.ErrInvalidParams, "setup config is not a JSON object: %v", err)
 	}
@@ -168,7 +172,7 @@ func parseSetup(b []byte) (client.Config, error) {
 			if !ok {
 				err = fmt.Errorf("%s must be a bool", k)
 			}
-			cfg.EnableSSDOffload = b
+			cfg.EnableSSDOffload, tierSaid = b, true
 		case "global_segment_size":
 			cfg.GlobalSegmentSize, err = asSize(k, v)
 		case "local_buffer_size":
@@ -179,6 +183,9 @@ func parseSetup(b []byte) (client.Config, error) {
 		if err != nil {
 			return cfg, wire.Errorf(wire.ErrInvalidParams, "%v", err)
 		}
+	}
+	if !tierSaid && cfg.SSDOffloadPath != "" {
+		cfg.EnableSSDOffload = true
 	}
 	return cfg, nil
 }

@@ -234,3 +234,44 @@ def _unwritable(tmp_path) -> str:
         return "/sys"
     os.remove("/sys/gostore-probe")
     pytest.skip("no directory here that root cannot write")
+
+
+def test_one_setup_argument_turns_the_tier_on(master_factory, store_factory, tmp_path,
+                                              monkeypatch):
+    """``ssd_offload_path`` alone is enough; ``enable_ssd_offload=False``
+    wins over it; ``enable_ssd_offload=True`` with no directory anywhere is
+    a clear error. (Settings made in Python after the library loaded count:
+    the staging buffer here is the 16 MiB set below, not 1.25 GiB.)"""
+    from gostore import MooncakeDistributedStore
+
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(16 * MiB))
+    m = offload_master(master_factory)
+    on = MooncakeDistributedStore()
+    assert on.setup("127.0.0.1", "P2PHANDSHAKE", 4 * MiB, 4 * MiB, "tcp", "", m.addr,
+                    ssd_offload_path=str(tmp_path)) == 0
+    try:
+        assert os.path.exists(os.path.join(tmp_path, ".gostore-storage-id"))
+        assert [s["Offload"] for s in m.segments()] == [True]
+        with open("/proc/self/maps") as f:
+            staging = [line for line in f if "gostore:ssd-staging:" in line]
+        assert staging, "no staging buffer mapped"
+        lo, hi = (int(x, 16) for x in staging[0].split()[0].split("-"))
+        assert hi - lo == 16 * MiB, f"staging buffer of {hi - lo} bytes"
+    finally:
+        on.close()
+    off = MooncakeDistributedStore()
+    other = tmp_path / "unused"
+    other.mkdir()
+    assert off.setup("127.0.0.1", "P2PHANDSHAKE", 4 * MiB, 4 * MiB, "tcp", "", m.addr,
+                     enable_ssd_offload=False, ssd_offload_path=str(other)) == 0
+    try:
+        assert os.listdir(other) == []
+    finally:
+        off.close()
+    env_missing = MooncakeDistributedStore()
+    monkeypatch.delenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", raising=False)
+    try:
+        assert env_missing.setup("127.0.0.1", "P2PHANDSHAKE", 4 * MiB, 4 * MiB, "tcp", "", m.addr,
+                                 enable_ssd_offload=True) == int(ErrorCode.INVALID_PARAMS)
+    finally:
+        env_missing.close()

@@ -418,7 +418,10 @@ class MooncakeDistributedStore:
         engine=None, enable_ssd_offload=..., ssd_offload_path=...)`` or
         ``setup(config: dict)``. The first seven are required, positionally or
         by name; sizes are ints or strings such as ``"16MB"``. Unknown keyword
-        arguments raise ``TypeError``.
+        arguments raise ``TypeError``. ``ssd_offload_path`` alone turns the
+        SSD tier on in that directory (``enable_ssd_offload=False`` keeps it
+        off); ``enable_ssd_offload=True`` alone takes the directory from
+        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``.
         """
         params = _setup_params(args, kwargs)  # all TypeErrors before native code
         for k in ("global_segment_size", "local_buffer_size"):
