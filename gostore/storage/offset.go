@@ -20,12 +20,15 @@ import (
 // Offset-allocator backend: one file <Path>/kv_cache.data of TotalSizeLimit
 // bytes (rounded down to 4 KiB; fallocate, else a sparse ftruncate), space
 // handed out by alloc.Allocator in 4 KiB units, and an index of 1024 shards
-// (map + mutex each) from key to record. A record starts at a 4 KiB boundary
-// and is padded to a multiple of 4 KiB:
+// (map + mutex each) from key to record. A record starts at a 4 KiB boundary;
+// its value starts at the next boundary after the key and is padded to one:
 //
-//	magic u32 | crc u32 | key_len u32 | value_len u32 | seq u64 | key | value
+//	magic u32 | crc u32 | key_len u32 | value_len u32 | seq u64 | key |
+//	zeros | value | zeros
 //
-// (little endian; crc = CRC32C of key_len..value). seq orders two intact
+// (little endian; crc = CRC32C of key_len..key then the value). Loads read
+// the head and the value separately, the value straight into staging
+// memory where the destination allows (BatchLoadPadded). seq orders two intact
 // records of one key that a crash left behind: the higher one wins. A replace
 // writes the new record, datasyncs, switches the index, then invalidates the
 // old record (zeroes its first 4 KiB block, datasync) and frees its space, once
@@ -35,7 +38,7 @@ import (
 // logs and skips corrupt or torn records.
 
 const (
-	offsetMagic   = 0x4f535347 // "GSSO"
+	offsetMagic   = 0x324f5347 // "GSO2": values block-aligned
 	offsetHdrLen  = 24
 	offsetAlign   = fileio.Alignment
 	offsetShards  = 1024
@@ -131,8 +134,21 @@ func (b *offsetBackend) shard(key string) *offsetShard {
 }
 
 func offsetSpan(key string, vlen uint64) uint64 {
-	n := uint64(offsetHdrLen) + uint64(len(key)) + vlen
-	return (n + offsetAlign - 1) &^ (offsetAlign - 1)
+	_, span := offsetLayout(uint64(len(key)), vlen)
+	return span
+}
+
+// offsetLayout is where a record's value starts (after header and key, on
+// a block boundary) and the bytes the whole record takes.
+func offsetLayout(keyLen, valLen uint64) (valOff, span uint64) {
+	valOff = roundUpAlign(offsetHdrLen + keyLen)
+	return valOff, valOff + roundUpAlign(valLen)
+}
+
+// offsetCRC is a record's checksum: its header from key_len on, its key
+// and its value.
+func offsetCRC(head []byte, keyLen uint32, val []byte) uint32 {
+	return crc32.Update(crc32.Checksum(head[8:offsetHdrLen+keyLen], kvCRCTable), kvCRCTable, val)
 }
 
 func (b *offsetBackend) enter() bool {
@@ -271,10 +287,10 @@ func (b *offsetBackend) writeRecord(off, span uint64, key string, val []byte) er
 	binary.LittleEndian.PutUint32(buf[8:], uint32(len(key)))
 	binary.LittleEndian.PutUint32(buf[12:], uint32(len(val)))
 	binary.LittleEndian.PutUint64(buf[16:], b.seq.Add(1))
-	n := copy(buf[offsetHdrLen:], key)
-	copy(buf[offsetHdrLen+n:], val)
-	end := offsetHdrLen + len(key) + len(val)
-	binary.LittleEndian.PutUint32(buf[4:], crc32.Checksum(buf[8:end], kvCRCTable))
+	copy(buf[offsetHdrLen:], key)
+	valOff, _ := offsetLayout(uint64(len(key)), uint64(len(val)))
+	copy(buf[valOff:], val)
+	binary.LittleEndian.PutUint32(buf[4:], offsetCRC(buf, uint32(len(key)), val))
 	return b.eng.WriteAt(b.f, buf, int64(off))
 }
 
@@ -305,6 +321,17 @@ func (b *offsetBackend) free(off, span uint64) {
 }
 
 func (b *offsetBackend) BatchLoad(keys []string, dsts [][]byte) []error {
+	return b.load(keys, dsts, false)
+}
+
+// BatchLoadPadded is BatchLoad for destinations whose capacity reaches the
+// next multiple of fileio.Alignment: each value is read straight into its
+// destination (O_DIRECT, fixed buffers on io_uring), its padding included.
+func (b *offsetBackend) BatchLoadPadded(keys []string, dsts [][]byte) []error {
+	return b.load(keys, dsts, true)
+}
+
+func (b *offsetBackend) load(keys []string, dsts [][]byte, padded bool) []error {
 	if len(keys) != len(dsts) {
 		return kvErrs(len(keys), errors.New("storage: offset_allocator: keys and dsts differ in length"))
 	}
@@ -313,18 +340,23 @@ func (b *offsetBackend) BatchLoad(keys []string, dsts [][]byte) []error {
 	}
 	defer b.closeMu.RUnlock()
 	errs := make([]error, len(keys))
-	for start := 0; start < len(keys); start += fileio.QueueDepth {
-		end := min(start+fileio.QueueDepth, len(keys))
-		b.loadChunk(keys[start:end], dsts[start:end], errs[start:end])
+	for start := 0; start < len(keys); start += fileio.QueueDepth / 2 {
+		end := min(start+fileio.QueueDepth/2, len(keys))
+		b.loadChunk(keys[start:end], dsts[start:end], errs[start:end], padded)
 	}
 	return errs
 }
 
-func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
+// loadChunk reads up to QueueDepth/2 objects with one ReadBatch: per object
+// its head (header and key) and its value, into the destination or, when
+// that cannot take the padded read, into scratch memory copied out once
+// the record checks out.
+func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error, padded bool) {
 	ents := make([]*offsetEntry, len(keys))
-	bufs := make([][]byte, len(keys))
-	reqs := make([]fileio.Request, 0, len(keys))
-	owner := make([]int, 0, len(keys))
+	heads := make([][]byte, len(keys))
+	vals := make([][]byte, len(keys)) // the padded read of each value
+	reqs := make([]fileio.Request, 0, 2*len(keys))
+	owner := make([]int, 0, 2*len(keys))
 	for i, key := range keys {
 		sh := b.shard(key)
 		sh.mu.Lock()
@@ -342,14 +374,25 @@ func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
 			continue
 		}
 		ents[i] = e
-		bufs[i] = fileio.AlignedBuffer(int(e.span), offsetAlign)
-		reqs = append(reqs, fileio.Request{File: b.f, Buf: bufs[i], Off: int64(e.off)})
+		valOff, _ := offsetLayout(uint64(len(key)), e.size)
+		heads[i] = fileio.AlignedBuffer(int(valOff), offsetAlign)
+		reqs = append(reqs, fileio.Request{File: b.f, Buf: heads[i], Off: int64(e.off)})
 		owner = append(owner, i)
+		n := int(roundUpAlign(e.size))
+		if padded && cap(dsts[i]) >= n {
+			vals[i] = dsts[i][:n]
+		} else {
+			vals[i] = fileio.AlignedBuffer(n, offsetAlign)
+		}
+		if n > 0 {
+			reqs = append(reqs, fileio.Request{File: b.f, Buf: vals[i], Off: int64(e.off + valOff)})
+			owner = append(owner, i)
+		}
 	}
 	if len(reqs) > 0 {
 		for j, err := range b.eng.ReadBatch(reqs) {
-			if err != nil {
-				errs[owner[j]] = fmt.Errorf("storage: offset_allocator: read %q: %w", keys[owner[j]], err)
+			if i := owner[j]; err != nil && errs[i] == nil {
+				errs[i] = fmt.Errorf("storage: offset_allocator: read %q: %w", keys[i], err)
 			}
 		}
 	}
@@ -357,10 +400,20 @@ func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
 		if e == nil {
 			continue
 		}
+		inPlace := len(vals[i]) > 0 && &vals[i][0] == &dsts[i][:1][0]
 		if errs[i] == nil {
-			errs[i] = offsetVerify(bufs[i], keys[i], dsts[i])
+			errs[i] = offsetVerify(heads[i], keys[i], vals[i][:e.size])
 		}
-		fileio.FreeAligned(bufs[i])
+		switch {
+		case errs[i] != nil:
+			clear(dsts[i]) // never hand out wrong bytes
+		case !inPlace:
+			copy(dsts[i], vals[i])
+		}
+		fileio.FreeAligned(heads[i])
+		if !inPlace {
+			fileio.FreeAligned(vals[i])
+		}
 		sh := b.shard(keys[i])
 		sh.mu.Lock()
 		e.refs--
@@ -372,22 +425,20 @@ func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error) {
 	}
 }
 
-// offsetVerify checks a record read from disk against key and copies its
-// value into dst only when everything matches.
-func offsetVerify(rec []byte, key string, dst []byte) error {
-	kl, vl, err := offsetParseHdr(rec)
+// offsetVerify checks a record's head and value read from disk against
+// key and its checksum.
+func offsetVerify(head []byte, key string, val []byte) error {
+	kl, vl, err := offsetParseHdr(head)
 	if err != nil {
 		return fmt.Errorf("%w: %q: %v", ErrCorrupt, key, err)
 	}
-	end := offsetHdrLen + uint64(kl) + uint64(vl)
-	if kl != uint32(len(key)) || vl != uint32(len(dst)) || end > uint64(len(rec)) ||
-		string(rec[offsetHdrLen:offsetHdrLen+kl]) != key {
+	if kl != uint32(len(key)) || vl != uint32(len(val)) || offsetHdrLen+uint64(kl) > uint64(len(head)) ||
+		string(head[offsetHdrLen:offsetHdrLen+kl]) != key {
 		return fmt.Errorf("%w: %q: record header does not match the index", ErrCorrupt, key)
 	}
-	if crc32.Checksum(rec[8:end], kvCRCTable) != binary.LittleEndian.Uint32(rec[4:]) {
+	if offsetCRC(head, kl, val) != binary.LittleEndian.Uint32(head[4:]) {
 		return fmt.Errorf("%w: %q", ErrCorrupt, key)
 	}
-	copy(dst, rec[offsetHdrLen+kl:end])
 	return nil
 }
 
@@ -521,7 +572,7 @@ func (b *offsetBackend) recover(capacity uint64) error {
 			if err != nil {
 				continue // free or invalidated block
 			}
-			span := offsetSpan("", uint64(kl)+uint64(vl))
+			_, span := offsetLayout(uint64(kl), uint64(vl))
 			if kl > 1<<20 || at+span > capacity {
 				slog.Error("storage: offset_allocator: recovery: skipping record past the end of the file",
 					"offset", at, "span", span)
@@ -632,11 +683,12 @@ func (b *offsetBackend) recover(capacity uint64) error {
 
 // offsetCheck verifies a whole record whose header gave kl and vl.
 func offsetCheck(rec []byte, kl, vl uint32) (offsetFound, bool) {
-	end := offsetHdrLen + uint64(kl) + uint64(vl)
+	valOff, _ := offsetLayout(uint64(kl), uint64(vl))
+	end := valOff + uint64(vl)
 	if end > uint64(len(rec)) {
 		return offsetFound{}, false
 	}
-	if crc32.Checksum(rec[8:end], kvCRCTable) != binary.LittleEndian.Uint32(rec[4:]) {
+	if offsetCRC(rec, kl, rec[valOff:end]) != binary.LittleEndian.Uint32(rec[4:]) {
 		return offsetFound{}, false
 	}
 	return offsetFound{
