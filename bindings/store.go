@@ -268,6 +268,23 @@ func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
 	return 0
 }
 
+// gs_buffer_registered reports 1 when [ptr, ptr+size) lies inside one
+// registered buffer, 0 when not: Python checks it before it reads memory a
+// caller named by address (put_tensor_from validates the header there).
+//
+//export gs_buffer_registered
+func gs_buffer_registered(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
+	defer recoverTo("gs_buffer_registered", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	if ptr != 0 && size != 0 && c.Registered(uint64(ptr), uint64(size)) {
+		return 1
+	}
+	return 0
+}
+
 //export gs_unregister_buffer
 func gs_unregister_buffer(h C.int64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo("gs_unregister_buffer", &ret)

@@ -75,6 +75,8 @@ PROTOTYPES = {
     "gs_remove_all": (_i64, [_i64, c_int]),
     "gs_register_buffer": (c_int, [_i64, c_uint64, c_uint64]),
     "gs_unregister_buffer": (c_int, [_i64, c_uint64]),
+    # h, ptr, size -> 1 inside one registered buffer / 0 / negative
+    "gs_buffer_registered": (c_int, [_i64, c_uint64, c_uint64]),
     # h, key, key_len, targets ("\n"-separated), targets_len, id_out, id_cap
     "gs_create_copy_task": (c_int, [_i64, c_char_p, c_int, c_char_p, c_int, _vp, c_int]),
     # h, key, key_len, source, source_len, target, target_len, id_out, id_cap

@@ -19,23 +19,38 @@ from __future__ import annotations
 
 import ctypes
 import json
-import operator
 import threading
 import weakref
 from array import array
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _native
 from ._buffers import BufferPins, new_bytes
 from .buffer import GostoreBuffer, wrap as _wrap_buffer
-from .config import DEFAULT_CONFIG_NATIVE, ReplicateConfig
+from .config import ReplicateConfig
+from ._args import (
+    _INVALID,
+    _addr,
+    _bool,
+    _config,
+    _int,
+    _ints,
+    _key,
+    _keys,
+    _pack_keys,
+    _segment_name,
+    _seq,
+    _size_arg,
+    _str_arg,
+    _tname,
+    _u64,
+)
+from ._tensor_api import TensorAPI
 from .errors import ErrorCode
 from .tasks import TaskInfo
 
 __all__ = ["MooncakeDistributedStore"]
 
-_INVALID = int(ErrorCode.INVALID_PARAMS)  # -600
-_U64_MAX = 2**64 - 1
 _MISSING: Any = object()
 _BUFFER_OVERFLOW = int(ErrorCode.BUFFER_OVERFLOW)  # -10: an out buffer too small
 _TASK_ID_CAP = 128  # task ids are decimal uint64s
@@ -66,115 +81,6 @@ _SETUP_EXTRA_KWARGS = ("enable_ssd_offload", "ssd_offload_path")
 
 for _code in ("I", "Q", "q", "i"):  # the ABI's uint32/uint64/int64/int32 arrays
     assert array(_code).itemsize == {"I": 4, "Q": 8, "q": 8, "i": 4}[_code]
-
-
-# --------------------------------------------------------------------------
-# argument checking helpers (pure Python; no native library involved)
-
-
-def _addr(a: array) -> int:
-    return a.buffer_info()[0]
-
-
-def _tname(x: Any) -> str:
-    return type(x).__name__
-
-
-def _key(key: Any, what: str = "key") -> Optional[bytes]:
-    """UTF-8 bytes of ``key``; ``None`` if empty/unencodable; TypeError if not str."""
-    if not isinstance(key, str):
-        raise TypeError(f"{what} must be str, not {_tname(key)}")
-    if not key:
-        return None
-    try:
-        return key.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates
-        return None
-
-
-def _seq(x: Any, what: str) -> Sequence[Any]:
-    if not isinstance(x, (list, tuple)):
-        raise TypeError(f"{what} must be a list, not {_tname(x)}")
-    return x
-
-
-def _keys(keys: Any, what: str = "keys") -> List[Optional[bytes]]:
-    keys = _seq(keys, what)
-    out = []
-    for k in keys:
-        if not isinstance(k, str):
-            raise TypeError(f"{what} must contain only str, found {_tname(k)}")
-        out.append(_key(k))
-    return out
-
-
-def _int(x: Any, what: str) -> int:
-    try:
-        return operator.index(x)
-    except TypeError:
-        raise TypeError(f"{what} must be int, not {_tname(x)}") from None
-
-
-def _ints(xs: Any, what: str) -> List[int]:
-    xs = _seq(xs, what)
-    out = []
-    for x in xs:
-        try:
-            out.append(operator.index(x))
-        except TypeError:
-            raise TypeError(f"{what} must contain only int, found {_tname(x)}") from None
-    return out
-
-
-def _u64(v: int) -> bool:
-    return 0 <= v <= _U64_MAX
-
-
-def _bool(x: Any, what: str) -> bool:
-    if isinstance(x, (bool, int)) or _tname(x) == "bool_":
-        return bool(x)
-    raise TypeError(f"{what} must be bool, not {_tname(x)}")
-
-
-def _config(config: Any) -> Optional[Tuple[int, int, bytes]]:
-    if config is None:
-        return DEFAULT_CONFIG_NATIVE
-    if not isinstance(config, ReplicateConfig):
-        raise TypeError(f"config must be a ReplicateConfig, not {_tname(config)}")
-    return config._to_native()
-
-
-def _segment_name(name: Any, what: str) -> Optional[bytes]:
-    """UTF-8 of a segment name; None if it cannot name one (blank, or with a
-    newline: the ABI separates names by newlines); TypeError if not str."""
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be str, not {_tname(name)}")
-    if not name.strip() or "\n" in name:
-        return None
-    try:
-        return name.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-
-
-def _pack_keys(keys: Sequence[bytes]) -> Tuple[bytes, array]:
-    return b"".join(keys), array("I", [len(k) for k in keys])
-
-
-def _size_arg(x: Any, what: str) -> Any:
-    """A setup() size: int (bytes) or str like "16MB" (parsed by Go)."""
-    if isinstance(x, bool) or not isinstance(x, (int, str)):
-        try:
-            return operator.index(x)  # numpy integers
-        except TypeError:
-            raise TypeError(f"{what} must be int or str, not {_tname(x)}") from None
-    return x
-
-
-def _str_arg(x: Any, what: str) -> str:
-    if not isinstance(x, str):
-        raise TypeError(f"{what} must be str, not {_tname(x)}")
-    return x
 
 
 def _setup_params(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -294,7 +200,7 @@ class _Handle:
         self._fin = weakref.finalize(self, lib.gs_store_free, h)
 
 
-class MooncakeDistributedStore:
+class MooncakeDistributedStore(TensorAPI):
     """A gostore client with Mooncake's ``MooncakeDistributedStore`` API.
 
     Create it, call :meth:`setup`, use it, :meth:`close` it (or use it as a
@@ -355,7 +261,12 @@ class MooncakeDistributedStore:
         return results.tolist()
 
     def _get_bytes(self, keys: List[bytes]) -> List[bytes]:
-        """gs_get_start, one uninitialized bytes per hit, gs_get_finish."""
+        """One fresh ``bytes`` per hit, ``b""`` otherwise."""
+        return [b"" if v is None else v for v in self._get_fresh(keys, new_bytes)]
+
+    def _get_fresh(self, keys: List[bytes], alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
+        """gs_get_start, one object from ``alloc(size) -> (obj, address)`` per
+        hit, gs_get_finish straight into them; None for misses and errors."""
         lib = _native.lib()
         h = self._h()
         n = len(keys)
@@ -363,28 +274,28 @@ class MooncakeDistributedStore:
         sizes_out = array("q", bytes(8 * n))
         pending = lib.gs_get_start(h, n, blob, _addr(lens), _addr(sizes_out))
         if pending <= 0:
-            return [b""] * n
+            return [None] * n
         finished = False
         try:
-            outs: List[bytes] = [b""] * n
+            outs: List[Any] = [None] * n
             ptrs = array("Q")
             sizes = array("Q")
             nparts = array("I", bytes(4 * n))
             for i, size in enumerate(sizes_out):
                 if size > 0:
-                    outs[i], addr = new_bytes(size)
+                    outs[i], addr = alloc(size)
                     ptrs.append(addr)
                     sizes.append(size)
                     nparts[i] = 1
             if not ptrs:
-                return [b""] * n
+                return [None] * n
             results = array("q", bytes(8 * n))
             finished = True  # gs_get_finish frees ``pending`` whatever happens
             lib.gs_get_finish(
                 h, pending, _addr(ptrs), _addr(sizes), _addr(nparts), 0, _addr(results)
             )
             return [
-                out if (sizes_out[i] > 0 and results[i] == sizes_out[i]) else b""
+                out if (sizes_out[i] > 0 and results[i] == sizes_out[i]) else None
                 for i, out in enumerate(outs)
             ]
         finally:

@@ -1,0 +1,310 @@
+"""The tensor half of ``MooncakeDistributedStore`` (PYTHON_API.md "Tensor
+API"): arrays and tensors go through the store's own put/get paths as one
+object each, a header (see :mod:`gostore.tensor`) and the raw bytes.
+
+Writes hand the native side two parts per object, the header and the
+tensor's own memory, so nothing is copied on the way in beyond the one copy
+into the store (a non-contiguous input is made contiguous first). Reads
+land in one fresh numpy buffer per object and come back as a view of it of
+the stored dtype and shape (a torch tensor if one was stored and torch is
+installed): one copy out of the store.
+
+Conventions follow the rest of the class: single writes return 0 or a
+negative code, batch writes a list of those (all -600 when the lists differ
+in length); reads return the tensor or ``None``; ``TypeError`` for what is
+not a tensor (or a key that is not a str).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from array import array
+from typing import Any, List, Optional
+
+from . import _native, tensor as _codec
+from ._args import _INVALID, _config, _int, _ints, _key, _keys, _seq, _u64
+from ._buffers import BufferPins
+from .config import ReplicateConfig
+
+__all__ = ["TensorAPI"]
+
+
+def _numpy_alloc(n: int):
+    import numpy as np
+
+    arr = np.empty(n, dtype=np.uint8)
+    return arr, arr.ctypes.data
+
+
+class TensorAPI:
+    """Mixed into :class:`~gostore.MooncakeDistributedStore`; relies on its
+    ``_write``, ``_get_fresh``, ``_h``, ``get_into`` and ``put_from``."""
+
+    # ---- writing ----------------------------------------------------------
+
+    def _put_tensors(self, keys: Any, tensors: Any, config: Any, upsert: bool) -> List[int]:
+        ks = _keys(keys)
+        ts = _seq(tensors, "tensors")
+        cfg = _config(config)
+        if len(ks) != len(ts) or cfg is None:
+            return [_INVALID] * len(ks)
+        parts = [_codec.encode(t) for t in ts]  # TypeError before anything is stored
+        codes = [_INVALID] * len(ks)
+        with BufferPins() as pins:
+            idx: List[int] = []
+            send: List[bytes] = []
+            ptrs, sizes, nparts = array("Q"), array("Q"), array("I")
+            for i, (k, p) in enumerate(zip(ks, parts)):
+                if k is None:
+                    continue
+                n = 0
+                for piece in (p.header, p.data):
+                    addr, size = pins.pin(piece)
+                    if size:
+                        ptrs.append(addr)
+                        sizes.append(size)
+                        n += 1
+                idx.append(i)
+                send.append(k)
+                nparts.append(n)
+            if send:
+                for i, r in zip(idx, self._write(send, ptrs, sizes, nparts, 0, cfg, upsert)):
+                    codes[i] = r
+        return codes
+
+    def put_tensor(self, key: str, tensor: Any) -> int:
+        """Store a numpy array or torch tensor; 0 or negative (an existing key
+        is kept, as by :meth:`put`)."""
+        return self._put_tensors([key], [tensor], None, False)[0]
+
+    def pub_tensor(self, key: str, tensor: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """:meth:`put_tensor` with a replication config."""
+        return self._put_tensors([key], [tensor], config, False)[0]
+
+    def batch_put_tensor(self, keys: List[str], tensors_list: List[Any]) -> List[int]:
+        """One :meth:`put_tensor` result per key."""
+        return self._put_tensors(keys, tensors_list, None, False)
+
+    def batch_pub_tensor(
+        self, keys: List[str], tensors_list: List[Any], config: Optional[ReplicateConfig] = None
+    ) -> List[int]:
+        """One :meth:`pub_tensor` result per key."""
+        return self._put_tensors(keys, tensors_list, config, False)
+
+    def upsert_tensor(self, key: str, tensor: Any) -> int:
+        """Insert or replace ``key`` with a tensor (see :meth:`upsert`)."""
+        return self._put_tensors([key], [tensor], None, True)[0]
+
+    def upsert_pub_tensor(
+        self, key: str, tensor: Any, config: Optional[ReplicateConfig] = None
+    ) -> int:
+        """:meth:`upsert_tensor` with a replication config."""
+        return self._put_tensors([key], [tensor], config, True)[0]
+
+    def batch_upsert_tensor(self, keys: List[str], tensors_list: List[Any]) -> List[int]:
+        """One :meth:`upsert_tensor` result per key."""
+        return self._put_tensors(keys, tensors_list, None, True)
+
+    def batch_upsert_pub_tensor(
+        self, keys: List[str], tensors_list: List[Any], config: Optional[ReplicateConfig] = None
+    ) -> List[int]:
+        """One :meth:`upsert_pub_tensor` result per key."""
+        return self._put_tensors(keys, tensors_list, config, True)
+
+    # ---- tensor parallelism ---------------------------------------------------
+
+    def _put_tp(
+        self, keys: Any, tensors: Any, config: Any, tp_size: Any, split_dim: Any, upsert: bool
+    ) -> List[int]:
+        ks = _seq(keys, "base_keys")
+        ts = _seq(tensors, "tensors_list")
+        size = _int(tp_size, "tp_size")
+        dim = _int(split_dim, "split_dim")
+        if len(ks) != len(ts) or size < 1:
+            return [_INVALID] * len(ks)
+        shard_keys: List[str] = []
+        shards: List[Any] = []
+        for k, t in zip(ks, ts):
+            if not isinstance(k, str):
+                raise TypeError(f"base_keys must contain only str, found {type(k).__name__}")
+            try:
+                pieces = _codec.split(t, size, dim)
+            except (IndexError, ValueError, RuntimeError):
+                return [_INVALID] * len(ks)  # no such dimension
+            shard_keys += [_codec.tp_key(k, r) for r in range(size)]
+            shards += pieces
+        codes = self._put_tensors(shard_keys, shards, config, upsert)
+        out = []
+        for j in range(len(ks)):
+            mine = codes[j * size:(j + 1) * size]
+            out.append(next((c for c in mine if c != 0), 0))
+        return out
+
+    def put_tensor_with_tp(
+        self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
+        """Store ``tensor`` cut into ``tp_size`` shards along ``split_dim``,
+        shard *r* under ``f"{key}_tp_{r}"``; 0 or the first error.
+        (``tp_rank`` is accepted for Mooncake's signature: every shard is
+        stored.)"""
+        return self._put_tp([key], [tensor], None, tp_size, split_dim, False)[0]
+
+    def pub_tensor_with_tp(
+        self,
+        key: str,
+        tensor: Any,
+        config: Optional[ReplicateConfig] = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> int:
+        """:meth:`put_tensor_with_tp` with a replication config."""
+        return self._put_tp([key], [tensor], config, tp_size, split_dim, False)[0]
+
+    def batch_put_tensor_with_tp(
+        self,
+        base_keys: List[str],
+        tensors_list: List[Any],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> List[int]:
+        """One :meth:`put_tensor_with_tp` result per base key."""
+        return self._put_tp(base_keys, tensors_list, None, tp_size, split_dim, False)
+
+    def batch_pub_tensor_with_tp(
+        self,
+        base_keys: List[str],
+        tensors_list: List[Any],
+        config: Optional[ReplicateConfig] = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> List[int]:
+        """One :meth:`pub_tensor_with_tp` result per base key."""
+        return self._put_tp(base_keys, tensors_list, config, tp_size, split_dim, False)
+
+    def get_tensor_with_tp(
+        self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> Any:
+        """Shard ``tp_rank`` of a tensor stored by :meth:`put_tensor_with_tp`,
+        or None."""
+        return self.batch_get_tensor_with_tp([key], tp_rank, tp_size, split_dim)[0]
+
+    def batch_get_tensor_with_tp(
+        self, base_keys: List[str], tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> List[Any]:
+        """One :meth:`get_tensor_with_tp` result per base key."""
+        ks = _seq(base_keys, "base_keys")
+        rank, size = _int(tp_rank, "tp_rank"), _int(tp_size, "tp_size")
+        _int(split_dim, "split_dim")
+        if not 0 <= rank < size:
+            return [None] * len(ks)
+        for k in ks:
+            if not isinstance(k, str):
+                raise TypeError(f"base_keys must contain only str, found {type(k).__name__}")
+        return self.batch_get_tensor([_codec.tp_key(k, rank) for k in ks])
+
+    # ---- reading ------------------------------------------------------------
+
+    def get_tensor(self, key: str) -> Any:
+        """The stored array or tensor, or None (a miss, an error, or an
+        object that is not a tensor)."""
+        return self.batch_get_tensor([key])[0]
+
+    def batch_get_tensor(self, keys: List[str]) -> List[Any]:
+        """One :meth:`get_tensor` result per key."""
+        ks = _keys(keys)
+        out: List[Any] = [None] * len(ks)
+        idx = [i for i, k in enumerate(ks) if k is not None]
+        if not idx:
+            return out
+        raws = self._get_fresh([ks[i] for i in idx], _numpy_alloc)
+        for i, raw in zip(idx, raws):
+            if raw is None:
+                continue
+            hdr = _codec.decode_header(raw)
+            if hdr is not None:
+                out[i] = _codec.materialize(raw, hdr)
+        return out
+
+    def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
+        """Read a stored tensor object (header and data) into registered
+        memory at ``buffer_ptr`` and return the tensor viewing it there (no
+        further copy); a negative code on failure (-600 when the buffer is
+        too small or the object is not a tensor)."""
+        return self.batch_get_tensor_into([key], [buffer_ptr], [size])[0]
+
+    def batch_get_tensor_into(
+        self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]
+    ) -> List[Any]:
+        """One :meth:`get_tensor_into` result per key; all -600 when the lists
+        differ in length."""
+        ks = _seq(keys, "keys")
+        ps = _ints(buffer_ptrs, "buffer_ptrs")
+        ss = _ints(sizes, "sizes")
+        if not (len(ks) == len(ps) == len(ss)):
+            return [_INVALID] * len(ks)
+        got = self.batch_get_into(list(ks), ps, ss)
+        out: List[Any] = []
+        for r, p in zip(got, ps):
+            if r < 0:
+                out.append(r)
+                continue
+            hdr = _codec.decode_header((ctypes.c_uint8 * r).from_address(p))
+            if hdr is None:
+                out.append(_INVALID)
+                continue
+            import numpy as np
+
+            raw = np.ctypeslib.as_array((ctypes.c_uint8 * r).from_address(p))
+            out.append(_codec.materialize(raw, hdr))
+        return out
+
+    def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """Store registered memory that already holds a whole tensor object
+        (header and data, as :meth:`get_tensor_into` leaves it) without
+        copying it; -600 when it does not."""
+        return self._tensor_from([key], [buffer_ptr], [size], None, False)[0]
+
+    def batch_put_tensor_from(
+        self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]
+    ) -> List[int]:
+        """One :meth:`put_tensor_from` result per key."""
+        return self._tensor_from(keys, buffer_ptrs, sizes, None, False)
+
+    def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
+        """:meth:`put_tensor_from` that inserts or replaces."""
+        return self._tensor_from([key], [buffer_ptr], [size], None, True)[0]
+
+    def batch_upsert_tensor_from(
+        self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]
+    ) -> List[int]:
+        """One :meth:`upsert_tensor_from` result per key."""
+        return self._tensor_from(keys, buffer_ptrs, sizes, None, True)
+
+    def _tensor_from(
+        self, keys: Any, ptrs: Any, sizes: Any, config: Any, upsert: bool
+    ) -> List[int]:
+        ks = _seq(keys, "keys")
+        ps = _ints(ptrs, "buffer_ptrs")
+        ss = _ints(sizes, "sizes")
+        if not (len(ks) == len(ps) == len(ss)):
+            return [_INVALID] * len(ks)
+        lib = _native.lib()
+        h = self._h()
+        valid = []
+        for k, p, s in zip(ks, ps, ss):
+            _key(k)  # TypeError for a non-str key
+            # The header is read only where the store may read anyway: a
+            # registered range (never an arbitrary address).
+            ok = _u64(p) and _u64(s) and s > 0 and lib.gs_buffer_registered(h, p, s) == 1
+            valid.append(ok and _codec.decode_header((ctypes.c_uint8 * s).from_address(p)) is not None)
+        out = [_INVALID] * len(ks)
+        idx = [i for i, ok in enumerate(valid) if ok]
+        if idx:
+            write = self.batch_upsert_from if upsert else self.batch_put_from
+            for i, r in zip(idx, write([ks[i] for i in idx], [ps[i] for i in idx],
+                                       [ss[i] for i in idx], config)):
+                out[i] = r
+        return out

@@ -1,0 +1,194 @@
+"""The stored form of tensors: a self-describing header, then the raw bytes.
+
+``MooncakeDistributedStore.put_tensor`` and friends store an array or tensor
+as one object::
+
+    offset  size  field (little endian)
+    0       4     magic b"GSTN"
+    4       1     version (1)
+    5       1     kind: 1 numpy array, 2 torch tensor
+    6       2     ndim
+    8       4     length of the dtype descriptor
+    12      4     reserved (0)
+    16      8     data bytes
+    24      8*nd  shape
+    ...           dtype descriptor (UTF-8)
+    ...           zeros up to a multiple of 64: the data starts there
+
+The descriptor is numpy's (``numpy.lib.format.dtype_to_descr``: every dtype
+but ``object``, structured ones included) or torch's dtype name
+(``"bfloat16"``, ``"float8_e4m3fn"``...). The data is C-contiguous: a
+non-contiguous input is copied into C order first (one copy, on the way in
+only). Because the data starts on a 64-byte boundary, an array read back
+into aligned memory is itself aligned.
+
+numpy is needed for every tensor call; torch only for torch tensors. A
+stored torch tensor read where torch is missing comes back as a numpy
+array when numpy has its dtype.
+"""
+
+from __future__ import annotations
+
+import ast
+import struct
+from typing import Any, List, Optional, Tuple
+
+__all__ = ["encode", "decode_header", "HEADER_ALIGN", "MAGIC", "TensorParts"]
+
+MAGIC = b"GSTN"
+VERSION = 1
+HEADER_ALIGN = 64
+KIND_NUMPY = 1
+KIND_TORCH = 2
+_FIXED = struct.Struct("<4sBBHIIQ")  # magic, version, kind, ndim, descr_len, reserved, data bytes
+_MAX_NDIM = 64
+_MAX_DESCR = 1 << 16
+
+
+def _np():
+    import numpy
+
+    return numpy
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def is_torch_tensor(x: Any) -> bool:
+    t = type(x)
+    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
+
+
+class TensorParts:
+    """A tensor ready to store: its header and a byte view of its data (no
+    copy of a C-contiguous input)."""
+
+    __slots__ = ("header", "data", "keep")
+
+    def __init__(self, header: bytes, data: Any, keep: Any) -> None:
+        self.header = header
+        self.data = data  # a 1-d uint8 numpy array over the tensor's memory
+        self.keep = keep  # the contiguous source, alive while data is used
+
+
+def _header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int) -> bytes:
+    d = descr.encode("utf-8")
+    if len(shape) > _MAX_NDIM:
+        raise ValueError(f"tensors of more than {_MAX_NDIM} dimensions are not supported")
+    if len(d) > _MAX_DESCR:
+        raise ValueError("dtype descriptor too long")
+    head = _FIXED.pack(MAGIC, VERSION, kind, len(shape), len(d), 0, nbytes)
+    head += struct.pack(f"<{len(shape)}q", *shape) + d
+    return head + bytes(-len(head) % HEADER_ALIGN)
+
+
+def encode(tensor: Any) -> TensorParts:
+    """The header and data of a numpy array or torch tensor.
+
+    Raises TypeError for anything else, for object arrays and for tensors
+    not in host memory."""
+    np = _np()
+    if isinstance(tensor, np.ndarray):
+        if tensor.dtype.hasobject:
+            raise TypeError("arrays of Python objects cannot be stored as tensors")
+        # (not ascontiguousarray: it turns a 0-d array into a 1-d one)
+        arr = tensor if tensor.flags.c_contiguous else tensor.copy(order="C")
+        descr = np.lib.format.dtype_to_descr(arr.dtype)
+        if not isinstance(descr, str):
+            descr = repr(descr)
+        data = arr.reshape(-1).view(np.uint8) if arr.size else np.empty(0, np.uint8)
+        return TensorParts(_header(KIND_NUMPY, descr, arr.shape, arr.nbytes), data, arr)
+    if is_torch_tensor(tensor):
+        if tensor.device.type != "cpu":
+            raise TypeError(f"tensors on {tensor.device} are not supported yet (CPU tensors only)")
+        t = tensor.detach().contiguous()
+        name = str(t.dtype).rsplit(".", 1)[-1]
+        nbytes = t.numel() * t.element_size()
+        if nbytes:
+            data = t.reshape(-1).view(_torch().uint8).numpy()
+        else:
+            data = np.empty(0, np.uint8)
+        return TensorParts(_header(KIND_TORCH, name, tuple(t.shape), nbytes), data, t)
+    raise TypeError(f"expected a numpy array or a torch tensor, not {type(tensor).__name__}")
+
+
+class Header:
+    """A parsed header: what the data is and where it starts."""
+
+    __slots__ = ("kind", "descr", "shape", "nbytes", "offset")
+
+    def __init__(self, kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, offset: int):
+        self.kind, self.descr, self.shape, self.nbytes, self.offset = kind, descr, shape, nbytes, offset
+
+
+def decode_header(buf: Any) -> Optional[Header]:
+    """The header at the start of ``buf`` (any buffer), or None when it is not
+    a whole, well-formed tensor object of exactly that length."""
+    mv = memoryview(buf).cast("B")
+    if len(mv) < _FIXED.size:
+        return None
+    magic, version, kind, ndim, dlen, _, nbytes = _FIXED.unpack_from(mv, 0)
+    if magic != MAGIC or version != VERSION or kind not in (KIND_NUMPY, KIND_TORCH):
+        return None
+    if ndim > _MAX_NDIM or dlen > _MAX_DESCR:
+        return None
+    end = _FIXED.size + 8 * ndim + dlen
+    offset = end + (-end % HEADER_ALIGN)
+    if len(mv) < offset or len(mv) - offset != nbytes:
+        return None
+    shape = struct.unpack_from(f"<{ndim}q", mv, _FIXED.size)
+    if any(n < 0 for n in shape):
+        return None
+    try:
+        descr = bytes(mv[_FIXED.size + 8 * ndim:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return Header(kind, descr, shape, nbytes, offset)
+
+
+def _numpy_dtype(descr: str) -> Any:
+    np = _np()
+    spec: Any = ast.literal_eval(descr) if descr.startswith("[") else descr
+    return np.lib.format.descr_to_dtype(spec)
+
+
+def materialize(raw: Any, hdr: Header) -> Any:
+    """The array or tensor ``hdr`` describes, viewing ``raw`` (a uint8
+    numpy array holding the whole object) without copying it."""
+    np = _np()
+    data = raw[hdr.offset:hdr.offset + hdr.nbytes]
+    if hdr.kind == KIND_TORCH:
+        torch = _torch()
+        if torch is not None:
+            dtype = getattr(torch, hdr.descr, None)
+            if not isinstance(dtype, torch.dtype):
+                raise TypeError(f"stored torch dtype {hdr.descr!r} is unknown to this torch")
+            t = torch.from_numpy(data) if hdr.nbytes else torch.empty(0, dtype=torch.uint8)
+            return t.view(dtype).reshape(hdr.shape)
+        try:
+            dt = np.dtype(hdr.descr)
+        except TypeError:
+            raise TypeError(f"a torch {hdr.descr} tensor needs torch to be read back") from None
+    else:
+        dt = _numpy_dtype(hdr.descr)
+    if hdr.nbytes == 0:
+        return np.empty(hdr.shape, dtype=dt)
+    return data.view(dt).reshape(hdr.shape)
+
+
+def split(tensor: Any, parts: int, dim: int) -> List[Any]:
+    """``tensor`` cut into ``parts`` pieces along ``dim``, sizes differing by
+    at most one (numpy.array_split / torch.tensor_split)."""
+    if is_torch_tensor(tensor):
+        return list(_torch().tensor_split(tensor, parts, dim))
+    return _np().array_split(tensor, parts, axis=dim)
+
+
+def tp_key(key: str, rank: int) -> str:
+    """The key of a tensor-parallel shard."""
+    return f"{key}_tp_{rank}"
