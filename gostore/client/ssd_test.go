@@ -159,9 +159,9 @@ func TestSSDRecoveryAfterRestart(t *testing.T) {
 	for i := range n {
 		putRetrying(t, writer, fmt.Sprint("r", i), pattern(uint64(100+i), obj))
 	}
-	waitFor(t, "every object on disk", func() bool {
-		st, _ := a.SSDStats()
-		return st.Objects == n
+	waitFor(t, "every object on disk and known to the master", func() bool {
+		st, _ := a.SSDStats() // Offloaded counts copies the master accepted
+		return st.Objects == n && st.Offloaded >= n
 	})
 	a.Close()
 	// The memory copies went with a's segment; the disk-only ones are
@@ -448,7 +448,10 @@ func TestSSDSurvivesAMasterRestart(t *testing.T) {
 		vals[k] = pattern(uint64(50+i), 64<<10)
 		putRetrying(t, writer, k, vals[k])
 	}
-	waitFor(t, "every object on disk", func() bool { st, _ := holder.SSDStats(); return st.Objects == len(vals) })
+	waitFor(t, "every object on disk and known to the master", func() bool {
+		st, _ := holder.SSDStats()
+		return st.Objects == len(vals) && st.Offloaded >= int64(len(vals))
+	})
 	m.Close()
 	m = start()
 	defer m.Close()
