@@ -21,9 +21,9 @@ from conftest import MiB, pattern, wait_until
 
 OP_PING = 1
 # The highest opcode the master knows (gostore/wire/messages.go: OpPing ..
-# OpRecoverDisk); everything above it is unknown to the master (48 and 49
+# OpEvictUntil); everything above it is unknown to the master (48 and 49
 # are client-to-client ops a master never serves).
-LAST_OP = 21  # the last master wire.Op in gostore/wire/messages.go (RecoverDisk)
+LAST_OP = 24  # the last master wire.Op in gostore/wire/messages.go (EvictUntil)
 HEADER = struct.Struct("<IQHi")
 assert HEADER.size == 18
 

@@ -120,6 +120,7 @@ type Core struct {
 	tasks     taskTable
 	offload   offloadQueues // per client: keys to persist
 	drops     offloadQueues // per SSD directory: disk copies to delete
+	plan      planMembers   // segments hosting plan objects, by rank
 	tiers     struct {      // client → its SSD directory
 		sync.Mutex
 		byClient map[string]string

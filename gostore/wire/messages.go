@@ -26,6 +26,9 @@ const (
 	OpNotifyOffloaded
 	OpEvictDiskReplicas
 	OpRecoverDisk
+	OpPlanJoin
+	OpPlanMembers
+	OpEvictUntil
 	opEnd
 )
 
@@ -41,7 +44,8 @@ const (
 var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySegments",
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
 	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
-	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk"}
+	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk",
+	"PlanJoin", "PlanMembers", "EvictUntil"}
 
 var clientOpNames = [...]string{"StageOffloaded", "ReleaseStaged"}
 
@@ -350,4 +354,45 @@ type StageResp struct {
 type ReleaseStagedReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	BatchID  uint64
+}
+
+// PlanJoinReq makes the caller's segment a member of the plan API.
+type PlanJoinReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Segment  string
+}
+
+type PlanJoinResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Rank     int
+}
+
+// PlanMember is a member of the plan API: its rank and segment.
+type PlanMember struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Rank     int
+	Seg      SegmentDesc
+}
+
+type PlanMembersReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+}
+
+type PlanMembersResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Members  []PlanMember
+}
+
+// EvictUntilReq asks for eviction until the pool's usage is below Ratio.
+type EvictUntilReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Ratio    float64
+}
+
+type EvictUntilResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Objects  int
+	Bytes    uint64
+	Usage    float64
 }

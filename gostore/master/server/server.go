@@ -229,6 +229,20 @@ func (s *Server) register() {
 	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes, r.Epochs)}, nil
 	})
+	rpc.HandleFunc(s.rpc, wire.OpPlanJoin, func(r *wire.PlanJoinReq) (*wire.PlanJoinResp, error) {
+		rank, err := c.PlanJoin(r.ClientID, r.Segment)
+		return &wire.PlanJoinResp{Rank: rank}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpPlanMembers, func(*wire.PlanMembersReq) (*wire.PlanMembersResp, error) {
+		return &wire.PlanMembersResp{Members: c.PlanMembers()}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpEvictUntil, func(r *wire.EvictUntilReq) (*wire.EvictUntilResp, error) {
+		if !(r.Ratio >= 0 && r.Ratio <= 1) {
+			return nil, wire.Errorf(wire.ErrInvalidParams, "usage ratio %v is not in [0, 1]", r.Ratio)
+		}
+		res, usage := c.EvictUntil(r.Ratio)
+		return &wire.EvictUntilResp{Objects: res.Objects, Bytes: res.Bytes, Usage: usage}, nil
+	})
 	rpc.HandleFunc(s.rpc, wire.OpRecoverDisk, func(r *wire.RecoverDiskReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.RecoverDisk(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes)}, nil
 	})
