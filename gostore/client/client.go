@@ -69,6 +69,7 @@ type Client struct {
 	seg    *transfer.LocalSegment // nil for a pure consumer
 	server *transfer.Server
 	ssd    *ssdTier // nil without enable_ssd_offload
+	plans  planState
 
 	// diskPeers are RPC clients of other clients' SSD tiers, by endpoint.
 	diskPeers struct {

@@ -147,6 +147,24 @@ func (e *Engine) Forget(segID uint64) {
 	}
 }
 
+// Mapping returns p's segment mapped into this process (a same-host peer
+// whose memfd can be mapped), or ok false when p is reachable over TCP
+// only. The memory stays mapped until the segment is forgotten (a transfer
+// to it failed, or Forget) or the engine closes: callers that keep it
+// longer than one operation accept that a dead peer takes it away.
+func (e *Engine) Mapping(p Peer) (mem []byte, ok bool) {
+	if e.PathFor(p) != "shm" {
+		return nil, false
+	}
+	m, useTCP, err := e.shm.acquire(p)
+	if useTCP || err != nil {
+		return nil, false
+	}
+	mem = m.mem
+	m.release()
+	return mem, true
+}
+
 // Close fails transfers in flight with ErrTransferFail, closes every
 // connection and unmaps every peer segment. Do after Close fails.
 func (e *Engine) Close() {

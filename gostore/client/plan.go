@@ -1,0 +1,601 @@
+// plan.go defines the client's side of the plan API (the Nano Mooncake
+// seed): a producer opens a write plan on an owner's memory, writes the
+// payload straight into it and commits; readers locate READY objects and
+// read them. A plan object is an ordinary object of the store whose bytes
+// are the 64-byte header (gostore/plan) followed by the payload: the
+// master allocates, leases, evicts and removes it like any other.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gostore/gostore/gostore/plan"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// WritePlan is where a producer writes an object: the seed's fields, plus
+// the segment that holds it.
+type WritePlan struct {
+	Key       string
+	KeyHash   uint64
+	DstRank   int // -1 when the owner is not a plan member
+	SegID     uint64
+	Segment   string
+	HeaderOff uint64 // in the owner's segment
+	Payload   uint64 // offset of page 0 in the owner's segment
+	PageBytes uint32
+	NPages    uint32
+	Bytes     uint64
+	Epoch     uint64
+	mem       []byte // the owner's segment, mapped here (nil: over TCP)
+	peer      transfer.Peer
+}
+
+// ObjMeta locates a READY object for readers (the seed's fields).
+type ObjMeta struct {
+	KeyHash    uint64
+	OwnerRank  int
+	SegID      uint64
+	Segment    string
+	HeaderOff  uint64
+	PayloadOff uint64
+	Bytes      uint64
+	PageBytes  uint32
+	NPages     uint32
+	Epoch      uint64
+}
+
+// PlanStats are the plan API's counters in this process (seed §11).
+type PlanStats struct {
+	Opened, Committed, Aborted, Reads, ReadMisses, Removed atomic.Int64
+	BytesWritten, BytesRead                                 atomic.Int64
+	StaleReads, NotReady, CASFailures, NoRoom               atomic.Int64
+}
+
+// planState is the client's plan bookkeeping.
+type planState struct {
+	mu      sync.Mutex
+	open    map[string]*WritePlan // plans this process opened and has not committed
+	members []wire.PlanMember     // cached; refreshed when routing misses
+	rank    int
+	joined  bool
+	stats   PlanStats
+}
+
+// Errors of the plan API; each carries its contract code.
+var (
+	ErrPlanNotReady = wire.Errorf(wire.ErrReplicaIsNotReady, "plan object is not READY")
+	ErrPlanUnknown  = wire.Errorf(wire.ErrObjectNotFound, "no such plan object")
+)
+
+// PlanJoin makes this client's segment a plan member and returns its rank.
+func (c *Client) PlanJoin() (int, error) {
+	if c.seg == nil {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "a plan member needs a segment (heap_bytes > 0)")
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.PlanJoinResp
+	if err := c.master.Call(ctx, wire.OpPlanJoin, &wire.PlanJoinReq{ClientID: c.id, Segment: c.hostname}, &resp); err != nil {
+		return 0, err
+	}
+	c.plans.mu.Lock()
+	c.plans.rank, c.plans.joined = resp.Rank, true
+	c.plans.mu.Unlock()
+	return resp.Rank, nil
+}
+
+// PlanMembers returns the live plan members by rank (asking the master
+// when refresh is set or nothing is cached).
+func (c *Client) PlanMembers(refresh bool) ([]wire.PlanMember, error) {
+	c.plans.mu.Lock()
+	cached := c.plans.members
+	c.plans.mu.Unlock()
+	if cached != nil && !refresh {
+		return cached, nil
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.PlanMembersResp
+	if err := c.master.Call(ctx, wire.OpPlanMembers, &wire.PlanMembersReq{}, &resp); err != nil {
+		return nil, err
+	}
+	c.plans.mu.Lock()
+	c.plans.members = resp.Members
+	c.plans.mu.Unlock()
+	return resp.Members, nil
+}
+
+// PlanOwner resolves where a key's plan object goes: the member of rank
+// preferRank (>= 0), the segment named preferSeg, or hash(key) % world.
+func (c *Client) PlanOwner(key string, preferRank int, preferSeg string) (wire.PlanMember, error) {
+	for refresh := false; ; refresh = true {
+		members, err := c.PlanMembers(refresh)
+		if err != nil {
+			return wire.PlanMember{}, err
+		}
+		switch {
+		case preferSeg != "":
+			for _, m := range members {
+				if m.Seg.Name == preferSeg {
+					return m, nil
+				}
+			}
+		case preferRank >= 0:
+			for _, m := range members {
+				if m.Rank == preferRank {
+					return m, nil
+				}
+			}
+		case len(members) > 0:
+			return members[plan.KeyHash(key)%uint64(len(members))], nil
+		}
+		if refresh {
+			what := fmt.Sprintf("rank %d", preferRank)
+			if preferSeg != "" {
+				what = fmt.Sprintf("segment %q", preferSeg)
+			} else if preferRank < 0 {
+				what = "any member"
+			}
+			return wire.PlanMember{}, wire.Errorf(wire.ErrSegmentNotFound, "no plan member: %s", what)
+		}
+	}
+}
+
+// segMem returns a segment's memory as this process sees it: its own
+// segment, a same-host peer's mapping, or nil (reach it over TCP).
+func (c *Client) segMem(ctx context.Context, segID uint64) ([]byte, transfer.Peer, error) {
+	if mem := c.peers.local(segID); mem != nil {
+		return mem, transfer.Peer{SegID: segID}, nil
+	}
+	if err := c.resolve(ctx, []uint64{segID}); err != nil {
+		return nil, transfer.Peer{}, err
+	}
+	p, ok := c.peers.get(segID)
+	if !ok {
+		return nil, transfer.Peer{}, wire.Errorf(wire.ErrSegmentNotFound, "segment %d is gone", segID)
+	}
+	mem, _ := c.engine.Mapping(p)
+	return mem, p, nil
+}
+
+// OpenForWrite allocates key's object (header and bytes of payload) on
+// owner, writes its header in state WRITING and returns the plan. The
+// object stays invisible (-703) until Commit. When the pool has no room
+// and lowWatermark > 0, it evicts until usage is below lowWatermark and
+// tries once more (the seed's high/low watermarks: the master's eviction
+// threshold is the high one).
+func (c *Client) OpenForWrite(key string, bytes uint64, pageBytes uint32, owner wire.PlanMember, lowWatermark float64) (*WritePlan, error) {
+	p, err := c.openForWrite(key, bytes, pageBytes, owner)
+	if wire.CodeOf(err) == wire.ErrNoAvailableHandle && lowWatermark > 0 {
+		if _, _, eerr := c.EvictUntil(lowWatermark); eerr == nil {
+			p, err = c.openForWrite(key, bytes, pageBytes, owner)
+		}
+	}
+	return p, err
+}
+
+func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner wire.PlanMember) (*WritePlan, error) {
+	leave, err := c.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	if key == "" || bytes == 0 || pageBytes == 0 {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "open_for_write needs a key, bytes_total > 0 and page_bytes > 0")
+	}
+	if bytes > owner.Seg.Size {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "%d bytes do not fit the owner's %d-byte heap", bytes, owner.Seg.Size)
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.PutStartResp
+	req := wire.PutStartReq{ClientID: c.id, Keys: []string{key}, Sizes: []uint64{plan.HeaderSize + bytes},
+		Config: wire.ReplicaConfig{ReplicaNum: 1, Preferred: []string{owner.Seg.Name}}, HostID: transfer.HostID()}
+	if err := c.master.Call(ctx, wire.OpPutStart, &req, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != 1 {
+		return nil, wire.Errorf(wire.ErrRPCFail, "PutStart answered %d results", len(resp.Results))
+	}
+	r := resp.Results[0]
+	if r.Code != wire.OK {
+		if r.Code == wire.ErrNoAvailableHandle {
+			c.plans.stats.NoRoom.Add(1)
+		}
+		return nil, wire.Errorf(r.Code, "open_for_write %q", key)
+	}
+	rep := r.Replicas[0]
+	p := &WritePlan{Key: key, KeyHash: plan.KeyHash(key), DstRank: -1, SegID: rep.SegID, HeaderOff: rep.Offset,
+		Payload: rep.Offset + plan.HeaderSize, PageBytes: pageBytes, NPages: plan.Pages(bytes, pageBytes),
+		Bytes: bytes, Epoch: r.Epoch}
+	if rep.SegID == owner.Seg.ID {
+		p.DstRank, p.Segment = owner.Rank, owner.Seg.Name
+	}
+	abort := func(err error) (*WritePlan, error) {
+		var codes wire.CodesResp
+		c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: []string{key}, Epochs: []uint64{r.Epoch}}, &codes)
+		c.plans.stats.Aborted.Add(1)
+		return nil, err
+	}
+	if p.mem, p.peer, err = c.segMem(ctx, rep.SegID); err != nil {
+		return abort(err)
+	}
+	h := plan.Header{KeyHash: p.KeyHash, NPages: p.NPages, PageSize: pageBytes, PayloadOff: p.Payload,
+		Bytes: bytes, Epoch: uint32(p.Epoch), LastAccess: uint64(time.Now().UnixNano())}
+	if err := c.writeHeader(ctx, p, func(b []byte) error { return plan.Reserve(b, h) }); err != nil {
+		return abort(err)
+	}
+	c.plans.mu.Lock()
+	if c.plans.open == nil {
+		c.plans.open = make(map[string]*WritePlan)
+	}
+	c.plans.open[key] = p
+	c.plans.mu.Unlock()
+	c.plans.stats.Opened.Add(1)
+	return p, nil
+}
+
+// writeHeader applies op to the plan's header: in place where the owner's
+// memory is mapped here, else on a copy that is then written over TCP
+// (for a TCP owner a remote CAS is not possible; the producer is the only
+// writer of a header it reserved, so a plain write is enough).
+func (c *Client) writeHeader(ctx context.Context, p *WritePlan, op func([]byte) error) error {
+	if p.mem != nil {
+		return op(p.mem[p.HeaderOff : p.HeaderOff+plan.HeaderSize])
+	}
+	var hdr [plan.HeaderSize + 8]byte
+	buf := alignedWords(hdr[:])
+	if errs := c.engine.Do(ctx, []transfer.Op{{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{buf}}}); errs[0] != nil {
+		return errs[0]
+	}
+	if err := op(buf); err != nil {
+		return err
+	}
+	return c.engine.Do(ctx, []transfer.Op{{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{buf}, Write: true}})[0]
+}
+
+// alignedWords returns the 8-byte aligned 64 bytes inside b (72 bytes).
+func alignedWords(b []byte) []byte {
+	skip := (8 - int(addrOf(b)%8)) % 8
+	return b[skip : skip+plan.HeaderSize : skip+plan.HeaderSize]
+}
+
+// Writable is the plan's payload in this process's memory (the owner's
+// segment mapped here), or nil when the owner is reachable over TCP only
+// (write with PlanWrite). It stays valid while the owner lives.
+func (p *WritePlan) Writable() []byte {
+	if p.mem == nil {
+		return nil
+	}
+	return p.mem[p.Payload : p.Payload+p.Bytes : p.Payload+p.Bytes]
+}
+
+// PlanWrite copies data into the plan's payload at off (any transport).
+func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
+	if off > p.Bytes || uint64(len(data)) > p.Bytes-off {
+		return wire.Errorf(wire.ErrInvalidParams, "write of %d bytes at %d is outside the %d-byte payload", len(data), off, p.Bytes)
+	}
+	leave, err := c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	if w := p.Writable(); w != nil {
+		copy(w[off:], data)
+	} else {
+		ctx, cancel := c.ctx()
+		defer cancel()
+		if err := c.engine.Do(ctx, []transfer.Op{{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true}})[0]; err != nil {
+			return err
+		}
+	}
+	c.plans.stats.BytesWritten.Add(int64(len(data)))
+	return nil
+}
+
+// Commit publishes key's plan: the header turns READY (release) and the
+// master marks the object complete. Only the process that opened the plan
+// commits it; -704 for a key it has no open plan for.
+func (c *Client) Commit(key string) error {
+	c.plans.mu.Lock()
+	p := c.plans.open[key]
+	c.plans.mu.Unlock()
+	if p == nil {
+		return wire.Errorf(wire.ErrObjectNotFound, "commit of %q: no open plan in this process", key)
+	}
+	leave, err := c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if err := c.writeHeader(ctx, p, func(b []byte) error { return plan.Publish(b, uint32(p.Epoch)) }); err != nil {
+		c.plans.stats.CASFailures.Add(1)
+		return wire.Errorf(wire.ErrInvalidWrite, "commit of %q: %v", key, err)
+	}
+	var resp wire.CodesResp
+	err = c.master.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: c.id, Keys: []string{key}, Epochs: []uint64{p.Epoch}}, &resp)
+	if err == nil && (len(resp.Codes) != 1 || resp.Codes[0] != wire.OK) {
+		code := wire.ErrRPCFail
+		if len(resp.Codes) == 1 {
+			code = resp.Codes[0]
+		}
+		err = wire.Errorf(code, "commit of %q: the master no longer holds the plan (reclaimed?)", key)
+	}
+	c.plans.mu.Lock()
+	delete(c.plans.open, key)
+	c.plans.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	c.plans.stats.Committed.Add(1)
+	return nil
+}
+
+// Locate returns the ObjMeta of key's READY object (granting a read lease).
+func (c *Client) Locate(key string) (*ObjMeta, error) {
+	leave, err := c.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	meta, p, err := c.locatePlan(ctx, key, false)
+	if err == nil {
+		c.endReads(p)
+	}
+	return meta, err
+}
+
+// locatePlan finds key's object and checks its header: the ObjMeta and
+// the pending get (the caller ends its reads), or ErrPlanNotReady,
+// ErrPlanUnknown or a staleness error.
+func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMeta, *Pending, error) {
+	p, err := c.getStart([]string{key}, read)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := p.res[0]
+	fail := func(err error) (*ObjMeta, *Pending, error) {
+		c.endReads(p)
+		return nil, nil, err
+	}
+	switch {
+	case r.Code == wire.ErrReplicaIsNotReady:
+		c.plans.stats.NotReady.Add(1)
+		return fail(ErrPlanNotReady)
+	case r.Code == wire.ErrObjectNotFound:
+		return fail(ErrPlanUnknown)
+	case r.Code != wire.OK:
+		return fail(wire.Errorf(r.Code, "locate %q", key))
+	case len(r.Replicas) == 0 || r.Size <= plan.HeaderSize:
+		return fail(wire.Errorf(wire.ErrInvalidReplica, "%q is not a plan object in memory", key))
+	}
+	rep := r.Replicas[0]
+	mem, peer, err := c.segMem(ctx, rep.SegID)
+	if err != nil {
+		return fail(err)
+	}
+	meta := &ObjMeta{KeyHash: plan.KeyHash(key), OwnerRank: -1, SegID: rep.SegID, HeaderOff: rep.Offset,
+		PayloadOff: rep.Offset + plan.HeaderSize, Bytes: r.Size - plan.HeaderSize, Epoch: r.Epoch}
+	var h plan.Header
+	if mem != nil {
+		h, err = plan.Load(mem[rep.Offset : rep.Offset+plan.HeaderSize])
+	} else {
+		var hdr [plan.HeaderSize + 8]byte
+		buf := alignedWords(hdr[:])
+		if err = c.engine.Do(ctx, []transfer.Op{{Peer: peer, Offset: rep.Offset, Bufs: [][]byte{buf}}})[0]; err == nil {
+			h, err = plan.Load(buf)
+		}
+	}
+	if err == nil {
+		err = h.Expect(meta.KeyHash, uint32(meta.Epoch), meta.Bytes)
+	}
+	if err != nil {
+		if !errors.Is(err, plan.ErrNotReady) {
+			c.plans.stats.StaleReads.Add(1)
+			return fail(wire.Errorf(wire.ErrInvalidReplica, "locate %q: %v", key, err))
+		}
+		return fail(ErrPlanNotReady)
+	}
+	meta.PageBytes, meta.NPages = h.PageSize, h.NPages
+	meta.OwnerRank, meta.Segment = c.rankOf(rep.SegID)
+	return meta, p, nil
+}
+
+// rankOf names a segment's plan member (rank -1 and "" when it is not
+// one), asking the master once when the cache does not know it.
+func (c *Client) rankOf(segID uint64) (int, string) {
+	for refresh := false; ; refresh = true {
+		members, err := c.PlanMembers(refresh)
+		if err != nil {
+			return -1, ""
+		}
+		for _, m := range members {
+			if m.Seg.ID == segID {
+				return m.Rank, m.Seg.Name
+			}
+		}
+		if refresh {
+			return -1, ""
+		}
+	}
+}
+
+// PlanRead copies key's READY payload into dst (at least its size) and
+// returns the bytes copied. The copy is checked against the header before
+// and after (a seqlock): a slot reclaimed meanwhile gives an error, never
+// another object's bytes.
+func (c *Client) PlanRead(key string, dst []byte) (int, error) {
+	leave, err := c.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	meta, p, err := c.locatePlan(ctx, key, true)
+	if err != nil {
+		if errors.Is(err, ErrPlanUnknown) || errors.Is(err, ErrPlanNotReady) {
+			c.plans.stats.ReadMisses.Add(1)
+		}
+		return 0, err
+	}
+	defer c.endReads(p)
+	n, err := c.readPayload(ctx, meta, dst)
+	if err == nil {
+		if leaseMS := p.res[0].LeaseMS; leaseMS > 0 && time.Since(p.sent) > time.Duration(leaseMS)*time.Millisecond {
+			return 0, wire.Errorf(wire.ErrLeaseExpired, "read of %q outlived its lease", key)
+		}
+	}
+	return n, err
+}
+
+// PlanReadAt reads the object meta describes straight from its owner's
+// memory, without asking the master (the seed's one-hop load): the header
+// must still be READY with meta's epoch before and after the copy, so a
+// slot removed, reclaimed or reused since the meta was taken is refused.
+func (c *Client) PlanReadAt(meta *ObjMeta, dst []byte) (int, error) {
+	leave, err := c.enter()
+	if err != nil {
+		return 0, err
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	return c.readPayload(ctx, meta, dst)
+}
+
+// readPayload is the checked copy behind PlanRead and PlanReadAt.
+func (c *Client) readPayload(ctx context.Context, meta *ObjMeta, dst []byte) (int, error) {
+	if uint64(len(dst)) < meta.Bytes {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "destination of %d bytes for a %d-byte object", len(dst), meta.Bytes)
+	}
+	dst = dst[:meta.Bytes]
+	mem, peer, err := c.segMem(ctx, meta.SegID)
+	if err != nil {
+		return 0, err
+	}
+	stale := func() (int, error) {
+		c.plans.stats.StaleReads.Add(1)
+		return 0, wire.Errorf(wire.ErrInvalidReplica, "the object at %d/%d was reclaimed or replaced", meta.SegID, meta.HeaderOff)
+	}
+	var hdr [plan.HeaderSize + 8]byte
+	buf := alignedWords(hdr[:])
+	loadHeader := func() ([]byte, error) {
+		if mem != nil {
+			if meta.HeaderOff+plan.HeaderSize > uint64(len(mem)) || meta.PayloadOff+meta.Bytes > uint64(len(mem)) {
+				return nil, wire.Errorf(wire.ErrInvalidParams, "object outside its segment")
+			}
+			return mem[meta.HeaderOff : meta.HeaderOff+plan.HeaderSize], nil
+		}
+		return buf, c.engine.Do(ctx, []transfer.Op{{Peer: peer, Offset: meta.HeaderOff, Bufs: [][]byte{buf}}})[0]
+	}
+	h, err := loadHeader()
+	if err != nil {
+		return 0, err
+	}
+	if hd, err := plan.Load(h); err != nil || hd.Expect(meta.KeyHash, uint32(meta.Epoch), meta.Bytes) != nil {
+		return stale()
+	}
+	if mem != nil {
+		copy(dst, mem[meta.PayloadOff:meta.PayloadOff+meta.Bytes])
+	} else if err := c.engine.Do(ctx, []transfer.Op{{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}}})[0]; err != nil {
+		return 0, err
+	}
+	if h, err = loadHeader(); err != nil {
+		return 0, err
+	}
+	if !plan.Still(h, plan.Ready, uint32(meta.Epoch)) {
+		clear(dst)
+		return stale()
+	}
+	if mem != nil {
+		plan.Touch(h, uint64(time.Now().UnixNano()))
+	}
+	c.plans.stats.Reads.Add(1)
+	c.plans.stats.BytesRead.Add(int64(meta.Bytes))
+	return int(meta.Bytes), nil
+}
+
+// PlanRemove kills key's header (readers holding its ObjMeta see DEAD)
+// and removes the object; an open plan of this process is revoked.
+func (c *Client) PlanRemove(key string) error {
+	leave, err := c.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	c.plans.mu.Lock()
+	open := c.plans.open[key]
+	delete(c.plans.open, key)
+	c.plans.mu.Unlock()
+	if open != nil {
+		_ = c.writeHeader(ctx, open, func(b []byte) error { plan.Kill(b, uint32(open.Epoch)); return nil })
+		var codes wire.CodesResp
+		err := c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: []string{key}, Epochs: []uint64{open.Epoch}}, &codes)
+		if err == nil && len(codes.Codes) == 1 && codes.Codes[0] == wire.OK {
+			c.plans.stats.Removed.Add(1)
+			return nil
+		}
+	}
+	p, err := c.peek([]string{key})
+	if err != nil {
+		return err
+	}
+	r := p.res[0]
+	if r.Code == wire.OK && len(r.Replicas) > 0 {
+		if mem, peer, err := c.segMem(ctx, r.Replicas[0].SegID); err == nil {
+			off := r.Replicas[0].Offset
+			if mem != nil {
+				plan.Kill(mem[off:off+plan.HeaderSize], uint32(r.Epoch))
+			} else {
+				_ = c.writeHeader(ctx, &WritePlan{HeaderOff: off, peer: peer}, func(b []byte) error {
+					plan.Kill(b, uint32(r.Epoch))
+					return nil
+				})
+			}
+		}
+	}
+	codes := c.Remove([]string{key}, true)
+	if codes[0] != wire.OK {
+		return wire.Errorf(codes[0], "remove %q", key)
+	}
+	c.plans.stats.Removed.Add(1)
+	return nil
+}
+
+// EvictUntil asks the master to evict until the pool's usage is below
+// ratio; it returns the objects evicted and the usage left.
+func (c *Client) EvictUntil(ratio float64) (int, float64, error) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.EvictUntilResp
+	if err := c.master.Call(ctx, wire.OpEvictUntil, &wire.EvictUntilReq{Ratio: ratio}, &resp); err != nil {
+		return 0, 0, err
+	}
+	return resp.Objects, resp.Usage, nil
+}
+
+// PlanStatsOf returns the plan counters, the rank (or -1) and the open
+// plans.
+func (c *Client) PlanStatsOf() (st *PlanStats, rank, open int) {
+	c.plans.mu.Lock()
+	defer c.plans.mu.Unlock()
+	rank = -1
+	if c.plans.joined {
+		rank = c.plans.rank
+	}
+	return &c.plans.stats, rank, len(c.plans.open)
+}

@@ -1,0 +1,235 @@
+package client
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// planCluster is a master, an owner (a member with a heap), a producer and
+// a reader (members too: every client of a plan cluster is one).
+func planCluster(t *testing.T, extra ...string) (owner, producer, reader *Client) {
+	m := startMaster(t, extra...)
+	owner = newClient(t, m.Addr(), 8<<20)
+	producer = newClient(t, m.Addr(), 1<<20)
+	reader = newClient(t, m.Addr(), 1<<20)
+	for i, c := range []*Client{owner, producer, reader} {
+		if r, err := c.PlanJoin(); err != nil || r != i {
+			t.Fatalf("join %d: rank %d, %v", i, r, err)
+		}
+	}
+	return owner, producer, reader
+}
+
+func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
+	for _, tcp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tcp=%v", tcp), func(t *testing.T) {
+			if tcp {
+				t.Setenv("GOSTORE_TRANSPORT", "tcp")
+			}
+			owner, producer, reader := planCluster(t)
+			dest, err := producer.PlanOwner("sess:42:kv:L0", 0, "")
+			if err != nil || dest.Seg.Name != owner.Hostname() {
+				t.Fatalf("owner rank 0: %+v %v", dest, err)
+			}
+			v := pattern(42, 300<<10)
+			p, err := producer.OpenForWrite("sess:42:kv:L0", uint64(len(v)), 64<<10, dest, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.DstRank != 0 || p.NPages != 5 || p.Bytes != uint64(len(v)) || p.Payload != p.HeaderOff+64 {
+				t.Fatalf("plan %+v", p)
+			}
+			if tcp != (p.Writable() == nil) {
+				t.Fatalf("writable view with tcp=%v: %v", tcp, p.Writable() != nil)
+			}
+			// Nothing to see before the commit.
+			if _, err := reader.PlanRead("sess:42:kv:L0", make([]byte, len(v))); !errors.Is(err, ErrPlanNotReady) {
+				t.Fatalf("read before commit: %v", err)
+			}
+			if got := reader.GetSize("sess:42:kv:L0"); got != int64(wire.ErrReplicaIsNotReady) {
+				t.Fatalf("regular API before commit: %d", got)
+			}
+			if w := p.Writable(); w != nil {
+				copy(w, v)
+			} else if err := producer.PlanWrite(p, 0, v); err != nil {
+				t.Fatal(err)
+			}
+			if err := producer.Commit("sess:42:kv:L0"); err != nil {
+				t.Fatal(err)
+			}
+			dst := make([]byte, len(v)+10)
+			if n, err := reader.PlanRead("sess:42:kv:L0", dst); err != nil || n != len(v) || !bytes.Equal(dst[:n], v) {
+				t.Fatalf("read after commit: %d %v", n, err)
+			}
+			meta, err := reader.Locate("sess:42:kv:L0")
+			if err != nil || meta.OwnerRank != 0 || meta.Bytes != uint64(len(v)) || meta.PageBytes != 64<<10 ||
+				meta.NPages != 5 || meta.Epoch != p.Epoch || meta.PayloadOff != p.Payload {
+				t.Fatalf("meta %+v %v", meta, err)
+			}
+			clear(dst)
+			if n, err := reader.PlanReadAt(meta, dst); err != nil || !bytes.Equal(dst[:n], v) {
+				t.Fatalf("one-hop read: %d %v", n, err)
+			}
+			// A plan object is an object: the regular API sees it.
+			if reader.Exist([]string{"sess:42:kv:L0"})[0] != 1 || owner.GetSize("sess:42:kv:L0") != int64(len(v)+64) {
+				t.Fatal("the regular API does not see the plan object")
+			}
+		})
+	}
+}
+
+// A reader holding an ObjMeta never reads a removed or reused slot as
+// valid: the epoch in the header moved on.
+func TestPlanEpochGuardsReuse(t *testing.T) {
+	owner, producer, reader := planCluster(t)
+	dest, _ := producer.PlanOwner("", 0, owner.Hostname())
+	write := func(key string, seed uint64) *WritePlan {
+		p, err := producer.OpenForWrite(key, 4096, 4096, dest, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(p.Writable(), pattern(seed, 4096))
+		if err := producer.Commit(key); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := write("a", 1)
+	meta, err := reader.Locate("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := producer.PlanRemove("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.PlanReadAt(meta, make([]byte, 4096)); err == nil {
+		t.Fatal("a removed object read through an old meta")
+	}
+	second := write("b", 2) // the freed slot comes back for the next object
+	if second.HeaderOff != first.HeaderOff {
+		t.Fatalf("slot not reused (%d, %d): the test shows nothing", first.HeaderOff, second.HeaderOff)
+	}
+	dst := make([]byte, 4096)
+	if _, err := reader.PlanReadAt(meta, dst); err == nil || bytes.Equal(dst, pattern(2, 4096)) {
+		t.Fatalf("an old meta read the reused slot: %v", err)
+	}
+	if _, err := reader.PlanRead("a", dst); !errors.Is(err, ErrPlanUnknown) {
+		t.Fatalf("removed key: %v", err)
+	}
+	st, _, _ := reader.PlanStatsOf()
+	if st.StaleReads.Load() < 2 {
+		t.Fatalf("stale reads not counted: %d", st.StaleReads.Load())
+	}
+}
+
+// A producer that dies between open and commit leaves a slot that is
+// reclaimed (after client_ttl) and never read as valid.
+func TestPlanOfADeadProducerIsReclaimed(t *testing.T) {
+	m := startMaster(t, "--client_ttl=1", "--tick_interval_ms=20")
+	owner := newClient(t, m.Addr(), 4<<20)
+	owner.PlanJoin()
+	producer := newClient(t, m.Addr(), 0)
+	reader := newClient(t, m.Addr(), 0)
+	dest, _ := producer.PlanOwner("k", -1, "")
+	p, err := producer.OpenForWrite("k", 8192, 4096, dest, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(p.Writable(), pattern(3, 4096)) // half written
+	producer.release()                   // dies: no close, no more pings
+	if _, err := reader.PlanRead("k", make([]byte, 8192)); !errors.Is(err, ErrPlanNotReady) {
+		t.Fatalf("read of an unfinished plan: %v", err)
+	}
+	waitFor(t, "the dead producer's plan reclaimed", func() bool {
+		return reader.GetSize("k") == int64(wire.ErrObjectNotFound)
+	})
+	// The slot serves a new object; the old plan can never be published.
+	dest2, _ := reader.PlanOwner("k2", -1, "")
+	p2, err := reader.OpenForWrite("k2", 8192, 4096, dest2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(p2.Writable(), pattern(4, 8192))
+	if err := reader.Commit("k2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.PlanRead("k", make([]byte, 8192)); !errors.Is(err, ErrPlanUnknown) {
+		t.Fatalf("the reclaimed key: %v", err)
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	owner, producer, _ := planCluster(t)
+	dest, _ := producer.PlanOwner("", -1, owner.Hostname())
+	for _, n := range []uint64{0, 9 << 20} {
+		if _, err := producer.OpenForWrite("x", n, 4096, dest, 0); wire.CodeOf(err) != wire.ErrInvalidParams {
+			t.Errorf("open of %d bytes: %v", n, err)
+		}
+	}
+	if _, err := producer.OpenForWrite("", 10, 4096, dest, 0); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Errorf("open of an empty key: %v", err)
+	}
+	if err := producer.Commit("never-opened"); wire.CodeOf(err) != wire.ErrObjectNotFound {
+		t.Errorf("commit of an unknown key: %v", err)
+	}
+	if _, err := producer.PlanOwner("x", 99, ""); wire.CodeOf(err) != wire.ErrSegmentNotFound {
+		t.Errorf("unknown rank: %v", err)
+	}
+	// A plan removed before its commit cannot be committed, nor written
+	// to through the master any more.
+	p, err := producer.OpenForWrite("gone", 4096, 4096, dest, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := producer.PlanRemove("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := producer.Commit("gone"); wire.CodeOf(err) != wire.ErrObjectNotFound {
+		t.Errorf("commit after remove: %v", err)
+	}
+	if err := producer.PlanWrite(p, 4000, make([]byte, 200)); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Errorf("write past the payload: %v", err)
+	}
+	// A commit of a plan whose object the master no longer has fails.
+	p2, _ := producer.OpenForWrite("revoked", 4096, 4096, dest, 0)
+	owner.Remove([]string{"revoked"}, true)
+	if err := producer.Commit("revoked"); err == nil {
+		t.Error("commit of a plan removed by another client succeeded")
+	}
+	_ = p2
+	if _, _, err := producer.EvictUntil(2); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Errorf("evict_until_below(2): %v", err)
+	}
+}
+
+func TestPlanEvictUntilBelow(t *testing.T) {
+	owner, producer, reader := planCluster(t)
+	dest, _ := producer.PlanOwner("", -1, owner.Hostname())
+	// 12 MiB through the owner's 8 MiB heap: each open that finds no room
+	// evicts down to the low watermark first.
+	for i := range 12 {
+		key := fmt.Sprint("e", i)
+		p, err := producer.OpenForWrite(key, 1<<20, 256<<10, dest, 0.5)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		copy(p.Writable(), pattern(uint64(i), 1<<20))
+		producer.Commit(key)
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := reader.PlanRead("e0", make([]byte, 1<<20)); !errors.Is(err, ErrPlanUnknown) {
+		t.Fatalf("the oldest object survived the watermark evictions: %v", err)
+	}
+	n, usage, err := reader.EvictUntil(0.3)
+	if err != nil || n == 0 || usage >= 0.3 {
+		t.Fatalf("evicted %d, usage %.2f, %v", n, usage, err)
+	}
+	if _, err := reader.PlanRead("e11", make([]byte, 1<<20)); err != nil {
+		t.Fatalf("the newest object went: %v", err)
+	}
+}
