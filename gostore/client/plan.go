@@ -54,8 +54,8 @@ type ObjMeta struct {
 // PlanStats are the plan API's counters in this process (seed §11).
 type PlanStats struct {
 	Opened, Committed, Aborted, Reads, ReadMisses, Removed atomic.Int64
-	BytesWritten, BytesRead                                 atomic.Int64
-	StaleReads, NotReady, CASFailures, NoRoom               atomic.Int64
+	BytesWritten, BytesRead                                atomic.Int64
+	StaleReads, NotReady, CASFailures, NoRoom              atomic.Int64
 }
 
 // planState is the client's plan bookkeeping.
