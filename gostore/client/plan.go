@@ -267,6 +267,13 @@ func alignedWords(b []byte) []byte {
 	return b[skip : skip+plan.HeaderSize : skip+plan.HeaderSize]
 }
 
+// OpenPlan is this process's open (uncommitted) plan for key, or nil.
+func (c *Client) OpenPlan(key string) *WritePlan {
+	c.plans.mu.Lock()
+	defer c.plans.mu.Unlock()
+	return c.plans.open[key]
+}
+
 // Writable is the plan's payload in this process's memory (the owner's
 // segment mapped here), or nil when the owner is reachable over TCP only
 // (write with PlanWrite). It stays valid while the owner lives.
@@ -296,7 +303,6 @@ func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
 			return err
 		}
 	}
-	c.plans.stats.BytesWritten.Add(int64(len(data)))
 	return nil
 }
 
@@ -337,6 +343,7 @@ func (c *Client) Commit(key string) error {
 		return err
 	}
 	c.plans.stats.Committed.Add(1)
+	c.plans.stats.BytesWritten.Add(int64(p.Bytes)) // what producers wrote, by whatever path
 	return nil
 }
 

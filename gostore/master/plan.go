@@ -56,7 +56,10 @@ func (c *Core) PlanMembers() []wire.PlanMember {
 	var gone []uint64
 	for id, r := range ranks {
 		if s, ok := c.segs.byID[id]; ok {
-			out = append(out, wire.PlanMember{Rank: r, Seg: s.desc})
+			s.mu.Lock()
+			used := s.alloc.Used()
+			s.mu.Unlock()
+			out = append(out, wire.PlanMember{Rank: r, Seg: s.desc, Used: used})
 		} else {
 			gone = append(gone, id)
 		}

@@ -368,11 +368,13 @@ type PlanJoinResp struct {
 	Rank     int
 }
 
-// PlanMember is a member of the plan API: its rank and segment.
+// PlanMember is a member of the plan API: its rank and segment, and the
+// bytes of the segment in use.
 type PlanMember struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Rank     int
 	Seg      SegmentDesc
+	Used     uint64
 }
 
 type PlanMembersReq struct {

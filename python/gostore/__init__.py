@@ -19,6 +19,7 @@ from .buffer import GostoreBuffer
 from .config import ReplicateConfig
 from .errors import ErrorCode
 from .master import EmbeddedMaster, master_binary_path
+from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
 from .store import MooncakeDistributedStore
 from .tasks import TaskInfo
 
@@ -32,5 +33,11 @@ __all__ = [
     "GostoreBuffer",
     "TaskInfo",
     "master_binary_path",
+    "NanoKVCache",
+    "WritePlan",
+    "ObjMeta",
+    "PlanError",
+    "PlanNotReady",
+    "plan_address",
     "__version__",
 ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from ctypes import c_char_p, c_double, c_int, c_int64, c_uint64, c_void_p
+from ctypes import c_char_p, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Optional
 
 __all__ = ["library_path", "lib", "is_loaded", "bench_memcpy", "bench_tcp_stream"]
@@ -86,6 +86,28 @@ PROTOTYPES = {
     ),
     # h, id, id_len, out (JSON), cap
     "gs_query_task": (c_int, [_i64, c_char_p, c_int, _vp, c_int]),
+    # plan API (bindings/plan.go): plans are uint64[10], metas uint64[9]
+    "gs_plan_join": (_i64, [_i64]),
+    "gs_plan_members": (c_int, [_i64, _vp, c_int]),
+    # h, key, key_len, bytes, page_bytes, pref_rank, pref_seg, pref_seg_len,
+    # low_watermark, out(uint64[10])
+    "gs_plan_open": (
+        c_int,
+        [_i64, c_char_p, c_int, c_uint64, c_uint32, _i64, c_char_p, c_int, c_double, _vp],
+    ),
+    # h, key, key_len, offset, ptr, size
+    "gs_plan_write": (c_int, [_i64, c_char_p, c_int, c_uint64, c_uint64, c_uint64]),
+    "gs_plan_commit": (c_int, [_i64, c_char_p, c_int]),
+    # h, key, key_len, out(uint64[9])
+    "gs_plan_locate": (c_int, [_i64, c_char_p, c_int, _vp]),
+    # h, key, key_len, dst, capacity -> bytes / negative
+    "gs_plan_read": (_i64, [_i64, c_char_p, c_int, c_uint64, c_uint64]),
+    # h, meta(uint64[9]), dst, capacity -> bytes / negative
+    "gs_plan_read_at": (_i64, [_i64, _vp, c_uint64, c_uint64]),
+    "gs_plan_remove": (c_int, [_i64, c_char_p, c_int]),
+    # h, ratio, usage_out(double*) -> objects evicted / negative
+    "gs_plan_evict_until": (_i64, [_i64, c_double, _vp]),
+    "gs_plan_stats": (c_int, [_i64, _vp, c_int]),
     "gs_master_start": (_i64, [c_char_p, c_int]),
     "gs_master_addr": (c_int, [_i64, _vp, c_int]),
     "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),
