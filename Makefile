@@ -30,6 +30,7 @@ bench: install
 	$(PY) bench/bench.py --json bench/results.json
 	go run $(GOLD) ./bench/master --json bench/master-results.json
 	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
+	$(PY) bench/nano.py --json bench/nano-results.json
 
 install: $(STAMP)
 

@@ -143,6 +143,20 @@ func getMeta(o []uint64) *client.ObjMeta {
 // gs_plan_locate fills out[metaFields] for key's READY object: 0, -703
 // before its commit, -704 for an unknown key, or another negative code.
 //
+// gs_plan_flush returns once the master has heard of every commit this
+// process made (commits publish the header at once, the master later).
+//
+//export gs_plan_flush
+func gs_plan_flush(h C.int64_t) (ret C.int) {
+	defer recoverTo("gs_plan_flush", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	c.FlushCommits()
+	return 0
+}
+
 //export gs_plan_locate
 func gs_plan_locate(h C.int64_t, key *C.char, keyLen C.int, out *C.uint64_t) (ret C.int) {
 	defer recoverTo("gs_plan_locate", &ret)
@@ -250,6 +264,7 @@ func gs_plan_stats(h C.int64_t, out *C.char, capacity C.int) (ret C.int) {
 		"bytes_tx": st.BytesWritten.Load(), "bytes_rx": st.BytesRead.Load(),
 		"stale_reads": st.StaleReads.Load(), "not_ready": st.NotReady.Load(),
 		"cas_failures": st.CASFailures.Load(), "oom": st.NoRoom.Load(),
+		"commit_failures": st.CommitFailures.Load(),
 	})
 	return putString(string(b), out, capacity)
 }

@@ -14,6 +14,7 @@ answers one JSON line per command:
                 one, else with ``write`` -> ``{}``
 ``fill_half``   as ``fill`` but only the first half (a producer interrupted)
 ``commit``      ``key`` -> ``{}``
+``flush``       -> ``{}`` once the master has heard of every commit
 ``put``         ``key``, ``size``, ``seed`` [, ``preferred``] -> ``{}``
 ``get``         ``key`` -> ``{"hex": str | null}``
 ``check``       ``key``, ``size``, ``seed`` -> ``{"ok": bool, "none": bool}``
@@ -81,6 +82,9 @@ def main() -> int:
                 answer({})
             elif op == "commit":
                 cache.commit(cmd["key"])
+                answer({})
+            elif op == "flush":
+                cache.flush()
                 answer({})
             elif op == "put":
                 cache.put(cmd["key"], pattern(cmd["seed"], cmd["size"]), preferred_segment=cmd.get("preferred"))

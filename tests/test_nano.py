@@ -143,7 +143,9 @@ def test_producer_writes_into_the_owner_and_commits(nano, transport):
     assert meta.payload_off == plan["payload_base"] and meta.header_off == plan["header_off"]
     assert reader.read_location(meta) == pattern(7, size)
     assert owner.call("check", key="sess:42:kv:L0", size=size, seed=7)["ok"]
-    # A plan object is an object of the store.
+    # A plan object is an object of the store (once the master has heard
+    # of the commit, which a commit does not wait for).
+    producer.call("flush")
     assert reader.store.is_exist("sess:42:kv:L0") == 1
     assert reader.store.get_size("sess:42:kv:L0") == size + 64
     st = producer.call("stats")

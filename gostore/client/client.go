@@ -64,7 +64,8 @@ type Client struct {
 	peers     peerCache
 	buffers   registry
 	staging   *staging
-	readsDone readsDone
+	readsDone keyBatch // ReadDone of ended reads
+	planEnds  keyBatch // PutEnd of committed plans
 
 	seg    *transfer.LocalSegment // nil for a pure consumer
 	server *transfer.Server
@@ -102,7 +103,8 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP})
 	c.peers.init()
-	c.readsDone.init()
+	c.readsDone.init(wire.OpReadDone, 0, nil)
+	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
 	ok := false
 	defer func() {
 		if !ok {
@@ -152,11 +154,15 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		c.ssd.start()
 	}
 	c.healthy.Store(true)
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go c.heartbeat()
 	go func() {
 		defer c.wg.Done()
 		c.readsDone.run(c.master, c.id, c.log, c.stop)
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.planEnds.run(c.master, c.id, c.log, c.stop)
 	}()
 	ok = true
 	c.log.Info("client ready", "hostname", c.hostname, "segment", cfg.GlobalSegmentSize, "master", cfg.MasterServerAddr)

@@ -53,9 +53,9 @@ type ObjMeta struct {
 
 // PlanStats are the plan API's counters in this process (seed §11).
 type PlanStats struct {
-	Opened, Committed, Aborted, Reads, ReadMisses, Removed atomic.Int64
-	BytesWritten, BytesRead                                atomic.Int64
-	StaleReads, NotReady, CASFailures, NoRoom              atomic.Int64
+	Opened, Committed, Aborted, Reads, ReadMisses, Removed    atomic.Int64
+	BytesWritten, BytesRead                                   atomic.Int64
+	StaleReads, NotReady, CASFailures, NoRoom, CommitFailures atomic.Int64
 }
 
 // planState is the client's plan bookkeeping.
@@ -306,8 +306,11 @@ func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
 	return nil
 }
 
-// Commit publishes key's plan: the header turns READY (release) and the
-// master marks the object complete. Only the process that opened the plan
+// Commit publishes key's plan: its header turns READY with a release
+// store, and from that moment every reader finds it (readers check the
+// header; the master's index follows). The master learns in the
+// background, batched with other commits (FlushCommits waits for that),
+// so a commit costs no round trip. Only the process that opened the plan
 // commits it; -704 for a key it has no open plan for.
 func (c *Client) Commit(key string) error {
 	c.plans.mu.Lock()
@@ -321,30 +324,50 @@ func (c *Client) Commit(key string) error {
 		return err
 	}
 	defer leave()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	if err := c.writeHeader(ctx, p, func(b []byte) error { return plan.Publish(b, uint32(p.Epoch)) }); err != nil {
+	publish := func(b []byte) error { return plan.Publish(b, uint32(p.Epoch)) }
+	if p.mem != nil {
+		err = publish(p.mem[p.HeaderOff : p.HeaderOff+plan.HeaderSize]) // the hot path: one CAS
+	} else {
+		ctx, cancel := c.ctx()
+		err = c.writeHeader(ctx, p, publish)
+		cancel()
+	}
+	if err != nil {
 		c.plans.stats.CASFailures.Add(1)
 		return wire.Errorf(wire.ErrInvalidWrite, "commit of %q: %v", key, err)
-	}
-	var resp wire.CodesResp
-	err = c.master.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: c.id, Keys: []string{key}, Epochs: []uint64{p.Epoch}}, &resp)
-	if err == nil && (len(resp.Codes) != 1 || resp.Codes[0] != wire.OK) {
-		code := wire.ErrRPCFail
-		if len(resp.Codes) == 1 {
-			code = resp.Codes[0]
-		}
-		err = wire.Errorf(code, "commit of %q: the master no longer holds the plan (reclaimed?)", key)
 	}
 	c.plans.mu.Lock()
 	delete(c.plans.open, key)
 	c.plans.mu.Unlock()
-	if err != nil {
-		return err
-	}
+	c.planEnds.add(key, p.Epoch)
 	c.plans.stats.Committed.Add(1)
 	c.plans.stats.BytesWritten.Add(int64(p.Bytes)) // what producers wrote, by whatever path
 	return nil
+}
+
+// planEndDelay is how long a commit's PutEnd waits to be sent (with the
+// other commits of that moment): readers find a committed plan by its
+// header meanwhile; only the regular API waits for the master.
+const planEndDelay = 200 * time.Microsecond
+
+// FlushCommits returns once the master has every commit made so far.
+func (c *Client) FlushCommits() { c.planEnds.flush(c.master, c.id, c.log) }
+
+// plansEnded hears the master's answer to a batch of commits: a plan it no
+// longer held (reclaimed or removed meanwhile) is counted and logged.
+func (c *Client) plansEnded(req *wire.KeysReq, codes []wire.Code, err error) {
+	if err != nil {
+		c.plans.stats.CommitFailures.Add(int64(len(req.Keys)))
+		c.log.Warn("the master did not hear of committed plans; their objects stay unfinished until reclaimed",
+			"keys", len(req.Keys), "err", err)
+		return
+	}
+	for i, code := range codes {
+		if code != wire.OK && i < len(req.Keys) {
+			c.plans.stats.CommitFailures.Add(1)
+			c.log.Warn("a committed plan was gone at the master (removed or reclaimed meanwhile)", "key", req.Keys[i], "code", code)
+		}
+	}
 }
 
 // Locate returns the ObjMeta of key's READY object (granting a read lease).
@@ -377,6 +400,9 @@ func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMet
 		return nil, nil, err
 	}
 	switch {
+	case r.Code == wire.ErrReplicaIsNotReady && len(r.Replicas) > 0 && r.Size > plan.HeaderSize:
+		// Committed in its header, perhaps, with the master not told
+		// yet: the header decides (below).
 	case r.Code == wire.ErrReplicaIsNotReady:
 		c.plans.stats.NotReady.Add(1)
 		return fail(ErrPlanNotReady)
@@ -412,6 +438,7 @@ func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMet
 			c.plans.stats.StaleReads.Add(1)
 			return fail(wire.Errorf(wire.ErrInvalidReplica, "locate %q: %v", key, err))
 		}
+		c.plans.stats.NotReady.Add(1)
 		return fail(ErrPlanNotReady)
 	}
 	meta.PageBytes, meta.NPages = h.PageSize, h.NPages
@@ -557,12 +584,13 @@ func (c *Client) PlanRemove(key string) error {
 			return nil
 		}
 	}
+	c.FlushCommits() // a commit of ours still on its way must not land after the removal
 	p, err := c.peek([]string{key})
 	if err != nil {
 		return err
 	}
 	r := p.res[0]
-	if r.Code == wire.OK && len(r.Replicas) > 0 {
+	if (r.Code == wire.OK || r.Code == wire.ErrReplicaIsNotReady) && len(r.Replicas) > 0 {
 		if mem, peer, err := c.segMem(ctx, r.Replicas[0].SegID); err == nil {
 			off := r.Replicas[0].Offset
 			if mem != nil {

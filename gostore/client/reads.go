@@ -1,4 +1,6 @@
-// reads.go defines the background batcher that tells the master reads ended.
+// reads.go defines keyBatch, the background batcher that tells the master
+// what happened to keys off the caller's path: reads that ended
+// (ReadDone) and plans committed (PutEnd).
 package client
 
 import (
@@ -11,38 +13,67 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// readDoneBatch caps one ReadDone RPC.
-const readDoneBatch = 4096
+// keyBatchMax caps one batch's RPC.
+const keyBatchMax = 4096
 
-// readsDone collects keys whose reads ended and sends them to the master in
-// batches, off the get's critical path: a get costs one RPC, and the reader
-// count it holds on the object drops a moment later. While a batch is in
-// flight new keys accumulate, so the batch size follows the load.
-type readsDone struct {
+// keyBatch collects (key, epoch) pairs and sends them to the master in
+// batches of one op: a get costs one RPC, and the reader count it holds
+// drops a moment later; a plan's commit flips its header at once and the
+// master learns a moment later. While a batch is in flight new keys
+// accumulate, so the batch size follows the load.
+type keyBatch struct {
+	op wire.Op
+	// done, if set, is told each batch's outcome (codes per key, or the
+	// call's error).
+	done func(req *wire.KeysReq, codes []wire.Code, err error)
+
+	// delay, when not 0, is how long the first key of a batch waits
+	// before the batch is sent: the sender then runs after the caller's
+	// call has returned rather than racing it for the CPU (measured: a
+	// plan commit cost 22 µs with an immediate wake, 4 µs without), and
+	// keys of a burst share one RPC.
+	delay time.Duration
+
 	mu      sync.Mutex
-	pending wire.KeysReq // Keys and Epochs of ended reads
+	pending wire.KeysReq // Keys and Epochs waiting
+	armed   bool         // a delayed wake is on its way
 	wake    chan struct{}
 	sending sync.Mutex // held while a batch is on the wire
 }
 
-func (r *readsDone) init() { r.wake = make(chan struct{}, 1) }
+func (r *keyBatch) init(op wire.Op, delay time.Duration, done func(*wire.KeysReq, []wire.Code, error)) {
+	r.op, r.delay, r.done = op, delay, done
+	r.wake = make(chan struct{}, 1)
+}
 
-func (r *readsDone) add(key string, epoch uint64) {
+func (r *keyBatch) add(key string, epoch uint64) {
 	r.mu.Lock()
 	r.pending.Keys = append(r.pending.Keys, key)
 	r.pending.Epochs = append(r.pending.Epochs, epoch)
+	arm := r.delay > 0 && !r.armed
+	r.armed = r.armed || arm
 	r.mu.Unlock()
+	switch {
+	case arm:
+		time.AfterFunc(r.delay, r.kick)
+	case r.delay == 0:
+		r.kick()
+	}
+}
+
+func (r *keyBatch) kick() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
-// take removes up to readDoneBatch reads from the queue.
-func (r *readsDone) take(clientID string) wire.KeysReq {
+// take removes up to keyBatchMax keys from the queue.
+func (r *keyBatch) take(clientID string) wire.KeysReq {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := min(len(r.pending.Keys), readDoneBatch)
+	r.armed = false // keys added from now on arm a new wake
+	n := min(len(r.pending.Keys), keyBatchMax)
 	req := wire.KeysReq{ClientID: clientID, Keys: r.pending.Keys[:n:n], Epochs: r.pending.Epochs[:n:n]}
 	r.pending.Keys, r.pending.Epochs = r.pending.Keys[n:], r.pending.Epochs[n:]
 	if len(r.pending.Keys) == 0 {
@@ -53,21 +84,25 @@ func (r *readsDone) take(clientID string) wire.KeysReq {
 
 // flush sends everything pending and returns once the master has it,
 // including a batch another goroutine had already started sending.
-func (r *readsDone) flush(master *rpc.Client, clientID string, log *slog.Logger) {
+func (r *keyBatch) flush(master *rpc.Client, clientID string, log *slog.Logger) {
 	r.sending.Lock()
 	defer r.sending.Unlock()
 	for req := r.take(clientID); len(req.Keys) > 0; req = r.take(clientID) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := master.Call(ctx, wire.OpReadDone, &req, nil); err != nil {
-			// The master frees the reader count when the lease ends.
-			log.Debug("ReadDone not delivered; the lease will end the reads", "keys", len(req.Keys), "err", err)
+		var resp wire.CodesResp
+		var err error
+		if r.done != nil {
+			err = master.Call(ctx, r.op, &req, &resp)
+			r.done(&req, resp.Codes, err)
+		} else if err = master.Call(ctx, r.op, &req, nil); err != nil {
+			log.Debug("batch not delivered", "op", r.op.String(), "keys", len(req.Keys), "err", err)
 		}
 		cancel()
 	}
 }
 
 // run sends batches until stop closes, then flushes what is left.
-func (r *readsDone) run(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) {
+func (r *keyBatch) run(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:

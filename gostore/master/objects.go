@@ -301,6 +301,14 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 			c.stats.GetMisses.Add(1)
 		case !o.readable():
 			out[i].Code = wire.ErrReplicaIsNotReady
+			// Where the write goes, for plan readers: a plan is published
+			// by its header (READY) before its writer's PutEnd arrives.
+			// The replicas are not leased: nothing reads them but a
+			// header check, whose epoch guards against reuse.
+			out[i].Size, out[i].Epoch = o.size, o.epoch
+			for _, r := range o.replicas {
+				out[i].Replicas = append(out[i].Replicas, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+			}
 		default:
 			if o.disk != nil {
 				out[i].Disk = o.disk.endpoint

@@ -98,6 +98,7 @@ PROTOTYPES = {
     # h, key, key_len, offset, ptr, size
     "gs_plan_write": (c_int, [_i64, c_char_p, c_int, c_uint64, c_uint64, c_uint64]),
     "gs_plan_commit": (c_int, [_i64, c_char_p, c_int]),
+    "gs_plan_flush": (c_int, [_i64]),
     # h, key, key_len, out(uint64[9])
     "gs_plan_locate": (c_int, [_i64, c_char_p, c_int, _vp]),
     # h, key, key_len, dst, capacity -> bytes / negative

@@ -251,13 +251,20 @@ class NanoKVCache:
 
     def commit(self, key: str) -> None:
         """Publish the plan this process opened for ``key``: its header turns
-        READY and readers see exactly what was written."""
+        READY and from then on readers see exactly what was written. The
+        master hears of it in the background (the regular API sees the
+        object once it has: :meth:`flush` waits for that); a commit costs
+        no round trip."""
         k = _key(key)
         rc = _native.lib().gs_plan_commit(self._store._h(), k or b"", len(k or b""))
         if rc == int(ErrorCode.OBJECT_NOT_FOUND):
             raise KeyError(f"{key!r}: no open plan in this process (never opened, or removed)")
         if rc < 0:
             raise PlanError(f"commit({key!r})", rc)
+
+    def flush(self) -> None:
+        """Return once the master has heard of every commit made here."""
+        _native.lib().gs_plan_flush(self._store._h())
 
     def get_location(self, key: str) -> ObjMeta:
         """Where ``key``'s READY object lives (grants a read lease)."""
