@@ -264,7 +264,7 @@ func gs_plan_stats(h C.int64_t, out *C.char, capacity C.int) (ret C.int) {
 		"bytes_tx": st.BytesWritten.Load(), "bytes_rx": st.BytesRead.Load(),
 		"stale_reads": st.StaleReads.Load(), "not_ready": st.NotReady.Load(),
 		"cas_failures": st.CASFailures.Load(), "oom": st.NoRoom.Load(),
-		"commit_failures": st.CommitFailures.Load(),
+		"commit_failures": st.CommitFailures.Load(), "evictions": st.Evictions.Load(),
 	})
 	return putString(string(b), out, capacity)
 }

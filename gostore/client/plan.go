@@ -56,6 +56,7 @@ type PlanStats struct {
 	Opened, Committed, Aborted, Reads, ReadMisses, Removed    atomic.Int64
 	BytesWritten, BytesRead                                   atomic.Int64
 	StaleReads, NotReady, CASFailures, NoRoom, CommitFailures atomic.Int64
+	Evictions                                                 atomic.Int64 // objects evicted on this process's behalf
 }
 
 // planState is the client's plan bookkeeping.
@@ -620,6 +621,7 @@ func (c *Client) EvictUntil(ratio float64) (int, float64, error) {
 	if err := c.master.Call(ctx, wire.OpEvictUntil, &wire.EvictUntilReq{Ratio: ratio}, &resp); err != nil {
 		return 0, 0, err
 	}
+	c.plans.stats.Evictions.Add(int64(resp.Objects))
 	return resp.Objects, resp.Usage, nil
 }
 

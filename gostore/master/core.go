@@ -117,11 +117,13 @@ type Core struct {
 	// failed): the put that failed returns -200 at once, the next succeeds.
 	evictSoon atomic.Bool
 	epochs    atomic.Uint64
-	tasks     taskTable
-	offload   offloadQueues // per client: keys to persist
-	drops     offloadQueues // per SSD directory: disk copies to delete
-	plan      planMembers   // segments hosting plan objects, by rank
-	tiers     struct {      // client → its SSD directory
+	// reclaimCursor is the next shard reclaimAbandoned looks at.
+	reclaimCursor atomic.Int64
+	tasks         taskTable
+	offload       offloadQueues // per client: keys to persist
+	drops         offloadQueues // per SSD directory: disk copies to delete
+	plan          planMembers   // segments hosting plan objects, by rank
+	tiers         struct {      // client → its SSD directory
 		sync.Mutex
 		byClient map[string]string
 	}
@@ -137,6 +139,7 @@ type Stats struct {
 	UpsertStarts, UpsertsInPlace, WritesPreempted            atomic.Int64
 	TasksCreated, TasksSucceeded, TasksFailed                atomic.Int64
 	Offloaded, EvictionsOffloadWait, DiskRecovered           atomic.Int64
+	PutsReclaimed                                            atomic.Int64
 }
 
 type shard struct {
@@ -332,6 +335,7 @@ func (c *Core) Tick() []string {
 		dead[id] = true
 	}
 	c.tickTasks(now.UnixNano(), dead)
+	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())
 	if c.evictSoon.Swap(false) || c.usage() > c.cfg.HighWatermark {
 		c.Evict()

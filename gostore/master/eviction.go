@@ -29,6 +29,38 @@ func (c *Core) discard(reps []replica, size uint64, now int64) {
 	c.discarded.Unlock()
 }
 
+// reclaimShardsPerTick is how many shards one Tick looks through for
+// abandoned writes: every shard once per 64 ticks, at a 64th of the cost
+// of a full sweep per tick.
+const reclaimShardsPerTick = NumShards / 64
+
+// reclaimAbandoned ends writes that never finished: an unfinished object
+// older than PutStartDiscardTimeout whose writer is alive but stuck (a
+// plan whose producer never commits, say) would otherwise hold its ranges
+// and its key until a new put of the key took it over. Its PROCESSING
+// ranges go to the quarantine (the writer may still copy into them); an
+// object left with no replica disappears, or lives on from its disk copy.
+func (c *Core) reclaimAbandoned(now int64) {
+	first := int(c.reclaimCursor.Add(reclaimShardsPerTick)-reclaimShardsPerTick) % NumShards
+	var n int64
+	for i := first; i < first+reclaimShardsPerTick; i++ {
+		sh := &c.shards[i%NumShards]
+		sh.mu.Lock()
+		for key, o := range sh.objects {
+			if !o.unfinished() || now-o.started < int64(c.cfg.PutStartDiscardTimeout) || o.tasks > 0 {
+				continue
+			}
+			c.discard(o.takeReplicas(replicaProcessing), o.size, now)
+			if len(o.replicas) == 0 && o.disk == nil {
+				delete(sh.objects, key)
+			}
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	c.stats.PutsReclaimed.Add(n)
+}
+
 // releaseDiscarded frees quarantined ranges whose time has come.
 func (c *Core) releaseDiscarded(now int64) {
 	c.discarded.Lock()

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -54,5 +55,40 @@ func TestEvictUntilGetsBelowTheTarget(t *testing.T) {
 	}
 	if res, _ := c.EvictUntil(0.9); res.Objects != 0 {
 		t.Fatalf("evicted %d below the target already", res.Objects)
+	}
+}
+
+// A write whose writer is alive but never finishes (a plan never
+// committed) is reclaimed after PutStartDiscardTimeout: the key frees up
+// and its ranges wait out the quarantine.
+func TestAbandonedWritesAreReclaimed(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.PutStartDiscardTimeout = 30 * time.Second
+	mount(t, c, "a", "seg", 1<<20)
+	res, _ := c.PutStart("w", "", []string{"stuck"}, []uint64{1000}, wire.ReplicaConfig{})
+	put(t, c, "done", 1000, wire.ReplicaConfig{})
+	clk.Advance(20 * time.Second)
+	c.PutStart("w", "", []string{"young"}, []uint64{1000}, wire.ReplicaConfig{})
+	clk.Advance(11 * time.Second)
+	used := c.Segments()[0].Used
+	for range NumShards / reclaimShardsPerTick {
+		c.Ping("a")
+		c.Ping("w")
+		c.Tick()
+	}
+	if _, ok := c.QueryKey("stuck"); ok {
+		t.Fatal("a write stuck for 31 s was not reclaimed")
+	}
+	if _, ok := c.QueryKey("young"); !ok {
+		t.Fatal("a write 11 s old was reclaimed")
+	}
+	if _, ok := c.QueryKey("done"); !ok {
+		t.Fatal("a finished object was reclaimed")
+	}
+	if c.Segments()[0].Used != used || c.Stats().PutsReclaimed.Load() != 1 {
+		t.Fatal("reclaimed ranges must wait out the quarantine, not be freed at once")
+	}
+	if codes := c.PutEnd("w", []string{"stuck"}, []uint64{res[0].Epoch}); codes[0] != wire.ErrObjectNotFound {
+		t.Fatalf("the stuck writer's late PutEnd: %v", codes[0])
 	}
 }

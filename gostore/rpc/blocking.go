@@ -62,6 +62,25 @@ func dialBlocking(addr string, timeout time.Duration) (*blockingConn, error) {
 	return &blockingConn{fd: fd}, nil
 }
 
+// peerClosed reports whether the peer has closed the connection (or reset
+// it) while it sat idle: a restarted master left it behind. It peeks
+// without blocking and consumes nothing.
+func (b *blockingConn) peerClosed() bool {
+	var one [1]byte
+	for {
+		n, _, err := unix.Recvfrom(b.fd, one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return false // nothing to read: alive
+		case err != nil || n == 0:
+			return true // EOF or an error: dead
+		}
+		return false // unexpected bytes; the frame check will tell
+	}
+}
+
 // SetDeadline bounds the following reads and writes; zero means none.
 func (b *blockingConn) SetDeadline(t time.Time) error {
 	if t.Equal(b.deadline) {

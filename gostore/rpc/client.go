@@ -133,9 +133,16 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		c.mu.Unlock()
 		return nil, wire.Errorf(wire.ErrRPCFail, "client closed")
 	}
-	if n := len(c.mu.idle); n > 0 {
+	for n := len(c.mu.idle); n > 0; n = len(c.mu.idle) {
 		cc := c.mu.idle[n-1]
 		c.mu.idle = c.mu.idle[:n-1]
+		// An idle connection whose master went away (a restart) would
+		// fail this call; drop it and try the next, or dial. (Retrying
+		// a failed call instead could apply it twice.)
+		if pc, ok := cc.c.(interface{ peerClosed() bool }); ok && pc.peerClosed() {
+			cc.c.Close()
+			continue
+		}
 		c.mu.Unlock()
 		return cc, nil
 	}

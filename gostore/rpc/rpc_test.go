@@ -187,3 +187,37 @@ func TestMuxClientConcurrentCalls(t *testing.T) {
 		t.Fatalf("call after close: %v", err)
 	}
 }
+
+// A master that restarts leaves the client's idle connections dead: the
+// next call must not fail on one of them (it takes a fresh connection).
+func TestIdleConnectionsOfARestartedServerAreDropped(t *testing.T) {
+	s, addr, _ := startEcho(t)
+	c := NewClient(addr)
+	defer c.Close()
+	var resp echoResp
+	for i := 0; i < 3; i++ { // leaves idle connections in the pool
+		if err := c.Call(context.Background(), wire.OpPing, &echoReq{S: "a"}, &resp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s2 := NewServer(nil, nil)
+	HandleFunc(s2, wire.OpPing, func(r *echoReq) (*echoResp, error) { return &echoResp{S: r.S + "?"}, nil })
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	go s2.Serve(ln)
+	defer s2.Close()
+	time.Sleep(50 * time.Millisecond) // the old server's FINs have arrived
+	if err := c.Call(context.Background(), wire.OpPing, &echoReq{S: "b"}, &resp); err != nil || resp.S != "b?" {
+		t.Fatalf("first call after the restart: %q, %v", resp.S, err)
+	}
+}

@@ -68,6 +68,7 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_task_failed_total", "Replica tasks that failed.", st.TasksFailed.Load)
 	counter("gostore_master_offloaded_total", "Objects that gained a LOCAL_DISK replica.", st.Offloaded.Load)
 	counter("gostore_master_eviction_offload_wait_total", "Objects eviction left for their offload first.", st.EvictionsOffloadWait.Load)
+	counter("gostore_master_puts_reclaimed_total", "Unfinished writes reclaimed after put_start_discard_timeout.", st.PutsReclaimed.Load)
 	counter("gostore_master_disk_recovered_total", "Disk copies clients re-registered after a restart.", st.DiskRecovered.Load)
 	gauge := func(name, help string, f func(master.Totals) float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
