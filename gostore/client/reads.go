@@ -26,45 +26,42 @@ type keyBatch struct {
 	// done, if set, is told each batch's outcome (codes per key, or the
 	// call's error).
 	done func(req *wire.KeysReq, codes []wire.Code, err error)
-
-	// delay, when not 0, is how long the first key of a batch waits
-	// before the batch is sent: the sender then runs after the caller's
-	// call has returned rather than racing it for the CPU (measured: a
-	// plan commit cost 22 µs with an immediate wake, 4 µs without), and
-	// keys of a burst share one RPC.
+	// delay, when not 0, makes the sender poll every delay while keys
+	// keep coming (and for idleRounds polls after) instead of being woken
+	// by each add: waking a goroutine costs the adding call ~20 µs on
+	// these machines (measured on a plan commit: 20 µs woken, 3 µs
+	// polled), so only the first add after a quiet spell pays it.
 	delay time.Duration
 
-	mu      sync.Mutex
-	pending wire.KeysReq // Keys and Epochs waiting
-	armed   bool         // a delayed wake is on its way
-	wake    chan struct{}
-	sending sync.Mutex // held while a batch is on the wire
+	mu       sync.Mutex
+	pending  wire.KeysReq // Keys and Epochs waiting
+	sleeping bool         // the sender waits for a wake (polling sender only)
+	wake     chan struct{}
+	sending  sync.Mutex // held while a batch is on the wire
 }
+
+// idleRounds is how many empty polls a polling sender makes before it
+// goes back to sleep.
+const idleRounds = 500
 
 func (r *keyBatch) init(op wire.Op, delay time.Duration, done func(*wire.KeysReq, []wire.Code, error)) {
 	r.op, r.delay, r.done = op, delay, done
 	r.wake = make(chan struct{}, 1)
+	r.sleeping = true
 }
 
 func (r *keyBatch) add(key string, epoch uint64) {
 	r.mu.Lock()
 	r.pending.Keys = append(r.pending.Keys, key)
 	r.pending.Epochs = append(r.pending.Epochs, epoch)
-	arm := r.delay > 0 && !r.armed
-	r.armed = r.armed || arm
+	wake := r.delay == 0 || r.sleeping
+	r.sleeping = r.sleeping && r.delay == 0
 	r.mu.Unlock()
-	switch {
-	case arm:
-		time.AfterFunc(r.delay, r.kick)
-	case r.delay == 0:
-		r.kick()
-	}
-}
-
-func (r *keyBatch) kick() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -72,7 +69,6 @@ func (r *keyBatch) kick() {
 func (r *keyBatch) take(clientID string) wire.KeysReq {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.armed = false // keys added from now on arm a new wake
 	n := min(len(r.pending.Keys), keyBatchMax)
 	req := wire.KeysReq{ClientID: clientID, Keys: r.pending.Keys[:n:n], Epochs: r.pending.Epochs[:n:n]}
 	r.pending.Keys, r.pending.Epochs = r.pending.Keys[n:], r.pending.Epochs[n:]
@@ -83,11 +79,14 @@ func (r *keyBatch) take(clientID string) wire.KeysReq {
 }
 
 // flush sends everything pending and returns once the master has it,
-// including a batch another goroutine had already started sending.
-func (r *keyBatch) flush(master *rpc.Client, clientID string, log *slog.Logger) {
+// including a batch another goroutine had already started sending. It
+// reports whether it sent anything.
+func (r *keyBatch) flush(master *rpc.Client, clientID string, log *slog.Logger) bool {
 	r.sending.Lock()
 	defer r.sending.Unlock()
+	sent := false
 	for req := r.take(clientID); len(req.Keys) > 0; req = r.take(clientID) {
+		sent = true
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var resp wire.CodesResp
 		var err error
@@ -99,6 +98,7 @@ func (r *keyBatch) flush(master *rpc.Client, clientID string, log *slog.Logger) 
 		}
 		cancel()
 	}
+	return sent
 }
 
 // run sends batches until stop closes, then flushes what is left.
@@ -109,7 +109,43 @@ func (r *keyBatch) run(master *rpc.Client, clientID string, log *slog.Logger, st
 			r.flush(master, clientID, log)
 			return
 		case <-r.wake:
-			r.flush(master, clientID, log)
 		}
+		if r.delay == 0 {
+			r.flush(master, clientID, log)
+			continue
+		}
+		if !r.poll(master, clientID, log, stop) {
+			return
+		}
+	}
+}
+
+// poll flushes every delay until idleRounds polls found nothing, then
+// marks the sender asleep (unless keys slipped in); false once stop closed.
+func (r *keyBatch) poll(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) bool {
+	t := time.NewTicker(r.delay)
+	defer t.Stop()
+	for quiet := 0; ; {
+		select {
+		case <-stop:
+			r.flush(master, clientID, log)
+			return false
+		case <-t.C:
+		}
+		if r.flush(master, clientID, log) {
+			quiet = 0
+			continue
+		}
+		if quiet++; quiet < idleRounds {
+			continue
+		}
+		r.mu.Lock()
+		if len(r.pending.Keys) == 0 {
+			r.sleeping = true
+			r.mu.Unlock()
+			return true
+		}
+		r.mu.Unlock()
+		quiet = 0
 	}
 }
