@@ -373,6 +373,20 @@ func (c *Client) enter() (func(), error) {
 	return c.inFlight.RUnlock, nil
 }
 
+// guarded runs fn as a call that may touch memory (admitted by enter)
+// with the call timeout.
+func guarded[T any](c *Client, fn func(ctx context.Context) (T, error)) (T, error) {
+	leave, err := c.enter()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	return fn(ctx)
+}
+
 func (c *Client) checkOpen() error {
 	if c.closed.Load() {
 		return wire.Errorf(wire.ErrInternal, "store is closed")

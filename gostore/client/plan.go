@@ -373,18 +373,13 @@ func (c *Client) plansEnded(req *wire.KeysReq, codes []wire.Code, err error) {
 
 // Locate returns the ObjMeta of key's READY object (granting a read lease).
 func (c *Client) Locate(key string) (*ObjMeta, error) {
-	leave, err := c.enter()
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	meta, p, err := c.locatePlan(ctx, key, false)
-	if err == nil {
-		c.endReads(p)
-	}
-	return meta, err
+	return guarded(c, func(ctx context.Context) (*ObjMeta, error) {
+		meta, p, err := c.locatePlan(ctx, key, false)
+		if err == nil {
+			c.endReads(p)
+		}
+		return meta, err
+	})
 }
 
 // locatePlan finds key's object and checks its header: the ObjMeta and
@@ -471,13 +466,10 @@ func (c *Client) rankOf(segID uint64) (int, string) {
 // and after (a seqlock): a slot reclaimed meanwhile gives an error, never
 // another object's bytes.
 func (c *Client) PlanRead(key string, dst []byte) (int, error) {
-	leave, err := c.enter()
-	if err != nil {
-		return 0, err
-	}
-	defer leave()
-	ctx, cancel := c.ctx()
-	defer cancel()
+	return guarded(c, func(ctx context.Context) (int, error) { return c.planRead(ctx, key, dst) })
+}
+
+func (c *Client) planRead(ctx context.Context, key string, dst []byte) (int, error) {
 	meta, p, err := c.locatePlan(ctx, key, true)
 	if err != nil {
 		if errors.Is(err, ErrPlanUnknown) || errors.Is(err, ErrPlanNotReady) {
@@ -500,14 +492,7 @@ func (c *Client) PlanRead(key string, dst []byte) (int, error) {
 // must still be READY with meta's epoch before and after the copy, so a
 // slot removed, reclaimed or reused since the meta was taken is refused.
 func (c *Client) PlanReadAt(meta *ObjMeta, dst []byte) (int, error) {
-	leave, err := c.enter()
-	if err != nil {
-		return 0, err
-	}
-	defer leave()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	return c.readPayload(ctx, meta, dst)
+	return guarded(c, func(ctx context.Context) (int, error) { return c.readPayload(ctx, meta, dst) })
 }
 
 // readPayload is the checked copy behind PlanRead and PlanReadAt.

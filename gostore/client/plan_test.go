@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -244,16 +245,31 @@ func TestPlanEvictUntilBelow(t *testing.T) {
 	}
 }
 
-// BenchmarkPlanCommit times Commit alone (go test -bench PlanCommit).
-func BenchmarkPlanCommit(b *testing.B) {
-	m := startMaster(&testing.T{})
+// planBench is a master and a member (rank 0) for the plan benchmarks.
+func planBench(b *testing.B) (*Client, wire.PlanMember) {
+	b.Helper()
+	opts, err := server.ParseFlags([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := server.Start(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(m.Close)
 	c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 64 << 20, LocalBufferSize: 1 << 20}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
 	c.PlanJoin()
 	dest, _ := c.PlanOwner("", 0, "")
+	return c, dest
+}
+
+// BenchmarkPlanCommit times Commit alone (go test -bench PlanCommit).
+func BenchmarkPlanCommit(b *testing.B) {
+	c, dest := planBench(b)
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
 		key := fmt.Sprint("k", i)
@@ -269,14 +285,7 @@ func BenchmarkPlanCommit(b *testing.B) {
 
 // BenchmarkPlanOpen times OpenForWrite alone.
 func BenchmarkPlanOpen(b *testing.B) {
-	m := startMaster(&testing.T{})
-	c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 64 << 20, LocalBufferSize: 1 << 20}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	c.PlanJoin()
-	dest, _ := c.PlanOwner("", 0, "")
+	c, dest := planBench(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := fmt.Sprint("k", i)
