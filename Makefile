@@ -3,6 +3,9 @@
 # module cache. -checklinkname=0 is required by giouring on Go >= 1.23 and is
 # passed to every build and test so one cache serves all of them.
 
+# go-nvml's generated cgo calls deprecated NVML functions: keep builds quiet.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip

@@ -61,6 +61,8 @@ class GoBuildExt(build_ext):
         print("gostore build: " + " ".join(cmd), flush=True)
         env = dict(os.environ)
         env.setdefault("CGO_ENABLED", "1")  # c-shared needs cgo
+        # go-nvml's generated cgo calls deprecated NVML functions: quiet.
+        env.setdefault("CGO_CFLAGS", "-O2 -g -Wno-deprecated-declarations")
         try:
             subprocess.run(cmd, cwd=ROOT, env=env, check=True)
         except subprocess.CalledProcessError as e:

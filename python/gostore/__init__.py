@@ -18,6 +18,7 @@ from __future__ import annotations
 from .buffer import GostoreBuffer
 from .config import ReplicateConfig
 from .errors import ErrorCode
+from .introspect import gpu_info, topology
 from .master import EmbeddedMaster, master_binary_path
 from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
 from .store import MooncakeDistributedStore
@@ -33,6 +34,8 @@ __all__ = [
     "GostoreBuffer",
     "TaskInfo",
     "master_binary_path",
+    "gpu_info",
+    "topology",
     "NanoKVCache",
     "WritePlan",
     "ObjMeta",

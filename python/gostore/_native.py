@@ -109,6 +109,9 @@ PROTOTYPES = {
     # h, ratio, usage_out(double*) -> objects evicted / negative
     "gs_plan_evict_until": (_i64, [_i64, c_double, _vp]),
     "gs_plan_stats": (c_int, [_i64, _vp, c_int]),
+    "gs_gpu_info": (c_int, [_vp, c_int]),
+    # root, root_len, out, cap
+    "gs_topology": (c_int, [c_char_p, c_int, _vp, c_int]),
     "gs_master_start": (_i64, [c_char_p, c_int]),
     "gs_master_addr": (c_int, [_i64, _vp, c_int]),
     "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),

@@ -1,0 +1,360 @@
+// Package gpu reaches the CUDA driver without linking it: libcuda.so.1 is
+// opened at run time (dlopen) and its few entry points are bound by their
+// versioned names (cuMemAlloc_v2, cuMemcpyHtoD_v2, ...) with hand-declared
+// types, so gostore builds and runs where no CUDA is installed and reports
+// "no GPU" there. Where a driver exists it offers what the store needs:
+// device properties, device memory (GPU segments), pinning of host memory,
+// copies between host and device, the kind of a pointer (is a caller's
+// buffer device memory?), and CUDA IPC handles so a same-host peer maps
+// another process's GPU memory.
+//
+// Every call uses the device's primary context, made current on the
+// calling thread first (callers may come from any goroutine).
+package gpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+
+static void *gs_lib;
+static CUresult (*p_cuInit)(unsigned int);
+static CUresult (*p_cuDriverGetVersion)(int *);
+static CUresult (*p_cuDeviceGetCount)(int *);
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDeviceGetName)(char *, int, CUdevice);
+static CUresult (*p_cuDeviceTotalMem)(size_t *, CUdevice);
+static CUresult (*p_cuDeviceGetAttribute)(int *, int, CUdevice);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
+static CUresult (*p_cuMemFree)(CUdeviceptr);
+static CUresult (*p_cuMemHostRegister)(void *, size_t, unsigned int);
+static CUresult (*p_cuMemHostUnregister)(void *);
+static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*p_cuPointerGetAttribute)(void *, int, CUdeviceptr);
+static CUresult (*p_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+static CUresult (*p_cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
+static CUresult (*p_cuIpcCloseMemHandle)(CUdeviceptr);
+static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+
+// gs_cuda_load opens the driver and binds every entry point; 0, or -1 with
+// a message in err.
+static int gs_cuda_load(const char *path, char *err, int cap) {
+	gs_lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!gs_lib) {
+		const char *e = dlerror();
+		strncpy(err, e ? e : "dlopen failed", cap - 1);
+		err[cap - 1] = 0;
+		return -1;
+	}
+#define BIND(var, name) \
+	if (!(*(void **)(&var) = dlsym(gs_lib, name))) { \
+		strncpy(err, "missing symbol " name, cap - 1); err[cap - 1] = 0; return -1; }
+	BIND(p_cuInit, "cuInit");
+	BIND(p_cuDriverGetVersion, "cuDriverGetVersion");
+	BIND(p_cuDeviceGetCount, "cuDeviceGetCount");
+	BIND(p_cuDeviceGet, "cuDeviceGet");
+	BIND(p_cuDeviceGetName, "cuDeviceGetName");
+	BIND(p_cuDeviceTotalMem, "cuDeviceTotalMem_v2");
+	BIND(p_cuDeviceGetAttribute, "cuDeviceGetAttribute");
+	BIND(p_cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	BIND(p_cuCtxSetCurrent, "cuCtxSetCurrent");
+	BIND(p_cuMemAlloc, "cuMemAlloc_v2");
+	BIND(p_cuMemFree, "cuMemFree_v2");
+	BIND(p_cuMemHostRegister, "cuMemHostRegister_v2");
+	BIND(p_cuMemHostUnregister, "cuMemHostUnregister");
+	BIND(p_cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+	BIND(p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+	BIND(p_cuPointerGetAttribute, "cuPointerGetAttribute");
+	BIND(p_cuIpcGetMemHandle, "cuIpcGetMemHandle");
+	BIND(p_cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
+	BIND(p_cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
+	BIND(p_cuGetErrorString, "cuGetErrorString");
+#undef BIND
+	return 0;
+}
+
+static CUresult gs_cuInit(void) { return p_cuInit(0); }
+static CUresult gs_cuDriverGetVersion(int *v) { return p_cuDriverGetVersion(v); }
+static CUresult gs_cuDeviceGetCount(int *n) { return p_cuDeviceGetCount(n); }
+static CUresult gs_cuDeviceGet(CUdevice *d, int i) { return p_cuDeviceGet(d, i); }
+static CUresult gs_cuDeviceGetName(char *s, int n, CUdevice d) { return p_cuDeviceGetName(s, n, d); }
+static CUresult gs_cuDeviceTotalMem(size_t *b, CUdevice d) { return p_cuDeviceTotalMem(b, d); }
+static CUresult gs_cuDeviceGetAttribute(int *v, int a, CUdevice d) { return p_cuDeviceGetAttribute(v, a, d); }
+static CUresult gs_use(CUdevice d) {
+	CUcontext ctx;
+	CUresult r = p_cuDevicePrimaryCtxRetain(&ctx, d);
+	return r ? r : p_cuCtxSetCurrent(ctx);
+}
+static CUresult gs_cuMemAlloc(CUdeviceptr *p, size_t n) { return p_cuMemAlloc(p, n); }
+static CUresult gs_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
+static CUresult gs_cuMemHostRegister(uintptr_t p, size_t n, unsigned int f) { return p_cuMemHostRegister((void *)p, n, f); }
+static CUresult gs_cuMemHostUnregister(uintptr_t p) { return p_cuMemHostUnregister((void *)p); }
+static CUresult gs_cuMemcpyHtoD(CUdeviceptr d, uintptr_t h, size_t n) { return p_cuMemcpyHtoD(d, (const void *)h, n); }
+static CUresult gs_cuMemcpyDtoH(uintptr_t h, CUdeviceptr d, size_t n) { return p_cuMemcpyDtoH((void *)h, d, n); }
+static CUresult gs_memoryType(unsigned int *t, CUdeviceptr p) { return p_cuPointerGetAttribute(t, 2, p); } // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+static CUresult gs_deviceOrdinal(int *o, CUdeviceptr p) { return p_cuPointerGetAttribute(o, 9, p); } // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+static CUresult gs_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { return p_cuIpcGetMemHandle(h, p); }
+static CUresult gs_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle *h) { return p_cuIpcOpenMemHandle(p, *h, 1); } // LAZY_ENABLE_PEER_ACCESS
+static CUresult gs_cuIpcCloseMemHandle(CUdeviceptr p) { return p_cuIpcCloseMemHandle(p); }
+static const char *gs_cuError(CUresult r) {
+	const char *s = 0;
+	if (p_cuGetErrorString && p_cuGetErrorString(r, &s) == 0 && s) return s;
+	return "unknown CUDA error";
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+)
+
+// EnvLibrary overrides the driver library's name (tests point it at a
+// fake; deployments rarely need it).
+const EnvLibrary = "GOSTORE_LIBCUDA"
+
+// ErrNoGPU: no driver, or no device.
+var ErrNoGPU = errors.New("gpu: no CUDA driver or device")
+
+// Device describes one GPU.
+type Device struct {
+	Index   int    `json:"index"`
+	Name    string `json:"name"`
+	Memory  uint64 `json:"memory"`
+	PCI     string `json:"pci_bus_id"`
+	Compute string `json:"compute_capability"`
+}
+
+// Info is what Probe found.
+type Info struct {
+	Available bool     `json:"available"`
+	Reason    string   `json:"reason"` // why not, when not
+	Driver    int      `json:"driver_version"`
+	Devices   []Device `json:"devices"`
+}
+
+var probe struct {
+	once sync.Once
+	info Info
+}
+
+// Probe opens the driver once and lists the devices. It never fails: no
+// driver is Info{Available: false, Reason: ...}.
+func Probe() Info {
+	probe.once.Do(func() {
+		probe.info = load()
+		if probe.info.Devices == nil {
+			probe.info.Devices = []Device{}
+		}
+	})
+	return probe.info
+}
+
+func load() Info {
+	path := os.Getenv(EnvLibrary)
+	if path == "" {
+		path = "libcuda.so.1"
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var msg [256]C.char
+	if C.gs_cuda_load(cpath, &msg[0], C.int(len(msg))) != 0 {
+		return Info{Reason: "no CUDA driver: " + C.GoString(&msg[0])}
+	}
+	if r := C.gs_cuInit(); r != 0 {
+		return Info{Reason: "cuInit: " + cuErr(r).Error()}
+	}
+	info := Info{}
+	var v, n C.int
+	C.gs_cuDriverGetVersion(&v)
+	info.Driver = int(v)
+	if r := C.gs_cuDeviceGetCount(&n); r != 0 || n == 0 {
+		info.Reason = "the CUDA driver sees no device"
+		return info
+	}
+	for i := 0; i < int(n); i++ {
+		var d C.CUdevice
+		if C.gs_cuDeviceGet(&d, C.int(i)) != 0 {
+			continue
+		}
+		var name [256]C.char
+		C.gs_cuDeviceGetName(&name[0], C.int(len(name)), d)
+		var mem C.size_t
+		C.gs_cuDeviceTotalMem(&mem, d)
+		attr := func(a int) int {
+			var x C.int
+			C.gs_cuDeviceGetAttribute(&x, C.int(a), d)
+			return int(x)
+		}
+		// CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50, _BUS_ID 33, _DEVICE_ID 34,
+		// COMPUTE_CAPABILITY_MAJOR 75, _MINOR 76
+		info.Devices = append(info.Devices, Device{Index: i, Name: C.GoString(&name[0]), Memory: uint64(mem),
+			PCI:     fmt.Sprintf("%04x:%02x:%02x.0", attr(50), attr(33), attr(34)),
+			Compute: fmt.Sprintf("%d.%d", attr(75), attr(76))})
+	}
+	info.Available = len(info.Devices) > 0
+	return info
+}
+
+// Error is a CUDA driver error.
+type Error struct {
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("CUDA error %d: %s", e.Code, e.Msg) }
+
+func cuErr(r C.CUresult) error {
+	if r == 0 {
+		return nil
+	}
+	return &Error{Code: int(r), Msg: C.GoString(C.gs_cuError(r))}
+}
+
+func use(dev int) error {
+	if !Probe().Available {
+		return ErrNoGPU
+	}
+	if dev < 0 || dev >= len(Probe().Devices) {
+		return fmt.Errorf("gpu: no device %d (%d present)", dev, len(Probe().Devices))
+	}
+	return cuErr(C.gs_use(C.CUdevice(dev)))
+}
+
+// Alloc allocates size bytes of device memory on dev (a GPU segment).
+func Alloc(dev int, size uint64) (uint64, error) {
+	if err := use(dev); err != nil {
+		return 0, err
+	}
+	var p C.CUdeviceptr
+	if err := cuErr(C.gs_cuMemAlloc(&p, C.size_t(size))); err != nil {
+		return 0, err
+	}
+	return uint64(p), nil
+}
+
+// Free releases device memory from Alloc.
+func Free(dev int, ptr uint64) error {
+	if err := use(dev); err != nil {
+		return err
+	}
+	return cuErr(C.gs_cuMemFree(C.CUdeviceptr(ptr)))
+}
+
+// Pin page-locks host memory for fast copies (cuMemHostRegister, portable).
+func Pin(ptr, size uint64) error {
+	if err := use(0); err != nil {
+		return err
+	}
+	return cuErr(C.gs_cuMemHostRegister(C.uintptr_t(ptr), C.size_t(size), 1)) // CU_MEMHOSTREGISTER_PORTABLE
+}
+
+// Unpin undoes Pin.
+func Unpin(ptr uint64) error {
+	if err := use(0); err != nil {
+		return err
+	}
+	return cuErr(C.gs_cuMemHostUnregister(C.uintptr_t(ptr)))
+}
+
+// CopyToDevice copies size bytes of host memory at host to device memory.
+func CopyToDevice(dev int, dst, host, size uint64) error {
+	if err := use(dev); err != nil {
+		return err
+	}
+	return cuErr(C.gs_cuMemcpyHtoD(C.CUdeviceptr(dst), C.uintptr_t(host), C.size_t(size)))
+}
+
+// CopyToHost copies size bytes of device memory to host memory at host.
+func CopyToHost(dev int, host, src, size uint64) error {
+	if err := use(dev); err != nil {
+		return err
+	}
+	return cuErr(C.gs_cuMemcpyDtoH(C.uintptr_t(host), C.CUdeviceptr(src), C.size_t(size)))
+}
+
+// Kind is where a pointer points.
+type Kind int
+
+const (
+	Unknown   Kind = iota // not memory CUDA knows (plain host memory, or no driver)
+	Host                  // CUDA-registered or CUDA-allocated host memory
+	DeviceMem             // device memory
+)
+
+// PointerKind asks the driver what ptr is and, for device memory, on which
+// device. Without a driver every pointer is Unknown.
+func PointerKind(ptr uint64) (Kind, int) {
+	if !Probe().Available || ptr == 0 {
+		return Unknown, -1
+	}
+	var t C.uint
+	if C.gs_memoryType(&t, C.CUdeviceptr(ptr)) != 0 {
+		return Unknown, -1
+	}
+	switch t {
+	case 1: // CU_MEMORYTYPE_HOST
+		return Host, -1
+	case 2: // CU_MEMORYTYPE_DEVICE
+		var o C.int
+		if C.gs_deviceOrdinal(&o, C.CUdeviceptr(ptr)) != 0 {
+			return DeviceMem, 0
+		}
+		return DeviceMem, int(o)
+	}
+	return Unknown, -1
+}
+
+// IPCHandle is a CUDA IPC memory handle: another process on the host opens
+// it to map the same device memory.
+type IPCHandle [64]byte
+
+// ExportIPC returns the IPC handle of device memory from Alloc.
+func ExportIPC(dev int, ptr uint64) (IPCHandle, error) {
+	var h IPCHandle
+	if err := use(dev); err != nil {
+		return h, err
+	}
+	var ch C.CUipcMemHandle
+	if err := cuErr(C.gs_cuIpcGetMemHandle(&ch, C.CUdeviceptr(ptr))); err != nil {
+		return h, err
+	}
+	copy(h[:], C.GoBytes(unsafe.Pointer(&ch), C.int(len(h))))
+	return h, nil
+}
+
+// OpenIPC maps another process's device memory into this one.
+func OpenIPC(dev int, h IPCHandle) (uint64, error) {
+	if err := use(dev); err != nil {
+		return 0, err
+	}
+	var ch C.CUipcMemHandle
+	C.memcpy(unsafe.Pointer(&ch), unsafe.Pointer(&h[0]), C.size_t(len(h)))
+	var p C.CUdeviceptr
+	if err := cuErr(C.gs_cuIpcOpenMemHandle(&p, &ch)); err != nil {
+		return 0, err
+	}
+	return uint64(p), nil
+}
+
+// CloseIPC unmaps memory from OpenIPC.
+func CloseIPC(dev int, ptr uint64) error {
+	if err := use(dev); err != nil {
+		return err
+	}
+	return cuErr(C.gs_cuIpcCloseMemHandle(C.CUdeviceptr(ptr)))
+}

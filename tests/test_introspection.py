@@ -1,0 +1,67 @@
+"""gostore.gpu_info() and gostore.topology() (PYTHON_API.md "Introspection")
+on this machine -- no GPU, no CUDA driver, no RDMA NIC -- and on a fake
+sysfs tree of a small GPU server built here (the real one cannot exist on
+this machine; gostore/topology's Go tests model bigger ones)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import gostore
+
+
+def test_gpu_info_without_a_driver():
+    info = gostore.gpu_info()
+    if info["available"]:
+        pytest.skip("a GPU is present: tests/gpu covers it")
+    assert info["devices"] == [] and "no CUDA driver" in info["reason"]
+
+
+def _tree(root, nics, gpus, nodes=2):
+    for n in range(nodes):
+        os.makedirs(os.path.join(root, f"devices/system/node/node{n}"))
+    os.makedirs(os.path.join(root, "class/infiniband"))
+    os.makedirs(os.path.join(root, "bus/pci/devices"))
+
+    def device(path, numa, klass, vendor):
+        d = os.path.join(root, "devices", path)
+        os.makedirs(d)
+        for name, value in (("numa_node", numa), ("class", klass), ("vendor", vendor)):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(f"{value}\n")
+        os.symlink(d, os.path.join(root, "bus/pci/devices", os.path.basename(path)))
+        return d
+
+    for name, path, numa in nics:
+        d = device(path, numa, "0x020700", "0x15b3")
+        os.makedirs(os.path.join(root, "class/infiniband", name))
+        os.symlink(d, os.path.join(root, "class/infiniband", name, "device"))
+    for path, numa in gpus:
+        device(path, numa, "0x030200", "0x10de")
+
+
+def test_topology_of_a_fake_server(tmp_path):
+    sw0 = "pci0000:00/0000:00:01.0/0000:01:00.0"
+    sw1 = "pci0000:80/0000:80:01.0/0000:81:00.0"
+    _tree(str(tmp_path),
+          nics=[("mlx5_0", sw0 + "/0000:02:00.0/0000:03:00.0", 0),
+                ("mlx5_1", sw1 + "/0000:82:00.0/0000:83:00.0", 1)],
+          gpus=[(sw0 + "/0000:02:08.0/0000:04:00.0", 0), (sw1 + "/0000:82:08.0/0000:84:00.0", 1)])
+    m = gostore.topology(str(tmp_path))
+    assert m == {
+        "cpu:0": {"preferred_hca": ["mlx5_0"], "avail_hca": ["mlx5_1"]},
+        "cpu:1": {"preferred_hca": ["mlx5_1"], "avail_hca": ["mlx5_0"]},
+        "cuda:0": {"preferred_hca": ["mlx5_0"], "avail_hca": ["mlx5_1"]},
+        "cuda:1": {"preferred_hca": ["mlx5_1"], "avail_hca": ["mlx5_0"]},
+    }
+
+
+def test_topology_of_this_host_and_bad_roots(tmp_path):
+    m = gostore.topology()
+    assert "cpu:0" in m and set(m["cpu:0"]) == {"preferred_hca", "avail_hca"}
+    with pytest.raises(ValueError):
+        gostore.topology(str(tmp_path / "missing"))
+    with pytest.raises(TypeError):
+        gostore.topology(5)
