@@ -14,7 +14,7 @@ import (
 )
 
 // startMaster runs a real master server on loopback for the test.
-func startMaster(t *testing.T, extra ...string) *server.Server {
+func startMaster(t testing.TB, extra ...string) *server.Server {
 	t.Helper()
 	opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1"}, extra...), nil)
 	if err != nil {

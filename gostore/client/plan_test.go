@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -248,15 +247,7 @@ func TestPlanEvictUntilBelow(t *testing.T) {
 // planBench is a master and a member (rank 0) for the plan benchmarks.
 func planBench(b *testing.B) (*Client, wire.PlanMember) {
 	b.Helper()
-	opts, err := server.ParseFlags([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1"}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := server.Start(opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(m.Close)
+	m := startMaster(b)
 	c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 64 << 20, LocalBufferSize: 1 << 20}, nil)
 	if err != nil {
 		b.Fatal(err)
