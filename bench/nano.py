@@ -27,7 +27,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import time
 from typing import Dict, List
@@ -35,6 +34,9 @@ from typing import Dict, List
 os.environ.setdefault("GOSTORE_LOG_LEVEL", "warn")
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import kill, pct, start_master  # noqa: E402  (the main benchmark's helpers)
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = [256 * KiB, 1 * MiB, 16 * MiB]
@@ -58,32 +60,21 @@ def owner_main(master: str, ready, stop, checks) -> None:
     cache.close()
 
 
-def start_master() -> subprocess.Popen:
-    from gostore import master_binary_path
-
-    proc = subprocess.Popen([master_binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0",
-                             "--metrics_port=0", "--log_level=warn"], stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-    proc.addr = fields["rpc"]  # type: ignore[attr-defined]
-    return proc
-
-
-def pct(xs: List[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+def quantile(xs: List[float], q: float) -> float:
+    """The q-quantile (0..1) of xs, by bench.py's nearest rank."""
+    return pct(sorted(xs), 100 * q)
 
 
 def run(quick: bool) -> Dict:
     from gostore import NanoKVCache, ReplicateConfig, _native
 
     ctx = mp.get_context("spawn")
-    master = start_master()
+    master = start_master("shm")
     ready, stop, checks = ctx.Queue(), ctx.Event(), ctx.Queue()
-    owner = ctx.Process(target=owner_main, args=(master.addr, ready, stop, checks))
+    owner = ctx.Process(target=owner_main, args=(master.rpc_addr, ready, stop, checks))
     owner.start()
     owner_rank = ready.get(timeout=60)
-    cache = NanoKVCache(64 * MiB, master_server_addr=master.addr)
+    cache = NanoKVCache(64 * MiB, master_server_addr=master.rpc_addr)
     store = cache.store
     owner_seg = [m["segment"] for m in cache.members() if m["rank"] == owner_rank][0]
     cold = np.ones(HEAP // 2, np.uint8)  # touched: no page faults in the timing
@@ -103,7 +94,7 @@ def run(quick: bool) -> Dict:
             for _ in range(reps):
                 np.copyto(dst, src)
             memcpy = size * reps / (time.perf_counter() - t0) / 1e9
-            go_memcpy = _native.lib().gs_bench_memcpy(size, max(3, min(reps, 200)))
+            go_memcpy = _native.bench_memcpy(size, max(3, min(reps, 200)))
             # ... and into a destination that moves through a heap-sized
             # buffer, as plan objects land all over the owner's heap.
             slots = len(cold) // size
@@ -152,18 +143,18 @@ def run(quick: bool) -> Dict:
                 ok = ok and ready.get(timeout=60)
             store.remove_by_regex(f"^(plan|put)/{size}/", force=True)
             store.unregister_buffer(reg.ctypes.data)
-            med = pct(plan_t, 0.5)
+            med = quantile(plan_t, 0.5)
             row = {
                 "size": size, "objects": n,
                 "plan_gbps": size / med / 1e9, "plan_us": med * 1e6,
-                "plan_p99_us": pct(plan_t, 0.99) * 1e6,
-                "open_us": pct(open_t, 0.5) * 1e6, "write_us": pct(write_t, 0.5) * 1e6,
-                "commit_us": pct(commit_t, 0.5) * 1e6, "commit_p99_us": pct(commit_t, 0.99) * 1e6,
-                "put_from_gbps": size / pct(put_t, 0.5) / 1e9, "put_from_us": pct(put_t, 0.5) * 1e6,
+                "plan_p99_us": quantile(plan_t, 0.99) * 1e6,
+                "open_us": quantile(open_t, 0.5) * 1e6, "write_us": quantile(write_t, 0.5) * 1e6,
+                "commit_us": quantile(commit_t, 0.5) * 1e6, "commit_p99_us": quantile(commit_t, 0.99) * 1e6,
+                "put_from_gbps": size / quantile(put_t, 0.5) / 1e9, "put_from_us": quantile(put_t, 0.5) * 1e6,
                 "memcpy_gbps": memcpy, "go_memcpy_gbps": go_memcpy, "cold_memcpy_gbps": cold_memcpy,
                 "plan_pct_of_memcpy": 100 * (size / med / 1e9) / memcpy,
-                "write_only_gbps": size / pct(write_t, 0.5) / 1e9,
-                "write_pct_of_cold_memcpy": 100 * (size / pct(write_t, 0.5) / 1e9) / cold_memcpy,
+                "write_only_gbps": size / quantile(write_t, 0.5) / 1e9,
+                "write_pct_of_cold_memcpy": 100 * (size / quantile(write_t, 0.5) / 1e9) / cold_memcpy,
                 "verified": ok,
             }
             rows.append(row)
@@ -172,8 +163,7 @@ def run(quick: bool) -> Dict:
         stop.set()
         owner.join(30)
         cache.close()
-        master.kill()
-        master.wait()
+        kill(master)
     return {"rows": rows, "targets": "plan >= 80% of memcpy for 1 MiB+, commit <= 20 us",
             "nproc": os.cpu_count(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

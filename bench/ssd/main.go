@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -87,7 +86,7 @@ func main() {
 	rep := report{Dir: *dir, Filesystem: fsName(*dir), TotalBytes: *total, Nproc: runtime.NumCPU(),
 		When:   time.Now().UTC().Format(time.RFC3339),
 		Target: "offload write and SSD load >= 80% of the raw O_DIRECT figure for objects >= 1 MiB"}
-	rep.RawWriteGBps, rep.RawReadGBps = rawDD(root, *total)
+	rep.RawWriteGBps, rep.RawReadGBps = rawDDParallel(root, *total, 1)
 	rep.Raw4WriteGBps, rep.Raw4ReadGBps = rawDDParallel(root, *total, 4)
 	fmt.Printf("SSD tier on %s (%s), %d MiB per cell\n", *dir, rep.Filesystem, *total>>20)
 	fmt.Printf("raw sequential O_DIRECT (dd, 16 MiB blocks): write %.2f GB/s, read %.2f GB/s (the \"of raw\" reference)\n", rep.RawWriteGBps, rep.RawReadGBps)
@@ -247,9 +246,10 @@ func dropCache(dir string) {
 	})
 }
 
-// rawDDParallel is rawDD with streams dd processes at once, each on its
-// own file: what the device gives to parallel I/O (the backends keep
-// several requests in flight; a single dd keeps one).
+// rawDDParallel measures sequential O_DIRECT write and read bandwidth with
+// streams dd processes at once, each on its own file. One stream is the
+// "of raw" reference; several show what the device gives to parallel I/O
+// (the backends keep several requests in flight; a single dd keeps one).
 func rawDDParallel(dir string, total int64, streams int) (write, read float64) {
 	per := max(1, total/(16<<20)/int64(streams))
 	run := func(args func(i int) []string) float64 {
@@ -282,31 +282,6 @@ func rawDDParallel(dir string, total int64, streams int) (write, read float64) {
 		return []string{"if=" + path(i), "of=/dev/null", "bs=16M", "iflag=direct", "status=none"}
 	})
 	return write, read
-}
-
-// rawDD measures sequential O_DIRECT write and read bandwidth with dd.
-func rawDD(dir string, total int64) (write, read float64) {
-	path := filepath.Join(dir, "dd.raw")
-	defer os.Remove(path)
-	count := strconv.FormatInt(max(1, total/(16<<20)), 10)
-	write = ddRate(exec.Command("dd", "if=/dev/zero", "of="+path, "bs=16M", "count="+count, "oflag=direct", "conv=fdatasync"))
-	dropCache(dir)
-	read = ddRate(exec.Command("dd", "if="+path, "of=/dev/null", "bs=16M", "iflag=direct"))
-	return write, read
-}
-
-var ddLine = regexp.MustCompile(`(\d+) bytes .* copied, ([0-9.]+) s`)
-
-func ddRate(cmd *exec.Cmd) float64 {
-	out, err := cmd.CombinedOutput()
-	m := ddLine.FindStringSubmatch(string(out))
-	if err != nil || m == nil {
-		fmt.Fprintf(os.Stderr, "dd failed: %v: %s\n", err, out)
-		return 0
-	}
-	n, _ := strconv.ParseFloat(m[1], 64)
-	s, _ := strconv.ParseFloat(m[2], 64)
-	return n / s / 1e9
 }
 
 func fsName(dir string) string {

@@ -274,7 +274,7 @@ func (c *Client) rejoin(ctx context.Context) error {
 		}
 	}
 	if c.ssd != nil {
-		return c.ssd.recover()
+		c.ssd.recoverSoon()
 	}
 	return nil
 }

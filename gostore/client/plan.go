@@ -19,14 +19,12 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// WritePlan is where a producer writes an object: the seed's fields, plus
-// the segment that holds it.
+// WritePlan is where a producer writes an object (the seed's fields).
 type WritePlan struct {
 	Key       string
 	KeyHash   uint64
 	DstRank   int // -1 when the owner is not a plan member
 	SegID     uint64
-	Segment   string
 	HeaderOff uint64 // in the owner's segment
 	Payload   uint64 // offset of page 0 in the owner's segment
 	PageBytes uint32
@@ -40,9 +38,8 @@ type WritePlan struct {
 // ObjMeta locates a READY object for readers (the seed's fields).
 type ObjMeta struct {
 	KeyHash    uint64
-	OwnerRank  int
+	OwnerRank  int // -1 when the owner is not a plan member
 	SegID      uint64
-	Segment    string
 	HeaderOff  uint64
 	PayloadOff uint64
 	Bytes      uint64
@@ -217,7 +214,7 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 		Payload: rep.Offset + plan.HeaderSize, PageBytes: pageBytes, NPages: plan.Pages(bytes, pageBytes),
 		Bytes: bytes, Epoch: r.Epoch}
 	if rep.SegID == owner.Seg.ID {
-		p.DstRank, p.Segment = owner.Rank, owner.Seg.Name
+		p.DstRank = owner.Rank
 	}
 	abort := func(err error) (*WritePlan, error) {
 		var codes wire.CodesResp
@@ -248,24 +245,44 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 // (for a TCP owner a remote CAS is not possible; the producer is the only
 // writer of a header it reserved, so a plain write is enough).
 func (c *Client) writeHeader(ctx context.Context, p *WritePlan, op func([]byte) error) error {
-	if p.mem != nil {
-		return op(p.mem[p.HeaderOff : p.HeaderOff+plan.HeaderSize])
-	}
-	var hdr [plan.HeaderSize + 8]byte
-	buf := alignedWords(hdr[:])
-	if errs := c.engine.Do(ctx, []transfer.Op{{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{buf}}}); errs[0] != nil {
-		return errs[0]
-	}
-	if err := op(buf); err != nil {
+	var scratch headerScratch
+	h, err := c.headerAt(ctx, p.mem, p.peer, p.HeaderOff, &scratch)
+	if err != nil {
 		return err
 	}
-	return c.engine.Do(ctx, []transfer.Op{{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{buf}, Write: true}})[0]
+	if err := op(h); err != nil || p.mem != nil {
+		return err
+	}
+	return c.transferOne(ctx, transfer.Op{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{h}, Write: true})
 }
 
-// alignedWords returns the 8-byte aligned 64 bytes inside b (72 bytes).
-func alignedWords(b []byte) []byte {
-	skip := (8 - int(addrOf(b)%8)) % 8
-	return b[skip : skip+plan.HeaderSize : skip+plan.HeaderSize]
+// transferOne runs one transfer with a peer reached over TCP; a failure
+// forgets the peer, so the next call resolves its segment again.
+func (c *Client) transferOne(ctx context.Context, op transfer.Op) error {
+	err := c.engine.Do(ctx, []transfer.Op{op})[0]
+	if err != nil {
+		c.failed(op.Peer.SegID)
+	}
+	return err
+}
+
+// headerScratch holds a header read over TCP: 64 bytes at an 8-byte
+// aligned address inside it (plan's atomics need the alignment).
+type headerScratch [plan.HeaderSize + 8]byte
+
+// headerAt returns the plan header at off in a segment: a view of mem
+// where the segment is mapped here, else a copy read over TCP into
+// scratch.
+func (c *Client) headerAt(ctx context.Context, mem []byte, peer transfer.Peer, off uint64, scratch *headerScratch) ([]byte, error) {
+	if mem != nil {
+		if off > uint64(len(mem)) || uint64(len(mem))-off < plan.HeaderSize {
+			return nil, wire.Errorf(wire.ErrInvalidParams, "plan header at %d outside its %d-byte segment", off, len(mem))
+		}
+		return mem[off : off+plan.HeaderSize : off+plan.HeaderSize], nil
+	}
+	skip := (8 - int(addrOf(scratch[:])%8)) % 8
+	buf := scratch[skip : skip+plan.HeaderSize : skip+plan.HeaderSize]
+	return buf, c.transferOne(ctx, transfer.Op{Peer: peer, Offset: off, Bufs: [][]byte{buf}})
 }
 
 // OpenPlan is this process's open (uncommitted) plan for key, or nil.
@@ -300,7 +317,7 @@ func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
 	} else {
 		ctx, cancel := c.ctx()
 		defer cancel()
-		if err := c.engine.Do(ctx, []transfer.Op{{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true}})[0]; err != nil {
+		if err := c.transferOne(ctx, transfer.Op{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true}); err != nil {
 			return err
 		}
 	}
@@ -377,6 +394,7 @@ func (c *Client) Locate(key string) (*ObjMeta, error) {
 		meta, p, err := c.locatePlan(ctx, key, false)
 		if err == nil {
 			c.endReads(p)
+			meta.OwnerRank = c.rankOf(meta.SegID) // readers of PlanRead need no rank
 		}
 		return meta, err
 	})
@@ -416,15 +434,11 @@ func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMet
 	}
 	meta := &ObjMeta{KeyHash: plan.KeyHash(key), OwnerRank: -1, SegID: rep.SegID, HeaderOff: rep.Offset,
 		PayloadOff: rep.Offset + plan.HeaderSize, Bytes: r.Size - plan.HeaderSize, Epoch: r.Epoch}
+	var scratch headerScratch
 	var h plan.Header
-	if mem != nil {
-		h, err = plan.Load(mem[rep.Offset : rep.Offset+plan.HeaderSize])
-	} else {
-		var hdr [plan.HeaderSize + 8]byte
-		buf := alignedWords(hdr[:])
-		if err = c.engine.Do(ctx, []transfer.Op{{Peer: peer, Offset: rep.Offset, Bufs: [][]byte{buf}}})[0]; err == nil {
-			h, err = plan.Load(buf)
-		}
+	hb, err := c.headerAt(ctx, mem, peer, rep.Offset, &scratch)
+	if err == nil {
+		h, err = plan.Load(hb)
 	}
 	if err == nil {
 		err = h.Expect(meta.KeyHash, uint32(meta.Epoch), meta.Bytes)
@@ -438,25 +452,24 @@ func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMet
 		return fail(ErrPlanNotReady)
 	}
 	meta.PageBytes, meta.NPages = h.PageSize, h.NPages
-	meta.OwnerRank, meta.Segment = c.rankOf(rep.SegID)
 	return meta, p, nil
 }
 
-// rankOf names a segment's plan member (rank -1 and "" when it is not
-// one), asking the master once when the cache does not know it.
-func (c *Client) rankOf(segID uint64) (int, string) {
+// rankOf is a segment's plan member rank (-1 when it is not one), asking
+// the master once when the cache does not know it.
+func (c *Client) rankOf(segID uint64) int {
 	for refresh := false; ; refresh = true {
 		members, err := c.PlanMembers(refresh)
 		if err != nil {
-			return -1, ""
+			return -1
 		}
 		for _, m := range members {
 			if m.Seg.ID == segID {
-				return m.Rank, m.Seg.Name
+				return m.Rank
 			}
 		}
 		if refresh {
-			return -1, ""
+			return -1
 		}
 	}
 }
@@ -478,7 +491,9 @@ func (c *Client) planRead(ctx context.Context, key string, dst []byte) (int, err
 		return 0, err
 	}
 	defer c.endReads(p)
-	n, err := c.readPayload(ctx, meta, dst)
+	// locatePlan checked the header: what is left is the copy and the
+	// check after it.
+	n, err := c.copyPayload(ctx, meta, dst)
 	if err == nil {
 		if leaseMS := p.res[0].LeaseMS; leaseMS > 0 && time.Since(p.sent) > time.Duration(leaseMS)*time.Millisecond {
 			return 0, wire.Errorf(wire.ErrLeaseExpired, "read of %q outlived its lease", key)
@@ -495,8 +510,29 @@ func (c *Client) PlanReadAt(meta *ObjMeta, dst []byte) (int, error) {
 	return guarded(c, func(ctx context.Context) (int, error) { return c.readPayload(ctx, meta, dst) })
 }
 
-// readPayload is the checked copy behind PlanRead and PlanReadAt.
+// readPayload is PlanReadAt's checked copy: the header must match meta
+// before the copy, and copyPayload checks it after.
 func (c *Client) readPayload(ctx context.Context, meta *ObjMeta, dst []byte) (int, error) {
+	mem, peer, err := c.segMem(ctx, meta.SegID)
+	if err != nil {
+		return 0, err
+	}
+	var scratch headerScratch
+	h, err := c.headerAt(ctx, mem, peer, meta.HeaderOff, &scratch)
+	if err != nil {
+		return 0, err
+	}
+	if hd, err := plan.Load(h); err != nil || hd.Expect(meta.KeyHash, uint32(meta.Epoch), meta.Bytes) != nil {
+		return 0, c.staleRead(meta)
+	}
+	return c.copyPayload(ctx, meta, dst)
+}
+
+// copyPayload copies the payload meta describes into dst, then checks that
+// the header is still READY with meta's epoch (the end of the seqlock
+// whose start the caller checked): a slot reclaimed during the copy
+// clears dst and fails.
+func (c *Client) copyPayload(ctx context.Context, meta *ObjMeta, dst []byte) (int, error) {
 	if uint64(len(dst)) < meta.Bytes {
 		return 0, wire.Errorf(wire.ErrInvalidParams, "destination of %d bytes for a %d-byte object", len(dst), meta.Bytes)
 	}
@@ -505,39 +541,22 @@ func (c *Client) readPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 	if err != nil {
 		return 0, err
 	}
-	stale := func() (int, error) {
-		c.plans.stats.StaleReads.Add(1)
-		return 0, wire.Errorf(wire.ErrInvalidReplica, "the object at %d/%d was reclaimed or replaced", meta.SegID, meta.HeaderOff)
-	}
-	var hdr [plan.HeaderSize + 8]byte
-	buf := alignedWords(hdr[:])
-	loadHeader := func() ([]byte, error) {
-		if mem != nil {
-			if meta.HeaderOff+plan.HeaderSize > uint64(len(mem)) || meta.PayloadOff+meta.Bytes > uint64(len(mem)) {
-				return nil, wire.Errorf(wire.ErrInvalidParams, "object outside its segment")
-			}
-			return mem[meta.HeaderOff : meta.HeaderOff+plan.HeaderSize], nil
-		}
-		return buf, c.engine.Do(ctx, []transfer.Op{{Peer: peer, Offset: meta.HeaderOff, Bufs: [][]byte{buf}}})[0]
-	}
-	h, err := loadHeader()
-	if err != nil {
-		return 0, err
-	}
-	if hd, err := plan.Load(h); err != nil || hd.Expect(meta.KeyHash, uint32(meta.Epoch), meta.Bytes) != nil {
-		return stale()
-	}
 	if mem != nil {
+		if meta.PayloadOff > uint64(len(mem)) || uint64(len(mem))-meta.PayloadOff < meta.Bytes {
+			return 0, wire.Errorf(wire.ErrInvalidParams, "object outside its segment")
+		}
 		copy(dst, mem[meta.PayloadOff:meta.PayloadOff+meta.Bytes])
-	} else if err := c.engine.Do(ctx, []transfer.Op{{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}}})[0]; err != nil {
+	} else if err := c.transferOne(ctx, transfer.Op{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}}); err != nil {
 		return 0, err
 	}
-	if h, err = loadHeader(); err != nil {
+	var scratch headerScratch
+	h, err := c.headerAt(ctx, mem, peer, meta.HeaderOff, &scratch)
+	if err != nil {
 		return 0, err
 	}
 	if !plan.Still(h, plan.Ready, uint32(meta.Epoch)) {
 		clear(dst)
-		return stale()
+		return 0, c.staleRead(meta)
 	}
 	if mem != nil {
 		plan.Touch(h, uint64(time.Now().UnixNano()))
@@ -545,6 +564,13 @@ func (c *Client) readPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 	c.plans.stats.Reads.Add(1)
 	c.plans.stats.BytesRead.Add(int64(meta.Bytes))
 	return int(meta.Bytes), nil
+}
+
+// staleRead counts and describes a read whose slot was reclaimed or
+// replaced.
+func (c *Client) staleRead(meta *ObjMeta) error {
+	c.plans.stats.StaleReads.Add(1)
+	return wire.Errorf(wire.ErrInvalidReplica, "the object at %d/%d was reclaimed or replaced", meta.SegID, meta.HeaderOff)
 }
 
 // PlanRemove kills key's header (readers holding its ObjMeta see DEAD)
@@ -578,15 +604,8 @@ func (c *Client) PlanRemove(key string) error {
 	r := p.res[0]
 	if (r.Code == wire.OK || r.Code == wire.ErrReplicaIsNotReady) && len(r.Replicas) > 0 {
 		if mem, peer, err := c.segMem(ctx, r.Replicas[0].SegID); err == nil {
-			off := r.Replicas[0].Offset
-			if mem != nil {
-				plan.Kill(mem[off:off+plan.HeaderSize], uint32(r.Epoch))
-			} else {
-				_ = c.writeHeader(ctx, &WritePlan{HeaderOff: off, peer: peer}, func(b []byte) error {
-					plan.Kill(b, uint32(r.Epoch))
-					return nil
-				})
-			}
+			at := &WritePlan{HeaderOff: r.Replicas[0].Offset, mem: mem, peer: peer}
+			_ = c.writeHeader(ctx, at, func(b []byte) error { plan.Kill(b, uint32(r.Epoch)); return nil })
 		}
 	}
 	codes := c.Remove([]string{key}, true)

@@ -182,20 +182,24 @@ func TestPlanBadInput(t *testing.T) {
 	if _, err := producer.PlanOwner("x", 99, ""); wire.CodeOf(err) != wire.ErrSegmentNotFound {
 		t.Errorf("unknown rank: %v", err)
 	}
-	// A plan removed before its commit cannot be committed, nor written
-	// to through the master any more.
+	// A write outside the payload is refused.
 	p, err := producer.OpenForWrite("gone", 4096, 4096, dest, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := producer.PlanWrite(p, 4000, make([]byte, 200)); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Errorf("write past the payload: %v", err)
+	}
+	// A plan removed before its commit is no longer open here and cannot
+	// be committed.
 	if err := producer.PlanRemove("gone"); err != nil {
 		t.Fatal(err)
 	}
+	if producer.OpenPlan("gone") != nil {
+		t.Error("a removed plan is still open")
+	}
 	if err := producer.Commit("gone"); wire.CodeOf(err) != wire.ErrObjectNotFound {
 		t.Errorf("commit after remove: %v", err)
-	}
-	if err := producer.PlanWrite(p, 4000, make([]byte, 200)); wire.CodeOf(err) != wire.ErrInvalidParams {
-		t.Errorf("write past the payload: %v", err)
 	}
 	// A plan whose object another client removed meanwhile: the commit
 	// is refused by the master when it arrives, counted, and no reader

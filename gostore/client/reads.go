@@ -55,7 +55,7 @@ func (r *keyBatch) add(key string, epoch uint64) {
 	r.pending.Keys = append(r.pending.Keys, key)
 	r.pending.Epochs = append(r.pending.Epochs, epoch)
 	wake := r.delay == 0 || r.sleeping
-	r.sleeping = r.sleeping && r.delay == 0
+	r.sleeping = false
 	r.mu.Unlock()
 	if wake {
 		select {

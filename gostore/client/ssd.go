@@ -31,8 +31,8 @@ const (
 	// maxStageKeys caps the keys a peer may stage in one request.
 	maxStageKeys = 1 << 16
 	// offloadBatchBytes bounds what one upgrade pins and one backend call
-	// writes: a bucket's worth (the default bucket size limit).
-	offloadBatchBytes = 256 << 20
+	// writes: a bucket's worth.
+	offloadBatchBytes = storage.DefaultBucketSizeLimit
 )
 
 // ssdTier is the client's SSD tier (nil when setup did not ask for one).
@@ -51,15 +51,14 @@ type ssdTier struct {
 	enqueueCtx context.Context // parent of every item's token; cancelled at close
 	cancel     context.CancelFunc
 
-	mu        sync.Mutex
-	inflight  map[string]bool        // keys in the pipeline
-	requested map[string]bool        // ... of which a caller asked for (they wait for their write)
-	pins      map[string]*offloadPin // keys past the upgrade
-	recovered atomic.Bool            // the master has what the directory holds
-	wake      chan struct{}
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	mu             sync.Mutex
+	inflight       map[string]bool        // keys in the pipeline -> a caller asked for it (it waits for its write)
+	pins           map[string]*offloadPin // keys past the upgrade
+	recoverPending atomic.Bool            // the master may lack what the directory holds
+	wake           chan struct{}
+	stop           chan struct{}
+	wg             sync.WaitGroup
+	closeOnce      sync.Once
 
 	stats ssdStats
 }
@@ -94,7 +93,7 @@ func openSSD(c *Client, host string) (*ssdTier, error) {
 	cfg := storage.FileStorageConfigFromEnv(c.cfg.SSDOffloadPath, c.cfg.Getenv).Filled()
 	t := &ssdTier{
 		c: c, log: c.log.With("component", "ssd"),
-		inflight: map[string]bool{}, requested: map[string]bool{}, pins: map[string]*offloadPin{},
+		inflight: map[string]bool{}, pins: map[string]*offloadPin{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	t.enqueueCtx, t.cancel = context.WithCancel(context.Background())
@@ -155,13 +154,13 @@ func openSSD(c *Client, host string) (*ssdTier, error) {
 }
 
 // offloadBatchKeys is the most objects one pipeline batch (one backend
-// call, one bucket) carries: the bucket key limit, 500 unless set lower.
+// call, one bucket) carries: the bucket key limit, the default unless set
+// lower.
 func offloadBatchKeys(cfg storage.FileStorageConfig) int {
-	const most = 500
-	if n := cfg.BucketKeysLimit; n > 0 && n < most {
+	if n := cfg.BucketKeysLimit; n > 0 && n < storage.DefaultBucketKeysLimit {
 		return int(n)
 	}
-	return most
+	return storage.DefaultBucketKeysLimit
 }
 
 // stagingSegID names the staging buffer in peers' transfer engines: the top
@@ -176,27 +175,35 @@ func stagingSegID() uint64 {
 // start recovers what the directory holds and starts the heartbeat.
 func (t *ssdTier) start() {
 	if err := t.recover(); err != nil {
+		t.recoverPending.Store(true)
 		t.log.Error("SSD recovery could not reach the master; retrying with the heartbeat", "err", err)
 	}
 	t.wg.Add(1)
 	go t.loop()
 }
 
-// recoverIfPending retries a recovery that failed.
+// recoverSoon has the heartbeat loop, which alone runs recoveries after
+// start, recover again (a master that forgot us lost our disk copies).
+func (t *ssdTier) recoverSoon() {
+	t.recoverPending.Store(true)
+	t.kick()
+}
+
+// recoverIfPending runs a recovery that failed or was asked for.
 func (t *ssdTier) recoverIfPending() {
-	if t.recovered.Load() {
+	if !t.recoverPending.Swap(false) {
 		return
 	}
 	if err := t.recover(); err != nil {
+		t.recoverPending.Store(true)
 		t.log.Debug("SSD recovery still failing", "err", err)
 	}
 }
 
 // recover re-registers every object found on disk with the master and
-// deletes the copies the master calls stale. A failure leaves the
-// recovery pending: the heartbeat retries it.
+// deletes the copies the master calls stale. The caller marks a failed
+// recovery pending; the heartbeat retries it.
 func (t *ssdTier) recover() error {
-	t.recovered.Store(false)
 	var keys []string
 	var sizes []uint64
 	err := t.fs.Backend().ScanMeta(func(key string, size uint64) error {
@@ -237,7 +244,6 @@ func (t *ssdTier) recover() error {
 			}
 		}
 	}
-	t.recovered.Store(true)
 	t.stats.recovered.Add(int64(registered))
 	t.stats.staleDropped.Add(int64(stale))
 	if len(keys) > 0 {
@@ -324,14 +330,11 @@ var errInFlight = errors.New("offload of this key already in progress")
 // enqueue hands one object to the pipeline unless it is already there.
 func (t *ssdTier) enqueue(key string, size uint64, requested bool) (pipeline.Handle, error) {
 	t.mu.Lock()
-	if t.inflight[key] {
+	if _, busy := t.inflight[key]; busy {
 		t.mu.Unlock()
 		return nil, errInFlight
 	}
-	t.inflight[key] = true
-	if requested {
-		t.requested[key] = true
-	}
+	t.inflight[key] = requested
 	t.mu.Unlock()
 	h, err := t.pipe.Enqueue(t.enqueueCtx, pipeline.Item[string]{Key: key, Size: size})
 	if err != nil {
@@ -343,7 +346,6 @@ func (t *ssdTier) enqueue(key string, size uint64, requested bool) (pipeline.Han
 func (t *ssdTier) forget(key string) {
 	t.mu.Lock()
 	delete(t.inflight, key)
-	delete(t.requested, key)
 	t.mu.Unlock()
 }
 
@@ -376,7 +378,7 @@ func (t *ssdTier) Admit(_ context.Context, it pipeline.Item[string]) bool {
 // (polling) until it is readable.
 func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
 	t.mu.Lock()
-	requested := t.requested[it.Key]
+	requested := t.inflight[it.Key]
 	t.mu.Unlock()
 	if !requested {
 		return nil
@@ -417,14 +419,6 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 	if err != nil {
 		return nil, err
 	}
-	var mem []byte
-	var ownID uint64
-	if t.c.seg != nil {
-		mem = t.c.seg.Bytes()
-		t.c.peers.mu.RLock()
-		ownID = t.c.peers.ownID
-		t.c.peers.mu.RUnlock()
-	}
 	t.mu.Lock()
 	for i, r := range p.res {
 		pin := &offloadPin{epoch: r.Epoch}
@@ -438,7 +432,7 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 		default:
 			pin.err = wire.Errorf(wire.ErrReplicaNotFound, "offload of %q: no replica on this client's segment", keys[i])
 			for _, rep := range r.Replicas {
-				if rep.SegID == ownID && ownID != 0 && rep.Offset+r.Size <= uint64(len(mem)) {
+				if mem := t.c.peers.local(rep.SegID); mem != nil && rep.Offset+r.Size <= uint64(len(mem)) {
 					pin.val, pin.err = mem[rep.Offset:rep.Offset+r.Size:rep.Offset+r.Size], nil
 					break
 				}
@@ -604,10 +598,7 @@ func (t *ssdTier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []w
 			corrupt = append(corrupt, keys[i])
 		}
 		if err == nil && scatter[i] {
-			rest := dsts[i]
-			for _, b := range dests[i] {
-				rest = rest[copy(b, rest):]
-			}
+			transfer.CopyScatter(dsts[i], 0, dests[i], false) // dests[i] holds sizes[i] bytes: in range
 		}
 	}
 	if len(corrupt) > 0 {
@@ -621,9 +612,7 @@ func (t *ssdTier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []w
 // storage. Idempotent.
 func (t *ssdTier) close() {
 	t.closeOnce.Do(func() {
-		if t.cancel != nil {
-			t.cancel()
-		}
+		t.cancel()
 		close(t.stop)
 		if t.rpc != nil {
 			t.rpc.Close()

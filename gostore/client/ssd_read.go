@@ -56,16 +56,7 @@ func (c *Client) readFromDisk(ctx context.Context, keys []string, endpoint strin
 		return
 	}
 	peer := c.diskPeer(endpoint)
-	var chunks [][]diskWant
-	for len(wants) > 0 {
-		n, bytes := 0, uint64(0)
-		for n < len(wants) && n < maxStageKeys && (n == 0 || bytes+wants[n].size <= stageChunk) {
-			bytes += wants[n].size
-			n++
-		}
-		chunks = append(chunks, wants[:n])
-		wants = wants[n:]
-	}
+	chunks := splitStage(wants)
 	// A few chunks at once: the holder reads one from disk while another
 	// is pulled. Objects that found its staging buffer full go again, one
 	// chunk at a time, once the others have released their room.
@@ -98,12 +89,26 @@ func (c *Client) readFromDisk(ctx context.Context, keys []string, endpoint strin
 			return
 		}
 		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
-		for len(again) > 0 {
-			n := min(len(again), max(1, stageChunk/int(max(again[0].size, 1))))
-			c.stageAndPull(ctx, peer, keys, again[:n], out)
-			again = again[n:]
+		for _, ch := range splitStage(again) {
+			c.stageAndPull(ctx, peer, keys, ch, out)
 		}
 	}
+}
+
+// splitStage cuts wants into staging requests of at most maxStageKeys
+// objects and stageChunk bytes (a larger object goes alone).
+func splitStage(wants []diskWant) [][]diskWant {
+	var chunks [][]diskWant
+	for len(wants) > 0 {
+		n, bytes := 0, uint64(0)
+		for n < len(wants) && n < maxStageKeys && (n == 0 || bytes+wants[n].size <= stageChunk) {
+			bytes += wants[n].size
+			n++
+		}
+		chunks = append(chunks, wants[:n])
+		wants = wants[n:]
+	}
+	return chunks
 }
 
 // stageParallel is how many staging chunks a reader has in flight with

@@ -91,11 +91,8 @@ static CUresult gs_cuDeviceGet(CUdevice *d, int i) { return p_cuDeviceGet(d, i);
 static CUresult gs_cuDeviceGetName(char *s, int n, CUdevice d) { return p_cuDeviceGetName(s, n, d); }
 static CUresult gs_cuDeviceTotalMem(size_t *b, CUdevice d) { return p_cuDeviceTotalMem(b, d); }
 static CUresult gs_cuDeviceGetAttribute(int *v, int a, CUdevice d) { return p_cuDeviceGetAttribute(v, a, d); }
-static CUresult gs_use(CUdevice d) {
-	CUcontext ctx;
-	CUresult r = p_cuDevicePrimaryCtxRetain(&ctx, d);
-	return r ? r : p_cuCtxSetCurrent(ctx);
-}
+static CUresult gs_cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
+static CUresult gs_cuCtxSetCurrent(CUcontext c) { return p_cuCtxSetCurrent(c); }
 static CUresult gs_cuMemAlloc(CUdeviceptr *p, size_t n) { return p_cuMemAlloc(p, n); }
 static CUresult gs_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
 static CUresult gs_cuMemHostRegister(uintptr_t p, size_t n, unsigned int f) { return p_cuMemHostRegister((void *)p, n, f); }
@@ -119,6 +116,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -225,66 +223,89 @@ func cuErr(r C.CUresult) error {
 	return &Error{Code: int(r), Msg: C.GoString(C.gs_cuError(r))}
 }
 
-func use(dev int) error {
-	if !Probe().Available {
-		return ErrNoGPU
+// contexts holds each device's primary context, retained once for the
+// life of the process (a retain per call would only raise its count).
+var contexts struct {
+	sync.Mutex
+	byDevice map[int]C.CUcontext
+}
+
+func primaryContext(dev int) (C.CUcontext, error) {
+	info := Probe()
+	if !info.Available {
+		return nil, ErrNoGPU
 	}
-	if dev < 0 || dev >= len(Probe().Devices) {
-		return fmt.Errorf("gpu: no device %d (%d present)", dev, len(Probe().Devices))
+	if dev < 0 || dev >= len(info.Devices) {
+		return nil, fmt.Errorf("gpu: no device %d (%d present)", dev, len(info.Devices))
 	}
-	return cuErr(C.gs_use(C.CUdevice(dev)))
+	contexts.Lock()
+	defer contexts.Unlock()
+	if ctx, ok := contexts.byDevice[dev]; ok {
+		return ctx, nil
+	}
+	var ctx C.CUcontext
+	if err := cuErr(C.gs_cuDevicePrimaryCtxRetain(&ctx, C.CUdevice(dev))); err != nil {
+		return nil, err
+	}
+	if contexts.byDevice == nil {
+		contexts.byDevice = map[int]C.CUcontext{}
+	}
+	contexts.byDevice[dev] = ctx
+	return ctx, nil
+}
+
+// onDevice runs op with dev's primary context current. The current
+// context belongs to an OS thread and a goroutine may change threads
+// between two cgo calls, so the thread is locked across both.
+func onDevice(dev int, op func() C.CUresult) error {
+	ctx, err := primaryContext(dev)
+	if err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cuErr(C.gs_cuCtxSetCurrent(ctx)); err != nil {
+		return err
+	}
+	return cuErr(op())
 }
 
 // Alloc allocates size bytes of device memory on dev (a GPU segment).
 func Alloc(dev int, size uint64) (uint64, error) {
-	if err := use(dev); err != nil {
-		return 0, err
-	}
 	var p C.CUdeviceptr
-	if err := cuErr(C.gs_cuMemAlloc(&p, C.size_t(size))); err != nil {
-		return 0, err
-	}
-	return uint64(p), nil
+	err := onDevice(dev, func() C.CUresult { return C.gs_cuMemAlloc(&p, C.size_t(size)) })
+	return uint64(p), err
 }
 
 // Free releases device memory from Alloc.
 func Free(dev int, ptr uint64) error {
-	if err := use(dev); err != nil {
-		return err
-	}
-	return cuErr(C.gs_cuMemFree(C.CUdeviceptr(ptr)))
+	return onDevice(dev, func() C.CUresult { return C.gs_cuMemFree(C.CUdeviceptr(ptr)) })
 }
 
 // Pin page-locks host memory for fast copies (cuMemHostRegister, portable).
 func Pin(ptr, size uint64) error {
-	if err := use(0); err != nil {
-		return err
-	}
-	return cuErr(C.gs_cuMemHostRegister(C.uintptr_t(ptr), C.size_t(size), 1)) // CU_MEMHOSTREGISTER_PORTABLE
+	return onDevice(0, func() C.CUresult {
+		return C.gs_cuMemHostRegister(C.uintptr_t(ptr), C.size_t(size), 1) // CU_MEMHOSTREGISTER_PORTABLE
+	})
 }
 
 // Unpin undoes Pin.
 func Unpin(ptr uint64) error {
-	if err := use(0); err != nil {
-		return err
-	}
-	return cuErr(C.gs_cuMemHostUnregister(C.uintptr_t(ptr)))
+	return onDevice(0, func() C.CUresult { return C.gs_cuMemHostUnregister(C.uintptr_t(ptr)) })
 }
 
 // CopyToDevice copies size bytes of host memory at host to device memory.
 func CopyToDevice(dev int, dst, host, size uint64) error {
-	if err := use(dev); err != nil {
-		return err
-	}
-	return cuErr(C.gs_cuMemcpyHtoD(C.CUdeviceptr(dst), C.uintptr_t(host), C.size_t(size)))
+	return onDevice(dev, func() C.CUresult {
+		return C.gs_cuMemcpyHtoD(C.CUdeviceptr(dst), C.uintptr_t(host), C.size_t(size))
+	})
 }
 
 // CopyToHost copies size bytes of device memory to host memory at host.
 func CopyToHost(dev int, host, src, size uint64) error {
-	if err := use(dev); err != nil {
-		return err
-	}
-	return cuErr(C.gs_cuMemcpyDtoH(C.uintptr_t(host), C.CUdeviceptr(src), C.size_t(size)))
+	return onDevice(dev, func() C.CUresult {
+		return C.gs_cuMemcpyDtoH(C.uintptr_t(host), C.CUdeviceptr(src), C.size_t(size))
+	})
 }
 
 // Kind is where a pointer points.
@@ -326,11 +347,8 @@ type IPCHandle [64]byte
 // ExportIPC returns the IPC handle of device memory from Alloc.
 func ExportIPC(dev int, ptr uint64) (IPCHandle, error) {
 	var h IPCHandle
-	if err := use(dev); err != nil {
-		return h, err
-	}
 	var ch C.CUipcMemHandle
-	if err := cuErr(C.gs_cuIpcGetMemHandle(&ch, C.CUdeviceptr(ptr))); err != nil {
+	if err := onDevice(dev, func() C.CUresult { return C.gs_cuIpcGetMemHandle(&ch, C.CUdeviceptr(ptr)) }); err != nil {
 		return h, err
 	}
 	copy(h[:], C.GoBytes(unsafe.Pointer(&ch), C.int(len(h))))
@@ -339,22 +357,14 @@ func ExportIPC(dev int, ptr uint64) (IPCHandle, error) {
 
 // OpenIPC maps another process's device memory into this one.
 func OpenIPC(dev int, h IPCHandle) (uint64, error) {
-	if err := use(dev); err != nil {
-		return 0, err
-	}
 	var ch C.CUipcMemHandle
 	C.memcpy(unsafe.Pointer(&ch), unsafe.Pointer(&h[0]), C.size_t(len(h)))
 	var p C.CUdeviceptr
-	if err := cuErr(C.gs_cuIpcOpenMemHandle(&p, &ch)); err != nil {
-		return 0, err
-	}
-	return uint64(p), nil
+	err := onDevice(dev, func() C.CUresult { return C.gs_cuIpcOpenMemHandle(&p, &ch) })
+	return uint64(p), err
 }
 
 // CloseIPC unmaps memory from OpenIPC.
 func CloseIPC(dev int, ptr uint64) error {
-	if err := use(dev); err != nil {
-		return err
-	}
-	return cuErr(C.gs_cuIpcCloseMemHandle(C.CUdeviceptr(ptr)))
+	return onDevice(dev, func() C.CUresult { return C.gs_cuIpcCloseMemHandle(C.CUdeviceptr(ptr)) })
 }

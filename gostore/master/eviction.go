@@ -185,8 +185,12 @@ const exactEvictionLimit = 1 << 16
 func (c *Core) Evict() EvictResult {
 	now := c.now()
 	ratio := max(c.cfg.EvictionRatio, c.usage()-c.cfg.HighWatermark+c.cfg.EvictionRatio)
-	ratio = min(ratio, 1)
-	res := c.evict(now, ratio, c.objectCount())
+	return c.evictPass(now, min(ratio, 1))
+}
+
+// evictPass evicts about share of the objects and counts the pass.
+func (c *Core) evictPass(now int64, share float64) EvictResult {
+	res := c.evict(now, share, c.objectCount())
 	c.stats.EvictionPasses.Add(1)
 	c.stats.EvictedObjects.Add(int64(res.Objects))
 	c.stats.EvictedBytes.Add(int64(res.Bytes))

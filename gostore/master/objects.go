@@ -171,7 +171,7 @@ func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wir
 		// An abandoned put: the new one takes the key. The old writer may
 		// still be copying, so its ranges are quarantined, not freed.
 		c.discard(old.replicas, old.size, now)
-		delete(sh.objects, key)
+		c.deleteObject(sh, key, old)
 		c.stats.PutsTakenOver.Add(1)
 	}
 	return c.insertLocked(sh, now, clientID, key, size, cfg, cfg.HardPin, p)
@@ -257,7 +257,7 @@ func (c *Core) PutRevoke(clientID string, keys []string, epochs []uint64) []wire
 			out[i] = wire.ErrInvalidWrite
 		default:
 			o.release(&c.stats)
-			delete(sh.objects, key)
+			c.deleteObject(sh, key, o)
 		}
 		sh.mu.Unlock()
 	}
@@ -402,8 +402,7 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 			out[i] = wire.ErrObjectNotFound
 		} else if out[i] = removable(o, now, force); out[i] == wire.OK {
 			o.release(&c.stats)
-			c.dropDisk(key, o)
-			delete(sh.objects, key)
+			c.deleteObject(sh, key, o)
 			c.stats.Removes.Add(1)
 		}
 		sh.mu.Unlock()
@@ -435,8 +434,7 @@ func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 		for key, o := range sh.objects {
 			if match(key) && removable(o, now, force) == wire.OK {
 				o.release(&c.stats)
-				c.dropDisk(key, o)
-				delete(sh.objects, key)
+				c.deleteObject(sh, key, o)
 				n++
 			}
 		}

@@ -135,6 +135,15 @@ func (c *Core) dropDisk(key string, o *object) {
 	o.disk = nil
 }
 
+// deleteObject removes key from sh and drops its disk copy, if any: every
+// path that forgets an object while its directory may still hold a copy
+// goes through here, so a restart cannot bring the copy back. The caller
+// holds sh's lock.
+func (c *Core) deleteObject(sh *shard, key string, o *object) {
+	c.dropDisk(key, o)
+	delete(sh.objects, key)
+}
+
 // OffloadPending reports whether clientID has objects to persist or disk
 // copies to delete: the ping tells it, so it need not wait for its next
 // offload heartbeat while eviction waits on it.

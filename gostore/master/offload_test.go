@@ -141,6 +141,35 @@ func TestRewriteDropsTheStaleDiskCopy(t *testing.T) {
 	}
 }
 
+// A rewrite that never ends, revoked by its writer or taken over by a new
+// put, removes the object: its old disk copy must be dropped too, or a
+// restart of its directory would bring the old value back.
+func TestAbandonedRewriteDropsTheDiskCopy(t *testing.T) {
+	for _, how := range []string{"revoke", "takeover"} {
+		t.Run(how, func(t *testing.T) {
+			c, clk := offloadCore(t, false)
+			put(t, c, "k", 100, wire.ReplicaConfig{})
+			notify(c, "a", 100, "k")
+			c.OffloadHeartbeat("a", "dir-a", 10) // takes k's offload request
+			b := upsert(t, c, "w", "k", 100, wire.ReplicaConfig{})
+			if how == "revoke" {
+				if r := c.PutRevoke("w", []string{"k"}, []uint64{b.Epoch}); r[0] != wire.OK {
+					t.Fatalf("revoke: %v", r[0])
+				}
+			} else {
+				clk.Advance(c.cfg.PutStartDiscardTimeout + time.Second)
+				r, err := c.PutStart("w2", "", []string{"k"}, []uint64{50}, wire.ReplicaConfig{})
+				if err != nil || r[0].Code != wire.OK {
+					t.Fatalf("takeover: %v %v", r, err)
+				}
+			}
+			if _, _, drop := c.OffloadHeartbeat("a", "dir-a", 10); !slices.Equal(drop, []string{"k"}) {
+				t.Fatalf("drop %v after the rewrite was abandoned; want the old copy of k", drop)
+			}
+		})
+	}
+}
+
 func TestDiskCopiesOfADeadClientAreDropped(t *testing.T) {
 	c, clk := offloadCore(t, false)
 	c.cfg.EvictionRatio = 1

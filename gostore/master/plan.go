@@ -81,14 +81,10 @@ func (c *Core) PlanMembers() []wire.PlanMember {
 func (c *Core) EvictUntil(ratio float64) (EvictResult, float64) {
 	var total EvictResult
 	for pass := 0; pass < 64 && c.usage() >= ratio; pass++ {
-		now := c.now()
 		// Free about what separates usage from the target, at least the
 		// configured share, so few passes get there.
 		share := min(1, max(c.cfg.EvictionRatio, (c.usage()-ratio)*1.1))
-		res := c.evict(now, share, c.objectCount())
-		c.stats.EvictionPasses.Add(1)
-		c.stats.EvictedObjects.Add(int64(res.Objects))
-		c.stats.EvictedBytes.Add(int64(res.Bytes))
+		res := c.evictPass(c.now(), share)
 		total.Objects += res.Objects
 		total.Bytes += res.Bytes
 		total.Candidates = res.Candidates

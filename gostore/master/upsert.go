@@ -38,8 +38,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		c.discard(o.takeReplicas(replicaProcessing), o.size, now)
 		c.stats.WritesPreempted.Add(1)
 		if len(o.replicas) == 0 {
-			c.dropDisk(key, o)
-			delete(sh.objects, key)
+			c.deleteObject(sh, key, o)
 			return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
 		}
 	}
@@ -56,8 +55,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		return writeResult(o)
 	}
 	c.discard(o.replicas, o.size, now)
-	c.dropDisk(key, o)
-	delete(sh.objects, key)
+	c.deleteObject(sh, key, o)
 	return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
 }
 

@@ -128,25 +128,24 @@ func (cc *clientConn) roundTrip(id uint64, op wire.Op, req any) (wire.Header, []
 }
 
 func (c *Client) get(ctx context.Context) (*clientConn, error) {
-	c.mu.Lock()
-	if c.mu.closed {
-		c.mu.Unlock()
-		return nil, wire.Errorf(wire.ErrRPCFail, "client closed")
-	}
-	for n := len(c.mu.idle); n > 0; n = len(c.mu.idle) {
-		cc := c.mu.idle[n-1]
-		c.mu.idle = c.mu.idle[:n-1]
+	for {
+		cc, err := c.popIdle()
+		if err != nil {
+			return nil, err
+		}
+		if cc == nil {
+			break
+		}
 		// An idle connection whose master went away (a restart) would
 		// fail this call; drop it and try the next, or dial. (Retrying
-		// a failed call instead could apply it twice.)
+		// a failed call instead could apply it twice.) The check is a
+		// syscall: it runs outside the pool's lock.
 		if pc, ok := cc.c.(interface{ peerClosed() bool }); ok && pc.peerClosed() {
 			cc.c.Close()
 			continue
 		}
-		c.mu.Unlock()
 		return cc, nil
 	}
-	c.mu.Unlock()
 	timeout := 3 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
@@ -167,6 +166,23 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", c.addr, err)
 	}
 	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
+}
+
+// popIdle takes the most recently used idle connection, or nil when there
+// is none.
+func (c *Client) popIdle() (*clientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil, wire.Errorf(wire.ErrRPCFail, "client closed")
+	}
+	n := len(c.mu.idle)
+	if n == 0 {
+		return nil, nil
+	}
+	cc := c.mu.idle[n-1]
+	c.mu.idle = c.mu.idle[:n-1]
+	return cc, nil
 }
 
 func (c *Client) put(cc *clientConn) {

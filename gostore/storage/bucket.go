@@ -83,10 +83,12 @@ import (
 
 // Defaults of the bucket-specific Config fields.
 const (
-	bucketDefaultTotalSize  = 2 << 40  // 2 TiB
-	bucketDefaultTotalKeys  = 10000000 // 10M
-	bucketDefaultSizeLimit  = 256 << 20
-	bucketDefaultKeysLimit  = 500
+	bucketDefaultTotalSize = 2 << 40  // 2 TiB
+	bucketDefaultTotalKeys = 10000000 // 10M
+	// DefaultBucketSizeLimit and DefaultBucketKeysLimit bound one bucket
+	// (one offload batch: the client sizes its batches by them).
+	DefaultBucketSizeLimit  = 256 << 20
+	DefaultBucketKeysLimit  = 500
 	bucketDefaultPolicy     = "fifo"
 	bucketDiskFraction      = 0.9
 	bucketName              = "bucket_storage_backend"
@@ -143,9 +145,6 @@ type bucketBackend struct {
 	bSize   uint64
 	bKeys   uint64
 	onEvict func([]string)
-	// shareDisk: the cap was derived from the filesystem's size (no
-	// explicit BucketMaxTotalSize), so it also respects the free space.
-	shareDisk bool
 
 	mu       sync.RWMutex
 	closed   bool
@@ -191,47 +190,43 @@ func NewBucket(cfg Config) (Backend, error) {
 		b.keysCap = bucketDefaultTotalKeys
 	}
 	if b.bSize == 0 {
-		b.bSize = bucketDefaultSizeLimit
+		b.bSize = DefaultBucketSizeLimit
 	}
 	if b.bKeys == 0 {
-		b.bKeys = bucketDefaultKeysLimit
+		b.bKeys = DefaultBucketKeysLimit
 	}
-	maxTotal := cfg.BucketMaxTotalSize
-	if maxTotal == 0 {
-		var st unix.Statfs_t
-		if err := unix.Statfs(cfg.Path, &st); err != nil {
-			return nil, fmt.Errorf("storage: statfs %s: %w", cfg.Path, err)
-		}
-		maxTotal = uint64(float64(st.Blocks) * float64(st.Bsize) * bucketDiskFraction)
+	var err error
+	if b.eng, b.ownEng, err = kvEngine(cfg); err != nil {
+		return nil, err
 	}
-	b.sizeCap = min(b.sizeCap, maxTotal)
-	b.shareDisk = cfg.BucketMaxTotalSize == 0
-	if cfg.Engine != nil {
-		b.eng = cfg.Engine
-	} else {
-		e, err := fileio.FromEnv()
-		if err != nil {
-			return nil, err
-		}
-		b.eng, b.ownEng = e, true
+	if err := b.recover(); err == nil {
+		err = b.capToDisk(cfg.BucketMaxTotalSize)
 	}
-	if err := b.recover(); err != nil {
+	if err != nil {
 		b.closeFiles()
 		if b.ownEng {
 			b.eng.Close()
 		}
 		return nil, err
 	}
-	if b.shareDisk {
-		// 90% of the disk may be more than is free when other files share
-		// it: also stay within what we hold plus 95% of the free space.
-		var st unix.Statfs_t
-		if err := unix.Statfs(cfg.Path, &st); err == nil {
-			free := st.Bavail * uint64(st.Bsize)
-			b.sizeCap = min(b.sizeCap, b.disk+free-free/20)
-		}
-	}
 	return b, nil
+}
+
+// capToDisk lowers the size cap to maxTotal or, when that is 0, to 90% of
+// the filesystem and, since other files may share it, to what the backend
+// holds plus 95% of the free space.
+func (b *bucketBackend) capToDisk(maxTotal uint64) error {
+	if maxTotal > 0 {
+		b.sizeCap = min(b.sizeCap, maxTotal)
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(b.dir, &st); err != nil {
+		return fmt.Errorf("storage: statfs %s: %w", b.dir, err)
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	b.sizeCap = min(b.sizeCap, uint64(float64(st.Blocks)*float64(st.Bsize)*bucketDiskFraction), b.disk+free-free/20)
+	return nil
 }
 
 func (b *bucketBackend) Name() string { return bucketName }
@@ -279,11 +274,7 @@ func (b *bucketBackend) BatchOffload(keys []string, values [][]byte) []error {
 	}
 	defer b.ops.Done()
 	errs := make([]error, len(keys))
-	// The last copy of a key in the batch wins; earlier ones share its result.
-	last := make(map[string]int, len(keys))
-	for i, k := range keys {
-		last[k] = i
-	}
+	last := lastCopies(keys)
 	var group []int
 	var groupBytes uint64
 	flush := func() {
@@ -308,11 +299,7 @@ func (b *bucketBackend) BatchOffload(keys []string, values [][]byte) []error {
 		groupBytes += n
 	}
 	flush()
-	for i, k := range keys {
-		if j := last[k]; j != i {
-			errs[i] = errs[j]
-		}
-	}
+	shareLast(errs, keys, last)
 	return errs
 }
 
@@ -543,28 +530,22 @@ func (b *bucketBackend) rewriteMeta(bk *bucketFile) error {
 
 // writeBucket writes and syncs the data then the meta of a new bucket, and
 // fills ents' offsets. The data goes through a seqWriter on an O_DIRECT
-// descriptor (buffered where the filesystem refuses O_DIRECT); reads use a
-// buffered descriptor opened afterwards.
+// descriptor (buffered where the filesystem refuses O_DIRECT), which the
+// bucket keeps for its reads.
 func (b *bucketBackend) writeBucket(id uint64, ents []*bucketEntry, vals [][]byte) (bk *bucketFile, err error) {
 	dataPath, metaPath := b.path(id, bucketDataExt), b.path(id, bucketMetaExt)
-	wf, _, err := fileio.OpenDirect(dataPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, _, err := fileio.OpenDirect(dataPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("storage: create bucket: %w", err)
 	}
-	var f *os.File
 	defer func() {
-		if wf != nil {
-			wf.Close()
-		}
 		if err != nil {
-			if f != nil {
-				f.Close()
-			}
+			f.Close()
 			os.Remove(dataPath)
 			os.Remove(metaPath)
 		}
 	}()
-	w := newSeqWriter(b.eng, wf)
+	w := newSeqWriter(b.eng, f)
 	for j, e := range ents {
 		hdr := bucketEncodeRecHdr(e.key, e.size, e.crc)
 		w.AlignAfter(uint64(len(hdr)))
@@ -576,11 +557,8 @@ func (b *bucketBackend) writeBucket(id uint64, ents []*bucketEntry, vals [][]byt
 	if err = w.Close(); err != nil {
 		return nil, fmt.Errorf("storage: write bucket %d: %w", id, err)
 	}
-	if err = b.eng.Datasync(wf); err != nil {
+	if err = b.eng.Datasync(f); err != nil {
 		return nil, fmt.Errorf("storage: sync bucket %d: %w", id, err)
-	}
-	if f, _, err = fileio.OpenDirect(dataPath, os.O_RDONLY, 0); err != nil {
-		return nil, fmt.Errorf("storage: reopen bucket %d: %w", id, err)
 	}
 	meta := bucketEncodeMeta(id, end, ents)
 	if err = b.writeMeta(metaPath, meta); err != nil {

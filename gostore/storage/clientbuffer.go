@@ -58,10 +58,6 @@ func NewClientBuffer(mem []byte, ttl time.Duration, now func() time.Time) *Clien
 // TTL is how long a lease lives without a release.
 func (b *ClientBuffer) TTL() time.Duration { return b.ttl }
 
-// Bytes is the whole buffer (what peers map or read through the transfer
-// server).
-func (b *ClientBuffer) Bytes() []byte { return b.mem }
-
 // Lease reserves room for objects of the given sizes under one batch id.
 // offs[i] is where object i goes, or errs[i] is ErrBufferFull; a batch with
 // no room at all still gets an id (releasing it is harmless). Zero sizes

@@ -150,11 +150,11 @@ func OpenFileStorage(cfg FileStorageConfig, staging []byte, log *slog.Logger) (_
 	if fs.lock, err = lockDir(cfg.Path); err != nil {
 		return nil, err
 	}
-	if fs.id, err = storageID(cfg.Path); err != nil {
-		return nil, wire.Errorf(wire.ErrFileWriteFail, "SSD tier %s: storage id: %v", cfg.Path, err)
-	}
 	if fs.eng, err = fileio.New(cfg.UseURing); err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "SSD tier: file I/O engine: %v", err)
+	}
+	if fs.id, err = storageID(fs.eng, cfg.Path); err != nil {
+		return nil, wire.Errorf(wire.ErrFileWriteFail, "SSD tier %s: storage id: %v", cfg.Path, err)
 	}
 	if len(staging) > 0 {
 		if err := fs.eng.RegisterFixed(staging); err != nil {
@@ -227,7 +227,7 @@ func lockDir(path string) (*os.File, error) {
 // storageID returns the directory's identity, creating it on first use.
 // The master ties disk copies to it, so a restarted client claims back what
 // the directory holds.
-func storageID(path string) (string, error) {
+func storageID(eng fileio.Engine, path string) (string, error) {
 	p := filepath.Join(path, idFile)
 	if b, err := os.ReadFile(p); err == nil {
 		if id := strings.TrimSpace(string(b)); len(id) == 32 {
@@ -238,13 +238,7 @@ func storageID(path string) (string, error) {
 	var raw [16]byte
 	rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
-	if err := os.WriteFile(p+bucketTmpExt, []byte(id+"\n"), 0o644); err != nil {
-		return "", err
-	}
-	if err := os.Rename(p+bucketTmpExt, p); err != nil {
-		return "", err
-	}
-	return id, syncDir(path)
+	return id, writeFileAtomic(eng, p, p+".tmp", true, []byte(id+"\n"))
 }
 
 // ID is the directory's identity (stable across restarts).

@@ -171,19 +171,18 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 	errs := make([]error, len(keys))
 	// One key twice in a batch: only its last copy is written (two
 	// parallel writes of one key would race for the index).
-	last := make(map[string]int, len(keys))
-	for i, k := range keys {
-		last[k] = i
-	}
+	last := lastCopies(keys)
 	// Write every record (in parallel), make them durable with one
-	// datasync, then publish them.
+	// datasync, publish them, then retire the records they replaced with
+	// one more.
 	pend := make([]*offsetPending, len(keys))
-	forEach(len(keys), offloadWorkers, func(i int) {
+	fileio.ForEach(len(keys), offloadWorkers, func(i int) {
 		if last[keys[i]] == i {
 			pend[i], errs[i] = b.write(keys[i], values[i])
 		}
 	})
 	synced := b.eng.Datasync(b.f)
+	var replaced []*offsetEntry
 	for i, p := range pend {
 		switch {
 		case p == nil:
@@ -191,12 +190,13 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 			errs[i] = fmt.Errorf("storage: offset_allocator: offload %q: %w", keys[i], synced)
 			b.abandon(p)
 		default:
-			b.publish(keys[i], p)
+			if old := b.publish(keys[i], p); old != nil {
+				replaced = append(replaced, old)
+			}
 		}
 	}
-	for i, k := range keys {
-		errs[i] = errs[last[k]]
-	}
+	b.release(replaced...)
+	shareLast(errs, keys, last)
 	return errs
 }
 
@@ -250,9 +250,10 @@ func (b *offsetBackend) abandon(p *offsetPending) {
 	}
 }
 
-// publish makes a durable record the key's current one and retires the
-// record it replaces.
-func (b *offsetBackend) publish(key string, p *offsetPending) {
+// publish makes a durable record the key's current one. It returns the
+// record it replaced when no read holds that one any more: the caller
+// releases it.
+func (b *offsetBackend) publish(key string, p *offsetPending) *offsetEntry {
 	e := p.e
 	sh := b.shard(key)
 	sh.mu.Lock()
@@ -274,9 +275,7 @@ func (b *offsetBackend) publish(key string, p *offsetPending) {
 		}
 	}
 	sh.mu.Unlock()
-	if release != nil {
-		b.release(release)
-	}
+	return release
 }
 
 // writeRecord writes one record (the caller syncs).
@@ -294,9 +293,18 @@ func (b *offsetBackend) writeRecord(off, span uint64, key string, val []byte) er
 	return b.eng.WriteAt(b.f, buf, int64(off))
 }
 
-// release invalidates a dead record on disk and frees its space.
-func (b *offsetBackend) release(e *offsetEntry) {
-	err := b.eng.WriteAt(b.f, b.zero, int64(e.off))
+// release invalidates dead records on disk, with one datasync for all,
+// and frees their space.
+func (b *offsetBackend) release(dead ...*offsetEntry) {
+	if len(dead) == 0 {
+		return
+	}
+	var err error
+	for _, e := range dead {
+		if err = b.eng.WriteAt(b.f, b.zero, int64(e.off)); err != nil {
+			break
+		}
+	}
 	if err == nil {
 		err = b.eng.Datasync(b.f)
 	}
@@ -304,11 +312,13 @@ func (b *offsetBackend) release(e *offsetEntry) {
 		// Keep the space allocated: a still-valid header there must not be
 		// overwritten by a new record's tail and must not be resurrected
 		// with wrong data; recovery resolves it by seq.
-		slog.Error("storage: offset_allocator: cannot invalidate a dead record; leaking its space",
-			"offset", e.off, "err", err)
+		slog.Error("storage: offset_allocator: cannot invalidate dead records; leaking their space",
+			"records", len(dead), "offset", dead[0].off, "err", err)
 		return
 	}
-	b.free(e.off, e.span)
+	for _, e := range dead {
+		b.free(e.off, e.span)
+	}
 }
 
 func (b *offsetBackend) free(off, span uint64) {
@@ -350,13 +360,12 @@ func (b *offsetBackend) load(keys []string, dsts [][]byte, padded bool) []error 
 // loadChunk reads up to QueueDepth/2 objects with one ReadBatch: per object
 // its head (header and key) and its value, into the destination or, when
 // that cannot take the padded read, into scratch memory copied out once
-// the record checks out.
+// the record checks out. All heads and scratch values share one aligned
+// allocation.
 func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error, padded bool) {
 	ents := make([]*offsetEntry, len(keys))
-	heads := make([][]byte, len(keys))
-	vals := make([][]byte, len(keys)) // the padded read of each value
-	reqs := make([]fileio.Request, 0, 2*len(keys))
-	owner := make([]int, 0, 2*len(keys))
+	inPlace := make([]bool, len(keys))
+	var scratchLen uint64
 	for i, key := range keys {
 		sh := b.shard(key)
 		sh.mu.Lock()
@@ -375,14 +384,37 @@ func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error, pa
 		}
 		ents[i] = e
 		valOff, _ := offsetLayout(uint64(len(key)), e.size)
-		heads[i] = fileio.AlignedBuffer(int(valOff), offsetAlign)
+		n := roundUpAlign(e.size)
+		inPlace[i] = padded && uint64(cap(dsts[i])) >= n
+		scratchLen += valOff
+		if !inPlace[i] {
+			scratchLen += n
+		}
+	}
+	scratch := fileio.AlignedBuffer(int(scratchLen), offsetAlign)
+	defer fileio.FreeAligned(scratch)
+	take := func(n uint64) []byte {
+		p := scratch[:n:n]
+		scratch = scratch[n:]
+		return p
+	}
+	heads := make([][]byte, len(keys))
+	vals := make([][]byte, len(keys)) // the padded read of each value
+	reqs := make([]fileio.Request, 0, 2*len(keys))
+	owner := make([]int, 0, 2*len(keys))
+	for i, e := range ents {
+		if e == nil {
+			continue
+		}
+		valOff, _ := offsetLayout(uint64(len(keys[i])), e.size)
+		n := roundUpAlign(e.size)
+		heads[i] = take(valOff)
 		reqs = append(reqs, fileio.Request{File: b.f, Buf: heads[i], Off: int64(e.off)})
 		owner = append(owner, i)
-		n := int(roundUpAlign(e.size))
-		if padded && cap(dsts[i]) >= n {
+		if inPlace[i] {
 			vals[i] = dsts[i][:n]
 		} else {
-			vals[i] = fileio.AlignedBuffer(n, offsetAlign)
+			vals[i] = take(n)
 		}
 		if n > 0 {
 			reqs = append(reqs, fileio.Request{File: b.f, Buf: vals[i], Off: int64(e.off + valOff)})
@@ -396,33 +428,29 @@ func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error, pa
 			}
 		}
 	}
+	var dead []*offsetEntry
 	for i, e := range ents {
 		if e == nil {
 			continue
 		}
-		inPlace := len(vals[i]) > 0 && &vals[i][0] == &dsts[i][:1][0]
 		if errs[i] == nil {
 			errs[i] = offsetVerify(heads[i], keys[i], vals[i][:e.size])
 		}
 		switch {
 		case errs[i] != nil:
 			clear(dsts[i]) // never hand out wrong bytes
-		case !inPlace:
+		case !inPlace[i]:
 			copy(dsts[i], vals[i])
-		}
-		fileio.FreeAligned(heads[i])
-		if !inPlace {
-			fileio.FreeAligned(vals[i])
 		}
 		sh := b.shard(keys[i])
 		sh.mu.Lock()
 		e.refs--
-		rel := e.dead && e.refs == 0
-		sh.mu.Unlock()
-		if rel {
-			b.release(e)
+		if e.dead && e.refs == 0 {
+			dead = append(dead, e)
 		}
+		sh.mu.Unlock()
 	}
+	b.release(dead...)
 }
 
 // offsetVerify checks a record's head and value read from disk against
@@ -467,23 +495,22 @@ func (b *offsetBackend) Remove(keys []string) error {
 		return os.ErrClosed
 	}
 	defer b.closeMu.RUnlock()
+	var dead []*offsetEntry
 	for _, key := range keys {
 		sh := b.shard(key)
 		sh.mu.Lock()
-		e := sh.idx[key]
-		var rel bool
-		if e != nil {
+		if e := sh.idx[key]; e != nil {
 			delete(sh.idx, key)
 			b.keys.Add(-1)
 			b.bytes.Add(-int64(e.size))
 			e.dead = true
-			rel = e.refs == 0
+			if e.refs == 0 {
+				dead = append(dead, e)
+			}
 		}
 		sh.mu.Unlock()
-		if rel {
-			b.release(e)
-		}
 	}
+	b.release(dead...)
 	return nil
 }
 
@@ -673,10 +700,12 @@ func (b *offsetBackend) recover(capacity uint64) error {
 		b.bytes.Add(int64(r.size))
 		maxSeq = max(maxSeq, r.seq)
 	}
-	for _, r := range stale {
+	dead := make([]*offsetEntry, len(stale))
+	for i, r := range stale {
 		maxSeq = max(maxSeq, r.seq)
-		b.release(&offsetEntry{off: r.off, span: r.span})
+		dead[i] = &offsetEntry{off: r.off, span: r.span}
 	}
+	b.release(dead...)
 	b.seq.Store(maxSeq)
 	return nil
 }

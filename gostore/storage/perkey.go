@@ -145,18 +145,13 @@ func (b *perkeyBackend) BatchOffload(keys []string, values [][]byte) []error {
 	errs := make([]error, len(keys))
 	// Writers of one key serialise on its stripe; the last copy of a key
 	// in the batch must also be the one that lands last.
-	last := make(map[string]int, len(keys))
-	for i, k := range keys {
-		last[k] = i
-	}
-	forEach(len(keys), offloadWorkers, func(i int) {
+	last := lastCopies(keys)
+	fileio.ForEach(len(keys), offloadWorkers, func(i int) {
 		if last[keys[i]] == i {
 			errs[i] = b.offload(keys[i], values[i])
 		}
 	})
-	for i, k := range keys {
-		errs[i] = errs[last[k]]
-	}
+	shareLast(errs, keys, last)
 	return errs
 }
 
@@ -266,10 +261,18 @@ func (b *perkeyBackend) load(keys []string, dsts [][]byte, padded bool) []error 
 }
 
 // loadChunk reads up to QueueDepth/2 objects with one ReadBatch: per object
-// one read of header+key and one of the value straight into dst.
+// one read of header+key and one of the value straight into dst. The
+// heads are whole blocks of one aligned allocation, so the O_DIRECT reads
+// need no bounce buffer.
 func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error, padded bool) {
 	files := make([]*os.File, len(keys))
 	heads := make([][]byte, len(keys))
+	var headsLen int64
+	for _, key := range keys {
+		headsLen += perkeyValueOff(len(key))
+	}
+	headMem := fileio.AlignedBuffer(int(headsLen), fileio.Alignment)
+	defer fileio.FreeAligned(headMem)
 	reqs := make([]fileio.Request, 0, 2*len(keys))
 	owner := make([]int, 0, 2*len(keys))
 	defer func() {
@@ -298,7 +301,8 @@ func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error, pa
 			continue
 		}
 		files[i] = f
-		heads[i] = make([]byte, perkeyHdrLen+len(key))
+		n := perkeyValueOff(len(key))
+		heads[i], headMem = headMem[:n:n], headMem[n:]
 		reqs = append(reqs, fileio.Request{File: f, Buf: heads[i], Off: 0})
 		owner = append(owner, i)
 		if len(dsts[i]) > 0 {
@@ -326,7 +330,7 @@ func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error, pa
 		if files[i] == nil || errs[i] != nil {
 			continue
 		}
-		errs[i] = perkeyVerify(heads[i], key, dsts[i])
+		errs[i] = perkeyVerify(heads[i][:perkeyHdrLen+len(key)], key, dsts[i])
 	}
 }
 

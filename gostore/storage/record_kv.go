@@ -8,7 +8,8 @@ import (
 	"github.com/gostore/gostore/gostore/storage/fileio"
 )
 
-// Helpers shared by the file-per-key and offset-allocator backends.
+// Helpers shared by the backends (the file-per-key and offset-allocator
+// ones above all).
 
 // kvCRCTable is the CRC32C (Castagnoli) table used by their records.
 var kvCRCTable = crc32.MakeTable(crc32.Castagnoli)
@@ -39,6 +40,25 @@ func kvEngine(cfg Config) (e fileio.Engine, own bool, err error) {
 	}
 	e, err = fileio.FromEnv()
 	return e, err == nil, err
+}
+
+// lastCopies maps each key of an offload batch to the index of its last
+// copy. A batch may name one key twice; only the last copy is written
+// (the backends write in parallel, and two writes of one key would race)
+// and shareLast gives the earlier copies its result.
+func lastCopies(keys []string) map[string]int {
+	last := make(map[string]int, len(keys))
+	for i, k := range keys {
+		last[k] = i
+	}
+	return last
+}
+
+// shareLast sets each earlier copy's error to its key's last copy's.
+func shareLast(errs []error, keys []string, last map[string]int) {
+	for i, k := range keys {
+		errs[i] = errs[last[k]]
+	}
 }
 
 // kvErrs returns a slice of n copies of err.

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"os"
-	"sync"
 
 	"github.com/gostore/gostore/gostore/storage/fileio"
 )
@@ -11,9 +10,30 @@ import (
 // disk streams, small enough that two per writer cost little memory.
 const seqChunk = 8 << 20
 
-// chunkPool recycles the writers' aligned chunk buffers (mmap'ed memory:
-// allocating it per bucket would cost two syscalls and page faults).
-var chunkPool = sync.Pool{New: func() any { return fileio.AlignedBuffer(seqChunk, fileio.Alignment) }}
+// freeChunks recycles the writers' aligned chunk buffers (mmap'ed memory:
+// allocating it per file would cost syscalls and page faults). It is a
+// bounded list rather than a sync.Pool because a pool drops idle items at
+// GC without unmapping them; here a chunk that does not fit is unmapped.
+// Its size covers every offload worker with one chunk writing and one
+// filling.
+var freeChunks = make(chan []byte, 2*offloadWorkers+2)
+
+func getChunk() []byte {
+	select {
+	case c := <-freeChunks:
+		return c
+	default:
+		return fileio.AlignedBuffer(seqChunk, fileio.Alignment)
+	}
+}
+
+func putChunk(c []byte) {
+	select {
+	case freeChunks <- c[:seqChunk]:
+	default:
+		fileio.FreeAligned(c)
+	}
+}
 
 // seqWriter writes a new file from front to back through aligned chunks, so
 // the file can be opened O_DIRECT: the page cache is bypassed (no double
@@ -32,7 +52,7 @@ type seqWriter struct {
 }
 
 func newSeqWriter(eng fileio.Engine, f *os.File) *seqWriter {
-	return &seqWriter{eng: eng, f: f, buf: chunkPool.Get().([]byte)}
+	return &seqWriter{eng: eng, f: f, buf: getChunk()}
 }
 
 // Write appends p.
@@ -71,10 +91,10 @@ func (w *seqWriter) flush(n int) {
 	w.done = make(chan error, 1)
 	go func(done chan<- error) {
 		err := w.eng.WriteAt(w.f, chunk, off)
-		chunkPool.Put(chunk[:seqChunk])
+		putChunk(chunk)
 		done <- err
 	}(w.done)
-	w.buf, w.fill, w.off = chunkPool.Get().([]byte), 0, off+int64(n)
+	w.buf, w.fill, w.off = getChunk(), 0, off+int64(n)
 }
 
 // wait collects the write in flight.
@@ -96,7 +116,7 @@ func (w *seqWriter) Close() error {
 		w.flush(padded)
 	}
 	w.wait()
-	chunkPool.Put(w.buf[:seqChunk])
+	putChunk(w.buf)
 	w.buf = nil
 	return w.err
 }

@@ -43,14 +43,17 @@ def _seq(x: Any, what: str) -> Sequence[Any]:
     return x
 
 
-def _keys(keys: Any, what: str = "keys") -> List[Optional[bytes]]:
-    keys = _seq(keys, what)
-    out = []
-    for k in keys:
+def _strs(x: Any, what: str) -> Sequence[str]:
+    """``x`` when it is a list of str; TypeError otherwise."""
+    x = _seq(x, what)
+    for k in x:
         if not isinstance(k, str):
             raise TypeError(f"{what} must contain only str, found {_tname(k)}")
-        out.append(_key(k))
-    return out
+    return x
+
+
+def _keys(keys: Any, what: str = "keys") -> List[Optional[bytes]]:
+    return [_key(k) for k in _strs(keys, what)]
 
 
 def _int(x: Any, what: str) -> int:

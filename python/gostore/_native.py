@@ -24,7 +24,9 @@ import ctypes
 import os
 import threading
 from ctypes import c_char_p, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
-from typing import Optional
+from typing import Callable, Optional, Tuple
+
+from .errors import ErrorCode
 
 __all__ = ["library_path", "lib", "is_loaded", "bench_memcpy", "bench_tcp_stream"]
 
@@ -180,6 +182,21 @@ def read_string(fn, handle: int, cap: int = 1024) -> Optional[str]:
         if n <= cap:
             return buf.raw[:n].decode("utf-8", "replace")
         cap = n  # a library that reports the needed size: retry once bigger
+
+
+def call_growing(call: Callable[[ctypes.Array, int], int], cap: int = 1024,
+                 limit: int = 1 << 26) -> Tuple[int, bytes]:
+    """Call ``call(out, cap)``, an ABI function that writes at most ``cap``
+    bytes to ``out`` and answers BUFFER_OVERFLOW (-10) when they do not fit,
+    with a buffer four times larger each time it does (up to ``limit``).
+    Returns ``(n, the n bytes)``, or ``(negative code, b"")``."""
+    while True:
+        out = ctypes.create_string_buffer(cap)
+        n = call(out, cap)
+        if n == int(ErrorCode.BUFFER_OVERFLOW) and cap < limit:
+            cap *= 4
+            continue
+        return (n, out.raw[:n]) if n >= 0 else (n, b"")
 
 
 def bench_memcpy(size: int, iters: int) -> float:

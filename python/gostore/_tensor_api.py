@@ -18,12 +18,10 @@ not a tensor (or a key that is not a str).
 from __future__ import annotations
 
 import ctypes
-from array import array
 from typing import Any, List, Optional
 
 from . import _native, tensor as _codec
-from ._args import _INVALID, _config, _int, _ints, _key, _keys, _seq, _u64
-from ._buffers import BufferPins
+from ._args import _INVALID, _config, _int, _ints, _key, _keys, _seq, _strs, _u64
 from .config import ReplicateConfig
 
 __all__ = ["TensorAPI"]
@@ -38,7 +36,8 @@ def _numpy_alloc(n: int):
 
 class TensorAPI:
     """Mixed into :class:`~gostore.MooncakeDistributedStore`; relies on its
-    ``_write``, ``_get_fresh``, ``_h``, ``get_into`` and ``put_from``."""
+    ``_write_multi``, ``_get_fresh``, ``_h``, ``batch_get_into`` and
+    ``batch_put_from``/``batch_upsert_from``."""
 
     # ---- writing ----------------------------------------------------------
 
@@ -49,28 +48,7 @@ class TensorAPI:
         if len(ks) != len(ts) or cfg is None:
             return [_INVALID] * len(ks)
         parts = [_codec.encode(t) for t in ts]  # TypeError before anything is stored
-        codes = [_INVALID] * len(ks)
-        with BufferPins() as pins:
-            idx: List[int] = []
-            send: List[bytes] = []
-            ptrs, sizes, nparts = array("Q"), array("Q"), array("I")
-            for i, (k, p) in enumerate(zip(ks, parts)):
-                if k is None:
-                    continue
-                n = 0
-                for piece in (p.header, p.data):
-                    addr, size = pins.pin(piece)
-                    if size:
-                        ptrs.append(addr)
-                        sizes.append(size)
-                        n += 1
-                idx.append(i)
-                send.append(k)
-                nparts.append(n)
-            if send:
-                for i, r in zip(idx, self._write(send, ptrs, sizes, nparts, 0, cfg, upsert)):
-                    codes[i] = r
-        return codes
+        return self._write_multi(ks, [(p.header, p.data) for p in parts], cfg, upsert)
 
     def put_tensor(self, key: str, tensor: Any) -> int:
         """Store a numpy array or torch tensor; 0 or negative (an existing key
@@ -116,7 +94,7 @@ class TensorAPI:
     def _put_tp(
         self, keys: Any, tensors: Any, config: Any, tp_size: Any, split_dim: Any, upsert: bool
     ) -> List[int]:
-        ks = _seq(keys, "base_keys")
+        ks = _strs(keys, "base_keys")
         ts = _seq(tensors, "tensors_list")
         size = _int(tp_size, "tp_size")
         dim = _int(split_dim, "split_dim")
@@ -125,8 +103,6 @@ class TensorAPI:
         shard_keys: List[str] = []
         shards: List[Any] = []
         for k, t in zip(ks, ts):
-            if not isinstance(k, str):
-                raise TypeError(f"base_keys must contain only str, found {type(k).__name__}")
             try:
                 pieces = _codec.split(t, size, dim)
             except (IndexError, ValueError, RuntimeError):
@@ -195,14 +171,11 @@ class TensorAPI:
         self, base_keys: List[str], tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
     ) -> List[Any]:
         """One :meth:`get_tensor_with_tp` result per base key."""
-        ks = _seq(base_keys, "base_keys")
+        ks = _strs(base_keys, "base_keys")
         rank, size = _int(tp_rank, "tp_rank"), _int(tp_size, "tp_size")
         _int(split_dim, "split_dim")
         if not 0 <= rank < size:
             return [None] * len(ks)
-        for k in ks:
-            if not isinstance(k, str):
-                raise TypeError(f"base_keys must contain only str, found {type(k).__name__}")
         return self.batch_get_tensor([_codec.tp_key(k, rank) for k in ks])
 
     # ---- reading ------------------------------------------------------------
@@ -245,47 +218,45 @@ class TensorAPI:
         ss = _ints(sizes, "sizes")
         if not (len(ks) == len(ps) == len(ss)):
             return [_INVALID] * len(ks)
+        import numpy as np
+
         got = self.batch_get_into(list(ks), ps, ss)
         out: List[Any] = []
         for r, p in zip(got, ps):
             if r < 0:
                 out.append(r)
                 continue
-            hdr = _codec.decode_header((ctypes.c_uint8 * r).from_address(p))
+            view = (ctypes.c_uint8 * r).from_address(p)
+            hdr = _codec.decode_header(view)
             if hdr is None:
                 out.append(_INVALID)
                 continue
-            import numpy as np
-
-            raw = np.ctypeslib.as_array((ctypes.c_uint8 * r).from_address(p))
-            out.append(_codec.materialize(raw, hdr))
+            out.append(_codec.materialize(np.ctypeslib.as_array(view), hdr))
         return out
 
     def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
         """Store registered memory that already holds a whole tensor object
         (header and data, as :meth:`get_tensor_into` leaves it) without
         copying it; -600 when it does not."""
-        return self._tensor_from([key], [buffer_ptr], [size], None, False)[0]
+        return self._tensor_from([key], [buffer_ptr], [size], False)[0]
 
     def batch_put_tensor_from(
         self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]
     ) -> List[int]:
         """One :meth:`put_tensor_from` result per key."""
-        return self._tensor_from(keys, buffer_ptrs, sizes, None, False)
+        return self._tensor_from(keys, buffer_ptrs, sizes, False)
 
     def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
         """:meth:`put_tensor_from` that inserts or replaces."""
-        return self._tensor_from([key], [buffer_ptr], [size], None, True)[0]
+        return self._tensor_from([key], [buffer_ptr], [size], True)[0]
 
     def batch_upsert_tensor_from(
         self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]
     ) -> List[int]:
         """One :meth:`upsert_tensor_from` result per key."""
-        return self._tensor_from(keys, buffer_ptrs, sizes, None, True)
+        return self._tensor_from(keys, buffer_ptrs, sizes, True)
 
-    def _tensor_from(
-        self, keys: Any, ptrs: Any, sizes: Any, config: Any, upsert: bool
-    ) -> List[int]:
+    def _tensor_from(self, keys: Any, ptrs: Any, sizes: Any, upsert: bool) -> List[int]:
         ks = _seq(keys, "keys")
         ps = _ints(ptrs, "buffer_ptrs")
         ss = _ints(sizes, "sizes")
@@ -305,6 +276,6 @@ class TensorAPI:
         if idx:
             write = self.batch_upsert_from if upsert else self.batch_put_from
             for i, r in zip(idx, write([ks[i] for i in idx], [ps[i] for i in idx],
-                                       [ss[i] for i in idx], config)):
+                                       [ss[i] for i in idx])):
                 out[i] = r
         return out

@@ -4,7 +4,6 @@ Both answer cleanly on hosts without a GPU, a driver or an RDMA NIC."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 from typing import Any, Dict, Optional
 
@@ -15,16 +14,10 @@ __all__ = ["gpu_info", "topology"]
 
 
 def _json_call(call, what: str) -> Any:
-    cap = 1 << 16
-    while True:
-        out = ctypes.create_string_buffer(cap)
-        n = call(out, cap)
-        if n == int(ErrorCode.BUFFER_OVERFLOW) and cap < 1 << 26:
-            cap *= 4
-            continue
-        if n < 0:
-            raise ValueError(f"{what} failed: {ErrorCode.name_of(n)} ({n})")
-        return json.loads(out.raw[:n])
+    n, raw = _native.call_growing(call, cap=1 << 16)
+    if n < 0:
+        raise ValueError(f"{what} failed: {ErrorCode.name_of(n)} ({n})")
+    return json.loads(raw)
 
 
 def gpu_info() -> Dict[str, Any]:

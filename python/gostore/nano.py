@@ -150,16 +150,11 @@ class NanoKVCache:
 
     def members(self) -> list:
         """The live members: ``[{"rank", "segment", "size", "used"}, ...]``."""
-        cap = 1 << 16
-        while True:
-            out = ctypes.create_string_buffer(cap)
-            n = _native.lib().gs_plan_members(self._store._h(), out, cap)
-            if n == int(ErrorCode.BUFFER_OVERFLOW):
-                cap *= 4
-                continue
-            if n < 0:
-                raise PlanError("listing the members", n)
-            return json.loads(out.raw[:n])
+        h = self._store._h()
+        n, raw = _native.call_growing(lambda out, cap: _native.lib().gs_plan_members(h, out, cap), cap=1 << 16)
+        if n < 0:
+            raise PlanError("listing the members", n)
+        return json.loads(raw)
 
     @property
     def world_size(self) -> int:
@@ -293,35 +288,34 @@ class NanoKVCache:
             meta = self.get_location(key)
         except KeyError:
             return None
-        k = key.encode("utf-8")
-        return self._read(lambda ptr, cap: _native.lib().gs_plan_read(self._store._h(), k, len(k), ptr, cap),
-                          meta.bytes_total, dst, key)
+        # One master call (the location); the bytes come straight from the
+        # owner. A slot removed since the location was taken (-702) means
+        # the key is gone.
+        return self._read_at(meta, dst, key, gone=int(ErrorCode.INVALID_REPLICA))
 
     def read_location(self, meta: ObjMeta, *, dst: Any = None) -> Any:
         """Read the object ``meta`` describes straight from its owner, without
         the master; :class:`PlanError` when its slot was removed, reclaimed or
         reused since (never another object's bytes)."""
-        m = meta._native()
-        return self._read(lambda ptr, cap: _native.lib().gs_plan_read_at(self._store._h(), _addr(m), ptr, cap),
-                          meta.bytes_total, dst, f"meta of epoch {meta.epoch}")
+        return self._read_at(meta, dst, f"meta of epoch {meta.epoch}", gone=None)
 
-    def _read(self, call, size: int, dst: Any, what: str) -> Any:
-        if dst is None:
-            out, addr = new_bytes(size)
-            rc = call(addr, size)
-            if rc == size:
-                return out
-            if rc in (-703, -704):  # committed or removed meanwhile
-                return None
-            raise PlanError(f"read of {what}", rc)
+    def _read_at(self, meta: ObjMeta, dst: Any, what: str, gone: Optional[int]) -> Any:
+        """Reads meta's payload into new bytes or dst; None when the read
+        fails with ``gone``."""
+        m, size = meta._native(), meta.bytes_total
         with BufferPins() as pins:
-            addr, n = pins.pin(dst, writable=True)
-            if n < size:
-                raise ValueError(f"dst holds {n} bytes, the object {size}")
-            rc = call(addr, n)
+            if dst is None:
+                out, addr = new_bytes(size)
+                n = size
+            else:
+                addr, n = pins.pin(dst, writable=True)
+                if n < size:
+                    raise ValueError(f"dst holds {n} bytes, the object {size}")
+                out = dst
+            rc = _native.lib().gs_plan_read_at(self._store._h(), _addr(m), addr, n)
         if rc == size:
-            return dst
-        if rc in (-703, -704):
+            return out
+        if gone is not None and rc == gone:
             return None
         raise PlanError(f"read of {what}", rc)
 

@@ -22,7 +22,7 @@ import json
 import threading
 import weakref
 from array import array
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
 from ._buffers import BufferPins, new_bytes
@@ -52,7 +52,6 @@ from .tasks import TaskInfo
 __all__ = ["MooncakeDistributedStore"]
 
 _MISSING: Any = object()
-_BUFFER_OVERFLOW = int(ErrorCode.BUFFER_OVERFLOW)  # -10: an out buffer too small
 _TASK_ID_CAP = 128  # task ids are decimal uint64s
 _QUERY_TASK_MAX_CAP = 1 << 26
 
@@ -388,19 +387,7 @@ class MooncakeDistributedStore(TensorAPI):
             )[0]
 
     def _write_parts(self, key: Any, parts: Tuple[Any, ...], config: Any, upsert: bool) -> int:
-        k = _key(key)
-        cfg = _config(config)
-        with BufferPins() as pins:
-            ptrs = array("Q")
-            sizes = array("Q")
-            for p in parts:
-                addr, n = pins.pin(p)
-                if n:
-                    ptrs.append(addr)
-                    sizes.append(n)
-            if k is None or not ptrs or cfg is None:
-                return _INVALID
-            return self._write([k], ptrs, sizes, array("I", [len(ptrs)]), 0, cfg, upsert)[0]
+        return self._write_multi([_key(key)], [parts], _config(config), upsert)[0]
 
     def _write_batch(self, keys: Any, values: Any, config: Any, upsert: bool) -> int:
         ks = _keys(keys)
@@ -408,31 +395,38 @@ class MooncakeDistributedStore(TensorAPI):
         cfg = _config(config)
         if len(ks) != len(values) or cfg is None:
             return _INVALID
-        if not ks:
-            return 0
+        for c in self._write_multi(ks, [(v,) for v in values], cfg, upsert):
+            if c != 0:
+                return c
+        return 0
+
+    def _write_multi(
+        self, ks: Sequence[Optional[bytes]], parts: Sequence[Sequence[Any]], cfg: Any, upsert: bool
+    ) -> List[int]:
+        """Store key ``ks[i]`` as the concatenation of the buffers
+        ``parts[i]`` in one native call; -600 for a None key, a key with no
+        bytes, or a None config. Every part is pinned first, so a part that
+        is not a buffer raises ``TypeError`` before anything is stored."""
         codes = [_INVALID] * len(ks)
         with BufferPins() as pins:
             idx: List[int] = []
             send: List[bytes] = []
-            ptrs = array("Q")
-            sizes = array("Q")
-            for i, (k, v) in enumerate(zip(ks, values)):
-                addr, n = pins.pin(v)
-                if k is not None and n:
-                    idx.append(i)
-                    send.append(k)
+            ptrs, sizes, nparts = array("Q"), array("Q"), array("I")
+            for i, (k, ps) in enumerate(zip(ks, parts)):
+                pinned = [pins.pin(p) for p in ps]
+                pinned = [(addr, n) for addr, n in pinned if n]
+                if k is None or not pinned:
+                    continue
+                for addr, n in pinned:
                     ptrs.append(addr)
                     sizes.append(n)
-            if send:
-                res = self._write(
-                    send, ptrs, sizes, array("I", [1]) * len(send), 0, cfg, upsert
-                )
-                for i, r in zip(idx, res):
+                idx.append(i)
+                send.append(k)
+                nparts.append(len(pinned))
+            if send and cfg is not None:
+                for i, r in zip(idx, self._write(send, ptrs, sizes, nparts, 0, cfg, upsert)):
                     codes[i] = r
-        for c in codes:
-            if c != 0:
-                return c
-        return 0
+        return codes
 
     def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
         """Store ``value`` (any buffer) under ``key``; an existing key is kept (0)."""
@@ -823,15 +817,10 @@ class MooncakeDistributedStore(TensorAPI):
             tid = task_id.encode("utf-8")
         except UnicodeEncodeError:
             return None, _INVALID
-        lib = _native.lib()
-        h = self._h()
-        cap = 1024
-        while True:
-            out = ctypes.create_string_buffer(cap)
-            n = lib.gs_query_task(h, tid, len(tid), out, cap)
-            if n == _BUFFER_OVERFLOW and cap < _QUERY_TASK_MAX_CAP:
-                cap *= 4  # a long key: ask again with room for it
-                continue
-            if n < 0:
-                return None, n
-            return TaskInfo._from_json(out.raw[:n].decode("utf-8", "replace")), 0
+        lib, h = _native.lib(), self._h()
+        # A long key needs a larger answer: call_growing asks again with room.
+        n, raw = _native.call_growing(lambda out, cap: lib.gs_query_task(h, tid, len(tid), out, cap),
+                                      limit=_QUERY_TASK_MAX_CAP)
+        if n < 0:
+            return None, n
+        return TaskInfo._from_json(raw.decode("utf-8", "replace")), 0

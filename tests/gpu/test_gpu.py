@@ -1,6 +1,6 @@
 """Tests that need a GPU: run on a machine with an NVIDIA GPU and driver
-(``tests/gpu/run.sh`` runs them with the GPU benchmark). Elsewhere every
-test here is skipped with the reason the driver gave."""
+(``python -m pytest tests/gpu``). Elsewhere every test here is skipped
+with the reason the driver gave."""
 
 from __future__ import annotations
 

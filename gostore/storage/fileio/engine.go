@@ -96,7 +96,8 @@ type runner interface {
 }
 
 // stats backs Engine.Counters. Runners add their per-call totals once, so the
-// shared cache line is touched once per call, not once per submission.
+// shared cache line is touched once per call, not once per submission (the
+// parallel pread runner adds once per request, each a syscall anyway).
 type stats struct {
 	fixedReads, plainReads atomic.Uint64
 }

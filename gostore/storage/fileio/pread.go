@@ -2,7 +2,6 @@ package fileio
 
 import (
 	"io"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,26 +26,7 @@ type preadRunner struct{ st *stats }
 const preadParallel = QueueDepth / 2
 
 func (r preadRunner) run(ops []*op) {
-	if len(ops) == 1 {
-		r.runSeq(ops)
-		return
-	}
-	var wg sync.WaitGroup
-	next := make(chan *op)
-	for range min(len(ops), preadParallel) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for o := range next {
-				r.runSeq([]*op{o})
-			}
-		}()
-	}
-	for _, o := range ops {
-		next <- o
-	}
-	close(next)
-	wg.Wait()
+	ForEach(len(ops), preadParallel, func(i int) { r.runSeq(ops[i : i+1]) })
 }
 
 func (r preadRunner) runSeq(ops []*op) {
