@@ -46,6 +46,8 @@ static CUresult (*p_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 static CUresult (*p_cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 static CUresult (*p_cuIpcCloseMemHandle)(CUdeviceptr);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
+static CUresult (*p_cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+static CUresult (*p_cuCtxSynchronize)(void);
 
 // gs_cuda_load opens the driver and binds every entry point; 0, or -1 with
 // a message in err.
@@ -80,6 +82,8 @@ static int gs_cuda_load(const char *path, char *err, int cap) {
 	BIND(p_cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
 	BIND(p_cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
 	BIND(p_cuGetErrorString, "cuGetErrorString");
+	BIND(p_cuMemcpy, "cuMemcpy");
+	BIND(p_cuCtxSynchronize, "cuCtxSynchronize");
 #undef BIND
 	return 0;
 }
@@ -97,7 +101,17 @@ static CUresult gs_cuMemAlloc(CUdeviceptr *p, size_t n) { return p_cuMemAlloc(p,
 static CUresult gs_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
 static CUresult gs_cuMemHostRegister(uintptr_t p, size_t n, unsigned int f) { return p_cuMemHostRegister((void *)p, n, f); }
 static CUresult gs_cuMemHostUnregister(uintptr_t p) { return p_cuMemHostUnregister((void *)p); }
-static CUresult gs_cuMemcpyHtoD(CUdeviceptr d, uintptr_t h, size_t n) { return p_cuMemcpyHtoD(d, (const void *)h, n); }
+// A copy to device memory from pageable host memory, and any copy between
+// device pointers, may return before the bytes land; another process (an
+// IPC peer) must never see them late, so these copies wait for the context.
+static CUresult gs_cuMemcpyHtoD(CUdeviceptr d, uintptr_t h, size_t n) {
+	CUresult r = p_cuMemcpyHtoD(d, (const void *)h, n);
+	return r ? r : p_cuCtxSynchronize();
+}
+static CUresult gs_cuMemcpy(uintptr_t d, uintptr_t s, size_t n) {
+	CUresult r = p_cuMemcpy((CUdeviceptr)d, (CUdeviceptr)s, n);
+	return r ? r : p_cuCtxSynchronize();
+}
 static CUresult gs_cuMemcpyDtoH(uintptr_t h, CUdeviceptr d, size_t n) { return p_cuMemcpyDtoH((void *)h, d, n); }
 static CUresult gs_memoryType(unsigned int *t, CUdeviceptr p) { return p_cuPointerGetAttribute(t, 2, p); } // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 static CUresult gs_deviceOrdinal(int *o, CUdeviceptr p) { return p_cuPointerGetAttribute(o, 9, p); } // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
@@ -367,4 +381,13 @@ func OpenIPC(dev int, h IPCHandle) (uint64, error) {
 // CloseIPC unmaps memory from OpenIPC.
 func CloseIPC(dev int, ptr uint64) error {
 	return onDevice(dev, func() C.CUresult { return C.gs_cuIpcCloseMemHandle(C.CUdeviceptr(ptr)) })
+}
+
+// Copy copies size bytes between any two addresses the driver can reach
+// (host or device, this process's or an IPC mapping), inferring the
+// direction from unified addressing; dev names the context to use.
+func Copy(dev int, dst, src, size uint64) error {
+	return onDevice(dev, func() C.CUresult {
+		return C.gs_cuMemcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(size))
+	})
 }

@@ -98,3 +98,11 @@ CUresult V(cuMemcpyDtoH)(void *h, CUdeviceptr d, size_t n) {
 CUresult V(cuIpcOpenMemHandle)(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) {
 	memcpy(p, h.reserved, sizeof *p); return find((uintptr_t)*p) < 0 ? 1 : 0;
 }
+CUresult cuCtxSynchronize(void) { return current < 0 ? 201 : 0; }
+CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) {
+	/* unified addressing: either side may be host memory the fake does not track */
+	int i = find((uintptr_t)d), j = find((uintptr_t)s);
+	if (i >= 0 && (uintptr_t)d + n > regions[i].p + regions[i].n) return 1;
+	if (j >= 0 && (uintptr_t)s + n > regions[j].p + regions[j].n) return 1;
+	memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n); return 0;
+}
