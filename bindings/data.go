@@ -11,16 +11,28 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
+// Bits of the zero_copy argument of the data calls (bindings/ABI.md).
+const (
+	// memRegistered: every range must lie inside a registered buffer.
+	memRegistered = 1
+	// memMayBeDevice: ranges not registered may be GPU memory; the driver
+	// is asked about each (Python sets it for CUDA tensors).
+	memMayBeDevice = 2
+)
+
 // scatter turns the flattened (ptrs, sizes, nparts) arrays into one scatter
 // list per object. Object i is nil with bad[i] set when its description is
-// invalid: parts beyond the arrays, a null address, or (zero-copy) a range
-// outside every registered buffer. Nothing is touched for such objects.
-func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy bool, total int) ([][][]byte, []bool) {
+// invalid: parts beyond the arrays, a null address, or (memRegistered) a
+// range outside every registered buffer. Nothing is touched for such
+// objects. Parts in GPU memory are listed in dev[i] and left nil in the
+// scatter list: no slice is ever formed over device memory.
+func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, memFlags C.int, total int) ([][][]byte, []bool, [][]client.DevicePart) {
 	np := u32s(nparts, n)
 	ps := u64s(ptrs, total)
 	ss := u64s(sizes, total)
 	out := make([][][]byte, n)
 	bad := make([]bool, n)
+	var dev [][]client.DevicePart
 	next := 0
 	for i := 0; i < n; i++ {
 		if np == nil || (total > 0 && (ps == nil || ss == nil)) {
@@ -36,23 +48,39 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 		parts := make([][]byte, 0, k)
 		for j := next; j < next+k; j++ {
 			ptr, size := ps[j], ss[j]
-			switch {
-			case size == 0:
+			if size == 0 {
 				continue
-			case ptr == 0 || ptr+size < ptr, zeroCopy && !c.Registered(ptr, size):
+			}
+			where, ok := -1, ptr != 0 && ptr+size >= ptr
+			if ok && memFlags&memRegistered != 0 {
+				where, ok = c.BufferDevice(ptr, size)
+			} else if ok && memFlags&memMayBeDevice != 0 {
+				where = client.DeviceOf(ptr)
+			}
+			if !ok {
 				logger.Warn("memory range rejected: null, wrapping or outside every registered buffer",
 					"object", i, "ptr", ptr, "size", size)
 				bad[i] = true
 				continue // never form a slice over memory we rejected
+			}
+			if where >= 0 {
+				if dev == nil {
+					dev = make([][]client.DevicePart, n)
+				}
+				dev[i] = append(dev[i], client.DevicePart{Index: len(parts), Ptr: ptr, Size: size, Device: where})
+				parts = append(parts, nil)
+				continue
 			}
 			parts = append(parts, mem(ptr, size))
 		}
 		next += k
 		if !bad[i] {
 			out[i] = parts
+		} else if dev != nil {
+			dev[i] = nil
 		}
 	}
-	return out, bad
+	return out, bad, dev
 }
 
 // guard turns a panic in an exported call into a logged internal error with
@@ -132,8 +160,9 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		return
 	}
-	bufs, bad := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy != 0, sum32(nparts, cnt))
+	bufs, bad, dev := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy, sum32(nparts, cnt))
 	items := make([]client.PutItem, 0, cnt)
+	var itemDev [][]client.DevicePart
 	idx := make([]int, 0, cnt)
 	for i := range cnt {
 		if bad[i] {
@@ -141,15 +170,13 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 			continue
 		}
 		items = append(items, client.PutItem{Key: ks[i], Parts: bufs[i]})
+		if dev != nil {
+			itemDev = append(itemDev, dev[i])
+		}
 		idx = append(idx, i)
 	}
 	cfg := replicaConfig(replicaNum, flags, preferred, preferredLen)
-	var codes []wire.Code
-	if upsert {
-		codes = c.UpsertBatch(items, cfg)
-	} else {
-		codes = c.PutBatch(items, cfg)
-	}
+	codes := c.PutBatchDevice(items, itemDev, cfg, upsert)
 	for j, code := range codes {
 		res[idx[j]] = int32(code)
 	}
@@ -192,12 +219,12 @@ func gs_get_finish(h C.int64_t, pending C.int64_t, ptrs, sizes *C.uint64_t, npar
 		}
 		return
 	}
-	finish(c, p, n, ptrs, sizes, nparts, zeroCopy != 0, res)
+	finish(c, p, n, ptrs, sizes, nparts, zeroCopy, res)
 }
 
-func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, zeroCopy bool, res []int64) {
-	dests, bad := scatter(c, n, ptrs, sizes, nparts, zeroCopy, sum32(nparts, n))
-	out := c.GetFinish(p, dests)
+func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, memFlags C.int, res []int64) {
+	dests, bad, dev := scatter(c, n, ptrs, sizes, nparts, memFlags, sum32(nparts, n))
+	out := c.GetFinishDevice(p, dests, dev)
 	for i := range res {
 		if bad[i] {
 			res[i] = int64(wire.ErrInvalidParams)
@@ -241,7 +268,7 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		return
 	}
-	finish(c, p, cnt, ptrs, sizes, nparts, zeroCopy != 0, res)
+	finish(c, p, cnt, ptrs, sizes, nparts, zeroCopy, res)
 }
 
 //export gs_get_buffers

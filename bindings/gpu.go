@@ -10,6 +10,7 @@ import "C"
 import (
 	"encoding/json"
 
+	"github.com/gostore/gostore/gostore/client"
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/topology"
 	"github.com/gostore/gostore/gostore/wire"
@@ -42,4 +43,28 @@ func gs_topology(root *C.char, rootLen C.int, out *C.char, capacity C.int) (ret 
 		return C.int(wire.ErrInvalidParams)
 	}
 	return putString(string(t.Matrix().JSON()), out, capacity)
+}
+
+// gs_device_copy copies n bytes from src to dst where at least one of them
+// is GPU memory, with the CUDA driver: how Python reads a tensor header out
+// of device memory and places a tensor read to the host onto a device,
+// never touching device memory itself. 0, -600 when neither side is device
+// memory (or n is 0), -800 when the driver fails.
+//
+//export gs_device_copy
+func gs_device_copy(dst, src, n C.uint64_t) (ret C.int) {
+	defer recoverTo("gs_device_copy", &ret)
+	dev := client.DeviceOf(uint64(dst))
+	if dev < 0 {
+		dev = client.DeviceOf(uint64(src))
+	}
+	if dev < 0 || n == 0 || dst == 0 || src == 0 {
+		logger.Warn("gs_device_copy: neither side is device memory", "dst", uint64(dst), "src", uint64(src), "n", uint64(n))
+		return C.int(wire.ErrInvalidParams)
+	}
+	if err := gpu.Copy(dev, uint64(dst), uint64(src), uint64(n)); err != nil {
+		logger.Warn("gs_device_copy failed", "err", err)
+		return C.int(wire.ErrTransferFail)
+	}
+	return 0
 }

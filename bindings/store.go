@@ -269,8 +269,10 @@ func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
 }
 
 // gs_buffer_registered reports 1 when [ptr, ptr+size) lies inside one
-// registered buffer, 0 when not: Python checks it before it reads memory a
-// caller named by address (put_tensor_from validates the header there).
+// registered buffer of host memory, 2 inside one of GPU memory, 0 when
+// not: Python checks it before it reads memory a caller named by address
+// (put_tensor_from validates the header there; device memory only through
+// gs_device_copy).
 //
 //export gs_buffer_registered
 func gs_buffer_registered(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
@@ -279,10 +281,16 @@ func gs_buffer_registered(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	if ptr != 0 && size != 0 && c.Registered(uint64(ptr), uint64(size)) {
-		return 1
+	if ptr == 0 || size == 0 {
+		return 0
 	}
-	return 0
+	switch dev, ok := c.BufferDevice(uint64(ptr), uint64(size)); {
+	case !ok:
+		return 0
+	case dev >= 0:
+		return 2
+	}
+	return 1
 }
 
 //export gs_unregister_buffer

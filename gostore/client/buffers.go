@@ -4,6 +4,7 @@ package client
 
 import (
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/gostore/gostore/gostore/alloc"
@@ -18,13 +19,23 @@ type registry struct {
 	ranges []addrRange // sorted by start, non-overlapping
 }
 
-type addrRange struct{ start, size uint64 }
+type addrRange struct {
+	start, size uint64
+	dev         int // the GPU holding the range, -1 for host memory
+}
 
 func (r addrRange) end() uint64 { return r.start + r.size }
 
 func (g *registry) register(ptr, size uint64) error {
 	if ptr == 0 || size == 0 || ptr+size < ptr {
 		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): null, empty or wrapping range", ptr, size)
+	}
+	// Device memory is asked about once, here; both ends must be on the
+	// same GPU (a range that leaves a device allocation is refused).
+	dev := DeviceOf(ptr)
+	if last := DeviceOf(ptr + size - 1); last != dev {
+		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): the range starts on %s and ends on %s",
+			ptr, size, location(dev), location(last))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -34,7 +45,7 @@ func (g *registry) register(ptr, size uint64) error {
 	}
 	g.ranges = append(g.ranges, addrRange{})
 	copy(g.ranges[i+1:], g.ranges[i:])
-	g.ranges[i] = addrRange{ptr, size}
+	g.ranges[i] = addrRange{start: ptr, size: size, dev: dev}
 	return nil
 }
 
@@ -49,19 +60,28 @@ func (g *registry) unregister(ptr uint64) error {
 	return nil
 }
 
-// contains reports whether [ptr, ptr+size) lies inside one registered buffer.
-func (g *registry) contains(ptr, size uint64) bool {
+// lookup reports whether [ptr, ptr+size) lies inside one registered
+// buffer, and that buffer's GPU (-1: host).
+func (g *registry) lookup(ptr, size uint64) (dev int, ok bool) {
 	if ptr == 0 || ptr+size < ptr {
-		return false
+		return -1, false
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	i := sort.Search(len(g.ranges), func(i int) bool { return g.ranges[i].start > ptr })
 	if i == 0 {
-		return false
+		return -1, false
 	}
 	r := g.ranges[i-1]
-	return ptr+size <= r.end()
+	return r.dev, ptr+size <= r.end()
+}
+
+// location names where memory lives, as the topology does: cuda:N or host.
+func location(dev int) string {
+	if dev < 0 {
+		return "host"
+	}
+	return "cuda:" + strconv.Itoa(dev)
 }
 
 // staging lends memory to GetBuffers: ranges of the local buffer

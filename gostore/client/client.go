@@ -63,6 +63,7 @@ type Client struct {
 	engine    *transfer.Engine
 	peers     peerCache
 	buffers   registry
+	bounces   bouncePool // pinned staging for device memory
 	staging   *staging
 	readsDone keyBatch // ReadDone of ended reads
 	planEnds  keyBatch // PutEnd of committed plans
@@ -347,6 +348,7 @@ func (c *Client) release() {
 	if c.staging != nil {
 		c.staging.close()
 	}
+	c.bounces.close()
 }
 
 // RegisterBuffer declares [ptr, ptr+size) usable by the zero-copy calls.
@@ -356,7 +358,14 @@ func (c *Client) RegisterBuffer(ptr, size uint64) error { return c.buffers.regis
 func (c *Client) UnregisterBuffer(ptr uint64) error { return c.buffers.unregister(ptr) }
 
 // Registered reports whether [ptr, ptr+size) lies inside a registered buffer.
-func (c *Client) Registered(ptr, size uint64) bool { return c.buffers.contains(ptr, size) }
+func (c *Client) Registered(ptr, size uint64) bool {
+	_, ok := c.buffers.lookup(ptr, size)
+	return ok
+}
+
+// BufferDevice reports whether [ptr, ptr+size) lies inside a registered
+// buffer, and the GPU holding it (-1: host memory).
+func (c *Client) BufferDevice(ptr, size uint64) (dev int, ok bool) { return c.buffers.lookup(ptr, size) }
 
 func (c *Client) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)

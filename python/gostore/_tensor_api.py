@@ -34,6 +34,36 @@ def _numpy_alloc(n: int):
     return arr, arr.ctypes.data
 
 
+def _device_header(ptr: int, total: int) -> Optional[_codec.Header]:
+    """The header of the tensor object of ``total`` bytes in GPU memory at
+    ``ptr``, copied out by the driver (only the header), or None."""
+    lib = _native.lib()
+    fixed = bytearray(min(total, _codec.FIXED_SIZE))
+    if len(fixed) < _codec.FIXED_SIZE:
+        return None
+    if lib.gs_device_copy(ctypes.addressof(ctypes.c_char.from_buffer(fixed)), ptr, len(fixed)) != 0:
+        return None
+    n = _codec.header_length(fixed)
+    if n == 0 or n > total:
+        return None
+    head = bytearray(n)
+    if lib.gs_device_copy(ctypes.addressof(ctypes.c_char.from_buffer(head)), ptr, n) != 0:
+        return None
+    return _codec.decode_header(head, total)
+
+
+def _onto_cuda(t: Any) -> Any:
+    """A copy of host tensor ``t`` on the current CUDA device, made by the
+    store's driver copy (a stored CUDA tensor read back)."""
+    import torch
+
+    dst = torch.empty_like(t, device="cuda")
+    n = t.numel() * t.element_size()
+    if _native.lib().gs_device_copy(dst.data_ptr(), t.data_ptr(), n) != 0:
+        raise RuntimeError("copying a tensor onto the GPU failed (see the log)")
+    return dst
+
+
 class TensorAPI:
     """Mixed into :class:`~gostore.MooncakeDistributedStore`; relies on its
     ``_write_multi``, ``_get_fresh``, ``_h``, ``batch_get_into`` and
@@ -199,6 +229,8 @@ class TensorAPI:
             hdr = _codec.decode_header(raw)
             if hdr is not None:
                 out[i] = _codec.materialize(raw, hdr)
+                if hdr.on_cuda and hdr.nbytes and _codec.cuda_available():
+                    out[i] = _onto_cuda(out[i])
         return out
 
     def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
@@ -221,10 +253,16 @@ class TensorAPI:
         import numpy as np
 
         got = self.batch_get_into(list(ks), ps, ss)
+        lib = _native.lib()
+        h = self._h()
         out: List[Any] = []
         for r, p in zip(got, ps):
             if r < 0:
                 out.append(r)
+                continue
+            if lib.gs_buffer_registered(h, p, r) == 2:  # GPU memory: a view there
+                hdr = _device_header(p, r)
+                out.append(_INVALID if hdr is None else _codec.cuda_view(p, hdr))
                 continue
             view = (ctypes.c_uint8 * r).from_address(p)
             hdr = _codec.decode_header(view)
@@ -269,8 +307,11 @@ class TensorAPI:
             _key(k)  # TypeError for a non-str key
             # The header is read only where the store may read anyway: a
             # registered range (never an arbitrary address).
-            ok = _u64(p) and _u64(s) and s > 0 and lib.gs_buffer_registered(h, p, s) == 1
-            valid.append(ok and _codec.decode_header((ctypes.c_uint8 * s).from_address(p)) is not None)
+            where = lib.gs_buffer_registered(h, p, s) if _u64(p) and _u64(s) and s > 0 else 0
+            if where == 1:
+                valid.append(_codec.decode_header((ctypes.c_uint8 * s).from_address(p)) is not None)
+            else:
+                valid.append(where == 2 and _device_header(p, s) is not None)
         out = [_INVALID] * len(ks)
         idx = [i for i, ok in enumerate(valid) if ok]
         if idx:

@@ -48,6 +48,7 @@ from ._args import (
 from ._tensor_api import TensorAPI
 from .errors import ErrorCode
 from .tasks import TaskInfo
+from .tensor import DeviceSpan
 
 __all__ = ["MooncakeDistributedStore"]
 
@@ -63,6 +64,8 @@ _DEFAULT_METADATA = "P2PHANDSHAKE"
 
 # get() copies values up to this size through a per-thread scratch buffer.
 _SCRATCH = 64 * 1024
+# zero_copy bit of the data calls: unregistered ranges may be GPU memory (ABI.md)
+_MAY_BE_DEVICE = 2
 _tls = threading.local()
 
 
@@ -408,12 +411,19 @@ class MooncakeDistributedStore(TensorAPI):
         bytes, or a None config. Every part is pinned first, so a part that
         is not a buffer raises ``TypeError`` before anything is stored."""
         codes = [_INVALID] * len(ks)
+        mem_flags = 0
         with BufferPins() as pins:
             idx: List[int] = []
             send: List[bytes] = []
             ptrs, sizes, nparts = array("Q"), array("Q"), array("I")
             for i, (k, ps) in enumerate(zip(ks, parts)):
-                pinned = [pins.pin(p) for p in ps]
+                pinned = []
+                for p in ps:
+                    if isinstance(p, DeviceSpan):  # a CUDA tensor's memory: Go asks the driver
+                        pinned.append((p.ptr, p.nbytes))
+                        mem_flags = _MAY_BE_DEVICE
+                    else:
+                        pinned.append(pins.pin(p))
                 pinned = [(addr, n) for addr, n in pinned if n]
                 if k is None or not pinned:
                     continue
@@ -424,7 +434,7 @@ class MooncakeDistributedStore(TensorAPI):
                 send.append(k)
                 nparts.append(len(pinned))
             if send and cfg is not None:
-                for i, r in zip(idx, self._write(send, ptrs, sizes, nparts, 0, cfg, upsert)):
+                for i, r in zip(idx, self._write(send, ptrs, sizes, nparts, mem_flags, cfg, upsert)):
                     codes[i] = r
         return codes
 

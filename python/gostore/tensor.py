@@ -9,7 +9,7 @@ as one object::
     5       1     kind: 1 numpy array, 2 torch tensor
     6       2     ndim
     8       4     length of the dtype descriptor
-    12      4     reserved (0)
+    12      4     flags: bit 0, the tensor was on a CUDA device
     16      8     data bytes
     24      8*nd  shape
     ...           dtype descriptor (UTF-8)
@@ -25,6 +25,11 @@ into aligned memory is itself aligned.
 numpy is needed for every tensor call; torch only for torch tensors. A
 stored torch tensor read where torch is missing comes back as a numpy
 array when numpy has its dtype.
+
+A CUDA tensor's data is never touched by Python: it travels as a
+:class:`DeviceSpan` (address and length) and the native side moves it with
+the CUDA driver. It is read back onto the current CUDA device, or onto the
+CPU where no GPU is.
 """
 
 from __future__ import annotations
@@ -33,14 +38,15 @@ import ast
 import struct
 from typing import Any, List, Optional, Tuple
 
-__all__ = ["encode", "decode_header", "HEADER_ALIGN", "MAGIC", "TensorParts"]
+__all__ = ["encode", "decode_header", "HEADER_ALIGN", "MAGIC", "TensorParts", "DeviceSpan"]
 
 MAGIC = b"GSTN"
 VERSION = 1
 HEADER_ALIGN = 64
 KIND_NUMPY = 1
 KIND_TORCH = 2
-_FIXED = struct.Struct("<4sBBHIIQ")  # magic, version, kind, ndim, descr_len, reserved, data bytes
+_FIXED = struct.Struct("<4sBBHIIQ")  # magic, version, kind, ndim, descr_len, flags, data bytes
+FLAG_CUDA = 1
 _MAX_NDIM = 64
 _MAX_DESCR = 1 << 16
 
@@ -64,6 +70,16 @@ def is_torch_tensor(x: Any) -> bool:
     return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
 
 
+class DeviceSpan:
+    """GPU memory handed to the native side by address: Python never reads
+    it. ``keep`` holds the tensor that owns it alive."""
+
+    __slots__ = ("ptr", "nbytes", "keep")
+
+    def __init__(self, ptr: int, nbytes: int, keep: Any) -> None:
+        self.ptr, self.nbytes, self.keep = ptr, nbytes, keep
+
+
 class TensorParts:
     """A tensor ready to store: its header and a byte view of its data (no
     copy of a C-contiguous input)."""
@@ -72,17 +88,17 @@ class TensorParts:
 
     def __init__(self, header: bytes, data: Any, keep: Any) -> None:
         self.header = header
-        self.data = data  # a 1-d uint8 numpy array over the tensor's memory
+        self.data = data  # a 1-d uint8 numpy array over the tensor's memory, or a DeviceSpan
         self.keep = keep  # the contiguous source, alive while data is used
 
 
-def _header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int) -> bytes:
+def _header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, flags: int = 0) -> bytes:
     d = descr.encode("utf-8")
     if len(shape) > _MAX_NDIM:
         raise ValueError(f"tensors of more than {_MAX_NDIM} dimensions are not supported")
     if len(d) > _MAX_DESCR:
         raise ValueError("dtype descriptor too long")
-    head = _FIXED.pack(MAGIC, VERSION, kind, len(shape), len(d), 0, nbytes)
+    head = _FIXED.pack(MAGIC, VERSION, kind, len(shape), len(d), flags, nbytes)
     head += struct.pack(f"<{len(shape)}q", *shape) + d
     return head + bytes(-len(head) % HEADER_ALIGN)
 
@@ -91,7 +107,7 @@ def encode(tensor: Any) -> TensorParts:
     """The header and data of a numpy array or torch tensor.
 
     Raises TypeError for anything else, for object arrays and for tensors
-    not in host memory."""
+    neither in host memory nor on a CUDA device."""
     np = _np()
     if isinstance(tensor, np.ndarray):
         if tensor.dtype.hasobject:
@@ -104,11 +120,14 @@ def encode(tensor: Any) -> TensorParts:
         data = arr.reshape(-1).view(np.uint8) if arr.size else np.empty(0, np.uint8)
         return TensorParts(_header(KIND_NUMPY, descr, arr.shape, arr.nbytes), data, arr)
     if is_torch_tensor(tensor):
-        if tensor.device.type != "cpu":
-            raise TypeError(f"tensors on {tensor.device} are not supported yet (CPU tensors only)")
+        if tensor.device.type not in ("cpu", "cuda"):
+            raise TypeError(f"tensors on {tensor.device} are not supported (CPU and CUDA only)")
         t = tensor.detach().contiguous()
         name = str(t.dtype).rsplit(".", 1)[-1]
         nbytes = t.numel() * t.element_size()
+        if t.device.type == "cuda":
+            head = _header(KIND_TORCH, name, tuple(t.shape), nbytes, FLAG_CUDA)
+            return TensorParts(head, DeviceSpan(t.data_ptr(), nbytes, t), t)
         if nbytes:
             data = t.reshape(-1).view(_torch().uint8).numpy()
         else:
@@ -120,26 +139,51 @@ def encode(tensor: Any) -> TensorParts:
 class Header:
     """A parsed header: what the data is and where it starts."""
 
-    __slots__ = ("kind", "descr", "shape", "nbytes", "offset")
+    __slots__ = ("kind", "descr", "shape", "nbytes", "offset", "flags")
 
-    def __init__(self, kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, offset: int):
+    def __init__(
+        self, kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, offset: int, flags: int = 0
+    ):
         self.kind, self.descr, self.shape, self.nbytes, self.offset = kind, descr, shape, nbytes, offset
+        self.flags = flags
+
+    @property
+    def on_cuda(self) -> bool:
+        return bool(self.flags & FLAG_CUDA)
 
 
-def decode_header(buf: Any) -> Optional[Header]:
+def header_length(prefix: Any) -> int:
+    """How many bytes the header whose first ``FIXED_SIZE`` bytes are
+    ``prefix`` takes (the data starts there); 0 when they are no header."""
+    mv = memoryview(prefix).cast("B")
+    if len(mv) < _FIXED.size:
+        return 0
+    magic, version, _, ndim, dlen, _, _ = _FIXED.unpack_from(mv, 0)
+    if magic != MAGIC or version != VERSION or ndim > _MAX_NDIM or dlen > _MAX_DESCR:
+        return 0
+    end = _FIXED.size + 8 * ndim + dlen
+    return end + (-end % HEADER_ALIGN)
+
+
+FIXED_SIZE = _FIXED.size
+
+
+def decode_header(buf: Any, total: Optional[int] = None) -> Optional[Header]:
     """The header at the start of ``buf`` (any buffer), or None when it is not
-    a whole, well-formed tensor object of exactly that length."""
+    a whole, well-formed tensor object of exactly that length (``total``
+    when ``buf`` holds only the header of an object elsewhere)."""
     mv = memoryview(buf).cast("B")
     if len(mv) < _FIXED.size:
         return None
-    magic, version, kind, ndim, dlen, _, nbytes = _FIXED.unpack_from(mv, 0)
+    total = len(mv) if total is None else total
+    magic, version, kind, ndim, dlen, flags, nbytes = _FIXED.unpack_from(mv, 0)
     if magic != MAGIC or version != VERSION or kind not in (KIND_NUMPY, KIND_TORCH):
         return None
     if ndim > _MAX_NDIM or dlen > _MAX_DESCR:
         return None
     end = _FIXED.size + 8 * ndim + dlen
     offset = end + (-end % HEADER_ALIGN)
-    if len(mv) < offset or len(mv) - offset != nbytes:
+    if len(mv) < offset or total - offset != nbytes:
         return None
     shape = struct.unpack_from(f"<{ndim}q", mv, _FIXED.size)
     if any(n < 0 for n in shape):
@@ -148,7 +192,7 @@ def decode_header(buf: Any) -> Optional[Header]:
         descr = bytes(mv[_FIXED.size + 8 * ndim:end]).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return Header(kind, descr, shape, nbytes, offset)
+    return Header(kind, descr, shape, nbytes, offset, flags)
 
 
 def _numpy_dtype(descr: str) -> Any:
@@ -179,6 +223,36 @@ def materialize(raw: Any, hdr: Header) -> Any:
     if hdr.nbytes == 0:
         return np.empty(hdr.shape, dtype=dt)
     return data.view(dt).reshape(hdr.shape)
+
+
+class _CudaMemory:
+    """``__cuda_array_interface__`` over raw device bytes, so torch can view
+    them without a copy."""
+
+    def __init__(self, ptr: int, nbytes: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3, "strides": None,
+        }
+
+
+def cuda_view(ptr: int, hdr: Header) -> Any:
+    """The torch tensor ``hdr`` describes, viewing the device memory of the
+    whole object at ``ptr`` (header included) without copying it."""
+    torch = _torch()
+    if torch is None:
+        raise TypeError("a tensor in device memory needs torch")
+    dtype = getattr(torch, hdr.descr, None)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"stored torch dtype {hdr.descr!r} is unknown to this torch")
+    if hdr.nbytes == 0:
+        return torch.empty(hdr.shape, dtype=dtype, device="cuda")
+    raw = torch.as_tensor(_CudaMemory(ptr + hdr.offset, hdr.nbytes), device="cuda")
+    return raw.view(dtype).reshape(hdr.shape)
+
+
+def cuda_available() -> bool:
+    torch = _torch()
+    return torch is not None and torch.cuda.is_available()
 
 
 def split(tensor: Any, parts: int, dim: int) -> List[Any]:

@@ -1,0 +1,126 @@
+package client
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// No GPU exists where these tests run: the device paths run against the
+// FAKE driver of gostore/gpu/testdata (its "device memory" is host memory
+// it tracks), in a child process because the driver is loaded once.
+// tests/gpu runs the same paths on a real GPU.
+func TestDevicePartsFakeDriver(t *testing.T) {
+	if os.Getenv(gpu.EnvLibrary) != "" {
+		t.Skip("child")
+	}
+	lib := filepath.Join(t.TempDir(), "libcuda-fake.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", lib, "../gpu/testdata/fakecuda.c").CombinedOutput(); err != nil {
+		t.Skipf("cannot build the fake driver: %v\n%s", err, out)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestDevicePartsChild$", "-test.v")
+	cmd.Env = append(os.Environ(), gpu.EnvLibrary+"="+lib)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestDevicePartsChild")) {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func devAlloc(t *testing.T, fill []byte, size uint64) uint64 {
+	t.Helper()
+	p, err := gpu.Alloc(0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gpu.Free(0, p) })
+	if fill != nil {
+		if err := gpu.CopyToDevice(0, p, uint64(uintptr(unsafe.Pointer(&fill[0]))), uint64(len(fill))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+func devRead(t *testing.T, p, n uint64) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if err := gpu.CopyToHost(0, uint64(uintptr(unsafe.Pointer(&b[0]))), p, n); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDevicePartsChild(t *testing.T) {
+	if !strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") {
+		t.Skip("run by TestDevicePartsFakeDriver")
+	}
+	t.Setenv("GOSTORE_GPU_BOUNCE_BYTES", "2097152") // small, so large parts take the pinned fallback
+	m := startMaster(t)
+	owner := newClient(t, m.Addr(), 32<<20)
+	reader := newClient(t, m.Addr(), 0)
+	head := pattern(1, 100)
+	for _, n := range []uint64{4096, 3<<20 + 5} { // arena, then the fallback
+		data := pattern(n, int(n))
+		src := devAlloc(t, data, n)
+		key := "dev" + string(rune('a'+n%26))
+		item := []PutItem{{Key: key, Parts: [][]byte{head, nil}}}
+		dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
+		if codes := reader.PutBatchDevice(item, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
+			t.Fatalf("put from device memory: %v", codes[0])
+		}
+		// Host destination: the device bytes arrived.
+		host := make([]byte, 100+n)
+		if got := owner.GetInto([]string{key}, [][][]byte{{host}}); got[0] != int64(100+n) ||
+			!bytes.Equal(host[:100], head) || !bytes.Equal(host[100:], data) {
+			t.Fatalf("host read of an object put from device memory: %d", got[0])
+		}
+		// Device destination larger than the object: its tail is kept.
+		dst := devAlloc(t, bytes.Repeat([]byte{0xEE}, int(n+64)), n+64)
+		hhead := make([]byte, 100)
+		p, err := reader.GetStart([]string{key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := reader.GetFinishDevice(p, [][][]byte{{hhead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 64, Device: 0}}})
+		back := devRead(t, dst, n+64)
+		if got[0] != int64(100+n) || !bytes.Equal(hhead, head) || !bytes.Equal(back[:n], data) ||
+			!bytes.Equal(back[n:], bytes.Repeat([]byte{0xEE}, 64)) {
+			t.Fatalf("device read: %d", got[0])
+		}
+	}
+	// Registered device memory is known as such; a range that leaves the
+	// allocation is refused.
+	buf := devAlloc(t, nil, 1<<20)
+	if err := reader.RegisterBuffer(buf, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if dev, ok := reader.BufferDevice(buf+10, 100); !ok || dev != 0 {
+		t.Fatalf("registered device buffer: %d %v", dev, ok)
+	}
+	other := devAlloc(t, nil, 1<<20)
+	if other > buf && other-buf < 4<<20 {
+		if err := reader.RegisterBuffer(buf+(1<<20), other-buf); err == nil {
+			t.Fatal("a range reaching past its allocation was registered")
+		}
+	}
+	// A device part the driver cannot read fails its object alone; nothing
+	// is stored under its key.
+	gone, _ := gpu.Alloc(0, 4096)
+	gpu.Free(0, gone)
+	items := []PutItem{{Key: "bad", Parts: [][]byte{nil}}, {Key: "good", Parts: [][]byte{head}}}
+	dev := [][]DevicePart{{{Index: 0, Ptr: gone, Size: 4096, Device: 0}}, nil}
+	codes := reader.PutBatchDevice(items, dev, wire.ReplicaConfig{ReplicaNum: 1}, false)
+	if codes[0] != wire.ErrTransferFail || codes[1] != wire.OK {
+		t.Fatalf("codes: %v", codes)
+	}
+	if n := reader.GetSize("bad"); n != int64(wire.ErrObjectNotFound) {
+		t.Fatalf("a failed device put left an object: %d", n)
+	}
+}
