@@ -365,7 +365,9 @@ func (c *Client) Registered(ptr, size uint64) bool {
 
 // BufferDevice reports whether [ptr, ptr+size) lies inside a registered
 // buffer, and the GPU holding it (-1: host memory).
-func (c *Client) BufferDevice(ptr, size uint64) (dev int, ok bool) { return c.buffers.lookup(ptr, size) }
+func (c *Client) BufferDevice(ptr, size uint64) (dev int, ok bool) {
+	return c.buffers.lookup(ptr, size)
+}
 
 func (c *Client) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)
