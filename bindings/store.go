@@ -125,6 +125,9 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 		return C.int(wire.CodeOf(err))
 	}
 	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
+	if cfg.SegmentLocation == "" {
+		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
+	}
 	cfg.Getenv = lookupenv
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -167,6 +170,8 @@ func parseSetup(b []byte) (client.Config, error) {
 			cfg.MasterServerAddr, err = asString(k, v)
 		case "ssd_offload_path":
 			cfg.SSDOffloadPath, err = asString(k, v)
+		case "segment_location":
+			cfg.SegmentLocation, err = asString(k, v)
 		case "enable_ssd_offload":
 			b, ok := v.(bool)
 			if !ok {

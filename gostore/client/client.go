@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
@@ -33,6 +34,9 @@ type Config struct {
 	MasterServerAddr  string `json:"master_server_addr"`
 	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
 	SSDOffloadPath    string `json:"ssd_offload_path"`
+	// SegmentLocation is where the contributed memory lives: "" or "cpu"
+	// for host memory, "cuda:N" for device memory of GPU N.
+	SegmentLocation string `json:"segment_location"`
 	// ForceTCP disables the shared-memory path (GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool `json:"-"`
 	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: os.LookupEnv; the
@@ -68,7 +72,8 @@ type Client struct {
 	readsDone keyBatch // ReadDone of ended reads
 	planEnds  keyBatch // PutEnd of committed plans
 
-	seg    *transfer.LocalSegment // nil for a pure consumer
+	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
+	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
 	ssd    *ssdTier // nil without enable_ssd_offload
 	plans  planState
@@ -102,7 +107,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
-	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP})
+	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, OpenDevice: openPeerDevice})
 	c.peers.init()
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
@@ -137,11 +142,11 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.GlobalSegmentSize == 0 {
 		ln.Close() // a pure consumer only needs its name
 	} else {
-		if c.seg, err = transfer.NewLocalSegment(c.hostname, cfg.GlobalSegmentSize); err != nil {
+		if err := c.newSegment(ln); err != nil {
 			ln.Close()
-			return nil, wire.Errorf(wire.ErrInternal, "segment of %d bytes: %v", cfg.GlobalSegmentSize, err)
+			c.log.Error("segment rejected", "location", cfg.SegmentLocation, "size", cfg.GlobalSegmentSize, "err", err)
+			return nil, err
 		}
-		c.server = transfer.NewServer(ln, c.seg.Bytes(), c.log)
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
@@ -188,7 +193,63 @@ func validate(cfg *Config) error {
 	if _, _, err := net.SplitHostPort(cfg.MasterServerAddr); err != nil {
 		return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q: %v", cfg.MasterServerAddr, err)
 	}
+	dev, err := parseLocation(cfg.SegmentLocation)
+	if err != nil {
+		return err
+	}
+	if dev >= 0 && cfg.EnableSSDOffload {
+		return wire.Errorf(wire.ErrInvalidParams, "the SSD tier offloads host segments only, not one on %s", cfg.SegmentLocation)
+	}
 	return nil
+}
+
+// parseLocation reads a segment location: -1 for host memory ("" or
+// "cpu"), N for "cuda:N".
+func parseLocation(loc string) (int, error) {
+	switch l := strings.ToLower(strings.TrimSpace(loc)); {
+	case l == "" || l == "cpu":
+		return -1, nil
+	case strings.HasPrefix(l, "cuda:"):
+		if n, err := strconv.Atoi(l[len("cuda:"):]); err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	return 0, wire.Errorf(wire.ErrInvalidParams, "segment_location %q: want \"cpu\" or \"cuda:N\"", loc)
+}
+
+// newSegment creates the contributed memory, host or GPU, and the
+// transfer server that serves it on ln.
+func (c *Client) newSegment(ln net.Listener) error {
+	size := c.cfg.GlobalSegmentSize
+	dev, _ := parseLocation(c.cfg.SegmentLocation)
+	if dev < 0 {
+		var err error
+		if c.seg, err = transfer.NewLocalSegment(c.hostname, size); err != nil {
+			return wire.Errorf(wire.ErrInternal, "segment of %d bytes: %v", size, err)
+		}
+		c.server = transfer.NewServer(ln, c.seg.Bytes(), c.log)
+		return nil
+	}
+	if info := gpu.Probe(); !info.Available {
+		return wire.Errorf(wire.ErrInvalidParams, "segment_location cuda:%d: %s", dev, info.Reason)
+	}
+	var err error
+	if c.devSeg, err = gpu.NewSegment(dev, size); err != nil {
+		return wire.Errorf(wire.ErrInvalidParams, "a segment of %d bytes on cuda:%d: %v", size, dev, err)
+	}
+	c.server = transfer.NewDeviceServer(ln, c.devSeg, c.log)
+	return nil
+}
+
+// openPeerDevice maps a same-host peer's GPU segment from its IPC handle.
+func openPeerDevice(p transfer.Peer) (transfer.DeviceMemory, error) {
+	dev, err := parseLocation(p.Location)
+	if err != nil || dev < 0 || len(p.IPC) != len(gpu.IPCHandle{}) {
+		return nil, wire.Errorf(wire.ErrTransferFail, "segment %d: location %q with a %d-byte IPC handle", p.SegID, p.Location, len(p.IPC))
+	}
+	var h gpu.IPCHandle
+	copy(h[:], p.IPC)
+	return gpu.OpenSegment(dev, h, p.Size)
 }
 
 func newClientID() string {
@@ -224,8 +285,21 @@ func listenTransfer(local string) (string, net.Listener, error) {
 
 func (c *Client) mount(ctx context.Context) error {
 	desc := wire.SegmentDesc{
-		Name: c.hostname, ClientID: c.id, Size: c.seg.Size(), HostID: transfer.HostID(),
-		ShmPath: c.seg.ShmPath(), TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil,
+		Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
+		TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil,
+	}
+	var mem []byte
+	var dev transfer.DeviceMemory
+	if c.devSeg != nil {
+		h, err := c.devSeg.Handle()
+		if err != nil {
+			return wire.Errorf(wire.ErrInternal, "IPC handle of the GPU segment: %v", err)
+		}
+		desc.Size, desc.Location, desc.IPC = c.devSeg.Size(), location(c.devSeg.Device()), h[:]
+		dev = c.devSeg
+	} else {
+		desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
+		mem = c.seg.Bytes()
 	}
 	var resp wire.MountResp
 	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc}, &resp); err != nil {
@@ -233,7 +307,7 @@ func (c *Client) mount(ctx context.Context) error {
 		return err
 	}
 	desc.ID = resp.SegID
-	c.peers.setOwn(desc, c.seg.Bytes())
+	c.peers.setOwn(desc, mem, dev)
 	return nil
 }
 
@@ -268,7 +342,7 @@ func (c *Client) heartbeat() {
 // rejoin brings back what a master that forgot us (it restarted, or we
 // were silent past client_ttl) lost: our segment and our SSD copies.
 func (c *Client) rejoin(ctx context.Context) error {
-	if c.seg != nil {
+	if c.server != nil {
 		c.log.Warn("master does not know this client any more; remounting the segment", "hostname", c.hostname)
 		if err := c.mount(ctx); err != nil {
 			return err
@@ -307,7 +381,7 @@ func (c *Client) Close() error {
 	}
 	c.inFlight.Lock() // wait for the calls in flight; new ones see closed
 	defer c.inFlight.Unlock()
-	if c.seg != nil {
+	if c.server != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: c.hostname}, nil)
 		cancel()
@@ -344,6 +418,9 @@ func (c *Client) release() {
 	c.master.Close()
 	if c.seg != nil {
 		c.seg.Close()
+	}
+	if c.devSeg != nil {
+		c.devSeg.Close()
 	}
 	if c.staging != nil {
 		c.staging.close()

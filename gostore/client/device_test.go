@@ -25,11 +25,84 @@ func TestDevicePartsFakeDriver(t *testing.T) {
 	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", lib, "../gpu/testdata/fakecuda.c").CombinedOutput(); err != nil {
 		t.Skipf("cannot build the fake driver: %v\n%s", err, out)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestDevicePartsChild$", "-test.v")
-	cmd.Env = append(os.Environ(), gpu.EnvLibrary+"="+lib)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestDevicePartsChild")) {
-		t.Fatalf("child: %v\n%s", err, out)
+	for _, name := range []string{"TestDevicePartsChild", "TestGPUSegmentChild"} {
+		cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v")
+		cmd.Env = append(os.Environ(), gpu.EnvLibrary+"="+lib)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: "+name)) {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// Without a driver a GPU segment is refused with the reason; so are
+// locations that are not one and a GPU segment with the SSD tier.
+func TestGPUSegmentRefused(t *testing.T) {
+	if os.Getenv(gpu.EnvLibrary) != "" {
+		t.Skip("child")
+	}
+	m := startMaster(t)
+	for _, tc := range []struct{ loc, want string }{
+		{"cuda:0", "no CUDA driver"}, {"tpu:0", "want"}, {"cuda:-1", "want"}, {"cuda:x", "want"},
+	} {
+		if gpu.Probe().Available && tc.loc == "cuda:0" {
+			continue
+		}
+		_, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 1 << 20,
+			SegmentLocation: tc.loc}, nil)
+		if wire.CodeOf(err) != wire.ErrInvalidParams || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("location %q: %v", tc.loc, err)
+		}
+	}
+	_, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 1 << 20,
+		SegmentLocation: "cuda:0", EnableSSDOffload: true, SSDOffloadPath: t.TempDir()}, nil)
+	if wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Errorf("a GPU segment with the SSD tier: %v", err)
+	}
+}
+
+// A GPU segment in the pool (FAKE driver): written and read by its owner
+// (driver copies), by a same-host peer (IPC mapping) and over TCP (the
+// transfer server staging through host memory); bytes verified each way.
+func TestGPUSegmentChild(t *testing.T) {
+	if !strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") {
+		t.Skip("run by TestDevicePartsFakeDriver")
+	}
+	m := startMaster(t)
+	owner, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 16 << 20,
+		SegmentLocation: "cuda:0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	peer := newClient(t, m.Addr(), 0)
+	viaTCP, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaTCP.Close()
+	own, _ := owner.peers.get(owner.peers.ownID)
+	if own.Location != "cuda:0" || len(own.IPC) != 64 || own.ShmPath != "" {
+		t.Fatalf("the GPU segment's description: %+v", own)
+	}
+	if path := peer.engine.PathFor(own); path != "ipc" {
+		t.Fatalf("a same-host peer reaches the GPU segment by %s", path)
+	}
+	for i, w := range []*Client{owner, peer, viaTCP} {
+		v := pattern(uint64(i), 2<<20+i)
+		key := "gpu" + string(rune('0'+i))
+		if codes := w.PutBatch([]PutItem{{Key: key, Parts: [][]byte{v[:100], v[100:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+			t.Fatalf("writer %d: %v", i, codes[0])
+		}
+		for j, r := range []*Client{owner, peer, viaTCP} {
+			got := make([]byte, len(v))
+			if n := r.GetInto([]string{key}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
+				t.Fatalf("writer %d, reader %d: %d bytes, equal %v", i, j, n[0], bytes.Equal(got, v))
+			}
+		}
+	}
+	if _, err := owner.PlanJoin(); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Fatalf("a plan heap on a GPU: %v", err)
 	}
 }
 

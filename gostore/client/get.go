@@ -195,8 +195,8 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 				continue
 			}
 			rep := w.replicas[round]
-			if mem := c.peers.local(rep.SegID); mem != nil {
-				if transfer.CopyScatter(mem, rep.Offset, w.bufs, false) == nil {
+			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, w.bufs, false); ok {
+				if err == nil {
 					out[w.item] = int64(p.res[w.item].Size)
 				} else {
 					out[w.item] = int64(wire.ErrInvalidReplica)
@@ -236,7 +236,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 // memory on this host, then TCP.
 func (c *Client) orderReplicas(reps []wire.Replica) {
 	cost := func(r wire.Replica) int {
-		if c.peers.local(r.SegID) != nil {
+		if c.peers.isOwn(r.SegID) {
 			return 0
 		}
 		if p, ok := c.peers.get(r.SegID); ok {

@@ -13,22 +13,31 @@ import (
 // reused by a master, so an entry never goes stale in meaning; it is dropped
 // when a transfer to it fails so that the next use asks the master again.
 type peerCache struct {
-	mu    sync.RWMutex
-	byID  map[uint64]transfer.Peer
-	ownID uint64
-	own   []byte // this client's segment memory, copied to directly
+	mu     sync.RWMutex
+	byID   map[uint64]transfer.Peer
+	ownID  uint64
+	own    []byte                // this client's segment memory, copied to directly
+	ownDev transfer.DeviceMemory // or its GPU segment, copied to by the driver
 }
 
 func (p *peerCache) init() { p.byID = make(map[uint64]transfer.Peer) }
 
-func (p *peerCache) setOwn(d wire.SegmentDesc, mem []byte) {
+func (p *peerCache) setOwn(d wire.SegmentDesc, mem []byte, dev transfer.DeviceMemory) {
 	p.mu.Lock()
-	p.ownID, p.own = d.ID, mem
+	p.ownID, p.own, p.ownDev = d.ID, mem, dev
 	p.byID[d.ID] = transfer.PeerFromDesc(d)
 	p.mu.Unlock()
 }
 
-// local returns this client's segment memory if id names it.
+// isOwn reports whether id names this client's segment.
+func (p *peerCache) isOwn(id uint64) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return id == p.ownID && id != 0
+}
+
+// local returns this client's segment memory if id names it and it is
+// host memory.
 func (p *peerCache) local(id uint64) []byte {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -36,6 +45,22 @@ func (p *peerCache) local(id uint64) []byte {
 		return p.own
 	}
 	return nil
+}
+
+// copyLocal copies between bufs and [off, ...) of this client's segment
+// when id names it (into it when write); ok false when id is another's.
+func (p *peerCache) copyLocal(id, off uint64, bufs [][]byte, write bool) (ok bool, err error) {
+	p.mu.RLock()
+	own, mem, dev := id == p.ownID && id != 0, p.own, p.ownDev
+	p.mu.RUnlock()
+	switch {
+	case !own:
+		return false, nil
+	case dev != nil:
+		return true, transfer.CopyDevice(dev, off, bufs, write)
+	default:
+		return true, transfer.CopyScatter(mem, off, bufs, write)
+	}
 }
 
 func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
@@ -79,7 +104,7 @@ func (c *Client) resolve(ctx context.Context, ids []uint64) error {
 
 // failed forgets a segment after a transfer to it failed.
 func (c *Client) failed(id uint64) {
-	if c.peers.local(id) != nil {
+	if c.peers.isOwn(id) {
 		return
 	}
 	c.peers.forget(id)

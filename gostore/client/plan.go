@@ -75,7 +75,7 @@ var (
 // PlanJoin makes this client's segment a plan member and returns its rank.
 func (c *Client) PlanJoin() (int, error) {
 	if c.seg == nil {
-		return 0, wire.Errorf(wire.ErrInvalidParams, "a plan member needs a segment (heap_bytes > 0)")
+		return 0, wire.Errorf(wire.ErrInvalidParams, "a plan member needs a segment of host memory (heap_bytes > 0; GPU heaps are not supported)")
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()

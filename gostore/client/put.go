@@ -109,9 +109,10 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 		}
 		writing[i], epochs[i] = true, r.Epoch
 		for _, rep := range r.Replicas {
-			if mem := c.peers.local(rep.SegID); mem != nil {
-				if transfer.CopyScatter(mem, rep.Offset, items[i].Parts, true) != nil {
-					out[i] = wire.ErrInvalidParams
+			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, items[i].Parts, true); ok {
+				if err != nil {
+					c.log.Warn("put: copy into the own segment failed", "key", items[i].Key, "err", err)
+					out[i] = wire.CodeOf(err)
 				}
 				continue
 			}

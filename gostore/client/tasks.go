@@ -77,8 +77,8 @@ func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 	}
 	var ops []transfer.Op
 	for _, t := range plan.Targets {
-		if mem := c.peers.local(t.SegID); mem != nil {
-			if transfer.CopyScatter(mem, t.Offset, [][]byte{buf}, true) != nil {
+		if ok, err := c.peers.copyLocal(t.SegID, t.Offset, [][]byte{buf}, true); ok {
+			if err != nil {
 				return wire.ErrInvalidReplica
 			}
 			continue

@@ -28,11 +28,16 @@ type Peer struct {
 	// server, slice by slice, so a large op that crosses the end may be
 	// partly written before it fails.
 	Size uint64
+	// Location is "" for host memory, "cuda:N" for a GPU segment, which a
+	// same-host peer opens from its IPC handle (Options.OpenDevice).
+	Location string
+	IPC      []byte
 }
 
 // PeerFromDesc builds a Peer from the master's description of a segment.
 func PeerFromDesc(d wire.SegmentDesc) Peer {
-	return Peer{SegID: d.ID, HostID: d.HostID, ShmPath: d.ShmPath, TransferAddr: d.TransferAddr, Size: d.Size}
+	return Peer{SegID: d.ID, HostID: d.HostID, ShmPath: d.ShmPath, TransferAddr: d.TransferAddr, Size: d.Size,
+		Location: d.Location, IPC: d.IPC}
 }
 
 // Op moves one object stored contiguously at Offset in the peer's segment to
@@ -59,6 +64,8 @@ type Options struct {
 	// DialTimeout bounds connecting to a peer (on top of the ctx).
 	DialTimeout time.Duration
 	Log         *slog.Logger
+	// OpenDevice maps same-host GPU segments; nil sends them over TCP.
+	OpenDevice DeviceOpener
 }
 
 const (
@@ -77,6 +84,7 @@ type Engine struct {
 	log      *slog.Logger
 	host     string
 	shm      *shmCache
+	ipc      *ipcCache
 
 	mu      sync.Mutex
 	pools   map[string]*peerPool // by TransferAddr
@@ -109,12 +117,22 @@ func NewEngine(opt Options) *Engine {
 		e.log = slog.Default()
 	}
 	e.shm = newShmCache(e.log)
+	e.ipc = newIPCCache(opt.OpenDevice, e.log)
 	return e
 }
 
-// PathFor returns "shm" or "tcp": the path Do takes for p now.
+// PathFor returns "shm", "ipc" (a same-host GPU segment) or "tcp": the path
+// Do takes for p now.
 func (e *Engine) PathFor(p Peer) string {
-	if e.forceTCP || p.ShmPath == "" || p.HostID != e.host || e.shm.failed(p.SegID) {
+	switch {
+	case e.forceTCP || p.HostID != e.host:
+		return "tcp"
+	case p.Location != "":
+		if len(p.IPC) > 0 && e.ipc.usable(p.SegID) {
+			return "ipc"
+		}
+		return "tcp"
+	case p.ShmPath == "" || e.shm.failed(p.SegID):
 		return "tcp"
 	}
 	return "shm"
@@ -125,6 +143,7 @@ func (e *Engine) PathFor(p Peer) string {
 // there, the connections to its transfer server.
 func (e *Engine) Forget(segID uint64) {
 	e.shm.forget(segID)
+	e.ipc.forget(segID)
 	e.mu.Lock()
 	var pool *peerPool
 	if addr, ok := e.segAddr[segID]; ok {
@@ -181,6 +200,7 @@ func (e *Engine) Close() {
 		p.close()
 	}
 	e.shm.forgetAll()
+	e.ipc.forgetAll()
 }
 
 func (e *Engine) isClosed() bool {
@@ -253,7 +273,7 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		}
 		return errs
 	}
-	var tcpIdx, shmIdx []int
+	var tcpIdx, shmIdx, ipcIdx []int
 	for i := range ops {
 		op := &ops[i]
 		total, ok := opLen(op)
@@ -269,9 +289,12 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		if total == 0 {
 			continue
 		}
-		if e.PathFor(op.Peer) == "shm" {
+		switch e.PathFor(op.Peer) {
+		case "shm":
 			shmIdx = append(shmIdx, i)
-		} else {
+		case "ipc":
+			ipcIdx = append(ipcIdx, i)
+		default:
 			tcpIdx = append(tcpIdx, i)
 		}
 	}
@@ -291,6 +314,18 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 			errs[i] = err
 		default:
 			errs[i] = copyShm(m.mem, &ops[i])
+			m.release()
+		}
+	}
+	for _, i := range ipcIdx {
+		m, useTCP, err := e.ipc.acquire(ops[i].Peer)
+		switch {
+		case useTCP:
+			late = append(late, i)
+		case err != nil:
+			errs[i] = err
+		default:
+			errs[i] = CopyDevice(m.mem, ops[i].Offset, ops[i].Bufs, ops[i].Write)
 			m.release()
 		}
 	}

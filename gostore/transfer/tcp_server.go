@@ -49,10 +49,13 @@ func tuneConn(c net.Conn) {
 // without overflowing.
 func inRange(off, n, size uint64) bool { return off <= size && n <= size-off }
 
-// Server answers transfer requests against one segment.
+// Server answers transfer requests against one segment: host memory it
+// reads and writes in place, or device memory (NewDeviceServer) it copies
+// through a buffer per connection.
 type Server struct {
 	ln  net.Listener
 	seg []byte
+	dev DeviceMemory // instead of seg for a GPU segment
 	log *slog.Logger
 
 	mu     sync.Mutex
@@ -75,6 +78,58 @@ func NewServer(ln net.Listener, seg []byte, log *slog.Logger) *Server {
 		}
 	}
 	return &Server{ln: ln, seg: seg, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+// NewDeviceServer returns a server for a GPU segment: payloads pass
+// through a host buffer of deviceChunk bytes per connection.
+func NewDeviceServer(ln net.Listener, dev DeviceMemory, log *slog.Logger) *Server {
+	s := NewServer(ln, nil, log)
+	s.dev = dev
+	return s
+}
+
+// deviceChunk is the most a device segment's server stages at once.
+const deviceChunk = 1 << 20
+
+func (s *Server) size() uint64 {
+	if s.dev != nil {
+		return s.dev.Size()
+	}
+	return uint64(len(s.seg))
+}
+
+// writeDevice reads n payload bytes from r into the device segment at off.
+func (s *Server) writeDevice(r io.Reader, off, n uint64, stage []byte) error {
+	for n > 0 {
+		k := min(n, uint64(len(stage)))
+		if _, err := io.ReadFull(r, stage[:k]); err != nil {
+			return err
+		}
+		if err := s.dev.CopyFrom(off, stage[:k]); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return nil
+}
+
+// readDevice sends n bytes of the device segment at off after the pending
+// response bytes out.
+func (s *Server) readDevice(w io.Writer, out []byte, off, n uint64, stage []byte) error {
+	if _, err := w.Write(out); err != nil {
+		return err
+	}
+	for n > 0 {
+		k := min(n, uint64(len(stage)))
+		if err := s.dev.CopyTo(stage[:k], off); err != nil {
+			return err
+		}
+		if _, err := w.Write(stage[:k]); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return nil
 }
 
 // Addr returns the listener's address.
@@ -172,7 +227,11 @@ func (s *Server) handle(c net.Conn) {
 		out = out[:0]
 		return err
 	}
-	size := uint64(len(s.seg))
+	size := s.size()
+	var stage []byte // device segments only
+	if s.dev != nil {
+		stage = make([]byte, deviceChunk)
+	}
 	var hdr [reqHdrSize]byte
 	for {
 		// Answer what is done before any read that may block.
@@ -206,6 +265,16 @@ func (s *Server) handle(c net.Conn) {
 			if uint64(br.Buffered()) < n && flush() != nil {
 				return
 			}
+			if s.dev != nil {
+				// A failed copy leaves part of the payload unread: the
+				// stream is out of step, so the connection closes.
+				if err := s.writeDevice(br, off, n, stage); err != nil {
+					s.log.Warn("transfer: write into the device segment failed, closing connection", "remote", remote, "err", err)
+					return
+				}
+				out = putRespHdr(out, id, wire.OK, 0)
+				break
+			}
 			// Straight into the segment: bufio hands large reads to the socket.
 			if _, err := io.ReadFull(br, s.seg[off:off+n]); err != nil {
 				s.log.Debug("transfer: write payload cut short", "remote", remote, "err", err)
@@ -218,6 +287,15 @@ func (s *Server) handle(c net.Conn) {
 				break
 			}
 			out = putRespHdr(out, id, wire.OK, n)
+			if s.dev != nil {
+				err := s.readDevice(c, out, off, n, stage)
+				out = out[:0]
+				if err != nil {
+					s.log.Warn("transfer: read from the device segment failed, closing connection", "remote", remote, "err", err)
+					return
+				}
+				break
+			}
 			if n <= smallRead {
 				out = append(out, s.seg[off:off+n]...)
 				break

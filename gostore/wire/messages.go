@@ -84,6 +84,10 @@ type SegmentDesc struct {
 	// Offload is set when the owner runs an SSD tier: with the master's
 	// tier on, objects on this segment are evicted only once persisted.
 	Offload bool
+	// Location is "" for host memory or "cuda:N" for GPU memory, which a
+	// peer on the same host maps through its CUDA IPC handle IPC.
+	Location string
+	IPC      []byte
 }
 
 // ReplicaConfig is the wire form of Python's ReplicateConfig.

@@ -79,7 +79,7 @@ def _scratch() -> Tuple[Any, int]:
 
 
 # setup(**kwargs) accepted beyond the seven required arguments and ``engine``.
-_SETUP_EXTRA_KWARGS = ("enable_ssd_offload", "ssd_offload_path")
+_SETUP_EXTRA_KWARGS = ("enable_ssd_offload", "ssd_offload_path", "segment_location")
 
 for _code in ("I", "Q", "q", "i"):  # the ABI's uint32/uint64/int64/int32 arrays
     assert array(_code).itemsize == {"I": 4, "Q": 8, "q": 8, "i": 4}[_code]
@@ -146,6 +146,8 @@ def _add_ssd_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
         params["enable_ssd_offload"] = _bool(src["enable_ssd_offload"], "enable_ssd_offload")
     if src.get("ssd_offload_path") is not None:
         params["ssd_offload_path"] = _str_arg(src["ssd_offload_path"], "ssd_offload_path")
+    if src.get("segment_location") is not None:
+        params["segment_location"] = _str_arg(src["segment_location"], "segment_location")
 
 
 def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -334,7 +336,9 @@ class MooncakeDistributedStore(TensorAPI):
         arguments raise ``TypeError``. ``ssd_offload_path`` alone turns the
         SSD tier on in that directory (``enable_ssd_offload=False`` keeps it
         off); ``enable_ssd_offload=True`` alone takes the directory from
-        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``.
+        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``. ``segment_location="cuda:N"``
+        (or ``$GOSTORE_SEGMENT_LOCATION``) contributes GPU memory of device N
+        instead of host memory; same-host peers reach it through CUDA IPC.
         """
         params = _setup_params(args, kwargs)  # all TypeErrors before native code
         for k in ("global_segment_size", "local_buffer_size"):
