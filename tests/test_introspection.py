@@ -19,6 +19,27 @@ def test_gpu_info_without_a_driver():
     assert info["devices"] == [] and "no CUDA driver" in info["reason"]
 
 
+def test_gpu_memory_without_a_driver(master, store_factory, capfd):
+    """Where no GPU is, a GPU segment is refused with the driver's reason, a
+    bad location with -600, a non-str with TypeError; and a device pointer
+    nobody registered is refused by get_into/put_from (never dereferenced)."""
+    if gostore.gpu_info()["available"]:
+        pytest.skip("a GPU is present: tests/gpu covers it")
+    s = gostore.MooncakeDistributedStore()
+    args = ("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.addr)
+    assert s.setup(*args, segment_location="cuda:0") == -600
+    assert "no CUDA driver" in capfd.readouterr().err
+    assert s.setup(*args, segment_location="tpu:1") == -600
+    with pytest.raises(TypeError):
+        s.setup(*args, segment_location=0)
+    assert s.setup(*args, segment_location="cpu") == 0
+    # an address in no registered buffer (what a device pointer is here)
+    fake_device_ptr = 0x7F0000000000
+    assert s.get_into("k", fake_device_ptr, 4096) == -600
+    assert s.put_from("k", fake_device_ptr, 4096) == -600
+    s.close()
+
+
 def _tree(root, nics, gpus, nodes=2):
     for n in range(nodes):
         os.makedirs(os.path.join(root, f"devices/system/node/node{n}"))

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gostore/gostore/gostore/alloc"
+	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -30,12 +31,17 @@ func (g *registry) register(ptr, size uint64) error {
 	if ptr == 0 || size == 0 || ptr+size < ptr {
 		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): null, empty or wrapping range", ptr, size)
 	}
-	// Device memory is asked about once, here; both ends must be on the
-	// same GPU (a range that leaves a device allocation is refused).
+	// Device memory is asked about once, here: a range of it must lie in
+	// one allocation, and a host range must not end in device memory.
 	dev := DeviceOf(ptr)
-	if last := DeviceOf(ptr + size - 1); last != dev {
-		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): the range starts on %s and ends on %s",
-			ptr, size, location(dev), location(last))
+	if dev >= 0 {
+		if base, n, ok := gpu.AllocationRange(ptr); !ok || ptr+size > base+n {
+			return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): the range leaves its allocation on %s",
+				ptr, size, location(dev))
+		}
+	} else if last := DeviceOf(ptr + size - 1); last >= 0 {
+		return wire.Errorf(wire.ErrInvalidParams, "register_buffer(%#x, %d): the range starts in host memory and ends on %s",
+			ptr, size, location(last))
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -115,6 +115,11 @@ static CUresult gs_cuMemcpy(uintptr_t d, uintptr_t s, size_t n) {
 static CUresult gs_cuMemcpyDtoH(uintptr_t h, CUdeviceptr d, size_t n) { return p_cuMemcpyDtoH((void *)h, d, n); }
 static CUresult gs_memoryType(unsigned int *t, CUdeviceptr p) { return p_cuPointerGetAttribute(t, 2, p); } // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 static CUresult gs_deviceOrdinal(int *o, CUdeviceptr p) { return p_cuPointerGetAttribute(o, 9, p); } // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+// CU_POINTER_ATTRIBUTE_RANGE_START_ADDR and _RANGE_SIZE: the allocation p lies in
+static CUresult gs_allocationRange(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+	CUresult r = p_cuPointerGetAttribute(base, 11, p);
+	return r ? r : p_cuPointerGetAttribute(size, 12, p);
+}
 static CUresult gs_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { return p_cuIpcGetMemHandle(h, p); }
 static CUresult gs_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle *h) { return p_cuIpcOpenMemHandle(p, *h, 1); } // LAZY_ENABLE_PEER_ACCESS
 static CUresult gs_cuIpcCloseMemHandle(CUdeviceptr p) { return p_cuIpcCloseMemHandle(p); }
@@ -352,6 +357,20 @@ func PointerKind(ptr uint64) (Kind, int) {
 		return DeviceMem, int(o)
 	}
 	return Unknown, -1
+}
+
+// AllocationRange returns the device allocation ptr lies in; ok false for
+// memory that is not device memory (or without a driver).
+func AllocationRange(ptr uint64) (base, size uint64, ok bool) {
+	if k, _ := PointerKind(ptr); k != DeviceMem {
+		return 0, 0, false
+	}
+	var b C.CUdeviceptr
+	var n C.size_t
+	if C.gs_allocationRange(&b, &n, C.CUdeviceptr(ptr)) != 0 {
+		return 0, 0, false
+	}
+	return uint64(b), uint64(n), true
 }
 
 // IPCHandle is a CUDA IPC memory handle: another process on the host opens

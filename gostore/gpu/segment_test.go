@@ -27,6 +27,9 @@ func exerciseSegments(t *testing.T, size uint64) {
 	if k, d := PointerKind(a.Base()); k != DeviceMem || d != 0 {
 		t.Fatalf("segment memory is %v on %d", k, d)
 	}
+	if base, n, ok := AllocationRange(a.Base() + 10); !ok || base != a.Base() || n < size {
+		t.Fatalf("allocation of an inner pointer: %#x %d %v (segment %#x)", base, n, ok, a.Base())
+	}
 	src := make([]byte, size)
 	rand.New(rand.NewSource(1)).Read(src)
 	if err := a.CopyFrom(0, src); err != nil {

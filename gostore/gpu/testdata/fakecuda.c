@@ -49,6 +49,8 @@ CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p) {
 	if (i < 0) return 1;
 	if (attr == 2) *(unsigned int *)out = regions[i].host ? 1 : 2;
 	else if (attr == 9) *(int *)out = regions[i].dev;
+	else if (attr == 11) *(CUdeviceptr *)out = regions[i].p;
+	else if (attr == 12) *(size_t *)out = regions[i].n;
 	else return 1;
 	return 0;
 }

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""GPU benchmark: gostore's device paths beside the copies they are made of,
+measured in the same run on the same GPU (``tests/gpu/run.sh`` runs it).
+
+Limits (torch's own copies, i.e. cudaMemcpy on the legacy stream, timed with
+a synchronize after each): HtoD and DtoH from pinned and from pageable host
+memory, DtoD, and a host memcpy (numpy). Rows:
+
+* ``driver HtoD/DtoH``: gostore's loader (``gs_device_copy``: cuMemcpy and a
+  context synchronize) between a pinned host tensor and device memory,
+  against torch's pinned copies.
+* ``GPU buffer -> host segment`` / ``host segment -> GPU buffer``:
+  ``put_from`` / ``get_into`` of registered device memory with the store's
+  own host segment; staged through pinned memory, so two copies: the limit
+  is the serial pair ``1/(1/copy + 1/memcpy)``.
+* ``host -> GPU segment (ipc|tcp)`` / ``GPU segment -> host``: ``put`` of
+  bytes / ``get`` into bytes where the only segment is GPU memory of another
+  process, reached through its CUDA IPC handle, or over loopback TCP through
+  its transfer server; limit: the pageable HtoD / DtoH.
+* ``GPU buffer -> GPU segment (ipc)`` and back: registered device memory to
+  another process's GPU segment; staged through host memory (two copies),
+  shown against the single DtoD copy it could be.
+
+Each figure is the median of ``--reps`` timed loops; every put writes fresh
+keys; every get's bytes are checked once after the timed loops. ``--json``
+writes everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def owner_main(master: str, size: int) -> int:
+    """The other process: contributes a GPU segment until stdin closes."""
+    import gostore
+
+    s = gostore.MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", size, 16 * MiB, "tcp", "", master,
+                 segment_location="cuda:0")
+    print(f"ready {s.get_hostname()}" if rc == 0 else f"failed {rc}", flush=True)
+    if rc != 0:
+        return 1
+    sys.stdin.read()
+    s.close()
+    return 0
+
+
+def timed(fn: Callable[[], Any], reps: int, sync: Callable[[], None],
+          before: Callable[[], Any] = lambda: None) -> float:
+    """Median seconds of fn() over reps runs (one warm-up), each after an
+    untimed before()."""
+    before()
+    fn()
+    sync()
+    out = []
+    for _ in range(reps):
+        before()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--owner", help=argparse.SUPPRESS)
+    ap.add_argument("--segment", type=int, default=2 * GiB)
+    ap.add_argument("--sizes", default="1,16,64", help="object sizes in MiB")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.owner:
+        return owner_main(args.owner, args.segment)
+
+    import numpy as np
+    import torch
+
+    import gostore
+    from bench import kill, start_master
+
+    os.environ.setdefault("GOSTORE_LOG_LEVEL", "warn")
+    sizes = [int(x) * MiB for x in args.sizes.split(",")]
+    sync = torch.cuda.synchronize
+    lib = gostore._native.lib()
+    info = gostore.gpu_info()
+    rows: List[Dict[str, Any]] = []
+    limits: Dict[int, Dict[str, float]] = {}
+
+    def gbps(n: int, secs: float) -> float:
+        return n / secs / 1e9
+
+    # ---- limits, per size ----------------------------------------------------
+    for n in sizes:
+        pinned = torch.empty(n, dtype=torch.uint8).pin_memory()
+        pageable = torch.empty(n, dtype=torch.uint8)
+        d1 = torch.empty(n, dtype=torch.uint8, device="cuda")
+        d2 = torch.empty(n, dtype=torch.uint8, device="cuda")
+        a, b = np.ones(n, np.uint8), np.empty(n, np.uint8)
+        lim = {
+            "htod_pinned": gbps(n, timed(lambda: d1.copy_(pinned), args.reps, sync)),
+            "dtoh_pinned": gbps(n, timed(lambda: pinned.copy_(d1), args.reps, sync)),
+            "htod_pageable": gbps(n, timed(lambda: d1.copy_(pageable), args.reps, sync)),
+            "dtoh_pageable": gbps(n, timed(lambda: pageable.copy_(d1), args.reps, sync)),
+            "dtod": gbps(n, timed(lambda: d2.copy_(d1), args.reps, sync)),
+            "memcpy": gbps(n, timed(lambda: np.copyto(b, a), args.reps, lambda: None)),
+        }
+        limits[n] = lim
+        for name, dst, src, ref in (("driver HtoD (pinned)", d1, pinned, "htod_pinned"),
+                                    ("driver DtoH (pinned)", pinned, d1, "dtoh_pinned")):
+            secs = timed(lambda: lib.gs_device_copy(dst.data_ptr(), src.data_ptr(), n), args.reps, lambda: None)
+            rows.append({"row": name, "size": n, "gbps": gbps(n, secs), "limit": lim[ref], "limit_name": ref})
+        del pinned, pageable, d1, d2
+
+    def serial(x: float, y: float) -> float:
+        return 1 / (1 / x + 1 / y)
+
+    master = start_master("shm")
+    owner = None
+    try:
+        addr = master.rpc_addr
+        # ---- registered GPU memory and this process's host segment ----------
+        s = gostore.MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", args.segment, 16 * MiB, "tcp", "", addr) == 0
+        gpu_rows(s, torch, sizes, args.reps, rows, limits, "host segment",
+                 lambda lim: serial(lim["dtoh_pinned"], lim["memcpy"]), "dtoh_pinned+memcpy",
+                 lambda lim: serial(lim["htod_pinned"], lim["memcpy"]), "htod_pinned+memcpy")
+        s.close()
+
+        # ---- another process's GPU segment, over IPC and TCP ----------------
+        owner = subprocess.Popen([sys.executable, __file__, "--owner", addr, "--segment", str(args.segment)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = owner.stdout.readline()
+        if not line.startswith("ready"):
+            raise RuntimeError(f"GPU segment owner did not start: {line!r}")
+        for transport in ("ipc", "tcp"):
+            if transport == "tcp":
+                os.environ["GOSTORE_TRANSPORT"] = "tcp"
+            c = gostore.MooncakeDistributedStore()
+            assert c.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "", addr) == 0
+            host_rows(c, sizes, args.reps, rows, limits, f"GPU segment ({transport})")
+            if transport == "ipc":
+                gpu_rows(c, torch, sizes, args.reps, rows, limits, "GPU segment (ipc)",
+                         lambda lim: lim["dtod"], "dtod", lambda lim: lim["dtod"], "dtod")
+            c.close()
+            os.environ.pop("GOSTORE_TRANSPORT", None)
+    finally:
+        if owner is not None:
+            kill(owner)
+        kill(master)
+
+    print(f"GPU: {info['devices'][0]['name'] if info['devices'] else '?'}, driver {info.get('driver_version')}")
+    print(f"{'row':44} {'size':>7} {'GB/s':>8} {'limit GB/s':>11} {'of limit':>9}  limit")
+    for r in rows:
+        print(f"{r['row']:44} {r['size'] // MiB:>5}Mi {r['gbps']:8.2f} {r['limit']:11.2f} "
+              f"{100 * r['gbps'] / r['limit']:8.0f}%  {r['limit_name']}")
+    print("limits (GB/s):")
+    for n, lim in limits.items():
+        print(f"  {n // MiB:>3} MiB: " + ", ".join(f"{k} {v:.2f}" for k, v in lim.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": info, "rows": rows, "limits": {str(k): v for k, v in limits.items()}}, f, indent=1)
+    return 0
+
+
+def gpu_rows(s, torch, sizes, reps, rows, limits, where, put_limit, put_name, get_limit, get_name) -> None:
+    """put_from / get_into of registered device memory against ``where``."""
+    for n in sizes:
+        k = max(2, min(16, (512 * MiB) // n))
+        src = torch.randint(0, 256, (k * n,), dtype=torch.uint8, device="cuda")
+        dst = torch.empty(k * n, dtype=torch.uint8, device="cuda")
+        for t in (src, dst):
+            assert s.register_buffer(t.data_ptr(), t.numel()) == 0
+        ptrs = [src.data_ptr() + i * n for i in range(k)]
+        outs = [dst.data_ptr() + i * n for i in range(k)]
+        gen = [0]
+
+        def fresh() -> None:
+            gen[0] += 1
+            s.remove_all(True)
+
+        def put_all() -> None:
+            for i in range(k):
+                assert s.put_from(f"g{gen[0]}-{i}", ptrs[i], n) == 0
+
+        def get_all() -> None:
+            for i in range(k):
+                assert s.get_into(f"g{gen[0]}-{i}", outs[i], n) == n
+
+        t_put = timed(put_all, reps, torch.cuda.synchronize, fresh)
+        t_get = timed(get_all, reps, torch.cuda.synchronize)
+        assert torch.equal(dst, src), f"bytes differ after get_into from {where}"
+        lim = limits[n]
+        rows.append({"row": f"GPU buffer -> {where}", "size": n, "gbps": k * n / t_put / 1e9,
+                     "limit": put_limit(lim), "limit_name": put_name})
+        rows.append({"row": f"{where} -> GPU buffer", "size": n, "gbps": k * n / t_get / 1e9,
+                     "limit": get_limit(lim), "limit_name": get_name})
+        for t in (src, dst):
+            s.unregister_buffer(t.data_ptr())
+        s.remove_all(True)
+
+
+def host_rows(s, sizes, reps, rows, limits, where) -> None:
+    """put of bytes / get into bytes against ``where``."""
+    for n in sizes:
+        k = max(2, min(16, (512 * MiB) // n))
+        vals = [os.urandom(n) for _ in range(k)]
+        gen = [0]
+
+        def fresh() -> None:
+            gen[0] += 1
+            s.remove_all(True)
+
+        def put_all() -> None:
+            for i in range(k):
+                assert s.put(f"h{gen[0]}-{i}", vals[i]) == 0
+
+        got: List[bytes] = []
+
+        def get_all() -> None:
+            got.clear()
+            for i in range(k):
+                got.append(s.get(f"h{gen[0]}-{i}"))
+
+        t_put = timed(put_all, reps, lambda: None, fresh)
+        t_get = timed(get_all, reps, lambda: None)
+        assert got == vals, f"bytes differ after get from {where}"
+        lim = limits[n]
+        rows.append({"row": f"host -> {where}", "size": n, "gbps": k * n / t_put / 1e9,
+                     "limit": lim["htod_pageable"], "limit_name": "htod_pageable"})
+        rows.append({"row": f"{where} -> host", "size": n, "gbps": k * n / t_get / 1e9,
+                     "limit": lim["dtoh_pageable"], "limit_name": "dtoh_pageable"})
+        s.remove_all(True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
