@@ -54,7 +54,9 @@ def test_exports():
 
 def test_import_does_not_load_library():
     code = "import gostore, gostore._native as n; gostore.MooncakeDistributedStore(); print(n.is_loaded())"
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), ".."))
+    # tests/ first; an uninstalled package (GPU machines run from the tree) after it
+    path = [os.path.join(os.path.dirname(__file__), ".."), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
