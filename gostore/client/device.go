@@ -11,6 +11,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/alloc"
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -101,87 +102,28 @@ func (p *bouncePool) close() {
 	}
 }
 
-// staged is one call's loans, by object.
-type staged struct {
-	pool  *bouncePool
-	loans [][]bounce // loans[i][k] stages part k of dev[i]
+// mixedCall carries one call's device parts through the put or get
+// pipeline. An object's device parts move straight between the caller's
+// GPU memory and a GPU segment the driver reaches (this client's own, or a
+// same-host peer's opened over IPC): one copy on the GPUs. Any other
+// replica (host memory, TCP, the SSD tier) gets host bytes: the device
+// parts are staged through pinned memory, once per object, only then.
+type mixedCall struct {
+	c     *Client
+	dev   [][]DevicePart // by object; nil for objects in host memory only
+	loans [][]bounce     // by object, once staged: loans[i][k] stages dev[i][k]
+	bufs  [][][]byte     // by object, once staged: the scatter list with the bounces in
+	// staged[i]: object i's last transfer went through the bounces (a
+	// read then still has to copy them onto the device).
+	staged []bool
 }
 
-// stage gives every device part of object i a bounce buffer in bufs[i]
-// (bufs[i] is copied, never changed in place). codes[i] is set for objects
-// whose staging failed; their bufs[i] become nil.
-func (p *bouncePool) stage(bufs [][][]byte, dev [][]DevicePart, fail func(i int, code wire.Code)) *staged {
-	s := &staged{pool: p, loans: make([][]bounce, len(dev))}
-	for i, parts := range dev {
-		if len(parts) == 0 || i >= len(bufs) || bufs[i] == nil {
-			continue
-		}
-		own := append([][]byte(nil), bufs[i]...)
-		for _, part := range parts {
-			b, err := p.get(part.Size)
-			if err != nil || part.Index < 0 || part.Index >= len(own) {
-				if err == nil {
-					err = wire.Errorf(wire.ErrInvalidParams, "device part %d of a %d-part object", part.Index, len(own))
-				}
-				fail(i, wire.CodeOf(err))
-				s.releaseOne(i)
-				own = nil
-				break
-			}
-			s.loans[i] = append(s.loans[i], b)
-			own[part.Index] = b.mem
-		}
-		bufs[i] = own
+func (c *Client) newMixed(n int, dev [][]DevicePart) *mixedCall {
+	if !anyDevice(dev) {
+		return nil
 	}
-	return s
+	return &mixedCall{c: c, dev: dev, loans: make([][]bounce, n), bufs: make([][][]byte, n), staged: make([]bool, n)}
 }
-
-func (s *staged) releaseOne(i int) {
-	for _, b := range s.loans[i] {
-		s.pool.put(b)
-	}
-	s.loans[i] = nil
-}
-
-func (s *staged) release() {
-	for i := range s.loans {
-		s.releaseOne(i)
-	}
-}
-
-// fromDevice copies object i's device parts into their bounce buffers.
-func (s *staged) fromDevice(i int, parts []DevicePart) error {
-	for k, part := range parts {
-		if err := gpu.CopyToHost(part.Device, hostAddr(s.loans[i][k].mem), part.Ptr, part.Size); err != nil {
-			return wire.Errorf(wire.ErrTransferFail, "copy %d bytes off cuda:%d at %#x: %v", part.Size, part.Device, part.Ptr, err)
-		}
-	}
-	return nil
-}
-
-// toDevice copies object i's bounce buffers onto their device parts, as
-// far as the object's written bytes reach into each (bufs: the object's
-// staged scatter list): a destination larger than the object keeps the
-// rest of its bytes.
-func (s *staged) toDevice(i int, parts []DevicePart, bufs [][]byte, written uint64) error {
-	var start uint64 // offset of bufs[j] in the object
-	j := 0
-	for k, part := range parts {
-		for ; j < part.Index && j < len(bufs); j++ {
-			start += uint64(len(bufs[j]))
-		}
-		if start >= written {
-			return nil
-		}
-		n := min(part.Size, written-start)
-		if err := gpu.CopyToDevice(part.Device, part.Ptr, hostAddr(s.loans[i][k].mem), n); err != nil {
-			return wire.Errorf(wire.ErrTransferFail, "copy %d bytes onto cuda:%d at %#x: %v", n, part.Device, part.Ptr, err)
-		}
-	}
-	return nil
-}
-
-func hostAddr(b []byte) uint64 { return uint64(addrOf(b)) }
 
 func anyDevice(dev [][]DevicePart) bool {
 	for _, d := range dev {
@@ -192,6 +134,165 @@ func anyDevice(dev [][]DevicePart) bool {
 	return false
 }
 
+// has reports whether object i has device parts.
+func (m *mixedCall) has(i int) bool { return m != nil && i < len(m.dev) && len(m.dev[i]) > 0 }
+
+// devBytes is the length of object i's device parts.
+func (m *mixedCall) devBytes(i int) uint64 {
+	var n uint64
+	if m.has(i) {
+		for _, d := range m.dev[i] {
+			n += d.Size
+		}
+	}
+	return n
+}
+
+// hostParts returns object i's scatter list with its device parts staged
+// in pinned memory (parts: the list with their placeholders); fromDevice
+// copies the device bytes in (a put). Staging happens once per object.
+func (m *mixedCall) hostParts(i int, parts [][]byte, fromDevice bool) ([][]byte, error) {
+	m.staged[i] = true
+	if m.bufs[i] != nil {
+		return m.bufs[i], nil
+	}
+	own := append([][]byte(nil), parts...)
+	for _, d := range m.dev[i] {
+		if d.Index < 0 || d.Index >= len(own) {
+			m.releaseOne(i)
+			return nil, wire.Errorf(wire.ErrInvalidParams, "device part %d of a %d-part object", d.Index, len(own))
+		}
+		b, err := m.c.bounces.get(d.Size)
+		if err != nil {
+			m.releaseOne(i)
+			return nil, err
+		}
+		m.loans[i] = append(m.loans[i], b)
+		own[d.Index] = b.mem
+		if fromDevice {
+			if err := gpu.CopyToHost(d.Device, hostAddr(b.mem), d.Ptr, d.Size); err != nil {
+				m.releaseOne(i)
+				return nil, wire.Errorf(wire.ErrTransferFail, "copy %d bytes off cuda:%d at %#x: %v", d.Size, d.Device, d.Ptr, err)
+			}
+		}
+	}
+	m.bufs[i] = own
+	return own, nil
+}
+
+// direct moves object i straight between its parts (host parts in parts,
+// device parts from dev) and [off, off+size) of segment segID, when the
+// driver reaches that segment; ok false otherwise. A read (size: the
+// object's) fills only the object's bytes of a larger destination.
+func (m *mixedCall) direct(i int, segID, off uint64, parts [][]byte, size uint64, write bool) (ok bool, err error) {
+	mem, release := m.c.deviceTarget(segID)
+	if mem == nil {
+		return false, nil
+	}
+	defer release()
+	m.staged[i] = false
+	byIndex := make(map[int]DevicePart, len(m.dev[i]))
+	for _, d := range m.dev[i] {
+		byIndex[d.Index] = d
+	}
+	left := size
+	for k, b := range parts {
+		n := uint64(len(b))
+		d, onDevice := byIndex[k]
+		if onDevice {
+			n = d.Size
+		}
+		if !write {
+			if left == 0 {
+				break
+			}
+			n = min(n, left)
+			left -= n
+		}
+		switch {
+		case onDevice && write:
+			err = mem.CopyFromDevice(off, d.Ptr, n)
+		case onDevice:
+			err = mem.CopyToDevice(d.Ptr, off, n)
+		case write:
+			err = mem.CopyFrom(off, b[:n])
+		default:
+			err = mem.CopyTo(b[:n], off)
+		}
+		if err != nil {
+			return true, wire.Errorf(wire.ErrTransferFail, "GPU segment %d at %d: %v", segID, off, err)
+		}
+		off += n
+	}
+	return true, nil
+}
+
+// deviceTarget returns segment segID as device memory the driver reaches
+// from here, held until release; nil when it is not one.
+func (c *Client) deviceTarget(segID uint64) (transfer.DeviceMemory, func()) {
+	if c.peers.isOwn(segID) {
+		c.peers.mu.RLock()
+		dev := c.peers.ownDev
+		c.peers.mu.RUnlock()
+		if dev != nil {
+			return dev, func() {}
+		}
+		return nil, nil
+	}
+	p, ok := c.peers.get(segID)
+	if !ok {
+		return nil, nil
+	}
+	if mem, release, ok := c.engine.DeviceMapping(p); ok {
+		return mem, release
+	}
+	return nil, nil
+}
+
+// finishReads copies the staged reads that succeeded onto their device
+// parts, as far as each object's bytes reach (out: bytes read per object).
+func (m *mixedCall) finishReads(out []int64, keys []string) {
+	for i, n := range out {
+		if n <= 0 || !m.has(i) || !m.staged[i] || m.bufs[i] == nil {
+			continue
+		}
+		var start uint64 // offset of bufs[i][j] in the object
+		j := 0
+		for k, d := range m.dev[i] {
+			for ; j < d.Index; j++ {
+				start += uint64(len(m.bufs[i][j]))
+			}
+			if start >= uint64(n) {
+				break
+			}
+			c := min(d.Size, uint64(n)-start)
+			if err := gpu.CopyToDevice(d.Device, d.Ptr, hostAddr(m.loans[i][k].mem), c); err != nil {
+				m.c.log.Warn("get: writing device memory failed", "key", keys[i], "err", err)
+				out[i] = int64(wire.ErrTransferFail)
+				break
+			}
+		}
+	}
+}
+
+func (m *mixedCall) releaseOne(i int) {
+	for _, b := range m.loans[i] {
+		m.c.bounces.put(b)
+	}
+	m.loans[i], m.bufs[i] = nil, nil
+}
+
+func (m *mixedCall) release() {
+	if m == nil {
+		return
+	}
+	for i := range m.loans {
+		m.releaseOne(i)
+	}
+}
+
+func hostAddr(b []byte) uint64 { return uint64(addrOf(b)) }
+
 // PutBatchDevice is PutBatch (upsert: UpsertBatch) for items whose parts
 // may be device memory: dev[i] lists item i's, left nil in its Parts.
 func (c *Client) PutBatchDevice(items []PutItem, dev [][]DevicePart, cfg wire.ReplicaConfig, upsert bool) []wire.Code {
@@ -199,72 +300,21 @@ func (c *Client) PutBatchDevice(items []PutItem, dev [][]DevicePart, cfg wire.Re
 	if upsert {
 		start = wire.OpUpsertStart
 	}
-	if !anyDevice(dev) {
-		return c.write(start, items, cfg)
-	}
-	out := make([]wire.Code, len(items))
-	bufs := make([][][]byte, len(items))
-	for i, it := range items {
-		bufs[i] = it.Parts
-	}
-	s := c.bounces.stage(bufs, dev, func(i int, code wire.Code) { out[i] = code })
-	defer s.release()
-	var send []PutItem
-	var idx []int
-	for i, it := range items {
-		if out[i] != wire.OK {
-			continue
-		}
-		if i < len(dev) && len(dev[i]) > 0 {
-			if err := s.fromDevice(i, dev[i]); err != nil {
-				c.log.Warn("put: reading device memory failed", "key", it.Key, "err", err)
-				out[i] = wire.CodeOf(err)
-				continue
-			}
-		}
-		send = append(send, PutItem{Key: it.Key, Parts: bufs[i]})
-		idx = append(idx, i)
-	}
-	for j, code := range c.write(start, send, cfg) {
-		out[idx[j]] = code
-	}
-	return out
+	m := c.newMixed(len(items), dev)
+	defer m.release()
+	return c.write(start, items, cfg, m)
 }
 
 // GetFinishDevice is GetFinish for destinations whose parts may be device
 // memory: dev[i] lists object i's, left nil in dests[i].
 func (c *Client) GetFinishDevice(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
-	if !anyDevice(dev) {
-		return c.GetFinish(p, dests)
-	}
 	leave, err := c.enter()
 	if err != nil {
 		c.endReads(p)
 		return wire.Fill(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
 	}
 	defer leave()
-	dests = append([][][]byte(nil), dests...)
-	var failed map[int]wire.Code
-	s := c.bounces.stage(dests, dev, func(i int, code wire.Code) {
-		if failed == nil {
-			failed = map[int]wire.Code{}
-		}
-		failed[i] = code
-	})
-	defer s.release()
-	out := c.finish(p, dests)
-	for i, n := range out {
-		if code, ok := failed[i]; ok && i < len(out) {
-			out[i] = int64(code)
-			continue
-		}
-		if n <= 0 || i >= len(dev) || len(dev[i]) == 0 {
-			continue
-		}
-		if err := s.toDevice(i, dev[i], dests[i], uint64(n)); err != nil {
-			c.log.Warn("get: writing device memory failed", "key", p.keys[i], "err", err)
-			out[i] = int64(wire.CodeOf(err))
-		}
-	}
-	return out
+	m := c.newMixed(len(p.res), dev)
+	defer m.release()
+	return c.finish(p, dests, m)
 }

@@ -100,6 +100,41 @@ func TestGPUSegmentChild(t *testing.T) {
 			}
 		}
 	}
+	// Device parts: straight between GPU memory and the GPU segment (one
+	// copy, no staging) for its owner and an IPC peer; staged over TCP.
+	head := pattern(99, 64)
+	for i, w := range []*Client{owner, peer, viaTCP} {
+		n := uint64(1<<20 + 17*i)
+		data := pattern(uint64(50+i), int(n))
+		src := devAlloc(t, data, n)
+		key := "gpudev" + string(rune('0'+i))
+		dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
+		if codes := w.PutBatchDevice([]PutItem{{Key: key, Parts: [][]byte{head, nil}}}, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
+			t.Fatalf("device put by writer %d: %v", i, codes[0])
+		}
+		for j, r := range []*Client{owner, peer, viaTCP} {
+			dst := devAlloc(t, bytes.Repeat([]byte{0xEE}, int(n+100)), n+100)
+			gotHead := make([]byte, 64)
+			p, err := r.GetStart([]string{key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := r.GetFinishDevice(p, [][][]byte{{gotHead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 100, Device: 0}}})
+			back := devRead(t, dst, n+100)
+			if got[0] != int64(64+n) || !bytes.Equal(gotHead, head) || !bytes.Equal(back[:n], data) ||
+				!bytes.Equal(back[n:], bytes.Repeat([]byte{0xEE}, 100)) {
+				t.Fatalf("device read by %d of writer %d's object: %d", j, i, got[0])
+			}
+		}
+	}
+	staged := func(c *Client) bool {
+		c.bounces.mu.Lock()
+		defer c.bounces.mu.Unlock()
+		return c.bounces.arena != nil
+	}
+	if staged(owner) || (strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") && staged(peer)) || !staged(viaTCP) {
+		t.Fatalf("staging used: owner %v, IPC peer %v, TCP client %v", staged(owner), staged(peer), staged(viaTCP))
+	}
 	if _, err := owner.PlanJoin(); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("a plan heap on a GPU: %v", err)
 	}

@@ -105,19 +105,17 @@ func (c *Client) endReads(p *Pending) {
 // ended after the object's lease (the memory may have been reused; the
 // bytes must not be trusted).
 func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
-	leave, err := c.enter()
-	if err != nil {
-		c.endReads(p)
-		return wire.Fill(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
-	}
-	defer leave()
-	return c.finish(p, dests)
+	return c.GetFinishDevice(p, dests, nil)
 }
 
-// finish is GetFinish for a caller that has entered.
-func (c *Client) finish(p *Pending, dests [][][]byte) []int64 {
+// finish is GetFinish for a caller that has entered; m carries the
+// destinations' device parts (nil when there are none).
+func (c *Client) finish(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 	defer c.endReads(p)
-	out := c.readInto(p, dests)
+	out := c.readInto(p, dests, m)
+	if m != nil {
+		m.finishReads(out, p.keys)
+	}
 	now := time.Now()
 	for i, r := range p.res {
 		if out[i] > 0 && r.LeaseMS > 0 && now.After(p.sent.Add(time.Duration(r.LeaseMS)*time.Millisecond)) {
@@ -128,16 +126,20 @@ func (c *Client) finish(p *Pending, dests [][][]byte) []int64 {
 	return out
 }
 
-func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
+// readWant is one object still to read, with the replicas left to try.
+type readWant struct {
+	item     int
+	size     uint64
+	raw      [][]byte // the destination as given (device parts left nil)
+	bufs     [][]byte // host memory to read into, trimmed to size; nil until needed
+	replicas []wire.Replica
+}
+
+func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 	out := p.Sizes()
 	ctx, cancel := c.ctx()
 	defer cancel()
-	type want struct {
-		item     int
-		bufs     [][]byte
-		replicas []wire.Replica
-	}
-	var wants []want
+	var wants []*readWant
 	var ids []uint64
 	disk := map[string][]diskWant{} // by the endpoint of the SSD tier holding them
 	defer func() {
@@ -145,6 +147,26 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 			c.readFromDisk(ctx, p.keys, endpoint, dw, out)
 		}
 	}()
+	// hostBufs gives w host memory to read into: its destination, or for
+	// one with device parts their staging (only when a replica needs it).
+	hostBufs := func(w *readWant) ([][]byte, error) {
+		if w.bufs == nil && m.has(w.item) {
+			staged, err := m.hostParts(w.item, w.raw, false)
+			if err != nil {
+				return nil, err
+			}
+			w.bufs, _ = trim(staged, w.size)
+		}
+		return w.bufs, nil
+	}
+	toDisk := func(w *readWant, endpoint string) {
+		bufs, err := hostBufs(w)
+		if err != nil {
+			out[w.item] = int64(wire.CodeOf(err))
+			return
+		}
+		disk[endpoint] = append(disk[endpoint], diskWant{item: w.item, size: w.size, bufs: bufs})
+	}
 	for i, r := range p.res {
 		if r.Code != wire.OK {
 			continue
@@ -153,7 +175,13 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 			out[i] = int64(wire.ErrInvalidParams) // found, but nowhere to put it
 			continue
 		}
-		bufs, ok := trim(dests[i], r.Size)
+		w := &readWant{item: i, size: r.Size, raw: dests[i], replicas: r.Replicas}
+		ok := false
+		if m.has(i) {
+			ok = capacity(dests[i])+m.devBytes(i) >= r.Size
+		} else {
+			w.bufs, ok = trim(dests[i], r.Size)
+		}
 		if !ok {
 			c.log.Warn("get: destination smaller than the object", "key", p.keys[i], "size", r.Size)
 			out[i] = int64(wire.ErrInvalidParams)
@@ -161,13 +189,13 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 		}
 		if len(r.Replicas) == 0 {
 			if r.Disk != "" {
-				disk[r.Disk] = append(disk[r.Disk], diskWant{item: i, size: r.Size, bufs: bufs})
+				toDisk(w, r.Disk)
 			} else {
 				out[i] = int64(wire.ErrReplicaIsGone)
 			}
 			continue
 		}
-		wants = append(wants, want{item: i, bufs: bufs, replicas: r.Replicas})
+		wants = append(wants, w)
 		for _, rep := range r.Replicas {
 			ids = append(ids, rep.SegID)
 		}
@@ -183,21 +211,41 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 	// engine batch, so a failed replica costs one more round, not a stall.
 	for round := 0; len(wants) > 0; round++ {
 		var ops []transfer.Op
-		var opWant []int
-		var next []want
-		for k, w := range wants {
+		var opWant []*readWant
+		var next []*readWant
+		for _, w := range wants {
 			if round >= len(w.replicas) {
 				// Every memory replica failed: the disk copy, if any, is
 				// the last resort. Otherwise out[i] keeps the last error.
 				if r := p.res[w.item]; r.Disk != "" {
-					disk[r.Disk] = append(disk[r.Disk], diskWant{item: w.item, size: r.Size, bufs: w.bufs})
+					toDisk(w, r.Disk)
 				}
 				continue
 			}
 			rep := w.replicas[round]
-			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, w.bufs, false); ok {
+			if m.has(w.item) {
+				if ok, err := m.direct(w.item, rep.SegID, rep.Offset, w.raw, w.size, false); ok {
+					if err == nil {
+						out[w.item] = int64(w.size)
+					} else {
+						c.log.Warn("get: GPU segment copy failed; trying another replica", "key", p.keys[w.item], "segment", rep.SegID, "err", err)
+						out[w.item] = int64(wire.CodeOf(err))
+						next = append(next, w)
+					}
+					continue
+				}
+			}
+			bufs, err := hostBufs(w)
+			if err != nil {
+				out[w.item] = int64(wire.CodeOf(err))
+				continue
+			}
+			if m.has(w.item) {
+				m.staged[w.item] = true // the bytes arrive in the bounces
+			}
+			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, bufs, false); ok {
 				if err == nil {
-					out[w.item] = int64(p.res[w.item].Size)
+					out[w.item] = int64(w.size)
 				} else {
 					out[w.item] = int64(wire.ErrInvalidReplica)
 					next = append(next, w)
@@ -210,14 +258,14 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 				next = append(next, w)
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: w.bufs})
-			opWant = append(opWant, k)
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: bufs})
+			opWant = append(opWant, w)
 		}
 		if len(ops) > 0 {
 			for j, err := range c.engine.Do(ctx, ops) {
-				w := wants[opWant[j]]
+				w := opWant[j]
 				if err == nil {
-					out[w.item] = int64(p.res[w.item].Size)
+					out[w.item] = int64(w.size)
 					continue
 				}
 				seg := w.replicas[round].SegID
@@ -230,6 +278,15 @@ func (c *Client) readInto(p *Pending, dests [][][]byte) []int64 {
 		wants = next
 	}
 	return out
+}
+
+// capacity is the bytes a scatter list holds.
+func capacity(bufs [][]byte) uint64 {
+	var n uint64
+	for _, b := range bufs {
+		n += uint64(len(b))
+	}
+	return n
 }
 
 // orderReplicas puts the cheapest replica first: own segment, then shared
@@ -279,7 +336,7 @@ func (c *Client) GetInto(keys []string, dests [][][]byte) []int64 {
 	if err != nil {
 		return wire.Fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
-	return c.finish(p, dests)
+	return c.finish(p, dests, nil)
 }
 
 // GetBuffers reads each object into memory the client lends (see
@@ -310,7 +367,7 @@ func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 		bufs[i] = b
 		dests[i] = [][]byte{b}
 	}
-	codes = c.finish(p, dests)
+	codes = c.finish(p, dests, nil)
 	for i, code := range codes {
 		if code < 0 && bufs[i] != nil {
 			c.staging.put(addrOf(bufs[i]))

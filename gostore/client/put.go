@@ -29,18 +29,19 @@ func (it PutItem) size() uint64 {
 // overwrites) or the item's error code. Invalid items (empty key or value)
 // get -600 and do not stop the others.
 func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
-	return c.write(wire.OpPutStart, items, cfg)
+	return c.write(wire.OpPutStart, items, cfg, nil)
 }
 
 // UpsertBatch inserts or replaces each item (see master.Core.UpsertStart):
 // the same pipeline as PutBatch with UpsertStart as its first phase.
 func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
-	return c.write(wire.OpUpsertStart, items, cfg)
+	return c.write(wire.OpUpsertStart, items, cfg, nil)
 }
 
 // write runs the three-phase write pipeline with start (PutStart or
-// UpsertStart) as its first phase.
-func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
+// UpsertStart) as its first phase. m carries the items' device parts (nil
+// when there are none).
+func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m *mixedCall) []wire.Code {
 	out := make([]wire.Code, len(items))
 	leave, err := c.enter()
 	if err != nil {
@@ -54,7 +55,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	idx := make([]int, 0, len(items))
 	req := wire.PutStartReq{ClientID: c.id, Config: cfg, HostID: transfer.HostID()}
 	for i, it := range items {
-		size := it.size()
+		size := it.size() + m.devBytes(i)
 		if it.Key == "" || size == 0 {
 			c.log.Warn("write rejected: empty key or value", "op", start.String(), "key", it.Key, "size", size)
 			out[i] = wire.ErrInvalidParams
@@ -109,7 +110,21 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 		}
 		writing[i], epochs[i] = true, r.Epoch
 		for _, rep := range r.Replicas {
-			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, items[i].Parts, true); ok {
+			parts := items[i].Parts
+			if m.has(i) {
+				ok, err := m.direct(i, rep.SegID, rep.Offset, parts, 0, true)
+				if !ok {
+					parts, err = m.hostParts(i, parts, true)
+				}
+				if err != nil {
+					c.log.Warn("put: device memory", "key", items[i].Key, "segment", rep.SegID, "err", err)
+					out[i] = wire.CodeOf(err)
+				}
+				if ok || err != nil {
+					continue
+				}
+			}
+			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, parts, true); ok {
 				if err != nil {
 					c.log.Warn("put: copy into the own segment failed", "key", items[i].Key, "err", err)
 					out[i] = wire.CodeOf(err)
@@ -122,7 +137,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 				out[i] = wire.ErrSegmentNotFound
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: items[i].Parts, Write: true})
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: parts, Write: true})
 			opItem = append(opItem, i)
 			opSeg = append(opSeg, rep.SegID)
 		}

@@ -63,7 +63,7 @@ func (c *Client) createTask(req wire.CreateTaskReq) (string, error) {
 func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 	buf := make([]byte, plan.Size)
 	p := &Pending{keys: []string{key}, res: []wire.GetResult{{Code: wire.OK, Size: plan.Size, Replicas: plan.Sources}}}
-	if got := c.readInto(p, [][][]byte{{buf}}); got[0] < 0 {
+	if got := c.readInto(p, [][][]byte{{buf}}, nil); got[0] < 0 {
 		return wire.Code(got[0])
 	}
 	ctx, cancel := c.ctx()

@@ -18,6 +18,11 @@ type DeviceMemory interface {
 	// [off, off+len(dst)) into dst.
 	CopyFrom(off uint64, src []byte) error
 	CopyTo(dst []byte, off uint64) error
+	// CopyFromDevice / CopyToDevice move n bytes between the segment and
+	// device memory at a raw address (a caller's GPU buffer): one copy on
+	// the GPUs, the host never sees the bytes.
+	CopyFromDevice(off, src, n uint64) error
+	CopyToDevice(dst, off, n uint64) error
 	Close() error
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -44,6 +45,19 @@ func (d *fakeDevice) CopyTo(dst []byte, off uint64) error {
 	copy(dst, d.mem[off:])
 	d.mu.Unlock()
 	return nil
+}
+
+// The fake's "device addresses" are host addresses: Go memory of the test.
+func fakeDeviceBytes(addr, n uint64) []byte {
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n)
+}
+
+func (d *fakeDevice) CopyFromDevice(off, src, n uint64) error {
+	return d.CopyFrom(off, fakeDeviceBytes(src, n))
+}
+
+func (d *fakeDevice) CopyToDevice(dst, off, n uint64) error {
+	return d.CopyTo(fakeDeviceBytes(dst, n), off)
 }
 
 func (d *fakeDevice) Close() error {

@@ -184,6 +184,20 @@ func (e *Engine) Mapping(p Peer) (mem []byte, ok bool) {
 	return mem, true
 }
 
+// DeviceMapping returns p's GPU segment opened in this process (a
+// same-host peer's, through its IPC handle), held open until release is
+// called; ok false when p is reached otherwise.
+func (e *Engine) DeviceMapping(p Peer) (mem DeviceMemory, release func(), ok bool) {
+	if e.PathFor(p) != "ipc" {
+		return nil, nil, false
+	}
+	m, useTCP, err := e.ipc.acquire(p)
+	if useTCP || err != nil {
+		return nil, nil, false
+	}
+	return m.mem, m.release, true
+}
+
 // Close fails transfers in flight with ErrTransferFail, closes every
 // connection and unmaps every peer segment. Do after Close fails.
 func (e *Engine) Close() {
