@@ -2,9 +2,9 @@
 """GPU benchmark: gostore's device paths beside the copies they are made of,
 measured in the same run on the same GPU (``tests/gpu/run.sh`` runs it).
 
-Limits (torch's own copies, i.e. cudaMemcpy on the legacy stream, timed with
-a synchronize after each): HtoD and DtoH from pinned and from pageable host
-memory, DtoD, and a host memcpy (numpy). Rows:
+Limits (cudaMemcpy itself through CuPy's runtime binding, timed with a
+synchronize after each): HtoD and DtoH from pinned and from pageable host
+memory, DtoD, and a host memmove. Rows:
 
 * ``driver HtoD/DtoH``: gostore's loader (``gs_device_copy``: cuMemcpy and a
   context synchronize) between a pinned host tensor and device memory,
@@ -13,13 +13,14 @@ memory, DtoD, and a host memcpy (numpy). Rows:
   ``put_from`` / ``get_into`` of registered device memory with the store's
   own host segment; staged through pinned memory, so two copies: the limit
   is the serial pair ``1/(1/copy + 1/memcpy)``.
-* ``host -> GPU segment (ipc|tcp)`` / ``GPU segment -> host``: ``put`` of
-  bytes / ``get`` into bytes where the only segment is GPU memory of another
-  process, reached through its CUDA IPC handle, or over loopback TCP through
-  its transfer server; limit: the pageable HtoD / DtoH.
+* ``host buffer -> GPU segment (ipc|tcp)`` and back: ``put_from`` /
+  ``get_into`` of registered (pageable) host memory where the only segment
+  is GPU memory of another process, reached through its CUDA IPC handle or
+  over loopback TCP through its transfer server; limit: the pageable
+  cudaMemcpy HtoD / DtoH.
 * ``GPU buffer -> GPU segment (ipc)`` and back: registered device memory to
-  another process's GPU segment; staged through host memory (two copies),
-  shown against the single DtoD copy it could be.
+  another process's GPU segment, one device-to-device copy through the IPC
+  mapping; limit: cudaMemcpy DtoD.
 
 Each figure is the median of ``--reps`` timed loops; every put writes fresh
 keys; every get's bytes are checked once after the timed loops. ``--json``
@@ -29,6 +30,7 @@ writes everything.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -105,27 +107,44 @@ def main() -> int:
     def gbps(n: int, secs: float) -> float:
         return n / secs / 1e9
 
-    # ---- limits, per size ----------------------------------------------------
+    # ---- limits, per size: cudaMemcpy itself (through CuPy's runtime
+    # binding; torch's copy_ where CuPy is missing) and a host memmove ----
+    try:
+        import cupy
+        rt = cupy.cuda.runtime
+        memcpy_kind = {"htod": rt.memcpyHostToDevice, "dtoh": rt.memcpyDeviceToHost, "dtod": rt.memcpyDeviceToDevice}
+        reference = "cudaMemcpy (CuPy runtime)"
+    except ImportError:
+        cupy = None
+        reference = "torch copy_ (cupy missing)"
     for n in sizes:
         pinned = torch.empty(n, dtype=torch.uint8).pin_memory()
-        pageable = torch.empty(n, dtype=torch.uint8)
+        pageable = torch.ones(n, dtype=torch.uint8)  # touched
         d1 = torch.empty(n, dtype=torch.uint8, device="cuda")
         d2 = torch.empty(n, dtype=torch.uint8, device="cuda")
-        a, b = np.ones(n, np.uint8), np.empty(n, np.uint8)
+        h1, h2 = bytearray(b"x" * n), bytearray(b"y" * n)
+        a1 = ctypes.addressof(ctypes.c_char.from_buffer(h1))
+        a2 = ctypes.addressof(ctypes.c_char.from_buffer(h2))
+
+        def copy(dst, src, kind):
+            if cupy is not None:
+                return lambda: rt.memcpy(dst.data_ptr(), src.data_ptr(), n, memcpy_kind[kind])
+            return lambda: dst.copy_(src)
+
         lim = {
-            "htod_pinned": gbps(n, timed(lambda: d1.copy_(pinned), args.reps, sync)),
-            "dtoh_pinned": gbps(n, timed(lambda: pinned.copy_(d1), args.reps, sync)),
-            "htod_pageable": gbps(n, timed(lambda: d1.copy_(pageable), args.reps, sync)),
-            "dtoh_pageable": gbps(n, timed(lambda: pageable.copy_(d1), args.reps, sync)),
-            "dtod": gbps(n, timed(lambda: d2.copy_(d1), args.reps, sync)),
-            "memcpy": gbps(n, timed(lambda: np.copyto(b, a), args.reps, lambda: None)),
+            "htod_pinned": gbps(n, timed(copy(d1, pinned, "htod"), args.reps, sync)),
+            "dtoh_pinned": gbps(n, timed(copy(pinned, d1, "dtoh"), args.reps, sync)),
+            "htod_pageable": gbps(n, timed(copy(d1, pageable, "htod"), args.reps, sync)),
+            "dtoh_pageable": gbps(n, timed(copy(pageable, d1, "dtoh"), args.reps, sync)),
+            "dtod": gbps(n, timed(copy(d2, d1, "dtod"), args.reps, sync)),
+            "memcpy": gbps(n, timed(lambda: ctypes.memmove(a2, a1, n), args.reps, lambda: None)),
         }
         limits[n] = lim
         for name, dst, src, ref in (("driver HtoD (pinned)", d1, pinned, "htod_pinned"),
                                     ("driver DtoH (pinned)", pinned, d1, "dtoh_pinned")):
             secs = timed(lambda: lib.gs_device_copy(dst.data_ptr(), src.data_ptr(), n), args.reps, lambda: None)
             rows.append({"row": name, "size": n, "gbps": gbps(n, secs), "limit": lim[ref], "limit_name": ref})
-        del pinned, pageable, d1, d2
+        del pinned, pageable, d1, d2, h1, h2
 
     def serial(x: float, y: float) -> float:
         return 1 / (1 / x + 1 / y)
@@ -164,7 +183,8 @@ def main() -> int:
             kill(owner)
         kill(master)
 
-    print(f"GPU: {info['devices'][0]['name'] if info['devices'] else '?'}, driver {info.get('driver_version')}")
+    print(f"GPU: {info['devices'][0]['name'] if info['devices'] else '?'}, driver {info.get('driver_version')}; "
+          f"limits: {reference}, host memmove")
     print(f"{'row':44} {'size':>7} {'GB/s':>8} {'limit GB/s':>11} {'of limit':>9}  limit")
     for r in rows:
         print(f"{r['row']:44} {r['size'] // MiB:>5}Mi {r['gbps']:8.2f} {r['limit']:11.2f} "
@@ -174,7 +194,8 @@ def main() -> int:
         print(f"  {n // MiB:>3} MiB: " + ", ".join(f"{k} {v:.2f}" for k, v in lim.items()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gpu": info, "rows": rows, "limits": {str(k): v for k, v in limits.items()}}, f, indent=1)
+            json.dump({"gpu": info, "reference": reference, "rows": rows,
+                       "limits": {str(k): v for k, v in limits.items()}}, f, indent=1)
     return 0
 
 
@@ -216,10 +237,16 @@ def gpu_rows(s, torch, sizes, reps, rows, limits, where, put_limit, put_name, ge
 
 
 def host_rows(s, sizes, reps, rows, limits, where) -> None:
-    """put of bytes / get into bytes against ``where``."""
+    """put_from / get_into of registered (pageable, touched) host memory
+    against ``where``."""
+    import numpy as np
+
     for n in sizes:
         k = max(2, min(16, (512 * MiB) // n))
-        vals = [os.urandom(n) for _ in range(k)]
+        src = np.frombuffer(os.urandom(k * n), dtype=np.uint8).copy()
+        dst = np.ones(k * n, dtype=np.uint8)
+        for a in (src, dst):
+            assert s.register_buffer(a.ctypes.data, a.nbytes) == 0
         gen = [0]
 
         def fresh() -> None:
@@ -228,23 +255,22 @@ def host_rows(s, sizes, reps, rows, limits, where) -> None:
 
         def put_all() -> None:
             for i in range(k):
-                assert s.put(f"h{gen[0]}-{i}", vals[i]) == 0
-
-        got: List[bytes] = []
+                assert s.put_from(f"h{gen[0]}-{i}", src.ctypes.data + i * n, n) == 0
 
         def get_all() -> None:
-            got.clear()
             for i in range(k):
-                got.append(s.get(f"h{gen[0]}-{i}"))
+                assert s.get_into(f"h{gen[0]}-{i}", dst.ctypes.data + i * n, n) == n
 
         t_put = timed(put_all, reps, lambda: None, fresh)
         t_get = timed(get_all, reps, lambda: None)
-        assert got == vals, f"bytes differ after get from {where}"
+        assert np.array_equal(src, dst), f"bytes differ after get_into from {where}"
         lim = limits[n]
-        rows.append({"row": f"host -> {where}", "size": n, "gbps": k * n / t_put / 1e9,
+        rows.append({"row": f"host buffer -> {where}", "size": n, "gbps": k * n / t_put / 1e9,
                      "limit": lim["htod_pageable"], "limit_name": "htod_pageable"})
-        rows.append({"row": f"{where} -> host", "size": n, "gbps": k * n / t_get / 1e9,
+        rows.append({"row": f"{where} -> host buffer", "size": n, "gbps": k * n / t_get / 1e9,
                      "limit": lim["dtoh_pageable"], "limit_name": "dtoh_pageable"})
+        for a in (src, dst):
+            s.unregister_buffer(a.ctypes.data)
         s.remove_all(True)
 
 
