@@ -52,11 +52,17 @@ def test_exports():
     assert "spawn" in gostore.__doc__
 
 
+def _child_env(**extra: str) -> dict:
+    """The environment of a child Python: tests/ on its path first, then an
+    uninstalled package's path if one was given (GPU machines run the suite
+    from the tree)."""
+    path = [os.path.join(os.path.dirname(__file__), ".."), os.environ.get("PYTHONPATH", "")]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **extra)
+
+
 def test_import_does_not_load_library():
     code = "import gostore, gostore._native as n; gostore.MooncakeDistributedStore(); print(n.is_loaded())"
-    # tests/ first; an uninstalled package (GPU machines run from the tree) after it
-    path = [os.path.join(os.path.dirname(__file__), ".."), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
+    env = _child_env()
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
