@@ -68,3 +68,18 @@ func gs_device_copy(dst, src, n C.uint64_t) (ret C.int) {
 	}
 	return 0
 }
+
+// gs_transport_info writes what setup decided about the transport as JSON
+// (client.TransportInfo): bytes, -10 when cap is too small, negative
+// without a set-up store.
+//
+//export gs_transport_info
+func gs_transport_info(h C.int64_t, out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_transport_info", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	b, _ := json.Marshal(c.Transport())
+	return putString(string(b), out, capacity)
+}

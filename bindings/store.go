@@ -128,6 +128,7 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 	if cfg.SegmentLocation == "" {
 		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
 	}
+	cfg.SysfsRoot = getenv("GOSTORE_SYSFS_ROOT")
 	cfg.Getenv = lookupenv
 	s.mu.Lock()
 	defer s.mu.Unlock()

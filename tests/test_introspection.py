@@ -63,13 +63,17 @@ def _tree(root, nics, gpus, nodes=2):
         device(path, numa, "0x030200", "0x10de")
 
 
-def test_topology_of_a_fake_server(tmp_path):
+def _small_server(root):
     sw0 = "pci0000:00/0000:00:01.0/0000:01:00.0"
     sw1 = "pci0000:80/0000:80:01.0/0000:81:00.0"
-    _tree(str(tmp_path),
+    _tree(root,
           nics=[("mlx5_0", sw0 + "/0000:02:00.0/0000:03:00.0", 0),
                 ("mlx5_1", sw1 + "/0000:82:00.0/0000:83:00.0", 1)],
           gpus=[(sw0 + "/0000:02:08.0/0000:04:00.0", 0), (sw1 + "/0000:82:08.0/0000:84:00.0", 1)])
+
+
+def test_topology_of_a_fake_server(tmp_path):
+    _small_server(str(tmp_path))
     m = gostore.topology(str(tmp_path))
     assert m == {
         "cpu:0": {"preferred_hca": ["mlx5_0"], "avail_hca": ["mlx5_1"]},
@@ -77,6 +81,41 @@ def test_topology_of_a_fake_server(tmp_path):
         "cuda:0": {"preferred_hca": ["mlx5_0"], "avail_hca": ["mlx5_1"]},
         "cuda:1": {"preferred_hca": ["mlx5_1"], "avail_hca": ["mlx5_0"]},
     }
+
+
+def test_rdma_devices_auto_detected_on_a_fake_server(tmp_path, master, monkeypatch):
+    """setup(protocol="rdma", rdma_devices="") on the fake tree: every NIC is
+    chosen and each location gets its near one; with no verbs library here
+    the bytes move over TCP, said in transport_info and the log; a listed
+    device that does not exist is named. Data moves either way."""
+    _small_server(str(tmp_path))
+    monkeypatch.setenv("GOSTORE_SYSFS_ROOT", str(tmp_path))
+    s = gostore.MooncakeDistributedStore()
+    assert s.transport_info() == {}
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "rdma", "", master.addr) == 0
+    t = s.transport_info()
+    assert t["requested"] == "rdma" and t["protocol"] == "tcp"
+    assert t["rdma_devices"] == ["mlx5_0", "mlx5_1"] and t["unknown_devices"] == []
+    assert t["nic_for"] == {"cpu:0": "mlx5_0", "cpu:1": "mlx5_1", "cuda:0": "mlx5_0", "cuda:1": "mlx5_1"}
+    assert "bytes move over TCP" in t["reason"]  # no verbs here; where verbs are: no RDMA data path
+    assert s.put("k", b"v" * 1000) == 0 and s.get("k") == b"v" * 1000
+    s.close()
+
+    s = gostore.MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "rdma", "mlx5_1,mlx5_7", master.addr) == 0
+    t = s.transport_info()
+    assert t["rdma_devices"] == ["mlx5_1"] and t["unknown_devices"] == ["mlx5_7"]
+    assert set(t["nic_for"].values()) == {"mlx5_1"}
+    s.close()
+
+    # tcp asks nothing of the host; a topology root that is not there fails setup
+    s = gostore.MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master.addr) == 0
+    assert s.transport_info()["nic_for"] == {}
+    s.close()
+    monkeypatch.setenv("GOSTORE_SYSFS_ROOT", str(tmp_path / "missing"))
+    s = gostore.MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "rdma", "", master.addr) == -600
 
 
 def test_topology_of_this_host_and_bad_roots(tmp_path):

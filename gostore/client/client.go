@@ -39,6 +39,9 @@ type Config struct {
 	SegmentLocation string `json:"segment_location"`
 	// ForceTCP disables the shared-memory path (GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool `json:"-"`
+	// SysfsRoot is where the topology is read ("": /sys and NVML;
+	// GOSTORE_SYSFS_ROOT, for tests on fake trees).
+	SysfsRoot string `json:"-"`
 	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: os.LookupEnv; the
 	// bindings pass one that sees what Python set after loading them).
 	Getenv func(string) (string, bool) `json:"-"`
@@ -84,6 +87,8 @@ type Client struct {
 		m map[string]*rpc.Client
 	}
 
+	transport TransportInfo
+
 	healthy atomic.Bool
 	closed  atomic.Bool
 	// inFlight is read-held by every call that may touch segment or caller
@@ -105,6 +110,15 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
+	var err error
+	if c.transport, err = discoverTransport(cfg); err != nil {
+		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
+		return nil, wire.Errorf(wire.ErrInvalidParams, "topology under %q: %v", cfg.SysfsRoot, err)
+	}
+	if t := c.transport; t.Reason != "" || len(t.Unknown) > 0 {
+		log.Warn("transport", "requested", t.Requested, "protocol", t.Protocol, "rdma_devices", t.RDMADevices,
+			"unknown_devices", t.Unknown, "reason", t.Reason)
+	}
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, OpenDevice: openPeerDevice})
@@ -123,7 +137,6 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		c.log.Error("master unreachable", "master", cfg.MasterServerAddr, "err", err)
 		return nil, err
 	}
-	var err error
 	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
 	}

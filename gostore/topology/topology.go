@@ -281,19 +281,64 @@ func (m Matrix) JSON() []byte {
 	return b
 }
 
-// Pick returns the NIC a buffer at location should use: its first
-// preferred NIC, spread by hint (e.g. a segment or transfer index) over
-// the preferred ones; "" when the host has no NIC.
+// Pick returns the NIC a buffer at location should use: one of its
+// preferred NICs, spread by hint (e.g. a segment or transfer index), or of
+// the available ones when none is near; "" when the host has no NIC. An
+// unknown location is treated as cpu:0.
 func (m Matrix) Pick(location string, hint int) string {
 	e, ok := m[location]
 	if !ok {
 		e = m["cpu:0"]
 	}
-	if len(e.Preferred) == 0 {
+	from := e.Preferred
+	if len(from) == 0 {
+		from = e.Available
+	}
+	if len(from) == 0 {
 		return ""
 	}
 	if hint < 0 {
 		hint = -hint
 	}
-	return e.Preferred[hint%len(e.Preferred)]
+	return from[hint%len(from)]
+}
+
+// Only returns the matrix restricted to the named NICs (the devices a
+// deployment chose); a location whose near NICs were all left out falls
+// back to the remaining ones as available.
+func (m Matrix) Only(names []string) Matrix {
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+	}
+	filter := func(xs []string) []string {
+		out := []string{}
+		for _, x := range xs {
+			if keep[x] {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	out := make(Matrix, len(m))
+	for loc, e := range m {
+		out[loc] = Entry{Preferred: filter(e.Preferred), Available: filter(e.Available)}
+	}
+	return out
+}
+
+// Names lists every NIC the matrix knows, sorted.
+func (m Matrix) Names() []string {
+	seen := map[string]bool{}
+	for _, e := range m {
+		for _, n := range append(append([]string{}, e.Preferred...), e.Available...) {
+			seen[n] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }

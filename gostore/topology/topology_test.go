@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -212,6 +213,29 @@ func TestPickSpreadsOverPreferred(t *testing.T) {
 	}
 	if _, err := Discover(filepath.Join(t.TempDir(), "nope"), nil); err == nil {
 		t.Fatal("a missing root accepted")
+	}
+	far := Matrix{"cpu:0": {Preferred: []string{}, Available: []string{"x", "y"}}, "cuda:0": {}}
+	if far.Pick("cpu:0", 1) != "y" || far.Pick("cuda:0", 0) != "" {
+		t.Fatal("Pick without a near NIC")
+	}
+}
+
+// Only keeps the chosen NICs; a location whose near NICs were all dropped
+// picks among the rest.
+func TestOnlyKeepsTheChosenNICs(t *testing.T) {
+	m := Matrix{
+		"cpu:0":  {Preferred: []string{"a", "b"}, Available: []string{"c", "d"}},
+		"cuda:0": {Preferred: []string{"a"}, Available: []string{"b", "c", "d"}},
+	}
+	o := m.Only([]string{"c", "b"})
+	if got := o["cpu:0"]; !reflect.DeepEqual(got.Preferred, []string{"b"}) || !reflect.DeepEqual(got.Available, []string{"c"}) {
+		t.Fatalf("cpu:0 %+v", got)
+	}
+	if o.Pick("cuda:0", 0) != "b" || o.Pick("cuda:0", 1) != "c" {
+		t.Fatalf("cuda:0 without its near NIC: %+v", o["cuda:0"])
+	}
+	if !reflect.DeepEqual(m.Names(), []string{"a", "b", "c", "d"}) || len(m.Only(nil).Names()) != 0 {
+		t.Fatal("Names")
 	}
 }
 

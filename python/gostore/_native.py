@@ -112,6 +112,8 @@ PROTOTYPES = {
     "gs_plan_evict_until": (_i64, [_i64, c_double, _vp]),
     "gs_plan_stats": (c_int, [_i64, _vp, c_int]),
     "gs_gpu_info": (c_int, [_vp, c_int]),
+    # h, out, cap: JSON of the transport setup decided
+    "gs_transport_info": (c_int, [_i64, _vp, c_int]),
     # dst, src, n: a CUDA driver copy where one side is device memory
     "gs_device_copy": (c_int, [c_uint64, c_uint64, c_uint64]),
     # root, root_len, out, cap

@@ -367,6 +367,19 @@ class MooncakeDistributedStore(TensorAPI):
         s = _native.read_string(_native.lib().gs_get_hostname, self._hobj.h, 256)
         return s or ""
 
+    def transport_info(self) -> Dict[str, Any]:
+        """What setup decided about the transport (a gostore extension):
+        ``{"requested", "protocol", "rdma_devices", "unknown_devices",
+        "nic_for": {location: nic}, "reason"}``. ``rdma_devices=""`` with
+        ``protocol="rdma"`` means every RDMA device found; ``nic_for`` is the
+        NIC chosen for buffers at each location (``"cpu:N"``, ``"cuda:N"``).
+        ``{}`` before setup."""
+        if self._hobj is None:
+            return {}
+        h = self._hobj.h
+        n, raw = _native.call_growing(lambda out, cap: _native.lib().gs_transport_info(h, out, cap), cap=4096)
+        return json.loads(raw) if n >= 0 else {}
+
     def __enter__(self) -> "MooncakeDistributedStore":
         return self
 

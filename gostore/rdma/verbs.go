@@ -1,0 +1,120 @@
+// Package rdma finds RDMA devices through libibverbs, opened at run time
+// (dlopen) so gostore builds and runs where no verbs library or NIC
+// exists and reports why there. It lists the devices verbs can open; the
+// client matches them with the topology's NICs to choose one per buffer
+// location. Moving bytes over verbs (registration, RDMA READ/WRITE) is not
+// part of this build: without a NIC to run on, it would be untested code.
+package rdma
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ibv_device;
+static void *gs_verbs;
+static struct ibv_device **(*p_get_device_list)(int *);
+static void (*p_free_device_list)(struct ibv_device **);
+static const char *(*p_get_device_name)(struct ibv_device *);
+
+static int gs_verbs_load(const char *path, char *err, int cap) {
+	gs_verbs = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!gs_verbs) {
+		const char *e = dlerror();
+		strncpy(err, e ? e : "dlopen failed", cap - 1);
+		err[cap - 1] = 0;
+		return -1;
+	}
+#define BIND(var, name) \
+	if (!(*(void **)(&var) = dlsym(gs_verbs, name))) { \
+		strncpy(err, "missing symbol " name, cap - 1); err[cap - 1] = 0; return -1; }
+	BIND(p_get_device_list, "ibv_get_device_list");
+	BIND(p_free_device_list, "ibv_free_device_list");
+	BIND(p_get_device_name, "ibv_get_device_name");
+#undef BIND
+	return 0;
+}
+
+// gs_verbs_devices writes up to cap NUL-separated device names into out
+// and returns how many devices there are (-1 when the list fails).
+static int gs_verbs_devices(char *out, int outcap) {
+	int n = 0, used = 0;
+	struct ibv_device **list = p_get_device_list(&n);
+	if (!list) return -1;
+	for (int i = 0; i < n; i++) {
+		const char *name = p_get_device_name(list[i]);
+		int len = name ? (int)strlen(name) : 0;
+		if (used + len + 1 > outcap) break;
+		memcpy(out + used, name, len);
+		out[used + len] = 0;
+		used += len + 1;
+	}
+	p_free_device_list(list);
+	return n;
+}
+*/
+import "C"
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// EnvLibrary overrides the verbs library's name (tests point it at a fake).
+const EnvLibrary = "GOSTORE_LIBIBVERBS"
+
+// Info is what Probe found.
+type Info struct {
+	Available bool     `json:"available"`
+	Reason    string   `json:"reason"` // why not, when not
+	Devices   []string `json:"devices"`
+}
+
+var probe struct {
+	once sync.Once
+	info Info
+}
+
+// Probe opens libibverbs once and lists its devices. It never fails: no
+// library or no device is Info{Available: false, Reason: ...}.
+func Probe() Info {
+	probe.once.Do(func() {
+		probe.info = load()
+		if probe.info.Devices == nil {
+			probe.info.Devices = []string{}
+		}
+	})
+	return probe.info
+}
+
+func load() Info {
+	path := os.Getenv(EnvLibrary)
+	if path == "" {
+		path = "libibverbs.so.1"
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var msg [256]C.char
+	if C.gs_verbs_load(cpath, &msg[0], C.int(len(msg))) != 0 {
+		return Info{Reason: "no RDMA verbs library: " + C.GoString(&msg[0])}
+	}
+	var names [4096]C.char
+	n := int(C.gs_verbs_devices(&names[0], C.int(len(names))))
+	if n < 0 {
+		return Info{Reason: "ibv_get_device_list failed (is the RDMA kernel module loaded?)"}
+	}
+	if n == 0 {
+		return Info{Reason: "libibverbs sees no RDMA device"}
+	}
+	raw := C.GoBytes(unsafe.Pointer(&names[0]), C.int(len(names)))
+	var devs []string
+	for _, name := range strings.Split(string(raw), "\x00") {
+		if name != "" && len(devs) < n {
+			devs = append(devs, name)
+		}
+	}
+	return Info{Available: len(devs) > 0, Devices: devs}
+}
