@@ -71,6 +71,7 @@ type Client struct {
 	peers     peerCache
 	buffers   registry
 	bounces   bouncePool // pinned staging for device memory
+	pins      hostPins   // segment mappings page-locked for device copies
 	staging   *staging
 	readsDone keyBatch // ReadDone of ended reads
 	planEnds  keyBatch // PutEnd of committed plans
@@ -121,7 +122,8 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
-	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, OpenDevice: openPeerDevice})
+	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP,
+		OpenDevice: openPeerDevice, BeforeUnmap: c.pins.drop})
 	c.peers.init()
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
@@ -430,6 +432,7 @@ func (c *Client) release() {
 	c.engine.Close()
 	c.master.Close()
 	if c.seg != nil {
+		c.pins.drop(c.seg.Bytes())
 		c.seg.Close()
 	}
 	if c.devSeg != nil {

@@ -5,6 +5,7 @@
 package client
 
 import (
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -227,15 +228,20 @@ func (m *mixedCall) direct(i int, segID, off uint64, parts [][]byte, size uint64
 	return true, nil
 }
 
-// deviceTarget returns segment segID as device memory the driver reaches
-// from here, held until release; nil when it is not one.
+// deviceTarget returns segment segID as memory the driver copies device
+// parts straight to and from, held until release: a GPU segment (own, or
+// a same-host peer's over IPC), or a host segment mapped here (own, or a
+// peer's shared memory) once page-locked. nil when it is neither.
 func (c *Client) deviceTarget(segID uint64) (transfer.DeviceMemory, func()) {
 	if c.peers.isOwn(segID) {
 		c.peers.mu.RLock()
-		dev := c.peers.ownDev
+		dev, mem := c.peers.ownDev, c.peers.own
 		c.peers.mu.RUnlock()
-		if dev != nil {
+		switch {
+		case dev != nil:
 			return dev, func() {}
+		case mem != nil && c.pins.ensure(mem, c.log):
+			return hostTarget{mem}, func() {}
 		}
 		return nil, nil
 	}
@@ -246,7 +252,100 @@ func (c *Client) deviceTarget(segID uint64) (transfer.DeviceMemory, func()) {
 	if mem, release, ok := c.engine.DeviceMapping(p); ok {
 		return mem, release
 	}
+	if mem, release, ok := c.engine.HostMapping(p); ok {
+		if c.pins.ensure(mem, c.log) {
+			return hostTarget{mem}, release
+		}
+		release()
+	}
 	return nil, nil
+}
+
+// hostTarget is a page-locked host mapping seen as transfer.DeviceMemory:
+// a device part moves between it and the GPU in one DMA, no bounce.
+type hostTarget struct{ mem []byte }
+
+func (h hostTarget) Size() uint64 { return uint64(len(h.mem)) }
+
+func (h hostTarget) check(off, n uint64) error {
+	if off > h.Size() || n > h.Size()-off {
+		return wire.Errorf(wire.ErrInvalidParams, "range [%d,+%d) outside a segment of %d bytes", off, n, h.Size())
+	}
+	return nil
+}
+
+func (h hostTarget) CopyFrom(off uint64, src []byte) error {
+	if err := h.check(off, uint64(len(src))); err != nil {
+		return err
+	}
+	copy(h.mem[off:], src)
+	return nil
+}
+
+func (h hostTarget) CopyTo(dst []byte, off uint64) error {
+	if err := h.check(off, uint64(len(dst))); err != nil {
+		return err
+	}
+	copy(dst, h.mem[off:])
+	return nil
+}
+
+func (h hostTarget) CopyFromDevice(off, src, n uint64) error {
+	if err := h.check(off, n); err != nil || n == 0 {
+		return err
+	}
+	return gpu.CopyToHost(DeviceOf(src), hostAddr(h.mem[off:]), src, n)
+}
+
+func (h hostTarget) CopyToDevice(dst, off, n uint64) error {
+	if err := h.check(off, n); err != nil || n == 0 {
+		return err
+	}
+	return gpu.CopyToDevice(DeviceOf(dst), dst, hostAddr(h.mem[off:]), n)
+}
+
+func (h hostTarget) Close() error { return nil }
+
+// hostPins remembers the host mappings (own segment, peers' shared
+// memory) this client page-locked for direct device copies. Pinning a
+// mapping happens once, at its first device copy: a process that never
+// hands the store GPU memory pins nothing.
+type hostPins struct {
+	mu sync.Mutex
+	m  map[uint64]bool // mapping address → pinned (false: refused, not asked again)
+}
+
+func (h *hostPins) ensure(mem []byte, log *slog.Logger) bool {
+	addr := hostAddr(mem)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ok, seen := h.m[addr]; seen {
+		return ok
+	}
+	if h.m == nil {
+		h.m = map[uint64]bool{}
+	}
+	err := gpu.Pin(addr, uint64(len(mem)))
+	if err != nil {
+		log.Warn("cannot page-lock a segment mapping; device copies to it stage through pinned buffers",
+			"bytes", len(mem), "err", err)
+	}
+	h.m[addr] = err == nil
+	return err == nil
+}
+
+// drop unpins mem (a mapping about to be unmapped) if it was pinned.
+func (h *hostPins) drop(mem []byte) {
+	if len(mem) == 0 {
+		return
+	}
+	addr := hostAddr(mem)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m[addr] {
+		_ = gpu.Unpin(addr)
+	}
+	delete(h.m, addr)
 }
 
 // finishReads copies the staged reads that succeeded onto their device

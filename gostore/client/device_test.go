@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,11 +128,6 @@ func TestGPUSegmentChild(t *testing.T) {
 			}
 		}
 	}
-	staged := func(c *Client) bool {
-		c.bounces.mu.Lock()
-		defer c.bounces.mu.Unlock()
-		return c.bounces.arena != nil
-	}
 	if staged(owner) || (strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") && staged(peer)) || !staged(viaTCP) {
 		t.Fatalf("staging used: owner %v, IPC peer %v, TCP client %v", staged(owner), staged(peer), staged(viaTCP))
 	}
@@ -164,6 +160,13 @@ func devRead(t *testing.T, p, n uint64) []byte {
 	return b
 }
 
+// staged reports whether c ever staged device memory through its bounces.
+func staged(c *Client) bool {
+	c.bounces.mu.Lock()
+	defer c.bounces.mu.Unlock()
+	return c.bounces.arena != nil
+}
+
 // deviceDriver skips unless this process has a driver to test with: the
 // FAKE one (a child of TestDevicePartsFakeDriver) or a real GPU's.
 func deviceDriver(t *testing.T) {
@@ -182,35 +185,48 @@ func TestDevicePartsChild(t *testing.T) {
 	m := startMaster(t)
 	owner := newClient(t, m.Addr(), 32<<20)
 	reader := newClient(t, m.Addr(), 0)
+	viaTCP, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaTCP.Close()
 	head := pattern(1, 100)
-	for _, n := range []uint64{4096, 3<<20 + 5} { // arena, then the fallback
-		data := pattern(n, int(n))
-		src := devAlloc(t, data, n)
-		key := "dev" + string(rune('a'+n%26))
-		item := []PutItem{{Key: key, Parts: [][]byte{head, nil}}}
-		dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
-		if codes := reader.PutBatchDevice(item, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
-			t.Fatalf("put from device memory: %v", codes[0])
+	// The owner copies into its own segment and the reader into its shared
+	// mapping of it, both page-locked: one copy. Over TCP the device parts
+	// are staged (4 KiB in the arena, 3 MiB in a pinned mapping of its own).
+	for _, c := range []*Client{owner, reader, viaTCP} {
+		for _, n := range []uint64{4096, 3<<20 + 5} {
+			data := pattern(n, int(n))
+			src := devAlloc(t, data, n)
+			key := fmt.Sprint("dev", n, c.Hostname())
+			item := []PutItem{{Key: key, Parts: [][]byte{head, nil}}}
+			dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
+			if codes := c.PutBatchDevice(item, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
+				t.Fatalf("put from device memory: %v", codes[0])
+			}
+			// Host destination: the device bytes arrived.
+			host := make([]byte, 100+n)
+			if got := owner.GetInto([]string{key}, [][][]byte{{host}}); got[0] != int64(100+n) ||
+				!bytes.Equal(host[:100], head) || !bytes.Equal(host[100:], data) {
+				t.Fatalf("host read of an object put from device memory: %d", got[0])
+			}
+			// Device destination larger than the object: its tail is kept.
+			dst := devAlloc(t, bytes.Repeat([]byte{0xEE}, int(n+64)), n+64)
+			hhead := make([]byte, 100)
+			p, err := c.GetStart([]string{key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.GetFinishDevice(p, [][][]byte{{hhead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 64, Device: 0}}})
+			back := devRead(t, dst, n+64)
+			if got[0] != int64(100+n) || !bytes.Equal(hhead, head) || !bytes.Equal(back[:n], data) ||
+				!bytes.Equal(back[n:], bytes.Repeat([]byte{0xEE}, 64)) {
+				t.Fatalf("device read: %d", got[0])
+			}
 		}
-		// Host destination: the device bytes arrived.
-		host := make([]byte, 100+n)
-		if got := owner.GetInto([]string{key}, [][][]byte{{host}}); got[0] != int64(100+n) ||
-			!bytes.Equal(host[:100], head) || !bytes.Equal(host[100:], data) {
-			t.Fatalf("host read of an object put from device memory: %d", got[0])
-		}
-		// Device destination larger than the object: its tail is kept.
-		dst := devAlloc(t, bytes.Repeat([]byte{0xEE}, int(n+64)), n+64)
-		hhead := make([]byte, 100)
-		p, err := reader.GetStart([]string{key})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := reader.GetFinishDevice(p, [][][]byte{{hhead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 64, Device: 0}}})
-		back := devRead(t, dst, n+64)
-		if got[0] != int64(100+n) || !bytes.Equal(hhead, head) || !bytes.Equal(back[:n], data) ||
-			!bytes.Equal(back[n:], bytes.Repeat([]byte{0xEE}, 64)) {
-			t.Fatalf("device read: %d", got[0])
-		}
+	}
+	if staged(owner) || staged(reader) || !staged(viaTCP) {
+		t.Fatalf("staging used: owner %v, shm reader %v, TCP client %v", staged(owner), staged(reader), staged(viaTCP))
 	}
 	// Registered device memory is known as such; a range that leaves the
 	// allocation is refused.

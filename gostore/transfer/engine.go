@@ -66,6 +66,9 @@ type Options struct {
 	Log         *slog.Logger
 	// OpenDevice maps same-host GPU segments; nil sends them over TCP.
 	OpenDevice DeviceOpener
+	// BeforeUnmap runs on a peer's shared mapping before it is unmapped,
+	// once no copy uses it (the client unpins what it pinned there).
+	BeforeUnmap func(mem []byte)
 }
 
 const (
@@ -116,7 +119,7 @@ func NewEngine(opt Options) *Engine {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	e.shm = newShmCache(e.log)
+	e.shm = newShmCache(e.log, opt.BeforeUnmap)
 	e.ipc = newIPCCache(opt.OpenDevice, e.log)
 	return e
 }
@@ -182,6 +185,20 @@ func (e *Engine) Mapping(p Peer) (mem []byte, ok bool) {
 	mem = m.mem
 	m.release()
 	return mem, true
+}
+
+// HostMapping returns p's segment mapped into this process (a same-host
+// peer's shared memory), held mapped until release is called; ok false
+// when p is reached otherwise.
+func (e *Engine) HostMapping(p Peer) (mem []byte, release func(), ok bool) {
+	if e.PathFor(p) != "shm" {
+		return nil, nil, false
+	}
+	m, useTCP, err := e.shm.acquire(p)
+	if useTCP || err != nil {
+		return nil, nil, false
+	}
+	return m.mem, m.release, true
 }
 
 // DeviceMapping returns p's GPU segment opened in this process (a

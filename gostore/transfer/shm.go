@@ -33,10 +33,13 @@ type shmCache struct {
 	fallback map[uint64]error // SegID → why mapping failed
 	closed   bool             // after forgetAll: map nothing more
 	log      *slog.Logger
+	// beforeUnmap runs on a mapping about to go (nil: nothing), with no
+	// copy using it: the client unpins what it pinned there.
+	beforeUnmap func(mem []byte)
 }
 
-func newShmCache(log *slog.Logger) *shmCache {
-	return &shmCache{maps: map[uint64]*shmMap{}, fallback: map[uint64]error{}, log: log}
+func newShmCache(log *slog.Logger, beforeUnmap func([]byte)) *shmCache {
+	return &shmCache{maps: map[uint64]*shmMap{}, fallback: map[uint64]error{}, log: log, beforeUnmap: beforeUnmap}
 }
 
 func (c *shmCache) failed(segID uint64) bool {
@@ -130,7 +133,7 @@ func (c *shmCache) forget(segID uint64) {
 	delete(c.fallback, segID)
 	c.mu.Unlock()
 	if m != nil {
-		m.unmap()
+		m.unmap(c.beforeUnmap)
 	}
 }
 
@@ -143,15 +146,18 @@ func (c *shmCache) forgetAll() {
 	c.closed = true
 	c.mu.Unlock()
 	for _, m := range maps {
-		m.unmap()
+		m.unmap(c.beforeUnmap)
 	}
 }
 
-func (m *shmMap) unmap() {
+func (m *shmMap) unmap(before func([]byte)) {
 	m.once.Do(func() { m.err = wire.Errorf(wire.ErrTransferFail, "segment forgotten") })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mem != nil {
+		if before != nil {
+			before(m.mem)
+		}
 		_ = unix.Munmap(m.mem)
 		m.mem = nil
 	}
