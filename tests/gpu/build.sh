@@ -11,7 +11,7 @@ flags=(-ldflags="-checklinkname=0 -s -w")
 go build -buildmode=c-shared "${flags[@]}" -o "$out/libgostore.so" ./bindings
 rm -f "$out/libgostore.h"
 go build "${flags[@]}" -o "$out/gostore-master" ./gostore/master/cmd/gostore-master
-for pkg in gpu topology client transfer; do
+for pkg in gpu topology client transfer rdma; do
 	go test -c "${flags[@]}" -o "$out/$pkg.test" "./gostore/$pkg"
 done
 ls -la "$out"

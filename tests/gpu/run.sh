@@ -17,7 +17,7 @@ export GOSTORE_LIB=$B/libgostore.so GOSTORE_MASTER_BIN=$B/gostore-master
 export PYTHONPATH=$PWD/python:$PWD/tests PYTHONUNBUFFERED=1 GOSTORE_LOG_LEVEL=warn
 nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total --format=csv,noheader
 rc=0
-for pkg in gpu topology client transfer; do
+for pkg in gpu topology client transfer rdma; do
 	if ! (cd "gostore/$pkg" && "$B/$pkg.test" -test.count=1 -test.v -test.timeout=300s) >"$OUT/go-$pkg.log" 2>&1; then
 		rc=1
 		echo "go test $pkg FAILED:"; grep -E -- "--- FAIL|panic|Error" "$OUT/go-$pkg.log" | head -20

@@ -458,8 +458,7 @@ def test_master_cli_execs(tmp_path):
     script = tmp_path / "fake-master"
     script.write_text("#!/bin/sh\necho \"args:$*\"\n")
     script.chmod(0o755)
-    env = dict(os.environ, GOSTORE_MASTER_BIN=str(script),
-               PYTHONPATH=os.path.join(os.path.dirname(__file__), ".."))
+    env = _child_env(GOSTORE_MASTER_BIN=str(script))
     out = subprocess.run(
         [sys.executable, "-c", "import sys; from gostore._master_cli import main; sys.exit(main())",
          "--rpc_port=5", "--client_ttl=2"],
