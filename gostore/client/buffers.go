@@ -69,17 +69,25 @@ func (g *registry) unregister(ptr uint64) error {
 // lookup reports whether [ptr, ptr+size) lies inside one registered
 // buffer, and that buffer's GPU (-1: host).
 func (g *registry) lookup(ptr, size uint64) (dev int, ok bool) {
-	if ptr == 0 || ptr+size < ptr {
+	r, ok := g.rangeOf(ptr, size)
+	if !ok {
 		return -1, false
+	}
+	return r.dev, true
+}
+
+// rangeOf returns the registered buffer holding [ptr, ptr+size).
+func (g *registry) rangeOf(ptr, size uint64) (addrRange, bool) {
+	if ptr == 0 || ptr+size < ptr {
+		return addrRange{}, false
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	i := sort.Search(len(g.ranges), func(i int) bool { return g.ranges[i].start > ptr })
-	if i == 0 {
-		return -1, false
+	if i == 0 || ptr+size > g.ranges[i-1].end() {
+		return addrRange{}, false
 	}
-	r := g.ranges[i-1]
-	return r.dev, ptr+size <= r.end()
+	return g.ranges[i-1], true
 }
 
 // location names where memory lives, as the topology does: cuda:N or host.

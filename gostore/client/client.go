@@ -123,7 +123,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP,
-		OpenDevice: openPeerDevice, BeforeUnmap: c.pins.drop})
+		OpenDevice: openPeerDevice, BeforeUnmap: c.pins.drop, BeforeDeviceCopy: c.pinRegistered})
 	c.peers.init()
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
@@ -448,7 +448,14 @@ func (c *Client) release() {
 func (c *Client) RegisterBuffer(ptr, size uint64) error { return c.buffers.register(ptr, size) }
 
 // UnregisterBuffer forgets a buffer registered at ptr.
-func (c *Client) UnregisterBuffer(ptr uint64) error { return c.buffers.unregister(ptr) }
+// A buffer page-locked for device copies is unlocked first.
+func (c *Client) UnregisterBuffer(ptr uint64) error {
+	if err := c.buffers.unregister(ptr); err != nil {
+		return err
+	}
+	c.pins.dropRange(ptr)
+	return nil
+}
 
 // Registered reports whether [ptr, ptr+size) lies inside a registered buffer.
 func (c *Client) Registered(ptr, size uint64) bool {

@@ -186,7 +186,7 @@ func (m *mixedCall) hostParts(i int, parts [][]byte, fromDevice bool) ([][]byte,
 // driver reaches that segment; ok false otherwise. A read (size: the
 // object's) fills only the object's bytes of a larger destination.
 func (m *mixedCall) direct(i int, segID, off uint64, parts [][]byte, size uint64, write bool) (ok bool, err error) {
-	mem, release := m.c.deviceTarget(segID)
+	mem, release, onGPU := m.c.deviceTarget(segID)
 	if mem == nil {
 		return false, nil
 	}
@@ -210,6 +210,9 @@ func (m *mixedCall) direct(i int, segID, off uint64, parts [][]byte, size uint64
 			n = min(n, left)
 			left -= n
 		}
+		if onGPU && !onDevice {
+			m.c.pinRegistered(b)
+		}
 		switch {
 		case onDevice && write:
 			err = mem.CopyFromDevice(off, d.Ptr, n)
@@ -232,33 +235,33 @@ func (m *mixedCall) direct(i int, segID, off uint64, parts [][]byte, size uint64
 // parts straight to and from, held until release: a GPU segment (own, or
 // a same-host peer's over IPC), or a host segment mapped here (own, or a
 // peer's shared memory) once page-locked. nil when it is neither.
-func (c *Client) deviceTarget(segID uint64) (transfer.DeviceMemory, func()) {
+func (c *Client) deviceTarget(segID uint64) (mem transfer.DeviceMemory, release func(), onGPU bool) {
 	if c.peers.isOwn(segID) {
 		c.peers.mu.RLock()
-		dev, mem := c.peers.ownDev, c.peers.own
+		dev, own := c.peers.ownDev, c.peers.own
 		c.peers.mu.RUnlock()
 		switch {
 		case dev != nil:
-			return dev, func() {}
-		case mem != nil && c.pins.ensure(mem, c.log):
-			return hostTarget{mem}, func() {}
+			return dev, func() {}, true
+		case own != nil && c.pins.ensure(own, c.log):
+			return hostTarget{own}, func() {}, false
 		}
-		return nil, nil
+		return nil, nil, false
 	}
 	p, ok := c.peers.get(segID)
 	if !ok {
-		return nil, nil
+		return nil, nil, false
 	}
-	if mem, release, ok := c.engine.DeviceMapping(p); ok {
-		return mem, release
+	if dev, release, ok := c.engine.DeviceMapping(p); ok {
+		return dev, release, true
 	}
-	if mem, release, ok := c.engine.HostMapping(p); ok {
-		if c.pins.ensure(mem, c.log) {
-			return hostTarget{mem}, release
+	if host, release, ok := c.engine.HostMapping(p); ok {
+		if c.pins.ensure(host, c.log) {
+			return hostTarget{host}, release, false
 		}
 		release()
 	}
-	return nil, nil
+	return nil, nil, false
 }
 
 // hostTarget is a page-locked host mapping seen as transfer.DeviceMemory:
@@ -316,7 +319,10 @@ type hostPins struct {
 }
 
 func (h *hostPins) ensure(mem []byte, log *slog.Logger) bool {
-	addr := hostAddr(mem)
+	return h.ensureRange(hostAddr(mem), uint64(len(mem)), log)
+}
+
+func (h *hostPins) ensureRange(addr, size uint64, log *slog.Logger) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ok, seen := h.m[addr]; seen {
@@ -325,10 +331,9 @@ func (h *hostPins) ensure(mem []byte, log *slog.Logger) bool {
 	if h.m == nil {
 		h.m = map[uint64]bool{}
 	}
-	err := gpu.Pin(addr, uint64(len(mem)))
+	err := gpu.Pin(addr, size)
 	if err != nil {
-		log.Warn("cannot page-lock a segment mapping; device copies to it stage through pinned buffers",
-			"bytes", len(mem), "err", err)
+		log.Warn("cannot page-lock host memory; device copies of it run slower", "bytes", size, "err", err)
 	}
 	h.m[addr] = err == nil
 	return err == nil
@@ -336,16 +341,31 @@ func (h *hostPins) ensure(mem []byte, log *slog.Logger) bool {
 
 // drop unpins mem (a mapping about to be unmapped) if it was pinned.
 func (h *hostPins) drop(mem []byte) {
-	if len(mem) == 0 {
-		return
+	if len(mem) > 0 {
+		h.dropRange(hostAddr(mem))
 	}
-	addr := hostAddr(mem)
+}
+
+func (h *hostPins) dropRange(addr uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.m[addr] {
 		_ = gpu.Unpin(addr)
 	}
 	delete(h.m, addr)
+}
+
+// pinRegistered page-locks the registered host buffer holding b (once):
+// host parts copied to or from GPU memory then move at the bus's speed
+// instead of through the driver's own staging. Memory outside every
+// registered buffer (the copying API's) is left alone.
+func (c *Client) pinRegistered(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if r, ok := c.buffers.rangeOf(hostAddr(b), uint64(len(b))); ok && r.dev < 0 {
+		c.pins.ensureRange(r.start, r.size, c.log)
+	}
 }
 
 // finishReads copies the staged reads that succeeded onto their device

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"unsafe"
@@ -130,6 +131,37 @@ func TestGPUSegmentChild(t *testing.T) {
 	}
 	if staged(owner) || (strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") && staged(peer)) || !staged(viaTCP) {
 		t.Fatalf("staging used: owner %v, IPC peer %v, TCP client %v", staged(owner), staged(peer), staged(viaTCP))
+	}
+	// A registered host buffer copied to or from a GPU segment is
+	// page-locked once (owner: own segment; peer: over IPC with the fake,
+	// TCP with a real driver, where nothing needs locking) and unlocked
+	// when unregistered.
+	for _, c := range []*Client{owner, peer} {
+		buf := pattern(77, 1<<20)
+		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		if err := c.RegisterBuffer(addr, uint64(len(buf))); err != nil {
+			t.Fatal(err)
+		}
+		key := "pinned" + c.Hostname()
+		if codes := c.PutBatch([]PutItem{{Key: key, Parts: [][]byte{buf[4096:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+			t.Fatal(codes[0])
+		}
+		if c == owner || strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") {
+			if k, _ := gpu.PointerKind(addr); k != gpu.Host {
+				t.Fatalf("a registered buffer copied to a GPU segment is %v, not page-locked", k)
+			}
+		}
+		back := make([]byte, len(buf)-4096)
+		if got := c.GetInto([]string{key}, [][][]byte{{back}}); got[0] != int64(len(back)) || !bytes.Equal(back, buf[4096:]) {
+			t.Fatalf("read back: %d", got[0])
+		}
+		if err := c.UnregisterBuffer(addr); err != nil {
+			t.Fatal(err)
+		}
+		if k, _ := gpu.PointerKind(addr); k != gpu.Unknown {
+			t.Fatalf("an unregistered buffer is still %v", k)
+		}
+		runtime.KeepAlive(buf)
 	}
 	if _, err := owner.PlanJoin(); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("a plan heap on a GPU: %v", err)

@@ -243,7 +243,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 			if m.has(w.item) {
 				m.staged[w.item] = true // the bytes arrive in the bounces
 			}
-			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, bufs, false); ok {
+			if ok, err := c.copyLocal(rep.SegID, rep.Offset, bufs, false); ok {
 				if err == nil {
 					out[w.item] = int64(w.size)
 				} else {

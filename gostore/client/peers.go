@@ -102,6 +102,20 @@ func (c *Client) resolve(ctx context.Context, ids []uint64) error {
 	return nil
 }
 
+// copyLocal is peerCache.copyLocal, with the registered buffers among
+// bufs page-locked first when the own segment is on a GPU.
+func (c *Client) copyLocal(id, off uint64, bufs [][]byte, write bool) (ok bool, err error) {
+	c.peers.mu.RLock()
+	onGPU := id == c.peers.ownID && id != 0 && c.peers.ownDev != nil
+	c.peers.mu.RUnlock()
+	if onGPU {
+		for _, b := range bufs {
+			c.pinRegistered(b)
+		}
+	}
+	return c.peers.copyLocal(id, off, bufs, write)
+}
+
 // failed forgets a segment after a transfer to it failed.
 func (c *Client) failed(id uint64) {
 	if c.peers.isOwn(id) {

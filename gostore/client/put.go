@@ -124,7 +124,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m
 					continue
 				}
 			}
-			if ok, err := c.peers.copyLocal(rep.SegID, rep.Offset, parts, true); ok {
+			if ok, err := c.copyLocal(rep.SegID, rep.Offset, parts, true); ok {
 				if err != nil {
 					c.log.Warn("put: copy into the own segment failed", "key", items[i].Key, "err", err)
 					out[i] = wire.CodeOf(err)

@@ -77,7 +77,7 @@ func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 	}
 	var ops []transfer.Op
 	for _, t := range plan.Targets {
-		if ok, err := c.peers.copyLocal(t.SegID, t.Offset, [][]byte{buf}, true); ok {
+		if ok, err := c.copyLocal(t.SegID, t.Offset, [][]byte{buf}, true); ok {
 			if err != nil {
 				return wire.ErrInvalidReplica
 			}

@@ -69,6 +69,9 @@ type Options struct {
 	// BeforeUnmap runs on a peer's shared mapping before it is unmapped,
 	// once no copy uses it (the client unpins what it pinned there).
 	BeforeUnmap func(mem []byte)
+	// BeforeDeviceCopy runs on each caller buffer about to be copied to or
+	// from a GPU segment (the client page-locks registered buffers).
+	BeforeDeviceCopy func(buf []byte)
 }
 
 const (
@@ -88,6 +91,8 @@ type Engine struct {
 	host     string
 	shm      *shmCache
 	ipc      *ipcCache
+	// beforeDeviceCopy: Options.BeforeDeviceCopy, never nil.
+	beforeDeviceCopy func([]byte)
 
 	mu      sync.Mutex
 	pools   map[string]*peerPool // by TransferAddr
@@ -121,6 +126,10 @@ func NewEngine(opt Options) *Engine {
 	}
 	e.shm = newShmCache(e.log, opt.BeforeUnmap)
 	e.ipc = newIPCCache(opt.OpenDevice, e.log)
+	e.beforeDeviceCopy = opt.BeforeDeviceCopy
+	if e.beforeDeviceCopy == nil {
+		e.beforeDeviceCopy = func([]byte) {}
+	}
 	return e
 }
 
@@ -356,6 +365,9 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		case err != nil:
 			errs[i] = err
 		default:
+			for _, b := range ops[i].Bufs {
+				e.beforeDeviceCopy(b)
+			}
 			errs[i] = CopyDevice(m.mem, ops[i].Offset, ops[i].Bufs, ops[i].Write)
 			m.release()
 		}

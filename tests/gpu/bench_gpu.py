@@ -181,9 +181,9 @@ def main() -> int:
 
     print(f"GPU: {info['devices'][0]['name'] if info['devices'] else '?'}, driver {info.get('driver_version')}; "
           f"limits: {reference}, host memmove")
-    print(f"{'row':44} {'size':>7} {'GB/s':>8} {'limit GB/s':>11} {'of limit':>9}  limit")
+    print(f"{'row':52} {'size':>7} {'GB/s':>8} {'limit GB/s':>11} {'of limit':>9}  limit")
     for r in rows:
-        print(f"{r['row']:44} {r['size'] // MiB:>5}Mi {r['gbps']:8.2f} {r['limit']:11.2f} "
+        print(f"{r['row']:52} {r['size'] // MiB:>5}Mi {r['gbps']:8.2f} {r['limit']:11.2f} "
               f"{100 * r['gbps'] / r['limit']:8.0f}%  {r['limit_name']}")
     print("limits (GB/s):")
     for n, lim in limits.items():
@@ -219,14 +219,24 @@ def gpu_rows(s, torch, sizes, reps, rows, limits, where, put_limit, put_name, ge
             for i in range(k):
                 assert s.get_into(f"g{gen[0]}-{i}", outs[i], n) == n
 
-        t_put = timed(put_all, reps, torch.cuda.synchronize, fresh)
-        t_get = timed(get_all, reps, torch.cuda.synchronize)
-        assert torch.equal(dst, src), f"bytes differ after get_into from {where}"
+        keys = lambda: [f"g{gen[0]}-{i}" for i in range(k)]  # noqa: E731
+
+        def put_batch() -> None:
+            assert s.batch_put_from(keys(), ptrs, [n] * k) == [0] * k
+
+        def get_batch() -> None:
+            assert s.batch_get_into(keys(), outs, [n] * k) == [n] * k
+
         lim = limits[n]
-        rows.append({"row": f"GPU buffer -> {where}", "size": n, "gbps": k * n / t_put / 1e9,
-                     "limit": put_limit(lim), "limit_name": put_name})
-        rows.append({"row": f"{where} -> GPU buffer", "size": n, "gbps": k * n / t_get / 1e9,
-                     "limit": get_limit(lim), "limit_name": get_name})
+        for label, put, get in (("", put_all, get_all), (f" (batch of {k})", put_batch, get_batch)):
+            dst.zero_()
+            t_put = timed(put, reps, torch.cuda.synchronize, fresh)
+            t_get = timed(get, reps, torch.cuda.synchronize)
+            assert torch.equal(dst, src), f"bytes differ after get_into from {where}"
+            rows.append({"row": f"GPU buffer -> {where}{label}", "size": n, "gbps": k * n / t_put / 1e9,
+                         "limit": put_limit(lim), "limit_name": put_name})
+            rows.append({"row": f"{where} -> GPU buffer{label}", "size": n, "gbps": k * n / t_get / 1e9,
+                         "limit": get_limit(lim), "limit_name": get_name})
         for t in (src, dst):
             s.unregister_buffer(t.data_ptr())
         s.remove_all(True)
