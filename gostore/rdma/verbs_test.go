@@ -23,6 +23,7 @@ func TestNoVerbs(t *testing.T) {
 	if info.Reason == "" || len(info.Devices) != 0 {
 		t.Fatalf("info without RDMA: %+v", info)
 	}
+	t.Log(info.Reason)
 }
 
 // TestFakeVerbs runs the probe against testdata/fakeverbs.c, a FAKE verbs

@@ -14,10 +14,11 @@ memory, DtoD, and a host memmove. Rows:
   own host segment; staged through pinned memory (a pinned cudaMemcpy and a
   parallel host copy); limit: the pinned cudaMemcpy alone.
 * ``host buffer -> GPU segment (ipc|tcp)`` and back: ``put_from`` /
-  ``get_into`` of registered (pageable) host memory where the only segment
-  is GPU memory of another process, reached through its CUDA IPC handle or
-  over loopback TCP through its transfer server; limit: the pageable
-  cudaMemcpy HtoD / DtoH.
+  ``get_into`` of registered host memory where the only segment is GPU
+  memory of another process, reached through its CUDA IPC handle (the
+  registered buffer is page-locked at its first copy: limit the pinned
+  cudaMemcpy) or over loopback TCP through its transfer server (limit: one
+  loopback TCP stream).
 * ``GPU buffer -> GPU segment (ipc)`` and back: registered device memory to
   another process's GPU segment, one device-to-device copy through the IPC
   mapping; limit: cudaMemcpy DtoD.
@@ -138,6 +139,7 @@ def main() -> int:
             "dtoh_pageable": gbps(n, timed(copy(pageable, d1, "dtoh"), args.reps, sync)),
             "dtod": gbps(n, timed(copy(d2, d1, "dtod"), args.reps, sync)),
             "memcpy": gbps(n, timed(lambda: ctypes.memmove(a2, a1, n), args.reps, lambda: None)),
+            "tcp_loopback": tcp_loopback(n, args.reps),
         }
         limits[n] = lim
         for name, dst, src, ref in (("driver HtoD (pinned)", d1, pinned, "htod_pinned"),
@@ -193,6 +195,49 @@ def main() -> int:
             json.dump({"gpu": info, "reference": reference, "rows": rows,
                        "limits": {str(k): v for k, v in limits.items()}}, f, indent=1)
     return 0
+
+
+def tcp_loopback(n: int, reps: int) -> float:
+    """GB/s of one loopback TCP stream carrying n bytes (median of reps),
+    the same socket buffer sizes as the transfer engine (4 MiB)."""
+    import socket
+    import threading
+
+    ln = socket.create_server(("127.0.0.1", 0))
+    got = threading.Event()
+
+    def sink() -> None:
+        conn, _ = ln.accept()
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * MiB)
+        buf = bytearray(4 * MiB)
+        left = n * (reps + 1)
+        while left > 0:
+            k = conn.recv_into(buf, min(len(buf), left))
+            if k == 0:
+                break
+            left -= k
+            if left % n == 0:
+                got.set()
+        got.set()
+        conn.close()
+
+    t = threading.Thread(target=sink, daemon=True)
+    t.start()
+    c = socket.create_connection(ln.getsockname())
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * MiB)
+    payload = memoryview(bytearray(n))
+    out = []
+    for i in range(reps + 1):
+        got.clear()
+        t0 = time.perf_counter()
+        c.sendall(payload)
+        got.wait(30)
+        if i:
+            out.append(time.perf_counter() - t0)
+    c.close()
+    t.join(5)
+    ln.close()
+    return n / statistics.median(out) / 1e9
 
 
 def gpu_rows(s, torch, sizes, reps, rows, limits, where, put_limit, put_name, get_limit, get_name) -> None:
@@ -271,10 +316,13 @@ def host_rows(s, sizes, reps, rows, limits, where) -> None:
         t_get = timed(get_all, reps, lambda: None)
         assert np.array_equal(src, dst), f"bytes differ after get_into from {where}"
         lim = limits[n]
+        # IPC: the registered buffers are page-locked at their first copy,
+        # so the pinned copy is the limit; TCP: one loopback stream.
+        up, down = ("htod_pinned", "dtoh_pinned") if "ipc" in where else ("tcp_loopback", "tcp_loopback")
         rows.append({"row": f"host buffer -> {where}", "size": n, "gbps": k * n / t_put / 1e9,
-                     "limit": lim["htod_pageable"], "limit_name": "htod_pageable"})
+                     "limit": lim[up], "limit_name": up})
         rows.append({"row": f"{where} -> host buffer", "size": n, "gbps": k * n / t_get / 1e9,
-                     "limit": lim["dtoh_pageable"], "limit_name": "dtoh_pageable"})
+                     "limit": lim[down], "limit_name": down})
         for a in (src, dst):
             s.unregister_buffer(a.ctypes.data)
         s.remove_all(True)
