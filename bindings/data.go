@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -34,6 +35,15 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 	bad := make([]bool, n)
 	var dev [][]client.DevicePart
 	next := 0
+	if memFlags&memMayBeDevice != 0 && !gpu.Probe().Available {
+		// Python handed CUDA memory, but this library cannot reach a
+		// driver: never treat it as host memory.
+		logger.Warn("GPU memory given but no CUDA driver is usable here; objects rejected", "reason", gpu.Probe().Reason)
+		for i := range bad {
+			bad[i] = true
+		}
+		return out, bad, nil
+	}
 	for i := 0; i < n; i++ {
 		if np == nil || (total > 0 && (ps == nil || ss == nil)) {
 			bad[i] = true

@@ -37,6 +37,14 @@ def test_gpu_memory_without_a_driver(master, store_factory, capfd):
     fake_device_ptr = 0x7F0000000000
     assert s.get_into("k", fake_device_ptr, 4096) == -600
     assert s.put_from("k", fake_device_ptr, 4096) == -600
+    # memory handed as a CUDA tensor's without a driver: refused, never read
+    from gostore._args import _config
+    from gostore.tensor import DeviceSpan
+
+    span = DeviceSpan(fake_device_ptr, 4096, None)
+    assert s._write_multi([b"span"], [(b"head", span)], _config(None), False) == [-600]
+    assert "no CUDA driver is usable" in capfd.readouterr().err
+    assert s.get_size("span") < 0
     s.close()
 
 

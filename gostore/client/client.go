@@ -256,11 +256,24 @@ func (c *Client) newSegment(ln net.Listener) error {
 	return nil
 }
 
-// openPeerDevice maps a same-host peer's GPU segment from its IPC handle.
+// openPeerDevice maps a same-host peer's GPU segment from its IPC handle,
+// on the device this process numbers as the peer's GPU (found by PCI bus
+// id: the two may see different CUDA_VISIBLE_DEVICES).
 func openPeerDevice(p transfer.Peer) (transfer.DeviceMemory, error) {
 	dev, err := parseLocation(p.Location)
 	if err != nil || dev < 0 || len(p.IPC) != len(gpu.IPCHandle{}) {
 		return nil, wire.Errorf(wire.ErrTransferFail, "segment %d: location %q with a %d-byte IPC handle", p.SegID, p.Location, len(p.IPC))
+	}
+	if p.GPUPCI != "" {
+		dev = -1
+		for _, d := range gpu.Probe().Devices {
+			if strings.EqualFold(d.PCI, p.GPUPCI) {
+				dev = d.Index
+			}
+		}
+		if dev < 0 {
+			return nil, wire.Errorf(wire.ErrTransferFail, "segment %d: its GPU %s is not visible here", p.SegID, p.GPUPCI)
+		}
 	}
 	var h gpu.IPCHandle
 	copy(h[:], p.IPC)
@@ -311,6 +324,9 @@ func (c *Client) mount(ctx context.Context) error {
 			return wire.Errorf(wire.ErrInternal, "IPC handle of the GPU segment: %v", err)
 		}
 		desc.Size, desc.Location, desc.IPC = c.devSeg.Size(), location(c.devSeg.Device()), h[:]
+		if d := c.devSeg.Device(); d < len(gpu.Probe().Devices) {
+			desc.GPUPCI = gpu.Probe().Devices[d].PCI
+		}
 		dev = c.devSeg
 	} else {
 		desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
@@ -431,8 +447,8 @@ func (c *Client) release() {
 	}
 	c.engine.Close()
 	c.master.Close()
+	c.pins.dropAll() // the own segment and registered buffers (peers' went with the engine)
 	if c.seg != nil {
-		c.pins.drop(c.seg.Bytes())
 		c.seg.Close()
 	}
 	if c.devSeg != nil {

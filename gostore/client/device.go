@@ -157,12 +157,11 @@ func (m *mixedCall) hostParts(i int, parts [][]byte, fromDevice bool) ([][]byte,
 	if m.bufs[i] != nil {
 		return m.bufs[i], nil
 	}
+	if _, err := m.byIndex(i, parts); err != nil {
+		return nil, err
+	}
 	own := append([][]byte(nil), parts...)
 	for _, d := range m.dev[i] {
-		if d.Index < 0 || d.Index >= len(own) {
-			m.releaseOne(i)
-			return nil, wire.Errorf(wire.ErrInvalidParams, "device part %d of a %d-part object", d.Index, len(own))
-		}
 		b, err := m.c.bounces.get(d.Size)
 		if err != nil {
 			m.releaseOne(i)
@@ -181,6 +180,19 @@ func (m *mixedCall) hostParts(i int, parts [][]byte, fromDevice bool) ([][]byte,
 	return own, nil
 }
 
+// byIndex maps object i's device parts by their place in parts, checking
+// each names a distinct placeholder (a nil part) of the scatter list.
+func (m *mixedCall) byIndex(i int, parts [][]byte) (map[int]DevicePart, error) {
+	out := make(map[int]DevicePart, len(m.dev[i]))
+	for _, d := range m.dev[i] {
+		if _, twice := out[d.Index]; twice || d.Index < 0 || d.Index >= len(parts) || parts[d.Index] != nil {
+			return nil, wire.Errorf(wire.ErrInvalidParams, "device part %d of a %d-part object", d.Index, len(parts))
+		}
+		out[d.Index] = d
+	}
+	return out, nil
+}
+
 // direct moves object i straight between its parts (host parts in parts,
 // device parts from dev) and [off, off+size) of segment segID, when the
 // driver reaches that segment; ok false otherwise. A read (size: the
@@ -192,9 +204,9 @@ func (m *mixedCall) direct(i int, segID, off uint64, parts [][]byte, size uint64
 	}
 	defer release()
 	m.staged[i] = false
-	byIndex := make(map[int]DevicePart, len(m.dev[i]))
-	for _, d := range m.dev[i] {
-		byIndex[d.Index] = d
+	byIndex, err := m.byIndex(i, parts)
+	if err != nil {
+		return true, err
 	}
 	left := size
 	for k, b := range parts {
@@ -319,14 +331,21 @@ type hostPins struct {
 }
 
 func (h *hostPins) ensure(mem []byte, log *slog.Logger) bool {
-	return h.ensureRange(hostAddr(mem), uint64(len(mem)), log)
+	return h.ensureRange(hostAddr(mem), uint64(len(mem)), nil, log)
 }
 
-func (h *hostPins) ensureRange(addr, size uint64, log *slog.Logger) bool {
+// ensureRange pins [addr, addr+size) once; still (when not nil) is asked
+// under the lock whether the range may be pinned at all, so a buffer being
+// unregistered is never pinned after its unpin. The lock is held while
+// pinning: a large segment's first pin makes other first pins wait.
+func (h *hostPins) ensureRange(addr, size uint64, still func() bool, log *slog.Logger) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ok, seen := h.m[addr]; seen {
 		return ok
+	}
+	if still != nil && !still() {
+		return false
 	}
 	if h.m == nil {
 		h.m = map[uint64]bool{}
@@ -355,6 +374,19 @@ func (h *hostPins) dropRange(addr uint64) {
 	delete(h.m, addr)
 }
 
+// dropAll unpins everything still pinned (the client closes: registered
+// buffers must not stay locked in a process that goes on).
+func (h *hostPins) dropAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for addr, pinned := range h.m {
+		if pinned {
+			_ = gpu.Unpin(addr)
+		}
+	}
+	h.m = nil
+}
+
 // pinRegistered page-locks the registered host buffer holding b (once):
 // host parts copied to or from GPU memory then move at the bus's speed
 // instead of through the driver's own staging. Memory outside every
@@ -363,9 +395,14 @@ func (c *Client) pinRegistered(b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	if r, ok := c.buffers.rangeOf(hostAddr(b), uint64(len(b))); ok && r.dev < 0 {
-		c.pins.ensureRange(r.start, r.size, c.log)
+	r, ok := c.buffers.rangeOf(hostAddr(b), uint64(len(b)))
+	if !ok || r.dev >= 0 {
+		return
 	}
+	c.pins.ensureRange(r.start, r.size, func() bool {
+		now, ok := c.buffers.rangeOf(r.start, r.size)
+		return ok && now == r
+	}, c.log)
 }
 
 // finishReads copies the staged reads that succeeded onto their device
@@ -419,9 +456,7 @@ func (c *Client) PutBatchDevice(items []PutItem, dev [][]DevicePart, cfg wire.Re
 	if upsert {
 		start = wire.OpUpsertStart
 	}
-	m := c.newMixed(len(items), dev)
-	defer m.release()
-	return c.write(start, items, cfg, m)
+	return c.write(start, items, cfg, c.newMixed(len(items), dev)) // write releases m
 }
 
 // GetFinishDevice is GetFinish for destinations whose parts may be device

@@ -132,6 +132,22 @@ func TestGPUSegmentChild(t *testing.T) {
 	if staged(owner) || (strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") && staged(peer)) || !staged(viaTCP) {
 		t.Fatalf("staging used: owner %v, IPC peer %v, TCP client %v", staged(owner), staged(peer), staged(viaTCP))
 	}
+	// A device part list that does not match the scatter list is refused
+	// and nothing is published.
+	src := devAlloc(t, pattern(3, 4096), 4096)
+	for _, c := range []*Client{owner, viaTCP} { // straight, and staged
+		for _, bad := range [][]DevicePart{
+			{{Index: 5, Ptr: src, Size: 4096, Device: 0}},
+			{{Index: 1, Ptr: src, Size: 4096, Device: 0}, {Index: 1, Ptr: src, Size: 4096, Device: 0}},
+			{{Index: 0, Ptr: src, Size: 4096, Device: 0}}, // part 0 is host memory
+		} {
+			codes := c.PutBatchDevice([]PutItem{{Key: "badparts", Parts: [][]byte{head, nil}}}, [][]DevicePart{bad},
+				wire.ReplicaConfig{ReplicaNum: 1}, false)
+			if codes[0] != wire.ErrInvalidParams || owner.GetSize("badparts") != int64(wire.ErrObjectNotFound) {
+				t.Fatalf("device parts %+v: %v", bad, codes[0])
+			}
+		}
+	}
 	// A registered host buffer copied to or from a GPU segment is
 	// page-locked once (owner: own segment; peer: over IPC with the fake,
 	// TCP with a real driver, where nothing needs locking) and unlocked

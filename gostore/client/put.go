@@ -45,9 +45,11 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m
 	out := make([]wire.Code, len(items))
 	leave, err := c.enter()
 	if err != nil {
+		m.release()
 		return wire.Fill(out, wire.CodeOf(err))
 	}
 	defer leave()
+	defer m.release() // the bounces go back before Close may take the pool
 	ctx, cancel := c.ctx()
 	defer cancel()
 

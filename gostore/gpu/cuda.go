@@ -21,9 +21,14 @@ package gpu
 
 typedef int CUresult;
 typedef int CUdevice;
-typedef void *CUcontext;
+// An opaque handle to Go: an integer, so the Go side never holds a C
+// pointer the garbage collector could inspect (a pointer-sized integer is
+// passed the same way).
+typedef uintptr_t CUcontext;
 typedef unsigned long long CUdeviceptr;
 typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef void *CUstream;
+typedef void *CUevent;
 
 static void *gs_lib;
 static CUresult (*p_cuInit)(unsigned int);
@@ -39,15 +44,20 @@ static CUresult (*p_cuMemAlloc)(CUdeviceptr *, size_t);
 static CUresult (*p_cuMemFree)(CUdeviceptr);
 static CUresult (*p_cuMemHostRegister)(void *, size_t, unsigned int);
 static CUresult (*p_cuMemHostUnregister)(void *);
-static CUresult (*p_cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
-static CUresult (*p_cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+static CUresult (*p_cuCtxGetCurrent)(CUcontext *);
+static CUresult (*p_cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+static CUresult (*p_cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+static CUresult (*p_cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+static CUresult (*p_cuEventCreate)(CUevent *, unsigned int);
+static CUresult (*p_cuEventRecord)(CUevent, CUstream);
+static CUresult (*p_cuEventSynchronize)(CUevent);
+static CUresult (*p_cuEventDestroy)(CUevent);
 static CUresult (*p_cuPointerGetAttribute)(void *, int, CUdeviceptr);
 static CUresult (*p_cuIpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
 static CUresult (*p_cuIpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int);
 static CUresult (*p_cuIpcCloseMemHandle)(CUdeviceptr);
 static CUresult (*p_cuGetErrorString)(CUresult, const char **);
-static CUresult (*p_cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
-static CUresult (*p_cuCtxSynchronize)(void);
+
 
 // gs_cuda_load opens the driver and binds every entry point; 0, or -1 with
 // a message in err.
@@ -75,15 +85,20 @@ static int gs_cuda_load(const char *path, char *err, int cap) {
 	BIND(p_cuMemFree, "cuMemFree_v2");
 	BIND(p_cuMemHostRegister, "cuMemHostRegister_v2");
 	BIND(p_cuMemHostUnregister, "cuMemHostUnregister");
-	BIND(p_cuMemcpyHtoD, "cuMemcpyHtoD_v2");
-	BIND(p_cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+	BIND(p_cuCtxGetCurrent, "cuCtxGetCurrent");
+	BIND(p_cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+	BIND(p_cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+	BIND(p_cuMemcpyAsync, "cuMemcpyAsync");
+	BIND(p_cuEventCreate, "cuEventCreate");
+	BIND(p_cuEventRecord, "cuEventRecord");
+	BIND(p_cuEventSynchronize, "cuEventSynchronize");
+	BIND(p_cuEventDestroy, "cuEventDestroy_v2");
 	BIND(p_cuPointerGetAttribute, "cuPointerGetAttribute");
 	BIND(p_cuIpcGetMemHandle, "cuIpcGetMemHandle");
 	BIND(p_cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
 	BIND(p_cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
 	BIND(p_cuGetErrorString, "cuGetErrorString");
-	BIND(p_cuMemcpy, "cuMemcpy");
-	BIND(p_cuCtxSynchronize, "cuCtxSynchronize");
+
 #undef BIND
 	return 0;
 }
@@ -101,18 +116,31 @@ static CUresult gs_cuMemAlloc(CUdeviceptr *p, size_t n) { return p_cuMemAlloc(p,
 static CUresult gs_cuMemFree(CUdeviceptr p) { return p_cuMemFree(p); }
 static CUresult gs_cuMemHostRegister(uintptr_t p, size_t n, unsigned int f) { return p_cuMemHostRegister((void *)p, n, f); }
 static CUresult gs_cuMemHostUnregister(uintptr_t p) { return p_cuMemHostUnregister((void *)p); }
-// A copy to device memory from pageable host memory, and any copy between
-// device pointers, may return before the bytes land; another process (an
-// IPC peer) must never see them late, so these copies wait for the context.
-static CUresult gs_cuMemcpyHtoD(CUdeviceptr d, uintptr_t h, size_t n) {
-	CUresult r = p_cuMemcpyHtoD(d, (const void *)h, n);
-	return r ? r : p_cuCtxSynchronize();
+// Copies run on the legacy default stream, so they follow the work the
+// application queued there before (as torch's .cpu() does), and the caller
+// waits for that copy alone with an event: never for the context's other
+// streams (an NCCL kernel waiting on a peer must not wait on us), and never
+// returning before the bytes landed (a pageable copy may otherwise, and an
+// IPC peer would then read them late).
+static CUresult gs_waitCopy(CUresult r) {
+	CUevent e;
+	if (r) return r;
+	if ((r = p_cuEventCreate(&e, 2))) return r; // CU_EVENT_DISABLE_TIMING
+	r = p_cuEventRecord(e, 0);
+	if (!r) r = p_cuEventSynchronize(e);
+	p_cuEventDestroy(e);
+	return r;
 }
-static CUresult gs_cuMemcpy(uintptr_t d, uintptr_t s, size_t n) {
-	CUresult r = p_cuMemcpy((CUdeviceptr)d, (CUdeviceptr)s, n);
-	return r ? r : p_cuCtxSynchronize();
+static CUresult gs_copyHtoD(CUdeviceptr d, uintptr_t h, size_t n) {
+	return gs_waitCopy(p_cuMemcpyHtoDAsync(d, (const void *)h, n, 0));
 }
-static CUresult gs_cuMemcpyDtoH(uintptr_t h, CUdeviceptr d, size_t n) { return p_cuMemcpyDtoH((void *)h, d, n); }
+static CUresult gs_copyDtoH(uintptr_t h, CUdeviceptr d, size_t n) {
+	return gs_waitCopy(p_cuMemcpyDtoHAsync((void *)h, d, n, 0));
+}
+static CUresult gs_copy(uintptr_t d, uintptr_t s, size_t n) {
+	return gs_waitCopy(p_cuMemcpyAsync((CUdeviceptr)d, (CUdeviceptr)s, n, 0));
+}
+static CUresult gs_cuCtxGetCurrent(CUcontext *c) { return p_cuCtxGetCurrent(c); }
 static CUresult gs_memoryType(unsigned int *t, CUdeviceptr p) { return p_cuPointerGetAttribute(t, 2, p); } // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 static CUresult gs_deviceOrdinal(int *o, CUdeviceptr p) { return p_cuPointerGetAttribute(o, 9, p); } // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR and _RANGE_SIZE: the allocation p lies in
@@ -252,10 +280,10 @@ var contexts struct {
 func primaryContext(dev int) (C.CUcontext, error) {
 	info := Probe()
 	if !info.Available {
-		return nil, ErrNoGPU
+		return 0, ErrNoGPU
 	}
 	if dev < 0 || dev >= len(info.Devices) {
-		return nil, fmt.Errorf("gpu: no device %d (%d present)", dev, len(info.Devices))
+		return 0, fmt.Errorf("gpu: no device %d (%d present)", dev, len(info.Devices))
 	}
 	contexts.Lock()
 	defer contexts.Unlock()
@@ -264,7 +292,7 @@ func primaryContext(dev int) (C.CUcontext, error) {
 	}
 	var ctx C.CUcontext
 	if err := cuErr(C.gs_cuDevicePrimaryCtxRetain(&ctx, C.CUdevice(dev))); err != nil {
-		return nil, err
+		return 0, err
 	}
 	if contexts.byDevice == nil {
 		contexts.byDevice = map[int]C.CUcontext{}
@@ -275,7 +303,9 @@ func primaryContext(dev int) (C.CUcontext, error) {
 
 // onDevice runs op with dev's primary context current. The current
 // context belongs to an OS thread and a goroutine may change threads
-// between two cgo calls, so the thread is locked across both.
+// between two cgo calls, so the thread is locked across them. The thread
+// may be the application's own (a Python thread calling in), so the
+// context it had is put back: torch's device choice survives our calls.
 func onDevice(dev int, op func() C.CUresult) error {
 	ctx, err := primaryContext(dev)
 	if err != nil {
@@ -283,10 +313,28 @@ func onDevice(dev int, op func() C.CUresult) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cuErr(C.gs_cuCtxSetCurrent(ctx)); err != nil {
+	var prev C.CUcontext
+	if err := cuErr(C.gs_cuCtxGetCurrent(&prev)); err != nil {
 		return err
 	}
+	if prev != ctx {
+		if err := cuErr(C.gs_cuCtxSetCurrent(ctx)); err != nil {
+			return err
+		}
+		defer C.gs_cuCtxSetCurrent(prev)
+	}
 	return cuErr(op())
+}
+
+// currentContext reports the calling thread's current context (tests
+// check onDevice puts it back).
+func currentContext() uintptr {
+	if !Probe().Available {
+		return 0
+	}
+	var c C.CUcontext
+	C.gs_cuCtxGetCurrent(&c)
+	return uintptr(c)
 }
 
 // Alloc allocates size bytes of device memory on dev (a GPU segment).
@@ -316,14 +364,14 @@ func Unpin(ptr uint64) error {
 // CopyToDevice copies size bytes of host memory at host to device memory.
 func CopyToDevice(dev int, dst, host, size uint64) error {
 	return onDevice(dev, func() C.CUresult {
-		return C.gs_cuMemcpyHtoD(C.CUdeviceptr(dst), C.uintptr_t(host), C.size_t(size))
+		return C.gs_copyHtoD(C.CUdeviceptr(dst), C.uintptr_t(host), C.size_t(size))
 	})
 }
 
 // CopyToHost copies size bytes of device memory to host memory at host.
 func CopyToHost(dev int, host, src, size uint64) error {
 	return onDevice(dev, func() C.CUresult {
-		return C.gs_cuMemcpyDtoH(C.uintptr_t(host), C.CUdeviceptr(src), C.size_t(size))
+		return C.gs_copyDtoH(C.uintptr_t(host), C.CUdeviceptr(src), C.size_t(size))
 	})
 }
 
@@ -407,6 +455,6 @@ func CloseIPC(dev int, ptr uint64) error {
 // direction from unified addressing; dev names the context to use.
 func Copy(dev int, dst, src, size uint64) error {
 	return onDevice(dev, func() C.CUresult {
-		return C.gs_cuMemcpy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(size))
+		return C.gs_copy(C.uintptr_t(dst), C.uintptr_t(src), C.size_t(size))
 	})
 }

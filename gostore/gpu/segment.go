@@ -36,11 +36,17 @@ func NewSegment(dev int, size uint64) (*Segment, error) {
 }
 
 // OpenSegment maps the device memory another process on this host
-// exported (Segment.Handle) of size bytes on device dev.
+// exported (Segment.Handle) of size bytes on device dev. A size larger
+// than the allocation behind the handle is refused: the peer's word is
+// not trusted with the range this process copies into.
 func OpenSegment(dev int, h IPCHandle, size uint64) (*Segment, error) {
 	p, err := OpenIPC(dev, h)
 	if err != nil {
 		return nil, err
+	}
+	if base, n, ok := AllocationRange(p); !ok || p+size > base+n {
+		CloseIPC(dev, p)
+		return nil, fmt.Errorf("gpu: an IPC mapping of %d bytes claims %d", n-(p-base), size)
 	}
 	return &Segment{dev: dev, base: p, size: size, mapped: true}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,16 @@ import (
 // process loaded: the FAKE one (TestFakeDriver) or a real GPU.
 func exerciseSegments(t *testing.T, size uint64) {
 	t.Helper()
+	// The calling thread's context survives every call (a Python thread's
+	// torch device must not change under it).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before := currentContext()
+	defer func() {
+		if after := currentContext(); after != before {
+			t.Errorf("the thread's current context changed from %#x to %#x", before, after)
+		}
+	}()
 	a, err := NewSegment(0, size)
 	if err != nil {
 		t.Fatal(err)

@@ -32,12 +32,13 @@ type Peer struct {
 	// same-host peer opens from its IPC handle (Options.OpenDevice).
 	Location string
 	IPC      []byte
+	GPUPCI   string // the PCI bus id of a GPU segment's device
 }
 
 // PeerFromDesc builds a Peer from the master's description of a segment.
 func PeerFromDesc(d wire.SegmentDesc) Peer {
 	return Peer{SegID: d.ID, HostID: d.HostID, ShmPath: d.ShmPath, TransferAddr: d.TransferAddr, Size: d.Size,
-		Location: d.Location, IPC: d.IPC}
+		Location: d.Location, IPC: d.IPC, GPUPCI: d.GPUPCI}
 }
 
 // Op moves one object stored contiguously at Offset in the peer's segment to

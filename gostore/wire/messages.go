@@ -85,9 +85,12 @@ type SegmentDesc struct {
 	// tier on, objects on this segment are evicted only once persisted.
 	Offload bool
 	// Location is "" for host memory or "cuda:N" for GPU memory, which a
-	// peer on the same host maps through its CUDA IPC handle IPC.
+	// peer on the same host maps through its CUDA IPC handle IPC. N is the
+	// owner's device number; GPUPCI names the GPU for peers that number
+	// devices differently (CUDA_VISIBLE_DEVICES).
 	Location string
 	IPC      []byte
+	GPUPCI   string
 }
 
 // ReplicaConfig is the wire form of Python's ReplicateConfig.

@@ -126,6 +126,10 @@ def encode(tensor: Any) -> TensorParts:
         name = str(t.dtype).rsplit(".", 1)[-1]
         nbytes = t.numel() * t.element_size()
         if t.device.type == "cuda":
+            # The store copies on the device's legacy stream; work still
+            # queued on another stream (the producer's, or contiguous()'s)
+            # must be done first, as .cpu() would wait for it.
+            _torch().cuda.current_stream(t.device).synchronize()
             head = _header(KIND_TORCH, name, tuple(t.shape), nbytes, FLAG_CUDA)
             return TensorParts(head, DeviceSpan(t.data_ptr(), nbytes, t), t)
         if nbytes:

@@ -18,16 +18,24 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
 
 #define MAXR 256
 static struct { uintptr_t p; size_t n; int dev; int host; } regions[MAXR];
-static int current = -1;
+static __thread int current = -1; /* per thread, as a real driver's current context */
 
 static int find(uintptr_t p) {
 	for (int i = 0; i < MAXR; i++)
 		if (regions[i].p && p >= regions[i].p && p < regions[i].p + regions[i].n) return i;
 	return -1;
 }
+/* Callers come from many threads: claiming a slot is atomic (a lookup may
+ * race a removal, as with a real driver's use of freed memory). */
 static int add(uintptr_t p, size_t n, int dev, int host) {
-	for (int i = 0; i < MAXR; i++)
-		if (!regions[i].p) { regions[i].p = p; regions[i].n = n; regions[i].dev = dev; regions[i].host = host; return 0; }
+	for (int i = 0; i < MAXR; i++) {
+		uintptr_t zero = 0;
+		if (__atomic_compare_exchange_n(&regions[i].p, &zero, (uintptr_t)1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			regions[i].n = n; regions[i].dev = dev; regions[i].host = host;
+			__atomic_store_n(&regions[i].p, p, __ATOMIC_SEQ_CST);
+			return 0;
+		}
+	}
 	return 2;
 }
 
@@ -41,8 +49,16 @@ CUresult cuDeviceGetAttribute(int *v, int a, CUdevice d) {
 	case 75: *v = 9; break; case 76: *v = 0; break; default: *v = 0; }
 	return 0;
 }
-CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)(uintptr_t)(d + 1); return 0; }
-CUresult cuCtxSetCurrent(CUcontext c) { current = (int)(uintptr_t)c - 1; return 0; }
+/* contexts look like what a driver returns: addresses, not small integers */
+static char contexts[2];
+CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) { *c = (CUcontext)&contexts[d]; return 0; }
+CUresult cuCtxSetCurrent(CUcontext c) { current = c ? (int)((char *)c - contexts) : -1; return 0; }
+CUresult cuCtxGetCurrent(CUcontext *c) { *c = current < 0 ? 0 : (CUcontext)&contexts[current]; return 0; }
+/* events: copies are synchronous here, so an event is always complete */
+CUresult cuEventCreate(void **e, unsigned int f) { *e = (void *)1; return current < 0 ? 201 : 0; }
+CUresult cuEventRecord(void *e, void *s) { return 0; }
+CUresult cuEventSynchronize(void *e) { return 0; }
+CUresult cuEventDestroy_v2(void *e) { return 0; }
 CUresult cuGetErrorString(CUresult r, const char **s) { *s = r == 1 ? "CUDA_ERROR_INVALID_VALUE (fake)" : "fake error"; return 0; }
 CUresult cuPointerGetAttribute(void *out, int attr, CUdeviceptr p) {
 	int i = find((uintptr_t)p);
@@ -97,11 +113,12 @@ CUresult V(cuMemcpyDtoH)(void *h, CUdeviceptr d, size_t n) {
 	if (i < 0 || regions[i].host || (uintptr_t)d + n > regions[i].p + regions[i].n) return 1;
 	memcpy(h, (void *)(uintptr_t)d, n); return 0;
 }
+CUresult V(cuMemcpyHtoDAsync)(CUdeviceptr d, const void *h, size_t n, void *s) { return V(cuMemcpyHtoD)(d, h, n); }
+CUresult V(cuMemcpyDtoHAsync)(void *h, CUdeviceptr d, size_t n, void *s) { return V(cuMemcpyDtoH)(h, d, n); }
 CUresult V(cuIpcOpenMemHandle)(CUdeviceptr *p, CUipcMemHandle h, unsigned int f) {
 	memcpy(p, h.reserved, sizeof *p); return find((uintptr_t)*p) < 0 ? 1 : 0;
 }
-CUresult cuCtxSynchronize(void) { return current < 0 ? 201 : 0; }
-CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) {
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, void *stream) {
 	/* unified addressing: either side may be host memory the fake does not track */
 	int i = find((uintptr_t)d), j = find((uintptr_t)s);
 	if (i >= 0 && (uintptr_t)d + n > regions[i].p + regions[i].n) return 1;
