@@ -617,8 +617,12 @@ func (c *Client) PlanRemove(key string) error {
 }
 
 // EvictUntil asks the master to evict until the pool's usage is below
-// ratio; it returns the objects evicted and the usage left.
+// ratio; it returns the objects evicted and the usage left. This client's
+// batched commits and finished reads are sent first: its own objects must
+// not look uncommitted or still read to the master.
 func (c *Client) EvictUntil(ratio float64) (int, float64, error) {
+	c.planEnds.flush(c.master, c.id, c.log)
+	c.readsDone.flush(c.master, c.id, c.log)
 	ctx, cancel := c.ctx()
 	defer cancel()
 	var resp wire.EvictUntilResp
