@@ -153,7 +153,6 @@ func (m *mixedCall) devBytes(i int) uint64 {
 // in pinned memory (parts: the list with their placeholders); fromDevice
 // copies the device bytes in (a put). Staging happens once per object.
 func (m *mixedCall) hostParts(i int, parts [][]byte, fromDevice bool) ([][]byte, error) {
-	m.staged[i] = true
 	if m.bufs[i] != nil {
 		return m.bufs[i], nil
 	}

@@ -139,6 +139,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 	out := p.Sizes()
 	ctx, cancel := c.ctx()
 	defer cancel()
+	slab := make([]readWant, 0, len(p.res)) // one allocation; never grows, so &slab[k] stays valid
 	var wants []*readWant
 	var ids []uint64
 	disk := map[string][]diskWant{} // by the endpoint of the SSD tier holding them
@@ -148,15 +149,20 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 		}
 	}()
 	// hostBufs gives w host memory to read into: its destination, or for
-	// one with device parts their staging (only when a replica needs it).
+	// one with device parts their staging (only when a replica needs it;
+	// the bytes then arrive in the bounces, to be copied on by finish).
 	hostBufs := func(w *readWant) ([][]byte, error) {
-		if w.bufs == nil && m.has(w.item) {
+		if !m.has(w.item) {
+			return w.bufs, nil
+		}
+		if w.bufs == nil {
 			staged, err := m.hostParts(w.item, w.raw, false)
 			if err != nil {
 				return nil, err
 			}
 			w.bufs, _ = trim(staged, w.size)
 		}
+		m.staged[w.item] = true
 		return w.bufs, nil
 	}
 	toDisk := func(w *readWant, endpoint string) {
@@ -175,7 +181,8 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 			out[i] = int64(wire.ErrInvalidParams) // found, but nowhere to put it
 			continue
 		}
-		w := &readWant{item: i, size: r.Size, raw: dests[i], replicas: r.Replicas}
+		slab = append(slab, readWant{item: i, size: r.Size, raw: dests[i], replicas: r.Replicas})
+		w := &slab[len(slab)-1]
 		ok := false
 		if m.has(i) {
 			ok = capacity(dests[i])+m.devBytes(i) >= r.Size
@@ -239,9 +246,6 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 			if err != nil {
 				out[w.item] = int64(wire.CodeOf(err))
 				continue
-			}
-			if m.has(w.item) {
-				m.staged[w.item] = true // the bytes arrive in the bounces
 			}
 			if ok, err := c.copyLocal(rep.SegID, rep.Offset, bufs, false); ok {
 				if err == nil {

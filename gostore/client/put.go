@@ -16,13 +16,7 @@ type PutItem struct {
 	Parts [][]byte
 }
 
-func (it PutItem) size() uint64 {
-	var n uint64
-	for _, p := range it.Parts {
-		n += uint64(len(p))
-	}
-	return n
-}
+func (it PutItem) size() uint64 { return capacity(it.Parts) }
 
 // PutBatch stores each item with one PutStart and one PutEnd for the whole
 // batch. Result i is OK (also when the key already existed: put never

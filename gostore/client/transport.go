@@ -5,7 +5,7 @@
 package client
 
 import (
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/gostore/gostore/gostore/rdma"
@@ -41,7 +41,7 @@ func planTransport(protocol, devices string, m topology.Matrix, verbs rdma.Info)
 	for _, n := range m.Names() {
 		known[n] = true
 	}
-	usable := func(name string) bool { return !verbs.Available || contains(verbs.Devices, name) }
+	usable := func(name string) bool { return !verbs.Available || slices.Contains(verbs.Devices, name) }
 	if listed := splitNonEmpty(devices, ","); len(listed) > 0 {
 		for _, n := range listed {
 			if known[n] && usable(n) {
@@ -74,19 +74,6 @@ func planTransport(protocol, devices string, m topology.Matrix, verbs rdma.Info)
 		}
 	}
 	return info
-}
-
-func contains(xs []string, x string) bool {
-	i := sort.SearchStrings(xs, x)
-	if i < len(xs) && xs[i] == x {
-		return true
-	}
-	for _, y := range xs { // xs need not be sorted
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func splitNonEmpty(s, sep string) []string {

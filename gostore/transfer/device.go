@@ -5,7 +5,6 @@ package transfer
 
 import (
 	"log/slog"
-	"sync"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -57,112 +56,7 @@ func CopyDevice(mem DeviceMemory, off uint64, bufs [][]byte, write bool) error {
 	return nil
 }
 
-// ipcMap is one peer device segment opened in this process.
-type ipcMap struct {
-	once sync.Once
-	err  error
-
-	mu  sync.RWMutex // read-held during copies, write-held to close
-	mem DeviceMemory // nil once closed
-}
-
-// ipcCache opens peer device segments on first use and remembers the ones
-// that could not be opened, which then go over TCP.
-type ipcCache struct {
-	open     DeviceOpener
-	log      *slog.Logger
-	mu       sync.Mutex
-	maps     map[uint64]*ipcMap
-	fallback map[uint64]error
-	closed   bool
-}
-
-func newIPCCache(open DeviceOpener, log *slog.Logger) *ipcCache {
-	return &ipcCache{open: open, log: log, maps: map[uint64]*ipcMap{}, fallback: map[uint64]error{}}
-}
-
-func (c *ipcCache) usable(segID uint64) bool {
-	if c.open == nil {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, bad := c.fallback[segID]
-	return !bad && !c.closed
-}
-
-// acquire returns p's opened segment, read-locked until release; useTCP
-// when it cannot be opened (remembered until forget).
-func (c *ipcCache) acquire(p Peer) (m *ipcMap, useTCP bool, err error) {
-	for attempt := 0; attempt < 4; attempt++ {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return nil, false, wire.Errorf(wire.ErrTransferFail, "transfer engine closed")
-		}
-		if err, bad := c.fallback[p.SegID]; bad {
-			c.mu.Unlock()
-			return nil, true, err
-		}
-		m = c.maps[p.SegID]
-		if m == nil {
-			m = &ipcMap{}
-			c.maps[p.SegID] = m
-		}
-		c.mu.Unlock()
-		m.once.Do(func() { m.mem, m.err = c.open(p) })
-		if m.err != nil {
-			c.mu.Lock()
-			if c.maps[p.SegID] != m {
-				c.mu.Unlock()
-				continue
-			}
-			delete(c.maps, p.SegID)
-			c.fallback[p.SegID] = m.err
-			c.mu.Unlock()
-			c.log.Warn("transfer: cannot open a same-host device segment, using TCP for it", "seg", p.SegID, "err", m.err)
-			return nil, true, m.err
-		}
-		m.mu.RLock()
-		if m.mem != nil {
-			return m, false, nil
-		}
-		m.mu.RUnlock()
-	}
-	return nil, false, wire.Errorf(wire.ErrTransferFail, "segment %d was forgotten during the transfer", p.SegID)
-}
-
-func (m *ipcMap) release() { m.mu.RUnlock() }
-
-func (m *ipcMap) close() {
-	m.once.Do(func() { m.err = wire.Errorf(wire.ErrTransferFail, "segment forgotten") })
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mem != nil {
-		_ = m.mem.Close()
-		m.mem = nil
-	}
-}
-
-// forget closes segID's mapping once no copy uses it.
-func (c *ipcCache) forget(segID uint64) {
-	c.mu.Lock()
-	m := c.maps[segID]
-	delete(c.maps, segID)
-	delete(c.fallback, segID)
-	c.mu.Unlock()
-	if m != nil {
-		m.close()
-	}
-}
-
-func (c *ipcCache) forgetAll() {
-	c.mu.Lock()
-	maps := c.maps
-	c.maps = map[uint64]*ipcMap{}
-	c.closed = true
-	c.mu.Unlock()
-	for _, m := range maps {
-		m.close()
-	}
+// newIPCMaps opens same-host peers' GPU segments with open.
+func newIPCMaps(open DeviceOpener, log *slog.Logger) *peerMaps[DeviceMemory] {
+	return newPeerMaps("open a same-host device segment", open, func(m DeviceMemory) { _ = m.Close() }, log)
 }

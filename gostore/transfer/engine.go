@@ -90,8 +90,9 @@ type Engine struct {
 	dialTO   time.Duration
 	log      *slog.Logger
 	host     string
-	shm      *shmCache
-	ipc      *ipcCache
+	shm      *peerMaps[[]byte]       // same-host segments, mapped
+	ipc      *peerMaps[DeviceMemory] // same-host GPU segments, opened over IPC
+	canIPC   bool                    // Options.OpenDevice was given
 	// beforeDeviceCopy: Options.BeforeDeviceCopy, never nil.
 	beforeDeviceCopy func([]byte)
 
@@ -125,8 +126,9 @@ func NewEngine(opt Options) *Engine {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	e.shm = newShmCache(e.log, opt.BeforeUnmap)
-	e.ipc = newIPCCache(opt.OpenDevice, e.log)
+	e.shm = newShmMaps(e.log, opt.BeforeUnmap)
+	e.ipc = newIPCMaps(opt.OpenDevice, e.log)
+	e.canIPC = opt.OpenDevice != nil
 	e.beforeDeviceCopy = opt.BeforeDeviceCopy
 	if e.beforeDeviceCopy == nil {
 		e.beforeDeviceCopy = func([]byte) {}
@@ -141,7 +143,7 @@ func (e *Engine) PathFor(p Peer) string {
 	case e.forceTCP || p.HostID != e.host:
 		return "tcp"
 	case p.Location != "":
-		if len(p.IPC) > 0 && e.ipc.usable(p.SegID) {
+		if len(p.IPC) > 0 && e.canIPC && !e.ipc.failed(p.SegID) {
 			return "ipc"
 		}
 		return "tcp"
@@ -185,42 +187,36 @@ func (e *Engine) Forget(segID uint64) {
 // to it failed, or Forget) or the engine closes: callers that keep it
 // longer than one operation accept that a dead peer takes it away.
 func (e *Engine) Mapping(p Peer) (mem []byte, ok bool) {
-	if e.PathFor(p) != "shm" {
-		return nil, false
+	mem, release, ok := e.HostMapping(p)
+	if ok {
+		release()
 	}
-	m, useTCP, err := e.shm.acquire(p)
-	if useTCP || err != nil {
-		return nil, false
-	}
-	mem = m.mem
-	m.release()
-	return mem, true
+	return mem, ok
 }
 
 // HostMapping returns p's segment mapped into this process (a same-host
 // peer's shared memory), held mapped until release is called; ok false
 // when p is reached otherwise.
 func (e *Engine) HostMapping(p Peer) (mem []byte, release func(), ok bool) {
-	if e.PathFor(p) != "shm" {
-		return nil, nil, false
-	}
-	m, useTCP, err := e.shm.acquire(p)
-	if useTCP || err != nil {
-		return nil, nil, false
-	}
-	return m.mem, m.release, true
+	return lend(e, e.shm, p, "shm")
 }
 
 // DeviceMapping returns p's GPU segment opened in this process (a
 // same-host peer's, through its IPC handle), held open until release is
 // called; ok false when p is reached otherwise.
 func (e *Engine) DeviceMapping(p Peer) (mem DeviceMemory, release func(), ok bool) {
-	if e.PathFor(p) != "ipc" {
-		return nil, nil, false
+	return lend(e, e.ipc, p, "ipc")
+}
+
+// lend acquires p's segment from maps when path is how the engine reaches
+// p; the caller releases it.
+func lend[M any](e *Engine, maps *peerMaps[M], p Peer, path string) (mem M, release func(), ok bool) {
+	if e.PathFor(p) != path {
+		return mem, nil, false
 	}
-	m, useTCP, err := e.ipc.acquire(p)
+	m, useTCP, err := maps.acquire(p)
 	if useTCP || err != nil {
-		return nil, nil, false
+		return mem, nil, false
 	}
 	return m.mem, m.release, true
 }
@@ -345,34 +341,13 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 	if c := e.startTCP(ctx, ops, tcpIdx); c != nil {
 		calls = append(calls, c)
 	}
-	var late []int
-	for _, i := range shmIdx {
-		m, useTCP, err := e.shm.acquire(ops[i].Peer)
-		switch {
-		case useTCP:
-			late = append(late, i)
-		case err != nil:
-			errs[i] = err
-		default:
-			errs[i] = copyShm(m.mem, &ops[i])
-			m.release()
+	late := copyThrough(e.shm, ops, shmIdx, errs, nil, copyShm)
+	late = copyThrough(e.ipc, ops, ipcIdx, errs, late, func(mem DeviceMemory, op *Op) error {
+		for _, b := range op.Bufs {
+			e.beforeDeviceCopy(b)
 		}
-	}
-	for _, i := range ipcIdx {
-		m, useTCP, err := e.ipc.acquire(ops[i].Peer)
-		switch {
-		case useTCP:
-			late = append(late, i)
-		case err != nil:
-			errs[i] = err
-		default:
-			for _, b := range ops[i].Bufs {
-				e.beforeDeviceCopy(b)
-			}
-			errs[i] = CopyDevice(m.mem, ops[i].Offset, ops[i].Bufs, ops[i].Write)
-			m.release()
-		}
-	}
+		return CopyDevice(mem, op.Offset, op.Bufs, op.Write)
+	})
 	if c := e.startTCP(ctx, ops, late); c != nil {
 		calls = append(calls, c)
 	}
@@ -397,6 +372,25 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		}
 	}
 	return errs
+}
+
+// copyThrough runs ops[idx...] with copy against their segments opened in
+// maps, setting errs; it appends to late the ops whose segment cannot be
+// opened (they go over TCP).
+func copyThrough[M any](maps *peerMaps[M], ops []Op, idx []int, errs []error, late []int, copy func(M, *Op) error) []int {
+	for _, i := range idx {
+		m, useTCP, err := maps.acquire(ops[i].Peer)
+		switch {
+		case useTCP:
+			late = append(late, i)
+		case err != nil:
+			errs[i] = err
+		default:
+			errs[i] = copy(m.mem, &ops[i])
+			m.release()
+		}
+	}
+	return late
 }
 
 // call tracks the TCP requests of one startTCP.

@@ -1,5 +1,5 @@
-// shm.go defines the shared-memory path of the Engine: a cache of peers'
-// segments mapped through their /proc/<pid>/fd memfd paths.
+// shm.go defines the shared-memory path of the Engine: peers' segments
+// mapped through their /proc/<pid>/fd memfd paths (kept in a peerMaps).
 package transfer
 
 import (
@@ -16,91 +16,6 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// shmMap is one peer segment mapped into this process.
-type shmMap struct {
-	once sync.Once
-	err  error
-
-	mu  sync.RWMutex // read-held during copies, write-held to unmap
-	mem []byte       // nil once unmapped
-}
-
-// shmCache maps peer segments on first use and remembers the ones that
-// could not be mapped, which then go over TCP.
-type shmCache struct {
-	mu       sync.Mutex
-	maps     map[uint64]*shmMap
-	fallback map[uint64]error // SegID → why mapping failed
-	closed   bool             // after forgetAll: map nothing more
-	log      *slog.Logger
-	// beforeUnmap runs on a mapping about to go (nil: nothing), with no
-	// copy using it: the client unpins what it pinned there.
-	beforeUnmap func(mem []byte)
-}
-
-func newShmCache(log *slog.Logger, beforeUnmap func([]byte)) *shmCache {
-	return &shmCache{maps: map[uint64]*shmMap{}, fallback: map[uint64]error{}, log: log, beforeUnmap: beforeUnmap}
-}
-
-func (c *shmCache) failed(segID uint64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, bad := c.fallback[segID]
-	return bad
-}
-
-// acquire returns p's mapping, read-locked: the caller copies, then calls
-// release. useTCP reports that the segment cannot be mapped (remembered
-// until Forget), so the caller should go over TCP instead.
-func (c *shmCache) acquire(p Peer) (m *shmMap, useTCP bool, err error) {
-	for attempt := 0; ; attempt++ {
-		if attempt > 3 {
-			return nil, false, wire.Errorf(wire.ErrTransferFail, "segment %d was forgotten during the transfer", p.SegID)
-		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return nil, false, wire.Errorf(wire.ErrTransferFail, "transfer engine closed")
-		}
-		if err, bad := c.fallback[p.SegID]; bad {
-			c.mu.Unlock()
-			return nil, true, err
-		}
-		m = c.maps[p.SegID]
-		if m == nil {
-			m = &shmMap{}
-			c.maps[p.SegID] = m
-		}
-		c.mu.Unlock()
-
-		m.once.Do(func() {
-			if m.mem, m.err = mapPeer(p); m.err == nil {
-				go m.prefault()
-			}
-		})
-		if m.err != nil {
-			c.mu.Lock()
-			if c.maps[p.SegID] != m { // forgotten meanwhile: look again
-				c.mu.Unlock()
-				continue
-			}
-			delete(c.maps, p.SegID)
-			c.fallback[p.SegID] = m.err
-			c.mu.Unlock()
-			c.log.Warn("transfer: cannot map a same-host segment, using TCP for it",
-				"seg", p.SegID, "path", p.ShmPath, "err", m.err)
-			return nil, true, m.err
-		}
-		m.mu.RLock()
-		if m.mem != nil {
-			return m, false, nil
-		}
-		m.mu.RUnlock() // forgotten between lookup and lock: look again
-	}
-}
-
-func (m *shmMap) release() { m.mu.RUnlock() }
-
 // prefaultChunk is how much of a peer mapping is faulted in per step.
 const prefaultChunk = 64 << 20
 
@@ -110,57 +25,35 @@ const prefaultChunk = 64 << 20
 // (MAP_POPULATE of 64 GiB takes seconds). MADV_POPULATE_WRITE (Linux 5.14)
 // faults pages in without changing their contents; on older kernels this does
 // nothing and the copies fault lazily. The read lock keeps the range mapped.
-func (m *shmMap) prefault() {
-	for off := 0; ; off += prefaultChunk {
-		m.mu.RLock()
-		if m.mem == nil || off >= len(m.mem) {
+func prefault(m *peerMap[[]byte]) {
+	go func() {
+		for off := 0; ; off += prefaultChunk {
+			m.mu.RLock()
+			if !m.live || off >= len(m.mem) {
+				m.mu.RUnlock()
+				return
+			}
+			err := unix.Madvise(m.mem[off:min(off+prefaultChunk, len(m.mem))], unix.MADV_POPULATE_WRITE)
 			m.mu.RUnlock()
-			return
+			if err != nil {
+				return
+			}
 		}
-		err := unix.Madvise(m.mem[off:min(off+prefaultChunk, len(m.mem))], unix.MADV_POPULATE_WRITE)
-		m.mu.RUnlock()
-		if err != nil {
-			return
-		}
-	}
+	}()
 }
 
-// forget unmaps segID once no copy uses it and clears its fallback mark.
-func (c *shmCache) forget(segID uint64) {
-	c.mu.Lock()
-	m := c.maps[segID]
-	delete(c.maps, segID)
-	delete(c.fallback, segID)
-	c.mu.Unlock()
-	if m != nil {
-		m.unmap(c.beforeUnmap)
-	}
-}
-
-// forgetAll unmaps every segment (Engine.Close).
-func (c *shmCache) forgetAll() {
-	c.mu.Lock()
-	maps := c.maps
-	c.maps = map[uint64]*shmMap{}
-	c.fallback = map[uint64]error{}
-	c.closed = true
-	c.mu.Unlock()
-	for _, m := range maps {
-		m.unmap(c.beforeUnmap)
-	}
-}
-
-func (m *shmMap) unmap(before func([]byte)) {
-	m.once.Do(func() { m.err = wire.Errorf(wire.ErrTransferFail, "segment forgotten") })
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.mem != nil {
-		if before != nil {
-			before(m.mem)
+// newShmMaps maps same-host peers' segments; beforeUnmap (may be nil)
+// runs on a mapping about to go, no copy using it (the client unpins what
+// it pinned there).
+func newShmMaps(log *slog.Logger, beforeUnmap func([]byte)) *peerMaps[[]byte] {
+	c := newPeerMaps("map a same-host segment", mapPeer, func(mem []byte) {
+		if beforeUnmap != nil {
+			beforeUnmap(mem)
 		}
-		_ = unix.Munmap(m.mem)
-		m.mem = nil
-	}
+		_ = unix.Munmap(mem)
+	}, log)
+	c.opened = prefault
+	return c
 }
 
 // mapPeer opens p.ShmPath and maps the whole file shared. The descriptor is
@@ -193,7 +86,7 @@ func mapPeer(p Peer) ([]byte, error) {
 	if size > uint64(math.MaxInt) {
 		return nil, wire.Errorf(wire.ErrTransferFail, "segment %d too large to map (%d bytes)", p.SegID, size)
 	}
-	// Not MAP_POPULATE: see shmMap.prefault.
+	// Not MAP_POPULATE: see prefault.
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, wire.Errorf(wire.ErrTransferFail, "mmap %s (%d bytes): %v", p.ShmPath, size, err)

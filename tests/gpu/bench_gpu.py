@@ -91,7 +91,6 @@ def main() -> int:
     if args.owner:
         return owner_main(args.owner, args.segment)
 
-    import numpy as np
     import torch
 
     import gostore
@@ -240,6 +239,36 @@ def tcp_loopback(n: int, reps: int) -> float:
     return n / statistics.median(out) / 1e9
 
 
+def put_get_times(s, n: int, k: int, src: int, dst: int, reps: int, sync, batch: bool):
+    """Median seconds of writing k objects of n bytes from the registered
+    memory at src (put_from, or batch_put_from) under fresh keys, and of
+    reading them back into dst (get_into, or batch_get_into)."""
+    gen = [0]
+    ptrs = [src + i * n for i in range(k)]
+    outs = [dst + i * n for i in range(k)]
+
+    def keys() -> List[str]:
+        return [f"o{gen[0]}-{i}" for i in range(k)]
+
+    def fresh() -> None:
+        gen[0] += 1
+        s.remove_all(True)
+
+    def put() -> None:
+        if batch:
+            assert s.batch_put_from(keys(), ptrs, [n] * k) == [0] * k
+        else:
+            assert all(s.put_from(key, p, n) == 0 for key, p in zip(keys(), ptrs))
+
+    def get() -> None:
+        if batch:
+            assert s.batch_get_into(keys(), outs, [n] * k) == [n] * k
+        else:
+            assert all(s.get_into(key, p, n) == n for key, p in zip(keys(), outs))
+
+    return timed(put, reps, sync, fresh), timed(get, reps, sync)
+
+
 def gpu_rows(s, torch, sizes, reps, rows, limits, where, put_limit, put_name, get_limit, get_name) -> None:
     """put_from / get_into of registered device memory against ``where``."""
     for n in sizes:
@@ -248,36 +277,12 @@ def gpu_rows(s, torch, sizes, reps, rows, limits, where, put_limit, put_name, ge
         dst = torch.empty(k * n, dtype=torch.uint8, device="cuda")
         for t in (src, dst):
             assert s.register_buffer(t.data_ptr(), t.numel()) == 0
-        ptrs = [src.data_ptr() + i * n for i in range(k)]
-        outs = [dst.data_ptr() + i * n for i in range(k)]
-        gen = [0]
-
-        def fresh() -> None:
-            gen[0] += 1
-            s.remove_all(True)
-
-        def put_all() -> None:
-            for i in range(k):
-                assert s.put_from(f"g{gen[0]}-{i}", ptrs[i], n) == 0
-
-        def get_all() -> None:
-            for i in range(k):
-                assert s.get_into(f"g{gen[0]}-{i}", outs[i], n) == n
-
-        keys = lambda: [f"g{gen[0]}-{i}" for i in range(k)]  # noqa: E731
-
-        def put_batch() -> None:
-            assert s.batch_put_from(keys(), ptrs, [n] * k) == [0] * k
-
-        def get_batch() -> None:
-            assert s.batch_get_into(keys(), outs, [n] * k) == [n] * k
-
         lim = limits[n]
-        for label, put, get in (("", put_all, get_all), (f" (batch of {k})", put_batch, get_batch)):
+        for batch in (False, True):
             dst.zero_()
-            t_put = timed(put, reps, torch.cuda.synchronize, fresh)
-            t_get = timed(get, reps, torch.cuda.synchronize)
+            t_put, t_get = put_get_times(s, n, k, src.data_ptr(), dst.data_ptr(), reps, torch.cuda.synchronize, batch)
             assert torch.equal(dst, src), f"bytes differ after get_into from {where}"
+            label = f" (batch of {k})" if batch else ""
             rows.append({"row": f"GPU buffer -> {where}{label}", "size": n, "gbps": k * n / t_put / 1e9,
                          "limit": put_limit(lim), "limit_name": put_name})
             rows.append({"row": f"{where} -> GPU buffer{label}", "size": n, "gbps": k * n / t_get / 1e9,
@@ -298,22 +303,7 @@ def host_rows(s, sizes, reps, rows, limits, where) -> None:
         dst = np.ones(k * n, dtype=np.uint8)
         for a in (src, dst):
             assert s.register_buffer(a.ctypes.data, a.nbytes) == 0
-        gen = [0]
-
-        def fresh() -> None:
-            gen[0] += 1
-            s.remove_all(True)
-
-        def put_all() -> None:
-            for i in range(k):
-                assert s.put_from(f"h{gen[0]}-{i}", src.ctypes.data + i * n, n) == 0
-
-        def get_all() -> None:
-            for i in range(k):
-                assert s.get_into(f"h{gen[0]}-{i}", dst.ctypes.data + i * n, n) == n
-
-        t_put = timed(put_all, reps, lambda: None, fresh)
-        t_get = timed(get_all, reps, lambda: None)
+        t_put, t_get = put_get_times(s, n, k, src.ctypes.data, dst.ctypes.data, reps, lambda: None, False)
         assert np.array_equal(src, dst), f"bytes differ after get_into from {where}"
         lim = limits[n]
         # IPC: the registered buffers are page-locked at their first copy,
