@@ -68,6 +68,62 @@ def test_import_does_not_load_library():
     assert out.stdout.strip() == "False"
 
 
+# Run in a child Python where ``import numpy`` fails as it does when numpy is
+# not installed. GOSTORE_LIB points at nothing: loading the library fails.
+_WITHOUT_NUMPY = """
+import sys
+
+class NoNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoNumpy())
+sys.modules.pop("numpy", None)
+
+import gostore
+from gostore import ErrorCode, MooncakeDistributedStore, ReplicateConfig, _native
+
+cfg = ReplicateConfig(replica_num=2, with_soft_pin=True)
+assert cfg._to_native() == (2, 1, b"")
+assert ErrorCode(-704) is ErrorCode.OBJECT_NOT_FOUND
+s = MooncakeDistributedStore()
+assert s.health_check() == 1
+assert s.put("", b"v", cfg) == -600          # checked in Python, no native call
+assert s.batch_put_from(["a", "b"], [1], [1, 2]) == [-600, -600]
+try:
+    s.setup("127.0.0.1", "P2PHANDSHAKE", 1, 1, "tcp", "", "127.0.0.1:1", bogus=1)
+except TypeError:
+    pass
+else:
+    raise AssertionError("unknown setup kwarg accepted")
+try:
+    s.put_tensor("t", [1.0, 2.0])
+except ImportError as e:
+    print("tensor call:", type(e).__name__, e)
+else:
+    raise AssertionError("put_tensor worked without numpy")
+assert "numpy" not in sys.modules
+print("native loaded:", _native.is_loaded())
+"""
+
+
+def test_import_and_non_tensor_calls_work_without_numpy(tmp_path):
+    """numpy is an extra (``gostore[tensors]``): without it the package
+    imports, configs, error codes and the store's argument checks work, and
+    a tensor call raises an ImportError that names numpy, before any native
+    call."""
+    env = _child_env(GOSTORE_LIB=str(tmp_path / "no-such-lib.so"))
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_NUMPY], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "native loaded: False", out.stdout
+    assert lines[0].startswith("tensor call: ModuleNotFoundError"), out.stdout
+    assert "numpy" in lines[0], out.stdout
+
+
 def test_missing_library_message(monkeypatch, tmp_path):
     monkeypatch.setenv("GOSTORE_LIB", str(tmp_path / "nope.so"))
     monkeypatch.setattr(_native, "_lib", None)

@@ -1,0 +1,299 @@
+"""README.md's code runs as written, and the docs match the code.
+
+Every ```python block of README.md runs, in order, in one fresh Python
+process (``sys.executable``) against a real ``gostore-master`` started here
+with ``--enable_offload`` (the SSD snippet needs it). The only change made to
+the snippets is the master's address: ``127.0.0.1:50051`` becomes the
+address of that master. Each block runs under README.md's own file name and
+line numbers, so a traceback points at the README line that failed.
+
+Output is checked through the README itself: a line
+``print(...)  # -> text`` promises that the print writes ``text``; the
+process' stdout must be exactly those promises, in order. Every block must
+make at least one such promise or an ``assert``.
+
+The ```sh blocks are checked without running them: ``make`` targets exist
+in the Makefile, ``gostore-master`` flags in flags.go, ``pip install``
+extras in pyproject.toml, anything else on PATH or in the tree.
+
+The docs/ pages are checked against the code they describe: the error-code
+table against ``gostore.ErrorCode``, the master flags against flags.go, the
+environment variables against the sources that read them, relative links
+against the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from typing import List, Tuple
+
+import pytest
+
+from gostore import ErrorCode
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+DOCS = os.path.join(ROOT, "docs")
+DOC_PAGES = ("python-api.md", "ssd-tier.md", "operations.md")
+README_MASTER = "127.0.0.1:50051"  # the address the snippets name
+EXPECT = re.compile(r"^\s*print\(.*#\s*->\s*(.*?)\s*$")
+RUN_TIMEOUT = 240
+
+# The child: exec each block in one namespace, compiled as README.md at its
+# own line numbers, so tracebacks quote the README.
+RUNNER = textwrap.dedent(
+    """
+    import json, sys
+    path, blocks_file = sys.argv[1], sys.argv[2]
+    with open(blocks_file) as f:
+        blocks = json.load(f)
+    ns = {"__name__": "__main__"}
+    for line, code in blocks:
+        exec(compile("\\n" * (line - 1) + code, path, "exec"), ns)
+        sys.stdout.flush()
+    """
+)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def fenced_blocks(text: str, lang: str) -> List[Tuple[int, str]]:
+    """``(first line number, code)`` of every ```lang block, in order."""
+    out: List[Tuple[int, str]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^\s*```(\S*)\s*$", lines[i])
+        if not m:
+            i += 1
+            continue
+        start = i + 1
+        j = start
+        while j < len(lines) and lines[j].strip() != "```":
+            j += 1
+        assert j < len(lines), f"line {i + 1}: unclosed code fence"
+        if m.group(1) == lang:
+            out.append((start + 1, textwrap.dedent("\n".join(lines[start:j]) + "\n")))
+        i = j + 1
+    return out
+
+
+def python_blocks() -> List[Tuple[int, str]]:
+    blocks = fenced_blocks(_read(README), "python")
+    assert blocks, "README.md has no ```python blocks"
+    return blocks
+
+
+def expected_output(blocks: List[Tuple[int, str]]) -> List[str]:
+    return [m.group(1) for _, code in blocks for m in map(EXPECT.match, code.splitlines()) if m]
+
+
+# ---------------------------------------------------------------------------
+# the Python snippets
+
+
+def test_readme_blocks_check_their_results():
+    """Each snippet shows what it produces: a ``print(...)  # -> text`` or
+    an assert. A snippet that checks nothing could print garbage unseen."""
+    for line, code in python_blocks():
+        assert expected_output([(line, code)]) or re.search(r"^\s*assert ", code, re.M), (
+            f"README.md:{line}: the block neither prints an expected value "
+            f"(print(...)  # -> value) nor asserts anything"
+        )
+
+
+def test_readme_python_runs(master_factory, tmp_path):
+    """All ```python blocks, in order, in one process, against a master."""
+    blocks = python_blocks()
+    assert any(README_MASTER in code for _, code in blocks), (
+        f"no README snippet names the master {README_MASTER}: the snippets "
+        "would not talk to the master this test starts"
+    )
+    master = master_factory(enable_offload=True)
+    blocks = [(line, code.replace(README_MASTER, master.addr)) for line, code in blocks]
+    blocks_file = tmp_path / "blocks.json"
+    blocks_file.write_text(json.dumps(blocks))
+    runner = tmp_path / "run_readme.py"
+    runner.write_text(RUNNER)
+    scratch = tmp_path / "tmp"  # the snippets' tempfile.mkdtemp() lands here
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
+    env.pop("GOSTORE_TRANSPORT", None)
+    env.pop("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", None)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(runner), README, str(blocks_file)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=RUN_TIMEOUT, cwd=str(tmp_path), env=env,
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the README snippets did not finish within {RUN_TIMEOUT}s; "
+                    f"stdout:\n{e.stdout}\nstderr:\n{(e.stderr or '')[-6000:]}", pytrace=False)
+    report = (f"stdout:\n{proc.stdout}\nstderr (tail):\n{proc.stderr[-6000:]}\n"
+              f"master log (tail):\n{master.log()[-2000:]}")
+    assert proc.returncode == 0, f"the README snippets failed (exit {proc.returncode})\n{report}"
+    want = expected_output(blocks)
+    got = proc.stdout.splitlines()
+    assert got == want, (
+        "the README snippets printed something other than their `# -> ...` comments say\n"
+        f"expected: {want}\nprinted:  {got}\n{report}"
+    )
+
+
+# ---------------------------------------------------------------------------
+# the shell snippets
+
+
+def _make_targets() -> set:
+    text = _read(os.path.join(ROOT, "Makefile"))
+    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.M))
+
+
+def _master_flags() -> set:
+    text = _read(os.path.join(ROOT, "gostore", "master", "server", "flags.go"))
+    flags = set(re.findall(r'fs\.\w+Var\(\s*&[^,]+,\s*"([a-z0-9_]+)"', text))
+    assert flags, "no flags found in flags.go"
+    return flags
+
+
+def _extras() -> set:
+    text = _read(os.path.join(ROOT, "pyproject.toml"))
+    try:
+        import tomllib  # Python >= 3.11
+    except ImportError:
+        m = re.search(r"^\[project\.optional-dependencies\]\n((?:[^\[].*\n?)*)", text, re.M)
+        return set(re.findall(r"^([A-Za-z0-9_-]+)\s*=", m.group(1), re.M)) if m else set()
+    return set(tomllib.loads(text)["project"].get("optional-dependencies", {}))
+
+
+def _check_command(where: str, words: List[str]) -> None:
+    cmd, args = words[0], words[1:]
+    where = f"{where}: {' '.join(words)}"
+    if cmd == "make":
+        missing = [a for a in args if not a.startswith("-") and a not in _make_targets()]
+        assert not missing, f"{where}: no Makefile target {missing}"
+    elif cmd == "gostore-master":
+        flags = _master_flags()
+        for a in args:
+            name = a.lstrip("-").split("=", 1)[0]
+            assert a.startswith("--") and name in flags, f"{where}: gostore-master has no flag {a}"
+    elif cmd in ("pip", "pip3"):
+        assert args[:1] == ["install"], where
+        for a in args[1:]:
+            m = re.fullmatch(r"(?:\.|gostore)\[([a-z0-9_,-]+)\]", a)
+            if m:
+                missing = set(m.group(1).split(",")) - _extras()
+                assert not missing, f"{where}: pyproject.toml has no extra {missing}"
+            else:
+                assert a == "." or a.startswith("-"), f"{where}: what is {a!r}?"
+    elif cmd in ("python", "python3"):
+        for s in [a for a in args if a.endswith(".py")]:
+            assert os.path.exists(os.path.join(ROOT, s)), f"{where}: {s} does not exist"
+    else:
+        assert shutil.which(cmd) or os.path.exists(os.path.join(ROOT, cmd)), (
+            f"{where}: {cmd} is neither on PATH nor in the tree"
+        )
+
+
+def _pages() -> List[Tuple[str, str]]:
+    """(name relative to the root, text) of README.md and the docs pages."""
+    return [("README.md", _read(README))] + [(f"docs/{n}", _doc(n)) for n in DOC_PAGES]
+
+
+def test_shell_commands_exist():
+    """The commands of the ```sh blocks of README.md and docs/ exist."""
+    assert fenced_blocks(_read(README), "sh"), "README.md has no ```sh blocks"
+    for name, text in _pages():
+        for line, code in fenced_blocks(text, "sh"):
+            for k, cmd in enumerate(code.splitlines()):
+                cmd = cmd.split("#", 1)[0].strip()
+                if cmd:
+                    _check_command(f"{name}:{line + k}", shlex.split(cmd))
+
+
+def test_docs_python_blocks_compile():
+    """The ```python examples of docs/ (which name hosts of an example
+    cluster, so they do not run here) are at least valid Python."""
+    for name, text in _pages()[1:]:
+        for line, code in fenced_blocks(text, "python"):
+            compile("\n" * (line - 1) + code, name, "exec")
+
+
+# ---------------------------------------------------------------------------
+# links and the docs pages against the code
+
+
+def _doc(name: str) -> str:
+    path = os.path.join(DOCS, name)
+    assert os.path.exists(path), f"docs/{name} is missing"
+    return _read(path)
+
+
+def test_readme_links_and_paths_exist():
+    """Relative links of README.md and docs/ point at files of the tree; the
+    README names no file users cannot see and every file path it names in
+    backticks exists."""
+    text = _read(README)
+    assert "shared/" not in text, "README.md points into shared/, which users never see"
+    for name in DOC_PAGES:
+        assert f"(docs/{name})" in text, f"README.md does not link docs/{name}"
+    pages = [(README, text)] + [(os.path.join(DOCS, n), _doc(n)) for n in DOC_PAGES]
+    for path, body in pages:
+        base = os.path.dirname(path)
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", body):
+            if re.match(r"[a-z]+://", target):
+                continue
+            assert os.path.exists(os.path.normpath(os.path.join(base, target))), (
+                f"{os.path.relpath(path, ROOT)} links {target}, which does not exist"
+            )
+        assert "shared/docs" not in body, f"{os.path.relpath(path, ROOT)} points into shared/"
+    for p in re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|md|sh))`", text):
+        assert os.path.exists(os.path.join(ROOT, p)), f"README.md names {p}, which does not exist"
+
+
+def test_docs_error_codes_match_errorcode():
+    text = _doc("python-api.md")
+    for code in ErrorCode:
+        assert re.search(rf"\|\s*`?{code.name}`?\s*\|\s*{int(code)}\s*\|", text), (
+            f"docs/python-api.md's error table lacks the row {code.name} | {int(code)}"
+        )
+
+
+def test_docs_master_flags_match_flags_go():
+    text = _doc("operations.md")
+    flags = _master_flags()
+    documented = set(re.findall(r"`--([a-z0-9_]+)", text))
+    assert flags - documented == set(), f"flags of flags.go missing from docs/operations.md: {flags - documented}"
+    unknown = documented - flags - {"help", "name"}  # `--name=value`: the form
+    assert not unknown, f"docs/operations.md documents flags flags.go lacks: {unknown}"
+
+
+def _env_names(prefix: str) -> set:
+    names = set()
+    for top in ("python/gostore", "bindings", "gostore"):
+        for d, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith("_test.go") or not f.endswith((".go", ".py")):
+                    continue
+                names |= set(re.findall(rf"\b({prefix}[A-Z0-9_]*[A-Z0-9])\b", _read(os.path.join(d, f))))
+    return names
+
+
+def test_docs_environment_variables():
+    """Every GOSTORE_* and MOONCAKE_* variable the package reads is documented."""
+    ops = _doc("operations.md")
+    ssd = _doc("ssd-tier.md")
+    missing = {n for n in _env_names("GOSTORE_") if n not in ops}
+    assert not missing, f"GOSTORE_ variables missing from docs/operations.md: {sorted(missing)}"
+    missing = {n for n in _env_names("MOONCAKE_") if n not in ssd and n not in ops}
+    assert not missing, f"MOONCAKE_ variables missing from docs/: {sorted(missing)}"
