@@ -55,13 +55,23 @@ type Config struct {
 	Path   string        // the directory (MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)
 	Engine fileio.Engine // nil: fileio.FromEnv()
 
+	// TotalSizeLimit bounds the bytes a backend's files take on disk
+	// (records or files with their headers and block padding; file_per_key
+	// also bounds its value bytes by it). Whatever it says, a backend keeps
+	// within its disk cap, computed at open (diskcap.go): at most 90% of
+	// the file system, and what the backend holds plus 95% of the free
+	// space; a disk that fills up before the cap lowers it to the bytes in
+	// use. The bucket backend's BucketMaxTotalSize, when set, replaces that
+	// rule.
 	TotalSizeLimit uint64 // [2 TiB] MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES
 	TotalKeysLimit uint64 // [10M] MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT
 
 	// Bucket backend.
-	BucketSizeLimit    uint64 // [256 MiB] MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES
-	BucketKeysLimit    uint64 // [500] MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT
-	BucketMaxTotalSize uint64 // [0 = 90% of the disk] MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE
+	BucketSizeLimit uint64 // [256 MiB] MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES
+	BucketKeysLimit uint64 // [500] MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT
+	// BucketMaxTotalSize, when set, caps the bucket files instead of the
+	// disk cap (TotalSizeLimit still applies when smaller).
+	BucketMaxTotalSize uint64 // [0 = the disk cap] MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE
 	EvictionPolicy     string // [fifo; none, lru] MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY
 
 	// OnEvict is told, in one call per eviction, which keys the backend is

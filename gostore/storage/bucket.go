@@ -29,8 +29,11 @@ package storage
 // the same; a bucket left without live objects has its files deleted.
 //
 // Limits: the bytes of all bucket files (data incl. record headers and dead
-// records, plus meta) must stay within min(TotalSizeLimit,
-// BucketMaxTotalSize [0 = 90% of the filesystem]) and the live keys within
+// records, plus meta, each rounded up to a whole block as the disk holds
+// them) must stay within min(TotalSizeLimit, BucketMaxTotalSize), where
+// BucketMaxTotalSize 0 means the disk cap of diskcap.go (90% of the file
+// system, and what the buckets hold plus 95% of the free space at open);
+// an explicit BucketMaxTotalSize replaces that rule. The live keys stay within
 // TotalKeysLimit (a batch's keys are all counted as new, so replacing keys
 // at the key limit may evict slightly early). When a bucket would not fit:
 // "none" → ErrFull; "fifo" → evict the oldest buckets; "lru" → evict the
@@ -76,21 +79,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gostore/gostore/gostore/storage/fileio"
 )
 
 // Defaults of the bucket-specific Config fields.
 const (
-	bucketDefaultTotalSize = 2 << 40  // 2 TiB
-	bucketDefaultTotalKeys = 10000000 // 10M
 	// DefaultBucketSizeLimit and DefaultBucketKeysLimit bound one bucket
 	// (one offload batch: the client sizes its batches by them).
 	DefaultBucketSizeLimit  = 256 << 20
 	DefaultBucketKeysLimit  = 500
 	bucketDefaultPolicy     = "fifo"
-	bucketDiskFraction      = 0.9
 	bucketName              = "bucket_storage_backend"
 	bucketDataExt           = ".bucket"
 	bucketMetaExt           = ".meta"
@@ -133,6 +131,7 @@ type bucketFile struct {
 	dead   bool       // guarded by metaMu
 }
 
+// disk is the bytes bk's files take (both are whole blocks on disk).
 func (bk *bucketFile) disk() uint64 { return bk.dataSize + bk.metaSize }
 
 type bucketBackend struct {
@@ -179,16 +178,10 @@ func NewBucket(cfg Config) (Backend, error) {
 	}
 	b := &bucketBackend{
 		dir: cfg.Path, policy: policy, onEvict: cfg.OnEvict,
-		sizeCap: cfg.TotalSizeLimit, keysCap: cfg.TotalKeysLimit,
 		bSize: cfg.BucketSizeLimit, bKeys: cfg.BucketKeysLimit,
 		index: map[string]*bucketEntry{}, buckets: map[uint64]*bucketFile{},
 	}
-	if b.sizeCap == 0 {
-		b.sizeCap = bucketDefaultTotalSize
-	}
-	if b.keysCap == 0 {
-		b.keysCap = bucketDefaultTotalKeys
-	}
+	b.sizeCap, b.keysCap = kvLimits(cfg)
 	if b.bSize == 0 {
 		b.bSize = DefaultBucketSizeLimit
 	}
@@ -212,21 +205,15 @@ func NewBucket(cfg Config) (Backend, error) {
 	return b, nil
 }
 
-// capToDisk lowers the size cap to maxTotal or, when that is 0, to 90% of
-// the filesystem and, since other files may share it, to what the backend
-// holds plus 95% of the free space.
-func (b *bucketBackend) capToDisk(maxTotal uint64) error {
+// capToDisk lowers the size cap to maxTotal or, when that is 0, to the disk
+// cap (diskCap) given what the recovered buckets hold.
+func (b *bucketBackend) capToDisk(maxTotal uint64) (err error) {
 	if maxTotal > 0 {
 		b.sizeCap = min(b.sizeCap, maxTotal)
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(b.dir, &st); err != nil {
-		return fmt.Errorf("storage: statfs %s: %w", b.dir, err)
-	}
-	free := st.Bavail * uint64(st.Bsize)
-	b.sizeCap = min(b.sizeCap, uint64(float64(st.Blocks)*float64(st.Bsize)*bucketDiskFraction), b.disk+free-free/20)
-	return nil
+	b.sizeCap, err = diskCap(bucketName, b.dir, b.sizeCap, b.disk)
+	return err
 }
 
 func (b *bucketBackend) Name() string { return bucketName }
@@ -306,24 +293,23 @@ func (b *bucketBackend) BatchOffload(keys []string, values [][]byte) []error {
 // offloadGroup writes one bucket holding keys[i], values[i] for i in idx.
 // A disk that fills up before the size cap (other files share it) lowers
 // the cap to what is in use and, with eviction on, retries once: the
-// retry evicts room instead of failing.
+// retry evicts room instead of failing. A write the full disk still
+// refuses fails as ErrFull.
 func (b *bucketBackend) offloadGroup(keys []string, values [][]byte, idx []int) error {
 	err := b.writeGroup(keys, values, idx)
-	if !errors.Is(err, unix.ENOSPC) {
+	if !isNoSpace(err) {
 		return err
 	}
 	b.mu.Lock()
-	if used := b.disk + b.resBytes; used < b.sizeCap {
-		slog.Warn("storage: disk full below the size cap; lowering the cap to the bytes in use",
-			"dir", b.dir, "cap", b.sizeCap, "in_use", used)
-		b.sizeCap = used
-	}
+	lowerCap(bucketName, b.dir, &b.sizeCap, b.disk+b.resBytes)
 	policy := b.policy
 	b.mu.Unlock()
-	if policy == bucketPolicyNone {
-		return err
+	if policy != bucketPolicyNone {
+		if err = b.writeGroup(keys, values, idx); !isNoSpace(err) {
+			return err
+		}
 	}
-	return b.writeGroup(keys, values, idx)
+	return diskFull(err)
 }
 
 func (b *bucketBackend) writeGroup(keys []string, values [][]byte, idx []int) error {
@@ -335,7 +321,7 @@ func (b *bucketBackend) writeGroup(keys []string, values [][]byte, idx []int) er
 		vals[j] = values[i]
 		dataSize = bucketAppend(dataSize, keys[i], uint64(len(values[i])))
 	}
-	need := roundUpAlign(dataSize) + bucketMetaLen(ents)
+	need := roundUpAlign(dataSize) + roundUpAlign(bucketMetaLen(ents))
 	nkeys := uint64(len(ents))
 
 	// Phase 1: reserve, evicting under the lock.
@@ -564,7 +550,7 @@ func (b *bucketBackend) writeBucket(id uint64, ents []*bucketEntry, vals [][]byt
 	if err = b.writeMeta(metaPath, meta); err != nil {
 		return nil, fmt.Errorf("storage: write meta of bucket %d: %w", id, err)
 	}
-	return &bucketFile{id: id, f: f, dataSize: roundUpAlign(end), metaSize: uint64(len(meta)),
+	return &bucketFile{id: id, f: f, dataSize: roundUpAlign(end), metaSize: roundUpAlign(uint64(len(meta))),
 		live: make(map[string]*bucketEntry, len(ents))}, nil
 }
 
@@ -849,7 +835,7 @@ func (b *bucketBackend) openBucket(id uint64, haveData bool) (*bucketFile, []*bu
 		f.Close()
 		return nil, nil, fmt.Errorf("data file is %d bytes, meta says %d", dst.Size(), hdr.dataSize)
 	}
-	return &bucketFile{id: id, f: f, dataSize: uint64(dst.Size()), metaSize: uint64(len(raw)),
+	return &bucketFile{id: id, f: f, dataSize: roundUpAlign(uint64(dst.Size())), metaSize: roundUpAlign(uint64(len(raw))),
 		live: make(map[string]*bucketEntry, len(ents))}, ents, nil
 }
 

@@ -17,8 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Offset-allocator backend: one file <Path>/kv_cache.data of TotalSizeLimit
-// bytes (rounded down to 4 KiB; fallocate, else a sparse ftruncate), space
+// Offset-allocator backend: one sparse file <Path>/kv_cache.data, space
 // handed out by alloc.Allocator in 4 KiB units, and an index of 1024 shards
 // (map + mutex each) from key to record. A record starts at a 4 KiB boundary;
 // its value starts at the next boundary after the key and is padded to one:
@@ -32,10 +31,26 @@ import (
 // records of one key that a crash left behind: the higher one wins. A replace
 // writes the new record, datasyncs, switches the index, then invalidates the
 // old record (zeroes its first 4 KiB block, datasync) and frees its space, once
-// no load still reads it. Remove does the same without a new record. Opening
-// scans the file at 4 KiB steps for valid magics (skipping holes with
+// no load still reads it, punching a hole over it so that the file system
+// gets its blocks back. Remove does the same without a new record. Opening
+// scans the whole file at 4 KiB steps for valid magics (skipping holes with
 // SEEK_DATA), verifies each record's CRC, rebuilds index and allocator, and
 // logs and skips corrupt or torn records.
+//
+// Space: the file's size is the allocator's capacity, set with ftruncate,
+// but nothing is reserved: blocks are taken as records are written and
+// given back (punched) as they are freed, so the disk holds the live
+// records only. The records' bytes stay within the disk cap: TotalSizeLimit
+// (rounded down to 4 KiB), but no more than diskcap.go allows (90% of the
+// file system, and what the file's records hold plus 95% of the free space
+// at open). Opening punches every gap between the records found (dead
+// records' tails, torn writes, blocks an older version reserved) before it
+// measures the disk. A file from an earlier run that holds records past the
+// cap keeps them all: the allocator's capacity reaches the last record, and
+// new records are refused until the bytes in use fall below the cap. A
+// record whose write or datasync fails gives its extent back and punches
+// it; when the disk was full (ENOSPC below the cap: other files filled it)
+// the cap drops to the bytes in use and the object fails as ErrFull.
 
 const (
 	offsetMagic   = 0x324f5347 // "GSO2": values block-aligned
@@ -59,6 +74,7 @@ type offsetShard struct {
 }
 
 type offsetBackend struct {
+	dir       string
 	f         *os.File
 	eng       fileio.Engine
 	ownEng    bool
@@ -69,15 +85,17 @@ type offsetBackend struct {
 	bytes     atomic.Int64
 	zero      []byte // one aligned zero block for invalidation
 
-	amu sync.Mutex
-	al  *alloc.Allocator
+	amu   sync.Mutex
+	al    *alloc.Allocator
+	limit uint64 // the most bytes al may hand out: the disk cap
 
 	closeMu sync.RWMutex // held shared by every operation, exclusively by Close
 	closed  bool
 }
 
-// NewOffsetAllocator opens (creating and pre-allocating if needed) the data
-// file under cfg.Path and recovers the records already in it.
+// NewOffsetAllocator opens (creating if needed) the data file under
+// cfg.Path, recovers the records already in it and sizes it to the disk
+// cap (sparse: nothing is reserved).
 func NewOffsetAllocator(cfg Config) (Backend, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("storage: offset_allocator: empty path")
@@ -86,35 +104,24 @@ func NewOffsetAllocator(cfg Config) (Backend, error) {
 		return nil, fmt.Errorf("storage: offset_allocator: %w", err)
 	}
 	sizeLimit, keysLimit := kvLimits(cfg)
-	capacity := sizeLimit &^ (offsetAlign - 1)
-	if capacity == 0 {
+	if sizeLimit < offsetAlign {
 		return nil, fmt.Errorf("storage: offset_allocator: size limit %d is below %d", sizeLimit, offsetAlign)
 	}
 	f, _, err := fileio.OpenDirect(filepath.Join(cfg.Path, offsetFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("storage: offset_allocator: %w", err)
 	}
-	fi, err := f.Stat()
-	if err == nil && uint64(fi.Size()) < capacity {
-		if err = unix.Fallocate(int(f.Fd()), 0, 0, int64(capacity)); err != nil {
-			err = f.Truncate(int64(capacity))
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("storage: offset_allocator: size the data file: %w", err)
-	}
 	eng, own, err := kvEngine(cfg)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	b := &offsetBackend{f: f, eng: eng, ownEng: own, keysLimit: keysLimit,
+	b := &offsetBackend{dir: cfg.Path, f: f, eng: eng, ownEng: own, keysLimit: keysLimit,
 		zero: fileio.AlignedBuffer(offsetAlign, offsetAlign)}
 	for i := range b.shards {
 		b.shards[i].idx = make(map[string]*offsetEntry)
 	}
-	if err := b.recover(capacity); err != nil {
+	if err := b.recover(sizeLimit); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -182,6 +189,10 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 		}
 	})
 	synced := b.eng.Datasync(b.f)
+	full := isNoSpace(synced)
+	if full {
+		synced = diskFull(synced)
+	}
 	var replaced []*offsetEntry
 	for i, p := range pend {
 		switch {
@@ -194,6 +205,9 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 				replaced = append(replaced, old)
 			}
 		}
+	}
+	if full {
+		b.lowerCap()
 	}
 	b.release(replaced...)
 	shareLast(errs, keys, last)
@@ -225,29 +239,50 @@ func (b *offsetBackend) write(key string, val []byte) (*offsetPending, error) {
 	}
 	span := offsetSpan(key, uint64(len(val)))
 	b.amu.Lock()
-	off, ok := b.al.Alloc(span)
+	off, ok, used, limit := uint64(0), false, b.al.Used(), b.limit
+	if used+span <= limit {
+		off, ok = b.al.Alloc(span)
+	}
 	b.amu.Unlock()
 	p.e = &offsetEntry{off: off, span: span, size: uint64(len(val))}
 	if !ok {
 		p.e.span = 0
 		b.abandon(p)
-		return nil, fmt.Errorf("%w: no %d-byte extent for %q", ErrFull, span, key)
+		return nil, fmt.Errorf("%w: no %d-byte extent for %q (%d of %d bytes in use)", ErrFull, span, key, used, limit)
 	}
 	if err := b.writeRecord(off, span, key, val); err != nil {
 		b.abandon(p)
+		if isNoSpace(err) {
+			b.lowerCap()
+			err = diskFull(err)
+		}
 		return nil, fmt.Errorf("storage: offset_allocator: offload %q: %w", key, err)
 	}
 	return p, nil
 }
 
-// abandon gives back what write reserved.
+// abandon gives back what write reserved: the key, and the extent with the
+// blocks a write took there (the record may be whole but not durable, or
+// torn). Where the file system cannot punch, zeroing the first block
+// invalidates what was written, so a restart cannot resurrect it.
 func (b *offsetBackend) abandon(p *offsetPending) {
 	if p.e.span > 0 {
+		if err := punchHole(b.f, p.e.off, p.e.span); err != nil {
+			b.eng.WriteAt(b.f, b.zero, int64(p.e.off)) // best effort; recovery checks CRCs anyway
+		}
 		b.free(p.e.off, p.e.span)
 	}
 	if p.reserved {
 		b.keys.Add(-1)
 	}
+}
+
+// lowerCap is called after a write found the disk full below the cap (and
+// gave back its extent): the cap drops to the bytes allocated.
+func (b *offsetBackend) lowerCap() {
+	b.amu.Lock()
+	defer b.amu.Unlock()
+	lowerCap(b.Name(), b.dir, &b.limit, b.al.Used())
 }
 
 // publish makes a durable record the key's current one. It returns the
@@ -294,7 +329,9 @@ func (b *offsetBackend) writeRecord(off, span uint64, key string, val []byte) er
 }
 
 // release invalidates dead records on disk, with one datasync for all,
-// and frees their space.
+// gives their blocks back to the file system (best effort: a file system
+// that cannot punch holes keeps them until the space is reused) and frees
+// their extents.
 func (b *offsetBackend) release(dead ...*offsetEntry) {
 	if len(dead) == 0 {
 		return
@@ -316,8 +353,16 @@ func (b *offsetBackend) release(dead ...*offsetEntry) {
 			"records", len(dead), "offset", dead[0].off, "err", err)
 		return
 	}
+	var perr error
 	for _, e := range dead {
+		if err := punchHole(b.f, e.off, e.span); err != nil && perr == nil && !errors.Is(err, unix.EOPNOTSUPP) {
+			perr = err
+		}
 		b.free(e.off, e.span)
+	}
+	if perr != nil {
+		slog.Warn("storage: offset_allocator: cannot give freed blocks back to the file system",
+			"records", len(dead), "err", perr)
 	}
 }
 
@@ -567,10 +612,100 @@ type offsetFound struct {
 	seq       uint64
 }
 
-// recover scans [0, capacity) for records and rebuilds index and allocator.
-func (b *offsetBackend) recover(capacity uint64) error {
-	byKey := make(map[string]offsetFound)
-	var stale []offsetFound // older copies of a key: invalidated after the scan
+// recover finds the records of the data file, gives the blocks between them
+// back to the file system, sets the cap from sizeLimit and the disk, sizes
+// the file to the allocator's capacity (the cap, or further to the last
+// record) and rebuilds index and allocator.
+func (b *offsetBackend) recover(sizeLimit uint64) error {
+	fi, err := b.f.Stat()
+	if err != nil {
+		return fmt.Errorf("storage: offset_allocator: %w", err)
+	}
+	size := uint64(fi.Size())
+	byKey, stale, err := b.scan(size &^ (offsetAlign - 1))
+	if err != nil {
+		return err
+	}
+	recs := make([]offsetFound, 0, len(byKey)+len(stale))
+	for _, r := range byKey {
+		recs = append(recs, r)
+	}
+	recs = append(recs, stale...)
+	slices.SortFunc(recs, func(a, c offsetFound) int {
+		switch {
+		case a.off < c.off:
+			return -1
+		case a.off > c.off:
+			return 1
+		}
+		return 0
+	})
+
+	// Nothing live lies between the records (dead records' tails, torn
+	// writes, blocks reserved by an older version): punched before the disk
+	// is measured, it counts as free space.
+	var held, end uint64
+	punch := func(off, n uint64) {
+		if n == 0 {
+			return
+		}
+		if err := punchHole(b.f, off, n); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+			slog.Warn("storage: offset_allocator: recovery: cannot give unused blocks back to the file system",
+				"offset", off, "bytes", n, "err", err)
+		}
+	}
+	for _, r := range recs {
+		if r.off >= end { // records never overlap (the scan resumes after each), but never punch one
+			punch(end, r.off-end)
+		}
+		held += r.span
+		end = max(end, r.off+r.span)
+	}
+	if size > end {
+		punch(end, size-end)
+	}
+	limit, err := diskCap(b.Name(), b.dir, sizeLimit, held)
+	if err != nil {
+		return err
+	}
+	b.limit = limit &^ (offsetAlign - 1)
+	if held > b.limit {
+		slog.Warn("storage: offset_allocator: the records found exceed the size cap; all are kept, new ones are refused until removals make room",
+			"dir", b.dir, "held", held, "cap", b.limit)
+	}
+	// The allocator covers every record found, past the cap too: a file
+	// from a run with a larger cap loses nothing.
+	capacity := max(b.limit, end, offsetAlign)
+	if size != capacity {
+		if err := b.f.Truncate(int64(capacity)); err != nil {
+			return fmt.Errorf("storage: offset_allocator: size the data file to %d bytes: %w", capacity, err)
+		}
+	}
+	if err := b.rebuild(capacity, recs); err != nil {
+		return err
+	}
+	var maxSeq uint64
+	for _, r := range byKey {
+		sh := b.shard(r.key)
+		sh.idx[r.key] = &offsetEntry{off: r.off, span: r.span, size: r.size}
+		b.keys.Add(1)
+		b.bytes.Add(int64(r.size))
+		maxSeq = max(maxSeq, r.seq)
+	}
+	dead := make([]*offsetEntry, len(stale))
+	for i, r := range stale {
+		maxSeq = max(maxSeq, r.seq)
+		dead[i] = &offsetEntry{off: r.off, span: r.span}
+	}
+	b.release(dead...)
+	b.seq.Store(maxSeq)
+	return nil
+}
+
+// scan finds the intact records of [0, capacity): the newest of each key,
+// and the older copies (stale) that a crash left behind.
+func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, stale []offsetFound, err error) {
+	byKey = make(map[string]offsetFound)
 	fd := int(b.f.Fd())
 	buf := fileio.AlignedBuffer(offsetScanBuf, offsetAlign)
 	defer fileio.FreeAligned(buf)
@@ -590,7 +725,7 @@ func (b *offsetBackend) recover(capacity uint64) error {
 		n := min(uint64(len(buf)), capacity-pos)
 		chunk := buf[:n]
 		if err := b.eng.ReadAt(b.f, chunk, int64(pos)); err != nil {
-			return fmt.Errorf("storage: offset_allocator: recovery read at %d: %w", pos, err)
+			return nil, nil, fmt.Errorf("storage: offset_allocator: recovery read at %d: %w", pos, err)
 		}
 		next := pos + n
 		for o := uint64(0); o < n; o += offsetAlign {
@@ -644,24 +779,14 @@ func (b *offsetBackend) recover(capacity uint64) error {
 		}
 		pos = next
 	}
+	return byKey, stale, nil
+}
 
-	// Rebuild the allocator: with one free extent [cur, capacity) left,
-	// Alloc always splits at cur, so allocating the gaps and records in
-	// offset order reproduces the layout; the gaps are then freed.
-	recs := make([]offsetFound, 0, len(byKey)+len(stale))
-	for _, r := range byKey {
-		recs = append(recs, r)
-	}
-	recs = append(recs, stale...)
-	slices.SortFunc(recs, func(a, c offsetFound) int {
-		switch {
-		case a.off < c.off:
-			return -1
-		case a.off > c.off:
-			return 1
-		}
-		return 0
-	})
+// rebuild makes the allocator over [0, capacity) with the records recs
+// (sorted by offset) allocated: with one free extent [cur, capacity) left,
+// Alloc always splits at cur, so allocating the gaps and records in offset
+// order reproduces the layout; the gaps are then freed.
+func (b *offsetBackend) rebuild(capacity uint64, recs []offsetFound) error {
 	b.al = alloc.New(capacity, offsetAlign)
 	var gaps [][2]uint64
 	cur := uint64(0)
@@ -692,21 +817,6 @@ func (b *offsetBackend) recover(capacity uint64) error {
 			return err
 		}
 	}
-	var maxSeq uint64
-	for _, r := range byKey {
-		sh := b.shard(r.key)
-		sh.idx[r.key] = &offsetEntry{off: r.off, span: r.span, size: r.size}
-		b.keys.Add(1)
-		b.bytes.Add(int64(r.size))
-		maxSeq = max(maxSeq, r.seq)
-	}
-	dead := make([]*offsetEntry, len(stale))
-	for i, r := range stale {
-		maxSeq = max(maxSeq, r.seq)
-		dead[i] = &offsetEntry{off: r.off, span: r.span}
-	}
-	b.release(dead...)
-	b.seq.Store(maxSeq)
 	return nil
 }
 

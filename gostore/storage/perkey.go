@@ -35,6 +35,16 @@ import (
 // tree to rebuild the in-memory index (key → size); torn files (short header,
 // bad magic or version, wrong key, size mismatch) are skipped with a logged
 // error and leftover temporary files are deleted. ScanMeta reports that index.
+//
+// Limits: the value bytes stay within TotalSizeLimit, and the bytes the
+// files take (header and key padded to a block, plus the value padded to a
+// block) within the disk cap: TotalSizeLimit, but no more than diskcap.go
+// allows (90% of the file system, and what the files hold plus 95% of the
+// free space at open). A replacement counts the new file on top of the old
+// one until it is renamed over it, as the disk holds both until then. A
+// write the disk refuses (ENOSPC, other files filled it before the cap)
+// lowers the cap to the bytes in use and fails as ErrFull; a failed write
+// never leaves its temporary file behind (writeFileAtomic removes it).
 
 const (
 	perkeyMagic   = 0x4b505347 // "GSPK"
@@ -53,11 +63,13 @@ type perkeyBackend struct {
 	stripes    [perkeyStripes]sync.Mutex // serialise writers/removers of one key
 	tmpCounter atomic.Uint64
 
-	mu     sync.Mutex
-	index  map[string]uint64
-	bytes  uint64 // sum of value sizes, including writes in progress
-	keys   uint64 // live keys, including new keys being written
-	closed bool
+	mu      sync.Mutex
+	index   map[string]uint64
+	bytes   uint64 // sum of value sizes, including writes in progress
+	keys    uint64 // live keys, including new keys being written
+	disk    uint64 // bytes of the files, including writes in progress
+	diskCap uint64 // the most disk may reach (see diskCap)
+	closed  bool
 }
 
 // NewFilePerKey opens (creating if needed) a file-per-key backend under
@@ -75,7 +87,11 @@ func NewFilePerKey(cfg Config) (Backend, error) {
 	}
 	b := &perkeyBackend{dir: cfg.Path, eng: eng, ownEng: own, index: make(map[string]uint64)}
 	b.sizeLimit, b.keysLimit = kvLimits(cfg)
-	if err := b.recover(); err != nil {
+	err = b.recover()
+	if err == nil {
+		b.diskCap, err = diskCap(b.Name(), b.dir, b.sizeLimit, b.disk)
+	}
+	if err != nil {
 		if own {
 			eng.Close()
 		}
@@ -162,6 +178,7 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 	defer st.Unlock()
 
 	size := uint64(len(val))
+	fileLen := perkeyFileLen(len(key), size)
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -176,8 +193,17 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 		b.mu.Unlock()
 		return fmt.Errorf("%w: key %q (%d bytes)", ErrFull, key, size)
 	}
+	// The new file is written beside the old one: both count until the
+	// rename.
+	if b.disk+fileLen > b.diskCap {
+		err := fmt.Errorf("%w: key %q: its %d-byte file on top of %d bytes of files exceeds the disk cap %d",
+			ErrFull, key, fileLen, b.disk, b.diskCap)
+		b.mu.Unlock()
+		return err
+	}
 	b.bytes += size // reserved until the write ends
 	b.keys += newKey
+	b.disk += fileLen
 	b.mu.Unlock()
 
 	err := b.writeFile(h, key, val)
@@ -187,9 +213,17 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 	if err != nil {
 		b.bytes -= size
 		b.keys -= newKey
+		b.disk -= fileLen
+		if isNoSpace(err) {
+			lowerCap(b.Name(), b.dir, &b.diskCap, b.disk)
+			err = diskFull(err)
+		}
 		return fmt.Errorf("storage: file_per_key: offload %q: %w", key, err)
 	}
 	b.bytes -= old
+	if exists {
+		b.disk -= perkeyFileLen(len(key), old)
+	}
 	b.index[key] = size
 	return nil
 }
@@ -207,6 +241,13 @@ func (b *perkeyBackend) writeFile(h, key string, val []byte) error {
 
 	tmp := fmt.Sprintf("%s%s%d", final, perkeyTmpMark, b.tmpCounter.Add(1))
 	return writeFileAtomic(b.eng, final, tmp, false, head, val)
+}
+
+// perkeyFileLen is the bytes the file of a keyLen-byte key and a
+// valLen-byte value takes: header and key, then the value, each padded to
+// a block.
+func perkeyFileLen(keyLen int, valLen uint64) uint64 {
+	return uint64(perkeyValueOff(keyLen)) + roundUpAlign(valLen)
 }
 
 // perkeyValueOff is where the value of a file holding a keyLen-byte key
@@ -388,6 +429,7 @@ func (b *perkeyBackend) Remove(keys []string) error {
 				delete(b.index, key)
 				b.bytes -= size
 				b.keys--
+				b.disk -= perkeyFileLen(len(key), size)
 			}
 			b.mu.Unlock()
 		}
@@ -512,6 +554,7 @@ func (b *perkeyBackend) recoverFile(dir string, fe fs.DirEntry) {
 		b.index[key] = size
 		b.bytes += size
 		b.keys++
+		b.disk += perkeyFileLen(len(key), size)
 	}
 }
 
