@@ -34,6 +34,7 @@ bench: install
 	go run $(GOLD) ./bench/master --json bench/master-results.json
 	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
 	$(PY) bench/nano.py --json bench/nano-results.json
+	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 
 install: $(STAMP)
 

@@ -7,6 +7,7 @@ package main
 import "C"
 
 import (
+	"log/slog"
 	"strings"
 
 	"github.com/gostore/gostore/gostore/master/server"
@@ -29,6 +30,18 @@ func gs_master_start(args *C.char, n C.int) (ret C.int64_t) {
 	if err != nil {
 		logger.Error("embedded master: bad flags", "err", err)
 		return C.int64_t(wire.ErrInvalidParams)
+	}
+	// The process's logger and level (GOSTORE_LOG_LEVEL, a setup's
+	// log_level), not one of the master's own; a --log_level given here
+	// sets that level, as a setup's log_level does.
+	opts.Log = logger.With("component", "master")
+	for _, f := range flags {
+		if strings.HasPrefix(strings.TrimLeft(f, "-"), "log_level=") {
+			var lvl slog.Level
+			lvl.UnmarshalText([]byte(opts.LogLevel)) // ParseFlags checked it
+			logLevel.Set(lvl)
+			levelFromSetup.Store(true)
+		}
 	}
 	srv, err := server.Start(opts)
 	if err != nil {

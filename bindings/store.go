@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/client"
@@ -30,9 +32,16 @@ type store struct {
 var (
 	handles    sync.Map // int64 -> *store, *client.Pending or *server.Server
 	nextHandle atomic.Int64
-	logLevel   slog.LevelVar
-	logger     = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &logLevel}))
+	// logLevel governs every logger of the library: this one, the one the
+	// clients and an embedded master get, and slog's default, through
+	// which packages log that are handed no logger.
+	logLevel slog.LevelVar
+	logger   = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: &logLevel}))
+	// levelFromSetup: a setup's log_level outranks GOSTORE_LOG_LEVEL.
+	levelFromSetup atomic.Bool
 )
+
+func init() { slog.SetDefault(logger) }
 
 // getenv reads the process environment as it is now. In a c-shared library
 // Go's os.Getenv sees the environment of the moment the library was loaded
@@ -53,13 +62,31 @@ func lookupenv(name string) (string, bool) {
 	return "", false
 }
 
-// refreshEnv applies the environment settings that may change after load.
+// refreshEnv applies the environment settings that may change after load:
+// GOSTORE_LOG_LEVEL, unless a setup's log_level said otherwise.
 func refreshEnv() {
+	if levelFromSetup.Load() {
+		return
+	}
 	lvl := slog.LevelInfo
 	if v := getenv("GOSTORE_LOG_LEVEL"); v != "" {
-		lvl.UnmarshalText([]byte(v))
+		if err := lvl.UnmarshalText([]byte(v)); err != nil {
+			logger.Warn("ignoring GOSTORE_LOG_LEVEL: want debug, info, warn or error", "value", v)
+		}
 	}
 	logLevel.Set(lvl)
+}
+
+// defaultPutSpaceWaitMS is how long a put waits for room being freed when
+// neither put_space_wait_ms nor GOSTORE_PUT_SPACE_WAIT_MS says.
+const defaultPutSpaceWaitMS = 5000
+
+// putSpaceWait turns milliseconds (0: never wait) into the client's option.
+func putSpaceWait(ms uint64) time.Duration {
+	if ms == 0 {
+		return -1
+	}
+	return time.Duration(min(ms, 1<<40)) * time.Millisecond
 }
 
 func newHandle(v any) int64 {
@@ -119,11 +146,25 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 		return C.int(wire.ErrInvalidParams)
 	}
 	refreshEnv()
-	cfg, err := parseSetup([]byte(goString(js, n)))
+	cfg, edge, err := parseSetup([]byte(goString(js, n)))
+	if err == nil && edge.spaceWaitMS == nil {
+		ms := uint64(defaultPutSpaceWaitMS)
+		if v := getenv("GOSTORE_PUT_SPACE_WAIT_MS"); v != "" {
+			if ms, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64); err != nil {
+				err = wire.Errorf(wire.ErrInvalidParams, "GOSTORE_PUT_SPACE_WAIT_MS=%q: want milliseconds", v)
+			}
+		}
+		edge.spaceWaitMS = &ms
+	}
 	if err != nil {
 		logger.Error("setup rejected", "err", err)
 		return C.int(wire.CodeOf(err))
 	}
+	if edge.logLevel != nil {
+		logLevel.Set(*edge.logLevel)
+		levelFromSetup.Store(true)
+	}
+	cfg.PutSpaceWait = putSpaceWait(*edge.spaceWaitMS)
 	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
 	if cfg.SegmentLocation == "" {
 		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
@@ -149,12 +190,13 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 //
 // A non-empty ssd_offload_path alone turns the SSD tier on (one argument
 // is enough); enable_ssd_offload=False keeps it off regardless.
-func parseSetup(b []byte) (client.Config, error) {
+func parseSetup(b []byte) (client.Config, setupEdge, error) {
 	var raw map[string]any
 	var cfg client.Config
+	var edge setupEdge
 	tierSaid := false
 	if err := json.Unmarshal(b, &raw); err != nil {
-		return cfg, wire.Errorf(wire.ErrInvalidParams, "setup config is not a JSON object: %v", err)
+		return cfg, edge, wire.Errorf(wire.ErrInvalidParams, "setup config is not a JSON object: %v", err)
 	}
 	for k, v := range raw {
 		var err error
@@ -183,17 +225,46 @@ func parseSetup(b []byte) (client.Config, error) {
 			cfg.GlobalSegmentSize, err = asSize(k, v)
 		case "local_buffer_size":
 			cfg.LocalBufferSize, err = asSize(k, v)
+		case "put_space_wait_ms":
+			var ms uint64
+			ms, err = asCount(k, v)
+			edge.spaceWaitMS = &ms
+		case "log_level":
+			var name string
+			if name, err = asString(k, v); err == nil {
+				var lvl slog.Level
+				if lvl.UnmarshalText([]byte(name)) != nil {
+					err = fmt.Errorf("log_level %q: want debug, info, warn or error", name)
+				}
+				edge.logLevel = &lvl
+			}
 		default:
 			err = fmt.Errorf("unknown setup key %q", k)
 		}
 		if err != nil {
-			return cfg, wire.Errorf(wire.ErrInvalidParams, "%v", err)
+			return cfg, edge, wire.Errorf(wire.ErrInvalidParams, "%v", err)
 		}
 	}
 	if !tierSaid && cfg.SSDOffloadPath != "" {
 		cfg.EnableSSDOffload = true
 	}
-	return cfg, nil
+	return cfg, edge, nil
+}
+
+// setupEdge holds the setup settings the bindings apply themselves; nil
+// means not given.
+type setupEdge struct {
+	logLevel    *slog.Level
+	spaceWaitMS *uint64
+}
+
+// asCount reads a non-negative integer (a JSON number).
+func asCount(k string, v any) (uint64, error) {
+	x, ok := v.(float64)
+	if !ok || x < 0 || x != float64(uint64(x)) {
+		return 0, fmt.Errorf("%s must be a non-negative integer, got %v", k, v)
+	}
+	return uint64(x), nil
 }
 
 func asString(k string, v any) (string, error) {

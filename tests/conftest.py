@@ -344,9 +344,9 @@ class Peer:
                          preferred_segment=preferred_segment, hard_pin=hard_pin)["rc"]
 
     def upsert_pattern(self, key: str, size: int, seed: int, replica_num: int = 1,
-                       preferred_segment: str = "") -> int:
-        return self.call("upsert_pattern", key=key, size=size, seed=seed,
-                         replica_num=replica_num, preferred_segment=preferred_segment)["rc"]
+                       preferred_segment: str = "", hard_pin: bool = False) -> int:
+        return self.call("upsert_pattern", key=key, size=size, seed=seed, replica_num=replica_num,
+                         preferred_segment=preferred_segment, hard_pin=hard_pin)["rc"]
 
     def is_exist(self, key: str) -> int:
         return self.call("is_exist", key=key)["rc"]

@@ -23,7 +23,7 @@ OP_PING = 1
 # The highest opcode the master knows (gostore/wire/messages.go: OpPing ..
 # OpEvictUntil); everything above it is unknown to the master (48 and 49
 # are client-to-client ops a master never serves).
-LAST_OP = 24  # the last master wire.Op in gostore/wire/messages.go (EvictUntil)
+LAST_OP = 25  # the last master wire.Op in gostore/wire/messages.go (ClientLeave)
 HEADER = struct.Struct("<IQHi")
 assert HEADER.size == 18
 

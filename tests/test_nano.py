@@ -216,7 +216,9 @@ def test_watermark_eviction_frees_space_and_stats_report_it(nano):
     heap = st["heaps"][owner.rank]
     assert heap["total"] == 8 * MiB and 0 < heap["used"] <= 8 * MiB
     evicted = c.evict_until_below(0.2)
-    assert evicted > 0 and c.stats()["evictions"] >= evicted + 12  # the watermark ones too
+    # The watermark ones too: every refused open evicted down to 50% (the
+    # master's own pass, which the refusal also starts, may free part).
+    assert evicted > 0 and c.stats()["evictions"] >= evicted + 3
     after = c.stats()["heaps"][owner.rank]
     assert after["used"] < heap["used"] and after["used"] / after["total"] < 0.2 + 1 / 8
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"log/slog"
 	"math/big"
 	"net"
@@ -45,7 +44,14 @@ type Config struct {
 	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: os.LookupEnv; the
 	// bindings pass one that sees what Python set after loading them).
 	Getenv func(string) (string, bool) `json:"-"`
+	// PutSpaceWait bounds how long a put refused for space waits for room
+	// the master says is being freed (0: DefaultPutSpaceWait; negative:
+	// never wait).
+	PutSpaceWait time.Duration `json:"-"`
 }
+
+// DefaultPutSpaceWait is Config.PutSpaceWait's default.
+const DefaultPutSpaceWait = 5 * time.Second
 
 // Port range for local_hostname without a port, as in Mooncake.
 const (
@@ -75,6 +81,7 @@ type Client struct {
 	staging   *staging
 	readsDone keyBatch // ReadDone of ended reads
 	planEnds  keyBatch // PutEnd of committed plans
+	noSpace   noSpaceLog
 
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
@@ -110,6 +117,13 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		log.Error("setup rejected", "err", err)
 		return nil, err
 	}
+	if cfg.PutSpaceWait == 0 {
+		cfg.PutSpaceWait = DefaultPutSpaceWait
+	}
+	log.Debug("setting up", "local_hostname", cfg.LocalHostname, "master", cfg.MasterServerAddr,
+		"segment", cfg.GlobalSegmentSize, "location", cfg.SegmentLocation, "buffer", cfg.LocalBufferSize,
+		"protocol", cfg.Protocol, "ssd", cfg.EnableSSDOffload, "ssd_path", cfg.SSDOffloadPath,
+		"force_tcp", cfg.ForceTCP, "put_space_wait", cfg.PutSpaceWait)
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
 	var err error
 	if c.transport, err = discoverTransport(cfg); err != nil {
@@ -135,8 +149,16 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &wire.PingResp{}); err != nil {
+	var hello wire.PingResp
+	if err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &hello); err != nil {
 		c.log.Error("master unreachable", "master", cfg.MasterServerAddr, "err", err)
+		return nil, err
+	}
+	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
+		// The tier would run and never be asked to store anything.
+		err := wire.Errorf(wire.ErrUnableOffload, "enable_ssd_offload: the master at %s does not accept SSD offload; "+
+			"start it with --enable_offload, or set up without the SSD tier", cfg.MasterServerAddr)
+		c.log.Error("setup rejected", "err", err)
 		return nil, err
 	}
 	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
@@ -412,13 +434,16 @@ func (c *Client) Close() error {
 	}
 	c.inFlight.Lock() // wait for the calls in flight; new ones see closed
 	defer c.inFlight.Unlock()
-	if c.server != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: c.hostname}, nil)
-		cancel()
-		if err != nil && !errors.Is(err, wire.ErrSegmentNotFound.Err()) {
-			c.log.Warn("unmount at close failed; the master will drop the segment after client_ttl", "err", err)
-		}
+	// Leaving unmounts the segment at once and keeps the master from
+	// counting this client as expired a client_ttl later. Committed plans
+	// and ended reads are told first, while their objects still exist.
+	c.planEnds.flush(c.master, c.id, c.log)
+	c.readsDone.flush(c.master, c.id, c.log)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := c.master.Call(ctx, wire.OpClientLeave, &wire.LeaveReq{ClientID: c.id}, nil)
+	cancel()
+	if err != nil {
+		c.log.Warn("could not tell the master this client left; it drops the segment after client_ttl", "err", err)
 	}
 	c.release()
 	c.log.Info("client closed", "hostname", c.hostname)

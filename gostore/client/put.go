@@ -4,6 +4,7 @@ package client
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
@@ -68,15 +69,11 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m
 		// This client's finished reads must not make its own upsert busy.
 		c.readsDone.flush(c.master, c.id, c.log)
 	}
-	var resp wire.PutStartResp
-	if err := c.master.Call(ctx, start, &req, &resp); err != nil || len(resp.Results) != len(idx) {
+	resp, err := c.startWrite(ctx, start, &req)
+	if err != nil {
 		c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
-		code := wire.CodeOf(err)
-		if err == nil {
-			code = wire.ErrRPCFail
-		}
 		for _, i := range idx {
-			out[i] = code
+			out[i] = wire.CodeOf(err)
 		}
 		return out
 	}
@@ -195,4 +192,130 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 		}
 	}
 	wg.Wait()
+}
+
+// Backoff between the attempts of a put waiting for room: the first comes
+// soon (an eviction pass runs every master tick), later ones no faster than
+// a tick.
+const (
+	spaceRetryFirst = 2 * time.Millisecond
+	spaceRetryMax   = 100 * time.Millisecond
+)
+
+// startWrite asks the master for room (PutStart or UpsertStart). Keys it
+// refuses for lack of space while saying room is on its way (eviction is
+// freeing it, or objects wait for their disk copies) are asked for again
+// until Config.PutSpaceWait passes; keys refused before an eviction pass
+// looked are asked for again until one has. The first refusal of a burst
+// is logged with the master's reason.
+func (c *Client) startWrite(ctx context.Context, start wire.Op, req *wire.PutStartReq) (*wire.PutStartResp, error) {
+	var resp wire.PutStartResp
+	if err := c.master.Call(ctx, start, req, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(req.Keys) {
+		return nil, wire.Errorf(wire.ErrRPCFail, "%s answered %d results for %d keys", start, len(resp.Results), len(req.Keys))
+	}
+	began := time.Now()
+	deadline := began.Add(c.cfg.PutSpaceWait)
+	backoff := spaceRetryFirst
+	var firstPass []uint64 // the master's pass count at each key's first refusal
+	for c.cfg.PutSpaceWait > 0 {
+		var again []int
+		for j, r := range resp.Results {
+			if r.Code != wire.ErrNoAvailableHandle {
+				continue
+			}
+			if firstPass == nil {
+				firstPass = make([]uint64, len(resp.Results))
+				for k := range firstPass {
+					firstPass[k] = resp.Results[k].Passes
+				}
+			}
+			if r.Space == wire.SpaceComing || r.Space == wire.SpaceUnknown && r.Passes == firstPass[j] {
+				again = append(again, j)
+			}
+		}
+		left := time.Until(deadline)
+		if len(again) == 0 || left <= 0 {
+			break
+		}
+		if c.ssd != nil {
+			// Room may be waiting for this client's own tier to persist
+			// objects: run its offload heartbeat now, not at the next ping.
+			c.ssd.kick()
+		}
+		t := time.NewTimer(min(backoff, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		case <-c.stop:
+		}
+		t.Stop()
+		if ctx.Err() != nil || c.closed.Load() {
+			break
+		}
+		backoff = min(2*backoff, spaceRetryMax)
+		sub := wire.PutStartReq{ClientID: req.ClientID, Config: req.Config, HostID: req.HostID}
+		for _, j := range again {
+			sub.Keys, sub.Sizes = append(sub.Keys, req.Keys[j]), append(sub.Sizes, req.Sizes[j])
+		}
+		var r wire.PutStartResp
+		if err := c.master.Call(ctx, start, &sub, &r); err != nil || len(r.Results) != len(again) {
+			break // the refusals stand
+		}
+		for k, j := range again {
+			resp.Results[j] = r.Results[k]
+		}
+	}
+	c.noSpace.note(c.log, start, req, resp.Results, time.Since(began))
+	return &resp, nil
+}
+
+// noSpaceLog logs the first put of a burst refused for space, with the
+// master's reason, and how many more were refused once one succeeds.
+type noSpaceLog struct {
+	mu      sync.Mutex
+	inBurst bool
+	more    int
+}
+
+func (l *noSpaceLog) note(log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}, op wire.Op, req *wire.PutStartReq, results []wire.PutStartResult, waited time.Duration) {
+	first, refused, stored := -1, 0, false
+	for j, r := range results {
+		switch r.Code {
+		case wire.ErrNoAvailableHandle:
+			refused++
+			if first < 0 {
+				first = j
+			}
+		case wire.OK:
+			stored = true
+		}
+	}
+	if first < 0 && !stored {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if stored && l.inBurst && first < 0 {
+		if l.more > 0 {
+			log.Info("puts find space again", "refused_since_logged", l.more)
+		}
+		l.inBurst, l.more = false, 0
+	}
+	if first < 0 {
+		return
+	}
+	if l.inBurst {
+		l.more += refused
+		return
+	}
+	l.inBurst, l.more = true, refused-1
+	log.Warn("no space for a put (-200 NO_AVAILABLE_HANDLE); later refusals are counted, not logged, until a put finds space",
+		"op", op.String(), "key", req.Keys[first], "size", req.Sizes[first], "reason", results[first].Why,
+		"waited", waited.Round(time.Millisecond), "refused_in_batch", refused)
 }

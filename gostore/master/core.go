@@ -108,15 +108,24 @@ type Core struct {
 		// "known": a client whose first call to a restarted master is not
 		// a ping is still told, by its next ping, to mount again.
 		pinged map[string]bool
+		// left holds clients that closed, until expireClients forgets them
+		// a ClientTTL later: an RPC of theirs still on the way must not
+		// bring them back to expire, and their disk copies stay known as
+		// long as a silent client's would (a restart on the same directory
+		// claims them back).
+		left map[string]time.Time
 	}
 	discarded struct {
 		sync.Mutex
 		list []discardedPut // in release order
 	}
 	// evictSoon asks the next Tick for an eviction pass (an allocation
-	// failed): the put that failed returns -200 at once, the next succeeds.
-	evictSoon atomic.Bool
-	epochs    atomic.Uint64
+	// failed). reclaimable is what the last pass found it could free, now
+	// or once disk copies exist: a writer refused for space waits while it
+	// is positive (see noSpace).
+	evictSoon   atomic.Bool
+	reclaimable atomic.Int64
+	epochs      atomic.Uint64
 	// reclaimCursor is the next shard reclaimAbandoned looks at.
 	reclaimCursor atomic.Int64
 	tasks         taskTable
@@ -133,7 +142,7 @@ type Core struct {
 // Stats are monotonically increasing counters the server exports.
 type Stats struct {
 	PutStarts, PutEnds, PutRevokes, Gets, GetMisses, Removes atomic.Int64
-	AllocFailures, ClientsExpired, FreeErrors                atomic.Int64
+	AllocFailures, ClientsExpired, ClientsLeft, FreeErrors   atomic.Int64
 	PutsTakenOver, PutsOfDeadClients, DiscardedReleased      atomic.Int64
 	EvictionPasses, EvictedObjects, EvictedBytes             atomic.Int64
 	UpsertStarts, UpsertsInPlace, WritesPreempted            atomic.Int64
@@ -166,6 +175,7 @@ func New(cfg Config) *Core {
 	c.segs.byName = make(map[string]*segment)
 	c.clients.lastSeen = make(map[string]time.Time)
 	c.clients.pinged = make(map[string]bool)
+	c.clients.left = make(map[string]time.Time)
 	c.tasks.byID = make(map[string]*task)
 	return c
 }
@@ -193,6 +203,9 @@ func (c *Core) Ping(clientID string) bool {
 	now := c.cfg.Now()
 	c.clients.Lock()
 	defer c.clients.Unlock()
+	if _, gone := c.clients.left[clientID]; gone {
+		return false
+	}
 	known := c.clients.pinged[clientID]
 	c.clients.pinged[clientID] = true
 	c.clients.lastSeen[clientID] = now
@@ -317,7 +330,9 @@ func (c *Core) Segments() []SegmentInfo {
 func (c *Core) touch(clientID string) {
 	now := c.cfg.Now()
 	c.clients.Lock()
-	c.clients.lastSeen[clientID] = now
+	if _, gone := c.clients.left[clientID]; !gone {
+		c.clients.lastSeen[clientID] = now
+	}
 	c.clients.Unlock()
 }
 
@@ -353,12 +368,62 @@ func (c *Core) expireClients(now time.Time) []string {
 			delete(c.clients.pinged, id)
 		}
 	}
+	var gone map[string]bool // left a ClientTTL ago
+	for id, at := range c.clients.left {
+		if now.Sub(at) > c.cfg.ClientTTL {
+			delete(c.clients.left, id)
+			if gone == nil {
+				gone = make(map[string]bool)
+			}
+			gone[id] = true
+		}
+	}
 	c.clients.Unlock()
+	if gone != nil {
+		c.forgetClients(gone, true)
+	}
 	if len(expired) == 0 {
 		return nil
 	}
-	gone := make(map[string]bool, len(expired))
-	for _, id := range expired {
+	c.dropClients(expired, true)
+	c.stats.ClientsExpired.Add(int64(len(expired)))
+	sort.Strings(expired)
+	return expired
+}
+
+// ClientLeave forgets a client that closed: its segments are unmounted
+// (objects living only there disappear), its unfinished puts go, and it is
+// not expired later. Its SSD copies stay known for a ClientTTL, as a
+// silent client's would. It reports whether the client was known.
+func (c *Core) ClientLeave(clientID string) bool {
+	if clientID == "" {
+		return false
+	}
+	c.clients.Lock()
+	_, known := c.clients.lastSeen[clientID]
+	delete(c.clients.lastSeen, clientID)
+	delete(c.clients.pinged, clientID)
+	c.clients.left[clientID] = c.cfg.Now()
+	c.clients.Unlock()
+	c.dropClients([]string{clientID}, false)
+	if known {
+		c.stats.ClientsLeft.Add(1)
+	}
+	return known
+}
+
+// Clients is the number of clients the master considers alive.
+func (c *Core) Clients() int {
+	c.clients.Lock()
+	defer c.clients.Unlock()
+	return len(c.clients.lastSeen)
+}
+
+// dropClients unmounts the segments of clients that are gone and forgets
+// what they left behind (their disk copies too, with disks).
+func (c *Core) dropClients(ids []string, disks bool) {
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
 		gone[id] = true
 	}
 	c.segs.Lock()
@@ -373,10 +438,7 @@ func (c *Core) expireClients(now time.Time) []string {
 	for _, s := range dead {
 		c.dropReplicasOn(s)
 	}
-	c.forgetClients(gone)
-	c.stats.ClientsExpired.Add(int64(len(expired)))
-	sort.Strings(expired)
-	return expired
+	c.forgetClients(gone, disks)
 }
 
 // Totals sums the pool: segments, capacity, used bytes, objects.

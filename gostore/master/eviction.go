@@ -78,14 +78,16 @@ func (c *Core) releaseDiscarded(now int64) {
 }
 
 // forgetClients drops what dead clients leave behind: their unfinished puts
-// (nobody will finish them, nobody copies into them any more) and the disk
-// copies in their SSD tiers (unreachable now). Objects left with no replica
-// disappear.
-func (c *Core) forgetClients(dead map[string]bool) {
+// (nobody will finish them, nobody copies into them any more) and, with
+// disks, the disk copies in their SSD tiers (unreachable now). Objects left
+// with no replica disappear.
+func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 	c.tiers.Lock()
 	for id := range dead {
 		c.offload.forget(id) // drops are per directory: they wait for its next holder
-		delete(c.tiers.byClient, id)
+		if disks {
+			delete(c.tiers.byClient, id)
+		}
 	}
 	c.tiers.Unlock()
 	var n int64
@@ -101,7 +103,7 @@ func (c *Core) forgetClients(dead map[string]bool) {
 					continue
 				} // a rewrite that never ended: the disk keeps the last value
 			}
-			if o.disk != nil && dead[o.disk.client] {
+			if disks && o.disk != nil && dead[o.disk.client] {
 				o.disk = nil
 				if len(o.replicas) == 0 {
 					delete(sh.objects, key)
@@ -160,8 +162,11 @@ func (c *Core) usage() float64 {
 // EvictResult reports what an eviction pass did.
 type EvictResult struct {
 	Candidates int // evictable objects seen
-	Objects    int // objects evicted
-	Bytes      uint64
+	// Reclaimable counts the candidates this configuration lets go, now
+	// or once their disk copies exist.
+	Reclaimable int
+	Objects     int // objects evicted
+	Bytes       uint64
 }
 
 // exactEvictionLimit bounds the object count for which a pass looks at every
@@ -191,6 +196,7 @@ func (c *Core) Evict() EvictResult {
 // evictPass evicts about share of the objects and counts the pass.
 func (c *Core) evictPass(now int64, share float64) EvictResult {
 	res := c.evict(now, share, c.objectCount())
+	c.reclaimable.Store(int64(res.Reclaimable))
 	c.stats.EvictionPasses.Add(1)
 	c.stats.EvictedObjects.Add(int64(res.Objects))
 	c.stats.EvictedBytes.Add(int64(res.Bytes))
@@ -245,7 +251,10 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 	}
 	scale := float64(total) / float64(sampled)
 	estPlain, estSoft := float64(len(plain))*scale, float64(len(soft))*scale
-	res := EvictResult{Candidates: int(estPlain + estSoft)}
+	res := EvictResult{Candidates: int(estPlain + estSoft), Reclaimable: int(estPlain)}
+	if c.cfg.AllowEvictSoftPinned {
+		res.Reclaimable += int(estSoft)
+	}
 	want := math.Ceil(ratio * (estPlain + estSoft))
 	plainN := min(want, estPlain)
 	softN := 0.0

@@ -182,8 +182,9 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 	reps := p.place(size)
 	if len(reps) == 0 {
 		c.stats.AllocFailures.Add(1)
-		c.evictSoon.Store(true)
-		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle}
+		why, space := p.noSpace(size)
+		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle, Why: why, Space: space,
+			Passes: uint64(c.stats.EvictionPasses.Load())}
 	}
 	o := &object{size: size, replicas: reps, hardPin: hardPin}
 	c.startWrite(o, now, clientID, cfg)

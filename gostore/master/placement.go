@@ -1,7 +1,11 @@
 // placement.go decides which segments receive an object's replicas.
 package master
 
-import "github.com/gostore/gostore/gostore/wire"
+import (
+	"fmt"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
 
 // placer allocates replicas for the keys of one PutStart batch. The segment
 // list is snapshotted once per batch, not once per key.
@@ -11,6 +15,8 @@ type placer struct {
 	preferred []*segment
 	near      []*segment // on the writer's host, when SameNode asks for it
 	all       []*segment
+
+	full string // noSpace's account of a full pool, once per batch
 }
 
 func (c *Core) newPlacer(cfg wire.ReplicaConfig, hostID string) *placer {
@@ -78,4 +84,39 @@ func (p *placer) tryFromRandomStart(segs []*segment, try func(*segment), done fu
 	for i := 0; i < n && !done(); i++ {
 		try(segs[(start+i)%n])
 	}
+}
+
+// noSpace explains why an object of size bytes found no room and whether
+// waiting may bring it. A missing segment or an object larger than every
+// segment will not change by waiting. A full pool asks for an eviction pass
+// (the next Tick runs it); room is coming when the last pass found objects
+// it may free, now or once their disk copies exist, and unknown until a pass
+// has looked.
+func (p *placer) noSpace(size uint64) (string, wire.SpaceOutlook) {
+	if len(p.all) == 0 {
+		return "no segment is mounted: no client contributes memory", wire.SpaceNone
+	}
+	var largest uint64
+	for _, s := range p.all {
+		largest = max(largest, s.alloc.Capacity())
+	}
+	if size > largest {
+		return fmt.Sprintf("an object of %d bytes is larger than any segment (the largest holds %d)", size, largest), wire.SpaceNone
+	}
+	c := p.c
+	c.evictSoon.Store(true)
+	if p.full == "" {
+		var used, capacity uint64
+		for _, s := range p.all {
+			s.mu.Lock()
+			used += s.alloc.Used()
+			capacity += s.alloc.Capacity()
+			s.mu.Unlock()
+		}
+		p.full = fmt.Sprintf("the pool is full (%d of %d bytes used in %d segments)", used, capacity, len(p.all))
+	}
+	if n := c.reclaimable.Load(); n > 0 {
+		return fmt.Sprintf("%s; eviction is freeing room (%d objects may go, some once their disk copy exists)", p.full, n), wire.SpaceComing
+	}
+	return p.full + "; nothing was evictable at the last eviction pass (leased, pinned, or being written)", wire.SpaceUnknown
 }

@@ -29,6 +29,7 @@ const (
 	OpPlanJoin
 	OpPlanMembers
 	OpEvictUntil
+	OpClientLeave
 	opEnd
 )
 
@@ -45,7 +46,7 @@ var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySe
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
 	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
 	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk",
-	"PlanJoin", "PlanMembers", "EvictUntil"}
+	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave"}
 
 var clientOpNames = [...]string{"StageOffloaded", "ReleaseStaged"}
 
@@ -123,6 +124,10 @@ type PingResp struct {
 	// OffloadWork: the master has objects for the client's SSD tier to
 	// persist or drop; the client runs its offload heartbeat now.
 	OffloadWork bool
+	// OffloadEnabled: the master accepts SSD tiers (--enable_offload). A
+	// client asked for a tier refuses to start without it: its disk would
+	// never receive anything.
+	OffloadEnabled bool
 }
 
 type MountReq struct {
@@ -139,6 +144,13 @@ type UnmountReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
 	Name     string
+}
+
+// LeaveReq tells the master a client closed: its segments go at once and
+// it is not counted as expired later.
+type LeaveReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
 }
 
 type QuerySegmentsReq struct {
@@ -169,7 +181,29 @@ type PutStartResult struct {
 	// Epoch names this write; PutEnd/PutRevoke quote it so that a write
 	// preempted by a newer one (same client or not) cannot end the newer.
 	Epoch uint64
+	// Why, Space and Passes explain an ErrNoAvailableHandle: why no room
+	// was found (for the writer's log), whether waiting may bring it, and
+	// how many eviction passes the master had run (a writer told
+	// SpaceUnknown waits for the next one). All zero for other outcomes.
+	Why    string
+	Space  SpaceOutlook
+	Passes uint64
 }
+
+// SpaceOutlook tells a writer refused for lack of space whether to wait.
+type SpaceOutlook uint8
+
+const (
+	// SpaceNone: nothing will free room (no segment, an object larger than
+	// any segment, or nothing evictable): fail now.
+	SpaceNone SpaceOutlook = iota
+	// SpaceUnknown: an eviction pass is due that will tell; retry until
+	// it has run.
+	SpaceUnknown
+	// SpaceComing: eviction is freeing room, or objects wait for their
+	// disk copies to be evicted; retry until the writer's deadline.
+	SpaceComing
+)
 
 type PutStartResp struct {
 	_msgpack struct{} `msgpack:",as_array"`

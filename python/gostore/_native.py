@@ -14,15 +14,21 @@ work without it).
   ``array.array`` buffers, ``bytes`` objects, ``ctypes`` arrays): building an
   ``array.array`` from a list is several times faster than a ctypes array.
 
-Once the Go runtime is loaded the process must not ``fork()`` (a forked child
-hangs); use the ``spawn`` start method of :mod:`multiprocessing`.
+Once the Go runtime is loaded, a ``fork()``ed child cannot use it: only the
+forking thread survives, and Go's own threads and locks do not, so a call into
+Go there may hang forever. A fork handler therefore swaps every function of the
+library in the child for one that returns the call's error value at once (-1,
+or -1 in each result slot) and logs, once, the cause and the fix: the
+``spawn`` (or ``forkserver``) start method of :mod:`multiprocessing`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
+import time
 from ctypes import c_char_p, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Callable, Optional, Tuple
 
@@ -126,8 +132,20 @@ PROTOTYPES = {
     "gs_bench_tcp_stream": (c_double, [c_uint64, c_int]),
 }
 
+# Void functions that report per key through a results array (their last
+# argument, of n = the second argument entries): in a forked child each
+# entry reads -1.
+_RESULT_ARRAYS = {
+    "gs_put_batch": ctypes.c_int32,
+    "gs_upsert_batch": ctypes.c_int32,
+    "gs_get_into_batch": ctypes.c_int64,
+    "gs_exist_batch": ctypes.c_int32,
+    "gs_remove_batch": ctypes.c_int32,
+}
+
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
+_loaded_by: int = 0  # pid of the process whose Go runtime _lib belongs to
 
 
 def library_path() -> str:
@@ -137,6 +155,56 @@ def library_path() -> str:
 
 def is_loaded() -> bool:
     return _lib is not None
+
+
+def forked() -> bool:
+    """True in a process forked after the library was loaded (see above)."""
+    return _lib is not None and _loaded_by != os.getpid()
+
+
+def _warn_forked(name: str) -> None:
+    """The one log line a forked child gets, at its first call."""
+    global _fork_warned
+    if _fork_warned:
+        return
+    _fork_warned = True
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    sys.stderr.write(
+        f'time={stamp} level=ERROR msg="gostore: this process was forked from process {_loaded_by}, '
+        "which had loaded the gostore library; the Go runtime does not survive fork(), so every "
+        "gostore call here fails (-1) instead of hanging. Start workers with multiprocessing's "
+        "'spawn' (or 'forkserver') method: multiprocessing.set_start_method('spawn') or "
+        f"multiprocessing.get_context('spawn')\" call={name} pid={os.getpid()}\n"
+    )
+    sys.stderr.flush()
+
+
+_fork_warned = False
+
+
+def _forked_stub(name: str, restype: object) -> Callable[..., object]:
+    results = _RESULT_ARRAYS.get(name)
+
+    def call(*args: object) -> object:
+        _warn_forked(name)
+        if results is not None:
+            n, addr = args[1], args[-1]
+            if isinstance(n, int) and n > 0 and isinstance(addr, int) and addr:
+                ctypes.memset(addr, 0xFF, n * ctypes.sizeof(results))  # -1 in two's complement
+        if restype is None:
+            return None
+        return -1.0 if restype is c_double else -1
+
+    return call
+
+
+def _after_fork_in_child() -> None:
+    global _fork_warned
+    if _lib is None or _loaded_by == os.getpid():
+        return
+    _fork_warned = False
+    for name, (restype, _argtypes) in PROTOTYPES.items():
+        setattr(_lib, name, _forked_stub(name, restype))
 
 
 def _missing(name: str, path: str):
@@ -172,7 +240,10 @@ def lib() -> ctypes.CDLL:
                 continue
             fn.restype = restype
             fn.argtypes = argtypes
+        global _loaded_by
+        _loaded_by = os.getpid()
         _lib = handle
+        os.register_at_fork(after_in_child=_after_fork_in_child)
         return _lib
 
 

@@ -63,7 +63,8 @@ class EmbeddedMaster:
                 f"gs_master_start({args.decode()!r}) failed: {m} ({ErrorCode.name_of(m)})"
             )
         self._m = m
-        self._fin = weakref.finalize(self, lib.gs_master_stop, m)
+        # gs_master_stop is looked up when it runs (a forked child swaps it).
+        self._fin = weakref.finalize(self, lambda: lib.gs_master_stop(m))
         self._address = _native.read_string(lib.gs_master_addr, m) or ""
         self._http_address = _native.read_string(lib.gs_master_http_addr, m) or ""
 

@@ -79,7 +79,13 @@ def _scratch() -> Tuple[Any, int]:
 
 
 # setup(**kwargs) accepted beyond the seven required arguments and ``engine``.
-_SETUP_EXTRA_KWARGS = ("enable_ssd_offload", "ssd_offload_path", "segment_location")
+_SETUP_EXTRA_KWARGS = (
+    "enable_ssd_offload",
+    "ssd_offload_path",
+    "segment_location",
+    "log_level",
+    "put_space_wait_ms",
+)
 
 for _code in ("I", "Q", "q", "i"):  # the ABI's uint32/uint64/int64/int32 arrays
     assert array(_code).itemsize == {"I": 4, "Q": 8, "q": 8, "i": 4}[_code]
@@ -137,17 +143,22 @@ def _setup_params(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, An
     }
     # ``engine`` (Mooncake: a TransferEngine to share) is accepted and unused:
     # gostore's client owns its transfer engine.
-    _add_ssd_params(params, given)
+    _add_extra_params(params, given)
     return params
 
 
-def _add_ssd_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
+def _add_extra_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
+    """The gostore extensions of setup(); Go checks their values."""
     if src.get("enable_ssd_offload") is not None:
         params["enable_ssd_offload"] = _bool(src["enable_ssd_offload"], "enable_ssd_offload")
-    if src.get("ssd_offload_path") is not None:
-        params["ssd_offload_path"] = _str_arg(src["ssd_offload_path"], "ssd_offload_path")
-    if src.get("segment_location") is not None:
-        params["segment_location"] = _str_arg(src["segment_location"], "segment_location")
+    for k in ("ssd_offload_path", "segment_location", "log_level"):
+        if src.get(k) is not None:
+            params[k] = _str_arg(src[k], k)
+    if src.get("put_space_wait_ms") is not None:
+        wait = src["put_space_wait_ms"]
+        if isinstance(wait, bool) or not isinstance(wait, int):
+            raise TypeError(f"put_space_wait_ms must be int, not {_tname(wait)}")
+        params["put_space_wait_ms"] = wait
 
 
 def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -177,7 +188,7 @@ def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
             "master_server_address",
         ),
     }
-    _add_ssd_params(params, cfg)
+    _add_extra_params(params, cfg)
     return params
 
 
@@ -196,12 +207,17 @@ class _Handle:
 
     def __init__(self, lib: Any) -> None:
         h = lib.gs_store_new()
-        if h <= 0:
+        if h <= 0 and not _native.forked():  # a forked child's calls all fail: -1 here too
             raise RuntimeError(f"gs_store_new failed: {ErrorCode.name_of(h)}")
         self.h = h
         # Also runs at interpreter exit (atexit), while the Go runtime is still
-        # alive: a clean exit unmounts this client's segment.
-        self._fin = weakref.finalize(self, lib.gs_store_free, h)
+        # alive: a clean exit unmounts this client's segment. The function is
+        # looked up when it runs: a forked child has swapped it (_native).
+        self._fin = weakref.finalize(self, _free_store, lib, h)
+
+
+def _free_store(lib: Any, h: int) -> None:
+    lib.gs_store_free(h)
 
 
 class MooncakeDistributedStore(TensorAPI):
@@ -339,6 +355,11 @@ class MooncakeDistributedStore(TensorAPI):
         ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``. ``segment_location="cuda:N"``
         (or ``$GOSTORE_SEGMENT_LOCATION``) contributes GPU memory of device N
         instead of host memory; same-host peers reach it through CUDA IPC.
+        ``log_level`` (``"debug"``, ``"info"``, ``"warn"``, ``"error"``; else
+        ``$GOSTORE_LOG_LEVEL``) sets the level of every gostore logger in the
+        process. ``put_space_wait_ms`` (else ``$GOSTORE_PUT_SPACE_WAIT_MS``,
+        default 5000; 0 = never wait) bounds how long a put waits for room
+        the master says is being freed before it returns -200.
         """
         params = _setup_params(args, kwargs)  # all TypeErrors before native code
         for k in ("global_segment_size", "local_buffer_size"):

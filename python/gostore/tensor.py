@@ -52,8 +52,13 @@ _MAX_DESCR = 1 << 16
 
 
 def _np():
-    import numpy
-
+    try:
+        import numpy
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "gostore's tensor calls need numpy: pip install 'gostore[tensors]' (or numpy)",
+            name="numpy",
+        ) from e
     return numpy
 
 

@@ -121,7 +121,7 @@ def test_import_and_non_tensor_calls_work_without_numpy(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[-1] == "native loaded: False", out.stdout
     assert lines[0].startswith("tensor call: ModuleNotFoundError"), out.stdout
-    assert "numpy" in lines[0], out.stdout
+    assert "pip install 'gostore[tensors]'" in lines[0], out.stdout
 
 
 def test_missing_library_message(monkeypatch, tmp_path):

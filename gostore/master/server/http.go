@@ -53,6 +53,7 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_remove_total", "Objects removed.", st.Removes.Load)
 	counter("gostore_master_alloc_failure_total", "Puts that found no space.", st.AllocFailures.Load)
 	counter("gostore_master_clients_expired_total", "Clients dropped after client_ttl.", st.ClientsExpired.Load)
+	counter("gostore_master_clients_left_total", "Clients that closed and said so.", st.ClientsLeft.Load)
 	counter("gostore_master_free_error_total", "Allocator frees that broke an invariant (bugs).", st.FreeErrors.Load)
 	counter("gostore_master_put_taken_over_total", "Abandoned puts taken over by a new put of the key.", st.PutsTakenOver.Load)
 	counter("gostore_master_put_of_dead_client_total", "Unfinished puts dropped because their writer died.", st.PutsOfDeadClients.Load)
@@ -78,6 +79,8 @@ func newMetrics(core *master.Core) *metrics {
 	gauge("gostore_master_capacity_bytes", "Bytes contributed to the pool.", func(t master.Totals) float64 { return float64(t.Capacity) })
 	gauge("gostore_master_used_bytes", "Bytes allocated to replicas.", func(t master.Totals) float64 { return float64(t.Used) })
 	gauge("gostore_master_objects", "Objects in the index.", func(t master.Totals) float64 { return float64(t.Objects) })
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_clients", Help: "Clients alive (pinged within client_ttl)."},
+		func() float64 { return float64(core.Clients()) }))
 	return m
 }
 

@@ -28,6 +28,10 @@ type Server struct {
 	httpLn  net.Listener
 	metrics *metrics
 
+	// evictNow asks the tick loop for a pass before its next tick: a put
+	// was refused for space that eviction may free.
+	evictNow chan struct{}
+
 	stop chan struct{}
 	wg   sync.WaitGroup
 	once sync.Once
@@ -58,18 +62,19 @@ func Start(opts Options) (*Server, error) {
 		EnableOffload:          opts.EnableOffload,
 		OffloadOnEvict:         opts.OffloadOnEvict,
 	})
-	s := &Server{opts: opts, log: log, core: core, stop: make(chan struct{})}
+	s := &Server{opts: opts, log: log, core: core, stop: make(chan struct{}), evictNow: make(chan struct{}, 1)}
 	s.metrics = newMetrics(core)
 	s.rpc = rpc.NewServer(log, s.metrics.observe)
 	s.register()
 
 	var err error
-	s.rpcLn, err = net.Listen("tcp", net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
+	network := listenNetwork(opts.RPCAddress)
+	s.rpcLn, err = net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
 	if err != nil {
 		return nil, err
 	}
 	if opts.MetricsPort >= 0 {
-		s.httpLn, err = net.Listen("tcp", net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.MetricsPort)))
+		s.httpLn, err = net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.MetricsPort)))
 		if err != nil {
 			s.rpcLn.Close()
 			return nil, err
@@ -94,9 +99,25 @@ func Start(opts Options) (*Server, error) {
 		defer s.wg.Done()
 		s.tickLoop()
 	}()
-	log.Info("master serving", "rpc", s.Addr(), "http", s.HTTPAddr(),
+	// The addresses the sockets are bound to, as the kernel reports them
+	// (a wildcard stays a wildcard), then where a local client dials.
+	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
+		"rpc", s.Addr(), "http", s.HTTPAddr(), "offload", opts.EnableOffload,
 		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
 	return s, nil
+}
+
+// listenNetwork keeps a listener on the address family --rpc_address
+// names: Go's "tcp" turns 0.0.0.0 into a dual-stack [::] that also takes
+// IPv6 connections the operator did not ask for.
+func listenNetwork(addr string) string {
+	switch ip := net.ParseIP(addr); {
+	case ip == nil:
+		return "tcp" // a host name: whatever it resolves to
+	case ip.To4() != nil:
+		return "tcp4"
+	}
+	return "tcp6"
 }
 
 // Core exposes the metadata core (tests and introspection).
@@ -105,6 +126,14 @@ func (s *Server) Core() *master.Core { return s.core }
 // Addr is the RPC listener's address, dialable from this host (a wildcard
 // listener reports 127.0.0.1).
 func (s *Server) Addr() string { return dialable(s.rpcLn.Addr()) }
+
+// httpListen is the HTTP listener's bound address, or "disabled".
+func (s *Server) httpListen() string {
+	if s.httpLn == nil {
+		return "disabled"
+	}
+	return s.httpLn.Addr().String()
+}
 
 // HTTPAddr is the HTTP listener's address, or "" when disabled.
 func (s *Server) HTTPAddr() string {
@@ -137,25 +166,57 @@ func (s *Server) Close() {
 	})
 }
 
+// minEarlyTick spaces the ticks that refused puts ask for, so a storm of
+// refusals cannot turn eviction passes into a busy loop.
+const minEarlyTick = 5 * time.Millisecond
+
 func (s *Server) tickLoop() {
 	t := time.NewTicker(s.opts.TickInterval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
-			for _, id := range s.core.Tick() {
-				s.log.Warn("client expired: no ping within client_ttl; its segments are unmounted", "client", id)
+		case <-s.evictNow:
+			if time.Since(last) < minEarlyTick {
+				continue // the next tick runs it
 			}
 		}
+		last = time.Now()
+		for _, id := range s.core.Tick() {
+			s.log.Warn("client expired: no ping within client_ttl; its segments are unmounted", "client", id)
+		}
 	}
+}
+
+// startWrites answers PutStart and UpsertStart, and asks for an eviction
+// pass at once when a key was refused for room eviction may free.
+func (s *Server) startWrites(res []wire.PutStartResult, err error) (*wire.PutStartResp, error) {
+	for _, r := range res {
+		if r.Code == wire.ErrNoAvailableHandle && r.Space != wire.SpaceNone {
+			select {
+			case s.evictNow <- struct{}{}:
+			default:
+			}
+			break
+		}
+	}
+	return &wire.PutStartResp{Results: res}, err
 }
 
 func (s *Server) register() {
 	c := s.core
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
-		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID)}, nil
+		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID),
+			OffloadEnabled: s.opts.EnableOffload}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpClientLeave, func(r *wire.LeaveReq) (*struct{}, error) {
+		if c.ClientLeave(r.ClientID) {
+			s.log.Info("client left", "client", r.ClientID)
+		}
+		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
 		id, err := c.MountSegment(r.Seg)
@@ -175,8 +236,7 @@ func (s *Server) register() {
 		return &wire.QuerySegmentsResp{Segs: c.QuerySegments(r.IDs)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
-		res, err := c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
-		return &wire.PutStartResp{Results: res}, err
+		return s.startWrites(c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config))
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.PutEnd(r.ClientID, r.Keys, r.Epochs)}, nil
@@ -204,8 +264,7 @@ func (s *Server) register() {
 		return &wire.CountResp{N: c.RemoveAll(r.Force)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpUpsertStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
-		res, err := c.UpsertStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
-		return &wire.PutStartResp{Results: res}, err
+		return s.startWrites(c.UpsertStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config))
 	})
 	rpc.HandleFunc(s.rpc, wire.OpReadDone, func(r *wire.KeysReq) (*struct{}, error) {
 		c.ReadDone(r.Keys, r.Epochs)

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +15,9 @@ import (
 
 func main() {
 	opts, err := server.ParseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h / --help printed the flags: asking for help is no error
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gostore-master:", err)
 		os.Exit(2)
