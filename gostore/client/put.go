@@ -4,6 +4,7 @@ package client
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
@@ -223,16 +224,19 @@ func (c *Client) startWrite(ctx context.Context, start wire.Op, req *wire.PutSta
 	for c.cfg.PutSpaceWait > 0 {
 		var again []int
 		for j, r := range resp.Results {
-			if r.Code != wire.ErrNoAvailableHandle {
+			ns := r.NoSpace
+			if r.Code != wire.ErrNoAvailableHandle || ns == nil {
 				continue
 			}
 			if firstPass == nil {
 				firstPass = make([]uint64, len(resp.Results))
-				for k := range firstPass {
-					firstPass[k] = resp.Results[k].Passes
+				for k, r := range resp.Results {
+					if r.NoSpace != nil {
+						firstPass[k] = r.NoSpace.Passes
+					}
 				}
 			}
-			if r.Space == wire.SpaceComing || r.Space == wire.SpaceUnknown && r.Passes == firstPass[j] {
+			if ns.Space == wire.SpaceComing || ns.Space == wire.SpaceUnknown && ns.Passes == firstPass[j] {
 				again = append(again, j)
 			}
 		}
@@ -275,6 +279,7 @@ func (c *Client) startWrite(ctx context.Context, start wire.Op, req *wire.PutSta
 // noSpaceLog logs the first put of a burst refused for space, with the
 // master's reason, and how many more were refused once one succeeds.
 type noSpaceLog struct {
+	burst   atomic.Bool // inBurst, read without the lock by every put
 	mu      sync.Mutex
 	inBurst bool
 	more    int
@@ -296,11 +301,12 @@ func (l *noSpaceLog) note(log interface {
 			stored = true
 		}
 	}
-	if first < 0 && !stored {
-		return
+	if first < 0 && (!stored || !l.burst.Load()) {
+		return // nothing refused, and no burst to end: the common put
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer func() { l.burst.Store(l.inBurst) }()
 	if stored && l.inBurst && first < 0 {
 		if l.more > 0 {
 			log.Info("puts find space again", "refused_since_logged", l.more)
@@ -316,6 +322,14 @@ func (l *noSpaceLog) note(log interface {
 	}
 	l.inBurst, l.more = true, refused-1
 	log.Warn("no space for a put (-200 NO_AVAILABLE_HANDLE); later refusals are counted, not logged, until a put finds space",
-		"op", op.String(), "key", req.Keys[first], "size", req.Sizes[first], "reason", results[first].Why,
+		"op", op.String(), "key", req.Keys[first], "size", req.Sizes[first], "reason", why(results[first]),
 		"waited", waited.Round(time.Millisecond), "refused_in_batch", refused)
+}
+
+// why is a refusal's reason, as the master gave it.
+func why(r wire.PutStartResult) string {
+	if r.NoSpace == nil {
+		return "the master gave none"
+	}
+	return r.NoSpace.Why
 }

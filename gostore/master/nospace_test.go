@@ -15,10 +15,10 @@ func refusal(t *testing.T, c *Core, key string, size uint64, cfg wire.ReplicaCon
 	if res.Code != wire.ErrNoAvailableHandle {
 		t.Fatalf("put %s (%d bytes) = %v, want -200", key, size, res.Code)
 	}
-	if res.Why == "" {
+	if res.NoSpace == nil || res.NoSpace.Why == "" {
 		t.Fatalf("put %s: -200 without a reason", key)
 	}
-	return res.Why, res.Space
+	return res.NoSpace.Why, res.NoSpace.Space
 }
 
 func TestNoSpaceSaysWhyAndWhetherToWait(t *testing.T) {

@@ -183,8 +183,8 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 	if len(reps) == 0 {
 		c.stats.AllocFailures.Add(1)
 		why, space := p.noSpace(size)
-		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle, Why: why, Space: space,
-			Passes: uint64(c.stats.EvictionPasses.Load())}
+		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle, NoSpace: &wire.NoSpace{Why: why, Space: space,
+			Passes: uint64(c.stats.EvictionPasses.Load())}}
 	}
 	o := &object{size: size, replicas: reps, hardPin: hardPin}
 	c.startWrite(o, now, clientID, cfg)

@@ -265,7 +265,7 @@ func (m *PutStartResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		return err
 	}
 	return encodeList(e, m.Results, func(r PutStartResult) error {
-		if err := e.EncodeArrayLen(6); err != nil {
+		if err := e.EncodeArrayLen(4); err != nil {
 			return err
 		}
 		if err := e.EncodeInt(int64(r.Code)); err != nil {
@@ -277,13 +277,10 @@ func (m *PutStartResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		if err := e.EncodeUint(r.Epoch); err != nil {
 			return err
 		}
-		if err := e.EncodeString(r.Why); err != nil {
-			return err
+		if r.NoSpace == nil {
+			return e.EncodeNil()
 		}
-		if err := e.EncodeUint(uint64(r.Space)); err != nil {
-			return err
-		}
-		return e.EncodeUint(r.Passes)
+		return e.Encode(r.NoSpace) // refusals only: reflection is fine
 	})
 }
 
@@ -306,21 +303,13 @@ func (m *PutStartResp) DecodeMsgpack(d *msgpack.Decoder) error {
 		if r.Epoch, err = d.DecodeUint64(); err != nil {
 			return err
 		}
-		if f < 6 { // an older master's three fields
+		if f < 4 { // an older master's three fields
 			return skipRest(d, f, 3)
 		}
-		if r.Why, err = d.DecodeString(); err != nil {
+		if err := d.Decode(&r.NoSpace); err != nil {
 			return err
 		}
-		space, err := d.DecodeUint8()
-		if err != nil {
-			return err
-		}
-		r.Space = SpaceOutlook(space)
-		if r.Passes, err = d.DecodeUint64(); err != nil {
-			return err
-		}
-		return skipRest(d, f, 6)
+		return skipRest(d, f, 4)
 	})
 	if err != nil {
 		return err

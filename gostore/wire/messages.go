@@ -181,13 +181,19 @@ type PutStartResult struct {
 	// Epoch names this write; PutEnd/PutRevoke quote it so that a write
 	// preempted by a newer one (same client or not) cannot end the newer.
 	Epoch uint64
-	// Why, Space and Passes explain an ErrNoAvailableHandle: why no room
-	// was found (for the writer's log), whether waiting may bring it, and
-	// how many eviction passes the master had run (a writer told
-	// SpaceUnknown waits for the next one). All zero for other outcomes.
-	Why    string
-	Space  SpaceOutlook
-	Passes uint64
+	// NoSpace explains an ErrNoAvailableHandle; nil for other outcomes
+	// (a pointer keeps the results of successful puts small).
+	NoSpace *NoSpace
+}
+
+// NoSpace says why a key found no room (for the writer's log), whether
+// waiting may bring it, and how many eviction passes the master had run (a
+// writer told SpaceUnknown waits for the next one).
+type NoSpace struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Why      string
+	Space    SpaceOutlook
+	Passes   uint64
 }
 
 // SpaceOutlook tells a writer refused for lack of space whether to wait.

@@ -195,7 +195,7 @@ func (s *Server) tickLoop() {
 // pass at once when a key was refused for room eviction may free.
 func (s *Server) startWrites(res []wire.PutStartResult, err error) (*wire.PutStartResp, error) {
 	for _, r := range res {
-		if r.Code == wire.ErrNoAvailableHandle && r.Space != wire.SpaceNone {
+		if r.NoSpace != nil && r.NoSpace.Space != wire.SpaceNone {
 			select {
 			case s.evictNow <- struct{}{}:
 			default:
