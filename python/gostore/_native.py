@@ -182,11 +182,18 @@ def _warn_forked(name: str) -> None:
 _fork_warned = False
 
 
+# Releases that finalizers run (also at a forked child's exit): in a child
+# they do nothing, silently; the memory belongs to the parent's runtime.
+_SILENT_IN_CHILD = frozenset({"gs_store_free", "gs_free_buffer", "gs_get_abort", "gs_master_stop"})
+
+
 def _forked_stub(name: str, restype: object) -> Callable[..., object]:
     results = _RESULT_ARRAYS.get(name)
+    silent = name in _SILENT_IN_CHILD
 
     def call(*args: object) -> object:
-        _warn_forked(name)
+        if not silent:
+            _warn_forked(name)
         if results is not None:
             n, addr = args[1], args[-1]
             if isinstance(n, int) and n > 0 and isinstance(addr, int) and addr:
