@@ -32,8 +32,15 @@ package storage
 // records, plus meta, each rounded up to a whole block as the disk holds
 // them) must stay within min(TotalSizeLimit, BucketMaxTotalSize), where
 // BucketMaxTotalSize 0 means the disk cap of diskcap.go (90% of the file
-// system, and what the buckets hold plus 95% of the free space at open);
-// an explicit BucketMaxTotalSize replaces that rule. The live keys stay within
+// system, and what the buckets hold plus 95% of the free space at open; the
+// cap is this process's alone); an explicit BucketMaxTotalSize replaces that
+// rule. Whatever the cap, each bucket must also leave the file system above
+// the floor of diskcap.go (10% of it free; shared by every tier on it):
+// reservations check it against an effective cap (see
+// prepareEvictionLocked), so the floor evicts or refuses like the cap. A
+// write that meets ENOSPC anyway fails as ErrFull (with eviction on, after
+// one retry that evicts against the disk as it is then), the cap unchanged.
+// The live keys stay within
 // TotalKeysLimit (a batch's keys are all counted as new, so replacing keys
 // at the key limit may evict slightly early). When a bucket would not fit:
 // "none" → ErrFull; "fifo" → evict the oldest buckets; "lru" → evict the
@@ -291,25 +298,21 @@ func (b *bucketBackend) BatchOffload(keys []string, values [][]byte) []error {
 }
 
 // offloadGroup writes one bucket holding keys[i], values[i] for i in idx.
-// A disk that fills up before the size cap (other files share it) lowers
-// the cap to what is in use and, with eviction on, retries once: the
-// retry evicts room instead of failing. A write the full disk still
-// refuses fails as ErrFull.
+// A disk that fills up below the size cap and the floor anyway (other
+// files grew since the reservation checked it) fails the write as ErrFull,
+// the cap unchanged; with eviction on it first retries once: the retry's
+// floor check sees the disk as it is now and evicts room for it.
 func (b *bucketBackend) offloadGroup(keys []string, values [][]byte, idx []int) error {
 	err := b.writeGroup(keys, values, idx)
 	if !isNoSpace(err) {
 		return err
 	}
-	b.mu.Lock()
-	lowerCap(bucketName, b.dir, &b.sizeCap, b.disk+b.resBytes)
-	policy := b.policy
-	b.mu.Unlock()
-	if policy != bucketPolicyNone {
+	if b.policy != bucketPolicyNone {
 		if err = b.writeGroup(keys, values, idx); !isNoSpace(err) {
 			return err
 		}
 	}
-	return diskFull(err)
+	return noSpace(bucketName, b.dir, err)
 }
 
 func (b *bucketBackend) writeGroup(keys []string, values [][]byte, idx []int) error {
@@ -359,23 +362,56 @@ func (b *bucketBackend) writeGroup(keys []string, values [][]byte, idx []int) er
 }
 
 // prepareEvictionLocked makes room for need bytes and nkeys keys on top of
-// what is published and reserved. It returns the evicted buckets (already
-// unlinked from the index) and their keys.
+// what is published and reserved, within the size cap and above the floor
+// of diskcap.go. It returns the evicted buckets (already unlinked from the
+// index) and their keys.
+//
+// The floor enters as an effective cap, computed once from one statfs
+// before anything is evicted:
+//
+//	capNow = min(sizeCap, disk + room)    (0 when disk + room < 0)
+//
+// where disk is the published buckets' bytes and room = free - floor
+// (diskRoom; negative below the floor). A reservation fits when
+// disk + resBytes + need <= capNow, that is resBytes + need <= room plus
+// the bytes of the buckets it evicts. That is never too little eviction:
+//   - the published buckets are on disk (not in free), and the victims
+//     evicted here are deleted (phase 2) before this bucket is written, so
+//     each one's bytes do come back to the free space first;
+//   - reservations in flight (resBytes, this one's need) are counted whole,
+//     as if none of their blocks were written yet: what they did write is
+//     out of free already and so counts twice (slight over-eviction);
+//   - buckets unlinked by other writes whose files are not deleted yet are
+//     out of both disk and free: counted as used, freed later (over-eviction
+//     again, never under).
+//
+// capNow stays fixed while victims go (disk drops by each one): recomputed,
+// it would lose the victims' bytes, which the statfs cannot see freed yet.
 func (b *bucketBackend) prepareEvictionLocked(need, nkeys uint64) ([]*bucketFile, []string, error) {
+	room, err := diskRoom(b.dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	capNow := b.sizeCap
+	if floorCap := int64(b.disk) + room; floorCap < 0 {
+		capNow = 0
+	} else if uint64(floorCap) < capNow {
+		capNow = uint64(floorCap)
+	}
 	fits := func() bool {
-		return b.disk+b.resBytes+need <= b.sizeCap && uint64(len(b.index))+b.resKeys+nkeys <= b.keysCap
+		return b.disk+b.resBytes+need <= capNow && uint64(len(b.index))+b.resKeys+nkeys <= b.keysCap
 	}
 	if fits() {
 		return nil, nil, nil
 	}
 	if b.policy == bucketPolicyNone {
-		return nil, nil, fmt.Errorf("%w: %d bytes in use + %d needed > %d, or %d keys + %d > %d (eviction policy none)",
-			ErrFull, b.disk+b.resBytes, need, b.sizeCap, uint64(len(b.index))+b.resKeys, nkeys, b.keysCap)
+		return nil, nil, fmt.Errorf("%w: %d bytes in use + %d needed > %d (the size cap %d, or the disk's free space above its %.0f%% floor), or %d keys + %d > %d (eviction policy none)",
+			ErrFull, b.disk+b.resBytes, need, capNow, b.sizeCap, (1-diskShare)*100, uint64(len(b.index))+b.resKeys, nkeys, b.keysCap)
 	}
 	// Even evicting every published bucket would not be enough.
-	if b.resBytes+need > b.sizeCap || b.resKeys+nkeys > b.keysCap {
-		return nil, nil, fmt.Errorf("%w: bucket of %d bytes / %d keys exceeds the limits (%d bytes, %d keys) with %d bytes reserved",
-			ErrFull, need, nkeys, b.sizeCap, b.keysCap, b.resBytes)
+	if b.resBytes+need > capNow || b.resKeys+nkeys > b.keysCap {
+		return nil, nil, fmt.Errorf("%w: bucket of %d bytes / %d keys exceeds the limits (%d bytes: the size cap %d or the disk's free space above its floor; %d keys) with %d bytes reserved",
+			ErrFull, need, nkeys, capNow, b.sizeCap, b.keysCap, b.resBytes)
 	}
 	var victims []*bucketFile
 	var keys []string

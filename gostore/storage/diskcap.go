@@ -2,10 +2,25 @@
 // The configured TotalSizeLimit (2 TiB by default) says nothing about the
 // disk, so a backend that trusted it alone would write until ENOSPC and
 // leave the file system 100% full, to the harm of everything else on it.
-// At open each backend therefore caps its size with diskCap; a disk that
-// fills before the cap anyway (other files grew) lowers the cap to what the
-// backend holds (lowerCap) and fails the write as full (diskFull), not as
-// an I/O error.
+// Two rules do that:
+//
+//   - The cap (diskCap), computed once at open: the configured limit, but no
+//     more than 90% of the file system and what the backend holds plus 95%
+//     of the free space then. It is per process: it cannot see the other
+//     tiers (one per GPU process, usually on one NVMe) that open on the same
+//     file system, each of which gets a cap of its own.
+//   - The floor (diskRoom), checked with statfs at each reservation: no
+//     backend starts a write that would leave the file system less than 10%
+//     of its size free, whatever its cap says. The floor is what keeps all
+//     the tiers on a file system, together, from filling it past 90%.
+//     Backends without eviction (offset_allocator, file_per_key) refuse the
+//     object as ErrFull; the bucket backend with eviction on evicts its own
+//     oldest buckets to keep above the floor, as it does for its cap.
+//
+// A write that meets ENOSPC anyway (another program's files grew between
+// the check and the write) fails as full (diskFull), not as an I/O error,
+// and is logged (noSpace); the cap stays what it was at open, as the floor
+// check at the next reservation sees the disk as it is by then.
 
 package storage
 
@@ -13,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -55,16 +72,45 @@ func diskCap(backend, dir string, limit, held uint64) (uint64, error) {
 	return byDisk, nil
 }
 
-// lowerCap is what a backend does when the disk fills up below its cap
-// (other files share it): the cap drops to the bytes in use, so later
-// writes are refused (or evict) up front instead of failing on the full
-// disk again. The caller holds the lock that guards *cap.
-func lowerCap(backend, dir string, cap *uint64, inUse uint64) {
-	if inUse < *cap {
-		slog.Warn("storage: disk full below the size cap; lowering the cap to the bytes in use",
-			"backend", backend, "dir", dir, "cap", *cap, "in_use", inUse)
-		*cap = inUse
+// diskFloorOff turns the floor off (tests that make writes meet ENOSPC).
+var diskFloorOff atomic.Bool
+
+// diskRoom returns the bytes that may still be written to the file system
+// of dir before its free space falls to the floor (1-diskShare of its size):
+// negative when the file system is already below the floor (other files
+// filled it), by that much.
+// It is one statfs: callers hold the lock that guards their reservations
+// while they call it, so that no write of theirs ends (and leaves their
+// in-flight count without showing in the free space) between the statfs
+// and the check.
+func diskRoom(dir string) (int64, error) {
+	if diskFloorOff.Load() {
+		return math.MaxInt64 / 2, nil
 	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("storage: statfs %s: %w", dir, err)
+	}
+	total := st.Blocks * uint64(st.Bsize)
+	free := st.Bavail * uint64(st.Bsize)
+	floor := total - uint64(float64(total)*diskShare)
+	return int64(free) - int64(floor), nil
+}
+
+// floorFull is the error of a write refused by the floor.
+func floorFull(dir string, need, inFlight uint64, room int64) error {
+	return fmt.Errorf("%w: %d bytes (plus %d in flight) would leave the file system of %s less than %.0f%% free (%d bytes above that floor)",
+		ErrFull, need, inFlight, dir, (1-diskShare)*100, max(room, 0))
+}
+
+// noSpace logs a write that met ENOSPC below the cap and the floor (other
+// files filled the disk since the check) and returns it as ErrFull. The cap
+// is left alone: the floor check of the next reservation sees the disk as
+// it is then, so room that comes back is used again.
+func noSpace(backend, dir string, err error) error {
+	slog.Warn("storage: disk full below the size cap; the write fails as full",
+		"backend", backend, "dir", dir, "err", err)
+	return diskFull(err)
 }
 
 // isNoSpace reports whether err says the disk is full: ENOSPC, or EDQUOT

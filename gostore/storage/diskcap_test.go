@@ -93,11 +93,12 @@ func diskcapOpen(t *testing.T, dir, desc string, uring bool) *FileStorage {
 
 // diskcapWriter offloads distinct keys with key-derived values in batches.
 type diskcapWriter struct {
-	t     *testing.T
-	fs    *FileStorage
-	sizes map[string]int // every key offloaded, stored or not
-	keys  []string
-	next  int
+	t      *testing.T
+	fs     *FileStorage
+	prefix string         // of the keys: tiers sharing a disk get distinct ones
+	sizes  map[string]int // every key offloaded, stored or not
+	keys   []string
+	next   int
 	// Per outcome: stored, refused as full (UNABLE_OFFLOAD), failed otherwise.
 	stored, full, bad int
 }
@@ -107,7 +108,7 @@ func (w *diskcapWriter) batch(n int) (bytes int, errs []error) {
 	keys := make([]string, n)
 	vals := make([][]byte, n)
 	for i := range keys {
-		keys[i] = fmt.Sprintf("obj-%05d", w.next)
+		keys[i] = fmt.Sprintf("%sobj-%05d", w.prefix, w.next)
 		vals[i] = diskcapVal(keys[i], diskcapSizes[w.next%len(diskcapSizes)])
 		w.sizes[keys[i]] = len(vals[i])
 		w.keys = append(w.keys, keys[i])
@@ -256,6 +257,7 @@ func TestDiskCapFullBelowCap(t *testing.T) {
 				t.Fatal(err)
 			}
 			size, _ := diskcapStat(t, mnt)
+			diskFloorDisable(t) // the writes meet ENOSPC, not the floor
 			fs := diskcapOpen(t, dir, desc, uring)
 			_, base := diskcapStat(t, mnt)
 			// Another program takes 60% of the disk after the tier opened.

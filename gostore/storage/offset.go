@@ -43,14 +43,18 @@ import (
 // records only. The records' bytes stay within the disk cap: TotalSizeLimit
 // (rounded down to 4 KiB), but no more than diskcap.go allows (90% of the
 // file system, and what the file's records hold plus 95% of the free space
-// at open). Opening punches every gap between the records found (dead
+// at open; the cap is this process's alone). Each record must also leave
+// the file system above the floor of diskcap.go (10% of it free, whatever
+// the cap says; shared by every tier on it), the records being written
+// counted as not yet on disk: a record that does not fit is refused as
+// ErrFull. Opening punches every gap between the records found (dead
 // records' tails, torn writes, blocks an older version reserved) before it
 // measures the disk. A file from an earlier run that holds records past the
 // cap keeps them all: the allocator's capacity reaches the last record, and
 // new records are refused until the bytes in use fall below the cap. A
 // record whose write or datasync fails gives its extent back and punches
-// it; when the disk was full (ENOSPC below the cap: other files filled it)
-// the cap drops to the bytes in use and the object fails as ErrFull.
+// it; when the disk was full (ENOSPC: other files grew since the floor
+// check) the object fails as ErrFull, the cap unchanged.
 
 const (
 	offsetMagic   = 0x324f5347 // "GSO2": values block-aligned
@@ -85,9 +89,10 @@ type offsetBackend struct {
 	bytes     atomic.Int64
 	zero      []byte // one aligned zero block for invalidation
 
-	amu   sync.Mutex
-	al    *alloc.Allocator
-	limit uint64 // the most bytes al may hand out: the disk cap
+	amu     sync.Mutex
+	al      *alloc.Allocator
+	limit   uint64 // the most bytes al may hand out: the disk cap
+	writing uint64 // bytes of the records being written (the floor counts them)
 
 	closeMu sync.RWMutex // held shared by every operation, exclusively by Close
 	closed  bool
@@ -189,9 +194,8 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 		}
 	})
 	synced := b.eng.Datasync(b.f)
-	full := isNoSpace(synced)
-	if full {
-		synced = diskFull(synced)
+	if isNoSpace(synced) {
+		synced = noSpace(b.Name(), b.dir, synced)
 	}
 	var replaced []*offsetEntry
 	for i, p := range pend {
@@ -205,9 +209,6 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 				replaced = append(replaced, old)
 			}
 		}
-	}
-	if full {
-		b.lowerCap()
 	}
 	b.release(replaced...)
 	shareLast(errs, keys, last)
@@ -240,21 +241,36 @@ func (b *offsetBackend) write(key string, val []byte) (*offsetPending, error) {
 	span := offsetSpan(key, uint64(len(val)))
 	b.amu.Lock()
 	off, ok, used, limit := uint64(0), false, b.al.Used(), b.limit
-	if used+span <= limit {
+	// The floor: the records being written may not have taken their
+	// blocks yet, so they count on top of what statfs reports in use.
+	room, err := diskRoom(b.dir)
+	if err == nil && int64(b.writing+span) > room {
+		err = floorFull(b.dir, span, b.writing, room)
+	}
+	if err == nil && used+span <= limit {
 		off, ok = b.al.Alloc(span)
+	}
+	if ok {
+		b.writing += span
 	}
 	b.amu.Unlock()
 	p.e = &offsetEntry{off: off, span: span, size: uint64(len(val))}
 	if !ok {
 		p.e.span = 0
 		b.abandon(p)
+		if err != nil {
+			return nil, fmt.Errorf("storage: offset_allocator: offload %q: %w", key, err)
+		}
 		return nil, fmt.Errorf("%w: no %d-byte extent for %q (%d of %d bytes in use)", ErrFull, span, key, used, limit)
 	}
-	if err := b.writeRecord(off, span, key, val); err != nil {
+	err = b.writeRecord(off, span, key, val)
+	b.amu.Lock()
+	b.writing -= span // its blocks are taken now (or punched by abandon)
+	b.amu.Unlock()
+	if err != nil {
 		b.abandon(p)
 		if isNoSpace(err) {
-			b.lowerCap()
-			err = diskFull(err)
+			err = noSpace(b.Name(), b.dir, err)
 		}
 		return nil, fmt.Errorf("storage: offset_allocator: offload %q: %w", key, err)
 	}
@@ -275,14 +291,6 @@ func (b *offsetBackend) abandon(p *offsetPending) {
 	if p.reserved {
 		b.keys.Add(-1)
 	}
-}
-
-// lowerCap is called after a write found the disk full below the cap (and
-// gave back its extent): the cap drops to the bytes allocated.
-func (b *offsetBackend) lowerCap() {
-	b.amu.Lock()
-	defer b.amu.Unlock()
-	lowerCap(b.Name(), b.dir, &b.limit, b.al.Used())
 }
 
 // publish makes a durable record the key's current one. It returns the

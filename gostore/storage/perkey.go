@@ -40,11 +40,15 @@ import (
 // files take (header and key padded to a block, plus the value padded to a
 // block) within the disk cap: TotalSizeLimit, but no more than diskcap.go
 // allows (90% of the file system, and what the files hold plus 95% of the
-// free space at open). A replacement counts the new file on top of the old
-// one until it is renamed over it, as the disk holds both until then. A
-// write the disk refuses (ENOSPC, other files filled it before the cap)
-// lowers the cap to the bytes in use and fails as ErrFull; a failed write
-// never leaves its temporary file behind (writeFileAtomic removes it).
+// free space at open; the cap is this process's alone). A replacement
+// counts the new file on top of the old one until it is renamed over it, as
+// the disk holds both until then. Each write must also leave the file
+// system above the floor of diskcap.go (10% of it free, whatever the cap
+// says; shared by every tier on it): the files being written count as not
+// yet on disk, and an object that does not fit is refused as ErrFull. A
+// write the disk refuses anyway (ENOSPC: other files grew since the check)
+// fails as ErrFull too, the cap unchanged; a failed write never leaves its
+// temporary file behind (writeFileAtomic removes it).
 
 const (
 	perkeyMagic   = 0x4b505347 // "GSPK"
@@ -68,6 +72,7 @@ type perkeyBackend struct {
 	bytes   uint64 // sum of value sizes, including writes in progress
 	keys    uint64 // live keys, including new keys being written
 	disk    uint64 // bytes of the files, including writes in progress
+	writing uint64 // bytes of the files being written (part of disk)
 	diskCap uint64 // the most disk may reach (see diskCap)
 	closed  bool
 }
@@ -201,22 +206,33 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 		b.mu.Unlock()
 		return err
 	}
+	// The floor: the files being written may not have taken their blocks
+	// yet, so they count on top of what statfs reports in use.
+	room, err := diskRoom(b.dir)
+	if err == nil && int64(b.writing+fileLen) > room {
+		err = floorFull(b.dir, fileLen, b.writing, room)
+	}
+	if err != nil {
+		b.mu.Unlock()
+		return fmt.Errorf("storage: file_per_key: offload %q: %w", key, err)
+	}
 	b.bytes += size // reserved until the write ends
 	b.keys += newKey
 	b.disk += fileLen
+	b.writing += fileLen
 	b.mu.Unlock()
 
-	err := b.writeFile(h, key, val)
+	err = b.writeFile(h, key, val)
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.writing -= fileLen
 	if err != nil {
 		b.bytes -= size
 		b.keys -= newKey
 		b.disk -= fileLen
 		if isNoSpace(err) {
-			lowerCap(b.Name(), b.dir, &b.diskCap, b.disk)
-			err = diskFull(err)
+			err = noSpace(b.Name(), b.dir, err)
 		}
 		return fmt.Errorf("storage: file_per_key: offload %q: %w", key, err)
 	}
