@@ -157,3 +157,32 @@ def test_tier_never_fills_a_small_disk(master_factory, small_fs, monkeypatch, ba
         assert readable >= 16
     finally:
         s.close()
+
+
+def test_a_tier_that_refuses_offloads_does_not_stall_puts(master_factory, peer_factory, tmp_path):
+    """The tier's disk at its limit refuses every offload, so the objects
+    said to wait for their disk copy never get one. Puts stop waiting once
+    the master shows no progress (about 2 s, once), not put_space_wait_ms
+    each; the tier logs its failures once, not at every eviction pass."""
+    m = master_factory(enable_offload=True)
+    p = peer_factory(m, segment="16MB", ssd=str(tmp_path), env={
+        "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": "offset_allocator_storage_backend",
+        "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": str(8 * MiB),
+        "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES": str(16 * MiB),
+        "GOSTORE_PUT_SPACE_WAIT_MS": "60000", "GOSTORE_LOG_LEVEL": "warn"})
+    t0 = time.monotonic()
+    codes = [p.put_pattern(f"k{i}", MiB, i) for i in range(40)]
+    elapsed = time.monotonic() - t0
+    assert codes.count(0) >= 16 and set(codes) <= {0, NO_SPACE}, codes
+    assert codes[-5:] == [NO_SPACE] * 5, codes
+    # 24 refusals waiting 60 s each would take 24 minutes; a stall is
+    # noticed once (2 s without progress) and remembered.
+    assert elapsed < 30, f"{len(codes)} puts took {elapsed:.1f} s"
+    log = p.log()
+    # Failures interleave with the first successes (one line per run of
+    # them), then every pass asks again in vain: counted, not logged.
+    assert 1 <= log.count("offload failed") <= 5, log
+    assert log.count(REFUSAL) == 1, log
+    for i, c in enumerate(codes):
+        if c == 0:
+            assert p.check_pattern(f"k{i}", MiB, i)

@@ -41,7 +41,7 @@ def log_levels(text: str) -> set:
 
 @pytest.mark.parametrize("segment", [16 * MiB, 0], ids=["contributor", "consumer"])
 def test_close_leaves_at_once_and_is_never_expired(master_factory, store_factory, segment):
-    m = master_factory(client_ttl=1)
+    m = master_factory(client_ttl=5)
     s = store_factory(m, segment=segment)
     if segment:
         assert s.put("k", b"v" * 1000) == 0

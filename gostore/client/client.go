@@ -81,7 +81,11 @@ type Client struct {
 	staging   *staging
 	readsDone keyBatch // ReadDone of ended reads
 	planEnds  keyBatch // PutEnd of committed plans
-	noSpace   noSpaceLog
+	noSpace   burstLog // puts refused for space
+	// spaceStalledAt is 1 + the master's progress count at which a write
+	// last gave up waiting for room that did not come (0: none): later
+	// writes seeing the same count do not wait again.
+	spaceStalledAt atomic.Uint64
 
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
@@ -141,19 +145,24 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.peers.init()
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
-	ok := false
-	defer func() {
-		if !ok {
-			c.release()
-		}
-	}()
+	ok, known := false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	defer func() {
+		if ok {
+			return
+		}
+		if known { // the master counts us from the first ping: say we are gone
+			c.master.Call(ctx, wire.OpClientLeave, &wire.LeaveReq{ClientID: c.id}, nil)
+		}
+		c.release()
+	}()
 	var hello wire.PingResp
 	if err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &hello); err != nil {
 		c.log.Error("master unreachable", "master", cfg.MasterServerAddr, "err", err)
 		return nil, err
 	}
+	known = true
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
 		// The tier would run and never be asked to store anything.
 		err := wire.Errorf(wire.ErrUnableOffload, "enable_ssd_offload: the master at %s does not accept SSD offload; "+

@@ -4,7 +4,6 @@ package client
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
@@ -36,7 +35,9 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 
 // write runs the three-phase write pipeline with start (PutStart or
 // UpsertStart) as its first phase. m carries the items' device parts (nil
-// when there are none).
+// when there are none). Items refused for room the master says is on its
+// way are written again in a later round (see spaceWait); each round ends
+// its own writes first, so nothing stays half-written while a round waits.
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m *mixedCall) []wire.Code {
 	out := make([]wire.Code, len(items))
 	leave, err := c.enter()
@@ -46,37 +47,67 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m
 	}
 	defer leave()
 	defer m.release() // the bounces go back before Close may take the pool
-	ctx, cancel := c.ctx()
-	defer cancel()
-
-	// Phase 1: ask the master where to write the valid items.
-	idx := make([]int, 0, len(items))
-	req := wire.PutStartReq{ClientID: c.id, Config: cfg, HostID: transfer.HostID()}
+	round := make([]int, 0, len(items))
 	for i, it := range items {
-		size := it.size() + m.devBytes(i)
-		if it.Key == "" || size == 0 {
+		if size := it.size() + m.devBytes(i); it.Key == "" || size == 0 {
 			c.log.Warn("write rejected: empty key or value", "op", start.String(), "key", it.Key, "size", size)
 			out[i] = wire.ErrInvalidParams
 			continue
 		}
-		idx = append(idx, i)
-		req.Keys = append(req.Keys, it.Key)
-		req.Sizes = append(req.Sizes, size)
+		round = append(round, i)
 	}
-	if len(idx) == 0 {
+	if len(round) == 0 {
 		return out
 	}
 	if start == wire.OpUpsertStart {
 		// This client's finished reads must not make its own upsert busy.
 		c.readsDone.flush(c.master, c.id, c.log)
 	}
-	resp, err := c.startWrite(ctx, start, &req)
+	wait := spaceWait{c: c}
+	for len(round) > 0 {
+		round = wait.again(c.writeRound(start, items, cfg, m, round, out))
+	}
+	c.noteNoSpace(start, items, m, out, &wait)
+	return out
+}
+
+// refusal is an item refused for space, with the master's explanation.
+type refusal struct {
+	item    int
+	noSpace *wire.NoSpace // nil from a master that gives none
+}
+
+// writeRound writes items[i] for each i in round, under one call timeout,
+// setting out[i]; it returns the items refused for space.
+func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m *mixedCall, round []int, out []wire.Code) []refusal {
+	ctx, cancel := c.ctx()
+	defer cancel()
+
+	// Phase 1: ask the master where to write.
+	idx := round
+	req := wire.PutStartReq{ClientID: c.id, Config: cfg, HostID: transfer.HostID(),
+		Keys: make([]string, len(idx)), Sizes: make([]uint64, len(idx))}
+	for j, i := range idx {
+		req.Keys[j], req.Sizes[j] = items[i].Key, items[i].size()+m.devBytes(i)
+		out[i] = wire.OK // a refusal of an earlier round no longer stands
+	}
+	var resp wire.PutStartResp
+	err := c.master.Call(ctx, start, &req, &resp)
+	if err == nil && len(resp.Results) != len(idx) {
+		err = wire.Errorf(wire.ErrRPCFail, "%s answered %d results for %d keys", start, len(resp.Results), len(idx))
+	}
 	if err != nil {
 		c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
 		for _, i := range idx {
 			out[i] = wire.CodeOf(err)
 		}
-		return out
+		return nil
+	}
+	var refused []refusal
+	for j, r := range resp.Results {
+		if r.Code == wire.ErrNoAvailableHandle {
+			refused = append(refused, refusal{idx[j], r.NoSpace})
+		}
 	}
 
 	// Phase 2: write every replica straight from the caller's buffers.
@@ -162,7 +193,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m
 		}
 	}
 	c.finishWrites(ctx, &done, doneIdx, &revoke, out)
-	return out
+	return refused
 }
 
 // finishWrites sends PutEnd and PutRevoke concurrently.
@@ -195,141 +226,130 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 	wg.Wait()
 }
 
-// Backoff between the attempts of a put waiting for room: the first comes
-// soon (an eviction pass runs every master tick), later ones no faster than
-// a tick.
+// Backoff between the rounds of a write waiting for room: the first comes
+// soon (a refusal starts an eviction pass at once), later ones no faster
+// than a master tick.
 const (
 	spaceRetryFirst = 2 * time.Millisecond
 	spaceRetryMax   = 100 * time.Millisecond
 )
 
-// startWrite asks the master for room (PutStart or UpsertStart). Keys it
-// refuses for lack of space while saying room is on its way (eviction is
-// freeing it, or objects wait for their disk copies) are asked for again
-// until Config.PutSpaceWait passes; keys refused before an eviction pass
-// looked are asked for again until one has. The first refusal of a burst
-// is logged with the master's reason.
-func (c *Client) startWrite(ctx context.Context, start wire.Op, req *wire.PutStartReq) (*wire.PutStartResp, error) {
-	var resp wire.PutStartResp
-	if err := c.master.Call(ctx, start, req, &resp); err != nil {
-		return nil, err
-	}
-	if len(resp.Results) != len(req.Keys) {
-		return nil, wire.Errorf(wire.ErrRPCFail, "%s answered %d results for %d keys", start, len(resp.Results), len(req.Keys))
-	}
-	began := time.Now()
-	deadline := began.Add(c.cfg.PutSpaceWait)
-	backoff := spaceRetryFirst
-	var firstPass []uint64 // the master's pass count at each key's first refusal
-	for c.cfg.PutSpaceWait > 0 {
-		var again []int
-		for j, r := range resp.Results {
-			ns := r.NoSpace
-			if r.Code != wire.ErrNoAvailableHandle || ns == nil {
-				continue
-			}
-			if firstPass == nil {
-				firstPass = make([]uint64, len(resp.Results))
-				for k, r := range resp.Results {
-					if r.NoSpace != nil {
-						firstPass[k] = r.NoSpace.Passes
-					}
-				}
-			}
-			if ns.Space == wire.SpaceComing || ns.Space == wire.SpaceUnknown && ns.Passes == firstPass[j] {
-				again = append(again, j)
-			}
-		}
-		left := time.Until(deadline)
-		if len(again) == 0 || left <= 0 {
-			break
-		}
-		if c.ssd != nil {
-			// Room may be waiting for this client's own tier to persist
-			// objects: run its offload heartbeat now, not at the next ping.
-			c.ssd.kick()
-		}
-		t := time.NewTimer(min(backoff, left))
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		case <-c.stop:
-		}
-		t.Stop()
-		if ctx.Err() != nil || c.closed.Load() {
-			break
-		}
-		backoff = min(2*backoff, spaceRetryMax)
-		sub := wire.PutStartReq{ClientID: req.ClientID, Config: req.Config, HostID: req.HostID}
-		for _, j := range again {
-			sub.Keys, sub.Sizes = append(sub.Keys, req.Keys[j]), append(sub.Sizes, req.Sizes[j])
-		}
-		var r wire.PutStartResp
-		if err := c.master.Call(ctx, start, &sub, &r); err != nil || len(r.Results) != len(again) {
-			break // the refusals stand
-		}
-		for k, j := range again {
-			resp.Results[j] = r.Results[k]
-		}
-	}
-	c.noSpace.note(c.log, start, req, resp.Results, time.Since(began))
-	return &resp, nil
+// spaceStall is how long room said to be coming may show no progress at
+// the master (nothing evicted, offloaded, removed or revoked) before a
+// write stops waiting for it: a disk that refuses every offload keeps
+// objects "waiting for their disk copy" forever.
+const spaceStall = 2 * time.Second
+
+// spaceWait decides, round after round, which refused items of one write
+// to try again, and waits before the next round. Items told room is coming
+// are tried until Config.PutSpaceWait passes or the master stalls; items
+// refused before an eviction pass looked, until one has.
+type spaceWait struct {
+	c          *Client
+	began      time.Time // the first refusal
+	backoff    time.Duration
+	firstPass  map[int]uint64 // the master's pass count at each item's first refusal
+	progress   uint64         // the master's progress count last seen
+	progressAt time.Time      // when it last changed
+	last       []refusal      // the refusals that stand, once again returns nil
 }
 
-// noSpaceLog logs the first put of a burst refused for space, with the
-// master's reason, and how many more were refused once one succeeds.
-type noSpaceLog struct {
-	burst   atomic.Bool // inBurst, read without the lock by every put
-	mu      sync.Mutex
-	inBurst bool
-	more    int
+// again takes a round's refusals and returns the items of the next round
+// after waiting for it, or nil when the write is done.
+func (w *spaceWait) again(refused []refusal) []int {
+	w.last = refused
+	c := w.c
+	if len(refused) == 0 || c.cfg.PutSpaceWait <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if w.began.IsZero() {
+		w.began, w.progressAt, w.backoff = now, now, spaceRetryFirst
+		w.firstPass = make(map[int]uint64, len(refused))
+	}
+	stalled := false
+	var unknown, coming []int
+	for _, r := range refused {
+		ns := r.noSpace
+		if ns == nil {
+			continue
+		}
+		if _, seen := w.firstPass[r.item]; !seen {
+			w.firstPass[r.item] = ns.Passes
+		}
+		if ns.Progress != w.progress {
+			w.progress, w.progressAt = ns.Progress, now
+		}
+		// Another write already waited in vain at this very progress count.
+		stalled = stalled || c.spaceStalledAt.Load() == ns.Progress+1
+		switch {
+		case ns.Space == wire.SpaceUnknown && ns.Passes == w.firstPass[r.item]:
+			unknown = append(unknown, r.item)
+		case ns.Space == wire.SpaceComing:
+			coming = append(coming, r.item)
+		}
+	}
+	if len(coming) > 0 && now.Sub(w.progressAt) > spaceStall {
+		c.log.Debug("room said to be coming made no progress; not waiting for it", "for", now.Sub(w.progressAt))
+		c.spaceStalledAt.Store(w.progress + 1)
+		stalled = true
+	}
+	next := unknown
+	if !stalled {
+		next = append(next, coming...)
+	}
+	left := w.began.Add(c.cfg.PutSpaceWait).Sub(now)
+	if len(next) == 0 || left <= 0 {
+		return nil
+	}
+	if c.ssd != nil {
+		// Room may wait for this client's own tier to persist objects:
+		// run its offload heartbeat now, not at the next ping.
+		c.ssd.kick()
+	}
+	t := time.NewTimer(min(w.backoff, left))
+	select {
+	case <-t.C:
+	case <-c.stop:
+	}
+	t.Stop()
+	if c.closed.Load() {
+		return nil
+	}
+	w.backoff = min(2*w.backoff, spaceRetryMax)
+	return next
 }
 
-func (l *noSpaceLog) note(log interface {
-	Warn(string, ...any)
-	Info(string, ...any)
-}, op wire.Op, req *wire.PutStartReq, results []wire.PutStartResult, waited time.Duration) {
-	first, refused, stored := -1, 0, false
-	for j, r := range results {
-		switch r.Code {
-		case wire.ErrNoAvailableHandle:
-			refused++
-			if first < 0 {
-				first = j
-			}
-		case wire.OK:
-			stored = true
+// waited is how long the write waited for room.
+func (w *spaceWait) waited() time.Duration {
+	if w.began.IsZero() {
+		return 0
+	}
+	return time.Since(w.began)
+}
+
+// noteNoSpace logs the first write of a burst that ends refused for space,
+// with the master's reason, and ends the burst when a write stores keys.
+func (c *Client) noteNoSpace(op wire.Op, items []PutItem, m *mixedCall, out []wire.Code, w *spaceWait) {
+	stored := false
+	for _, code := range out {
+		stored = stored || code == wire.OK
+	}
+	if len(w.last) == 0 {
+		if stored {
+			c.noSpace.ok(func(more int) { c.log.Info("puts find space again", "refused_since_logged", more) })
 		}
-	}
-	if first < 0 && (!stored || !l.burst.Load()) {
-		return // nothing refused, and no burst to end: the common put
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	defer func() { l.burst.Store(l.inBurst) }()
-	if stored && l.inBurst && first < 0 {
-		if l.more > 0 {
-			log.Info("puts find space again", "refused_since_logged", l.more)
-		}
-		l.inBurst, l.more = false, 0
-	}
-	if first < 0 {
 		return
 	}
-	if l.inBurst {
-		l.more += refused
-		return
-	}
-	l.inBurst, l.more = true, refused-1
-	log.Warn("no space for a put (-200 NO_AVAILABLE_HANDLE); later refusals are counted, not logged, until a put finds space",
-		"op", op.String(), "key", req.Keys[first], "size", req.Sizes[first], "reason", why(results[first]),
-		"waited", waited.Round(time.Millisecond), "refused_in_batch", refused)
-}
-
-// why is a refusal's reason, as the master gave it.
-func why(r wire.PutStartResult) string {
-	if r.NoSpace == nil {
-		return "the master gave none"
-	}
-	return r.NoSpace.Why
+	c.noSpace.fail(len(w.last), func(others int) {
+		r := w.last[0]
+		it := items[r.item]
+		reason := "the master gave none"
+		if r.noSpace != nil {
+			reason = r.noSpace.Why
+		}
+		c.log.Warn("no space for a put (-200 NO_AVAILABLE_HANDLE); later refusals are counted, not logged, until a put finds space",
+			"op", op.String(), "key", it.Key, "size", it.size()+m.devBytes(r.item), "reason", reason,
+			"waited", w.waited().Round(time.Millisecond), "refused_in_batch", others+1)
+	})
 }

@@ -60,7 +60,8 @@ type ssdTier struct {
 	wg             sync.WaitGroup
 	closeOnce      sync.Once
 
-	stats ssdStats
+	stats    ssdStats
+	failures burstLog // offload failures
 }
 
 // ssdStats count the tier's work (exported through Client.SSDStats).
@@ -355,10 +356,18 @@ func (t *ssdTier) done(it pipeline.Item[string], err error) {
 	switch {
 	case err == nil:
 		t.stats.offloaded.Add(1)
+		t.failures.ok(func(more int) {
+			t.log.Info("offloads succeed again", "failed_since_logged", more)
+		})
 	case errors.Is(err, context.Canceled):
 	default:
+		// A full disk fails every offload until room comes back (and the
+		// master asks again at every eviction pass): one line a burst.
 		t.stats.offloadFailed.Add(1)
-		t.log.Warn("offload failed", "key", it.Key, "size", it.Size, "err", err)
+		t.failures.fail(1, func(int) {
+			t.log.Warn("offload failed; later failures are counted, not logged, until one succeeds",
+				"key", it.Key, "size", it.Size, "err", err)
+		})
 	}
 }
 

@@ -151,6 +151,14 @@ type Stats struct {
 	PutsReclaimed                                            atomic.Int64
 }
 
+// roomFreed counts the events that free room in the pool, or let
+// eviction free it: a writer waiting for room watches it move.
+func (st *Stats) roomFreed() uint64 {
+	return uint64(st.EvictedObjects.Load() + st.Offloaded.Load() + st.Removes.Load() + st.PutRevokes.Load() +
+		st.PutsReclaimed.Load() + st.DiscardedReleased.Load() + st.PutsOfDeadClients.Load() +
+		st.ClientsLeft.Load() + st.ClientsExpired.Load())
+}
+
 type shard struct {
 	mu      sync.Mutex
 	objects map[string]*object
@@ -222,6 +230,16 @@ func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
 	c.touch(d.ClientID)
 	c.segs.Lock()
 	defer c.segs.Unlock()
+	// Under segs' lock: a leave either came first (refused here) or sweeps
+	// this segment after us (dropClients takes segs' lock).
+	c.clients.Lock()
+	_, gone := c.clients.left[d.ClientID]
+	c.clients.Unlock()
+	if gone {
+		// A remount that crossed the client's leave: nobody would ever
+		// unmount it.
+		return 0, wire.Errorf(wire.ErrIllegalClient, "client %s has left", d.ClientID)
+	}
 	if old, ok := c.segs.byName[d.Name]; ok {
 		if old.desc.ClientID == d.ClientID && old.desc.Size == d.Size && old.desc.ShmPath == d.ShmPath {
 			return old.desc.ID, nil

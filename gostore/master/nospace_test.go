@@ -22,7 +22,7 @@ func refusal(t *testing.T, c *Core, key string, size uint64, cfg wire.ReplicaCon
 }
 
 func TestNoSpaceSaysWhyAndWhetherToWait(t *testing.T) {
-	c, clk := newTestCore(t)
+	c, _ := newTestCore(t)
 	// No segment at all: waiting cannot help.
 	why, space := refusal(t, c, "k", 100, wire.ReplicaConfig{})
 	if space != wire.SpaceNone || !strings.Contains(why, "no segment") {
@@ -56,10 +56,22 @@ func TestNoSpaceSaysWhyAndWhetherToWait(t *testing.T) {
 	for _, k := range []string{"u1", "u2", "u3"} {
 		put(t, c, k, 4096, wire.ReplicaConfig{})
 	}
-	refusal(t, c, "y", 4096, wire.ReplicaConfig{})
-	clk.Advance(2 * c.cfg.DefaultKVLeaseTTL)
+	if _, space = refusal(t, c, "y", 4096, wire.ReplicaConfig{}); space != wire.SpaceUnknown {
+		t.Fatalf("before a pass found the unpinned objects: %v", space)
+	}
+	// A pass with a tiny share: it finds them but frees too little.
+	c.cfg.EvictionRatio, c.cfg.HighWatermark = 0.01, 1
 	c.Tick()
-	if r := put(t, c, "y", 4096, wire.ReplicaConfig{}); r.Code != wire.OK {
+	used := c.Totals().Used
+	if _, space = refusal(t, c, "y", 8192, wire.ReplicaConfig{}); space != wire.SpaceComing {
+		t.Fatalf("after a pass that found evictable objects: %v, want SpaceComing", space)
+	}
+	if used == 12288 {
+		t.Fatal("the pass evicted nothing")
+	}
+	c.cfg.EvictionRatio = 1
+	c.Tick()
+	if r := put(t, c, "y", 8192, wire.ReplicaConfig{}); r.Code != wire.OK {
 		t.Fatalf("put after the pass = %v", r.Code)
 	}
 }

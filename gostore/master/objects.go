@@ -184,7 +184,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 		c.stats.AllocFailures.Add(1)
 		why, space := p.noSpace(size)
 		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle, NoSpace: &wire.NoSpace{Why: why, Space: space,
-			Passes: uint64(c.stats.EvictionPasses.Load())}}
+			Passes: uint64(c.stats.EvictionPasses.Load()), Progress: c.stats.roomFreed()}}
 	}
 	o := &object{size: size, replicas: reps, hardPin: hardPin}
 	c.startWrite(o, now, clientID, cfg)

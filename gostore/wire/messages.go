@@ -187,24 +187,28 @@ type PutStartResult struct {
 }
 
 // NoSpace says why a key found no room (for the writer's log), whether
-// waiting may bring it, and how many eviction passes the master had run (a
-// writer told SpaceUnknown waits for the next one).
+// waiting may bring it, how many eviction passes the master had run (a
+// writer told SpaceUnknown waits for the next one), and a count of the
+// master's events that free room (evictions, disk copies, removals,
+// revoked or reclaimed writes, departed clients): a writer told
+// SpaceComing stops waiting when it stops moving.
 type NoSpace struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Why      string
 	Space    SpaceOutlook
 	Passes   uint64
+	Progress uint64
 }
 
 // SpaceOutlook tells a writer refused for lack of space whether to wait.
 type SpaceOutlook uint8
 
 const (
-	// SpaceNone: nothing will free room (no segment, an object larger than
-	// any segment, or nothing evictable): fail now.
+	// SpaceNone: nothing will free room (no segment, or an object larger
+	// than any segment): fail now.
 	SpaceNone SpaceOutlook = iota
-	// SpaceUnknown: an eviction pass is due that will tell; retry until
-	// it has run.
+	// SpaceUnknown: the last eviction pass found nothing to free; one is
+	// due now that may find more: retry until it has run.
 	SpaceUnknown
 	// SpaceComing: eviction is freeing room, or objects wait for their
 	// disk copies to be evicted; retry until the writer's deadline.

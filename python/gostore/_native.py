@@ -145,7 +145,9 @@ _RESULT_ARRAYS = {
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
-_loaded_by: int = 0  # pid of the process whose Go runtime _lib belongs to
+# pid of the process whose Go runtime the library runs in: set before the
+# load starts the runtime, so a fork in the middle of it counts too.
+_loaded_by: int = 0
 
 
 def library_path() -> str:
@@ -159,7 +161,7 @@ def is_loaded() -> bool:
 
 def forked() -> bool:
     """True in a process forked after the library was loaded (see above)."""
-    return _lib is not None and _loaded_by != os.getpid()
+    return _loaded_by not in (0, os.getpid())
 
 
 def _warn_forked(name: str) -> None:
@@ -205,13 +207,28 @@ def _forked_stub(name: str, restype: object) -> Callable[..., object]:
     return call
 
 
+class _ForkedLibrary:
+    """What :func:`lib` gives a child forked while another thread was still
+    loading the library: the stubs alone."""
+
+
 def _after_fork_in_child() -> None:
-    global _fork_warned
-    if _lib is None or _loaded_by == os.getpid():
+    global _fork_warned, _lib, _lock
+    # Another thread may have held the lock at the fork; it does not exist
+    # in the child, and would never release it.
+    _lock = threading.Lock()
+    if not forked():
         return
     _fork_warned = False
+    if _lib is None:
+        _lib = _ForkedLibrary()  # type: ignore[assignment]
     for name, (restype, _argtypes) in PROTOTYPES.items():
         setattr(_lib, name, _forked_stub(name, restype))
+
+
+# Registered at import, not at load: a fork while a thread loads the
+# library must find the handler in place.
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _missing(name: str, path: str):
@@ -237,7 +254,13 @@ def lib() -> ctypes.CDLL:
                 "`python setup.py build_ext --inplace`, or point GOSTORE_LIB at a "
                 "libgostore.so"
             )
-        handle = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_GLOBAL)
+        global _loaded_by
+        _loaded_by = os.getpid()
+        try:
+            handle = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_GLOBAL)
+        except BaseException:
+            _loaded_by = 0  # no runtime started
+            raise
         for name, (restype, argtypes) in PROTOTYPES.items():
             try:
                 fn = getattr(handle, name)
@@ -247,10 +270,7 @@ def lib() -> ctypes.CDLL:
                 continue
             fn.restype = restype
             fn.argtypes = argtypes
-        global _loaded_by
-        _loaded_by = os.getpid()
         _lib = handle
-        os.register_at_fork(after_in_child=_after_fork_in_child)
         return _lib
 
 

@@ -184,10 +184,16 @@ func (s *Server) tickLoop() {
 				continue // the next tick runs it
 			}
 		}
-		last = time.Now()
 		for _, id := range s.core.Tick() {
 			s.log.Warn("client expired: no ping within client_ttl; its segments are unmounted", "client", id)
 		}
+		// Refusals during that pass asked for the room it just made: no
+		// second pass for them.
+		select {
+		case <-s.evictNow:
+		default:
+		}
+		last = time.Now()
 	}
 }
 
