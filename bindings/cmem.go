@@ -1,4 +1,5 @@
 // cmem.go converts C arrays and raw addresses into Go values.
+
 package main
 
 /*

@@ -1,4 +1,5 @@
 // data.go exports the data path: put, get, exist, size and removal.
+
 package main
 
 /*

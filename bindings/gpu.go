@@ -1,5 +1,6 @@
 // gpu.go exports the GPU and topology introspection: gostore.gpu_info()
 // and gostore.topology().
+
 package main
 
 /*

@@ -1,4 +1,5 @@
 // master.go exports the embedded master and the benchmark probes.
+
 package main
 
 /*

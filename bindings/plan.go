@@ -1,6 +1,7 @@
 // plan.go exports the plan API (gostore.NanoKVCache): join, open, write,
 // commit, locate, reads, remove, eviction and stats. Plans and metas cross
 // as fixed arrays of uint64 (see planFields and metaFields).
+
 package main
 
 /*

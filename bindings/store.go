@@ -1,4 +1,5 @@
 // store.go exports the store lifecycle: handles, setup, close, health.
+
 package main
 
 /*

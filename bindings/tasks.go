@@ -1,4 +1,5 @@
 // tasks.go exports replica tasks.
+
 package main
 
 /*

@@ -1,5 +1,6 @@
 // buffers.go defines the registry of caller buffers for the zero-copy API and
 // the staging memory that GetBuffers lends out.
+
 package client
 
 import (

@@ -1,4 +1,5 @@
 // client.go defines Client: configuration, setup, heartbeat and close.
+
 package client
 
 import (

@@ -2,6 +2,7 @@
 // that lives on a device is staged through pinned host memory: copied off
 // the device right before a write, onto it right after a read, with the
 // CUDA driver (gostore/gpu). Host parts move as always.
+
 package client
 
 import (

@@ -1,5 +1,6 @@
 // get.go defines the read side: GetReplicas, transfers into caller buffers,
 // and the existence, size and removal calls.
+
 package client
 
 import (

@@ -1,4 +1,5 @@
 // peers.go defines the cache of segment descriptors the client has resolved.
+
 package client
 
 import (

@@ -4,6 +4,7 @@
 // read them. A plan object is an ordinary object of the store whose bytes
 // are the 64-byte header (gostore/plan) followed by the payload: the
 // master allocates, leases, evicts and removes it like any other.
+
 package client
 
 import (

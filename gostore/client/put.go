@@ -1,4 +1,5 @@
 // put.go defines the put pipeline: PutStart, transfers, PutEnd/PutRevoke.
+
 package client
 
 import (

@@ -1,6 +1,7 @@
 // reads.go defines keyBatch, the background batcher that tells the master
 // what happened to keys off the caller's path: reads that ended
 // (ReadDone) and plans committed (PutEnd).
+
 package client
 
 import (

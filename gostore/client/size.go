@@ -1,4 +1,5 @@
 // size.go parses human sizes such as "16MB" or "4gb" from setup configs.
+
 package client
 
 import (

@@ -2,6 +2,7 @@
 // heartbeat feeding the offload pipeline (policy, precondition, upgrade =
 // pinning the memory replica, transfer = writing the disk and telling the
 // master), and the staging RPCs it serves to readers of its disk copies.
+
 package client
 
 import (
@@ -553,7 +554,7 @@ func (t *ssdTier) serveStage(req *wire.StageReq) (*wire.StageResp, error) {
 		Buffer: t.bufDesc, GCTTLMS: t.fs.Buffer().TTL().Milliseconds()}
 	var corrupt []string
 	for i, err := range errs {
-		resp.Codes[i] = storage.CodeOf(err)
+		resp.Codes[i] = wire.CodeOf(err)
 		if err == nil {
 			t.stats.staged.Add(1)
 			continue
@@ -602,7 +603,7 @@ func (t *ssdTier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []w
 	out := make([]wire.Code, len(keys))
 	var corrupt []string
 	for i, err := range t.fs.Backend().BatchLoad(keys, dsts) {
-		out[i] = storage.CodeOf(err)
+		out[i] = wire.CodeOf(err)
 		if errors.Is(err, storage.ErrCorrupt) {
 			corrupt = append(corrupt, keys[i])
 		}

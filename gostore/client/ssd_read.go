@@ -1,6 +1,7 @@
 // ssd_read.go defines the reader's side of the SSD tier: a get whose object
 // only has a disk copy (or whose memory copies failed) asks the holder to
 // stage it and pulls the bytes from the holder's staging buffer.
+
 package client
 
 import (

@@ -1,5 +1,6 @@
 // tasks.go defines replica tasks on the client side: asking the master for a
 // copy or move plan and carrying it out in the background.
+
 package client
 
 import (

@@ -2,6 +2,7 @@
 // serves a buffer at each location: setup's protocol and rdma_devices
 // ("" means every RDMA device found) against the host's topology and what
 // libibverbs can open.
+
 package client
 
 import (

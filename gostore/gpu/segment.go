@@ -1,5 +1,6 @@
 // segment.go defines Segment, device memory the store moves bytes in and
 // out of, and Pinned, page-locked host memory for staging copies.
+
 package gpu
 
 import (

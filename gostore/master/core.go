@@ -1,4 +1,5 @@
 // core.go defines Core, its configuration and the segment and client registry.
+
 package master
 
 import (

@@ -1,5 +1,6 @@
 // eviction.go defines the space-reclaiming rules: eviction passes, the
 // quarantine of abandoned puts, and cleanup after a writer dies.
+
 package master
 
 import (

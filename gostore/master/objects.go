@@ -1,4 +1,5 @@
 // objects.go defines objects and the put/get/exist/remove operations on them.
+
 package master
 
 import (
@@ -376,7 +377,7 @@ func (c *Core) Exist(keys []string) []wire.Code {
 // removable says why o may not be removed now (OK if it may).
 func removable(o *object, now int64, force bool) wire.Code {
 	if o.tasks > 0 {
-		return wire.ErrObjectHasReplicationTsk // even forced: the task holds ranges
+		return wire.ErrObjectHasReplicationTask // even forced: the task holds ranges
 	}
 	if force {
 		return wire.OK

@@ -1,5 +1,6 @@
 // offload.go defines the master's side of the SSD tier: which objects a
 // client should persist, the LOCAL_DISK copies it reports, and their removal.
+
 package master
 
 import (

@@ -1,4 +1,5 @@
 // placement.go decides which segments receive an object's replicas.
+
 package master
 
 import (

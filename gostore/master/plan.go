@@ -1,6 +1,7 @@
 // plan.go defines the master's side of the plan API: the members (clients
 // whose segments host plan objects), numbered by rank in join order, and
 // eviction down to a usage target.
+
 package master
 
 import (

@@ -1,5 +1,6 @@
 // tasks.go defines replica tasks: copying an object to other segments and
 // moving one of its replicas, executed by the client that asked.
+
 package master
 
 import (
@@ -66,7 +67,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	case o.unfinished():
 		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", req.Key)
 	case o.tasks > 0:
-		return plan, wire.Errorf(wire.ErrObjectHasReplicationTsk, "%q already has a task", req.Key)
+		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", req.Key)
 	case source != nil && !o.hasReplicaOn(source):
 		return plan, wire.Errorf(wire.ErrReplicaNotFound, "%q has no replica on %s", req.Key, req.Source)
 	}

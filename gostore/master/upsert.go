@@ -1,5 +1,6 @@
 // upsert.go defines UpsertStart: insert-or-replace, after the Hard Pin and
 // Upsert RFC. UpsertEnd and UpsertRevoke are PutEnd and PutRevoke.
+
 package master
 
 import "github.com/gostore/gostore/gostore/wire"
@@ -32,7 +33,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 	}
 	hardPin := o.hardPin || cfg.HardPin
 	if o.tasks > 0 {
-		return wire.PutStartResult{Code: wire.ErrObjectHasReplicationTsk}
+		return wire.PutStartResult{Code: wire.ErrObjectHasReplicationTask}
 	}
 	if o.unfinished() {
 		c.discard(o.takeReplicas(replicaProcessing), o.size, now)

@@ -148,16 +148,16 @@ func TestRemoveAndEvictionRespectTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Remove([]string{"k"}, true); r[0] != wire.ErrObjectHasReplicationTsk {
+	if r := c.Remove([]string{"k"}, true); r[0] != wire.ErrObjectHasReplicationTask {
 		t.Fatalf("remove during a task: %v", r[0])
 	}
-	if r := upsert(t, c, "w", "k", 100, wire.ReplicaConfig{}); r.Code != wire.ErrObjectHasReplicationTsk {
+	if r := upsert(t, c, "w", "k", 100, wire.ReplicaConfig{}); r.Code != wire.ErrObjectHasReplicationTask {
 		t.Fatalf("upsert during a task: %v", r.Code)
 	}
 	if res := c.Evict(); res.Objects != 0 {
 		t.Fatal("evicted an object with a running task")
 	}
-	if _, err := c.CreateTask(wire.CreateTaskReq{ClientID: "x", Kind: wire.TaskCopy, Key: "k", Targets: []string{"s2"}}); wire.CodeOf(err) != wire.ErrObjectHasReplicationTsk {
+	if _, err := c.CreateTask(wire.CreateTaskReq{ClientID: "x", Kind: wire.TaskCopy, Key: "k", Targets: []string{"s2"}}); wire.CodeOf(err) != wire.ErrObjectHasReplicationTask {
 		t.Fatalf("second task: %v", err)
 	}
 	if err := c.TaskDone("x", plan.ID, wire.OK); err != nil {

@@ -1,5 +1,6 @@
 // blocking.go defines blockingConn: a TCP connection read and written with
 // blocking system calls on the calling thread.
+
 package rpc
 
 import (

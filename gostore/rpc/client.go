@@ -1,4 +1,5 @@
 // client.go defines the RPC client: a pool of connections, one call at a time on each.
+
 package rpc
 
 import (

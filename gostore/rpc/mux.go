@@ -1,5 +1,6 @@
 // mux.go defines MuxClient: many concurrent calls pipelined over a few
 // connections.
+
 package rpc
 
 import (

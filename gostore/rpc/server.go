@@ -1,4 +1,5 @@
 // server.go defines the RPC server: handler registry and connection loops.
+
 package rpc
 
 import (

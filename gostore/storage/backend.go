@@ -1,20 +1,32 @@
 // backend.go defines the Backend interface every SSD backend implements,
 // its configuration and the MOONCAKE_OFFLOAD_* environment names.
+
 package storage
 
 import (
-	"errors"
-
 	"github.com/gostore/gostore/gostore/storage/fileio"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
-// Errors a backend returns, wrapped with details.
+// Errors a backend returns, wrapped with details. Each carries its
+// contract code, which wire.CodeOf reads through the wrapping.
 var (
-	ErrNotFound = errors.New("storage: object not found")
-	ErrCorrupt  = errors.New("storage: record failed its checksum")
-	ErrFull     = errors.New("storage: size or key limit reached")
-	ErrSize     = errors.New("storage: destination size differs from the stored object")
+	ErrNotFound = codedError("storage: object not found", wire.ErrObjectNotFound)
+	ErrCorrupt  = codedError("storage: record failed its checksum", wire.ErrChecksumMismatch)
+	ErrFull     = codedError("storage: size or key limit reached", wire.ErrUnableOffload)
+	ErrSize     = codedError("storage: destination size differs from the stored object", wire.ErrInvalidParams)
 )
+
+// storageError is a sentinel error with its contract code (wire.Coded).
+type storageError struct {
+	msg  string
+	code wire.Code
+}
+
+func codedError(msg string, code wire.Code) error { return &storageError{msg, code} }
+
+func (e *storageError) Error() string       { return e.msg }
+func (e *storageError) WireCode() wire.Code { return e.code }
 
 // Backend stores objects on local disk.
 type Backend interface {

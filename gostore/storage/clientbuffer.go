@@ -1,13 +1,13 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/gostore/gostore/gostore/alloc"
 	"github.com/gostore/gostore/gostore/storage/fileio"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // ClientBuffer is the staging area of the SSD load path: objects read from
@@ -38,7 +38,7 @@ type stagedBatch struct {
 type stagedRange struct{ off, size uint64 }
 
 // ErrBufferFull: the staging buffer has no room for an object right now.
-var ErrBufferFull = errors.New("storage: staging buffer full")
+var ErrBufferFull = codedError("storage: staging buffer full", wire.ErrFileInvalidBuffer)
 
 // NewClientBuffer manages mem (page aligned; the caller keeps it mapped
 // while the buffer is used) with leases that lapse after ttl. now is the

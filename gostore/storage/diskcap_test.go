@@ -120,12 +120,12 @@ func (w *diskcapWriter) batch(n int) (bytes int, errs []error) {
 		switch {
 		case err == nil:
 			w.stored++
-		case CodeOf(err) == wire.ErrUnableOffload:
+		case wire.CodeOf(err) == wire.ErrUnableOffload:
 			w.full++
 		default:
 			w.bad++
 			if w.bad <= 3 { // the first few say enough
-				w.t.Errorf("offload %q: %v (code %v): want success or UNABLE_OFFLOAD", keys[i], err, CodeOf(err))
+				w.t.Errorf("offload %q: %v (code %v): want success or UNABLE_OFFLOAD", keys[i], err, wire.CodeOf(err))
 			}
 		}
 	}

@@ -142,8 +142,8 @@ func TestDiskFloorTransientFull(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := offload("during")[0]; err == nil || CodeOf(err) != wire.ErrUnableOffload {
-					t.Fatalf("offload to the full disk: %v (code %v), want UNABLE_OFFLOAD", err, CodeOf(err))
+				if err := offload("during")[0]; err == nil || wire.CodeOf(err) != wire.ErrUnableOffload {
+					t.Fatalf("offload to the full disk: %v (code %v), want UNABLE_OFFLOAD", err, wire.CodeOf(err))
 				}
 				if err := os.Remove(filler); err != nil {
 					t.Fatal(err)

@@ -347,25 +347,6 @@ func (fs *FileStorage) closeParts() error {
 	return err
 }
 
-// CodeOf maps a storage error to the contract's code.
-func CodeOf(err error) wire.Code {
-	switch {
-	case err == nil:
-		return wire.OK
-	case errors.Is(err, ErrNotFound):
-		return wire.ErrObjectNotFound
-	case errors.Is(err, ErrCorrupt):
-		return wire.ErrChecksumMismatch
-	case errors.Is(err, ErrSize):
-		return wire.ErrInvalidParams
-	case errors.Is(err, ErrBufferFull):
-		return wire.ErrFileInvalidBuffer
-	case errors.Is(err, ErrFull):
-		return wire.ErrUnableOffload
-	}
-	return wire.CodeOf(err)
-}
-
 // envReader reads settings through a lookup function, with legacy aliases
 // and logged parse errors.
 type envReader struct {

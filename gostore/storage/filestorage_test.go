@@ -114,7 +114,7 @@ func TestFileStorageStage(t *testing.T) {
 						full++
 					}
 				}
-				if full != 2 || CodeOf(errs[2]) != wire.ErrFileInvalidBuffer {
+				if full != 2 || wire.CodeOf(errs[2]) != wire.ErrFileInvalidBuffer {
 					t.Fatalf("over-full stage: %v", errs)
 				}
 				fs.Buffer().Release(id)

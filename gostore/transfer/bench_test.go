@@ -1,5 +1,6 @@
 // bench_test.go defines the data-plane benchmarks and reports the physical
 // limits (memcpy, one raw loopback stream) measured in the same run.
+
 package transfer
 
 import (

@@ -1,6 +1,7 @@
 // device.go defines DeviceMemory, segment memory on a GPU that host code
 // cannot address, and the Engine's IPC path: a same-host peer's device
 // segment opened from its IPC handle and copied to by the driver.
+
 package transfer
 
 import (

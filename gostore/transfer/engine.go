@@ -1,5 +1,6 @@
 // engine.go defines Engine, the client side of the data plane, with Peer, Op
 // and Options: it picks shared memory or TCP per peer and runs batches.
+
 package transfer
 
 import (

@@ -1,5 +1,6 @@
 // helpers_test.go defines test helpers: byte patterns, scatter lists and
 // TCP peers served from a LocalSegment.
+
 package transfer
 
 import (

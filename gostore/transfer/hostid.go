@@ -1,4 +1,5 @@
 // hostid.go defines HostID, the identity of "the same host" for shared memory.
+
 package transfer
 
 import (

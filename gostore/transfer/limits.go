@@ -1,5 +1,6 @@
 // limits.go defines MemcpyGBps and LoopbackStreamGBps, which measure the
 // physical limits the transfer benchmarks are compared with.
+
 package transfer
 
 import (

@@ -1,6 +1,7 @@
 // peermaps.go defines peerMaps, the Engine's cache of peer segments opened
 // in this process: shared mappings of same-host host segments (shm.go) and
 // same-host GPU segments opened from their IPC handles (device.go).
+
 package transfer
 
 import (

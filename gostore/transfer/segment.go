@@ -1,5 +1,6 @@
 // segment.go defines LocalSegment, the memfd-backed memory this process
 // contributes to the pool, and NewLocalBuffer for private staging memory.
+
 package transfer
 
 import (

@@ -1,4 +1,5 @@
 // segment_test.go tests LocalSegment, NewLocalBuffer and HostID.
+
 package transfer
 
 import (

@@ -1,5 +1,6 @@
 // server_test.go tests that the Server survives what a peer may send:
 // garbage, truncated headers, bad ranges, huge lengths.
+
 package transfer
 
 import (

@@ -1,5 +1,6 @@
 // shm.go defines the shared-memory path of the Engine: peers' segments
 // mapped through their /proc/<pid>/fd memfd paths (kept in a peerMaps).
+
 package transfer
 
 import (

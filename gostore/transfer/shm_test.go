@@ -1,5 +1,6 @@
 // shm_test.go tests the Engine's shared-memory path, its fallback to TCP and
 // a peer segment owned by another process.
+
 package transfer
 
 import (

@@ -1,5 +1,6 @@
 // tcp_client.go defines the TCP path of the Engine: per-peer pools of
 // pipelined connections, each with a writer and a reader goroutine.
+
 package transfer
 
 import (

@@ -1,5 +1,6 @@
 // tcp_server.go defines Server, which serves one segment's bytes to peers
 // over TCP, plus the data-plane wire format shared with the client side.
+
 package transfer
 
 import (

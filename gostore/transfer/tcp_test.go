@@ -1,5 +1,6 @@
 // tcp_test.go tests the Engine's TCP path against a Server: sizes, scatter
 // lists, batches, concurrency, ranges, dead and hung servers.
+
 package transfer
 
 import (

@@ -1,4 +1,5 @@
 // codec.go hand-writes the msgpack encoding of the hot messages.
+
 package wire
 
 import (

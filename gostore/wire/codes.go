@@ -11,46 +11,46 @@ import (
 type Code int32
 
 const (
-	OK                         Code = 0
-	ErrInternal                Code = -1
-	ErrBufferOverflow          Code = -10
-	ErrSegmentNotFound         Code = -101
-	ErrSegmentAlreadyExists    Code = -102
-	ErrClientNotFound          Code = -103
-	ErrNoAvailableHandle       Code = -200
-	ErrInvalidVersion          Code = -300
-	ErrInvalidKey              Code = -400
-	ErrWriteFail               Code = -500
-	ErrInvalidParams           Code = -600
-	ErrIllegalClient           Code = -601
-	ErrInvalidWrite            Code = -700
-	ErrInvalidRead             Code = -701
-	ErrInvalidReplica          Code = -702
-	ErrReplicaIsNotReady       Code = -703
-	ErrObjectNotFound          Code = -704
-	ErrObjectAlreadyExists     Code = -705
-	ErrObjectHasLease          Code = -706
-	ErrLeaseExpired            Code = -707
-	ErrObjectHasReplicationTsk Code = -708
-	ErrObjectNoReplicationTask Code = -709
-	ErrReplicaNotFound         Code = -710
-	ErrReplicaAlreadyExists    Code = -711
-	ErrReplicaIsGone           Code = -712
-	ErrObjectReplicaBusy       Code = -714
-	ErrTransferFail            Code = -800
-	ErrChecksumMismatch        Code = -801
-	ErrRPCFail                 Code = -900
-	ErrRPCTimeout              Code = -901
-	ErrEtcdOperation           Code = -1000
-	ErrEtcdKeyNotExist         Code = -1001
-	ErrEtcdTransactionFail     Code = -1002
-	ErrFileNotFound            Code = -1100
-	ErrFileOpenFail            Code = -1101
-	ErrFileReadFail            Code = -1102
-	ErrFileWriteFail           Code = -1103
-	ErrFileInvalidBuffer       Code = -1104
-	ErrBucketNotFound          Code = -1200
-	ErrUnableOffload           Code = -1300
+	OK                          Code = 0
+	ErrInternal                 Code = -1
+	ErrBufferOverflow           Code = -10
+	ErrSegmentNotFound          Code = -101
+	ErrSegmentAlreadyExists     Code = -102
+	ErrClientNotFound           Code = -103
+	ErrNoAvailableHandle        Code = -200
+	ErrInvalidVersion           Code = -300
+	ErrInvalidKey               Code = -400
+	ErrWriteFail                Code = -500
+	ErrInvalidParams            Code = -600
+	ErrIllegalClient            Code = -601
+	ErrInvalidWrite             Code = -700
+	ErrInvalidRead              Code = -701
+	ErrInvalidReplica           Code = -702
+	ErrReplicaIsNotReady        Code = -703
+	ErrObjectNotFound           Code = -704
+	ErrObjectAlreadyExists      Code = -705
+	ErrObjectHasLease           Code = -706
+	ErrLeaseExpired             Code = -707
+	ErrObjectHasReplicationTask Code = -708
+	ErrObjectNoReplicationTask  Code = -709
+	ErrReplicaNotFound          Code = -710
+	ErrReplicaAlreadyExists     Code = -711
+	ErrReplicaIsGone            Code = -712
+	ErrObjectReplicaBusy        Code = -714
+	ErrTransferFail             Code = -800
+	ErrChecksumMismatch         Code = -801
+	ErrRPCFail                  Code = -900
+	ErrRPCTimeout               Code = -901
+	ErrEtcdOperation            Code = -1000
+	ErrEtcdKeyNotExist          Code = -1001
+	ErrEtcdTransactionFail      Code = -1002
+	ErrFileNotFound             Code = -1100
+	ErrFileOpenFail             Code = -1101
+	ErrFileReadFail             Code = -1102
+	ErrFileWriteFail            Code = -1103
+	ErrFileInvalidBuffer        Code = -1104
+	ErrBucketNotFound           Code = -1200
+	ErrUnableOffload            Code = -1300
 )
 
 var codeNames = map[Code]string{
@@ -62,7 +62,7 @@ var codeNames = map[Code]string{
 	ErrInvalidWrite: "INVALID_WRITE", ErrInvalidRead: "INVALID_READ", ErrInvalidReplica: "INVALID_REPLICA",
 	ErrReplicaIsNotReady: "REPLICA_IS_NOT_READY", ErrObjectNotFound: "OBJECT_NOT_FOUND",
 	ErrObjectAlreadyExists: "OBJECT_ALREADY_EXISTS", ErrObjectHasLease: "OBJECT_HAS_LEASE",
-	ErrLeaseExpired: "LEASE_EXPIRED", ErrObjectHasReplicationTsk: "OBJECT_HAS_REPLICATION_TASK",
+	ErrLeaseExpired: "LEASE_EXPIRED", ErrObjectHasReplicationTask: "OBJECT_HAS_REPLICATION_TASK",
 	ErrObjectNoReplicationTask: "OBJECT_NO_REPLICATION_TASK", ErrReplicaNotFound: "REPLICA_NOT_FOUND",
 	ErrReplicaAlreadyExists: "REPLICA_ALREADY_EXISTS", ErrReplicaIsGone: "REPLICA_IS_GONE",
 	ErrObjectReplicaBusy: "OBJECT_REPLICA_BUSY", ErrTransferFail: "TRANSFER_FAIL",
@@ -119,8 +119,16 @@ func Errorf(c Code, format string, args ...any) error {
 	return &Error{Code: c, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Coded is an error of another package that knows its contract code (the
+// storage package's sentinels): CodeOf reads it through any wrapping.
+type Coded interface {
+	error
+	WireCode() Code
+}
+
 // CodeOf extracts the contract code from err: OK for nil, the carried code
-// for a (wrapped) *Error, ErrInternal for anything else.
+// for a (wrapped) *Error or Coded error, ErrInternal for anything else. It
+// is the one mapping from errors to codes.
 func CodeOf(err error) Code {
 	if err == nil {
 		return OK
@@ -128,6 +136,10 @@ func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
+	}
+	var c Coded
+	if errors.As(err, &c) {
+		return c.WireCode()
 	}
 	return ErrInternal
 }

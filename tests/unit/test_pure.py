@@ -3,6 +3,7 @@
 import array
 import ctypes
 import os
+import re
 import subprocess
 import sys
 
@@ -171,6 +172,17 @@ def test_error_codes_match_contract():
     assert ErrorCode(-600) is ErrorCode.INVALID_PARAMS
     assert ErrorCode.name_of(-704) == "OBJECT_NOT_FOUND"
     assert ErrorCode.name_of(-12345) == "UNKNOWN(-12345)"
+
+
+def test_error_codes_match_the_go_table():
+    """One table: gostore.ErrorCode is the Go code table (gostore/wire/codes.go,
+    names from codeNames), number for number and name for name."""
+    src = open(os.path.join(os.path.dirname(__file__), "..", "..", "gostore", "wire", "codes.go")).read()
+    numbers = {name: int(n) for name, n in re.findall(r"^\s*(OK|Err\w+)\s+Code = (-?\d+)$", src, re.M)}
+    names = dict(re.findall(r"\b(OK|Err\w+): \"([A-Z_]+)\"", src))
+    assert numbers and set(numbers) == set(names), (set(numbers) ^ set(names))
+    go = {names[c]: numbers[c] for c in numbers}
+    assert {c.name: int(c) for c in ErrorCode} == go
 
 
 # ---- ReplicateConfig --------------------------------------------------------

@@ -1,4 +1,5 @@
 // flags.go defines the master's options and parses Mooncake's flag names.
+
 package server
 
 import (

@@ -1,4 +1,5 @@
 // http.go defines the operator endpoints and the Prometheus metrics.
+
 package server
 
 import (

@@ -1,4 +1,5 @@
 // server.go defines Server: listeners, RPC handlers and the tick loop.
+
 package server
 
 import (
