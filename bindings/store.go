@@ -78,6 +78,21 @@ func refreshEnv() {
 	logLevel.Set(lvl)
 }
 
+// envUint reads a positive integer setting; unset or unparsable is 0
+// (the default), the latter with a warning.
+func envUint(name string) uint64 {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		logger.Warn("ignoring an environment setting that is not a positive integer", "name", name, "value", v)
+		return 0
+	}
+	return n
+}
+
 // defaultPutSpaceWaitMS is how long a put waits for room being freed when
 // neither put_space_wait_ms nor GOSTORE_PUT_SPACE_WAIT_MS says.
 const defaultPutSpaceWaitMS = 5000
@@ -166,7 +181,12 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 		levelFromSetup.Store(true)
 	}
 	cfg.PutSpaceWait = putSpaceWait(*edge.spaceWaitMS)
+	// The client reads no environment: what it takes from there comes here.
 	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
+	if ms := envUint("GOSTORE_PING_INTERVAL_MS"); ms > 0 {
+		cfg.PingInterval = time.Duration(min(ms, 1<<31)) * time.Millisecond
+	}
+	cfg.GPUBounceBytes = envUint("GOSTORE_GPU_BOUNCE_BYTES")
 	if cfg.SegmentLocation == "" {
 		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
 	}

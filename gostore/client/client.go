@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +48,13 @@ type Config struct {
 	// the master says is being freed (0: DefaultPutSpaceWait; negative:
 	// never wait).
 	PutSpaceWait time.Duration `json:"-"`
+	// PingInterval is how often the client tells the master it is alive
+	// (0: DefaultPingInterval; GOSTORE_PING_INTERVAL_MS).
+	PingInterval time.Duration `json:"-"`
+	// GPUBounceBytes sizes the pinned arena device parts are staged
+	// through when no direct copy reaches their replica (0:
+	// defaultBounceArena; GOSTORE_GPU_BOUNCE_BYTES).
+	GPUBounceBytes uint64 `json:"-"`
 }
 
 // DefaultPutSpaceWait is Config.PutSpaceWait's default.
@@ -60,9 +66,9 @@ const (
 	portHigh = 14300
 )
 
-// pingInterval is how often the client tells the master it is alive; well
-// below the smallest client_ttl (1 s) a deployment may set.
-var pingInterval = 300 * time.Millisecond
+// DefaultPingInterval is Config.PingInterval's default: well below the
+// smallest client_ttl (1 s) a deployment may set.
+const DefaultPingInterval = 300 * time.Millisecond
 
 // callTimeout bounds one API call end to end.
 const callTimeout = 30 * time.Second
@@ -125,11 +131,18 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.PutSpaceWait == 0 {
 		cfg.PutSpaceWait = DefaultPutSpaceWait
 	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if cfg.GPUBounceBytes == 0 {
+		cfg.GPUBounceBytes = defaultBounceArena
+	}
 	log.Debug("setting up", "local_hostname", cfg.LocalHostname, "master", cfg.MasterServerAddr,
 		"segment", cfg.GlobalSegmentSize, "location", cfg.SegmentLocation, "buffer", cfg.LocalBufferSize,
 		"protocol", cfg.Protocol, "ssd", cfg.EnableSSDOffload, "ssd_path", cfg.SSDOffloadPath,
 		"force_tcp", cfg.ForceTCP, "put_space_wait", cfg.PutSpaceWait)
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
+	c.bounces.size = cfg.GPUBounceBytes
 	var err error
 	if c.transport, err = discoverTransport(cfg); err != nil {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
@@ -378,7 +391,7 @@ func (c *Client) mount(ctx context.Context) error {
 // expired us) remounts the segment so the pool gets the memory back.
 func (c *Client) heartbeat() {
 	defer c.wg.Done()
-	t := time.NewTicker(pingInterval)
+	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -561,12 +574,4 @@ func addrOf(b []byte) uintptr {
 		return 0
 	}
 	return uintptr(unsafe.Pointer(&b[0]))
-}
-
-func init() {
-	if v := os.Getenv("GOSTORE_PING_INTERVAL_MS"); v != "" {
-		if ms, err := strconv.Atoi(v); err == nil && ms > 0 {
-			pingInterval = time.Duration(ms) * time.Millisecond
-		}
-	}
 }

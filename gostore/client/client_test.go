@@ -28,10 +28,31 @@ func startMaster(t testing.TB, extra ...string) *server.Server {
 	return srv
 }
 
+// testConfig holds what the bindings would read from the environment,
+// for every client a test makes with newClient or newTierClient.
+var testConfig Config
+
+// withConfig sets testConfig's edge settings for the rest of t.
+func withConfig(t *testing.T, set func(*Config)) {
+	saved := testConfig
+	set(&testConfig)
+	t.Cleanup(func() { testConfig = saved })
+}
+
+// forceTCP makes the test's clients reach each other over TCP only.
+func forceTCP(t *testing.T) { withConfig(t, func(c *Config) { c.ForceTCP = true }) }
+
+// edge fills cfg's edge settings from testConfig.
+func edge(cfg Config) Config {
+	cfg.ForceTCP = cfg.ForceTCP || testConfig.ForceTCP
+	cfg.PingInterval, cfg.GPUBounceBytes = testConfig.PingInterval, testConfig.GPUBounceBytes
+	return cfg
+}
+
 func newClient(t *testing.T, master string, segment uint64) *Client {
 	t.Helper()
-	c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master,
-		GlobalSegmentSize: segment, LocalBufferSize: 1 << 20}, nil)
+	c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master,
+		GlobalSegmentSize: segment, LocalBufferSize: 1 << 20}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +73,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		t.Run(fmt.Sprintf("forceTCP=%v", tcp), func(t *testing.T) {
 			if tcp {
-				t.Setenv("GOSTORE_TRANSPORT", "tcp")
+				forceTCP(t)
 			}
 			m := startMaster(t)
 			owner := newClient(t, m.Addr(), 8<<20)
@@ -222,8 +243,7 @@ func TestConcurrentClients(t *testing.T) {
 }
 
 func TestMasterRestartRemounts(t *testing.T) {
-	pingInterval = 20 * time.Millisecond
-	defer func() { pingInterval = 300 * time.Millisecond }()
+	withConfig(t, func(c *Config) { c.PingInterval = 20 * time.Millisecond })
 	m := startMaster(t)
 	addr := m.Addr()
 	c := newClient(t, addr, 1<<20)
@@ -310,7 +330,7 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 }
 
 func TestReadOutlivingItsLeaseIsRefused(t *testing.T) {
-	t.Setenv("GOSTORE_TRANSPORT", "tcp") // slow enough to outlive 1 ms
+	forceTCP(t) // slow enough to outlive 1 ms
 	m := startMaster(t, "--default_kv_lease_ttl=1")
 	owner := newClient(t, m.Addr(), 64<<20)
 	c := newClient(t, m.Addr(), 0)

@@ -7,8 +7,6 @@ package client
 
 import (
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 
 	"github.com/gostore/gostore/gostore/alloc"
@@ -37,13 +35,14 @@ func DeviceOf(ptr uint64) int {
 }
 
 // defaultBounceArena is the pinned memory kept for staging device parts;
-// larger batches pin more for the call. GOSTORE_GPU_BOUNCE_BYTES sets it.
+// larger batches pin more for the call. Config.GPUBounceBytes sets it.
 const defaultBounceArena = 256 << 20
 
 // bouncePool lends pinned host memory to device parts: ranges of one
 // arena, pinned once at first use, and a pinned mapping of its own for a
 // part the arena has no room for.
 type bouncePool struct {
+	size  uint64 // the arena's, set before first use (Config.GPUBounceBytes)
 	mu    sync.Mutex
 	arena *gpu.Pinned
 	alloc *alloc.Allocator
@@ -56,17 +55,10 @@ type bounce struct {
 	off uint64
 }
 
-func bounceArenaSize() uint64 {
-	if v, err := strconv.ParseUint(os.Getenv("GOSTORE_GPU_BOUNCE_BYTES"), 10, 64); err == nil && v > 0 {
-		return v
-	}
-	return defaultBounceArena
-}
-
 func (p *bouncePool) get(n uint64) (bounce, error) {
 	p.mu.Lock()
 	if p.arena == nil {
-		size := bounceArenaSize()
+		size := p.size
 		if arena, err := gpu.NewPinned(size); err == nil {
 			p.arena, p.alloc = arena, alloc.New(size, 4096)
 		}

@@ -77,7 +77,7 @@ func TestGPUSegmentChild(t *testing.T) {
 	}
 	defer owner.Close()
 	peer := newClient(t, m.Addr(), 0)
-	viaTCP, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}, nil)
+	viaTCP, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,11 +229,11 @@ func deviceDriver(t *testing.T) {
 
 func TestDevicePartsChild(t *testing.T) {
 	deviceDriver(t)
-	t.Setenv("GOSTORE_GPU_BOUNCE_BYTES", "2097152") // small, so large parts take the pinned fallback
+	withConfig(t, func(c *Config) { c.GPUBounceBytes = 2 << 20 }) // small, so large parts take the pinned fallback
 	m := startMaster(t)
 	owner := newClient(t, m.Addr(), 32<<20)
 	reader := newClient(t, m.Addr(), 0)
-	viaTCP, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}, nil)
+	viaTCP, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tcp=%v", tcp), func(t *testing.T) {
 			if tcp {
-				t.Setenv("GOSTORE_TRANSPORT", "tcp")
+				forceTCP(t)
 			}
 			owner, producer, reader := planCluster(t)
 			dest, err := producer.PlanOwner("sess:42:kv:L0", 0, "")

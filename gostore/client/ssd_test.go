@@ -52,8 +52,8 @@ func newTierClient(t *testing.T, master string, segment uint64, dir string, e en
 }
 
 func newTierClientErr(master string, segment uint64, dir string, e env) (*Client, error) {
-	return New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master, GlobalSegmentSize: segment,
-		LocalBufferSize: 1 << 20, EnableSSDOffload: true, SSDOffloadPath: dir, Getenv: e.lookup}, nil)
+	return New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master, GlobalSegmentSize: segment,
+		LocalBufferSize: 1 << 20, EnableSSDOffload: true, SSDOffloadPath: dir, Getenv: e.lookup}), nil)
 }
 
 func startOffloadMaster(t *testing.T, extra ...string) string {
@@ -98,7 +98,7 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 		for _, tcp := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/tcp=%v", desc, tcp), func(t *testing.T) {
 				if tcp {
-					t.Setenv("GOSTORE_TRANSPORT", "tcp")
+					forceTCP(t)
 				}
 				m := startOffloadMaster(t)
 				const segment, obj = 4 << 20, 64 << 10

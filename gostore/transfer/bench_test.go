@@ -19,7 +19,6 @@ func benchShm(b *testing.B, write bool) {
 	p := shmPeer(seg)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
-	needShm(b)
 	buf := make([]byte, mib16)
 	copy(buf, pattern(1, mib16))
 	ops := []Op{{Peer: p, Offset: 4096, Bufs: [][]byte{buf}, Write: write}}

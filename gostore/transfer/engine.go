@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +53,8 @@ type Op struct {
 
 // Options tune an Engine. Zero values mean the defaults.
 type Options struct {
-	// ForceTCP disables shared memory. GOSTORE_TRANSPORT=tcp in the
-	// environment has the same effect.
+	// ForceTCP disables shared memory (the bindings set it from
+	// GOSTORE_TRANSPORT=tcp; this package reads no environment).
 	ForceTCP bool
 	// StreamsPerPeer is the number of TCP connections kept per peer address.
 	StreamsPerPeer int
@@ -106,7 +104,7 @@ type Engine struct {
 // NewEngine returns an Engine with opt's settings.
 func NewEngine(opt Options) *Engine {
 	e := &Engine{
-		forceTCP: opt.ForceTCP || strings.EqualFold(os.Getenv("GOSTORE_TRANSPORT"), "tcp"),
+		forceTCP: opt.ForceTCP,
 		streams:  opt.StreamsPerPeer,
 		slice:    uint64(opt.SliceSize),
 		dialTO:   opt.DialTimeout,

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"testing"
 
 	"github.com/gostore/gostore/gostore/wire"
@@ -103,15 +102,6 @@ func newTCPPeer(t testing.TB, size uint64) *tcpPeer {
 func shmPeer(seg *LocalSegment) Peer {
 	nextSegID++
 	return Peer{SegID: nextSegID, HostID: HostID(), ShmPath: seg.ShmPath(), Size: seg.Size()}
-}
-
-// needShm skips tests of the shared-memory path when the environment
-// forces TCP.
-func needShm(t testing.TB) {
-	t.Helper()
-	if os.Getenv("GOSTORE_TRANSPORT") == "tcp" {
-		t.Skip("GOSTORE_TRANSPORT=tcp disables shared memory")
-	}
 }
 
 func mustOK(t testing.TB, errs []error) {

@@ -20,7 +20,6 @@ import (
 )
 
 func TestShmWriteReadScatter(t *testing.T) {
-	needShm(t)
 	const size = 8 << 20
 	seg, err := NewLocalSegment("shm-peer", size)
 	if err != nil {
@@ -95,7 +94,6 @@ func TestShmWriteReadScatter(t *testing.T) {
 // A transfer may fail as "forgotten" when it loses every race with Forget,
 // which is allowed, but most must succeed.
 func TestShmForgetWhileCopying(t *testing.T) {
-	needShm(t)
 	const size = 1 << 20
 	seg, err := NewLocalSegment("shm-forget", size)
 	if err != nil {
@@ -169,7 +167,6 @@ func TestShmForgetWhileCopying(t *testing.T) {
 // A same-host peer whose memfd cannot be opened is reached over TCP, and the
 // engine remembers it.
 func TestShmFallbackToTCP(t *testing.T) {
-	needShm(t)
 	tp := newTCPPeer(t, 1<<20)
 	p := tp.peer
 	p.HostID = HostID()
@@ -195,7 +192,6 @@ func TestShmFallbackToTCP(t *testing.T) {
 
 // One batch mixing a shared-memory peer and a TCP peer.
 func TestMixedBatch(t *testing.T) {
-	needShm(t)
 	seg, err := NewLocalSegment("mixed", 1<<20)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +219,6 @@ const childEnv = "GOSTORE_TRANSFER_TEST_CHILD"
 // TestCrossProcessShm maps a segment owned by another process (this test
 // binary re-run as a child) through its /proc/<pid>/fd path.
 func TestCrossProcessShm(t *testing.T) {
-	needShm(t)
 	const size = 2 << 20
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrossProcessChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
