@@ -130,7 +130,8 @@ func TestGarbageClosesOnlyThatConnection(t *testing.T) {
 			t.Fatalf("after %s: %v", name, err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The server logs before it closes a connection, and every one was
+	// seen closed above: the lines are written.
 	if !bytes.Contains([]byte(logs.String()), []byte("closing connection")) {
 		t.Fatalf("bad frames were not logged: %s", logs.String())
 	}

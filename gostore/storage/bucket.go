@@ -114,6 +114,10 @@ var bucketErrClosed = errors.New(bucketErrClosedMsg)
 // its bucket references and before it reads.
 var bucketLoadHook func(keys []string)
 
+// bucketDeleteHook, when set (tests), is called by deleteBucket just before
+// it waits for the bucket's reads in flight.
+var bucketDeleteHook func(id uint64)
+
 // bucketEntry is one live object.
 type bucketEntry struct {
 	bk   *bucketFile
@@ -510,6 +514,9 @@ func (b *bucketBackend) afterUnlink(emptied, touched []*bucketFile) error {
 // deleteBucket is phase 2 of eviction (and the end of an emptied bucket):
 // bk is already unlinked; wait for its reads, then close and delete.
 func (b *bucketBackend) deleteBucket(bk *bucketFile) {
+	if h := bucketDeleteHook; h != nil {
+		h(bk.id)
+	}
 	bk.refs.Wait()
 	bk.metaMu.Lock()
 	defer bk.metaMu.Unlock()

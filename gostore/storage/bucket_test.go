@@ -317,9 +317,13 @@ func TestBucketEvictDuringRead(t *testing.T) {
 				})
 			}
 		}
+		// deleteBucket announces that it is about to wait for the reads.
+		waiting := make(chan struct{})
+		var waitOnce sync.Once
+		bucketDeleteHook = func(uint64) { waitOnce.Do(func() { close(waiting) }) }
 		var relOnce sync.Once
 		doRelease := func() { relOnce.Do(func() { close(release) }) }
-		t.Cleanup(func() { doRelease(); bucketLoadHook = nil }) // runs before Close on failure
+		t.Cleanup(func() { doRelease(); bucketLoadHook, bucketDeleteHook = nil, nil }) // runs before Close on failure
 		got := make([]byte, 1000)
 		loadErr := make(chan error, 1)
 		go func() { loadErr <- b.BatchLoad([]string{"k00"}, [][]byte{got})[0] }()
@@ -328,14 +332,14 @@ func TestBucketEvictDuringRead(t *testing.T) {
 		keys, vals := bucketBatch(6, 2, 1000)
 		go func() { offDone <- b.BatchOffload(keys, vals) }()
 		// Phase 1 and the notification happen; phase 2 waits for the read.
-		deadline := time.Now().Add(5 * time.Second)
-		for len(log.get()) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("OnEvict not called")
-			}
-			time.Sleep(time.Millisecond)
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Fatal("eviction never reached the deletion of the victim")
 		}
-		time.Sleep(50 * time.Millisecond)
+		if len(log.get()) == 0 {
+			t.Fatal("OnEvict not called before the deletion")
+		}
 		select {
 		case <-offDone:
 			t.Fatal("eviction finished while a read was in flight")
