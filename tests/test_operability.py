@@ -127,7 +127,8 @@ def test_bad_log_level_is_refused():
     lines = proc.stdout.splitlines()
     assert lines[0] == "-600"
     assert lines[1].startswith("TypeError") and "log_level" in lines[1]
-    assert 'log_level \\"loud\\"' in proc.stderr or "log_level" in proc.stderr
+    rejected = [x for x in proc.stderr.splitlines() if "setup rejected" in x]
+    assert len(rejected) == 1 and "loud" in rejected[0] and "want debug, info, warn or error" in rejected[0], proc.stderr
 
 
 # ---------------------------------------------------------------------------

@@ -35,6 +35,9 @@ func (b *burstLog) fail(n int, logFirst func(others int)) {
 	logFirst(n - 1)
 }
 
+// on reports whether a burst is on (one atomic load).
+func (b *burstLog) on() bool { return b.active.Load() }
+
 // ok ends a burst; logEnd runs with the failures counted since the logged
 // one, when there were any.
 func (b *burstLog) ok(logEnd func(more int)) {

@@ -4,6 +4,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -246,13 +247,16 @@ const spaceStall = 2 * time.Second
 // are tried until Config.PutSpaceWait passes or the master stalls; items
 // refused before an eviction pass looked, until one has.
 type spaceWait struct {
-	c          *Client
-	began      time.Time // the first refusal
-	backoff    time.Duration
-	firstPass  map[int]uint64 // the master's pass count at each item's first refusal
-	progress   uint64         // the master's progress count last seen
-	progressAt time.Time      // when it last changed
-	last       []refusal      // the refusals that stand, once again returns nil
+	c       *Client
+	began   time.Time // the first refusal
+	backoff time.Duration
+	// firstPass is the master's pass count at the first round's refusals.
+	// Every later round retries items refused in the first, so an item
+	// still refused "unknown" at this count has seen no pass yet.
+	firstPass  uint64
+	progress   uint64    // the master's progress count last seen
+	progressAt time.Time // when it last changed
+	last       []refusal // the refusals that stand, once again returns nil
 }
 
 // again takes a round's refusals and returns the items of the next round
@@ -264,10 +268,11 @@ func (w *spaceWait) again(refused []refusal) []int {
 		return nil
 	}
 	now := time.Now()
-	if w.began.IsZero() {
+	first := w.began.IsZero()
+	if first {
 		w.began, w.progressAt, w.backoff = now, now, spaceRetryFirst
-		w.firstPass = make(map[int]uint64, len(refused))
 	}
+	stalledAt := c.spaceStalledAt.Load()
 	stalled := false
 	var unknown, coming []int
 	for _, r := range refused {
@@ -275,16 +280,16 @@ func (w *spaceWait) again(refused []refusal) []int {
 		if ns == nil {
 			continue
 		}
-		if _, seen := w.firstPass[r.item]; !seen {
-			w.firstPass[r.item] = ns.Passes
+		if first {
+			w.firstPass, first = ns.Passes, false
 		}
 		if ns.Progress != w.progress {
 			w.progress, w.progressAt = ns.Progress, now
 		}
 		// Another write already waited in vain at this very progress count.
-		stalled = stalled || c.spaceStalledAt.Load() == ns.Progress+1
+		stalled = stalled || stalledAt == ns.Progress+1
 		switch {
-		case ns.Space == wire.SpaceUnknown && ns.Passes == w.firstPass[r.item]:
+		case ns.Space == wire.SpaceUnknown && ns.Passes == w.firstPass:
 			unknown = append(unknown, r.item)
 		case ns.Space == wire.SpaceComing:
 			coming = append(coming, r.item)
@@ -332,12 +337,9 @@ func (w *spaceWait) waited() time.Duration {
 // noteNoSpace logs the first write of a burst that ends refused for space,
 // with the master's reason, and ends the burst when a write stores keys.
 func (c *Client) noteNoSpace(op wire.Op, items []PutItem, m *mixedCall, out []wire.Code, w *spaceWait) {
-	stored := false
-	for _, code := range out {
-		stored = stored || code == wire.OK
-	}
 	if len(w.last) == 0 {
-		if stored {
+		// The common write: nothing refused and no burst to end.
+		if c.noSpace.on() && slices.Contains(out, wire.OK) {
 			c.noSpace.ok(func(more int) { c.log.Info("puts find space again", "refused_since_logged", more) })
 		}
 		return

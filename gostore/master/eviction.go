@@ -174,6 +174,10 @@ type EvictResult struct {
 // object to place its cut; above it the cut comes from a sample of shards.
 const exactEvictionLimit = 1 << 16
 
+// EvictionDue reports that a put found no room since the last Tick and the
+// next Tick will run an eviction pass for it.
+func (c *Core) EvictionDue() bool { return c.evictSoon.Load() }
+
 // Evict runs one eviction pass now: it frees about
 // max(EvictionRatio, usage − HighWatermark + EvictionRatio) of the evictable
 // objects, least recently used first, non-pinned before soft-pinned (the

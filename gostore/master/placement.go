@@ -17,7 +17,11 @@ type placer struct {
 	near      []*segment // on the writer's host, when SameNode asks for it
 	all       []*segment
 
-	full string // noSpace's account of a full pool, once per batch
+	// noSpace's survey of the pool, once per batch: the largest segment
+	// and the account of a full pool.
+	surveyed bool
+	largest  uint64
+	full     string
 }
 
 func (c *Core) newPlacer(cfg wire.ReplicaConfig, hostID string) *placer {
@@ -97,25 +101,23 @@ func (p *placer) noSpace(size uint64) (string, wire.SpaceOutlook) {
 	if len(p.all) == 0 {
 		return "no segment is mounted: no client contributes memory", wire.SpaceNone
 	}
-	var largest uint64
-	for _, s := range p.all {
-		largest = max(largest, s.alloc.Capacity())
-	}
-	if size > largest {
-		return fmt.Sprintf("an object of %d bytes is larger than any segment (the largest holds %d)", size, largest), wire.SpaceNone
-	}
-	c := p.c
-	c.evictSoon.Store(true)
-	if p.full == "" {
+	if !p.surveyed {
 		var used, capacity uint64
 		for _, s := range p.all {
 			s.mu.Lock()
 			used += s.alloc.Used()
 			capacity += s.alloc.Capacity()
+			p.largest = max(p.largest, s.alloc.Capacity())
 			s.mu.Unlock()
 		}
 		p.full = fmt.Sprintf("the pool is full (%d of %d bytes used in %d segments)", used, capacity, len(p.all))
+		p.surveyed = true
 	}
+	if size > p.largest {
+		return fmt.Sprintf("an object of %d bytes is larger than any segment (the largest holds %d)", size, p.largest), wire.SpaceNone
+	}
+	c := p.c
+	c.evictSoon.Store(true)
 	if n := c.reclaimable.Load(); n > 0 {
 		return fmt.Sprintf("%s; eviction is freeing room (%d objects may go, some once their disk copy exists)", p.full, n), wire.SpaceComing
 	}

@@ -72,9 +72,9 @@ type Config struct {
 	// also bounds its value bytes by it). Whatever it says, a backend keeps
 	// within its disk cap, computed at open (diskcap.go): at most 90% of
 	// the file system, and what the backend holds plus 95% of the free
-	// space; a disk that fills up before the cap lowers it to the bytes in
-	// use. The bucket backend's BucketMaxTotalSize, when set, replaces that
-	// rule.
+	// space. The bucket backend's BucketMaxTotalSize, when set, replaces
+	// that rule. Every write also keeps the file system 10% free (the
+	// floor of diskcap.go), whatever the cap.
 	TotalSizeLimit uint64 // [2 TiB] MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES
 	TotalKeysLimit uint64 // [10M] MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT
 

@@ -193,10 +193,7 @@ func (b *offsetBackend) BatchOffload(keys []string, values [][]byte) []error {
 			pend[i], errs[i] = b.write(keys[i], values[i])
 		}
 	})
-	synced := b.eng.Datasync(b.f)
-	if isNoSpace(synced) {
-		synced = noSpace(b.Name(), b.dir, synced)
-	}
+	synced := noSpace(b.Name(), b.dir, b.eng.Datasync(b.f))
 	var replaced []*offsetEntry
 	for i, p := range pend {
 		switch {
@@ -243,10 +240,7 @@ func (b *offsetBackend) write(key string, val []byte) (*offsetPending, error) {
 	off, ok, used, limit := uint64(0), false, b.al.Used(), b.limit
 	// The floor: the records being written may not have taken their
 	// blocks yet, so they count on top of what statfs reports in use.
-	room, err := diskRoom(b.dir)
-	if err == nil && int64(b.writing+span) > room {
-		err = floorFull(b.dir, span, b.writing, room)
-	}
+	err := checkFloor(b.dir, span, b.writing)
 	if err == nil && used+span <= limit {
 		off, ok = b.al.Alloc(span)
 	}
@@ -269,10 +263,7 @@ func (b *offsetBackend) write(key string, val []byte) (*offsetPending, error) {
 	b.amu.Unlock()
 	if err != nil {
 		b.abandon(p)
-		if isNoSpace(err) {
-			err = noSpace(b.Name(), b.dir, err)
-		}
-		return nil, fmt.Errorf("storage: offset_allocator: offload %q: %w", key, err)
+		return nil, fmt.Errorf("storage: offset_allocator: offload %q: %w", key, noSpace(b.Name(), b.dir, err))
 	}
 	return p, nil
 }

@@ -208,11 +208,7 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 	}
 	// The floor: the files being written may not have taken their blocks
 	// yet, so they count on top of what statfs reports in use.
-	room, err := diskRoom(b.dir)
-	if err == nil && int64(b.writing+fileLen) > room {
-		err = floorFull(b.dir, fileLen, b.writing, room)
-	}
-	if err != nil {
+	if err := checkFloor(b.dir, fileLen, b.writing); err != nil {
 		b.mu.Unlock()
 		return fmt.Errorf("storage: file_per_key: offload %q: %w", key, err)
 	}
@@ -222,7 +218,7 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 	b.writing += fileLen
 	b.mu.Unlock()
 
-	err = b.writeFile(h, key, val)
+	err := b.writeFile(h, key, val)
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -231,10 +227,7 @@ func (b *perkeyBackend) offload(key string, val []byte) error {
 		b.bytes -= size
 		b.keys -= newKey
 		b.disk -= fileLen
-		if isNoSpace(err) {
-			err = noSpace(b.Name(), b.dir, err)
-		}
-		return fmt.Errorf("storage: file_per_key: offload %q: %w", key, err)
+		return fmt.Errorf("storage: file_per_key: offload %q: %w", key, noSpace(b.Name(), b.dir, err))
 	}
 	b.bytes -= old
 	if exists {

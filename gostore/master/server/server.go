@@ -199,15 +199,13 @@ func (s *Server) tickLoop() {
 }
 
 // startWrites answers PutStart and UpsertStart, and asks for an eviction
-// pass at once when a key was refused for room eviction may free.
+// pass at once when the core wants one (a key was refused for room that
+// eviction may free) instead of at the next tick.
 func (s *Server) startWrites(res []wire.PutStartResult, err error) (*wire.PutStartResp, error) {
-	for _, r := range res {
-		if r.NoSpace != nil && r.NoSpace.Space != wire.SpaceNone {
-			select {
-			case s.evictNow <- struct{}{}:
-			default:
-			}
-			break
+	if s.core.EvictionDue() {
+		select {
+		case s.evictNow <- struct{}{}:
+		default:
 		}
 	}
 	return &wire.PutStartResp{Results: res}, err
