@@ -53,7 +53,7 @@ type Config struct {
 	PingInterval time.Duration `json:"-"`
 	// GPUBounceBytes sizes the pinned arena device parts are staged
 	// through when no direct copy reaches their replica (0:
-	// defaultBounceArena; GOSTORE_GPU_BOUNCE_BYTES).
+	// transfer.DefaultBounceBytes; GOSTORE_GPU_BOUNCE_BYTES).
 	GPUBounceBytes uint64 `json:"-"`
 }
 
@@ -83,8 +83,6 @@ type Client struct {
 	engine    *transfer.Engine
 	peers     peerCache
 	buffers   registry
-	bounces   bouncePool // pinned staging for device memory
-	pins      hostPins   // segment mappings page-locked for device copies
 	staging   *staging
 	readsDone keyBatch // ReadDone of ended reads
 	planEnds  keyBatch // PutEnd of committed plans
@@ -134,15 +132,11 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval
 	}
-	if cfg.GPUBounceBytes == 0 {
-		cfg.GPUBounceBytes = defaultBounceArena
-	}
 	log.Debug("setting up", "local_hostname", cfg.LocalHostname, "master", cfg.MasterServerAddr,
 		"segment", cfg.GlobalSegmentSize, "location", cfg.SegmentLocation, "buffer", cfg.LocalBufferSize,
 		"protocol", cfg.Protocol, "ssd", cfg.EnableSSDOffload, "ssd_path", cfg.SSDOffloadPath,
 		"force_tcp", cfg.ForceTCP, "put_space_wait", cfg.PutSpaceWait)
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
-	c.bounces.size = cfg.GPUBounceBytes
 	var err error
 	if c.transport, err = discoverTransport(cfg); err != nil {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
@@ -154,9 +148,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
-	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP,
-		OpenDevice: openPeerDevice, BeforeUnmap: c.pins.drop, BeforeDeviceCopy: c.pinRegistered})
-	c.peers.init()
+	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},
+		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered})
+	c.peers.init(c.engine)
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
 	ok, known := false, false
@@ -493,9 +487,8 @@ func (c *Client) release() {
 	if c.ssd != nil {
 		c.ssd.close() // before the segment its offloads read goes away
 	}
-	c.engine.Close()
+	c.engine.Close() // unpins the own segment and registered buffers too
 	c.master.Close()
-	c.pins.dropAll() // the own segment and registered buffers (peers' went with the engine)
 	if c.seg != nil {
 		c.seg.Close()
 	}
@@ -505,7 +498,6 @@ func (c *Client) release() {
 	if c.staging != nil {
 		c.staging.close()
 	}
-	c.bounces.close()
 }
 
 // RegisterBuffer declares [ptr, ptr+size) usable by the zero-copy calls.
@@ -517,7 +509,7 @@ func (c *Client) UnregisterBuffer(ptr uint64) error {
 	if err := c.buffers.unregister(ptr); err != nil {
 		return err
 	}
-	c.pins.dropRange(ptr)
+	c.engine.Pins().DropRange(ptr)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -86,7 +87,7 @@ func TestGPUSegmentChild(t *testing.T) {
 	if own.Location != "cuda:0" || len(own.IPC) != 64 || own.ShmPath != "" {
 		t.Fatalf("the GPU segment's description: %+v", own)
 	}
-	if path := peer.engine.PathFor(own); path != "ipc" {
+	if path := peer.engine.Route(own); path != transfer.RouteIPC {
 		t.Fatalf("a same-host peer reaches the GPU segment by %s", path)
 	}
 	for i, w := range []*Client{owner, peer, viaTCP} {
@@ -210,9 +211,7 @@ func devRead(t *testing.T, p, n uint64) []byte {
 
 // staged reports whether c ever staged device memory through its bounces.
 func staged(c *Client) bool {
-	c.bounces.mu.Lock()
-	defer c.bounces.mu.Unlock()
-	return c.bounces.arena != nil
+	return c.engine.StagedParts() > 0
 }
 
 // deviceDriver skips unless this process has a driver to test with: the

@@ -4,6 +4,7 @@
 package client
 
 import (
+	"context"
 	"sort"
 	"time"
 
@@ -109,14 +110,11 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 	return c.GetFinishDevice(p, dests, nil)
 }
 
-// finish is GetFinish for a caller that has entered; m carries the
-// destinations' device parts (nil when there are none).
-func (c *Client) finish(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
+// finish is GetFinish for a caller that has entered; dev[i] lists the
+// device parts of dests[i] (dev nil when there are none).
+func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	defer c.endReads(p)
-	out := c.readInto(p, dests, m)
-	if m != nil {
-		m.finishReads(out, p.keys)
-	}
+	out := c.readInto(p, dests, dev)
 	now := time.Now()
 	for i, r := range p.res {
 		if out[i] > 0 && r.LeaseMS > 0 && now.After(p.sent.Add(time.Duration(r.LeaseMS)*time.Millisecond)) {
@@ -131,49 +129,32 @@ func (c *Client) finish(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 type readWant struct {
 	item     int
 	size     uint64
-	raw      [][]byte // the destination as given (device parts left nil)
-	bufs     [][]byte // host memory to read into, trimmed to size; nil until needed
+	bufs     [][]byte              // the destination's host parts, trimmed to size
+	dev      []transfer.DevicePart // and its device parts
 	replicas []wire.Replica
 }
 
-func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
+// readInto reads the objects p found into dests: each from its cheapest
+// memory replica first, then the others, then its disk copy.
+func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	out := p.Sizes()
 	ctx, cancel := c.ctx()
 	defer cancel()
 	slab := make([]readWant, 0, len(p.res)) // one allocation; never grows, so &slab[k] stays valid
 	var wants []*readWant
 	var ids []uint64
-	disk := map[string][]diskWant{} // by the endpoint of the SSD tier holding them
+	var disk map[string][]*readWant // by the endpoint of the SSD tier holding them
+	toDisk := func(w *readWant, endpoint string) {
+		if disk == nil {
+			disk = map[string][]*readWant{}
+		}
+		disk[endpoint] = append(disk[endpoint], w)
+	}
 	defer func() {
-		for endpoint, dw := range disk {
-			c.readFromDisk(ctx, p.keys, endpoint, dw, out)
+		for endpoint, ws := range disk {
+			c.readDisk(ctx, p.keys, endpoint, ws, out)
 		}
 	}()
-	// hostBufs gives w host memory to read into: its destination, or for
-	// one with device parts their staging (only when a replica needs it;
-	// the bytes then arrive in the bounces, to be copied on by finish).
-	hostBufs := func(w *readWant) ([][]byte, error) {
-		if !m.has(w.item) {
-			return w.bufs, nil
-		}
-		if w.bufs == nil {
-			staged, err := m.hostParts(w.item, w.raw, false)
-			if err != nil {
-				return nil, err
-			}
-			w.bufs, _ = trim(staged, w.size)
-		}
-		m.staged[w.item] = true
-		return w.bufs, nil
-	}
-	toDisk := func(w *readWant, endpoint string) {
-		bufs, err := hostBufs(w)
-		if err != nil {
-			out[w.item] = int64(wire.CodeOf(err))
-			return
-		}
-		disk[endpoint] = append(disk[endpoint], diskWant{item: w.item, size: w.size, bufs: bufs})
-	}
 	for i, r := range p.res {
 		if r.Code != wire.OK {
 			continue
@@ -182,19 +163,18 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 			out[i] = int64(wire.ErrInvalidParams) // found, but nowhere to put it
 			continue
 		}
-		slab = append(slab, readWant{item: i, size: r.Size, raw: dests[i], replicas: r.Replicas})
-		w := &slab[len(slab)-1]
-		ok := false
-		if m.has(i) {
-			ok = capacity(dests[i])+m.devBytes(i) >= r.Size
-		} else {
-			w.bufs, ok = trim(dests[i], r.Size)
+		var d []DevicePart
+		if i < len(dev) {
+			d = dev[i]
 		}
-		if !ok {
-			c.log.Warn("get: destination smaller than the object", "key", p.keys[i], "size", r.Size)
+		bufs, d, err := transfer.Trim(dests[i], d, r.Size)
+		if err != nil {
+			c.log.Warn("get: destination rejected", "key", p.keys[i], "size", r.Size, "err", err)
 			out[i] = int64(wire.ErrInvalidParams)
 			continue
 		}
+		slab = append(slab, readWant{item: i, size: r.Size, bufs: bufs, dev: d, replicas: r.Replicas})
+		w := &slab[len(slab)-1]
 		if len(r.Replicas) == 0 {
 			if r.Disk != "" {
 				toDisk(w, r.Disk)
@@ -218,8 +198,8 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 	// Round r tries every still-unread object's r-th replica, all in one
 	// engine batch, so a failed replica costs one more round, not a stall.
 	for round := 0; len(wants) > 0; round++ {
-		var ops []transfer.Op
-		var opWant []*readWant
+		ops := make([]transfer.Op, 0, len(wants))
+		opWant := make([]*readWant, 0, len(wants))
 		var next []*readWant
 		for _, w := range wants {
 			if round >= len(w.replicas) {
@@ -231,39 +211,13 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 				continue
 			}
 			rep := w.replicas[round]
-			if m.has(w.item) {
-				if ok, err := m.direct(w.item, rep.SegID, rep.Offset, w.raw, w.size, false); ok {
-					if err == nil {
-						out[w.item] = int64(w.size)
-					} else {
-						c.log.Warn("get: GPU segment copy failed; trying another replica", "key", p.keys[w.item], "segment", rep.SegID, "err", err)
-						out[w.item] = int64(wire.CodeOf(err))
-						next = append(next, w)
-					}
-					continue
-				}
-			}
-			bufs, err := hostBufs(w)
-			if err != nil {
-				out[w.item] = int64(wire.CodeOf(err))
-				continue
-			}
-			if ok, err := c.copyLocal(rep.SegID, rep.Offset, bufs, false); ok {
-				if err == nil {
-					out[w.item] = int64(w.size)
-				} else {
-					out[w.item] = int64(wire.ErrInvalidReplica)
-					next = append(next, w)
-				}
-				continue
-			}
 			peer, ok := c.peers.get(rep.SegID)
 			if !ok {
 				out[w.item] = int64(wire.ErrReplicaIsGone)
 				next = append(next, w)
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: bufs})
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: w.bufs, Device: w.dev})
 			opWant = append(opWant, w)
 		}
 		if len(ops) > 0 {
@@ -273,16 +227,44 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, m *mixedCall) []int64 {
 					out[w.item] = int64(w.size)
 					continue
 				}
-				seg := w.replicas[round].SegID
+				seg := ops[j].Peer.SegID
 				c.log.Warn("get: transfer failed; trying another replica", "key", p.keys[w.item], "segment", seg, "err", err)
 				out[w.item] = int64(wire.CodeOf(err))
-				c.failed(seg)
+				c.opFailed(seg, err)
 				next = append(next, w)
 			}
 		}
 		wants = next
 	}
 	return out
+}
+
+// readDisk reads objects from the SSD tier at endpoint, their device parts
+// staged through pinned memory by the engine.
+func (c *Client) readDisk(ctx context.Context, keys []string, endpoint string, ws []*readWant, out []int64) {
+	ops := make([]transfer.Op, len(ws))
+	for j, w := range ws {
+		ops[j] = transfer.Op{Bufs: w.bufs, Device: w.dev}
+	}
+	errs := c.engine.Staged(ops, func(host []transfer.Op) []error {
+		dw := make([]diskWant, len(host))
+		for k, op := range host {
+			dw[k] = diskWant{item: ws[k].item, size: ws[k].size, bufs: op.Bufs}
+		}
+		c.readFromDisk(ctx, keys, endpoint, dw, out)
+		errs := make([]error, len(host))
+		for k := range host {
+			if n := out[ws[k].item]; n < 0 {
+				errs[k] = wire.Errorf(wire.Code(n), "disk read")
+			}
+		}
+		return errs
+	})
+	for j, err := range errs {
+		if err != nil {
+			out[ws[j].item] = int64(wire.CodeOf(err))
+		}
+	}
 }
 
 // capacity is the bytes a scatter list holds.
@@ -294,40 +276,20 @@ func capacity(bufs [][]byte) uint64 {
 	return n
 }
 
-// orderReplicas puts the cheapest replica first: own segment, then shared
-// memory on this host, then TCP.
+// orderReplicas puts the cheapest replica first, as the engine would
+// route it: own segment, then a same-host mapping, then TCP; replicas on
+// segments not resolved last.
 func (c *Client) orderReplicas(reps []wire.Replica) {
+	if len(reps) < 2 {
+		return
+	}
 	cost := func(r wire.Replica) int {
-		if c.peers.isOwn(r.SegID) {
-			return 0
-		}
 		if p, ok := c.peers.get(r.SegID); ok {
-			if c.engine.PathFor(p) == "shm" {
-				return 1
-			}
-			return 2
+			return c.engine.Route(p).Cost()
 		}
 		return 3
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return cost(reps[i]) < cost(reps[j]) })
-}
-
-// trim returns the prefix of bufs covering exactly size bytes, or false if
-// bufs hold fewer.
-func trim(bufs [][]byte, size uint64) ([][]byte, bool) {
-	out := make([][]byte, 0, len(bufs))
-	left := size
-	for _, b := range bufs {
-		if left == 0 {
-			break
-		}
-		n := min(uint64(len(b)), left)
-		if n > 0 {
-			out = append(out, b[:n])
-		}
-		left -= n
-	}
-	return out, left == 0
 }
 
 // GetInto is GetStart and GetFinish in one call.

@@ -13,55 +13,41 @@ import (
 // peerCache maps master segment IDs to how to reach them. IDs are never
 // reused by a master, so an entry never goes stale in meaning; it is dropped
 // when a transfer to it fails so that the next use asks the master again.
+// The own segment is an entry like the others: the engine routes it.
 type peerCache struct {
 	mu     sync.RWMutex
 	byID   map[uint64]transfer.Peer
-	ownID  uint64
-	own    []byte                // this client's segment memory, copied to directly
-	ownDev transfer.DeviceMemory // or its GPU segment, copied to by the driver
+	ownID  uint64 // this client's segment, 0 before its mount
+	engine *transfer.Engine
 }
 
-func (p *peerCache) init() { p.byID = make(map[uint64]transfer.Peer) }
+func (p *peerCache) init(e *transfer.Engine) {
+	p.byID = make(map[uint64]transfer.Peer)
+	p.engine = e
+}
 
+// setOwn records this client's segment, mem its host memory or dev its GPU
+// memory, and hands it to the engine.
 func (p *peerCache) setOwn(d wire.SegmentDesc, mem []byte, dev transfer.DeviceMemory) {
 	p.mu.Lock()
-	p.ownID, p.own, p.ownDev = d.ID, mem, dev
 	p.byID[d.ID] = transfer.PeerFromDesc(d)
+	p.ownID = d.ID
 	p.mu.Unlock()
+	p.engine.SetOwn(d.ID, mem, dev)
 }
 
 // isOwn reports whether id names this client's segment.
-func (p *peerCache) isOwn(id uint64) bool {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return id == p.ownID && id != 0
-}
+func (p *peerCache) isOwn(id uint64) bool { return p.engine.IsOwn(id) }
 
 // local returns this client's segment memory if id names it and it is
 // host memory.
 func (p *peerCache) local(id uint64) []byte {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if id == p.ownID && id != 0 {
-		return p.own
+	if !p.engine.IsOwn(id) {
+		return nil
 	}
-	return nil
-}
-
-// copyLocal copies between bufs and [off, ...) of this client's segment
-// when id names it (into it when write); ok false when id is another's.
-func (p *peerCache) copyLocal(id, off uint64, bufs [][]byte, write bool) (ok bool, err error) {
-	p.mu.RLock()
-	own, mem, dev := id == p.ownID && id != 0, p.own, p.ownDev
-	p.mu.RUnlock()
-	switch {
-	case !own:
-		return false, nil
-	case dev != nil:
-		return true, transfer.CopyDevice(dev, off, bufs, write)
-	default:
-		return true, transfer.CopyScatter(mem, off, bufs, write)
-	}
+	peer, _ := p.get(id)
+	mem, _ := p.engine.Mapping(peer)
+	return mem
 }
 
 func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
@@ -103,18 +89,13 @@ func (c *Client) resolve(ctx context.Context, ids []uint64) error {
 	return nil
 }
 
-// copyLocal is peerCache.copyLocal, with the registered buffers among
-// bufs page-locked first when the own segment is on a GPU.
-func (c *Client) copyLocal(id, off uint64, bufs [][]byte, write bool) (ok bool, err error) {
-	c.peers.mu.RLock()
-	onGPU := id == c.peers.ownID && id != 0 && c.peers.ownDev != nil
-	c.peers.mu.RUnlock()
-	if onGPU {
-		for _, b := range bufs {
-			c.pinRegistered(b)
-		}
+// opFailed forgets segment id when an op on it failed in transfer: the
+// next use asks the master again and reopens it. An op the engine refused
+// (a bad range, bad device parts) says nothing about the segment.
+func (c *Client) opFailed(id uint64, err error) {
+	if wire.CodeOf(err) == wire.ErrTransferFail {
+		c.failed(id)
 	}
-	return c.peers.copyLocal(id, off, bufs, write)
 }
 
 // failed forgets a segment after a transfer to it failed.

@@ -12,46 +12,51 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// PutItem is one object to store: the concatenation of Parts. The caller
-// owns Parts and keeps them valid until PutBatch returns.
+// PutItem is one object to store: the concatenation of Parts. Parts on a
+// GPU are listed in Device (see transfer.Op), nil placeholders in Parts.
+// The caller owns the memory and keeps it valid until PutBatch returns.
 type PutItem struct {
-	Key   string
-	Parts [][]byte
+	Key    string
+	Parts  [][]byte
+	Device []DevicePart
 }
 
-func (it PutItem) size() uint64 { return capacity(it.Parts) }
+func (it PutItem) size() uint64 {
+	n := capacity(it.Parts)
+	for _, d := range it.Device {
+		n += d.Size
+	}
+	return n
+}
 
 // PutBatch stores each item with one PutStart and one PutEnd for the whole
 // batch. Result i is OK (also when the key already existed: put never
 // overwrites) or the item's error code. Invalid items (empty key or value)
 // get -600 and do not stop the others.
 func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
-	return c.write(wire.OpPutStart, items, cfg, nil)
+	return c.write(wire.OpPutStart, items, cfg)
 }
 
 // UpsertBatch inserts or replaces each item (see master.Core.UpsertStart):
 // the same pipeline as PutBatch with UpsertStart as its first phase.
 func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
-	return c.write(wire.OpUpsertStart, items, cfg, nil)
+	return c.write(wire.OpUpsertStart, items, cfg)
 }
 
 // write runs the three-phase write pipeline with start (PutStart or
-// UpsertStart) as its first phase. m carries the items' device parts (nil
-// when there are none). Items refused for room the master says is on its
+// UpsertStart) as its first phase. Items refused for room the master says is on its
 // way are written again in a later round (see spaceWait); each round ends
 // its own writes first, so nothing stays half-written while a round waits.
-func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m *mixedCall) []wire.Code {
+func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
 	leave, err := c.enter()
 	if err != nil {
-		m.release()
 		return wire.Fill(out, wire.CodeOf(err))
 	}
 	defer leave()
-	defer m.release() // the bounces go back before Close may take the pool
 	round := make([]int, 0, len(items))
 	for i, it := range items {
-		if size := it.size() + m.devBytes(i); it.Key == "" || size == 0 {
+		if size := it.size(); it.Key == "" || size == 0 {
 			c.log.Warn("write rejected: empty key or value", "op", start.String(), "key", it.Key, "size", size)
 			out[i] = wire.ErrInvalidParams
 			continue
@@ -67,9 +72,9 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m
 	}
 	wait := spaceWait{c: c}
 	for len(round) > 0 {
-		round = wait.again(c.writeRound(start, items, cfg, m, round, out))
+		round = wait.again(c.writeRound(start, items, cfg, round, out))
 	}
-	c.noteNoSpace(start, items, m, out, &wait)
+	c.noteNoSpace(start, items, out, &wait)
 	return out
 }
 
@@ -81,7 +86,7 @@ type refusal struct {
 
 // writeRound writes items[i] for each i in round, under one call timeout,
 // setting out[i]; it returns the items refused for space.
-func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, m *mixedCall, round []int, out []wire.Code) []refusal {
+func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, round []int, out []wire.Code) []refusal {
 	ctx, cancel := c.ctx()
 	defer cancel()
 
@@ -90,7 +95,7 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 	req := wire.PutStartReq{ClientID: c.id, Config: cfg, HostID: transfer.HostID(),
 		Keys: make([]string, len(idx)), Sizes: make([]uint64, len(idx))}
 	for j, i := range idx {
-		req.Keys[j], req.Sizes[j] = items[i].Key, items[i].size()+m.devBytes(i)
+		req.Keys[j], req.Sizes[j] = items[i].Key, items[i].size()
 		out[i] = wire.OK // a refusal of an earlier round no longer stands
 	}
 	var resp wire.PutStartResp
@@ -112,7 +117,8 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 	}
 
-	// Phase 2: write every replica straight from the caller's buffers.
+	// Phase 2: write every replica straight from the caller's memory; the
+	// engine picks each replica's route.
 	var ids []uint64
 	for _, r := range resp.Results {
 		for _, rep := range r.Replicas {
@@ -120,9 +126,8 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 	}
 	resolveErr := c.resolve(ctx, ids)
-	var ops []transfer.Op
-	var opItem []int // ops[k] writes items[opItem[k]]
-	var opSeg []uint64
+	ops := make([]transfer.Op, 0, len(ids))
+	opItem := make([]int, 0, len(ids)) // ops[k] writes items[opItem[k]]
 	writing := make([]bool, len(items))
 	epochs := make([]uint64, len(items))
 	for j, r := range resp.Results {
@@ -137,45 +142,23 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 		writing[i], epochs[i] = true, r.Epoch
 		for _, rep := range r.Replicas {
-			parts := items[i].Parts
-			if m.has(i) {
-				ok, err := m.direct(i, rep.SegID, rep.Offset, parts, 0, true)
-				if !ok {
-					parts, err = m.hostParts(i, parts, true)
-				}
-				if err != nil {
-					c.log.Warn("put: device memory", "key", items[i].Key, "segment", rep.SegID, "err", err)
-					out[i] = wire.CodeOf(err)
-				}
-				if ok || err != nil {
-					continue
-				}
-			}
-			if ok, err := c.copyLocal(rep.SegID, rep.Offset, parts, true); ok {
-				if err != nil {
-					c.log.Warn("put: copy into the own segment failed", "key", items[i].Key, "err", err)
-					out[i] = wire.CodeOf(err)
-				}
-				continue
-			}
 			peer, ok := c.peers.get(rep.SegID)
 			if !ok {
 				c.log.Warn("put: replica on an unknown segment", "key", items[i].Key, "segment", rep.SegID, "err", resolveErr)
 				out[i] = wire.ErrSegmentNotFound
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: parts, Write: true})
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: items[i].Parts, Device: items[i].Device, Write: true})
 			opItem = append(opItem, i)
-			opSeg = append(opSeg, rep.SegID)
 		}
 	}
 	if len(ops) > 0 {
 		for k, err := range c.engine.Do(ctx, ops) {
 			if err != nil {
-				i := opItem[k]
-				c.log.Warn("put: transfer failed", "key", items[i].Key, "segment", opSeg[k], "err", err)
+				i, seg := opItem[k], ops[k].Peer.SegID
+				c.log.Warn("put: transfer failed", "key", items[i].Key, "segment", seg, "err", err)
 				out[i] = wire.CodeOf(err)
-				c.failed(opSeg[k])
+				c.opFailed(seg, err)
 			}
 		}
 	}
@@ -336,7 +319,7 @@ func (w *spaceWait) waited() time.Duration {
 
 // noteNoSpace logs the first write of a burst that ends refused for space,
 // with the master's reason, and ends the burst when a write stores keys.
-func (c *Client) noteNoSpace(op wire.Op, items []PutItem, m *mixedCall, out []wire.Code, w *spaceWait) {
+func (c *Client) noteNoSpace(op wire.Op, items []PutItem, out []wire.Code, w *spaceWait) {
 	if len(w.last) == 0 {
 		// The common write: nothing refused and no burst to end.
 		if c.noSpace.on() && slices.Contains(out, wire.OK) {
@@ -352,7 +335,7 @@ func (c *Client) noteNoSpace(op wire.Op, items []PutItem, m *mixedCall, out []wi
 			reason = r.noSpace.Why
 		}
 		c.log.Warn("no space for a put (-200 NO_AVAILABLE_HANDLE); later refusals are counted, not logged, until a put finds space",
-			"op", op.String(), "key", it.Key, "size", it.size()+m.devBytes(r.item), "reason", reason,
+			"op", op.String(), "key", it.Key, "size", it.size(), "reason", reason,
 			"waited", w.waited().Round(time.Millisecond), "refused_in_batch", others+1)
 	})
 }

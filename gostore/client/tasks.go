@@ -78,12 +78,6 @@ func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 	}
 	var ops []transfer.Op
 	for _, t := range plan.Targets {
-		if ok, err := c.copyLocal(t.SegID, t.Offset, [][]byte{buf}, true); ok {
-			if err != nil {
-				return wire.ErrInvalidReplica
-			}
-			continue
-		}
 		peer, ok := c.peers.get(t.SegID)
 		if !ok {
 			return wire.ErrSegmentNotFound

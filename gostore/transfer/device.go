@@ -1,11 +1,13 @@
-// device.go defines DeviceMemory, segment memory on a GPU that host code
-// cannot address, and the Engine's IPC path: a same-host peer's device
-// segment opened from its IPC handle and copied to by the driver.
+// device.go defines how the Engine reaches GPU memory: DeviceMemory (a
+// segment only a driver copies), DevicePart (a caller's part on a GPU), the
+// Driver the client supplies, the IPC route's maps, and direct copies
+// between device parts and a segment.
 
 package transfer
 
 import (
 	"log/slog"
+	"unsafe"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -26,9 +28,41 @@ type DeviceMemory interface {
 	Close() error
 }
 
-// DeviceOpener maps a same-host peer's device segment (Peer.IPC) into this
-// process. The client supplies it (gostore/gpu), so this package needs no
-// driver.
+// DevicePart is a part of an op's caller memory on a GPU: part Index of
+// the op's scatter list (a nil placeholder in Op.Bufs) is Size bytes at
+// device address Ptr on GPU Device. An op lists its device parts in
+// ascending Index order.
+type DevicePart struct {
+	Index  int
+	Ptr    uint64
+	Size   uint64
+	Device int
+}
+
+// Driver is what the Engine needs of a GPU driver. The client supplies one
+// over gostore/gpu, so this package links no driver and tests can supply
+// a fake.
+type Driver interface {
+	// NewPinned returns n bytes of page-locked host memory.
+	NewPinned(n uint64) (Pinned, error)
+	// Pin page-locks [addr, addr+size) of host memory; Unpin undoes it.
+	Pin(addr, size uint64) error
+	Unpin(addr uint64) error
+	// CopyToHost / CopyToDevice move n bytes between host address host and
+	// device address dev on GPU device.
+	CopyToHost(device int, host, dev, n uint64) error
+	CopyToDevice(device int, dev, host, n uint64) error
+	// OpenPeer maps a same-host peer's GPU segment (Peer.IPC) here.
+	OpenPeer(p Peer) (DeviceMemory, error)
+}
+
+// Pinned is page-locked host memory from Driver.NewPinned.
+type Pinned interface {
+	Bytes() []byte
+	Close() error
+}
+
+// DeviceOpener maps a same-host peer's device segment into this process.
 type DeviceOpener func(p Peer) (DeviceMemory, error)
 
 // CopyDevice copies between the range of mem starting at off and the
@@ -57,7 +91,128 @@ func CopyDevice(mem DeviceMemory, off uint64, bufs [][]byte, write bool) error {
 	return nil
 }
 
-// newIPCMaps opens same-host peers' GPU segments with open.
+// newIPCMaps opens same-host peers' GPU segments with open (nil: none can
+// be opened; Route then never picks IPC).
 func newIPCMaps(open DeviceOpener, log *slog.Logger) *peerMaps[DeviceMemory] {
+	if open == nil {
+		open = func(p Peer) (DeviceMemory, error) {
+			return nil, transferErr("segment %d: no GPU driver to open it with", p.SegID)
+		}
+	}
 	return newPeerMaps("open a same-host device segment", open, func(m DeviceMemory) { _ = m.Close() }, log)
+}
+
+// checkDevice validates op's device parts: a driver to move them, each
+// naming a distinct nil placeholder of Bufs, in ascending order.
+func (e *Engine) checkDevice(op *Op) error {
+	if len(op.Device) == 0 {
+		return nil
+	}
+	if e.driver == nil {
+		return wire.Errorf(wire.ErrInvalidParams, "device memory given, but no GPU driver is usable here")
+	}
+	last := -1
+	for _, d := range op.Device {
+		if d.Index <= last || d.Index >= len(op.Bufs) || op.Bufs[d.Index] != nil {
+			return wire.Errorf(wire.ErrInvalidParams, "device part %d of a %d-part object", d.Index, len(op.Bufs))
+		}
+		last = d.Index
+	}
+	return nil
+}
+
+// copyMixed moves op, host and device parts, straight between the
+// caller's memory and a segment the driver reaches: GPU memory (dev) or,
+// when dev is nil, page-locked host memory (host). One copy per part,
+// none through the bounces.
+func (e *Engine) copyMixed(host []byte, dev DeviceMemory, op *Op) error {
+	size := uint64(len(host))
+	if dev != nil {
+		size = dev.Size()
+	}
+	total, _ := opLen(op)
+	if !inRange(op.Offset, total, size) {
+		return wire.Errorf(wire.ErrInvalidParams, "range [%d,+%d) outside segment %d of %d bytes",
+			op.Offset, total, op.Peer.SegID, size)
+	}
+	off, next := op.Offset, 0 // next: the first device part not yet reached
+	for k, b := range op.Bufs {
+		var err error
+		n := uint64(len(b))
+		onDevice := next < len(op.Device) && op.Device[next].Index == k
+		switch {
+		case onDevice:
+			d := op.Device[next]
+			next++
+			n = d.Size
+			switch {
+			case n == 0:
+			case dev != nil && op.Write:
+				err = dev.CopyFromDevice(off, d.Ptr, n)
+			case dev != nil:
+				err = dev.CopyToDevice(d.Ptr, off, n)
+			case op.Write:
+				err = e.driver.CopyToHost(d.Device, addrOf(host[off:]), d.Ptr, n)
+			default:
+				err = e.driver.CopyToDevice(d.Device, d.Ptr, addrOf(host[off:]), n)
+			}
+		case dev == nil:
+			copyPart(host[off:], b, op.Write)
+		default:
+			e.beforeDeviceCopy(b)
+			if op.Write {
+				err = dev.CopyFrom(off, b)
+			} else {
+				err = dev.CopyTo(b, off)
+			}
+		}
+		if err != nil {
+			return wire.Errorf(wire.ErrTransferFail, "segment %d at %d: %v", op.Peer.SegID, off, err)
+		}
+		off += n
+	}
+	return nil
+}
+
+// addrOf is the address of b's first byte (b not empty).
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+// Trim returns the prefix of a caller's scatter list (host parts bufs and
+// device parts dev, laid out as in Op) that covers exactly size bytes: a
+// read fills only the object's bytes of a larger destination. It fails
+// with ErrInvalidParams when the list holds fewer bytes or dev does not
+// name distinct nil placeholders of bufs in ascending order.
+func Trim(bufs [][]byte, dev []DevicePart, size uint64) ([][]byte, []DevicePart, error) {
+	last := -1
+	for _, d := range dev {
+		if d.Index <= last || d.Index >= len(bufs) || bufs[d.Index] != nil {
+			return nil, nil, wire.Errorf(wire.ErrInvalidParams, "device part %d of a %d-part destination", d.Index, len(bufs))
+		}
+		last = d.Index
+	}
+	outB := make([][]byte, 0, len(bufs))
+	var outD []DevicePart
+	left, next := size, 0
+	for k, b := range bufs {
+		if left == 0 {
+			break
+		}
+		if next < len(dev) && dev[next].Index == k {
+			d := dev[next]
+			next++
+			d.Size = min(d.Size, left)
+			d.Index = len(outB)
+			left -= d.Size
+			outB = append(outB, nil)
+			outD = append(outD, d)
+			continue
+		}
+		n := min(uint64(len(b)), left)
+		outB = append(outB, b[:n])
+		left -= n
+	}
+	if left > 0 {
+		return nil, nil, wire.Errorf(wire.ErrInvalidParams, "destination smaller than the object's %d bytes", size)
+	}
+	return outB, outD, nil
 }

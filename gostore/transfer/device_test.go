@@ -65,6 +65,62 @@ func (d *fakeDevice) Close() error {
 	return nil
 }
 
+// fakeDriver is a FAKE Driver (no GPU here): "device memory" is Go memory
+// of the test reached through its address, pinned memory is plain Go
+// memory, and pins are only counted. open maps IPC handles (nil: refuse).
+type fakeDriver struct {
+	open         func(Peer) (DeviceMemory, error)
+	pinned       atomic.Int64 // ranges pinned now
+	refusePin    atomic.Bool
+	failCopies   atomic.Bool
+	deviceCopies atomic.Int64
+}
+
+type fakePinned struct{ mem []byte }
+
+func (p *fakePinned) Bytes() []byte { return p.mem }
+func (p *fakePinned) Close() error  { return nil }
+
+func (d *fakeDriver) NewPinned(n uint64) (Pinned, error) { return &fakePinned{make([]byte, n)}, nil }
+
+func (d *fakeDriver) Pin(addr, size uint64) error {
+	if d.refusePin.Load() {
+		return errors.New("fake driver: pin refused")
+	}
+	d.pinned.Add(1)
+	return nil
+}
+
+func (d *fakeDriver) Unpin(addr uint64) error {
+	d.pinned.Add(-1)
+	return nil
+}
+
+func (d *fakeDriver) CopyToHost(device int, host, dev, n uint64) error {
+	if d.failCopies.Load() {
+		return errors.New("fake driver: copy failed")
+	}
+	d.deviceCopies.Add(1)
+	copy(fakeDeviceBytes(host, n), fakeDeviceBytes(dev, n))
+	return nil
+}
+
+func (d *fakeDriver) CopyToDevice(device int, dev, host, n uint64) error {
+	if d.failCopies.Load() {
+		return errors.New("fake driver: copy failed")
+	}
+	d.deviceCopies.Add(1)
+	copy(fakeDeviceBytes(dev, n), fakeDeviceBytes(host, n))
+	return nil
+}
+
+func (d *fakeDriver) OpenPeer(p Peer) (DeviceMemory, error) {
+	if d.open == nil {
+		return nil, errors.New("fake driver: no IPC")
+	}
+	return d.open(p)
+}
+
 func newDevicePeer(t *testing.T, dev *fakeDevice) Peer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,8 +141,8 @@ func TestDeviceSegmentOverTCP(t *testing.T) {
 	peer := newDevicePeer(t, dev)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
-	if e.PathFor(peer) != "tcp" {
-		t.Fatalf("a device segment elsewhere goes %s", e.PathFor(peer))
+	if e.Route(peer).String() != "tcp" {
+		t.Fatalf("a device segment elsewhere goes %s", e.Route(peer))
 	}
 	v := pattern(7, 3<<20+123)
 	mustOK(t, e.Do(context.Background(), []Op{{Peer: peer, Offset: 4096, Bufs: scatter(v, 1<<20, 77), Write: true}}))
@@ -119,16 +175,16 @@ func TestDeviceSegmentOverIPC(t *testing.T) {
 	peer.HostID, peer.IPC = HostID(), []byte("handle")
 	var opened atomic.Int64
 	mapped := &fakeDevice{mu: dev.mu, mem: dev.mem} // the "mapping" of the same bytes
-	e := NewEngine(Options{Log: quietLog(), OpenDevice: func(p Peer) (DeviceMemory, error) {
+	e := NewEngine(Options{Log: quietLog(), Driver: &fakeDriver{open: func(p Peer) (DeviceMemory, error) {
 		opened.Add(1)
 		if string(p.IPC) != "handle" {
 			return nil, errors.New("fake opener: unknown handle")
 		}
 		return mapped, nil
-	}})
+	}}})
 	defer e.Close()
-	if e.PathFor(peer) != "ipc" {
-		t.Fatalf("a same-host device segment goes %s", e.PathFor(peer))
+	if e.Route(peer).String() != "ipc" {
+		t.Fatalf("a same-host device segment goes %s", e.Route(peer))
 	}
 	v := pattern(9, 1<<20+5)
 	for range 3 {
@@ -147,7 +203,7 @@ func TestDeviceSegmentOverIPC(t *testing.T) {
 	bad := peer
 	bad.SegID, bad.IPC = peer.SegID+5000, []byte("stale")
 	mustOK(t, e.Do(context.Background(), []Op{{Peer: bad, Offset: 0, Bufs: [][]byte{v[:4096]}, Write: true}}))
-	if e.PathFor(bad) != "tcp" || dev.copies.Load() == 0 {
-		t.Fatalf("after a failed open: path %s, server copies %d", e.PathFor(bad), dev.copies.Load())
+	if e.Route(bad).String() != "tcp" || dev.copies.Load() == 0 {
+		t.Fatalf("after a failed open: path %s, server copies %d", e.Route(bad), dev.copies.Load())
 	}
 }

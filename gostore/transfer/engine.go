@@ -1,5 +1,6 @@
-// engine.go defines Engine, the client side of the data plane, with Peer, Op
-// and Options: it picks shared memory or TCP per peer and runs batches.
+// engine.go defines Engine, the one place that decides how bytes move, with
+// Peer, Op and Options, and Do, which routes a batch of ops to the
+// transports.
 
 package transfer
 
@@ -28,7 +29,7 @@ type Peer struct {
 	// partly written before it fails.
 	Size uint64
 	// Location is "" for host memory, "cuda:N" for a GPU segment, which a
-	// same-host peer opens from its IPC handle (Options.OpenDevice).
+	// same-host peer opens from its IPC handle (Driver.OpenPeer).
 	Location string
 	IPC      []byte
 	GPUPCI   string // the PCI bus id of a GPU segment's device
@@ -40,21 +41,26 @@ func PeerFromDesc(d wire.SegmentDesc) Peer {
 		Location: d.Location, IPC: d.IPC, GPUPCI: d.GPUPCI}
 }
 
-// Op moves one object stored contiguously at Offset in the peer's segment to
-// (Write) or from the caller's scatter list Bufs, len(Bufs) bytes in all. The
-// caller owns Bufs; they must stay valid until Do returns and are not
-// touched after it returns.
+// Op moves one object stored contiguously at Offset in the peer's segment
+// to (Write) or from the caller's scatter list. Where each part of the
+// caller's memory lives is part of the op: Bufs holds the host parts, and
+// each DevicePart in Device names a part on a GPU whose place in Bufs is
+// a nil placeholder (no slice is ever formed over device memory). The op
+// moves every part, len(Bufs[i]) or DevicePart.Size bytes each, in order.
+// The caller owns the memory; it must stay valid until Do returns and is
+// not touched after.
 type Op struct {
 	Peer   Peer
 	Offset uint64
 	Bufs   [][]byte
+	Device []DevicePart
 	Write  bool
 }
 
 // Options tune an Engine. Zero values mean the defaults.
 type Options struct {
-	// ForceTCP disables shared memory (the bindings set it from
-	// GOSTORE_TRANSPORT=tcp; this package reads no environment).
+	// ForceTCP disables shared memory and CUDA IPC between processes (the
+	// bindings set it from GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool
 	// StreamsPerPeer is the number of TCP connections kept per peer address.
 	StreamsPerPeer int
@@ -64,24 +70,31 @@ type Options struct {
 	// DialTimeout bounds connecting to a peer (on top of the ctx).
 	DialTimeout time.Duration
 	Log         *slog.Logger
-	// OpenDevice maps same-host GPU segments; nil sends them over TCP.
-	OpenDevice DeviceOpener
-	// BeforeUnmap runs on a peer's shared mapping before it is unmapped,
-	// once no copy uses it (the client unpins what it pinned there).
-	BeforeUnmap func(mem []byte)
-	// BeforeDeviceCopy runs on each caller buffer about to be copied to or
-	// from a GPU segment (the client page-locks registered buffers).
+	// Driver reaches GPUs: device parts of ops, same-host GPU segments over
+	// IPC, page-locking. nil: no GPU (ops with device parts fail, GPU
+	// segments go over TCP).
+	Driver Driver
+	// BounceBytes sizes the pinned arena device parts are staged through
+	// when no direct copy reaches their segment (0: DefaultBounceBytes).
+	BounceBytes uint64
+	// BeforeDeviceCopy runs on each host part about to be copied to or
+	// from GPU memory (the client page-locks its registered buffers).
 	BeforeDeviceCopy func(buf []byte)
+	// Wrap, when set, wraps the transport of each route as the Engine is
+	// built: tests put a fake in front that drops, delays or fails ops.
+	Wrap func(Route, Transport) Transport
 }
 
 const (
 	DefaultStreamsPerPeer = 4
 	DefaultSliceSize      = 1 << 20
 	DefaultDialTimeout    = 5 * time.Second
+	DefaultBounceBytes    = 256 << 20
 )
 
-// Engine moves bytes between caller buffers and peer segments. It is safe
-// for concurrent use.
+// Engine moves bytes between caller memory and segments: the own segment
+// of this process, same-host peers' shared memory and GPU segments, and
+// any peer over TCP. It is safe for concurrent use.
 type Engine struct {
 	forceTCP bool
 	streams  int
@@ -89,16 +102,30 @@ type Engine struct {
 	dialTO   time.Duration
 	log      *slog.Logger
 	host     string
+	driver   Driver
+	pins     *Pins
+	bounces  *bouncePool
 	shm      *peerMaps[[]byte]       // same-host segments, mapped
 	ipc      *peerMaps[DeviceMemory] // same-host GPU segments, opened over IPC
-	canIPC   bool                    // Options.OpenDevice was given
 	// beforeDeviceCopy: Options.BeforeDeviceCopy, never nil.
 	beforeDeviceCopy func([]byte)
+	transports       [numRoutes]Transport
+	stagedParts      atomic.Uint64 // device parts staged through the bounces
+
+	ownMu sync.RWMutex
+	own   ownSegment
 
 	mu      sync.Mutex
 	pools   map[string]*peerPool // by TransferAddr
 	segAddr map[uint64]string    // SegID → TransferAddr, for Forget
 	closed  bool
+}
+
+// ownSegment is the segment this process contributes, copied to directly.
+type ownSegment struct {
+	id   uint64 // 0: none
+	host []byte
+	dev  DeviceMemory
 }
 
 // NewEngine returns an Engine with opt's settings.
@@ -110,6 +137,7 @@ func NewEngine(opt Options) *Engine {
 		dialTO:   opt.DialTimeout,
 		log:      opt.Log,
 		host:     HostID(),
+		driver:   opt.Driver,
 		pools:    map[string]*peerPool{},
 		segAddr:  map[uint64]string{},
 	}
@@ -125,31 +153,74 @@ func NewEngine(opt Options) *Engine {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	e.shm = newShmMaps(e.log, opt.BeforeUnmap)
-	e.ipc = newIPCMaps(opt.OpenDevice, e.log)
-	e.canIPC = opt.OpenDevice != nil
+	if opt.BounceBytes == 0 {
+		opt.BounceBytes = DefaultBounceBytes
+	}
+	e.pins = &Pins{driver: opt.Driver, log: e.log}
+	e.bounces = &bouncePool{driver: opt.Driver, size: opt.BounceBytes}
+	e.shm = newShmMaps(e.log, e.pins.drop)
+	var open DeviceOpener
+	if opt.Driver != nil {
+		open = opt.Driver.OpenPeer
+	}
+	e.ipc = newIPCMaps(open, e.log)
 	e.beforeDeviceCopy = opt.BeforeDeviceCopy
 	if e.beforeDeviceCopy == nil {
 		e.beforeDeviceCopy = func([]byte) {}
 	}
+	e.transports = [numRoutes]Transport{
+		RouteOwn: ownTransport{e},
+		RouteShm: mappedTransport[[]byte]{e, e.shm, e.copyShm},
+		RouteIPC: mappedTransport[DeviceMemory]{e, e.ipc, e.copyIPC},
+		RouteTCP: tcpTransport{e},
+	}
+	if opt.Wrap != nil {
+		for r := range e.transports {
+			e.transports[r] = opt.Wrap(Route(r), e.transports[r])
+		}
+	}
 	return e
 }
 
-// PathFor returns "shm", "ipc" (a same-host GPU segment) or "tcp": the path
-// Do takes for p now.
-func (e *Engine) PathFor(p Peer) string {
+// SetOwn names the segment this process contributes: ops on segID copy
+// straight to host (its memory) or dev (a GPU segment). Call it once the
+// segment is mounted; a second call replaces the first.
+func (e *Engine) SetOwn(segID uint64, host []byte, dev DeviceMemory) {
+	e.ownMu.Lock()
+	e.own = ownSegment{id: segID, host: host, dev: dev}
+	e.ownMu.Unlock()
+}
+
+// IsOwn reports whether segID names the segment given to SetOwn.
+func (e *Engine) IsOwn(segID uint64) bool {
+	e.ownMu.RLock()
+	defer e.ownMu.RUnlock()
+	return segID != 0 && segID == e.own.id
+}
+
+// StagedParts counts the device parts staged through pinned host memory
+// so far: parts no direct GPU copy could reach.
+func (e *Engine) StagedParts() uint64 { return e.stagedParts.Load() }
+
+// Pins is the registry of host memory page-locked for GPU copies.
+func (e *Engine) Pins() *Pins { return e.pins }
+
+// Route returns how Do reaches p now.
+func (e *Engine) Route(p Peer) Route {
 	switch {
+	case e.IsOwn(p.SegID):
+		return RouteOwn
 	case e.forceTCP || p.HostID != e.host:
-		return "tcp"
+		return RouteTCP
 	case p.Location != "":
-		if len(p.IPC) > 0 && e.canIPC && !e.ipc.failed(p.SegID) {
-			return "ipc"
+		if len(p.IPC) > 0 && e.driver != nil && !e.ipc.failed(p.SegID) {
+			return RouteIPC
 		}
-		return "tcp"
+		return RouteTCP
 	case p.ShmPath == "" || e.shm.failed(p.SegID):
-		return "tcp"
+		return RouteTCP
 	}
-	return "shm"
+	return RouteShm
 }
 
 // Forget drops what is cached for a segment that is gone: its shared
@@ -181,47 +252,31 @@ func (e *Engine) Forget(segID uint64) {
 }
 
 // Mapping returns p's segment mapped into this process (a same-host peer
-// whose memfd can be mapped), or ok false when p is reachable over TCP
-// only. The memory stays mapped until the segment is forgotten (a transfer
-// to it failed, or Forget) or the engine closes: callers that keep it
-// longer than one operation accept that a dead peer takes it away.
+// whose memfd can be mapped, or the own host segment), or ok false when p
+// is reached otherwise. The memory stays mapped until the segment is
+// forgotten (a transfer to it failed, or Forget) or the engine closes:
+// callers that keep it longer than one operation accept that a dead peer
+// takes it away.
 func (e *Engine) Mapping(p Peer) (mem []byte, ok bool) {
-	mem, release, ok := e.HostMapping(p)
-	if ok {
-		release()
+	switch e.Route(p) {
+	case RouteOwn:
+		e.ownMu.RLock()
+		defer e.ownMu.RUnlock()
+		return e.own.host, e.own.host != nil
+	case RouteShm:
+		m, useTCP, err := e.shm.acquire(p)
+		if useTCP || err != nil {
+			return nil, false
+		}
+		m.release()
+		return m.mem, true
 	}
-	return mem, ok
-}
-
-// HostMapping returns p's segment mapped into this process (a same-host
-// peer's shared memory), held mapped until release is called; ok false
-// when p is reached otherwise.
-func (e *Engine) HostMapping(p Peer) (mem []byte, release func(), ok bool) {
-	return lend(e, e.shm, p, "shm")
-}
-
-// DeviceMapping returns p's GPU segment opened in this process (a
-// same-host peer's, through its IPC handle), held open until release is
-// called; ok false when p is reached otherwise.
-func (e *Engine) DeviceMapping(p Peer) (mem DeviceMemory, release func(), ok bool) {
-	return lend(e, e.ipc, p, "ipc")
-}
-
-// lend acquires p's segment from maps when path is how the engine reaches
-// p; the caller releases it.
-func lend[M any](e *Engine, maps *peerMaps[M], p Peer, path string) (mem M, release func(), ok bool) {
-	if e.PathFor(p) != path {
-		return mem, nil, false
-	}
-	m, useTCP, err := maps.acquire(p)
-	if useTCP || err != nil {
-		return mem, nil, false
-	}
-	return m.mem, m.release, true
+	return nil, false
 }
 
 // Close fails transfers in flight with ErrTransferFail, closes every
-// connection and unmaps every peer segment. Do after Close fails.
+// connection, unmaps every peer segment, unpins what it pinned and frees
+// the staging arena. Do after Close fails.
 func (e *Engine) Close() {
 	e.mu.Lock()
 	if e.closed {
@@ -237,6 +292,8 @@ func (e *Engine) Close() {
 	}
 	e.shm.forgetAll()
 	e.ipc.forgetAll()
+	e.pins.dropAll()
+	e.bounces.close()
 }
 
 func (e *Engine) isClosed() bool {
@@ -264,7 +321,8 @@ func (e *Engine) pool(addr string, segIDs []uint64) (*peerPool, error) {
 	return p, nil
 }
 
-// opLen returns the total length of op's buffers; false on overflow.
+// opLen returns the total length of op's parts, host and device; false on
+// overflow.
 func opLen(op *Op) (uint64, bool) {
 	var total uint64
 	for _, b := range op.Bufs {
@@ -273,6 +331,12 @@ func opLen(op *Op) (uint64, bool) {
 			return 0, false
 		}
 		total += n
+	}
+	for _, d := range op.Device {
+		if total > math.MaxUint64-d.Size {
+			return 0, false
+		}
+		total += d.Size
 	}
 	return total, true
 }
@@ -289,9 +353,15 @@ func ctxErr(ctx context.Context) error {
 
 // Do runs ops concurrently and returns one entry per op: nil, or an error
 // carrying a wire.Code (ErrInvalidParams for a range outside the peer
-// segment, ErrTransferFail for I/O failures, cancellation included). Do
-// returns when every op is done or ctx ends; either way the caller's buffers
-// are no longer used.
+// segment or a bad device part, ErrTransferFail for I/O failures,
+// cancellation included). Do returns when every op is done or ctx ends;
+// either way the caller's memory is no longer used.
+//
+// Each op takes the route of its peer (see Route). TCP starts first so
+// the network works while this goroutine copies the local routes; an op a
+// local route cannot serve after all (a mapping that fails to open) goes
+// over TCP. Device parts of an op on a route that cannot reach the GPU
+// (TCP) are staged through pinned host memory around the transfer.
 func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 	errs := make([]error, len(ops))
 	if len(ops) == 0 {
@@ -309,7 +379,7 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		}
 		return errs
 	}
-	var tcpIdx, shmIdx, ipcIdx []int
+	var routes [numRoutes][]int
 	for i := range ops {
 		op := &ops[i]
 		total, ok := opLen(op)
@@ -322,46 +392,37 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 				op.Offset, total, op.Peer.SegID, op.Peer.Size)
 			continue
 		}
+		if err := e.checkDevice(op); err != nil {
+			errs[i] = err
+			continue
+		}
 		if total == 0 {
 			continue
 		}
-		switch e.PathFor(op.Peer) {
-		case "shm":
-			shmIdx = append(shmIdx, i)
-		case "ipc":
-			ipcIdx = append(ipcIdx, i)
-		default:
-			tcpIdx = append(tcpIdx, i)
-		}
+		r := e.Route(op.Peer)
+		routes[r] = append(routes[r], i)
 	}
 
-	// TCP first so the network works while this goroutine copies.
-	calls := make([]*call, 0, 2)
-	if c := e.startTCP(ctx, ops, tcpIdx); c != nil {
-		calls = append(calls, c)
+	var st staging // device parts staged for TCP; released on return
+	defer st.release(e)
+	tcpOps, tcpIdx := st.stage(e, ops, routes[RouteTCP], errs)
+	var waits []func() []int
+	if len(tcpIdx) > 0 {
+		waits = append(waits, e.transports[RouteTCP].Start(ctx, tcpOps, tcpIdx, errs))
 	}
-	late := copyThrough(e.shm, ops, shmIdx, errs, nil, copyShm)
-	late = copyThrough(e.ipc, ops, ipcIdx, errs, late, func(mem DeviceMemory, op *Op) error {
-		for _, b := range op.Bufs {
-			e.beforeDeviceCopy(b)
+	var late []int
+	for _, r := range [...]Route{RouteOwn, RouteShm, RouteIPC} {
+		if len(routes[r]) > 0 {
+			late = append(late, e.transports[r].Start(ctx, ops, routes[r], errs)()...)
 		}
-		return CopyDevice(mem, op.Offset, op.Bufs, op.Write)
-	})
-	if c := e.startTCP(ctx, ops, late); c != nil {
-		calls = append(calls, c)
 	}
-
-	// A broken pooled connection (peer restarted, stale stream) fails the
-	// ops on it; they are retried once on fresh connections. Transfers are
-	// idempotent, so a retry is safe.
-	var retry []int
-	for _, c := range calls {
-		retry = c.wait(ctx, errs, retry)
-	}
-	if len(retry) > 0 && ctx.Err() == nil && !e.isClosed() {
-		if c := e.startTCP(ctx, ops, retry); c != nil {
-			c.wait(ctx, errs, nil)
+	if len(late) > 0 {
+		if tcpOps, tcpIdx = st.stage(e, ops, late, errs); len(tcpIdx) > 0 {
+			waits = append(waits, e.transports[RouteTCP].Start(ctx, tcpOps, tcpIdx, errs))
 		}
+	}
+	for _, wait := range waits {
+		wait()
 	}
 	if ctx.Err() != nil {
 		for i, err := range errs {
@@ -370,205 +431,43 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 			}
 		}
 	}
+	st.finishReads(e, errs)
 	return errs
 }
 
-// copyThrough runs ops[idx...] with copy against their segments opened in
-// maps, setting errs; it appends to late the ops whose segment cannot be
-// opened (they go over TCP).
-func copyThrough[M any](maps *peerMaps[M], ops []Op, idx []int, errs []error, late []int, copy func(M, *Op) error) []int {
-	for _, i := range idx {
-		m, useTCP, err := maps.acquire(ops[i].Peer)
-		switch {
-		case useTCP:
-			late = append(late, i)
-		case err != nil:
+// Staged runs fn over ops with their device parts staged in pinned host
+// memory (copied off the GPU first for writes, onto it after fn for the
+// reads fn reports done): for callers that move bytes another way (the SSD
+// tier reading a disk copy). fn sees host-only ops and returns one error
+// per op; Staged returns them, with staging failures in place.
+func (e *Engine) Staged(ops []Op, fn func(host []Op) []error) []error {
+	errs := make([]error, len(ops))
+	idx := make([]int, 0, len(ops))
+	for i := range ops {
+		if err := e.checkDevice(&ops[i]); err != nil {
 			errs[i] = err
-		default:
-			errs[i] = copy(m.mem, &ops[i])
-			m.release()
+			continue
 		}
+		idx = append(idx, i)
 	}
-	return late
-}
-
-// call tracks the TCP requests of one startTCP.
-type call struct {
-	left    atomic.Int64 // requests not finished, +1 while sending
-	done    chan struct{}
-	mu      sync.Mutex
-	idx     []int
-	errs    map[int]error
-	noRetry map[int]bool
-	conns   []*tconn // connections carrying requests of this call
-}
-
-// finish records the end of one request of op i. retry marks a failure of
-// the connection rather than an answer of the peer.
-func (c *call) finish(i int, err error, retry bool) {
-	if err != nil {
-		c.mu.Lock()
-		if c.errs[i] == nil {
-			c.errs[i] = err
-		}
-		if !retry {
-			c.noRetry[i] = true
-		}
-		c.mu.Unlock()
-	}
-	if c.left.Add(-1) == 0 {
-		close(c.done)
-	}
-}
-
-// wait blocks until every request finished, abandoning them when ctx ends;
-// it stores the ops' errors and appends the retryable ops to retry.
-func (c *call) wait(ctx context.Context, errs []error, retry []int) []int {
-	select {
-	case <-c.done:
-	case <-ctx.Done():
-		cause := ctxErr(ctx)
-		for _, tc := range c.conns {
-			tc.abandon(c, cause)
-		}
-		<-c.done // abandon ends every request promptly
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, i := range c.idx {
-		err := c.errs[i]
-		errs[i] = err
-		if err != nil && !c.noRetry[i] {
-			retry = append(retry, i)
-		}
-	}
-	return retry
-}
-
-// slices returns how op of total bytes is cut: n slices of size each, the
-// last one shorter. Sizes are multiples of 4 KiB so copies stay aligned.
-func (e *Engine) slices(total uint64) (n, each uint64) {
-	if total <= e.slice {
-		return 1, total
-	}
-	k := (total + e.slice - 1) / e.slice
-	each = ((total+k-1)/k + 4095) &^ 4095
-	return (total + each - 1) / each, each
-}
-
-// startTCP sends the TCP requests of ops[idx...] and returns the call that
-// tracks them, nil if idx is empty.
-func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
-	if len(idx) == 0 {
-		return nil
-	}
-	c := &call{done: make(chan struct{}), idx: idx, errs: map[int]error{}, noRetry: map[int]bool{}}
-	c.left.Store(1)
-	defer c.finish(-1, nil, false) // the +1: done cannot close while sending
-
-	// Group by peer address, keeping the batch order within each group.
-	var addrs []string
-	groups := map[string][]int{}
-	nreq := 0
+	var st staging
+	defer st.release(e)
+	host, idx := st.stage(e, ops, idx, errs)
+	run := make([]Op, 0, len(idx))
 	for _, i := range idx {
-		a := ops[i].Peer.TransferAddr
-		if _, ok := groups[a]; !ok {
-			addrs = append(addrs, a)
-		}
-		groups[a] = append(groups[a], i)
-		total, _ := opLen(&ops[i])
-		n, _ := e.slices(total)
-		nreq += int(n)
+		run = append(run, host[i])
 	}
-	slab := make([]tcpReq, 0, nreq)
-	perSlot := make([][]*tcpReq, e.streams)
-	for _, addr := range addrs {
-		group := groups[addr]
-		if addr == "" {
-			for _, i := range group {
-				c.left.Add(1)
-				c.finish(i, transferErr("segment %d has no transfer address", ops[i].Peer.SegID), false)
-			}
-			continue
-		}
-		segIDs := make([]uint64, len(group))
-		for k, i := range group {
-			segIDs[k] = ops[i].Peer.SegID
-		}
-		pool, err := e.pool(addr, segIDs)
-		if err != nil {
-			for _, i := range group {
-				c.left.Add(1)
-				c.finish(i, err, false)
-			}
-			continue
-		}
-		// Consecutive SliceSize bytes share a stream: a large op spreads
-		// over all streams, a batch of small ops rides one; concurrent
-		// calls start on different streams.
-		for s := range perSlot {
-			perSlot[s] = perSlot[s][:0]
-		}
-		base := pool.rr.Add(1)
-		var cum uint64
-		for _, i := range group {
-			op := &ops[i]
-			total, _ := opLen(op)
-			n, each := e.slices(total)
-			pieces := make([][]byte, 0, int(n)+len(op.Bufs))
-			bi, bo := 0, 0 // current buffer and offset in it
-			for off := uint64(0); off < total; off += each {
-				ln := min(each, total-off)
-				start := len(pieces)
-				for need := ln; need > 0; {
-					b := op.Bufs[bi][bo:]
-					if len(b) == 0 {
-						bi, bo = bi+1, 0
-						continue
-					}
-					if uint64(len(b)) > need {
-						b = b[:need]
-					}
-					pieces = append(pieces, b)
-					need -= uint64(len(b))
-					bo += len(b)
-				}
-				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
-					bufs: pieces[start:len(pieces):len(pieces)]})
-				r := &slab[len(slab)-1]
-				if op.Write {
-					r.op = opWrite
-				} else {
-					r.op = opRead
-				}
-				slot := (base + cum/e.slice) % uint64(e.streams)
-				perSlot[slot] = append(perSlot[slot], r)
-				cum += ln
-			}
-		}
-		var dialErr error
-		for slot, rs := range perSlot {
-			if len(rs) == 0 {
-				continue
-			}
-			c.left.Add(int64(len(rs)))
-			if dialErr == nil {
-				var tc *tconn
-				if tc, dialErr = pool.get(ctx, slot); dialErr == nil {
-					if err := tc.send(rs); err != nil {
-						for _, r := range rs {
-							c.finish(r.opIdx, err, true)
-						}
-					} else {
-						c.conns = append(c.conns, tc)
-					}
-					continue
-				}
-			}
-			for _, r := range rs {
-				c.finish(r.opIdx, dialErr, false)
+	runIdx := idx
+	if len(run) > 0 {
+		res := fn(run)
+		for k, i := range runIdx {
+			if k < len(res) {
+				errs[i] = res[k]
+			} else {
+				errs[i] = wire.Errorf(wire.ErrInternal, "staged op %d got no result", k)
 			}
 		}
 	}
-	return c
+	st.finishReads(e, errs)
+	return errs
 }

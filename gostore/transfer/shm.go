@@ -44,7 +44,7 @@ func prefault(m *peerMap[[]byte]) {
 }
 
 // newShmMaps maps same-host peers' segments; beforeUnmap (may be nil)
-// runs on a mapping about to go, no copy using it (the client unpins what
+// runs on a mapping about to go, no copy using it (the Engine unpins what
 // it pinned there).
 func newShmMaps(log *slog.Logger, beforeUnmap func([]byte)) *peerMaps[[]byte] {
 	c := newPeerMaps("map a same-host segment", mapPeer, func(mem []byte) {
@@ -93,14 +93,6 @@ func mapPeer(p Peer) ([]byte, error) {
 		return nil, wire.Errorf(wire.ErrTransferFail, "mmap %s (%d bytes): %v", p.ShmPath, size, err)
 	}
 	return mem, nil
-}
-
-// copyShm performs op against the mapping: one copy() per caller buffer.
-func copyShm(mem []byte, op *Op) error {
-	if err := CopyScatter(mem, op.Offset, op.Bufs, op.Write); err != nil {
-		return wire.Errorf(wire.ErrInvalidParams, "segment %d: %v", op.Peer.SegID, err)
-	}
-	return nil
 }
 
 // CopyScatter copies between the contiguous range of mem starting at off

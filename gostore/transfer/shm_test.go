@@ -29,8 +29,8 @@ func TestShmWriteReadScatter(t *testing.T) {
 	p := shmPeer(seg)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
-	if e.PathFor(p) != "shm" {
-		t.Fatalf("PathFor = %q, want shm", e.PathFor(p))
+	if e.Route(p).String() != "shm" {
+		t.Fatalf("PathFor = %q, want shm", e.Route(p))
 	}
 	ctx := context.Background()
 	type obj struct {
@@ -173,20 +173,20 @@ func TestShmFallbackToTCP(t *testing.T) {
 	p.ShmPath = "/proc/self/fd/does-not-exist"
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
-	if e.PathFor(p) != "shm" {
-		t.Fatalf("PathFor before = %q", e.PathFor(p))
+	if e.Route(p).String() != "shm" {
+		t.Fatalf("PathFor before = %q", e.Route(p))
 	}
 	data := pattern(3, 10000)
 	mustOK(t, e.Do(context.Background(), []Op{{Peer: p, Offset: 777, Bufs: [][]byte{data}, Write: true}}))
 	if d := firstDiff(tp.seg.Bytes()[777:777+10000], data); d != "" {
 		t.Fatal(d)
 	}
-	if e.PathFor(p) != "tcp" {
-		t.Fatalf("PathFor after failed mapping = %q, want tcp", e.PathFor(p))
+	if e.Route(p).String() != "tcp" {
+		t.Fatalf("PathFor after failed mapping = %q, want tcp", e.Route(p))
 	}
 	e.Forget(p.SegID)
-	if e.PathFor(p) != "shm" {
-		t.Fatalf("PathFor after Forget = %q", e.PathFor(p))
+	if e.Route(p).String() != "shm" {
+		t.Fatalf("PathFor after Forget = %q", e.Route(p))
 	}
 }
 
@@ -250,15 +250,15 @@ func TestCrossProcessShm(t *testing.T) {
 	}
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
-	if e.PathFor(p) != "shm" {
-		t.Fatalf("PathFor = %q (child host %q, ours %q)", e.PathFor(p), p.HostID, HostID())
+	if e.Route(p).String() != "shm" {
+		t.Fatalf("PathFor = %q (child host %q, ours %q)", e.Route(p), p.HostID, HostID())
 	}
 	got := make([]byte, size)
 	mustOK(t, e.Do(context.Background(), []Op{{Peer: p, Offset: 0, Bufs: scatter(got, 1<<20)}}))
 	if d := firstDiff(got, pattern(77, size)); d != "" {
 		t.Fatalf("child's bytes: %s", d)
 	}
-	if e.PathFor(p) != "shm" {
+	if e.Route(p).String() != "shm" {
 		t.Fatal("fell back to TCP")
 	}
 	mustOK(t, e.Do(context.Background(), []Op{{Peer: p, Offset: 4096, Bufs: [][]byte{pattern(78, 8192)}, Write: true}}))
@@ -276,7 +276,7 @@ func TestCrossProcessShm(t *testing.T) {
 	e.Forget(p.SegID)
 	errs := e.Do(context.Background(), []Op{{Peer: p, Offset: 0, Bufs: [][]byte{got[:10]}}})
 	wantCode(t, errs[0], wire.ErrTransferFail)
-	if e.PathFor(p) != "tcp" {
+	if e.Route(p).String() != "tcp" {
 		t.Fatal("dead owner's segment still reported as shm")
 	}
 }

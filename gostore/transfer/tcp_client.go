@@ -1,4 +1,4 @@
-// tcp_client.go defines the TCP path of the Engine: per-peer pools of
+// tcp_client.go defines the TCP route of the Engine: per-peer pools of
 // pipelined connections, each with a writer and a reader goroutine.
 
 package transfer
@@ -306,4 +306,185 @@ func (c *tconn) readLoop() {
 		}
 		r.call.finish(r.opIdx, nil, false)
 	}
+}
+
+// call tracks the TCP requests of one startTCP.
+type call struct {
+	left    atomic.Int64 // requests not finished, +1 while sending
+	done    chan struct{}
+	mu      sync.Mutex
+	idx     []int
+	errs    map[int]error
+	noRetry map[int]bool
+	conns   []*tconn // connections carrying requests of this call
+}
+
+// finish records the end of one request of op i. retry marks a failure of
+// the connection rather than an answer of the peer.
+func (c *call) finish(i int, err error, retry bool) {
+	if err != nil {
+		c.mu.Lock()
+		if c.errs[i] == nil {
+			c.errs[i] = err
+		}
+		if !retry {
+			c.noRetry[i] = true
+		}
+		c.mu.Unlock()
+	}
+	if c.left.Add(-1) == 0 {
+		close(c.done)
+	}
+}
+
+// wait blocks until every request finished, abandoning them when ctx ends;
+// it stores the ops' errors and appends the retryable ops to retry.
+func (c *call) wait(ctx context.Context, errs []error, retry []int) []int {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		cause := ctxErr(ctx)
+		for _, tc := range c.conns {
+			tc.abandon(c, cause)
+		}
+		<-c.done // abandon ends every request promptly
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, i := range c.idx {
+		err := c.errs[i]
+		errs[i] = err
+		if err != nil && !c.noRetry[i] {
+			retry = append(retry, i)
+		}
+	}
+	return retry
+}
+
+// slices returns how op of total bytes is cut: n slices of size each, the
+// last one shorter. Sizes are multiples of 4 KiB so copies stay aligned.
+func (e *Engine) slices(total uint64) (n, each uint64) {
+	if total <= e.slice {
+		return 1, total
+	}
+	k := (total + e.slice - 1) / e.slice
+	each = ((total+k-1)/k + 4095) &^ 4095
+	return (total + each - 1) / each, each
+}
+
+// startTCP sends the TCP requests of ops[idx...] and returns the call that
+// tracks them, nil if idx is empty.
+func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
+	if len(idx) == 0 {
+		return nil
+	}
+	c := &call{done: make(chan struct{}), idx: idx, errs: map[int]error{}, noRetry: map[int]bool{}}
+	c.left.Store(1)
+	defer c.finish(-1, nil, false) // the +1: done cannot close while sending
+
+	// Group by peer address, keeping the batch order within each group.
+	var addrs []string
+	groups := map[string][]int{}
+	nreq := 0
+	for _, i := range idx {
+		a := ops[i].Peer.TransferAddr
+		if _, ok := groups[a]; !ok {
+			addrs = append(addrs, a)
+		}
+		groups[a] = append(groups[a], i)
+		total, _ := opLen(&ops[i])
+		n, _ := e.slices(total)
+		nreq += int(n)
+	}
+	slab := make([]tcpReq, 0, nreq)
+	perSlot := make([][]*tcpReq, e.streams)
+	for _, addr := range addrs {
+		group := groups[addr]
+		if addr == "" {
+			for _, i := range group {
+				c.left.Add(1)
+				c.finish(i, transferErr("segment %d has no transfer address", ops[i].Peer.SegID), false)
+			}
+			continue
+		}
+		segIDs := make([]uint64, len(group))
+		for k, i := range group {
+			segIDs[k] = ops[i].Peer.SegID
+		}
+		pool, err := e.pool(addr, segIDs)
+		if err != nil {
+			for _, i := range group {
+				c.left.Add(1)
+				c.finish(i, err, false)
+			}
+			continue
+		}
+		// Consecutive SliceSize bytes share a stream: a large op spreads
+		// over all streams, a batch of small ops rides one; concurrent
+		// calls start on different streams.
+		for s := range perSlot {
+			perSlot[s] = perSlot[s][:0]
+		}
+		base := pool.rr.Add(1)
+		var cum uint64
+		for _, i := range group {
+			op := &ops[i]
+			total, _ := opLen(op)
+			n, each := e.slices(total)
+			pieces := make([][]byte, 0, int(n)+len(op.Bufs))
+			bi, bo := 0, 0 // current buffer and offset in it
+			for off := uint64(0); off < total; off += each {
+				ln := min(each, total-off)
+				start := len(pieces)
+				for need := ln; need > 0; {
+					b := op.Bufs[bi][bo:]
+					if len(b) == 0 {
+						bi, bo = bi+1, 0
+						continue
+					}
+					if uint64(len(b)) > need {
+						b = b[:need]
+					}
+					pieces = append(pieces, b)
+					need -= uint64(len(b))
+					bo += len(b)
+				}
+				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
+					bufs: pieces[start:len(pieces):len(pieces)]})
+				r := &slab[len(slab)-1]
+				if op.Write {
+					r.op = opWrite
+				} else {
+					r.op = opRead
+				}
+				slot := (base + cum/e.slice) % uint64(e.streams)
+				perSlot[slot] = append(perSlot[slot], r)
+				cum += ln
+			}
+		}
+		var dialErr error
+		for slot, rs := range perSlot {
+			if len(rs) == 0 {
+				continue
+			}
+			c.left.Add(int64(len(rs)))
+			if dialErr == nil {
+				var tc *tconn
+				if tc, dialErr = pool.get(ctx, slot); dialErr == nil {
+					if err := tc.send(rs); err != nil {
+						for _, r := range rs {
+							c.finish(r.opIdx, err, true)
+						}
+					} else {
+						c.conns = append(c.conns, tc)
+					}
+					continue
+				}
+			}
+			for _, r := range rs {
+				c.finish(r.opIdx, dialErr, false)
+			}
+		}
+	}
+	return c
 }

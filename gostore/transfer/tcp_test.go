@@ -28,8 +28,8 @@ func TestTCPSizesScatter(t *testing.T) {
 			opt.Log = quietLog()
 			e := NewEngine(opt)
 			defer e.Close()
-			if e.PathFor(tp.peer) != "tcp" {
-				t.Fatalf("PathFor = %q", e.PathFor(tp.peer))
+			if e.Route(tp.peer) != RouteTCP {
+				t.Fatalf("PathFor = %q", e.Route(tp.peer))
 			}
 			ctx := context.Background()
 			seed := uint64(opt.SliceSize)
