@@ -55,6 +55,10 @@ type Config struct {
 	// through when no direct copy reaches their replica (0:
 	// transfer.DefaultBounceBytes; GOSTORE_GPU_BOUNCE_BYTES).
 	GPUBounceBytes uint64 `json:"-"`
+	// WrapTransport, when set, wraps each route of the transfer engine
+	// (transfer.Options.Wrap): how tests put a failing or slow transport
+	// under a real client.
+	WrapTransport func(transfer.Route, transfer.Transport) transfer.Transport `json:"-"`
 }
 
 // DefaultPutSpaceWait is Config.PutSpaceWait's default.
@@ -149,7 +153,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.id = newClientID()
 	c.master = rpc.NewClient(cfg.MasterServerAddr)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},
-		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered})
+		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport})
 	c.peers.init(c.engine)
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
