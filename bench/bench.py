@@ -905,6 +905,8 @@ def run_pass(transport: str, args: argparse.Namespace) -> Dict[str, Any]:
            "--out", out, "--segment", str(args.segment)]
     if args.quick:
         cmd.append("--quick")
+    if args.sizes:
+        cmd += ["--sizes", args.sizes]
     proc = subprocess.Popen(cmd, env=child_env(transport), preexec_fn=_pdeathsig)
     try:
         rc = proc.wait()
@@ -1032,17 +1034,29 @@ def print_report(doc: Dict[str, Any]) -> None:
                   + (f" ({t['measured']:.0f}% of limit)" if t["unit"] == "%" else ""))
 
 
+def parse_size(text: str) -> int:
+    """4096, 4K, 1M, 16M -> bytes."""
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": KiB, "M": MiB, "G": GiB}.get(t[-1:], 1)
+    return int(t[:-1] if mult > 1 else t) * mult
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="gostore put/get benchmark (see bench/README.md)")
     ap.add_argument("--json", metavar="PATH", help="write every cell, the limits and the machine here")
     ap.add_argument("--quick", action="store_true", help="a ~30 s smoke run")
     ap.add_argument("--transport", choices=["shm", "tcp", "both"], default="both")
     ap.add_argument("--segment", type=int, default=2 * GiB, help="peer segment bytes (default 2 GiB)")
+    ap.add_argument("--sizes", metavar="LIST",
+                    help="value sizes to run, e.g. 4K,1M (default: 4K,1M,16M); limits stay measured")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--peer", metavar="MASTER", help=argparse.SUPPRESS)
     ap.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.sizes:
+        global SIZES
+        SIZES = [parse_size(x) for x in args.sizes.split(",") if x.strip()]
 
     if args.echo:
         return echo_main()

@@ -220,6 +220,48 @@ def _free_store(lib: Any, h: int) -> None:
     lib.gs_store_free(h)
 
 
+def _flat_batch_fast(keys: Any, ptrs: Any, sizes: Any):
+    """What ``_flat_batch`` returns for the common call (lists of equal
+    length, every key a non-empty str, every pointer and size an int in
+    u64 range), built by C loops; ``None`` for anything else, which the
+    checking path then answers (TypeError, -600 per bad entry)."""
+    if not (type(keys) is list and type(ptrs) is list and type(sizes) is list):
+        return None
+    n = len(keys)
+    if len(ptrs) != n or len(sizes) != n:
+        return None
+    try:
+        pa = array("Q", ptrs)  # TypeError for a non-int, OverflowError outside u64
+        sa = array("Q", sizes)
+        send = [k.encode("utf-8") for k in keys]
+    except (TypeError, OverflowError, AttributeError, UnicodeEncodeError):
+        return None
+    if not all(send) or not all(type(k) is str for k in keys):
+        return None
+    return n, range(n), send, pa, sa
+
+
+def _flat_batch_checked(keys: Any, ptrs: Any, sizes: Any):
+    """``_flat_batch`` for any input: TypeError for wrong types, entries
+    that can never be valid left out of idx (the caller answers -600)."""
+    ks = _keys(keys)
+    ps = _ints(ptrs, "ptrs")
+    ss = _ints(sizes, "sizes")
+    if not (len(ks) == len(ps) == len(ss)):
+        return len(ks), None, None, None, None
+    idx: List[int] = []
+    send: List[bytes] = []
+    pa = array("Q")
+    sa = array("Q")
+    for i, (k, p, s) in enumerate(zip(ks, ps, ss)):
+        if k is not None and _u64(p) and _u64(s):
+            idx.append(i)
+            send.append(k)
+            pa.append(p)
+            sa.append(s)
+    return len(ks), idx, send, pa, sa
+
+
 class MooncakeDistributedStore(TensorAPI):
     """A gostore client with Mooncake's ``MooncakeDistributedStore`` API.
 
@@ -669,22 +711,8 @@ class MooncakeDistributedStore(TensorAPI):
 
     def _flat_batch(self, keys: Any, ptrs: Any, sizes: Any):
         """(n, idx, send_keys, ptrs, sizes) for the one-buffer-per-key batches."""
-        ks = _keys(keys)
-        ps = _ints(ptrs, "ptrs")
-        ss = _ints(sizes, "sizes")
-        if not (len(ks) == len(ps) == len(ss)):
-            return len(ks), None, None, None, None
-        idx: List[int] = []
-        send: List[bytes] = []
-        pa = array("Q")
-        sa = array("Q")
-        for i, (k, p, s) in enumerate(zip(ks, ps, ss)):
-            if k is not None and _u64(p) and _u64(s):
-                idx.append(i)
-                send.append(k)
-                pa.append(p)
-                sa.append(s)
-        return len(ks), idx, send, pa, sa
+        fast = _flat_batch_fast(keys, ptrs, sizes)
+        return fast if fast is not None else _flat_batch_checked(keys, ptrs, sizes)
 
     def _write_batch_from(
         self, keys: Any, ptrs: Any, sizes: Any, config: Any, upsert: bool

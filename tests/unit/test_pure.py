@@ -534,3 +534,42 @@ def test_master_cli_execs(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "args:--rpc_port=5 --client_ttl=2"
+
+
+def test_flat_batch_fast_path_agrees_with_the_checked_one():
+    """The fast path of the one-buffer-per-key batches answers exactly as
+    the checking path, or leaves the call to it."""
+    from gostore.store import _flat_batch_checked, _flat_batch_fast
+
+    np = pytest.importorskip("numpy")
+    keys = [f"k{i}" for i in range(4)]
+    ptrs = [4096 * (i + 1) for i in range(4)]
+    sizes = [4096] * 4
+    cases = [
+        (keys, ptrs, sizes),
+        (keys, [True] + ptrs[1:], sizes),
+        (keys, [np.uint64(8192)] + ptrs[1:], sizes),
+        (keys, [-1] + ptrs[1:], sizes),
+        (keys, [2**64] + ptrs[1:], sizes),
+        (keys, ptrs, [2**64 - 1] + sizes[1:]),
+        ([""] + keys[1:], ptrs, sizes),
+        (["\ud800"] + keys[1:], ptrs, sizes),
+        (keys[:3], ptrs, sizes),
+        (tuple(keys), ptrs, sizes),
+        ([], [], []),
+    ]
+    fast_taken = 0
+    for case in cases:
+        fast = _flat_batch_fast(*case)
+        checked = _flat_batch_checked(*case)
+        if fast is None:
+            continue
+        fast_taken += 1
+        n, idx, send, pa, sa = fast
+        assert (n, list(idx), send, pa.tolist(), sa.tolist()) == (
+            checked[0], list(checked[1]), checked[2], checked[3].tolist(), checked[4].tolist()), case
+    assert fast_taken >= 4  # the common forms do take the fast path
+    for bad in [(keys, [1.5] + ptrs[1:], sizes), ([b"k"] + keys[1:], ptrs, sizes), (keys, ptrs, ["4096"] * 4)]:
+        assert _flat_batch_fast(*bad) is None
+        with pytest.raises(TypeError):
+            _flat_batch_checked(*bad)
