@@ -391,6 +391,35 @@ func gs_buffer_registered(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
 	return 1
 }
 
+// gs_buffers_registered is gs_buffer_registered for n ranges at once,
+// one answer per range in out: put_tensor_from of a batch crosses the ABI
+// once to learn where every object lives.
+//
+//export gs_buffers_registered
+func gs_buffers_registered(h C.int64_t, n C.int, ptrs, sizes *C.uint64_t, out *C.int32_t) (ret C.int) {
+	defer recoverTo("gs_buffers_registered", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	cnt := int(n)
+	ps, ss, res := u64s(ptrs, cnt), u64s(sizes, cnt), i32s(out, cnt)
+	for i := range cnt {
+		res[i] = 0
+		if ps[i] == 0 || ss[i] == 0 {
+			continue
+		}
+		switch dev, ok := c.BufferDevice(ps[i], ss[i]); {
+		case !ok:
+		case dev >= 0:
+			res[i] = 2
+		default:
+			res[i] = 1
+		}
+	}
+	return 0
+}
+
 //export gs_unregister_buffer
 func gs_unregister_buffer(h C.int64_t, ptr C.uint64_t) (ret C.int) {
 	defer recoverTo("gs_unregister_buffer", &ret)

@@ -85,6 +85,7 @@ PROTOTYPES = {
     "gs_unregister_buffer": (c_int, [_i64, c_uint64]),
     # h, ptr, size -> 1 inside one registered buffer / 0 / negative
     "gs_buffer_registered": (c_int, [_i64, c_uint64, c_uint64]),
+    "gs_buffers_registered": (c_int, [_i64, c_int, c_void_p, c_void_p, c_void_p]),
     # h, key, key_len, targets ("\n"-separated), targets_len, id_out, id_cap
     "gs_create_copy_task": (c_int, [_i64, c_char_p, c_int, c_char_p, c_int, _vp, c_int]),
     # h, key, key_len, source, source_len, target, target_len, id_out, id_cap

@@ -18,10 +18,11 @@ not a tensor (or a key that is not a str).
 from __future__ import annotations
 
 import ctypes
+from array import array
 from typing import Any, List, Optional
 
 from . import _native, tensor as _codec
-from ._args import _INVALID, _config, _int, _ints, _key, _keys, _seq, _strs, _u64
+from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _seq, _strs, _u64
 from .config import ReplicateConfig
 
 __all__ = ["TensorAPI"]
@@ -34,22 +35,43 @@ def _numpy_alloc(n: int):
     return arr, arr.ctypes.data
 
 
+# _HEADER_READ is how much of a tensor object in GPU memory is copied out to
+# find its header: the fixed part and typical names and shapes, so one
+# driver copy usually suffices (a longer header takes a second).
+_HEADER_READ = 512
+
+
 def _device_header(ptr: int, total: int) -> Optional[_codec.Header]:
     """The header of the tensor object of ``total`` bytes in GPU memory at
     ``ptr``, copied out by the driver (only the header), or None."""
     lib = _native.lib()
-    fixed = bytearray(min(total, _codec.FIXED_SIZE))
-    if len(fixed) < _codec.FIXED_SIZE:
+    head = bytearray(min(total, max(_HEADER_READ, _codec.FIXED_SIZE)))
+    if len(head) < _codec.FIXED_SIZE:
         return None
-    if lib.gs_device_copy(ctypes.addressof(ctypes.c_char.from_buffer(fixed)), ptr, len(fixed)) != 0:
+    if lib.gs_device_copy(ctypes.addressof(ctypes.c_char.from_buffer(head)), ptr, len(head)) != 0:
         return None
-    n = _codec.header_length(fixed)
+    n = _codec.header_length(head)
     if n == 0 or n > total:
         return None
-    head = bytearray(n)
-    if lib.gs_device_copy(ctypes.addressof(ctypes.c_char.from_buffer(head)), ptr, n) != 0:
-        return None
-    return _codec.decode_header(head, total)
+    if n > len(head):
+        head = bytearray(n)
+        if lib.gs_device_copy(ctypes.addressof(ctypes.c_char.from_buffer(head)), ptr, n) != 0:
+            return None
+    return _codec.decode_header(head[:n], total)
+
+
+def _where(h: int, ptrs: List[int], sizes: List[int]) -> List[int]:
+    """For each range, 1 inside a registered host buffer, 2 inside a
+    registered GPU buffer, 0 otherwise (also for a range that cannot be
+    one): one call into the library for the whole batch."""
+    n = len(ptrs)
+    ok = [_u64(p) and _u64(s) and s > 0 for p, s in zip(ptrs, sizes)]
+    pa = array("Q", [p if good else 0 for p, good in zip(ptrs, ok)])
+    sa = array("Q", [s if good else 0 for s, good in zip(sizes, ok)])
+    out = array("i", bytes(4 * n))
+    if n and _native.lib().gs_buffers_registered(h, n, _addr(pa), _addr(sa), _addr(out)) != 0:
+        return [0] * n
+    return out.tolist()
 
 
 def _onto_cuda(t: Any) -> Any:
@@ -253,14 +275,13 @@ class TensorAPI:
         import numpy as np
 
         got = self.batch_get_into(list(ks), ps, ss)
-        lib = _native.lib()
-        h = self._h()
+        where = _where(self._h(), ps, [max(r, 0) for r in got])
         out: List[Any] = []
-        for r, p in zip(got, ps):
+        for r, p, w in zip(got, ps, where):
             if r < 0:
                 out.append(r)
                 continue
-            if lib.gs_buffer_registered(h, p, r) == 2:  # GPU memory: a view there
+            if w == 2:  # GPU memory: a view there
                 hdr = _device_header(p, r)
                 out.append(_INVALID if hdr is None else _codec.cuda_view(p, hdr))
                 continue
@@ -300,14 +321,12 @@ class TensorAPI:
         ss = _ints(sizes, "sizes")
         if not (len(ks) == len(ps) == len(ss)):
             return [_INVALID] * len(ks)
-        lib = _native.lib()
-        h = self._h()
-        valid = []
-        for k, p, s in zip(ks, ps, ss):
+        for k in ks:
             _key(k)  # TypeError for a non-str key
-            # The header is read only where the store may read anyway: a
-            # registered range (never an arbitrary address).
-            where = lib.gs_buffer_registered(h, p, s) if _u64(p) and _u64(s) and s > 0 else 0
+        # The header is read only where the store may read anyway: a
+        # registered range (never an arbitrary address).
+        valid = []
+        for p, s, where in zip(ps, ss, _where(self._h(), ps, ss)):
             if where == 1:
                 valid.append(_codec.decode_header((ctypes.c_uint8 * s).from_address(p)) is not None)
             else:
