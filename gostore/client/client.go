@@ -18,6 +18,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/ssdtier"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -97,14 +98,9 @@ type Client struct {
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
-	ssd    *ssdTier // nil without enable_ssd_offload
+	ssd    *ssdtier.Tier   // nil without enable_ssd_offload
+	disk   *ssdtier.Reader // reads disk copies, ours or other clients'
 	plans  planState
-
-	// diskPeers are RPC clients of other clients' SSD tiers, by endpoint.
-	diskPeers struct {
-		sync.Mutex
-		m map[string]*rpc.Client
-	}
 
 	transport TransportInfo
 
@@ -193,12 +189,14 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	if cfg.EnableSSDOffload {
-		if c.ssd, err = openSSD(c, host); err != nil {
+		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: host}
+		if c.ssd, err = ssdtier.Open(clientHost{c}, tcfg, c.log); err != nil {
 			ln.Close()
 			c.log.Error("SSD tier rejected", "err", err)
 			return nil, err
 		}
 	}
+	c.disk = ssdtier.NewReader(clientHost{c}, c.log, c.ssd)
 	if cfg.GlobalSegmentSize == 0 {
 		ln.Close() // a pure consumer only needs its name
 	} else {
@@ -217,7 +215,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		}
 	}
 	if c.ssd != nil {
-		c.ssd.start()
+		c.ssd.Start()
 	}
 	c.healthy.Store(true)
 	c.wg.Add(3)
@@ -407,7 +405,7 @@ func (c *Client) heartbeat() {
 		}
 		cancel()
 		if err == nil && resp.OffloadWork && c.ssd != nil {
-			c.ssd.kick()
+			c.ssd.Kick()
 		}
 		if was := c.healthy.Swap(err == nil); was != (err == nil) {
 			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
@@ -425,7 +423,7 @@ func (c *Client) rejoin(ctx context.Context) error {
 		}
 	}
 	if c.ssd != nil {
-		c.ssd.recoverSoon()
+		c.ssd.RecoverSoon()
 	}
 	return nil
 }
@@ -480,18 +478,15 @@ func (c *Client) release() {
 	default:
 		close(c.stop)
 	}
-	c.diskPeers.Lock()
-	for _, p := range c.diskPeers.m {
-		p.Close()
+	if c.disk != nil {
+		c.disk.Close()
 	}
-	c.diskPeers.m = nil
-	c.diskPeers.Unlock()
 	if c.server != nil {
 		c.server.Close()
 	}
 	c.wg.Wait()
 	if c.ssd != nil {
-		c.ssd.close() // before the segment its offloads read goes away
+		c.ssd.Close() // before the segment its offloads read goes away
 	}
 	c.engine.Close()
 	c.master.Close()

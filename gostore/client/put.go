@@ -311,7 +311,7 @@ func (w *spaceWait) again(refused []refusal) []int {
 	if c.ssd != nil {
 		// Room may wait for this client's own tier to persist objects:
 		// run its offload heartbeat now, not at the next ping.
-		c.ssd.kick()
+		c.ssd.Kick()
 	}
 	t := time.NewTimer(min(w.backoff, left))
 	select {
