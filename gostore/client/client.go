@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/ssdtier"
 	"github.com/gostore/gostore/gostore/transfer"
@@ -98,9 +99,9 @@ type Client struct {
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
-	ssd    *ssdtier.Tier   // nil without enable_ssd_offload
-	disk   *ssdtier.Reader // reads disk copies, ours or other clients'
-	plans  planState
+	ssd    *ssdtier.Tier      // nil without enable_ssd_offload
+	disk   *ssdtier.Reader    // reads disk copies, ours or other clients'
+	plans  *planclient.Client // the plan API (Plans)
 
 	transport TransportInfo
 
@@ -153,8 +154,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP,
 		OpenDevice: openPeerDevice, BeforeUnmap: c.pins.drop, BeforeDeviceCopy: c.pinRegistered})
 	c.peers.init()
+	c.plans = planclient.New(clientHost{c}, c.log)
 	c.readsDone.init(wire.OpReadDone, 0, nil)
-	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
+	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -541,20 +543,6 @@ func (c *Client) enter() (func(), error) {
 		return nil, err
 	}
 	return c.inFlight.RUnlock, nil
-}
-
-// guarded runs fn as a call that may touch memory (admitted by enter)
-// with the call timeout.
-func guarded[T any](c *Client, fn func(ctx context.Context) (T, error)) (T, error) {
-	leave, err := c.enter()
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	defer leave()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	return fn(ctx)
 }
 
 func (c *Client) checkOpen() error {
