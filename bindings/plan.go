@@ -12,7 +12,7 @@ import "C"
 import (
 	"encoding/json"
 
-	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -29,7 +29,7 @@ func gs_plan_join(h C.int64_t) (ret C.int64_t) {
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
 	}
-	rank, err := c.PlanJoin()
+	rank, err := c.Plans().Join()
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -45,7 +45,7 @@ func gs_plan_members(h C.int64_t, out *C.char, capacity C.int) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	members, err := c.PlanMembers(true)
+	members, err := c.Plans().Members(true)
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
@@ -77,11 +77,11 @@ func gs_plan_open(h C.int64_t, key *C.char, keyLen C.int, bytes C.uint64_t, page
 		return C.int(wire.ErrInternal)
 	}
 	k := goString(key, keyLen)
-	owner, err := c.PlanOwner(k, int(prefRank), goString(prefSeg, prefSegLen))
+	owner, err := c.Plans().Owner(k, int(prefRank), goString(prefSeg, prefSegLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
-	p, err := c.OpenForWrite(k, uint64(bytes), uint32(pageBytes), owner, float64(lowWatermark))
+	p, err := c.Plans().OpenForWrite(k, uint64(bytes), uint32(pageBytes), owner, float64(lowWatermark))
 	if err != nil {
 		logger.Warn("open_for_write failed", "key", k, "bytes", uint64(bytes), "err", err)
 		return C.int(wire.CodeOf(err))
@@ -105,14 +105,14 @@ func gs_plan_write(h C.int64_t, key *C.char, keyLen C.int, off, ptr, size C.uint
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	p := c.OpenPlan(goString(key, keyLen))
+	p := c.Plans().OpenPlan(goString(key, keyLen))
 	if p == nil {
 		return C.int(wire.ErrObjectNotFound)
 	}
 	if ptr == 0 || uint64(ptr)+uint64(size) < uint64(ptr) {
 		return C.int(wire.ErrInvalidParams)
 	}
-	if err := c.PlanWrite(p, uint64(off), mem(uint64(ptr), uint64(size))); err != nil {
+	if err := c.Plans().Write(p, uint64(off), mem(uint64(ptr), uint64(size))); err != nil {
 		return C.int(wire.CodeOf(err))
 	}
 	return 0
@@ -125,25 +125,22 @@ func gs_plan_commit(h C.int64_t, key *C.char, keyLen C.int) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	if err := c.Commit(goString(key, keyLen)); err != nil {
+	if err := c.Plans().Commit(goString(key, keyLen)); err != nil {
 		return C.int(wire.CodeOf(err))
 	}
 	return 0
 }
 
-func putMeta(o []uint64, m *client.ObjMeta) {
+func putMeta(o []uint64, m *planclient.ObjMeta) {
 	copy(o, []uint64{m.KeyHash, uint64(int64(m.OwnerRank)), m.SegID, m.HeaderOff, m.PayloadOff,
 		m.Bytes, uint64(m.PageBytes), uint64(m.NPages), m.Epoch})
 }
 
-func getMeta(o []uint64) *client.ObjMeta {
-	return &client.ObjMeta{KeyHash: o[0], OwnerRank: int(int64(o[1])), SegID: o[2], HeaderOff: o[3],
+func getMeta(o []uint64) *planclient.ObjMeta {
+	return &planclient.ObjMeta{KeyHash: o[0], OwnerRank: int(int64(o[1])), SegID: o[2], HeaderOff: o[3],
 		PayloadOff: o[4], Bytes: o[5], PageBytes: uint32(o[6]), NPages: uint32(o[7]), Epoch: o[8]}
 }
 
-// gs_plan_locate fills out[metaFields] for key's READY object: 0, -703
-// before its commit, -704 for an unknown key, or another negative code.
-//
 // gs_plan_flush returns once the master has heard of every commit this
 // process made (commits publish the header at once, the master later).
 //
@@ -154,10 +151,13 @@ func gs_plan_flush(h C.int64_t) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	c.FlushCommits()
+	c.Plans().FlushCommits()
 	return 0
 }
 
+// gs_plan_locate fills out[metaFields] for key's READY object: 0, -703
+// before its commit, -704 for an unknown key, or another negative code.
+//
 //export gs_plan_locate
 func gs_plan_locate(h C.int64_t, key *C.char, keyLen C.int, out *C.uint64_t) (ret C.int) {
 	defer recoverTo("gs_plan_locate", &ret)
@@ -166,7 +166,7 @@ func gs_plan_locate(h C.int64_t, key *C.char, keyLen C.int, out *C.uint64_t) (re
 	if c == nil || o == nil {
 		return C.int(wire.ErrInternal)
 	}
-	m, err := c.Locate(goString(key, keyLen))
+	m, err := c.Plans().Locate(goString(key, keyLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
@@ -187,7 +187,7 @@ func gs_plan_read(h C.int64_t, key *C.char, keyLen C.int, dst, capacity C.uint64
 	if dst == 0 && capacity > 0 {
 		return C.int64_t(wire.ErrInvalidParams)
 	}
-	n, err := c.PlanRead(goString(key, keyLen), mem(uint64(dst), uint64(capacity)))
+	n, err := c.Plans().Read(goString(key, keyLen), mem(uint64(dst), uint64(capacity)))
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -208,7 +208,7 @@ func gs_plan_read_at(h C.int64_t, meta *C.uint64_t, dst, capacity C.uint64_t) (r
 	if dst == 0 && capacity > 0 {
 		return C.int64_t(wire.ErrInvalidParams)
 	}
-	n, err := c.PlanReadAt(getMeta(m), mem(uint64(dst), uint64(capacity)))
+	n, err := c.Plans().ReadAt(getMeta(m), mem(uint64(dst), uint64(capacity)))
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -222,7 +222,7 @@ func gs_plan_remove(h C.int64_t, key *C.char, keyLen C.int) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	if err := c.PlanRemove(goString(key, keyLen)); err != nil {
+	if err := c.Plans().Remove(goString(key, keyLen)); err != nil {
 		return C.int(wire.CodeOf(err))
 	}
 	return 0
@@ -238,7 +238,7 @@ func gs_plan_evict_until(h C.int64_t, ratio C.double, usage *C.double) (ret C.in
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
 	}
-	n, u, err := c.EvictUntil(float64(ratio))
+	n, u, err := c.Plans().EvictUntil(float64(ratio))
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -257,7 +257,7 @@ func gs_plan_stats(h C.int64_t, out *C.char, capacity C.int) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	st, rank, open := c.PlanStatsOf()
+	st, rank, open := c.Plans().Stats()
 	b, _ := json.Marshal(map[string]int64{
 		"rank": int64(rank), "open_plans": int64(open),
 		"opened": st.Opened.Load(), "committed": st.Committed.Load(), "aborted": st.Aborted.Load(),

@@ -17,7 +17,10 @@ import (
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/internal/burstlog"
+	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/ssdtier"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -88,9 +91,9 @@ type Client struct {
 	peers     peerCache
 	buffers   registry
 	staging   *staging
-	readsDone keyBatch // ReadDone of ended reads
-	planEnds  keyBatch // PutEnd of committed plans
-	noSpace   burstLog // puts refused for space
+	readsDone keyBatch     // ReadDone of ended reads
+	planEnds  keyBatch     // PutEnd of committed plans
+	noSpace   burstlog.Log // puts refused for space
 	// spaceStalledAt is 1 + the master's progress count at which a write
 	// last gave up waiting for room that did not come (0: none): later
 	// writes seeing the same count do not wait again.
@@ -99,14 +102,9 @@ type Client struct {
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
-	ssd    *ssdTier // nil without enable_ssd_offload
-	plans  planState
-
-	// diskPeers are RPC clients of other clients' SSD tiers, by endpoint.
-	diskPeers struct {
-		sync.Mutex
-		m map[string]*rpc.Client
-	}
+	ssd    *ssdtier.Tier      // nil without enable_ssd_offload
+	disk   *ssdtier.Reader    // reads disk copies, ours or other clients'
+	plans  *planclient.Client // the plan API (Plans)
 
 	transport TransportInfo
 
@@ -155,8 +153,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport})
 	c.peers.init(c.engine)
+	c.plans = planclient.New(clientHost{c}, c.log)
 	c.readsDone.init(wire.OpReadDone, 0, nil)
-	c.planEnds.init(wire.OpPutEnd, planEndDelay, c.plansEnded)
+	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -191,12 +190,14 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	if cfg.EnableSSDOffload {
-		if c.ssd, err = openSSD(c, host); err != nil {
+		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: host}
+		if c.ssd, err = ssdtier.Open(clientHost{c}, tcfg, c.log); err != nil {
 			ln.Close()
 			c.log.Error("SSD tier rejected", "err", err)
 			return nil, err
 		}
 	}
+	c.disk = ssdtier.NewReader(clientHost{c}, c.log, c.ssd)
 	if cfg.GlobalSegmentSize == 0 {
 		ln.Close() // a pure consumer only needs its name
 	} else {
@@ -215,7 +216,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		}
 	}
 	if c.ssd != nil {
-		c.ssd.start()
+		c.ssd.Start()
 	}
 	c.healthy.Store(true)
 	c.wg.Add(3)
@@ -405,7 +406,7 @@ func (c *Client) heartbeat() {
 		}
 		cancel()
 		if err == nil && resp.OffloadWork && c.ssd != nil {
-			c.ssd.kick()
+			c.ssd.Kick()
 		}
 		if was := c.healthy.Swap(err == nil); was != (err == nil) {
 			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
@@ -423,7 +424,7 @@ func (c *Client) rejoin(ctx context.Context) error {
 		}
 	}
 	if c.ssd != nil {
-		c.ssd.recoverSoon()
+		c.ssd.RecoverSoon()
 	}
 	return nil
 }
@@ -478,18 +479,15 @@ func (c *Client) release() {
 	default:
 		close(c.stop)
 	}
-	c.diskPeers.Lock()
-	for _, p := range c.diskPeers.m {
-		p.Close()
+	if c.disk != nil {
+		c.disk.Close()
 	}
-	c.diskPeers.m = nil
-	c.diskPeers.Unlock()
 	if c.server != nil {
 		c.server.Close()
 	}
 	c.wg.Wait()
 	if c.ssd != nil {
-		c.ssd.close() // before the segment its offloads read goes away
+		c.ssd.Close() // before the segment its offloads read goes away
 	}
 	c.engine.Close() // unpins the own segment and registered buffers too
 	c.master.Close()
@@ -542,20 +540,6 @@ func (c *Client) enter() (func(), error) {
 		return nil, err
 	}
 	return c.inFlight.RUnlock, nil
-}
-
-// guarded runs fn as a call that may touch memory (admitted by enter)
-// with the call timeout.
-func guarded[T any](c *Client, fn func(ctx context.Context) (T, error)) (T, error) {
-	leave, err := c.enter()
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	defer leave()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	return fn(ctx)
 }
 
 func (c *Client) checkOpen() error {

@@ -29,7 +29,7 @@ func startMaster(t testing.TB, extra ...string) *server.Server {
 }
 
 // testConfig holds what the bindings would read from the environment,
-// for every client a test makes with newClient or newTierClient.
+// for every client a test makes with newClient.
 var testConfig Config
 
 // withConfig sets testConfig's edge settings for the rest of t.

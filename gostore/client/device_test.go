@@ -180,7 +180,7 @@ func TestGPUSegmentChild(t *testing.T) {
 		}
 		runtime.KeepAlive(buf)
 	}
-	if _, err := owner.PlanJoin(); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := owner.Plans().Join(); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("a plan heap on a GPU: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gostore/gostore/gostore/ssdtier"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -247,11 +248,11 @@ func (c *Client) readDisk(ctx context.Context, keys []string, endpoint string, w
 		ops[j] = transfer.Op{Bufs: w.bufs, Device: w.dev}
 	}
 	errs := c.engine.Staged(ops, func(host []transfer.Op) []error {
-		dw := make([]diskWant, len(host))
+		dw := make([]ssdtier.Want, len(host))
 		for k, op := range host {
-			dw[k] = diskWant{item: ws[k].item, size: ws[k].size, bufs: op.Bufs}
+			dw[k] = ssdtier.Want{Item: ws[k].item, Size: ws[k].size, Bufs: op.Bufs}
 		}
-		c.readFromDisk(ctx, keys, endpoint, dw, out)
+		c.disk.Read(ctx, keys, endpoint, dw, out) // this client's own tier directly, another's through its staging
 		errs := make([]error, len(host))
 		for k := range host {
 			if n := out[ws[k].item]; n < 0 {

@@ -294,7 +294,7 @@ func (w *spaceWait) again(refused []refusal) []int {
 	if c.ssd != nil {
 		// Room may wait for this client's own tier to persist objects:
 		// run its offload heartbeat now, not at the next ping.
-		c.ssd.kick()
+		c.ssd.Kick()
 	}
 	t := time.NewTimer(min(w.backoff, left))
 	select {
@@ -322,12 +322,12 @@ func (w *spaceWait) waited() time.Duration {
 func (c *Client) noteNoSpace(op wire.Op, items []PutItem, out []wire.Code, w *spaceWait) {
 	if len(w.last) == 0 {
 		// The common write: nothing refused and no burst to end.
-		if c.noSpace.on() && slices.Contains(out, wire.OK) {
-			c.noSpace.ok(func(more int) { c.log.Info("puts find space again", "refused_since_logged", more) })
+		if c.noSpace.On() && slices.Contains(out, wire.OK) {
+			c.noSpace.OK(func(more int) { c.log.Info("puts find space again", "refused_since_logged", more) })
 		}
 		return
 	}
-	c.noSpace.fail(len(w.last), func(others int) {
+	c.noSpace.Fail(len(w.last), func(others int) {
 		r := w.last[0]
 		it := items[r.item]
 		reason := "the master gave none"

@@ -1,4 +1,4 @@
-package client
+package ssdtier_test
 
 import (
 	"bytes"
@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/client"
 	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/pipeline"
 	"github.com/gostore/gostore/gostore/rpc"
+	"github.com/gostore/gostore/gostore/ssdtier"
 	"github.com/gostore/gostore/gostore/storage"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -41,7 +43,7 @@ func tierEnv(extra env) env {
 	return e
 }
 
-func newTierClient(t *testing.T, master string, segment uint64, dir string, e env) *Client {
+func newTierClient(t *testing.T, master string, segment uint64, dir string, e env) *client.Client {
 	t.Helper()
 	c, err := newTierClientErr(master, segment, dir, e)
 	if err != nil {
@@ -51,8 +53,8 @@ func newTierClient(t *testing.T, master string, segment uint64, dir string, e en
 	return c
 }
 
-func newTierClientErr(master string, segment uint64, dir string, e env) (*Client, error) {
-	return New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master, GlobalSegmentSize: segment,
+func newTierClientErr(master string, segment uint64, dir string, e env) (*client.Client, error) {
+	return client.New(edge(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: master, GlobalSegmentSize: segment,
 		LocalBufferSize: 1 << 20, EnableSSDOffload: true, SSDOffloadPath: dir, Getenv: e.lookup}), nil)
 }
 
@@ -63,11 +65,11 @@ func startOffloadMaster(t *testing.T, extra ...string) string {
 
 // putRetrying writes v under key, retrying while the pool is full (the
 // master frees space once the SSD tier has the old objects).
-func putRetrying(t *testing.T, c *Client, key string, v []byte) {
+func putRetrying(t *testing.T, c *client.Client, key string, v []byte) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code := c.PutBatch([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+		code := c.PutBatch([]client.PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
 		if code == wire.OK {
 			return
 		}
@@ -78,7 +80,7 @@ func putRetrying(t *testing.T, c *Client, key string, v []byte) {
 	}
 }
 
-func mustGet(t *testing.T, c *Client, key string, want []byte) {
+func mustGet(t *testing.T, c *client.Client, key string, want []byte) {
 	t.Helper()
 	dst := make([]byte, len(want))
 	if got := c.GetInto([]string{key}, [][][]byte{{dst}}); got[0] != int64(len(want)) {
@@ -127,7 +129,7 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 						t.Fatalf("k%d: size %d", i, g)
 					}
 				}
-				for _, c := range []*Client{writer, holder} {
+				for _, c := range []*client.Client{writer, holder} {
 					for i := range n {
 						mustGet(t, c, fmt.Sprint("k", i), pattern(uint64(i), obj))
 					}
@@ -139,7 +141,7 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 				if diskOnly < n/2 {
 					t.Fatalf("only %d of %d reads by another client were staged from disk", diskOnly, n)
 				}
-				if used, leases := holder.ssd.fs.Buffer().Usage(); used != 0 || leases != 0 {
+				if used, leases := holder.SSD().Storage().Buffer().Usage(); used != 0 || leases != 0 {
 					t.Fatalf("staging buffer still holds %d bytes in %d leases after the reads", used, leases)
 				}
 			})
@@ -180,7 +182,7 @@ func TestSSDRecoveryAfterRestart(t *testing.T) {
 	if got := writer.GetSize("r0"); got != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("removed r0 came back: %d", got)
 	}
-	if _, ok := b.ssd.fs.Backend().Size("r0"); ok {
+	if _, ok := b.SSD().Storage().Backend().Size("r0"); ok {
 		t.Fatal("r0's stale copy is still on disk")
 	}
 }
@@ -194,14 +196,14 @@ func TestSSDCorruptCopyIsNeverServed(t *testing.T) {
 	writer := newClient(t, m, 0)
 	v := pattern(5, 200<<10)
 	putRetrying(t, writer, "bad", v)
-	waitFor(t, "the copy on disk", func() bool { _, ok := holder.ssd.fs.Backend().Size("bad"); return ok })
+	waitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("bad"); return ok })
 	// Push it out of memory.
 	for i := range 12 {
 		putRetrying(t, writer, fmt.Sprint("fill", i), pattern(uint64(i), 200<<10))
 	}
 	waitFor(t, "bad evicted from memory", func() bool {
-		p, err := writer.peek([]string{"bad"})
-		return err == nil && p.res[0].Code == wire.OK && len(p.res[0].Replicas) == 0
+		res, err := holder.SSD().Peek([]string{"bad"})
+		return err == nil && res[0].Code == wire.OK && len(res[0].Replicas) == 0
 	})
 	// Flip one byte of the value in its file.
 	var files []string
@@ -267,13 +269,13 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	}
 	var end wire.CodesResp
 	mc.Call(context.Background(), wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: []string{"k"}}, &end)
-	if got := c.UpsertBatch([]PutItem{{Key: "k", Parts: [][]byte{pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
+	if got := c.UpsertBatch([]client.PutItem{{Key: "k", Parts: [][]byte{pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
 		t.Fatalf("upsert after a cancelled offload: %v", got[0])
 	}
 	if st, _ := c.SSDStats(); st.Objects != 0 || st.Pipeline.Upgraded != 0 || st.Pipeline.Cancelled[pipeline.StagePrecondition] != 1 {
 		t.Fatalf("a cancelled offload wrote or pinned: %+v", st)
 	}
-	if n := c.ssd.pinned(); n != 0 {
+	if n := c.SSD().Pinned(); n != 0 {
 		t.Fatalf("%d pins left", n)
 	}
 	// Not cancelled: it goes through.
@@ -283,10 +285,10 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 		t.Fatal(hs[0].Err())
 	}
 	hs[0].Cancel() // after the fact: no effect
-	if _, ok := c.ssd.fs.Backend().Size("k"); !ok || hs[0].Err() != nil {
+	if _, ok := c.SSD().Storage().Backend().Size("k"); !ok || hs[0].Err() != nil {
 		t.Fatal("offload not on disk")
 	}
-	if n := c.ssd.pinned(); n != 0 {
+	if n := c.SSD().Pinned(); n != 0 {
 		t.Fatalf("%d pins left after the offload", n)
 	}
 	if _, err := newClient(t, m.Addr(), 0).Offload([]string{"k"}, []uint64{100}); wire.CodeOf(err) != wire.ErrInvalidParams {
@@ -359,7 +361,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestSSDEndpointSurvivesBadPeers(t *testing.T) {
 	m := startOffloadMaster(t)
 	holder := newTierClient(t, m, 1<<20, t.TempDir(), tierEnv(nil))
-	ep := holder.ssd.endpoint
+	ep := holder.SSD().Endpoint()
 	for _, raw := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n"),
 		wire.AppendFrame(nil, 1, wire.OpPutStart, wire.OK, []byte{0x90}),                  // a master op
@@ -385,7 +387,7 @@ func TestSSDEndpointSurvivesBadPeers(t *testing.T) {
 	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: []string{"a", "b"}, Sizes: []uint64{1}}, &resp); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("mismatched lengths: %v", err)
 	}
-	keys := make([]string, maxStageKeys+1)
+	keys := make([]string, ssdtier.MaxStageKeys+1)
 	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: keys, Sizes: make([]uint64, len(keys))}, &resp); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("too many keys: %v", err)
 	}
@@ -404,11 +406,11 @@ func TestSSDEndpointSurvivesBadPeers(t *testing.T) {
 	writer := newClient(t, m, 0)
 	v := pattern(9, 100<<10)
 	putRetrying(t, writer, "ok", v)
-	waitFor(t, "the copy on disk", func() bool { _, ok := holder.ssd.fs.Backend().Size("ok"); return ok })
+	waitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("ok"); return ok })
 	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: []string{"ok"}, Sizes: []uint64{uint64(len(v))}}, &resp); err != nil || resp.Codes[0] != wire.OK {
 		t.Fatalf("stage after the abuse: %v %v", err, resp.Codes)
 	}
-	if !bytes.Equal(holder.ssd.fs.Buffer().Slice(resp.Offsets[0], uint64(len(v))), v) {
+	if !bytes.Equal(holder.SSD().Storage().Buffer().Slice(resp.Offsets[0], uint64(len(v))), v) {
 		t.Fatal("staged bytes differ")
 	}
 }

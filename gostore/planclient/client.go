@@ -1,19 +1,17 @@
-// plan.go defines the client's side of the plan API (the Nano Mooncake
-// seed): a producer opens a write plan on an owner's memory, writes the
-// payload straight into it and commits; readers locate READY objects and
-// read them. A plan object is an ordinary object of the store whose bytes
-// are the 64-byte header (gostore/plan) followed by the payload: the
-// master allocates, leases, evicts and removes it like any other.
+// client.go defines Client: members and routing, write plans (open,
+// write, commit, remove), reads (locate, read, one-hop read) and eviction.
 
-package client
+package planclient
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gostore/gostore/gostore/plan"
 	"github.com/gostore/gostore/gostore/transfer"
@@ -49,73 +47,97 @@ type ObjMeta struct {
 	Epoch      uint64
 }
 
-// PlanStats are the plan API's counters in this process (seed §11).
-type PlanStats struct {
+// Stats are the plan API's counters in this process (seed §11).
+type Stats struct {
 	Opened, Committed, Aborted, Reads, ReadMisses, Removed    atomic.Int64
 	BytesWritten, BytesRead                                   atomic.Int64
 	StaleReads, NotReady, CASFailures, NoRoom, CommitFailures atomic.Int64
 	Evictions                                                 atomic.Int64 // objects evicted on this process's behalf
 }
 
-// planState is the client's plan bookkeeping.
-type planState struct {
+// Client is one store client's side of the plan API. Its methods are safe
+// for concurrent use.
+type Client struct {
+	host Host
+	log  *slog.Logger
+
 	mu      sync.Mutex
 	open    map[string]*WritePlan // plans this process opened and has not committed
 	members []wire.PlanMember     // cached; refreshed when routing misses
 	rank    int
 	joined  bool
-	stats   PlanStats
+	stats   Stats
+}
+
+// New makes the plan API of the store client behind host; log is that
+// client's logger.
+func New(host Host, log *slog.Logger) *Client {
+	return &Client{host: host, log: log}
 }
 
 // Errors of the plan API; each carries its contract code.
 var (
-	ErrPlanNotReady = wire.Errorf(wire.ErrReplicaIsNotReady, "plan object is not READY")
-	ErrPlanUnknown  = wire.Errorf(wire.ErrObjectNotFound, "no such plan object")
+	ErrNotReady = wire.Errorf(wire.ErrReplicaIsNotReady, "plan object is not READY")
+	ErrUnknown  = wire.Errorf(wire.ErrObjectNotFound, "no such plan object")
 )
 
-// PlanJoin makes this client's segment a plan member and returns its rank.
-func (c *Client) PlanJoin() (int, error) {
-	if c.seg == nil {
+// guarded runs fn as a call that may touch memory (admitted by the host's
+// Enter) with the host's call timeout.
+func guarded[T any](c *Client, fn func(ctx context.Context) (T, error)) (T, error) {
+	leave, err := c.host.Enter()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer leave()
+	ctx, cancel := c.host.CallContext()
+	defer cancel()
+	return fn(ctx)
+}
+
+// Join makes the client's segment a plan member and returns its rank.
+func (c *Client) Join() (int, error) {
+	if !c.host.HasHostSegment() {
 		return 0, wire.Errorf(wire.ErrInvalidParams, "a plan member needs a segment of host memory (heap_bytes > 0; GPU heaps are not supported)")
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := c.host.CallContext()
 	defer cancel()
 	var resp wire.PlanJoinResp
-	if err := c.master.Call(ctx, wire.OpPlanJoin, &wire.PlanJoinReq{ClientID: c.id, Segment: c.hostname}, &resp); err != nil {
+	if err := c.host.CallMaster(ctx, wire.OpPlanJoin, &wire.PlanJoinReq{ClientID: c.host.ClientID(), Segment: c.host.SegmentName()}, &resp); err != nil {
 		return 0, err
 	}
-	c.plans.mu.Lock()
-	c.plans.rank, c.plans.joined = resp.Rank, true
-	c.plans.mu.Unlock()
+	c.mu.Lock()
+	c.rank, c.joined = resp.Rank, true
+	c.mu.Unlock()
 	return resp.Rank, nil
 }
 
-// PlanMembers returns the live plan members by rank (asking the master
-// when refresh is set or nothing is cached).
-func (c *Client) PlanMembers(refresh bool) ([]wire.PlanMember, error) {
-	c.plans.mu.Lock()
-	cached := c.plans.members
-	c.plans.mu.Unlock()
+// Members returns the live plan members by rank (asking the master when
+// refresh is set or nothing is cached).
+func (c *Client) Members(refresh bool) ([]wire.PlanMember, error) {
+	c.mu.Lock()
+	cached := c.members
+	c.mu.Unlock()
 	if cached != nil && !refresh {
 		return cached, nil
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := c.host.CallContext()
 	defer cancel()
 	var resp wire.PlanMembersResp
-	if err := c.master.Call(ctx, wire.OpPlanMembers, &wire.PlanMembersReq{}, &resp); err != nil {
+	if err := c.host.CallMaster(ctx, wire.OpPlanMembers, &wire.PlanMembersReq{}, &resp); err != nil {
 		return nil, err
 	}
-	c.plans.mu.Lock()
-	c.plans.members = resp.Members
-	c.plans.mu.Unlock()
+	c.mu.Lock()
+	c.members = resp.Members
+	c.mu.Unlock()
 	return resp.Members, nil
 }
 
-// PlanOwner resolves where a key's plan object goes: the member of rank
+// Owner resolves where a key's plan object goes: the member of rank
 // preferRank (>= 0), the segment named preferSeg, or hash(key) % world.
-func (c *Client) PlanOwner(key string, preferRank int, preferSeg string) (wire.PlanMember, error) {
+func (c *Client) Owner(key string, preferRank int, preferSeg string) (wire.PlanMember, error) {
 	for refresh := false; ; refresh = true {
-		members, err := c.PlanMembers(refresh)
+		members, err := c.Members(refresh)
 		if err != nil {
 			return wire.PlanMember{}, err
 		}
@@ -147,23 +169,6 @@ func (c *Client) PlanOwner(key string, preferRank int, preferSeg string) (wire.P
 	}
 }
 
-// segMem returns a segment's memory as this process sees it: its own
-// segment, a same-host peer's mapping, or nil (reach it over TCP).
-func (c *Client) segMem(ctx context.Context, segID uint64) ([]byte, transfer.Peer, error) {
-	if mem := c.peers.local(segID); mem != nil {
-		return mem, transfer.Peer{SegID: segID}, nil
-	}
-	if err := c.resolve(ctx, []uint64{segID}); err != nil {
-		return nil, transfer.Peer{}, err
-	}
-	p, ok := c.peers.get(segID)
-	if !ok {
-		return nil, transfer.Peer{}, wire.Errorf(wire.ErrSegmentNotFound, "segment %d is gone", segID)
-	}
-	mem, _ := c.engine.Mapping(p)
-	return mem, p, nil
-}
-
 // OpenForWrite allocates key's object (header and bytes of payload) on
 // owner, writes its header in state WRITING and returns the plan. The
 // object stays invisible (-703) until Commit. When the pool has no room
@@ -181,7 +186,7 @@ func (c *Client) OpenForWrite(key string, bytes uint64, pageBytes uint32, owner 
 }
 
 func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner wire.PlanMember) (*WritePlan, error) {
-	leave, err := c.enter()
+	leave, err := c.host.Enter()
 	if err != nil {
 		return nil, err
 	}
@@ -192,12 +197,12 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 	if bytes > owner.Seg.Size {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "%d bytes do not fit the owner's %d-byte heap", bytes, owner.Seg.Size)
 	}
-	ctx, cancel := c.ctx()
+	ctx, cancel := c.host.CallContext()
 	defer cancel()
 	var resp wire.PutStartResp
-	req := wire.PutStartReq{ClientID: c.id, Keys: []string{key}, Sizes: []uint64{plan.HeaderSize + bytes},
+	req := wire.PutStartReq{ClientID: c.host.ClientID(), Keys: []string{key}, Sizes: []uint64{plan.HeaderSize + bytes},
 		Config: wire.ReplicaConfig{ReplicaNum: 1, Preferred: []string{owner.Seg.Name}}, HostID: transfer.HostID()}
-	if err := c.master.Call(ctx, wire.OpPutStart, &req, &resp); err != nil {
+	if err := c.host.CallMaster(ctx, wire.OpPutStart, &req, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Results) != 1 {
@@ -206,7 +211,7 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 	r := resp.Results[0]
 	if r.Code != wire.OK {
 		if r.Code == wire.ErrNoAvailableHandle {
-			c.plans.stats.NoRoom.Add(1)
+			c.stats.NoRoom.Add(1)
 		}
 		return nil, wire.Errorf(r.Code, "open_for_write %q", key)
 	}
@@ -219,11 +224,11 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 	}
 	abort := func(err error) (*WritePlan, error) {
 		var codes wire.CodesResp
-		c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: []string{key}, Epochs: []uint64{r.Epoch}}, &codes)
-		c.plans.stats.Aborted.Add(1)
+		c.host.CallMaster(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.host.ClientID(), Keys: []string{key}, Epochs: []uint64{r.Epoch}}, &codes)
+		c.stats.Aborted.Add(1)
 		return nil, err
 	}
-	if p.mem, p.peer, err = c.segMem(ctx, rep.SegID); err != nil {
+	if p.mem, p.peer, err = c.host.SegmentMemory(ctx, rep.SegID); err != nil {
 		return abort(err)
 	}
 	h := plan.Header{KeyHash: p.KeyHash, NPages: p.NPages, PageSize: pageBytes, PayloadOff: p.Payload,
@@ -231,13 +236,13 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 	if err := c.writeHeader(ctx, p, func(b []byte) error { return plan.Reserve(b, h) }); err != nil {
 		return abort(err)
 	}
-	c.plans.mu.Lock()
-	if c.plans.open == nil {
-		c.plans.open = make(map[string]*WritePlan)
+	c.mu.Lock()
+	if c.open == nil {
+		c.open = make(map[string]*WritePlan)
 	}
-	c.plans.open[key] = p
-	c.plans.mu.Unlock()
-	c.plans.stats.Opened.Add(1)
+	c.open[key] = p
+	c.mu.Unlock()
+	c.stats.Opened.Add(1)
 	return p, nil
 }
 
@@ -254,17 +259,7 @@ func (c *Client) writeHeader(ctx context.Context, p *WritePlan, op func([]byte) 
 	if err := op(h); err != nil || p.mem != nil {
 		return err
 	}
-	return c.transferOne(ctx, transfer.Op{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{h}, Write: true})
-}
-
-// transferOne runs one transfer with a peer reached over TCP; a failure
-// forgets the peer, so the next call resolves its segment again.
-func (c *Client) transferOne(ctx context.Context, op transfer.Op) error {
-	err := c.engine.Do(ctx, []transfer.Op{op})[0]
-	if err != nil {
-		c.failed(op.Peer.SegID)
-	}
-	return err
+	return c.host.Transfer(ctx, transfer.Op{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{h}, Write: true})
 }
 
 // headerScratch holds a header read over TCP: 64 bytes at an 8-byte
@@ -281,21 +276,21 @@ func (c *Client) headerAt(ctx context.Context, mem []byte, peer transfer.Peer, o
 		}
 		return mem[off : off+plan.HeaderSize : off+plan.HeaderSize], nil
 	}
-	skip := (8 - int(addrOf(scratch[:])%8)) % 8
+	skip := (8 - int(uintptr(unsafe.Pointer(&scratch[0]))%8)) % 8
 	buf := scratch[skip : skip+plan.HeaderSize : skip+plan.HeaderSize]
-	return buf, c.transferOne(ctx, transfer.Op{Peer: peer, Offset: off, Bufs: [][]byte{buf}})
+	return buf, c.host.Transfer(ctx, transfer.Op{Peer: peer, Offset: off, Bufs: [][]byte{buf}})
 }
 
 // OpenPlan is this process's open (uncommitted) plan for key, or nil.
 func (c *Client) OpenPlan(key string) *WritePlan {
-	c.plans.mu.Lock()
-	defer c.plans.mu.Unlock()
-	return c.plans.open[key]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open[key]
 }
 
 // Writable is the plan's payload in this process's memory (the owner's
 // segment mapped here), or nil when the owner is reachable over TCP only
-// (write with PlanWrite). It stays valid while the owner lives.
+// (write with Client.Write). It stays valid while the owner lives.
 func (p *WritePlan) Writable() []byte {
 	if p.mem == nil {
 		return nil
@@ -303,12 +298,12 @@ func (p *WritePlan) Writable() []byte {
 	return p.mem[p.Payload : p.Payload+p.Bytes : p.Payload+p.Bytes]
 }
 
-// PlanWrite copies data into the plan's payload at off (any transport).
-func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
+// Write copies data into the plan's payload at off (any transport).
+func (c *Client) Write(p *WritePlan, off uint64, data []byte) error {
 	if off > p.Bytes || uint64(len(data)) > p.Bytes-off {
 		return wire.Errorf(wire.ErrInvalidParams, "write of %d bytes at %d is outside the %d-byte payload", len(data), off, p.Bytes)
 	}
-	leave, err := c.enter()
+	leave, err := c.host.Enter()
 	if err != nil {
 		return err
 	}
@@ -316,9 +311,9 @@ func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
 	if w := p.Writable(); w != nil {
 		copy(w[off:], data)
 	} else {
-		ctx, cancel := c.ctx()
+		ctx, cancel := c.host.CallContext()
 		defer cancel()
-		if err := c.transferOne(ctx, transfer.Op{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true}); err != nil {
+		if err := c.host.Transfer(ctx, transfer.Op{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true}); err != nil {
 			return err
 		}
 	}
@@ -332,13 +327,13 @@ func (c *Client) PlanWrite(p *WritePlan, off uint64, data []byte) error {
 // so a commit costs no round trip. Only the process that opened the plan
 // commits it; -704 for a key it has no open plan for.
 func (c *Client) Commit(key string) error {
-	c.plans.mu.Lock()
-	p := c.plans.open[key]
-	c.plans.mu.Unlock()
+	c.mu.Lock()
+	p := c.open[key]
+	c.mu.Unlock()
 	if p == nil {
 		return wire.Errorf(wire.ErrObjectNotFound, "commit of %q: no open plan in this process", key)
 	}
-	leave, err := c.enter()
+	leave, err := c.host.Enter()
 	if err != nil {
 		return err
 	}
@@ -347,43 +342,46 @@ func (c *Client) Commit(key string) error {
 	if p.mem != nil {
 		err = publish(p.mem[p.HeaderOff : p.HeaderOff+plan.HeaderSize]) // the hot path: one CAS
 	} else {
-		ctx, cancel := c.ctx()
+		ctx, cancel := c.host.CallContext()
 		err = c.writeHeader(ctx, p, publish)
 		cancel()
 	}
 	if err != nil {
-		c.plans.stats.CASFailures.Add(1)
+		c.stats.CASFailures.Add(1)
 		return wire.Errorf(wire.ErrInvalidWrite, "commit of %q: %v", key, err)
 	}
-	c.plans.mu.Lock()
-	delete(c.plans.open, key)
-	c.plans.mu.Unlock()
-	c.planEnds.add(key, p.Epoch)
-	c.plans.stats.Committed.Add(1)
-	c.plans.stats.BytesWritten.Add(int64(p.Bytes)) // what producers wrote, by whatever path
+	c.mu.Lock()
+	delete(c.open, key)
+	c.mu.Unlock()
+	c.host.QueueCommitEnd(key, p.Epoch)
+	c.stats.Committed.Add(1)
+	c.stats.BytesWritten.Add(int64(p.Bytes)) // what producers wrote, by whatever path
 	return nil
 }
 
-// planEndDelay is how long a commit's PutEnd waits to be sent (with the
+// CommitEndDelay is how long a commit's PutEnd waits to be sent (with the
 // other commits of that moment): readers find a committed plan by its
-// header meanwhile; only the regular API waits for the master.
-const planEndDelay = 200 * time.Microsecond
+// header meanwhile; only the regular API waits for the master. The host
+// batches QueueCommitEnd's keys with it.
+const CommitEndDelay = 200 * time.Microsecond
 
 // FlushCommits returns once the master has every commit made so far.
-func (c *Client) FlushCommits() { c.planEnds.flush(c.master, c.id, c.log) }
+func (c *Client) FlushCommits() { c.host.FlushCommitEnds() }
 
-// plansEnded hears the master's answer to a batch of commits: a plan it no
-// longer held (reclaimed or removed meanwhile) is counted and logged.
-func (c *Client) plansEnded(req *wire.KeysReq, codes []wire.Code, err error) {
+// CommitsEnded hears the master's answer to a batch of commits (the host
+// calls it for each batch of QueueCommitEnd's keys it sent): a plan the
+// master no longer held (reclaimed or removed meanwhile) is counted and
+// logged.
+func (c *Client) CommitsEnded(req *wire.KeysReq, codes []wire.Code, err error) {
 	if err != nil {
-		c.plans.stats.CommitFailures.Add(int64(len(req.Keys)))
+		c.stats.CommitFailures.Add(int64(len(req.Keys)))
 		c.log.Warn("the master did not hear of committed plans; their objects stay unfinished until reclaimed",
 			"keys", len(req.Keys), "err", err)
 		return
 	}
 	for i, code := range codes {
 		if code != wire.OK && i < len(req.Keys) {
-			c.plans.stats.CommitFailures.Add(1)
+			c.stats.CommitFailures.Add(1)
 			c.log.Warn("a committed plan was gone at the master (removed or reclaimed meanwhile)", "key", req.Keys[i], "code", code)
 		}
 	}
@@ -392,44 +390,44 @@ func (c *Client) plansEnded(req *wire.KeysReq, codes []wire.Code, err error) {
 // Locate returns the ObjMeta of key's READY object (granting a read lease).
 func (c *Client) Locate(key string) (*ObjMeta, error) {
 	return guarded(c, func(ctx context.Context) (*ObjMeta, error) {
-		meta, p, err := c.locatePlan(ctx, key, false)
+		meta, found, err := c.locatePlan(ctx, key, false)
 		if err == nil {
-			c.endReads(p)
-			meta.OwnerRank = c.rankOf(meta.SegID) // readers of PlanRead need no rank
+			found.EndRead()
+			meta.OwnerRank = c.rankOf(meta.SegID) // readers of Read need no rank
 		}
 		return meta, err
 	})
 }
 
 // locatePlan finds key's object and checks its header: the ObjMeta and
-// the pending get (the caller ends its reads), or ErrPlanNotReady,
-// ErrPlanUnknown or a staleness error.
-func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMeta, *Pending, error) {
-	p, err := c.getStart([]string{key}, read)
+// the lookup (the caller ends its read), or ErrNotReady, ErrUnknown or a
+// staleness error.
+func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMeta, Found, error) {
+	found, err := c.host.Lookup(key, read)
 	if err != nil {
-		return nil, nil, err
+		return nil, Found{}, err
 	}
-	r := p.res[0]
-	fail := func(err error) (*ObjMeta, *Pending, error) {
-		c.endReads(p)
-		return nil, nil, err
+	r := found.Result
+	fail := func(err error) (*ObjMeta, Found, error) {
+		found.EndRead()
+		return nil, Found{}, err
 	}
 	switch {
 	case r.Code == wire.ErrReplicaIsNotReady && len(r.Replicas) > 0 && r.Size > plan.HeaderSize:
 		// Committed in its header, perhaps, with the master not told
 		// yet: the header decides (below).
 	case r.Code == wire.ErrReplicaIsNotReady:
-		c.plans.stats.NotReady.Add(1)
-		return fail(ErrPlanNotReady)
+		c.stats.NotReady.Add(1)
+		return fail(ErrNotReady)
 	case r.Code == wire.ErrObjectNotFound:
-		return fail(ErrPlanUnknown)
+		return fail(ErrUnknown)
 	case r.Code != wire.OK:
 		return fail(wire.Errorf(r.Code, "locate %q", key))
 	case len(r.Replicas) == 0 || r.Size <= plan.HeaderSize:
 		return fail(wire.Errorf(wire.ErrInvalidReplica, "%q is not a plan object in memory", key))
 	}
 	rep := r.Replicas[0]
-	mem, peer, err := c.segMem(ctx, rep.SegID)
+	mem, peer, err := c.host.SegmentMemory(ctx, rep.SegID)
 	if err != nil {
 		return fail(err)
 	}
@@ -446,21 +444,21 @@ func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMet
 	}
 	if err != nil {
 		if !errors.Is(err, plan.ErrNotReady) {
-			c.plans.stats.StaleReads.Add(1)
+			c.stats.StaleReads.Add(1)
 			return fail(wire.Errorf(wire.ErrInvalidReplica, "locate %q: %v", key, err))
 		}
-		c.plans.stats.NotReady.Add(1)
-		return fail(ErrPlanNotReady)
+		c.stats.NotReady.Add(1)
+		return fail(ErrNotReady)
 	}
 	meta.PageBytes, meta.NPages = h.PageSize, h.NPages
-	return meta, p, nil
+	return meta, found, nil
 }
 
 // rankOf is a segment's plan member rank (-1 when it is not one), asking
 // the master once when the cache does not know it.
 func (c *Client) rankOf(segID uint64) int {
 	for refresh := false; ; refresh = true {
-		members, err := c.PlanMembers(refresh)
+		members, err := c.Members(refresh)
 		if err != nil {
 			return -1
 		}
@@ -475,46 +473,46 @@ func (c *Client) rankOf(segID uint64) int {
 	}
 }
 
-// PlanRead copies key's READY payload into dst (at least its size) and
+// Read copies key's READY payload into dst (at least its size) and
 // returns the bytes copied. The copy is checked against the header before
 // and after (a seqlock): a slot reclaimed meanwhile gives an error, never
 // another object's bytes.
-func (c *Client) PlanRead(key string, dst []byte) (int, error) {
-	return guarded(c, func(ctx context.Context) (int, error) { return c.planRead(ctx, key, dst) })
+func (c *Client) Read(key string, dst []byte) (int, error) {
+	return guarded(c, func(ctx context.Context) (int, error) { return c.read(ctx, key, dst) })
 }
 
-func (c *Client) planRead(ctx context.Context, key string, dst []byte) (int, error) {
-	meta, p, err := c.locatePlan(ctx, key, true)
+func (c *Client) read(ctx context.Context, key string, dst []byte) (int, error) {
+	meta, found, err := c.locatePlan(ctx, key, true)
 	if err != nil {
-		if errors.Is(err, ErrPlanUnknown) || errors.Is(err, ErrPlanNotReady) {
-			c.plans.stats.ReadMisses.Add(1)
+		if errors.Is(err, ErrUnknown) || errors.Is(err, ErrNotReady) {
+			c.stats.ReadMisses.Add(1)
 		}
 		return 0, err
 	}
-	defer c.endReads(p)
+	defer found.EndRead()
 	// locatePlan checked the header: what is left is the copy and the
 	// check after it.
 	n, err := c.copyPayload(ctx, meta, dst)
 	if err == nil {
-		if leaseMS := p.res[0].LeaseMS; leaseMS > 0 && time.Since(p.sent) > time.Duration(leaseMS)*time.Millisecond {
+		if leaseMS := found.Result.LeaseMS; leaseMS > 0 && time.Since(found.Sent) > time.Duration(leaseMS)*time.Millisecond {
 			return 0, wire.Errorf(wire.ErrLeaseExpired, "read of %q outlived its lease", key)
 		}
 	}
 	return n, err
 }
 
-// PlanReadAt reads the object meta describes straight from its owner's
+// ReadAt reads the object meta describes straight from its owner's
 // memory, without asking the master (the seed's one-hop load): the header
 // must still be READY with meta's epoch before and after the copy, so a
 // slot removed, reclaimed or reused since the meta was taken is refused.
-func (c *Client) PlanReadAt(meta *ObjMeta, dst []byte) (int, error) {
+func (c *Client) ReadAt(meta *ObjMeta, dst []byte) (int, error) {
 	return guarded(c, func(ctx context.Context) (int, error) { return c.readPayload(ctx, meta, dst) })
 }
 
-// readPayload is PlanReadAt's checked copy: the header must match meta
-// before the copy, and copyPayload checks it after.
+// readPayload is ReadAt's checked copy: the header must match meta before
+// the copy, and copyPayload checks it after.
 func (c *Client) readPayload(ctx context.Context, meta *ObjMeta, dst []byte) (int, error) {
-	mem, peer, err := c.segMem(ctx, meta.SegID)
+	mem, peer, err := c.host.SegmentMemory(ctx, meta.SegID)
 	if err != nil {
 		return 0, err
 	}
@@ -538,7 +536,7 @@ func (c *Client) copyPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 		return 0, wire.Errorf(wire.ErrInvalidParams, "destination of %d bytes for a %d-byte object", len(dst), meta.Bytes)
 	}
 	dst = dst[:meta.Bytes]
-	mem, peer, err := c.segMem(ctx, meta.SegID)
+	mem, peer, err := c.host.SegmentMemory(ctx, meta.SegID)
 	if err != nil {
 		return 0, err
 	}
@@ -547,7 +545,7 @@ func (c *Client) copyPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 			return 0, wire.Errorf(wire.ErrInvalidParams, "object outside its segment")
 		}
 		copy(dst, mem[meta.PayloadOff:meta.PayloadOff+meta.Bytes])
-	} else if err := c.transferOne(ctx, transfer.Op{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}}); err != nil {
+	} else if err := c.host.Transfer(ctx, transfer.Op{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}}); err != nil {
 		return 0, err
 	}
 	var scratch headerScratch
@@ -562,86 +560,85 @@ func (c *Client) copyPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 	if mem != nil {
 		plan.Touch(h, uint64(time.Now().UnixNano()))
 	}
-	c.plans.stats.Reads.Add(1)
-	c.plans.stats.BytesRead.Add(int64(meta.Bytes))
+	c.stats.Reads.Add(1)
+	c.stats.BytesRead.Add(int64(meta.Bytes))
 	return int(meta.Bytes), nil
 }
 
 // staleRead counts and describes a read whose slot was reclaimed or
 // replaced.
 func (c *Client) staleRead(meta *ObjMeta) error {
-	c.plans.stats.StaleReads.Add(1)
+	c.stats.StaleReads.Add(1)
 	return wire.Errorf(wire.ErrInvalidReplica, "the object at %d/%d was reclaimed or replaced", meta.SegID, meta.HeaderOff)
 }
 
-// PlanRemove kills key's header (readers holding its ObjMeta see DEAD)
-// and removes the object; an open plan of this process is revoked.
-func (c *Client) PlanRemove(key string) error {
-	leave, err := c.enter()
+// Remove kills key's header (readers holding its ObjMeta see DEAD) and
+// removes the object; an open plan of this process is revoked.
+func (c *Client) Remove(key string) error {
+	leave, err := c.host.Enter()
 	if err != nil {
 		return err
 	}
 	defer leave()
-	ctx, cancel := c.ctx()
+	ctx, cancel := c.host.CallContext()
 	defer cancel()
-	c.plans.mu.Lock()
-	open := c.plans.open[key]
-	delete(c.plans.open, key)
-	c.plans.mu.Unlock()
+	c.mu.Lock()
+	open := c.open[key]
+	delete(c.open, key)
+	c.mu.Unlock()
 	if open != nil {
 		_ = c.writeHeader(ctx, open, func(b []byte) error { plan.Kill(b, uint32(open.Epoch)); return nil })
 		var codes wire.CodesResp
-		err := c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: []string{key}, Epochs: []uint64{open.Epoch}}, &codes)
+		err := c.host.CallMaster(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.host.ClientID(), Keys: []string{key}, Epochs: []uint64{open.Epoch}}, &codes)
 		if err == nil && len(codes.Codes) == 1 && codes.Codes[0] == wire.OK {
-			c.plans.stats.Removed.Add(1)
+			c.stats.Removed.Add(1)
 			return nil
 		}
 	}
 	c.FlushCommits() // a commit of ours still on its way must not land after the removal
-	p, err := c.peek([]string{key})
+	res, err := c.host.Peek([]string{key})
 	if err != nil {
 		return err
 	}
-	r := p.res[0]
+	r := res[0]
 	if (r.Code == wire.OK || r.Code == wire.ErrReplicaIsNotReady) && len(r.Replicas) > 0 {
-		if mem, peer, err := c.segMem(ctx, r.Replicas[0].SegID); err == nil {
+		if mem, peer, err := c.host.SegmentMemory(ctx, r.Replicas[0].SegID); err == nil {
 			at := &WritePlan{HeaderOff: r.Replicas[0].Offset, mem: mem, peer: peer}
 			_ = c.writeHeader(ctx, at, func(b []byte) error { plan.Kill(b, uint32(r.Epoch)); return nil })
 		}
 	}
-	codes := c.Remove([]string{key}, true)
+	codes := c.host.Remove([]string{key}, true)
 	if codes[0] != wire.OK {
 		return wire.Errorf(codes[0], "remove %q", key)
 	}
-	c.plans.stats.Removed.Add(1)
+	c.stats.Removed.Add(1)
 	return nil
 }
 
 // EvictUntil asks the master to evict until the pool's usage is below
-// ratio; it returns the objects evicted and the usage left. This client's
+// ratio; it returns the objects evicted and the usage left. The client's
 // batched commits and finished reads are sent first: its own objects must
 // not look uncommitted or still read to the master.
 func (c *Client) EvictUntil(ratio float64) (int, float64, error) {
-	c.planEnds.flush(c.master, c.id, c.log)
-	c.readsDone.flush(c.master, c.id, c.log)
-	ctx, cancel := c.ctx()
+	c.host.FlushCommitEnds()
+	c.host.FlushReadEnds()
+	ctx, cancel := c.host.CallContext()
 	defer cancel()
 	var resp wire.EvictUntilResp
-	if err := c.master.Call(ctx, wire.OpEvictUntil, &wire.EvictUntilReq{Ratio: ratio}, &resp); err != nil {
+	if err := c.host.CallMaster(ctx, wire.OpEvictUntil, &wire.EvictUntilReq{Ratio: ratio}, &resp); err != nil {
 		return 0, 0, err
 	}
-	c.plans.stats.Evictions.Add(int64(resp.Objects))
+	c.stats.Evictions.Add(int64(resp.Objects))
 	return resp.Objects, resp.Usage, nil
 }
 
-// PlanStatsOf returns the plan counters, the rank (or -1) and the open
-// plans.
-func (c *Client) PlanStatsOf() (st *PlanStats, rank, open int) {
-	c.plans.mu.Lock()
-	defer c.plans.mu.Unlock()
+// Stats returns the plan counters, the rank (or -1) and the open plans.
+func (c *Client) Stats() (st *Stats, rank, open int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	rank = -1
-	if c.plans.joined {
-		rank = c.plans.rank
+	if c.joined {
+		rank = c.rank
 	}
-	return &c.plans.stats, rank, len(c.plans.open)
+	return &c.stats, rank, len(c.open)
 }

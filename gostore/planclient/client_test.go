@@ -1,4 +1,4 @@
-package client
+package planclient_test
 
 import (
 	"bytes"
@@ -7,18 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
 // planCluster is a master, an owner (a member with a heap), a producer and
 // a reader (members too: every client of a plan cluster is one).
-func planCluster(t *testing.T, extra ...string) (owner, producer, reader *Client) {
+func planCluster(t *testing.T, extra ...string) (owner, producer, reader *client.Client) {
 	m := startMaster(t, extra...)
 	owner = newClient(t, m.Addr(), 8<<20)
 	producer = newClient(t, m.Addr(), 1<<20)
 	reader = newClient(t, m.Addr(), 1<<20)
-	for i, c := range []*Client{owner, producer, reader} {
-		if r, err := c.PlanJoin(); err != nil || r != i {
+	for i, c := range []*client.Client{owner, producer, reader} {
+		if r, err := c.Plans().Join(); err != nil || r != i {
 			t.Fatalf("join %d: rank %d, %v", i, r, err)
 		}
 	}
@@ -32,12 +34,12 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 				forceTCP(t)
 			}
 			owner, producer, reader := planCluster(t)
-			dest, err := producer.PlanOwner("sess:42:kv:L0", 0, "")
+			dest, err := producer.Plans().Owner("sess:42:kv:L0", 0, "")
 			if err != nil || dest.Seg.Name != owner.Hostname() {
 				t.Fatalf("owner rank 0: %+v %v", dest, err)
 			}
 			v := pattern(42, 300<<10)
-			p, err := producer.OpenForWrite("sess:42:kv:L0", uint64(len(v)), 64<<10, dest, 0)
+			p, err := producer.Plans().OpenForWrite("sess:42:kv:L0", uint64(len(v)), 64<<10, dest, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +50,7 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 				t.Fatalf("writable view with tcp=%v: %v", tcp, p.Writable() != nil)
 			}
 			// Nothing to see before the commit.
-			if _, err := reader.PlanRead("sess:42:kv:L0", make([]byte, len(v))); !errors.Is(err, ErrPlanNotReady) {
+			if _, err := reader.Plans().Read("sess:42:kv:L0", make([]byte, len(v))); !errors.Is(err, planclient.ErrNotReady) {
 				t.Fatalf("read before commit: %v", err)
 			}
 			if got := reader.GetSize("sess:42:kv:L0"); got != int64(wire.ErrReplicaIsNotReady) {
@@ -56,28 +58,28 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 			}
 			if w := p.Writable(); w != nil {
 				copy(w, v)
-			} else if err := producer.PlanWrite(p, 0, v); err != nil {
+			} else if err := producer.Plans().Write(p, 0, v); err != nil {
 				t.Fatal(err)
 			}
-			if err := producer.Commit("sess:42:kv:L0"); err != nil {
+			if err := producer.Plans().Commit("sess:42:kv:L0"); err != nil {
 				t.Fatal(err)
 			}
 			dst := make([]byte, len(v)+10)
-			if n, err := reader.PlanRead("sess:42:kv:L0", dst); err != nil || n != len(v) || !bytes.Equal(dst[:n], v) {
+			if n, err := reader.Plans().Read("sess:42:kv:L0", dst); err != nil || n != len(v) || !bytes.Equal(dst[:n], v) {
 				t.Fatalf("read after commit: %d %v", n, err)
 			}
-			meta, err := reader.Locate("sess:42:kv:L0")
+			meta, err := reader.Plans().Locate("sess:42:kv:L0")
 			if err != nil || meta.OwnerRank != 0 || meta.Bytes != uint64(len(v)) || meta.PageBytes != 64<<10 ||
 				meta.NPages != 5 || meta.Epoch != p.Epoch || meta.PayloadOff != p.Payload {
 				t.Fatalf("meta %+v %v", meta, err)
 			}
 			clear(dst)
-			if n, err := reader.PlanReadAt(meta, dst); err != nil || !bytes.Equal(dst[:n], v) {
+			if n, err := reader.Plans().ReadAt(meta, dst); err != nil || !bytes.Equal(dst[:n], v) {
 				t.Fatalf("one-hop read: %d %v", n, err)
 			}
 			// A plan object is an object: the regular API sees it (once
 			// the master has heard of the commit).
-			producer.FlushCommits()
+			producer.Plans().FlushCommits()
 			if reader.Exist([]string{"sess:42:kv:L0"})[0] != 1 || owner.GetSize("sess:42:kv:L0") != int64(len(v)+64) {
 				t.Fatal("the regular API does not see the plan object")
 			}
@@ -89,27 +91,27 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 // valid: the epoch in the header moved on.
 func TestPlanEpochGuardsReuse(t *testing.T) {
 	owner, producer, reader := planCluster(t)
-	dest, _ := producer.PlanOwner("", 0, owner.Hostname())
-	write := func(key string, seed uint64) *WritePlan {
-		p, err := producer.OpenForWrite(key, 4096, 4096, dest, 0)
+	dest, _ := producer.Plans().Owner("", 0, owner.Hostname())
+	write := func(key string, seed uint64) *planclient.WritePlan {
+		p, err := producer.Plans().OpenForWrite(key, 4096, 4096, dest, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		copy(p.Writable(), pattern(seed, 4096))
-		if err := producer.Commit(key); err != nil {
+		if err := producer.Plans().Commit(key); err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	first := write("a", 1)
-	meta, err := reader.Locate("a")
+	meta, err := reader.Plans().Locate("a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := producer.PlanRemove("a"); err != nil {
+	if err := producer.Plans().Remove("a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reader.PlanReadAt(meta, make([]byte, 4096)); err == nil {
+	if _, err := reader.Plans().ReadAt(meta, make([]byte, 4096)); err == nil {
 		t.Fatal("a removed object read through an old meta")
 	}
 	second := write("b", 2) // the freed slot comes back for the next object
@@ -117,13 +119,13 @@ func TestPlanEpochGuardsReuse(t *testing.T) {
 		t.Fatalf("slot not reused (%d, %d): the test shows nothing", first.HeaderOff, second.HeaderOff)
 	}
 	dst := make([]byte, 4096)
-	if _, err := reader.PlanReadAt(meta, dst); err == nil || bytes.Equal(dst, pattern(2, 4096)) {
+	if _, err := reader.Plans().ReadAt(meta, dst); err == nil || bytes.Equal(dst, pattern(2, 4096)) {
 		t.Fatalf("an old meta read the reused slot: %v", err)
 	}
-	if _, err := reader.PlanRead("a", dst); !errors.Is(err, ErrPlanUnknown) {
+	if _, err := reader.Plans().Read("a", dst); !errors.Is(err, planclient.ErrUnknown) {
 		t.Fatalf("removed key: %v", err)
 	}
-	st, _, _ := reader.PlanStatsOf()
+	st, _, _ := reader.Plans().Stats()
 	if st.StaleReads.Load() < 2 {
 		t.Fatalf("stale reads not counted: %d", st.StaleReads.Load())
 	}
@@ -134,131 +136,134 @@ func TestPlanEpochGuardsReuse(t *testing.T) {
 func TestPlanOfADeadProducerIsReclaimed(t *testing.T) {
 	m := startMaster(t, "--client_ttl=1", "--tick_interval_ms=20")
 	owner := newClient(t, m.Addr(), 4<<20)
-	owner.PlanJoin()
-	producer := newClient(t, m.Addr(), 0)
+	owner.Plans().Join()
 	reader := newClient(t, m.Addr(), 0)
-	dest, _ := producer.PlanOwner("k", -1, "")
-	p, err := producer.OpenForWrite("k", 8192, 4096, dest, 0)
+	// The producer dies once it has opened its plan: it never pings after
+	// its start, and nothing closes it before the test ends, so the
+	// master hears nothing more from it.
+	producer := newClientWith(t, client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+		LocalBufferSize: 1 << 20, PingInterval: time.Hour})
+	dest, _ := producer.Plans().Owner("k", -1, "")
+	p, err := producer.Plans().OpenForWrite("k", 8192, 4096, dest, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(p.Writable(), pattern(3, 4096)) // half written
-	producer.release()                   // dies: no close, no more pings
-	if _, err := reader.PlanRead("k", make([]byte, 8192)); !errors.Is(err, ErrPlanNotReady) {
+	copy(p.Writable(), pattern(3, 4096)) // half written, then the producer is silent
+	if _, err := reader.Plans().Read("k", make([]byte, 8192)); !errors.Is(err, planclient.ErrNotReady) {
 		t.Fatalf("read of an unfinished plan: %v", err)
 	}
 	waitFor(t, "the dead producer's plan reclaimed", func() bool {
 		return reader.GetSize("k") == int64(wire.ErrObjectNotFound)
 	})
 	// The slot serves a new object; the old plan can never be published.
-	dest2, _ := reader.PlanOwner("k2", -1, "")
-	p2, err := reader.OpenForWrite("k2", 8192, 4096, dest2, 0)
+	dest2, _ := reader.Plans().Owner("k2", -1, "")
+	p2, err := reader.Plans().OpenForWrite("k2", 8192, 4096, dest2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	copy(p2.Writable(), pattern(4, 8192))
-	if err := reader.Commit("k2"); err != nil {
+	if err := reader.Plans().Commit("k2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reader.PlanRead("k", make([]byte, 8192)); !errors.Is(err, ErrPlanUnknown) {
+	if _, err := reader.Plans().Read("k", make([]byte, 8192)); !errors.Is(err, planclient.ErrUnknown) {
 		t.Fatalf("the reclaimed key: %v", err)
 	}
 }
 
 func TestPlanBadInput(t *testing.T) {
 	owner, producer, _ := planCluster(t)
-	dest, _ := producer.PlanOwner("", -1, owner.Hostname())
+	dest, _ := producer.Plans().Owner("", -1, owner.Hostname())
 	for _, n := range []uint64{0, 9 << 20} {
-		if _, err := producer.OpenForWrite("x", n, 4096, dest, 0); wire.CodeOf(err) != wire.ErrInvalidParams {
+		if _, err := producer.Plans().OpenForWrite("x", n, 4096, dest, 0); wire.CodeOf(err) != wire.ErrInvalidParams {
 			t.Errorf("open of %d bytes: %v", n, err)
 		}
 	}
-	if _, err := producer.OpenForWrite("", 10, 4096, dest, 0); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := producer.Plans().OpenForWrite("", 10, 4096, dest, 0); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Errorf("open of an empty key: %v", err)
 	}
-	if err := producer.Commit("never-opened"); wire.CodeOf(err) != wire.ErrObjectNotFound {
+	if err := producer.Plans().Commit("never-opened"); wire.CodeOf(err) != wire.ErrObjectNotFound {
 		t.Errorf("commit of an unknown key: %v", err)
 	}
-	if _, err := producer.PlanOwner("x", 99, ""); wire.CodeOf(err) != wire.ErrSegmentNotFound {
+	if _, err := producer.Plans().Owner("x", 99, ""); wire.CodeOf(err) != wire.ErrSegmentNotFound {
 		t.Errorf("unknown rank: %v", err)
 	}
 	// A write outside the payload is refused.
-	p, err := producer.OpenForWrite("gone", 4096, 4096, dest, 0)
+	p, err := producer.Plans().OpenForWrite("gone", 4096, 4096, dest, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := producer.PlanWrite(p, 4000, make([]byte, 200)); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if err := producer.Plans().Write(p, 4000, make([]byte, 200)); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Errorf("write past the payload: %v", err)
 	}
 	// A plan removed before its commit is no longer open here and cannot
 	// be committed.
-	if err := producer.PlanRemove("gone"); err != nil {
+	if err := producer.Plans().Remove("gone"); err != nil {
 		t.Fatal(err)
 	}
-	if producer.OpenPlan("gone") != nil {
+	if producer.Plans().OpenPlan("gone") != nil {
 		t.Error("a removed plan is still open")
 	}
-	if err := producer.Commit("gone"); wire.CodeOf(err) != wire.ErrObjectNotFound {
+	if err := producer.Plans().Commit("gone"); wire.CodeOf(err) != wire.ErrObjectNotFound {
 		t.Errorf("commit after remove: %v", err)
 	}
 	// A plan whose object another client removed meanwhile: the commit
 	// is refused by the master when it arrives, counted, and no reader
 	// ever finds the object.
-	if _, err := producer.OpenForWrite("revoked", 4096, 4096, dest, 0); err != nil {
+	if _, err := producer.Plans().OpenForWrite("revoked", 4096, 4096, dest, 0); err != nil {
 		t.Fatal(err)
 	}
 	owner.Remove([]string{"revoked"}, true)
-	producer.Commit("revoked")
-	producer.FlushCommits()
-	if st, _, _ := producer.PlanStatsOf(); st.CommitFailures.Load() != 1 {
+	producer.Plans().Commit("revoked")
+	producer.Plans().FlushCommits()
+	if st, _, _ := producer.Plans().Stats(); st.CommitFailures.Load() != 1 {
 		t.Errorf("commit failures: %d", st.CommitFailures.Load())
 	}
-	if _, err := owner.PlanRead("revoked", make([]byte, 4096)); !errors.Is(err, ErrPlanUnknown) {
+	if _, err := owner.Plans().Read("revoked", make([]byte, 4096)); !errors.Is(err, planclient.ErrUnknown) {
 		t.Errorf("a removed plan found after its commit: %v", err)
 	}
-	if _, _, err := producer.EvictUntil(2); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, _, err := producer.Plans().EvictUntil(2); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Errorf("evict_until_below(2): %v", err)
 	}
 }
 
 func TestPlanEvictUntilBelow(t *testing.T) {
 	owner, producer, reader := planCluster(t)
-	dest, _ := producer.PlanOwner("", -1, owner.Hostname())
+	dest, _ := producer.Plans().Owner("", -1, owner.Hostname())
 	// 12 MiB through the owner's 8 MiB heap: each open that finds no room
 	// evicts down to the low watermark first.
 	for i := range 12 {
 		key := fmt.Sprint("e", i)
-		p, err := producer.OpenForWrite(key, 1<<20, 256<<10, dest, 0.5)
+		p, err := producer.Plans().OpenForWrite(key, 1<<20, 256<<10, dest, 0.5)
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
 		copy(p.Writable(), pattern(uint64(i), 1<<20))
-		producer.Commit(key)
+		producer.Plans().Commit(key)
 		time.Sleep(time.Millisecond)
 	}
-	if _, err := reader.PlanRead("e0", make([]byte, 1<<20)); !errors.Is(err, ErrPlanUnknown) {
+	if _, err := reader.Plans().Read("e0", make([]byte, 1<<20)); !errors.Is(err, planclient.ErrUnknown) {
 		t.Fatalf("the oldest object survived the watermark evictions: %v", err)
 	}
-	n, usage, err := reader.EvictUntil(0.3)
+	n, usage, err := reader.Plans().EvictUntil(0.3)
 	if err != nil || n == 0 || usage >= 0.3 {
 		t.Fatalf("evicted %d, usage %.2f, %v", n, usage, err)
 	}
-	if _, err := reader.PlanRead("e11", make([]byte, 1<<20)); err != nil {
+	if _, err := reader.Plans().Read("e11", make([]byte, 1<<20)); err != nil {
 		t.Fatalf("the newest object went: %v", err)
 	}
 }
 
 // planBench is a master and a member (rank 0) for the plan benchmarks.
-func planBench(b *testing.B) (*Client, wire.PlanMember) {
+func planBench(b *testing.B) (*client.Client, wire.PlanMember) {
 	b.Helper()
 	m := startMaster(b)
-	c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 64 << 20, LocalBufferSize: 1 << 20}, nil)
+	c, err := client.New(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 64 << 20, LocalBufferSize: 1 << 20}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	c.PlanJoin()
-	dest, _ := c.PlanOwner("", 0, "")
+	c.Plans().Join()
+	dest, _ := c.Plans().Owner("", 0, "")
 	return c, dest
 }
 
@@ -268,11 +273,11 @@ func BenchmarkPlanCommit(b *testing.B) {
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
 		key := fmt.Sprint("k", i)
-		if _, err := c.OpenForWrite(key, 4096, 4096, dest, 0.5); err != nil {
+		if _, err := c.Plans().OpenForWrite(key, 4096, 4096, dest, 0.5); err != nil {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		c.Commit(key)
+		c.Plans().Commit(key)
 		total += time.Since(t0)
 	}
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "ns/commit")
@@ -284,7 +289,7 @@ func BenchmarkPlanOpen(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := fmt.Sprint("k", i)
-		if _, err := c.OpenForWrite(key, 4096, 4096, dest, 0.5); err != nil {
+		if _, err := c.Plans().OpenForWrite(key, 4096, 4096, dest, 0.5); err != nil {
 			b.Fatal(err)
 		}
 		if i%1000 == 999 {

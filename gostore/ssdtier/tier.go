@@ -1,9 +1,9 @@
-// ssd.go defines the client's SSD tier: recovery at start, the offload
-// heartbeat feeding the offload pipeline (policy, precondition, upgrade =
-// pinning the memory replica, transfer = writing the disk and telling the
-// master), and the staging RPCs it serves to readers of its disk copies.
+// tier.go defines Tier: recovery at start, the offload heartbeat feeding
+// the offload pipeline (policy, precondition, upgrade = pinning the memory
+// replica, transfer = writing the disk and telling the master), and the
+// staging RPCs it serves to readers of its disk copies.
 
-package client
+package ssdtier
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/pipeline"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/storage"
@@ -36,11 +37,11 @@ const (
 	offloadBatchBytes = storage.DefaultBucketSizeLimit
 )
 
-// ssdTier is the client's SSD tier (nil when setup did not ask for one).
-type ssdTier struct {
-	c   *Client
-	log *slog.Logger
-	fs  *storage.FileStorage
+// Tier is a client's SSD tier. Its methods are safe for concurrent use.
+type Tier struct {
+	host Host
+	log  *slog.Logger
+	fs   *storage.FileStorage
 
 	staging  *transfer.LocalSegment // the ClientBuffer's memory, shared with peers
 	stageSrv *transfer.Server       // serves it to peers on other hosts
@@ -61,18 +62,18 @@ type ssdTier struct {
 	wg             sync.WaitGroup
 	closeOnce      sync.Once
 
-	stats    ssdStats
-	failures burstLog // offload failures
+	stats    counters
+	failures burstlog.Log // offload failures
 }
 
-// ssdStats count the tier's work (exported through Client.SSDStats).
-type ssdStats struct {
+// counters count the tier's work (a Stats snapshot reports them).
+type counters struct {
 	offloaded, offloadFailed, dropped, recovered, staleDropped atomic.Int64
 	staged, stageFailed, corrupt                               atomic.Int64
 }
 
-// SSDStats is a snapshot of the tier's counters.
-type SSDStats struct {
+// Stats is a snapshot of the tier's counters.
+type Stats struct {
 	Offloaded, OffloadFailed, Dropped, Recovered, StaleDropped int64
 	Staged, StageFailed, Corrupt                               int64
 	Objects                                                    int
@@ -89,12 +90,13 @@ type offloadPin struct {
 	err       error
 }
 
-// openSSD opens the tier before the segment is mounted, so the segment is
-// announced with it.
-func openSSD(c *Client, host string) (*ssdTier, error) {
-	cfg := storage.FileStorageConfigFromEnv(c.cfg.SSDOffloadPath, c.cfg.Getenv).Filled()
-	t := &ssdTier{
-		c: c, log: c.log.With("component", "ssd"),
+// Open opens the tier on cfg.Path: the host opens it before it mounts its
+// segment, so the segment is announced with it. log is the client's
+// logger (the tier adds its component). Start begins its work.
+func Open(host Host, cfg Config, log *slog.Logger) (*Tier, error) {
+	scfg := storage.FileStorageConfigFromEnv(cfg.Path, cfg.Getenv).Filled()
+	t := &Tier{
+		host: host, log: log.With("component", "ssd"),
 		inflight: map[string]bool{}, pins: map[string]*offloadPin{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
@@ -102,38 +104,38 @@ func openSSD(c *Client, host string) (*ssdTier, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			t.close()
+			t.Close()
 		}
 	}()
 	var err error
 	// Validate the path before allocating the staging memory.
-	if cfg.Path == "" {
+	if scfg.Path == "" {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "enable_ssd_offload needs ssd_offload_path (or MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)")
 	}
-	if t.staging, err = transfer.NewLocalSegment("ssd-staging:"+c.hostname, cfg.BufferSize); err != nil {
-		return nil, wire.Errorf(wire.ErrInternal, "SSD staging buffer of %d bytes: %v", cfg.BufferSize, err)
+	if t.staging, err = transfer.NewLocalSegment("ssd-staging:"+cfg.Segment, scfg.BufferSize); err != nil {
+		return nil, wire.Errorf(wire.ErrInternal, "SSD staging buffer of %d bytes: %v", scfg.BufferSize, err)
 	}
-	cfg.OnEvict = t.evicted
-	if t.fs, err = storage.OpenFileStorage(cfg, t.staging.Bytes(), c.log); err != nil {
+	scfg.OnEvict = t.evicted
+	if t.fs, err = storage.OpenFileStorage(scfg, t.staging.Bytes(), log); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.ListenHost, "0"))
 	if err != nil {
-		return nil, wire.Errorf(wire.ErrInternal, "SSD staging listener on %s: %v", host, err)
+		return nil, wire.Errorf(wire.ErrInternal, "SSD staging listener on %s: %v", cfg.ListenHost, err)
 	}
-	t.stageSrv = transfer.NewServer(ln, t.staging.Bytes(), c.log)
+	t.stageSrv = transfer.NewServer(ln, t.staging.Bytes(), log)
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		t.stageSrv.Serve()
 	}()
 	t.bufDesc = wire.SegmentDesc{
-		ID: stagingSegID(), Name: "ssd-staging:" + c.hostname, ClientID: c.id, Size: t.staging.Size(),
+		ID: stagingSegID(), Name: "ssd-staging:" + cfg.Segment, ClientID: host.ClientID(), Size: t.staging.Size(),
 		HostID: transfer.HostID(), ShmPath: t.staging.ShmPath(), TransferAddr: ln.Addr().String(),
 	}
-	rln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	rln, err := net.Listen("tcp", net.JoinHostPort(cfg.ListenHost, "0"))
 	if err != nil {
-		return nil, wire.Errorf(wire.ErrInternal, "SSD RPC listener on %s: %v", host, err)
+		return nil, wire.Errorf(wire.ErrInternal, "SSD RPC listener on %s: %v", cfg.ListenHost, err)
 	}
 	t.endpoint = rln.Addr().String()
 	t.rpc = rpc.NewServer(t.log, nil)
@@ -145,12 +147,12 @@ func openSSD(c *Client, host string) (*ssdTier, error) {
 		t.rpc.Serve(rln)
 	}()
 	t.pipe = pipeline.New[string](pipeline.Config{
-		MaxBatch:      offloadBatchKeys(cfg),
+		MaxBatch:      offloadBatchKeys(scfg),
 		MaxBatchBytes: offloadBatchBytes,
 		FlushInterval: 20 * time.Millisecond,
 		QueueDepth:    4 * heartbeatMax,
 		Workers:       2,
-	}, t, t, t, t, t.done)
+	}, (*stages)(t), (*stages)(t), (*stages)(t), (*stages)(t), t.done)
 	ok = true
 	return t, nil
 }
@@ -174,8 +176,13 @@ func stagingSegID() uint64 {
 	return binary.LittleEndian.Uint64(b[:]) | 1<<63
 }
 
-// start recovers what the directory holds and starts the heartbeat.
-func (t *ssdTier) start() {
+// Endpoint is the tier's RPC address: how the master and readers name its
+// disk copies.
+func (t *Tier) Endpoint() string { return t.endpoint }
+
+// Start recovers what the directory holds and starts the heartbeat; the
+// host calls it once, after mounting its segment.
+func (t *Tier) Start() {
 	if err := t.recover(); err != nil {
 		t.recoverPending.Store(true)
 		t.log.Error("SSD recovery could not reach the master; retrying with the heartbeat", "err", err)
@@ -184,15 +191,16 @@ func (t *ssdTier) start() {
 	go t.loop()
 }
 
-// recoverSoon has the heartbeat loop, which alone runs recoveries after
-// start, recover again (a master that forgot us lost our disk copies).
-func (t *ssdTier) recoverSoon() {
+// RecoverSoon has the heartbeat loop, which alone runs recoveries after
+// Start, recover again (a master that forgot the client lost its disk
+// copies).
+func (t *Tier) RecoverSoon() {
 	t.recoverPending.Store(true)
-	t.kick()
+	t.Kick()
 }
 
 // recoverIfPending runs a recovery that failed or was asked for.
-func (t *ssdTier) recoverIfPending() {
+func (t *Tier) recoverIfPending() {
 	if !t.recoverPending.Swap(false) {
 		return
 	}
@@ -205,7 +213,7 @@ func (t *ssdTier) recoverIfPending() {
 // recover re-registers every object found on disk with the master and
 // deletes the copies the master calls stale. The caller marks a failed
 // recovery pending; the heartbeat retries it.
-func (t *ssdTier) recover() error {
+func (t *Tier) recover() error {
 	var keys []string
 	var sizes []uint64
 	err := t.fs.Backend().ScanMeta(func(key string, size uint64) error {
@@ -219,9 +227,9 @@ func (t *ssdTier) recover() error {
 	for start := 0; start < len(keys); start += recoverBatch {
 		end := min(start+recoverBatch, len(keys))
 		var resp wire.CodesResp
-		ctx, cancel := t.c.ctx()
-		err := t.c.master.Call(ctx, wire.OpRecoverDisk, &wire.RecoverDiskReq{
-			ClientID: t.c.id, Endpoint: t.endpoint, StorageID: t.fs.ID(),
+		ctx, cancel := t.host.CallContext()
+		err := t.host.CallMaster(ctx, wire.OpRecoverDisk, &wire.RecoverDiskReq{
+			ClientID: t.host.ClientID(), Endpoint: t.endpoint, StorageID: t.fs.ID(),
 			Keys: keys[start:end], Sizes: sizes[start:end],
 		}, &resp)
 		cancel()
@@ -254,8 +262,9 @@ func (t *ssdTier) recover() error {
 	return nil
 }
 
-// kick runs the offload heartbeat now (the master has work for us).
-func (t *ssdTier) kick() {
+// Kick runs the offload heartbeat now (the master has work for the tier,
+// or a write waits for room the tier's copies would free).
+func (t *Tier) Kick() {
 	select {
 	case t.wake <- struct{}{}:
 	default:
@@ -265,7 +274,7 @@ func (t *ssdTier) kick() {
 // loop is the offload heartbeat: every interval, or at once when the ping
 // says the master has work, it takes the objects to persist and the
 // copies to delete.
-func (t *ssdTier) loop() {
+func (t *Tier) loop() {
 	defer t.wg.Done()
 	tick := time.NewTicker(t.fs.Config().HeartbeatInterval)
 	defer tick.Stop()
@@ -294,11 +303,11 @@ const busyHeartbeat = 10 * time.Millisecond
 
 // heartbeat takes the master's work for the tier and reports whether
 // there was any.
-func (t *ssdTier) heartbeat() (busy bool) {
+func (t *Tier) heartbeat() (busy bool) {
 	for {
 		var resp wire.OffloadHeartbeatResp
-		ctx, cancel := t.c.ctx()
-		err := t.c.master.Call(ctx, wire.OpOffloadHeartbeat, &wire.OffloadHeartbeatReq{ClientID: t.c.id, Max: heartbeatMax, StorageID: t.fs.ID()}, &resp)
+		ctx, cancel := t.host.CallContext()
+		err := t.host.CallMaster(ctx, wire.OpOffloadHeartbeat, &wire.OffloadHeartbeatReq{ClientID: t.host.ClientID(), Max: heartbeatMax, StorageID: t.fs.ID()}, &resp)
 		cancel()
 		if err != nil {
 			t.log.Debug("offload heartbeat failed", "err", err)
@@ -330,7 +339,7 @@ func (t *ssdTier) heartbeat() (busy bool) {
 var errInFlight = errors.New("offload of this key already in progress")
 
 // enqueue hands one object to the pipeline unless it is already there.
-func (t *ssdTier) enqueue(key string, size uint64, requested bool) (pipeline.Handle, error) {
+func (t *Tier) enqueue(key string, size uint64, requested bool) (pipeline.Handle, error) {
 	t.mu.Lock()
 	if _, busy := t.inflight[key]; busy {
 		t.mu.Unlock()
@@ -345,19 +354,19 @@ func (t *ssdTier) enqueue(key string, size uint64, requested bool) (pipeline.Han
 	return h, err
 }
 
-func (t *ssdTier) forget(key string) {
+func (t *Tier) forget(key string) {
 	t.mu.Lock()
 	delete(t.inflight, key)
 	t.mu.Unlock()
 }
 
 // done is the pipeline's report for every item.
-func (t *ssdTier) done(it pipeline.Item[string], err error) {
+func (t *Tier) done(it pipeline.Item[string], err error) {
 	t.forget(it.Key)
 	switch {
 	case err == nil:
 		t.stats.offloaded.Add(1)
-		t.failures.ok(func(more int) {
+		t.failures.OK(func(more int) {
 			t.log.Info("offloads succeed again", "failed_since_logged", more)
 		})
 	case errors.Is(err, context.Canceled):
@@ -365,16 +374,22 @@ func (t *ssdTier) done(it pipeline.Item[string], err error) {
 		// A full disk fails every offload until room comes back (and the
 		// master asks again at every eviction pass): one line a burst.
 		t.stats.offloadFailed.Add(1)
-		t.failures.fail(1, func(int) {
+		t.failures.Fail(1, func(int) {
 			t.log.Warn("offload failed; later failures are counted, not logged, until one succeeds",
 				"key", it.Key, "size", it.Size, "err", err)
 		})
 	}
 }
 
+// stages is the Tier as the offload pipeline sees it: the pipeline's four
+// seams live on this type so that Tier's exported methods are only the
+// tier's API, not calls for the pipeline alone.
+type stages Tier
+
 // Admit is the PolicyEvaluator: an object larger than the staging buffer
 // could never be read back by another client, so it stays in memory.
-func (t *ssdTier) Admit(_ context.Context, it pipeline.Item[string]) bool {
+func (s *stages) Admit(_ context.Context, it pipeline.Item[string]) bool {
+	t := (*Tier)(s)
 	ok := it.Size > 0 && it.Size <= t.staging.Size()
 	if !ok {
 		t.log.Warn("object not offloaded: larger than the staging buffer", "key", it.Key, "size", it.Size,
@@ -386,7 +401,8 @@ func (t *ssdTier) Admit(_ context.Context, it pipeline.Item[string]) bool {
 // Wait is the PreconditionAwaiter: objects the master hands out are
 // complete; one a caller asked for may still be being written, so it waits
 // (polling) until it is readable.
-func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
+func (s *stages) Wait(ctx context.Context, it pipeline.Item[string]) error {
+	t := (*Tier)(s)
 	t.mu.Lock()
 	requested := t.inflight[it.Key]
 	t.mu.Unlock()
@@ -394,11 +410,11 @@ func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
 		return nil
 	}
 	for {
-		p, err := t.c.peek([]string{it.Key})
+		res, err := t.host.Peek([]string{it.Key})
 		if err != nil {
 			return err
 		}
-		switch code := p.res[0].Code; code {
+		switch code := res[0].Code; code {
 		case wire.OK:
 			return nil
 		case wire.ErrReplicaIsNotReady:
@@ -420,17 +436,18 @@ func (t *ssdTier) Wait(ctx context.Context, it pipeline.Item[string]) error {
 // removed meanwhile changes epoch or disappears, which NotifyOffloaded
 // refuses, so a torn copy is never published. (A lease would keep the
 // object from the very eviction the copy is made for.)
-func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (func(), error) {
+func (s *stages) Upgrade(_ context.Context, items []pipeline.Item[string]) (func(), error) {
+	t := (*Tier)(s)
 	keys := make([]string, len(items))
 	for i, it := range items {
 		keys[i] = it.Key
 	}
-	p, err := t.c.peek(keys)
+	res, err := t.host.Peek(keys)
 	if err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
-	for i, r := range p.res {
+	for i, r := range res {
 		pin := &offloadPin{epoch: r.Epoch}
 		switch {
 		case r.Code != wire.OK:
@@ -442,7 +459,7 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 		default:
 			pin.err = wire.Errorf(wire.ErrReplicaNotFound, "offload of %q: no replica on this client's segment", keys[i])
 			for _, rep := range r.Replicas {
-				if mem := t.c.peers.local(rep.SegID); mem != nil && rep.Offset+r.Size <= uint64(len(mem)) {
+				if mem := t.host.OwnSegment(rep.SegID); mem != nil && rep.Offset+r.Size <= uint64(len(mem)) {
 					pin.val, pin.err = mem[rep.Offset:rep.Offset+r.Size:rep.Offset+r.Size], nil
 					break
 				}
@@ -463,7 +480,8 @@ func (t *ssdTier) Upgrade(_ context.Context, items []pipeline.Item[string]) (fun
 // Transfer is the TransferExecutor: it writes the pinned bytes to disk and
 // reports the copies to the master. A copy the master refuses (the object
 // was replaced or removed, or another directory has it) is deleted again.
-func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []error {
+func (s *stages) Transfer(_ context.Context, items []pipeline.Item[string]) []error {
+	t := (*Tier)(s)
 	errs := make([]error, len(items))
 	pins := make([]*offloadPin, len(items))
 	t.mu.Lock()
@@ -504,10 +522,10 @@ func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []e
 		notified = append(notified, i)
 	}
 	if len(req.Keys) > 0 {
-		req.ClientID, req.Endpoint, req.StorageID = t.c.id, t.endpoint, t.fs.ID()
+		req.ClientID, req.Endpoint, req.StorageID = t.host.ClientID(), t.endpoint, t.fs.ID()
 		var resp wire.CodesResp
-		ctx, cancel := t.c.ctx()
-		err := t.c.master.Call(ctx, wire.OpNotifyOffloaded, &req, &resp)
+		ctx, cancel := t.host.CallContext()
+		err := t.host.CallMaster(ctx, wire.OpNotifyOffloaded, &req, &resp)
 		cancel()
 		if err == nil && len(resp.Codes) != len(req.Keys) {
 			err = wire.Errorf(wire.ErrRPCFail, "NotifyOffloaded answered %d of %d keys", len(resp.Codes), len(req.Keys))
@@ -534,18 +552,18 @@ func (t *ssdTier) Transfer(_ context.Context, items []pipeline.Item[string]) []e
 
 // evicted is the bucket backend's eviction handler: it tells the master,
 // in one RPC, before the files go.
-func (t *ssdTier) evicted(keys []string) {
-	ctx, cancel := t.c.ctx()
+func (t *Tier) evicted(keys []string) {
+	ctx, cancel := t.host.CallContext()
 	defer cancel()
 	var resp wire.CodesResp
-	if err := t.c.master.Call(ctx, wire.OpEvictDiskReplicas, &wire.KeysReq{ClientID: t.c.id, Keys: keys}, &resp); err != nil {
+	if err := t.host.CallMaster(ctx, wire.OpEvictDiskReplicas, &wire.KeysReq{ClientID: t.host.ClientID(), Keys: keys}, &resp); err != nil {
 		t.log.Error("telling the master about evicted SSD copies failed; readers will get errors, not stale bytes", "keys", len(keys), "err", err)
 	}
 }
 
 // serveStage answers a reader: the objects are read into the staging
 // buffer under one lease.
-func (t *ssdTier) serveStage(req *wire.StageReq) (*wire.StageResp, error) {
+func (t *Tier) serveStage(req *wire.StageReq) (*wire.StageResp, error) {
 	if len(req.Keys) != len(req.Sizes) || len(req.Keys) > maxStageKeys {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "stage: %d keys, %d sizes (at most %d)", len(req.Keys), len(req.Sizes), maxStageKeys)
 	}
@@ -574,7 +592,7 @@ func (t *ssdTier) serveStage(req *wire.StageReq) (*wire.StageResp, error) {
 
 // dropCorrupt forgets copies that failed their checksum, on disk and at the
 // master, so no reader is sent to them again.
-func (t *ssdTier) dropCorrupt(keys []string) {
+func (t *Tier) dropCorrupt(keys []string) {
 	t.stats.corrupt.Add(int64(len(keys)))
 	t.log.Error("SSD copies failed their checksum; deleting them", "keys", keys)
 	t.evicted(keys)
@@ -583,14 +601,14 @@ func (t *ssdTier) dropCorrupt(keys []string) {
 	}
 }
 
-func (t *ssdTier) serveRelease(req *wire.ReleaseStagedReq) (*wire.CodesResp, error) {
+func (t *Tier) serveRelease(req *wire.ReleaseStagedReq) (*wire.CodesResp, error) {
 	t.fs.Buffer().Release(req.BatchID)
 	return &wire.CodesResp{}, nil
 }
 
 // loadLocal reads this tier's own copies straight into the caller's
 // buffers (a reader that is the holder needs no staging).
-func (t *ssdTier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []wire.Code {
+func (t *Tier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []wire.Code {
 	dsts := make([][]byte, len(keys))
 	scatter := make([]bool, len(keys))
 	for i, bufs := range dests {
@@ -617,10 +635,10 @@ func (t *ssdTier) loadLocal(keys []string, sizes []uint64, dests [][][]byte) []w
 	return out
 }
 
-// close stops the heartbeat and the pipeline (offloads not yet past their
+// Close stops the heartbeat and the pipeline (offloads not yet past their
 // upgrade are cancelled; committed ones finish), then the servers and the
 // storage. Idempotent.
-func (t *ssdTier) close() {
+func (t *Tier) Close() {
 	t.closeOnce.Do(func() {
 		t.cancel()
 		close(t.stop)
@@ -645,17 +663,11 @@ func (t *ssdTier) close() {
 	})
 }
 
-// pinned is how many objects are pinned for a transfer now.
-func (t *ssdTier) pinned() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.pins)
-}
-
-func (t *ssdTier) snapshot() SSDStats {
+// Stats reports the tier's counters.
+func (t *Tier) Stats() Stats {
 	s := &t.stats
 	bytes, objects := t.fs.Backend().Usage()
-	return SSDStats{
+	return Stats{
 		Offloaded: s.offloaded.Load(), OffloadFailed: s.offloadFailed.Load(), Dropped: s.dropped.Load(),
 		Recovered: s.recovered.Load(), StaleDropped: s.staleDropped.Load(),
 		Staged: s.staged.Load(), StageFailed: s.stageFailed.Load(), Corrupt: s.corrupt.Load(),
@@ -663,29 +675,18 @@ func (t *ssdTier) snapshot() SSDStats {
 	}
 }
 
-// SSDStats reports the SSD tier's counters; ok is false without a tier.
-func (c *Client) SSDStats() (s SSDStats, ok bool) {
-	if c.ssd == nil {
-		return SSDStats{}, false
-	}
-	return c.ssd.snapshot(), true
-}
-
-// Offload asks the SSD tier to persist keys now, whether or not the master
+// Offload asks the tier to persist keys now, whether or not the master
 // asked for them (an object still being written is waited for). Each
 // handle reports the outcome and can cancel its offload until the point of
 // no return (the pin of the memory replica). Keys already on their way
 // get a nil handle.
-func (c *Client) Offload(keys []string, sizes []uint64) ([]pipeline.Handle, error) {
-	if c.ssd == nil {
-		return nil, wire.Errorf(wire.ErrInvalidParams, "this client has no SSD tier (setup enable_ssd_offload)")
-	}
+func (t *Tier) Offload(keys []string, sizes []uint64) ([]pipeline.Handle, error) {
 	if len(keys) != len(sizes) {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys, %d sizes", len(keys), len(sizes))
 	}
 	hs := make([]pipeline.Handle, len(keys))
 	for i, k := range keys {
-		h, err := c.ssd.enqueue(k, sizes[i], true)
+		h, err := t.enqueue(k, sizes[i], true)
 		switch {
 		case errors.Is(err, errInFlight):
 		case err != nil:

@@ -1,0 +1,88 @@
+// host.go defines clientHost, the Client as its subsystems see it.
+
+package client
+
+import (
+	"context"
+
+	"github.com/gostore/gostore/gostore/planclient"
+	"github.com/gostore/gostore/gostore/ssdtier"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// clientHost implements the interfaces through which the SSD tier
+// (ssdtier.Host) and the plan API (planclient.Host) reach the client: thin
+// methods over its master connection, peers, engine and batchers. They
+// live on this type, not on Client, so the client's exported methods stay
+// its API.
+type clientHost struct{ c *Client }
+
+var (
+	_ ssdtier.Host    = clientHost{}
+	_ planclient.Host = clientHost{}
+)
+
+func (h clientHost) ClientID() string     { return h.c.id }
+func (h clientHost) SegmentName() string  { return h.c.hostname }
+func (h clientHost) HasHostSegment() bool { return h.c.seg != nil }
+
+func (h clientHost) CallMaster(ctx context.Context, op wire.Op, req, resp any) error {
+	return h.c.master.Call(ctx, op, req, resp)
+}
+
+func (h clientHost) CallContext() (context.Context, context.CancelFunc) { return h.c.ctx() }
+func (h clientHost) Enter() (func(), error)                             { return h.c.enter() }
+
+func (h clientHost) Peek(keys []string) ([]wire.GetResult, error) {
+	p, err := h.c.peek(keys)
+	if err != nil {
+		return nil, err
+	}
+	return p.res, nil
+}
+
+func (h clientHost) Lookup(key string, read bool) (planclient.Found, error) {
+	p, err := h.c.getStart([]string{key}, read)
+	if err != nil {
+		return planclient.Found{}, err
+	}
+	return planclient.Found{Result: p.res[0], Sent: p.sent, EndRead: func() { h.c.endReads(p) }}, nil
+}
+
+func (h clientHost) OwnSegment(segID uint64) []byte { return h.c.peers.local(segID) }
+
+// SegmentMemory returns a segment's memory as this process sees it: its
+// own segment, a same-host peer's mapping, or nil (reach it over TCP).
+func (h clientHost) SegmentMemory(ctx context.Context, segID uint64) ([]byte, transfer.Peer, error) {
+	c := h.c
+	if err := c.resolve(ctx, []uint64{segID}); err != nil {
+		return nil, transfer.Peer{}, err
+	}
+	p, ok := c.peers.get(segID)
+	if !ok {
+		return nil, transfer.Peer{}, wire.Errorf(wire.ErrSegmentNotFound, "segment %d is gone", segID)
+	}
+	mem, _ := c.engine.Mapping(p)
+	return mem, p, nil
+}
+
+// Transfer runs one transfer with a peer reached over TCP; a failure
+// forgets the peer, so the next call resolves its segment again.
+func (h clientHost) Transfer(ctx context.Context, op transfer.Op) error {
+	err := h.c.engine.Do(ctx, []transfer.Op{op})[0]
+	if err != nil {
+		h.c.failed(op.Peer.SegID)
+	}
+	return err
+}
+
+func (h clientHost) Pull(ctx context.Context, ops []transfer.Op) []error {
+	return h.c.engine.Do(ctx, ops)
+}
+
+func (h clientHost) Remove(keys []string, force bool) []wire.Code { return h.c.Remove(keys, force) }
+
+func (h clientHost) QueueCommitEnd(key string, epoch uint64) { h.c.planEnds.add(key, epoch) }
+func (h clientHost) FlushCommitEnds()                        { h.c.planEnds.flush(h.c.master, h.c.id, h.c.log) }
+func (h clientHost) FlushReadEnds()                          { h.c.readsDone.flush(h.c.master, h.c.id, h.c.log) }
