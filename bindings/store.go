@@ -192,6 +192,7 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 	}
 	cfg.SysfsRoot = getenv("GOSTORE_SYSFS_ROOT")
 	cfg.Getenv = lookupenv
+	cfg.RPC.Netpoll = masterHere.Load()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil && c.Health() != 1 {

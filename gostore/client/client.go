@@ -55,6 +55,9 @@ type Config struct {
 	// through when no direct copy reaches their replica (0:
 	// defaultBounceArena; GOSTORE_GPU_BOUNCE_BYTES).
 	GPUBounceBytes uint64 `json:"-"`
+	// RPC tunes the connections to the master and to disk holders (the
+	// bindings set Netpoll once the process runs a master itself).
+	RPC rpc.ClientOptions `json:"-"`
 }
 
 // DefaultPutSpaceWait is Config.PutSpaceWait's default.
@@ -153,7 +156,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			"unknown_devices", t.Unknown, "reason", t.Reason)
 	}
 	c.id = newClientID()
-	c.master = rpc.NewClient(cfg.MasterServerAddr)
+	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP,
 		OpenDevice: openPeerDevice, BeforeUnmap: c.pins.drop, BeforeDeviceCopy: c.pinRegistered})
 	c.peers.init()

@@ -23,7 +23,7 @@ func (c *Client) diskPeer(endpoint string) *rpc.Client {
 	}
 	p, ok := c.diskPeers.m[endpoint]
 	if !ok {
-		p = rpc.NewClient(endpoint)
+		p = rpc.NewClientWith(endpoint, c.cfg.RPC)
 		c.diskPeers.m[endpoint] = p
 	}
 	return p
