@@ -12,8 +12,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/gostore/gostore/bench/limits"
 	"github.com/gostore/gostore/gostore/master/server"
-	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -93,11 +93,11 @@ func gs_master_stop(m C.int64_t) (ret C.int) {
 //export gs_bench_memcpy
 func gs_bench_memcpy(size C.uint64_t, iters C.int) (ret C.double) {
 	defer recoverTo("gs_bench_memcpy", &ret)
-	return C.double(transfer.MemcpyGBps(uint64(size), int(iters)))
+	return C.double(limits.MemcpyGBps(uint64(size), int(iters)))
 }
 
 //export gs_bench_tcp_stream
 func gs_bench_tcp_stream(size C.uint64_t, iters C.int) (ret C.double) {
 	defer recoverTo("gs_bench_tcp_stream", &ret)
-	return C.double(transfer.LoopbackStreamGBps(uint64(size), int(iters)))
+	return C.double(limits.LoopbackStreamGBps(uint64(size), int(iters)))
 }
