@@ -41,7 +41,7 @@ type Config struct {
 	// SysfsRoot is where the topology is read ("": /sys and NVML;
 	// GOSTORE_SYSFS_ROOT, for tests on fake trees).
 	SysfsRoot string `json:"-"`
-	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: os.LookupEnv; the
+	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: none is set; the
 	// bindings pass one that sees what Python set after loading them).
 	Getenv func(string) (string, bool) `json:"-"`
 	// PutSpaceWait bounds how long a put refused for space waits for room
