@@ -87,7 +87,7 @@ func writeFileAtomic(eng fileio.Engine, path, tmp string, exact bool, parts ...[
 	}
 	size := w.Offset()
 	err = w.Close()
-	if err == nil && exact && size%fileio.Alignment != 0 {
+	if err == nil && exact && !isAligned(size) {
 		err = f.Truncate(int64(size))
 	}
 	if err == nil {
