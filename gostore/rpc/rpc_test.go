@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -217,9 +219,39 @@ func TestIdleConnectionsOfARestartedServerAreDropped(t *testing.T) {
 	}
 	go s2.Serve(ln)
 	defer s2.Close()
-	time.Sleep(50 * time.Millisecond) // the old server's FINs have arrived
+	awaitIdleHangUps(t, c)
 	if err := c.Call(context.Background(), wire.OpPing, &echoReq{S: "b"}, &resp); err != nil || resp.S != "b?" {
 		t.Fatalf("first call after the restart: %q, %v", resp.S, err)
 	}
 }
 
+// awaitIdleHangUps returns once every idle connection of c has received
+// its peer's FIN: the kernel reports it (POLLRDHUP) to a poll that blocks
+// until then. It fails t when c keeps no idle connection, or when a FIN
+// has not come within the bound that turns a hang into a failure.
+func awaitIdleHangUps(t *testing.T, c *Client) {
+	t.Helper()
+	c.mu.Lock()
+	idle := append([]*clientConn(nil), c.mu.idle...)
+	c.mu.Unlock()
+	if len(idle) == 0 {
+		t.Fatal("the client kept no idle connection")
+	}
+	for _, cc := range idle {
+		bc, ok := cc.c.(*blockingConn)
+		if !ok {
+			t.Fatalf("idle connection %T, want a *blockingConn", cc.c)
+		}
+		fds := []unix.PollFd{{Fd: int32(bc.fd), Events: unix.POLLRDHUP}}
+		for {
+			n, err := unix.Poll(fds, int(time.Minute/time.Millisecond))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n == 0 {
+				t.Fatalf("no FIN from the closed server on an idle connection: n=%d err=%v", n, err)
+			}
+			break
+		}
+	}
+}
