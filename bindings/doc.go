@@ -4,7 +4,8 @@
 // It holds only //export shims: handles, conversion of C arrays and
 // addresses into Go slices, and the mapping of errors to the contract's
 // numbers. Behaviour lives in gostore/client (with the packages it holds:
-// gostore/ssdtier, gostore/planclient) and gostore/master.
+// gostore/ssdtier, gostore/planclient) and gostore/master; the benchmark
+// probes bench.py calls live in bench/limits.
 //
 // Addresses from Python are turned into slices that alias Python memory for
 // the duration of a call only; nothing here keeps them after returning.

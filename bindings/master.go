@@ -10,12 +10,17 @@ import "C"
 import (
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
+	"github.com/gostore/gostore/bench/limits"
 	"github.com/gostore/gostore/gostore/master/server"
-	"github.com/gostore/gostore/gostore/rpc"
-	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
+
+// masterHere is set once this process runs a master: clients set up from
+// then on call it through the netpoller (rpc.ClientOptions.Netpoll says
+// why). It is never cleared: a stopped master may be started again.
+var masterHere atomic.Bool
 
 //export gs_master_start
 func gs_master_start(args *C.char, n C.int) (ret C.int64_t) {
@@ -49,8 +54,7 @@ func gs_master_start(args *C.char, n C.int) (ret C.int64_t) {
 		logger.Error("embedded master: cannot start", "err", err)
 		return C.int64_t(wire.ErrInternal)
 	}
-	rpc.UseBlocking.Store(false) // see rpc.UseBlocking: the master lives here
-
+	masterHere.Store(true)
 	return C.int64_t(newHandle(srv))
 }
 
@@ -89,11 +93,11 @@ func gs_master_stop(m C.int64_t) (ret C.int) {
 //export gs_bench_memcpy
 func gs_bench_memcpy(size C.uint64_t, iters C.int) (ret C.double) {
 	defer recoverTo("gs_bench_memcpy", &ret)
-	return C.double(transfer.MemcpyGBps(uint64(size), int(iters)))
+	return C.double(limits.MemcpyGBps(uint64(size), int(iters)))
 }
 
 //export gs_bench_tcp_stream
 func gs_bench_tcp_stream(size C.uint64_t, iters C.int) (ret C.double) {
 	defer recoverTo("gs_bench_tcp_stream", &ret)
-	return C.double(transfer.LoopbackStreamGBps(uint64(size), int(iters)))
+	return C.double(limits.LoopbackStreamGBps(uint64(size), int(iters)))
 }

@@ -21,6 +21,8 @@ import (
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/rdma"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -42,7 +44,24 @@ var (
 	levelFromSetup atomic.Bool
 )
 
-func init() { slog.SetDefault(logger) }
+func init() {
+	slog.SetDefault(logger)
+	configureDrivers()
+}
+
+// configureDrivers passes GOSTORE_LIBCUDA and GOSTORE_LIBIBVERBS to the
+// packages that open those libraries. Each library is opened once per
+// process, at its first use, so the paths are read once, here, as this
+// library loads: the same environment gpu and rdma used to read themselves
+// (os.Getenv in a c-shared library sees the one of the moment it loaded).
+func configureDrivers() {
+	if err := gpu.Configure(gpu.Options{Library: getenv(gpu.EnvLibrary)}); err != nil {
+		logger.Warn("CUDA driver path not applied", "err", err)
+	}
+	if err := rdma.Configure(rdma.Options{Library: getenv(rdma.EnvLibrary)}); err != nil {
+		logger.Warn("verbs library path not applied", "err", err)
+	}
+}
 
 // getenv reads the process environment as it is now. In a c-shared library
 // Go's os.Getenv sees the environment of the moment the library was loaded
@@ -192,6 +211,7 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 	}
 	cfg.SysfsRoot = getenv("GOSTORE_SYSFS_ROOT")
 	cfg.Getenv = lookupenv
+	cfg.RPC.Netpoll = masterHere.Load()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil && c.Health() != 1 {

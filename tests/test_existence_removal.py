@@ -7,6 +7,7 @@ race the expiry); lease expiry is tested on a master with
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 
@@ -70,6 +71,17 @@ def test_remove_of_key_put_by_another_process(cluster, uniq):
     assert cluster.a.get(key) == b""
 
 
+def _lease_end_ns(master, key) -> int:
+    """When ``key``'s read lease ends, as the master reports it
+    (``lease_until``: RFC 3339 in UTC with up to nine fractional digits),
+    in nanoseconds since the epoch."""
+    stamp = master.query_key(key)["lease_until"]
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z", stamp)
+    assert m, f"lease_until {stamp!r}"
+    seconds = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    return seconds * 10**9 + int((m.group(2) or "").ljust(9, "0"))
+
+
 def test_remove_leased_object_is_706_until_lease_expires(master_factory, store_factory,
                                                          peer_factory):
     m = master_factory(default_kv_lease_ttl=500)
@@ -77,15 +89,29 @@ def test_remove_leased_object_is_706_until_lease_expires(master_factory, store_f
     s = store_factory(m, segment=8 * MiB)
     key = "lease-expiry/k"
     assert p.put(key, b"leased") == 0
+    read_at = time.time_ns()
     assert s.get(key) == b"leased"  # grants a lease of 500 ms
-    t0 = time.monotonic()
+    lease_end = _lease_end_ns(m, key)
+    assert lease_end >= read_at + int(LEASE_S * 1e9), "the lease is shorter than its ttl"
     assert s.remove(key) == -706
     assert p.remove(key) == ErrorCode.OBJECT_HAS_LEASE
-    assert s.get(key) == b"leased"  # still there
-    wait_until(lambda: s.remove(key) == 0, timeout=5, interval=0.05,
+    assert s.get(key) == b"leased"  # still there; the read extends the lease
+    lease_end = _lease_end_ns(m, key)
+    # Nothing announces a lease's end (the master compares it with its
+    # clock when asked), so removal is polled; it must not succeed before
+    # the end the master reported. Same host, same clock.
+    removed_at = []
+
+    def removed() -> bool:
+        if s.remove(key) != 0:
+            return False
+        removed_at.append(time.time_ns())
+        return True
+
+    wait_until(removed, timeout=5, interval=0.05,
                what="remove() to succeed after the lease expired")
-    elapsed = time.monotonic() - t0
-    assert elapsed >= LEASE_S * 0.5, f"lease released after only {elapsed:.3f}s"
+    early_ms = (lease_end - removed_at[0]) / 1e6
+    assert removed_at[0] >= lease_end, f"lease released {early_ms:.1f} ms before its end"
     assert s.is_exist(key) == 0
     assert p.get(key) == b""
     # an expired lease does not come back: a fresh put can be removed at once

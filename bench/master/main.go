@@ -201,25 +201,23 @@ func overRPC(d time.Duration) []row {
 	addr := strings.TrimSpace(line)
 	var rows []row
 	// Three ways to call: calls pipelined over two shared connections
-	// (rpc.MuxClient, for many concurrent callers), and one connection per
+	// (muxClient, for many concurrent callers), and one connection per
 	// caller read with blocking syscalls (the client library's choice for
 	// calls from Python) or through the netpoller.
-	mux, err := rpc.DialMux(addr, 2)
+	mux, err := dialMux(addr, 2)
 	if err != nil {
 		panic(err)
 	}
 	defer mux.Close()
 	rows = append(rows, rpcRows(d, mux, "rpc-pipelined")...)
 	for _, mode := range []struct {
-		where    string
-		blocking bool
-	}{{"rpc-blocking", true}, {"rpc-netpoll", false}} {
-		rpc.UseBlocking.Store(mode.blocking)
-		cl := rpc.NewClient(addr)
+		where string
+		opt   rpc.ClientOptions
+	}{{"rpc-blocking", rpc.ClientOptions{}}, {"rpc-netpoll", rpc.ClientOptions{Netpoll: true}}} {
+		cl := rpc.NewClientWith(addr, mode.opt)
 		rows = append(rows, rpcRows(d, cl, mode.where)...)
 		cl.Close()
 	}
-	rpc.UseBlocking.Store(true)
 	return rows
 }
 

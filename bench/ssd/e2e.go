@@ -37,8 +37,6 @@ func e2e(dir string, size int, total int64, tcp bool) (r e2eResult) {
 	r = e2eResult{ObjectSize: size, Transport: "shm"}
 	if tcp {
 		r.Transport = "tcp"
-		os.Setenv("GOSTORE_TRANSPORT", "tcp")
-		defer os.Unsetenv("GOSTORE_TRANSPORT")
 	}
 	fail := func(err error) e2eResult { r.SetupFailure = err.Error(); return r }
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -61,13 +59,13 @@ func e2e(dir string, size int, total int64, tcp bool) (r e2eResult) {
 	}
 	holder, err := client.New(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
 		GlobalSegmentSize: pool, LocalBufferSize: 1 << 20, EnableSSDOffload: true, SSDOffloadPath: dir,
-		Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}, quiet)
+		ForceTCP: tcp, Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}, quiet)
 	if err != nil {
 		return fail(err)
 	}
 	defer holder.Close()
 	user, err := client.New(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
-		LocalBufferSize: 1 << 20}, quiet)
+		LocalBufferSize: 1 << 20, ForceTCP: tcp}, quiet)
 	if err != nil {
 		return fail(err)
 	}

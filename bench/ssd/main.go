@@ -14,7 +14,7 @@
 // holder with a segment an eighth of the data, a reader without one): put
 // rate while the tier makes room, offload rate, and the reader's get rate,
 // most objects coming from the holder's disk through its staging buffer
-// (shared memory, or TCP with GOSTORE_TRANSPORT=tcp).
+// (each cell over shared memory, then over TCP: client.Config.ForceTCP).
 package main
 
 import (
@@ -163,9 +163,9 @@ func cell(root, backend string, uring bool, size int, total int64, staging []byt
 	}
 	defer os.RemoveAll(dir)
 	cfg := storage.FileStorageConfig{
-		Config: storage.Config{Path: dir, TotalSizeLimit: uint64(2*total) + 1<<30,
+		Config: storage.Config{Path: dir, UseURing: uring, TotalSizeLimit: uint64(2*total) + 1<<30,
 			BucketMaxTotalSize: uint64(2*total) + 1<<30, EvictionPolicy: "none"},
-		Descriptor: backend, GCTTL: time.Minute, HeartbeatInterval: time.Hour, UseURing: uring,
+		Descriptor: backend, GCTTL: time.Minute, HeartbeatInterval: time.Hour,
 	}
 	fs, err := storage.OpenFileStorage(cfg, staging, nil)
 	if err != nil {

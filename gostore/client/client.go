@@ -44,7 +44,7 @@ type Config struct {
 	// SysfsRoot is where the topology is read ("": /sys and NVML;
 	// GOSTORE_SYSFS_ROOT, for tests on fake trees).
 	SysfsRoot string `json:"-"`
-	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: os.LookupEnv; the
+	// Getenv reads the MOONCAKE_OFFLOAD_* settings (nil: none is set; the
 	// bindings pass one that sees what Python set after loading them).
 	Getenv func(string) (string, bool) `json:"-"`
 	// PutSpaceWait bounds how long a put refused for space waits for room
@@ -62,6 +62,9 @@ type Config struct {
 	// (transfer.Options.Wrap): how tests put a failing or slow transport
 	// under a real client.
 	WrapTransport func(transfer.Route, transfer.Transport) transfer.Transport `json:"-"`
+	// RPC tunes the connections to the master and to disk holders (the
+	// bindings set Netpoll once the process runs a master itself).
+	RPC rpc.ClientOptions `json:"-"`
 }
 
 // DefaultPutSpaceWait is Config.PutSpaceWait's default.
@@ -149,7 +152,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			"unknown_devices", t.Unknown, "reason", t.Reason)
 	}
 	c.id = newClientID()
-	c.master = rpc.NewClient(cfg.MasterServerAddr)
+	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport})
 	c.peers.init(c.engine)
@@ -197,7 +200,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.disk = ssdtier.NewReader(clientHost{c}, c.log, c.ssd)
+	c.disk = ssdtier.NewReader(clientHost{c}, c.log, c.ssd, cfg.RPC)
 	if cfg.GlobalSegmentSize == 0 {
 		ln.Close() // a pure consumer only needs its name
 	} else {

@@ -153,15 +153,24 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"unsafe"
 )
 
-// EnvLibrary overrides the driver library's name (tests point it at a
-// fake; deployments rarely need it).
+// DefaultLibrary is the driver opened when Options.Library is empty.
+const DefaultLibrary = "libcuda.so.1"
+
+// EnvLibrary names the environment variable the edge (the bindings) reads
+// into Options.Library; this package reads no environment.
 const EnvLibrary = "GOSTORE_LIBCUDA"
+
+// Options say how the process reaches the driver.
+type Options struct {
+	// Library is the driver library to open ("": DefaultLibrary). Tests
+	// point it at a fake; deployments rarely need it.
+	Library string
+}
 
 // ErrNoGPU: no driver, or no device.
 var ErrNoGPU = errors.New("gpu: no CUDA driver or device")
@@ -183,16 +192,45 @@ type Info struct {
 	Devices   []Device `json:"devices"`
 }
 
+// ErrOpened: Configure came after the driver was opened.
+var ErrOpened = errors.New("gpu: the CUDA driver is already open")
+
+// probe holds the process's one driver: its options until it is opened,
+// and what the opening found.
 var probe struct {
 	once sync.Once
 	info Info
+
+	mu     sync.Mutex // guards opt and opened
+	opt    Options
+	opened bool
 }
 
-// Probe opens the driver once and lists the devices. It never fails: no
-// driver is Info{Available: false, Reason: ...}.
+// Configure sets how the driver is opened; it must come before its first
+// use (Probe, or any call that needs the driver). The driver is
+// process-wide: dlopen maps one library into the process, the entry points
+// bound from it are C globals, and the primary contexts retained through it
+// live until exit, so there is one driver to configure, once. A later
+// Configure changes nothing and returns ErrOpened.
+func Configure(opt Options) error {
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	if probe.opened {
+		return ErrOpened
+	}
+	probe.opt = opt
+	return nil
+}
+
+// Probe opens the driver once, as Configure said, and lists the devices.
+// It never fails: no driver is Info{Available: false, Reason: ...}.
 func Probe() Info {
 	probe.once.Do(func() {
-		probe.info = load()
+		probe.mu.Lock()
+		probe.opened = true
+		opt := probe.opt
+		probe.mu.Unlock()
+		probe.info = load(opt)
 		if probe.info.Devices == nil {
 			probe.info.Devices = []Device{}
 		}
@@ -200,10 +238,10 @@ func Probe() Info {
 	return probe.info
 }
 
-func load() Info {
-	path := os.Getenv(EnvLibrary)
+func load(opt Options) Info {
+	path := opt.Library
 	if path == "" {
-		path = "libcuda.so.1"
+		path = DefaultLibrary
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))

@@ -54,14 +54,28 @@ static int gs_verbs_devices(char *out, int outcap) {
 import "C"
 
 import (
-	"os"
+	"errors"
 	"strings"
 	"sync"
 	"unsafe"
 )
 
-// EnvLibrary overrides the verbs library's name (tests point it at a fake).
+// DefaultLibrary is the verbs library opened when Options.Library is empty.
+const DefaultLibrary = "libibverbs.so.1"
+
+// EnvLibrary names the environment variable the edge (the bindings) reads
+// into Options.Library; this package reads no environment.
 const EnvLibrary = "GOSTORE_LIBIBVERBS"
+
+// Options say how the process reaches libibverbs.
+type Options struct {
+	// Library is the verbs library to open ("": DefaultLibrary); tests
+	// point it at a fake.
+	Library string
+}
+
+// ErrOpened: Configure came after the library was opened.
+var ErrOpened = errors.New("rdma: the verbs library is already open")
 
 // Info is what Probe found.
 type Info struct {
@@ -70,16 +84,41 @@ type Info struct {
 	Devices   []string `json:"devices"`
 }
 
+// probe holds the process's one verbs library: its options until it is
+// opened, and what the opening found.
 var probe struct {
 	once sync.Once
 	info Info
+
+	mu     sync.Mutex // guards opt and opened
+	opt    Options
+	opened bool
 }
 
-// Probe opens libibverbs once and lists its devices. It never fails: no
-// library or no device is Info{Available: false, Reason: ...}.
+// Configure sets how libibverbs is opened; it must come before the first
+// Probe. The library is process-wide (dlopen maps it into the process and
+// its entry points are C globals), so there is one to configure, once. A
+// later Configure changes nothing and returns ErrOpened.
+func Configure(opt Options) error {
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	if probe.opened {
+		return ErrOpened
+	}
+	probe.opt = opt
+	return nil
+}
+
+// Probe opens libibverbs once, as Configure said, and lists its devices.
+// It never fails: no library or no device is Info{Available: false,
+// Reason: ...}.
 func Probe() Info {
 	probe.once.Do(func() {
-		probe.info = load()
+		probe.mu.Lock()
+		probe.opened = true
+		opt := probe.opt
+		probe.mu.Unlock()
+		probe.info = load(opt)
 		if probe.info.Devices == nil {
 			probe.info.Devices = []string{}
 		}
@@ -87,10 +126,10 @@ func Probe() Info {
 	return probe.info
 }
 
-func load() Info {
-	path := os.Getenv(EnvLibrary)
+func load(opt Options) Info {
+	path := opt.Library
 	if path == "" {
-		path = "libibverbs.so.1"
+		path = DefaultLibrary
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))

@@ -26,6 +26,7 @@ const maxIdle = 64
 // Client calls one master address. It is safe for concurrent use.
 type Client struct {
 	addr   string
+	opt    ClientOptions
 	nextID atomic.Uint64
 
 	mu struct {
@@ -42,14 +43,16 @@ type conn interface {
 	Close() error
 }
 
-// UseBlocking selects blocking-syscall connections (see blockingConn): the
-// lower-latency choice when the master is another process. A process that
-// runs the master itself turns it off: a thread blocked in a syscall keeps
-// its P until sysmon takes it back, which starved the in-process master and
-// doubled the round trip in the same measurement.
-var UseBlocking atomic.Bool
-
-func init() { UseBlocking.Store(true) }
+// ClientOptions tune a Client. The zero value is NewClient's choice.
+type ClientOptions struct {
+	// Netpoll reads replies through Go's netpoller instead of with
+	// blocking system calls on the calling thread (blockingConn, the
+	// lower-latency choice when the master is another process). A process
+	// that runs the master itself sets it: a thread blocked in a syscall
+	// keeps its P until sysmon takes it back, which starved the in-process
+	// master and doubled the round trip in the same measurement.
+	Netpoll bool
+}
 
 type clientConn struct {
 	c   conn
@@ -58,8 +61,13 @@ type clientConn struct {
 	in  []byte
 }
 
-// NewClient returns a client for addr; connections are made on demand.
-func NewClient(addr string) *Client { return &Client{addr: addr} }
+// NewClient returns a client for addr with the default ClientOptions;
+// connections are made on demand.
+func NewClient(addr string) *Client { return NewClientWith(addr, ClientOptions{}) }
+
+// NewClientWith returns a client for addr with opt; connections are made
+// on demand.
+func NewClientWith(addr string, opt ClientOptions) *Client { return &Client{addr: addr, opt: opt} }
 
 // Addr is the master address this client calls.
 func (c *Client) Addr() string { return c.addr }
@@ -153,15 +161,15 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 	}
 	var conn conn
 	var err error
-	if UseBlocking.Load() {
-		conn, err = dialBlocking(c.addr, timeout)
-	} else {
+	if c.opt.Netpoll {
 		var nc net.Conn
 		nc, err = net.DialTimeout("tcp", c.addr, timeout)
 		if err == nil {
 			nc.(*net.TCPConn).SetNoDelay(true)
 			conn = nc
 		}
+	} else {
+		conn, err = dialBlocking(c.addr, timeout)
 	}
 	if err != nil {
 		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", c.addr, err)

@@ -7,10 +7,10 @@
 // closes that connection only (and is logged): a peer can never take the
 // server down.
 //
-// Two clients serve two kinds of caller. Client keeps a pool of connections
-// and runs one call at a time on each; it reads replies with blocking system
-// calls on the calling thread (blocking.go), the lowest latency for a call
-// from Python. MuxClient pipelines many concurrent callers over a few shared
-// connections, coalescing their frames into single writes: the throughput
-// choice for a process with many goroutines calling at once.
+// Client keeps a pool of connections and runs one call at a time on each.
+// By default it reads replies with blocking system calls on the calling
+// thread (blocking.go), the lowest latency for a call from Python; a
+// process that runs the master itself asks for the netpoller instead
+// (ClientOptions.Netpoll). The choice is per Client, made by whoever
+// creates it: this package keeps no process-wide setting.
 package rpc

@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -67,9 +68,18 @@ func (l *lockedWriter) String() string {
 	return l.w.String()
 }
 
+// clientModes are the two ways a Client reads replies.
+var clientModes = map[string]ClientOptions{"blocking": {}, "netpoll": {Netpoll: true}}
+
 func TestCallAndErrors(t *testing.T) {
+	for name, opt := range clientModes {
+		t.Run(name, func(t *testing.T) { testCallAndErrors(t, opt) })
+	}
+}
+
+func testCallAndErrors(t *testing.T, opt ClientOptions) {
 	_, addr, _ := startEcho(t)
-	c := NewClient(addr)
+	c := NewClientWith(addr, opt)
 	defer c.Close()
 	ctx := context.Background()
 	var resp echoResp
@@ -89,6 +99,30 @@ func TestCallAndErrors(t *testing.T) {
 	}
 	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "again"}, &resp); err != nil || resp.S != "again!" {
 		t.Fatalf("after a dropped connection: %v", err)
+	}
+}
+
+// NewClient reads with blocking system calls; Netpoll asks for the
+// netpoller. The choice is the Client's own: two clients in one process
+// may differ.
+func TestClientOptionsPickTheConnection(t *testing.T) {
+	_, addr, _ := startEcho(t)
+	for name, opt := range clientModes {
+		c := NewClientWith(addr, opt)
+		defer c.Close()
+		var resp echoResp
+		if err := c.Call(context.Background(), wire.OpPing, &echoReq{S: name}, &resp); err != nil || resp.S != name+"!" {
+			t.Fatalf("%s: %q, %v", name, resp.S, err)
+		}
+		c.mu.Lock()
+		conn := c.mu.idle[0].c
+		c.mu.Unlock()
+		if _, blocking := conn.(*blockingConn); blocking == opt.Netpoll {
+			t.Errorf("%s: the client's connection is a %T", name, conn)
+		}
+	}
+	if NewClient(addr).opt != (ClientOptions{}) {
+		t.Error("NewClient does not take the default options")
 	}
 }
 
@@ -157,38 +191,6 @@ func TestPipelinedRequestsOnOneConnection(t *testing.T) {
 	}
 }
 
-func TestMuxClientConcurrentCalls(t *testing.T) {
-	_, addr, _ := startEcho(t)
-	m, err := DialMux(addr, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 200 {
-				s := string(rune('a'+g)) + strings.Repeat("x", i%7)
-				var resp echoResp
-				if err := m.Call(context.Background(), wire.OpPing, &echoReq{S: s}, &resp); err != nil || resp.S != s+"!" {
-					t.Errorf("call %d/%d: %v %q", g, i, err, resp.S)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	var resp echoResp
-	if err := m.Call(context.Background(), wire.OpPing, &echoReq{Fail: int32(wire.ErrObjectNotFound)}, &resp); wire.CodeOf(err) != wire.ErrObjectNotFound {
-		t.Fatalf("error code over mux: %v", err)
-	}
-	m.Close()
-	if err := m.Call(context.Background(), wire.OpPing, &echoReq{S: "late"}, &resp); wire.CodeOf(err) != wire.ErrRPCFail {
-		t.Fatalf("call after close: %v", err)
-	}
-}
-
 // A master that restarts leaves the client's idle connections dead: the
 // next call must not fail on one of them (it takes a fresh connection).
 func TestIdleConnectionsOfARestartedServerAreDropped(t *testing.T) {
@@ -217,8 +219,39 @@ func TestIdleConnectionsOfARestartedServerAreDropped(t *testing.T) {
 	}
 	go s2.Serve(ln)
 	defer s2.Close()
-	time.Sleep(50 * time.Millisecond) // the old server's FINs have arrived
+	awaitIdleHangUps(t, c)
 	if err := c.Call(context.Background(), wire.OpPing, &echoReq{S: "b"}, &resp); err != nil || resp.S != "b?" {
 		t.Fatalf("first call after the restart: %q, %v", resp.S, err)
+	}
+}
+
+// awaitIdleHangUps returns once every idle connection of c has received
+// its peer's FIN: the kernel reports it (POLLRDHUP) to a poll that blocks
+// until then. It fails t when c keeps no idle connection, or when a FIN
+// has not come within the bound that turns a hang into a failure.
+func awaitIdleHangUps(t *testing.T, c *Client) {
+	t.Helper()
+	c.mu.Lock()
+	idle := append([]*clientConn(nil), c.mu.idle...)
+	c.mu.Unlock()
+	if len(idle) == 0 {
+		t.Fatal("the client kept no idle connection")
+	}
+	for _, cc := range idle {
+		bc, ok := cc.c.(*blockingConn)
+		if !ok {
+			t.Fatalf("idle connection %T, want a *blockingConn", cc.c)
+		}
+		fds := []unix.PollFd{{Fd: int32(bc.fd), Events: unix.POLLRDHUP}}
+		for {
+			n, err := unix.Poll(fds, int(time.Minute/time.Millisecond))
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || n == 0 {
+				t.Fatalf("no FIN from the closed server on an idle connection: n=%d err=%v", n, err)
+			}
+			break
+		}
 	}
 }

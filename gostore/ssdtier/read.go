@@ -22,15 +22,17 @@ type Reader struct {
 	host Host
 	log  *slog.Logger
 	own  *Tier // this client's tier, read without staging; nil: none
+	rpc  rpc.ClientOptions
 
 	mu      sync.Mutex
 	holders map[string]*rpc.Client // RPC clients of other tiers, by endpoint
 }
 
 // NewReader makes the reader of a client: host pulls the staged bytes,
-// log is the client's, own is the client's tier (nil without one).
-func NewReader(host Host, log *slog.Logger, own *Tier) *Reader {
-	return &Reader{host: host, log: log, own: own}
+// log is the client's, own is the client's tier (nil without one), and
+// opt tunes the connections to other tiers as the client's to its master.
+func NewReader(host Host, log *slog.Logger, own *Tier, opt rpc.ClientOptions) *Reader {
+	return &Reader{host: host, log: log, own: own, rpc: opt}
 }
 
 // holder returns the RPC client for a disk holder's endpoint.
@@ -42,7 +44,7 @@ func (r *Reader) holder(endpoint string) *rpc.Client {
 	}
 	p, ok := r.holders[endpoint]
 	if !ok {
-		p = rpc.NewClient(endpoint)
+		p = rpc.NewClientWith(endpoint, r.rpc)
 		r.holders[endpoint] = p
 	}
 	return p

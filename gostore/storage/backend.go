@@ -65,7 +65,13 @@ type PaddedLoader interface {
 // Config is shared by the backends; zero values take the defaults below.
 type Config struct {
 	Path   string        // the directory (MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)
-	Engine fileio.Engine // nil: fileio.FromEnv()
+	Engine fileio.Engine // nil: the backend opens its own, fileio.New(UseURing)
+	// UseURing picks io_uring (probed; pread where the kernel refuses it)
+	// over pread for the engine a backend opens itself and for
+	// FileStorage's. The zero value is pread; the readers of the
+	// environment (BucketConfigFromEnv, FileStorageConfigFromEnv) default
+	// it to true. MOONCAKE_OFFLOAD_USE_URING (legacy MOONCAKE_USE_URING).
+	UseURing bool
 
 	// TotalSizeLimit bounds the bytes a backend's files take on disk
 	// (records or files with their headers and block padding; file_per_key

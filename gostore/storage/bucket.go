@@ -597,8 +597,6 @@ func (b *bucketBackend) writeBucket(id uint64, ents []*bucketEntry, vals [][]byt
 		live: make(map[string]*bucketEntry, len(ents))}, nil
 }
 
-func roundUpAlign(n uint64) uint64 { return (n + fileio.Alignment - 1) &^ (fileio.Alignment - 1) }
-
 type bucketRead struct {
 	i int
 	e *bucketEntry
@@ -655,7 +653,7 @@ func (b *bucketBackend) load(keys []string, dsts [][]byte, padded bool) []error 
 		reqs := make([]fileio.Request, len(chunk))
 		for j, r := range chunk {
 			buf := dsts[r.i]
-			if n := int(roundUpAlign(r.e.size)); padded && r.e.off%fileio.Alignment == 0 && cap(buf) >= n {
+			if n := int(roundUpAlign(r.e.size)); padded && isAligned(r.e.off) && cap(buf) >= n {
 				buf = buf[:n]
 			}
 			reqs[j] = fileio.Request{File: r.e.bk.f, Buf: buf, Off: int64(r.e.off)}

@@ -1,8 +1,12 @@
+// bucket_env.go defines BucketConfigFromEnv: the backends' Config from the
+// MOONCAKE_OFFLOAD_* settings the caller looked up.
+
 package storage
 
 import (
-	"os"
 	"strings"
+
+	"github.com/gostore/gostore/gostore/storage/fileio"
 )
 
 // Environment names read by BucketConfigFromEnv (defaults in Config).
@@ -19,13 +23,16 @@ const (
 )
 
 // BucketConfigFromEnv builds a backend Config from the MOONCAKE_OFFLOAD_*
-// variables (and the legacy MOONCAKE_BUCKET_MAX_TOTAL_SIZE and
-// MOONCAKE_BUCKET_EVICTION_POLICY, used when the new name is unset).
-// path, when not empty, overrides MOONCAKE_OFFLOAD_FILE_STORAGE_PATH. Unset
-// or unparsable numbers (logged) leave the field zero, i.e. the default.
-// Engine is left nil (the backend then uses fileio.FromEnv).
-func BucketConfigFromEnv(path string) Config {
-	return bucketConfig(path, envReader{os.LookupEnv})
+// variables (and the legacy MOONCAKE_BUCKET_MAX_TOTAL_SIZE,
+// MOONCAKE_BUCKET_EVICTION_POLICY and MOONCAKE_USE_URING, used when the new
+// name is unset), read through lookup: the caller's view of the
+// environment (nil: nothing is set; this package reads no environment
+// itself). path, when not empty, overrides
+// MOONCAKE_OFFLOAD_FILE_STORAGE_PATH. Unset or unparsable numbers (logged)
+// leave the field zero, i.e. the default. Engine is left nil (the backend
+// then opens one as UseURing says).
+func BucketConfigFromEnv(path string, lookup func(string) (string, bool)) Config {
+	return bucketConfig(path, newEnvReader(lookup))
 }
 
 func bucketConfig(path string, env envReader) Config {
@@ -34,6 +41,7 @@ func bucketConfig(path string, env envReader) Config {
 	}
 	return Config{
 		Path:               path,
+		UseURing:           fileio.UseURing(env.get(EnvUseURing, EnvUseURingLegacy)),
 		TotalSizeLimit:     env.uint(bucketEnvTotalSize, ""),
 		TotalKeysLimit:     env.uint(bucketEnvTotalKeys, ""),
 		BucketSizeLimit:    env.uint(bucketEnvSizeLimit, ""),

@@ -567,23 +567,34 @@ func TestBucketConcurrent(t *testing.T) {
 }
 
 func TestBucketConfigFromEnv(t *testing.T) {
-	t.Setenv("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "/env/path")
-	t.Setenv("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", "1000")
-	t.Setenv("MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT", "20")
-	t.Setenv("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES", "300")
-	t.Setenv("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", "4")
-	t.Setenv("MOONCAKE_BUCKET_MAX_TOTAL_SIZE", "777")
-	t.Setenv("MOONCAKE_BUCKET_EVICTION_POLICY", "LRU")
-	c := BucketConfigFromEnv("")
+	env := mapEnv{
+		"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH":       "/env/path",
+		"MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES":  "1000",
+		"MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT":        "20",
+		"MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES": "300",
+		"MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT":       "4",
+		"MOONCAKE_BUCKET_MAX_TOTAL_SIZE":           "777",
+		"MOONCAKE_BUCKET_EVICTION_POLICY":          "LRU",
+	}
+	c := BucketConfigFromEnv("", env.lookup)
 	if c.Path != "/env/path" || c.TotalSizeLimit != 1000 || c.TotalKeysLimit != 20 || c.BucketSizeLimit != 300 ||
 		c.BucketKeysLimit != 4 || c.BucketMaxTotalSize != 777 || c.EvictionPolicy != "lru" {
 		t.Fatalf("legacy: %+v", c)
 	}
-	t.Setenv("MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE", "888")
-	t.Setenv("MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY", "none")
-	t.Setenv("MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT", "bogus")
-	c = BucketConfigFromEnv("/arg")
+	env["MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE"] = "888"
+	env["MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY"] = "none"
+	env["MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT"] = "bogus"
+	c = BucketConfigFromEnv("/arg", env.lookup)
 	if c.Path != "/arg" || c.BucketMaxTotalSize != 888 || c.EvictionPolicy != "none" || c.TotalKeysLimit != 0 {
 		t.Fatalf("new names: %+v", c)
 	}
+}
+
+// mapEnv is an environment for the FromEnv readers: what a test sets,
+// handed over as the edge hands over the process's.
+type mapEnv map[string]string
+
+func (e mapEnv) lookup(name string) (string, bool) {
+	v, ok := e[name]
+	return v, ok
 }

@@ -47,7 +47,7 @@ func NewClientBuffer(mem []byte, ttl time.Duration, now func() time.Time) *Clien
 	if now == nil {
 		now = time.Now
 	}
-	capacity := uint64(len(mem)) &^ (fileio.Alignment - 1)
+	capacity := roundDownAlign(uint64(len(mem)))
 	return &ClientBuffer{
 		mem: mem, ttl: ttl, now: now,
 		space:  alloc.New(capacity, fileio.Alignment),
@@ -90,7 +90,7 @@ func (b *ClientBuffer) Lease(sizes []uint64) (id uint64, offs []uint64, errs []e
 // reaches the end of the leased room (n rounded up to fileio.Alignment),
 // which a padded load may overwrite.
 func (b *ClientBuffer) Slice(off, n uint64) []byte {
-	end := min(off+(n+fileio.Alignment-1)&^(fileio.Alignment-1), uint64(len(b.mem)))
+	end := min(off+roundUpAlign(n), uint64(len(b.mem)))
 	return b.mem[off : off+n : end]
 }
 

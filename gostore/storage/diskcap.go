@@ -33,8 +33,6 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gostore/gostore/gostore/storage/fileio"
 )
 
 const (
@@ -59,7 +57,7 @@ func diskCap(backend, dir string, limit, held uint64) (uint64, error) {
 		return 0, err
 	}
 	byDisk := min(uint64(float64(total)*diskShare), held+uint64(float64(free)*diskFreeShare))
-	byDisk &^= fileio.Alignment - 1
+	byDisk = roundDownAlign(byDisk)
 	if byDisk >= limit {
 		return limit, nil
 	}

@@ -81,8 +81,8 @@ func diskcapOpen(t *testing.T, dir, desc string, uring bool) *FileStorage {
 	t.Helper()
 	const buf = 4 << 20 // holds the largest object
 	fs, err := OpenFileStorage(FileStorageConfig{
-		Config:     Config{Path: dir}, // default limits: 2 TiB, far past the disk
-		Descriptor: desc, BufferSize: buf, GCTTL: time.Minute, UseURing: uring,
+		Config:     Config{Path: dir, UseURing: uring}, // default limits: 2 TiB, far past the disk
+		Descriptor: desc, BufferSize: buf, GCTTL: time.Minute,
 	}, fileio.AlignedBuffer(buf, fileio.Alignment), nil)
 	if err != nil {
 		t.Fatal(err)

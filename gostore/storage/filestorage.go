@@ -54,13 +54,13 @@ const (
 
 // FileStorageConfig configures a FileStorage; zero fields take the defaults
 // in brackets (the MOONCAKE_OFFLOAD_* names set them, see FileStorageConfigFromEnv).
+// Config.UseURing picks the engine of the directory.
 type FileStorageConfig struct {
 	Config                   // the backend's; Path is the directory
 	Descriptor        string // [bucket_storage_backend] which backend
 	BufferSize        uint64 // [1.25 GiB] the staging buffer
 	GCTTL             time.Duration
 	HeartbeatInterval time.Duration // [10 s] the client's offload heartbeat
-	UseURing          bool          // io_uring (probed; pread when unavailable)
 }
 
 // Defaults of FileStorageConfig.
@@ -70,8 +70,12 @@ const (
 	DefaultHeartbeatInterval = 10 * time.Second
 )
 
-// Environment names of the SSD tier not read by BucketConfigFromEnv.
+// Environment names of the SSD tier: those BucketConfigFromEnv reads for
+// every backend's Config, then the FileStorage's own.
 const (
+	EnvUseURing       = "MOONCAKE_OFFLOAD_USE_URING"
+	EnvUseURingLegacy = "MOONCAKE_USE_URING"
+
 	EnvDescriptor = "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR"
 	EnvBufferSize = "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES"
 	EnvGCTTL      = "MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS"
@@ -79,15 +83,13 @@ const (
 )
 
 // FileStorageConfigFromEnv reads every MOONCAKE_OFFLOAD_* setting through
-// lookup (nil: os.LookupEnv; a library loaded into Python passes one that
-// sees variables set after it loaded). path, when not empty, overrides
-// MOONCAKE_OFFLOAD_FILE_STORAGE_PATH. Unparsable values are logged and
-// leave the default.
+// lookup, the caller's view of the environment (nil: nothing is set; this
+// package reads no environment itself, and a library loaded into Python
+// passes one that sees variables set after it loaded). path, when not
+// empty, overrides MOONCAKE_OFFLOAD_FILE_STORAGE_PATH. Unparsable values
+// are logged and leave the default.
 func FileStorageConfigFromEnv(path string, lookup func(string) (string, bool)) FileStorageConfig {
-	if lookup == nil {
-		lookup = os.LookupEnv
-	}
-	env := envReader{lookup}
+	env := newEnvReader(lookup)
 	cfg := FileStorageConfig{Config: bucketConfig(path, env)}
 	cfg.Descriptor = strings.ToLower(strings.TrimSpace(env.get(EnvDescriptor, "")))
 	cfg.BufferSize = env.uint(EnvBufferSize, "")
@@ -101,7 +103,6 @@ func FileStorageConfigFromEnv(path string, lookup func(string) (string, bool)) F
 			slog.Warn("storage: ignoring invalid environment value", "name", EnvHeartbeat, "value", v)
 		}
 	}
-	cfg.UseURing = fileio.UseURing(env.get(fileio.EnvUseURing, fileio.EnvUseURingLegacy))
 	return cfg
 }
 
@@ -351,6 +352,14 @@ func (fs *FileStorage) closeParts() error {
 // and logged parse errors.
 type envReader struct {
 	lookup func(string) (string, bool)
+}
+
+// newEnvReader reads through lookup; nil sees nothing set.
+func newEnvReader(lookup func(string) (string, bool)) envReader {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	return envReader{lookup}
 }
 
 // get is name's value, or legacy's when name is unset.

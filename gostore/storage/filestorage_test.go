@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,8 +68,8 @@ func TestClientBufferLeases(t *testing.T) {
 func openFS(t *testing.T, dir, desc string, uring bool) *FileStorage {
 	t.Helper()
 	fs, err := OpenFileStorage(FileStorageConfig{
-		Config:     Config{Path: dir, TotalSizeLimit: 64 << 20, BucketMaxTotalSize: 64 << 20},
-		Descriptor: desc, BufferSize: 1 << 20, GCTTL: time.Minute, UseURing: uring,
+		Config:     Config{Path: dir, UseURing: uring, TotalSizeLimit: 64 << 20, BucketMaxTotalSize: 64 << 20},
+		Descriptor: desc, BufferSize: 1 << 20, GCTTL: time.Minute,
 	}, fileio.AlignedBuffer(1<<20, fileio.Alignment), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +174,115 @@ func TestFileStorageConfigFromEnv(t *testing.T) {
 		c.GCTTL != DefaultGCTTL || c.HeartbeatInterval != DefaultHeartbeatInterval || !c.UseURing {
 		t.Fatalf("defaults: %+v", c)
 	}
+	// Without a lookup nothing is set: the package never reads the
+	// process environment itself.
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	if n := FileStorageConfigFromEnv("/arg", nil).Filled(); !reflect.DeepEqual(n, c) {
+		t.Fatalf("a nil lookup read the environment: %+v", n)
+	}
+}
+
+// The io_uring switch (MOONCAKE_OFFLOAD_USE_URING, else the legacy
+// MOONCAKE_USE_URING) reaches the engine through Config.UseURing: io_uring
+// by default, pread when asked, the current name winning whenever it is
+// set, and an unrecognised value logged.
+func TestUseURingFromEnv(t *testing.T) {
+	cases := []struct {
+		cur, legacy *string
+		want        string
+		warn        bool // an unrecognised value must be logged
+	}{
+		{nil, nil, "io_uring", false}, // io_uring is the default
+		{ptr(""), nil, "io_uring", false},
+		{ptr("  "), nil, "io_uring", false},
+		{ptr("true"), nil, "io_uring", false},
+		{ptr("1"), nil, "io_uring", false},
+		{ptr("yes"), nil, "io_uring", false},
+		{ptr("on"), nil, "io_uring", false},
+		{ptr(" TRUE "), nil, "io_uring", false},
+		{ptr("On"), nil, "io_uring", false},
+		{ptr("false"), nil, "pread", false},
+		{ptr("0"), nil, "pread", false},
+		{ptr("no"), nil, "pread", false},
+		{ptr("off"), nil, "pread", false},
+		{ptr(" FALSE\n"), nil, "pread", false},
+		{ptr("Off"), nil, "pread", false},
+		{ptr("maybe"), nil, "io_uring", true},
+		{ptr("0"), ptr("true"), "pread", false},     // the current name wins when set
+		{ptr("1"), ptr("false"), "io_uring", false}, // in both directions
+		{ptr(""), ptr("false"), "io_uring", false},  // set but empty still wins
+		{nil, ptr("true"), "io_uring", false},
+		{nil, ptr("1"), "io_uring", false},
+		{nil, ptr("no"), "pread", false},
+		{nil, ptr(" OFF "), "pread", false},
+		{nil, ptr("0"), "pread", false},
+		{nil, ptr("bogus"), "io_uring", true},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%q/%q", deref(c.cur), deref(c.legacy)), func(t *testing.T) {
+			env := mapEnv{}
+			if c.cur != nil {
+				env[EnvUseURing] = *c.cur
+			}
+			if c.legacy != nil {
+				env[EnvUseURingLegacy] = *c.legacy
+			}
+			logs := captureLog(t)
+			cfg := BucketConfigFromEnv(t.TempDir(), env.lookup)
+			if fs := FileStorageConfigFromEnv("", env.lookup); fs.UseURing != cfg.UseURing {
+				t.Fatalf("FileStorageConfigFromEnv says %v, BucketConfigFromEnv %v", fs.UseURing, cfg.UseURing)
+			}
+			b, err := NewBucket(cfg) // no Engine: the backend opens its own
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if got := b.(*bucketBackend).eng.Name(); got != c.want {
+				t.Fatalf("engine %q, want %q", got, c.want)
+			}
+			if got := strings.Contains(logs.String(), "unrecognised"); got != c.warn {
+				t.Fatalf("warning logged = %v, want %v; log: %q", got, c.warn, logs.String())
+			}
+		})
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+func deref(s *string) string {
+	if s == nil {
+		return "unset"
+	}
+	return *s
+}
+
+// captureLog sends the default slog logger to a buffer for the test.
+func captureLog(t *testing.T) *lockedBuffer {
+	t.Helper()
+	var buf lockedBuffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return &buf
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // On a disk that fills below the size cap (a small tmpfs under a large
@@ -181,7 +294,7 @@ func TestBucketFullDiskEvicts(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
 	var evicted []string
-	b, err := NewBucket(Config{Path: dir, BucketMaxTotalSize: 1 << 30, BucketKeysLimit: 1,
+	b, err := NewBucket(Config{Path: dir, UseURing: true, BucketMaxTotalSize: 1 << 30, BucketKeysLimit: 1,
 		OnEvict: func(keys []string) { evicted = append(evicted, keys...) }})
 	if err != nil {
 		t.Fatal(err)

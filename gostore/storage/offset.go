@@ -59,7 +59,6 @@ import (
 const (
 	offsetMagic   = 0x324f5347 // "GSO2": values block-aligned
 	offsetHdrLen  = 24
-	offsetAlign   = fileio.Alignment
 	offsetShards  = 1024
 	offsetFile    = "kv_cache.data"
 	offsetScanBuf = 1 << 20
@@ -109,8 +108,8 @@ func NewOffsetAllocator(cfg Config) (Backend, error) {
 		return nil, fmt.Errorf("storage: offset_allocator: %w", err)
 	}
 	sizeLimit, keysLimit := kvLimits(cfg)
-	if sizeLimit < offsetAlign {
-		return nil, fmt.Errorf("storage: offset_allocator: size limit %d is below %d", sizeLimit, offsetAlign)
+	if sizeLimit < fileio.Alignment {
+		return nil, fmt.Errorf("storage: offset_allocator: size limit %d is below %d", sizeLimit, fileio.Alignment)
 	}
 	f, _, err := fileio.OpenDirect(filepath.Join(cfg.Path, offsetFile), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -122,7 +121,7 @@ func NewOffsetAllocator(cfg Config) (Backend, error) {
 		return nil, err
 	}
 	b := &offsetBackend{dir: cfg.Path, f: f, eng: eng, ownEng: own, keysLimit: keysLimit,
-		zero: fileio.AlignedBuffer(offsetAlign, offsetAlign)}
+		zero: fileio.AlignedBuffer(fileio.Alignment, fileio.Alignment)}
 	for i := range b.shards {
 		b.shards[i].idx = make(map[string]*offsetEntry)
 	}
@@ -314,7 +313,7 @@ func (b *offsetBackend) publish(key string, p *offsetPending) *offsetEntry {
 
 // writeRecord writes one record (the caller syncs).
 func (b *offsetBackend) writeRecord(off, span uint64, key string, val []byte) error {
-	buf := fileio.AlignedBuffer(int(span), offsetAlign)
+	buf := fileio.AlignedBuffer(int(span), fileio.Alignment)
 	defer fileio.FreeAligned(buf)
 	binary.LittleEndian.PutUint32(buf[0:], offsetMagic)
 	binary.LittleEndian.PutUint32(buf[8:], uint32(len(key)))
@@ -435,7 +434,7 @@ func (b *offsetBackend) loadChunk(keys []string, dsts [][]byte, errs []error, pa
 			scratchLen += n
 		}
 	}
-	scratch := fileio.AlignedBuffer(int(scratchLen), offsetAlign)
+	scratch := fileio.AlignedBuffer(int(scratchLen), fileio.Alignment)
 	defer fileio.FreeAligned(scratch)
 	take := func(n uint64) []byte {
 		p := scratch[:n:n]
@@ -621,7 +620,7 @@ func (b *offsetBackend) recover(sizeLimit uint64) error {
 		return fmt.Errorf("storage: offset_allocator: %w", err)
 	}
 	size := uint64(fi.Size())
-	byKey, stale, err := b.scan(size &^ (offsetAlign - 1))
+	byKey, stale, err := b.scan(roundDownAlign(size))
 	if err != nil {
 		return err
 	}
@@ -667,14 +666,14 @@ func (b *offsetBackend) recover(sizeLimit uint64) error {
 	if err != nil {
 		return err
 	}
-	b.limit = limit &^ (offsetAlign - 1)
+	b.limit = roundDownAlign(limit)
 	if held > b.limit {
 		slog.Warn("storage: offset_allocator: the records found exceed the size cap; all are kept, new ones are refused until removals make room",
 			"dir", b.dir, "held", held, "cap", b.limit)
 	}
 	// The allocator covers every record found, past the cap too: a file
 	// from a run with a larger cap loses nothing.
-	capacity := max(b.limit, end, offsetAlign)
+	capacity := max(b.limit, end, fileio.Alignment)
 	if size != capacity {
 		if err := b.f.Truncate(int64(capacity)); err != nil {
 			return fmt.Errorf("storage: offset_allocator: size the data file to %d bytes: %w", capacity, err)
@@ -706,7 +705,7 @@ func (b *offsetBackend) recover(sizeLimit uint64) error {
 func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, stale []offsetFound, err error) {
 	byKey = make(map[string]offsetFound)
 	fd := int(b.f.Fd())
-	buf := fileio.AlignedBuffer(offsetScanBuf, offsetAlign)
+	buf := fileio.AlignedBuffer(offsetScanBuf, fileio.Alignment)
 	defer fileio.FreeAligned(buf)
 	pos := uint64(0)
 	for pos < capacity {
@@ -715,7 +714,7 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 			break // no data after pos
 		} else if err != nil || d < 0 {
 			// SEEK_DATA unsupported: scan everything.
-		} else if a := uint64(d) &^ (offsetAlign - 1); a > pos {
+		} else if a := roundDownAlign(uint64(d)); a > pos {
 			pos = a
 			if pos >= capacity {
 				break
@@ -727,7 +726,7 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 			return nil, nil, fmt.Errorf("storage: offset_allocator: recovery read at %d: %w", pos, err)
 		}
 		next := pos + n
-		for o := uint64(0); o < n; o += offsetAlign {
+		for o := uint64(0); o < n; o += fileio.Alignment {
 			at := pos + o
 			kl, vl, err := offsetParseHdr(chunk[o:])
 			if err != nil {
@@ -743,7 +742,7 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 			if o+span <= n {
 				rec = chunk[o : o+span]
 			} else {
-				rec = fileio.AlignedBuffer(int(span), offsetAlign)
+				rec = fileio.AlignedBuffer(int(span), fileio.Alignment)
 				err = b.eng.ReadAt(b.f, rec, int64(at))
 			}
 			found, ok := offsetFound{}, false
@@ -774,7 +773,7 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 			if at+span > next {
 				next = at + span
 			}
-			o += span - offsetAlign // continue after the record
+			o += span - fileio.Alignment // continue after the record
 		}
 		pos = next
 	}
@@ -786,7 +785,7 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 // Alloc always splits at cur, so allocating the gaps and records in offset
 // order reproduces the layout; the gaps are then freed.
 func (b *offsetBackend) rebuild(capacity uint64, recs []offsetFound) error {
-	b.al = alloc.New(capacity, offsetAlign)
+	b.al = alloc.New(capacity, fileio.Alignment)
 	var gaps [][2]uint64
 	cur := uint64(0)
 	take := func(off, size uint64) error {

@@ -32,13 +32,13 @@ func kvLimits(cfg Config) (size, keys uint64) {
 	return size, keys
 }
 
-// kvEngine returns cfg.Engine, or one from the environment that the caller
-// owns (own is true) and must close.
+// kvEngine returns cfg.Engine, or a new one as cfg.UseURing says that the
+// caller owns (own is true) and must close.
 func kvEngine(cfg Config) (e fileio.Engine, own bool, err error) {
 	if cfg.Engine != nil {
 		return cfg.Engine, false, nil
 	}
-	e, err = fileio.FromEnv()
+	e, err = fileio.New(cfg.UseURing)
 	return e, err == nil, err
 }
 
@@ -87,7 +87,7 @@ func writeFileAtomic(eng fileio.Engine, path, tmp string, exact bool, parts ...[
 	}
 	size := w.Offset()
 	err = w.Close()
-	if err == nil && exact && size%fileio.Alignment != 0 {
+	if err == nil && exact && !isAligned(size) {
 		err = f.Truncate(int64(size))
 	}
 	if err == nil {

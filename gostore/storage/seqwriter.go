@@ -76,8 +76,8 @@ func (w *seqWriter) Offset() uint64 { return uint64(w.off) + uint64(w.fill) }
 // straight into aligned memory.
 func (w *seqWriter) AlignAfter(n uint64) {
 	var zeros [fileio.Alignment]byte
-	pad := (fileio.Alignment - (w.Offset()+n)%fileio.Alignment) % fileio.Alignment
-	w.Write(zeros[:pad])
+	end := w.Offset() + n
+	w.Write(zeros[:roundUpAlign(end)-end])
 }
 
 // flush starts writing the first n bytes of the chunk (n aligned) and
@@ -111,7 +111,7 @@ func (w *seqWriter) wait() {
 // caller's).
 func (w *seqWriter) Close() error {
 	if w.fill > 0 {
-		padded := (w.fill + fileio.Alignment - 1) &^ (fileio.Alignment - 1)
+		padded := int(roundUpAlign(uint64(w.fill)))
 		clear(w.buf[w.fill:padded])
 		w.flush(padded)
 	}

@@ -1,5 +1,5 @@
-// bench_test.go defines the data-plane benchmarks and reports the physical
-// limits (memcpy, one raw loopback stream) measured in the same run.
+// bench_test.go defines the data-plane benchmarks; bench/limits reports
+// the physical limits (memcpy, one raw loopback stream) they compare with.
 
 package transfer
 
@@ -80,12 +80,4 @@ func benchBatch(b *testing.B, write bool) {
 		}
 	}
 	b.ReportMetric(float64(b.N*32)/b.Elapsed().Seconds(), "ops/s")
-}
-
-// BenchmarkLimits reports MemcpyGBps and LoopbackStreamGBps at 16 MiB, the
-// ceilings of the shm and TCP paths.
-func BenchmarkLimits(b *testing.B) {
-	iters := max(b.N, 10)
-	b.ReportMetric(MemcpyGBps(mib16, iters), "memcpy-GB/s")
-	b.ReportMetric(LoopbackStreamGBps(mib16, iters), "loopback-GB/s")
 }

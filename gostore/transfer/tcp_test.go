@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -189,38 +188,32 @@ func TestEngineClosed(t *testing.T) {
 	wantCode(t, errs[0], wire.ErrTransferFail)
 }
 
-// A server that takes requests and never answers: Do must return at the
-// deadline with -800 (matching context.DeadlineExceeded), and the engine
-// must keep working for other peers.
+// A server that takes requests and never answers: Do must wait for it
+// until its deadline passes, then return with -800 (matching
+// context.DeadlineExceeded), and the engine must keep working for other
+// peers. The deadline passes when the server has the requests, not at a
+// time.
 func TestTCPHungServerDeadline(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }()
-		}
-	}()
-	hung := Peer{SegID: 9, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}
 	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
 	defer e.Close()
 	for _, write := range []bool{true, false} {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		start := time.Now()
-		errs := e.Do(ctx, []Op{
-			{Peer: hung, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}, Write: write},
-			{Peer: hung, Offset: 8 << 20, Bufs: [][]byte{make([]byte, 4096)}, Write: write},
-		})
-		cancel()
-		if took := time.Since(start); took > 3*time.Second {
-			t.Fatalf("Do took %v past a 200ms deadline", took)
+		hung, reading := hungServer(t)
+		ctx := newDeadlineCtx()
+		done := make(chan []error, 1)
+		go func() {
+			done <- e.Do(ctx, []Op{
+				{Peer: hung, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}, Write: write},
+				{Peer: hung, Offset: 8 << 20, Bufs: [][]byte{make([]byte, 4096)}, Write: write},
+			})
+		}()
+		await(t, reading, "the hung server to receive a request")
+		select {
+		case errs := <-done:
+			t.Fatalf("Do returned before its context ended, with no answer from the peer: %v", errs)
+		default:
 		}
+		ctx.expire()
+		errs := await(t, done, "Do to return once its context ended")
 		for _, err := range errs {
 			wantCode(t, err, wire.ErrTransferFail)
 			if !errors.Is(err, context.DeadlineExceeded) {
@@ -234,6 +227,80 @@ func TestTCPHungServerDeadline(t *testing.T) {
 	if d := firstDiff(tp.seg.Bytes()[1:5001], data); d != "" {
 		t.Fatal(d)
 	}
+}
+
+// hungServer listens on 127.0.0.1 and reads whatever its connections send
+// without ever answering. reading yields once a request has arrived.
+func hungServer(t *testing.T) (Peer, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	reading := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					select {
+					case reading <- struct{}{}:
+					default:
+					}
+				}
+			}()
+		}
+	}()
+	nextSegID++
+	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}, reading
+}
+
+// deadlineCtx is a context whose deadline passes when the test calls
+// expire rather than at a time: Err (and so context.Cause) then says
+// context.DeadlineExceeded, as for a real deadline.
+type deadlineCtx struct {
+	context.Context // Background, for Deadline and Value
+	done            chan struct{}
+	once            sync.Once
+}
+
+func newDeadlineCtx() *deadlineCtx {
+	return &deadlineCtx{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (c *deadlineCtx) expire()               { c.once.Do(func() { close(c.done) }) }
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+
+func (c *deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// await returns what ch yields. The bound only turns a hang into a
+// failure that names what never happened; it is not what a test measures.
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+	}
+	t.Fatalf("waited a minute for %s", what)
+	var none T
+	return none
 }
 
 // A server that drops every connection after reading a little: ops fail

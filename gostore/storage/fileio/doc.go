@@ -9,11 +9,12 @@
 // New(true) creates an io_uring ring (QueueDepth entries, no SQPOLL, no fixed
 // files) and runs one NOP through it. On any failure it logs once and returns
 // the pread engine instead, so a missing or disabled io_uring never becomes an
-// error. FromEnv reads MOONCAKE_OFFLOAD_USE_URING, or the legacy
-// MOONCAKE_USE_URING when the former is unset: io_uring is the default (unset,
-// empty, "true", "1", "yes", "on"); "false", "0", "no" or "off" select pread
-// (case and surrounding space ignored); other values are logged and keep the
-// default. UseURing applies the same rules to a value read elsewhere.
+// error. New(false) is the pread engine. The choice is the caller's: this
+// package reads no environment. UseURing turns a value of the setting (the
+// SSD tier's MOONCAKE_OFFLOAD_USE_URING, read by the edge) into the choice:
+// io_uring is the default (empty, "true", "1", "yes", "on"); "false", "0",
+// "no" or "off" select pread (case and surrounding space ignored); other
+// values are logged and keep the default.
 //
 // Every Engine method either transfers the whole buffer or returns an error:
 // short reads/writes are resubmitted for the remainder, and a read that hits

@@ -25,10 +25,6 @@ const (
 	// maxChunk caps one submitted transfer (io_uring lengths are uint32 and
 	// Linux caps a single read/write at 0x7ffff000 bytes anyway).
 	maxChunk = 1 << 30
-
-	// Environment variables read by FromEnv.
-	EnvUseURing       = "MOONCAKE_OFFLOAD_USE_URING"
-	EnvUseURingLegacy = "MOONCAKE_USE_URING"
 )
 
 // Engine performs file I/O for the SSD backends. Implementations: uring
@@ -123,7 +119,7 @@ func (e *engine) Counters() (fixedReads, plainReads uint64) {
 
 // RegisterFixed validates mem and hands it to the backend. The pread backend
 // ignores the region, but the checks are shared so that a caller's misuse
-// fails the same way whichever engine FromEnv picked.
+// fails the same way whichever engine New picked.
 func (e *engine) RegisterFixed(mem []byte) error {
 	if e.closed.Load() {
 		return os.ErrClosed
@@ -366,31 +362,10 @@ func New(useURing bool) (Engine, error) {
 	return &engine{b: preadBackend{st: st}, st: st}, nil
 }
 
-// FromEnv calls New with the setting of MOONCAKE_OFFLOAD_USE_URING, or of the
-// legacy MOONCAKE_USE_URING when the former is unset. io_uring is the default;
-// "false", "0", "no" or "off" (case and surrounding space ignored) select
-// pread. Unrecognised values are logged and keep the default.
-func FromEnv() (Engine, error) {
-	return New(envUseURing())
-}
-
-func envUseURing() bool {
-	name := EnvUseURing
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		name = EnvUseURingLegacy
-		v = os.Getenv(name)
-	}
-	use, known := parseUseURing(v)
-	if !known {
-		slog.Warn("fileio: unrecognised value, using the default (io_uring)", "var", name, "value", v)
-	}
-	return use
-}
-
-// UseURing interprets a value of MOONCAKE_OFFLOAD_USE_URING by FromEnv's rules
-// (the empty string meaning unset), for callers that read their configuration
-// from somewhere other than the process environment. Unrecognised values are
+// UseURing interprets a value of the io_uring setting (the SSD tier's
+// MOONCAKE_OFFLOAD_USE_URING, which the caller reads; the empty string
+// means unset): io_uring is the default; "false", "0", "no" or "off" (case
+// and surrounding space ignored) select pread. Unrecognised values are
 // logged and give the default, true.
 func UseURing(v string) bool {
 	use, known := parseUseURing(v)

@@ -364,58 +364,6 @@ func TestConcurrentUse(t *testing.T) {
 	}
 }
 
-func TestFromEnv(t *testing.T) {
-	cases := []struct {
-		cur, legacy *string
-		want        string
-		warn        bool // an unrecognised value must be logged
-	}{
-		{nil, nil, "io_uring", false}, // io_uring is the default
-		{ptr(""), nil, "io_uring", false},
-		{ptr("  "), nil, "io_uring", false},
-		{ptr("true"), nil, "io_uring", false},
-		{ptr("1"), nil, "io_uring", false},
-		{ptr("yes"), nil, "io_uring", false},
-		{ptr("on"), nil, "io_uring", false},
-		{ptr(" TRUE "), nil, "io_uring", false},
-		{ptr("On"), nil, "io_uring", false},
-		{ptr("false"), nil, "pread", false},
-		{ptr("0"), nil, "pread", false},
-		{ptr("no"), nil, "pread", false},
-		{ptr("off"), nil, "pread", false},
-		{ptr(" FALSE\n"), nil, "pread", false},
-		{ptr("Off"), nil, "pread", false},
-		{ptr("maybe"), nil, "io_uring", true},
-		{ptr("0"), ptr("true"), "pread", false},     // the current name wins when set
-		{ptr("1"), ptr("false"), "io_uring", false}, // in both directions
-		{ptr(""), ptr("false"), "io_uring", false},  // set but empty still wins
-		{nil, ptr("true"), "io_uring", false},
-		{nil, ptr("1"), "io_uring", false},
-		{nil, ptr("no"), "pread", false},
-		{nil, ptr(" OFF "), "pread", false},
-		{nil, ptr("0"), "pread", false},
-		{nil, ptr("bogus"), "io_uring", true},
-	}
-	for _, c := range cases {
-		t.Run(fmt.Sprintf("%q/%q", deref(c.cur), deref(c.legacy)), func(t *testing.T) {
-			setenv(t, EnvUseURing, c.cur)
-			setenv(t, EnvUseURingLegacy, c.legacy)
-			logs := captureLog(t)
-			e, err := FromEnv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
-			if e.Name() != c.want {
-				t.Fatalf("engine %q, want %q", e.Name(), c.want)
-			}
-			if got := strings.Contains(logs.String(), "unrecognised"); got != c.warn {
-				t.Fatalf("warning logged = %v, want %v; log: %q", got, c.warn, logs.String())
-			}
-		})
-	}
-}
-
 func TestUseURing(t *testing.T) {
 	for v, want := range map[string]bool{
 		"": true, "true": true, "1": true, " Yes ": true, "ON": true,
@@ -457,23 +405,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func ptr(s string) *string { return &s }
-func deref(s *string) string {
-	if s == nil {
-		return "unset"
-	}
-	return *s
-}
-
-func setenv(t *testing.T, k string, v *string) {
-	t.Setenv(k, "") // registers restoration
-	if v == nil {
-		os.Unsetenv(k)
-	} else {
-		os.Setenv(k, *v)
-	}
 }
 
 func TestProbeFallback(t *testing.T) {

@@ -1,14 +1,19 @@
-// limits.go defines MemcpyGBps and LoopbackStreamGBps, which measure the
-// physical limits the transfer benchmarks are compared with.
+// limits.go defines MemcpyGBps and LoopbackStreamGBps.
 
-package transfer
+package limits
 
 import (
 	"context"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
+
+// sockBufSize is the data plane's SO_SNDBUF / SO_RCVBUF (transfer's
+// sockBufSize, unexported there): the stream is measured with the socket
+// settings the TCP path runs with. Keep the two equal.
+const sockBufSize = 4 << 20
 
 // MemcpyGBps returns the throughput in GB/s (1e9 bytes) of Go's copy
 // between two warmed-up buffers of size bytes, over iters copies.
@@ -29,7 +34,7 @@ func MemcpyGBps(size uint64, iters int) float64 {
 }
 
 // LoopbackStreamGBps returns the throughput in GB/s of one raw TCP stream on
-// 127.0.0.1 with the socket settings of the data plane: a sender writes iters
+// 127.0.0.1 with the socket settings of the data plane (see sockBufSize): a sender writes iters
 // messages of size bytes, a receiver reads them; timed from the first write
 // to the last byte read, after one warm-up message. 0 on error.
 func LoopbackStreamGBps(size uint64, iters int) float64 {
@@ -97,4 +102,22 @@ func gbps(bytes uint64, d time.Duration) float64 {
 		return 0
 	}
 	return float64(bytes) / d.Seconds() / 1e9
+}
+
+// setSockBufs sizes the socket buffers before connect, so the window scale
+// negotiated in the handshake fits them (as the data plane does).
+func setSockBufs(_, _ string, rc syscall.RawConn) error {
+	return rc.Control(func(fd uintptr) {
+		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, sockBufSize)
+		_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, sockBufSize)
+	})
+}
+
+// tuneConn sets the socket options of a data-plane connection.
+func tuneConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetReadBuffer(sockBufSize)
+		_ = tc.SetWriteBuffer(sockBufSize)
+	}
 }

@@ -1,7 +1,8 @@
-// mux.go defines MuxClient: many concurrent calls pipelined over a few
-// connections.
+// mux.go defines muxClient: many concurrent calls pipelined over a few
+// connections, the benchmark's third way of calling the master. It lives
+// here, not in gostore/rpc, because nothing in the store calls that way.
 
-package rpc
+package main
 
 import (
 	"bufio"
@@ -17,13 +18,13 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// MuxClient suits a process with many goroutines calling the master at once
-// (a serving engine's scheduler, the master benchmark): calls share a few
+// muxClient suits a process with many goroutines calling the master at once
+// (a serving engine's scheduler, this benchmark): calls share a few
 // connections, a caller that finds no write in progress writes every frame
 // queued so far in one system call, and one reader per connection hands
-// replies back by request id. Client, by contrast, gives one caller the
-// lowest latency. MuxClient is safe for concurrent use.
-type MuxClient struct {
+// replies back by request id. rpc.Client, by contrast, gives one caller the
+// lowest latency. muxClient is safe for concurrent use.
+type muxClient struct {
 	addr   string
 	conns  []*muxConn
 	next   atomic.Uint64
@@ -49,9 +50,9 @@ type muxConn struct {
 	err     error
 }
 
-// DialMux connects n connections to addr.
-func DialMux(addr string, n int) (*MuxClient, error) {
-	m := &MuxClient{addr: addr}
+// dialMux connects n connections to addr.
+func dialMux(addr string, n int) (*muxClient, error) {
+	m := &muxClient{addr: addr}
 	for range max(n, 1) {
 		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 		if err != nil {
@@ -67,8 +68,8 @@ func DialMux(addr string, n int) (*MuxClient, error) {
 	return m, nil
 }
 
-// Call is Client.Call over the shared connections.
-func (m *MuxClient) Call(ctx context.Context, op wire.Op, req, resp any) error {
+// Call is rpc.Client.Call over the shared connections.
+func (m *muxClient) Call(ctx context.Context, op wire.Op, req, resp any) error {
 	body, err := msgpack.Marshal(req)
 	if err != nil {
 		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
@@ -99,6 +100,24 @@ func (m *MuxClient) Call(ctx context.Context, op wire.Op, req, resp any) error {
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, m.addr, r.err)
 	}
 	return decodeReply(op, r.h.Status, r.body, resp)
+}
+
+// decodeReply turns a reply into the caller's result as rpc.Client does:
+// the master's code as a *wire.Error, or the body decoded into resp (which
+// may be nil).
+func decodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
+	if status != wire.OK {
+		var msg string
+		_ = msgpack.Unmarshal(body, &msg)
+		return &wire.Error{Code: status, Msg: msg}
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := msgpack.Unmarshal(body, resp); err != nil {
+		return wire.Errorf(wire.ErrRPCFail, "%s: undecodable reply: %v", op, err)
+	}
+	return nil
 }
 
 // send queues frame for the writer goroutine. Frames queued while it is
@@ -179,7 +198,7 @@ func (mc *muxConn) fail(err error) {
 }
 
 // Close closes the connections; calls in flight fail.
-func (m *MuxClient) Close() {
+func (m *muxClient) Close() {
 	for _, mc := range m.conns {
 		mc.fail(net.ErrClosed)
 	}

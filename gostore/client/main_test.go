@@ -1,0 +1,24 @@
+// main_test.go is the edge of the test binary: a child that
+// TestDevicePartsFakeDriver starts learns its CUDA driver from the
+// environment the parent gave it and passes it to gpu.Configure, as the
+// bindings do.
+
+package client
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/gostore/gostore/gostore/gpu"
+)
+
+func TestMain(m *testing.M) {
+	if lib := os.Getenv(gpu.EnvLibrary); lib != "" {
+		if err := gpu.Configure(gpu.Options{Library: lib}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	os.Exit(m.Run())
+}
