@@ -1,13 +1,24 @@
 // Package client is the store client that lives inside every Python process:
 // it mounts this process's segment into the pool, talks to the master, and
-// moves object bytes with the transfer engine.
+// hands the bytes to the transfer engine. It orchestrates; it does not
+// decide how bytes move.
 //
-// A put is PutStart (the master picks replica ranges), one transfer per
-// replica straight from the caller's buffers, then PutEnd — or PutRevoke if
-// a transfer failed. A get is GetReplicas, then one transfer from the
-// nearest replica (own segment, then shared memory, then TCP) straight into
-// the caller's buffers, trying the next replica on failure. Batches do the
-// same with one RPC per phase for the whole batch.
+// A put is PutStart (the master picks replica ranges), one transfer.Op per
+// replica straight from the caller's memory, then PutEnd — or PutRevoke if
+// an op failed. A get is GetReplicas, then one op per object on its
+// cheapest replica (as the engine would route it), the next replica in the
+// next round for the ops that failed, and the disk copy last. Batches do
+// the same with one RPC per phase and one Engine.Do per round for the
+// whole batch. Where a part of the caller's memory lives (host or GPU,
+// PutItem.Device) travels in the op: the engine picks the route, copies
+// GPU memory directly where it can and stages it where it cannot
+// (gostore/transfer).
+//
+// Invariants: a put returns only after PutEnd (visible) or PutRevoke
+// (never half-visible); a get reports bytes only from a transfer that
+// ended inside the object's lease; a segment whose transfer failed is
+// forgotten (asked of the master again on next use), one whose op was
+// refused (bad range, bad device parts) is not.
 //
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD
