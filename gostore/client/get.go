@@ -116,9 +116,8 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	defer c.endReads(p)
 	out := c.readInto(p, dests, dev)
-	now := time.Now()
 	for i, r := range p.res {
-		if out[i] > 0 && r.LeaseMS > 0 && now.After(p.sent.Add(time.Duration(r.LeaseMS)*time.Millisecond)) {
+		if out[i] > 0 && expired(r, p.sent) {
 			c.log.Warn("get: transfer outlived the lease; result discarded", "key", p.keys[i], "lease_ms", r.LeaseMS)
 			out[i] = int64(wire.ErrLeaseExpired)
 		}
@@ -126,13 +125,17 @@ func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int6
 	return out
 }
 
-// readWant is one object still to read, with the replicas left to try.
+// readWant is one object, or one range of it, still to read, with the
+// replicas left to try.
 type readWant struct {
-	item     int
-	size     uint64
+	item     int                   // where its result goes
+	key      string                // for the log
+	off      uint64                // of the range in the object (0: from its start)
+	size     uint64                // bytes to read
 	bufs     [][]byte              // the destination's host parts, trimmed to size
 	dev      []transfer.DevicePart // and its device parts
 	replicas []wire.Replica
+	disk     string // the SSD tier holding a disk copy, "" for none
 }
 
 // readInto reads the objects p found into dests: each from its cheapest
@@ -174,7 +177,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 			out[i] = int64(wire.ErrInvalidParams)
 			continue
 		}
-		slab = append(slab, readWant{item: i, size: r.Size, bufs: bufs, dev: d, replicas: r.Replicas})
+		slab = append(slab, readWant{item: i, key: p.keys[i], size: r.Size, bufs: bufs, dev: d, replicas: r.Replicas, disk: r.Disk})
 		w := &slab[len(slab)-1]
 		if len(r.Replicas) == 0 {
 			if r.Disk != "" {
@@ -189,14 +192,25 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 			ids = append(ids, rep.SegID)
 		}
 	}
+	for _, w := range c.readReplicas(ctx, wants, ids, out) {
+		toDisk(w, w.disk)
+	}
+	return out
+}
+
+// readReplicas reads each want from its memory replicas, cheapest first,
+// setting out[w.item] to the bytes read or the last error; ids are the
+// replicas' segments, resolved first. It returns the wants every replica
+// failed for that have a disk copy, for the caller to read from there.
+func (c *Client) readReplicas(ctx context.Context, wants []*readWant, ids []uint64, out []int64) (toDisk []*readWant) {
 	if len(wants) == 0 {
-		return out
+		return nil
 	}
 	_ = c.resolve(ctx, ids) // unresolved replicas are skipped below
 	for _, w := range wants {
 		c.orderReplicas(w.replicas)
 	}
-	// Round r tries every still-unread object's r-th replica, all in one
+	// Round r tries every still-unread want's r-th replica, all in one
 	// engine batch, so a failed replica costs one more round, not a stall.
 	for round := 0; len(wants) > 0; round++ {
 		ops := make([]transfer.Op, 0, len(wants))
@@ -205,9 +219,9 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 		for _, w := range wants {
 			if round >= len(w.replicas) {
 				// Every memory replica failed: the disk copy, if any, is
-				// the last resort. Otherwise out[i] keeps the last error.
-				if r := p.res[w.item]; r.Disk != "" {
-					toDisk(w, r.Disk)
+				// the last resort. Otherwise out keeps the last error.
+				if w.disk != "" {
+					toDisk = append(toDisk, w)
 				}
 				continue
 			}
@@ -218,7 +232,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 				next = append(next, w)
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: w.bufs, Device: w.dev})
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset + w.off, Bufs: w.bufs, Device: w.dev})
 			opWant = append(opWant, w)
 		}
 		if len(ops) > 0 {
@@ -229,7 +243,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 					continue
 				}
 				seg := ops[j].Peer.SegID
-				c.log.Warn("get: transfer failed; trying another replica", "key", p.keys[w.item], "segment", seg, "err", err)
+				c.log.Warn("get: transfer failed; trying another replica", "key", w.key, "segment", seg, "err", err)
 				out[w.item] = int64(wire.CodeOf(err))
 				c.opFailed(seg, err)
 				next = append(next, w)
@@ -237,7 +251,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 		}
 		wants = next
 	}
-	return out
+	return toDisk
 }
 
 // readDisk reads objects from the SSD tier at endpoint, their device parts

@@ -1,0 +1,484 @@
+// session.go defines ranged writes and reads (Mooncake's put and get
+// sessions, and get_into_ranges): a put session reserves objects with
+// PutStart and leaves them invisible while the caller writes byte ranges
+// of them, until PutEnd or PutRevoke; a get session looks objects up once
+// (holding their leases) and serves ranged reads of them until it ends.
+
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// RangePart is one byte range of an object: Buf is written at (or read
+// from) offset Off of the object.
+type RangePart struct {
+	Buf []byte
+	Off uint64
+}
+
+// sessions are this client's open put and get sessions, by key.
+type sessions struct {
+	mu   sync.Mutex
+	puts map[string]putSession
+	gets map[string]getSession
+}
+
+type putSession struct {
+	epoch    uint64
+	size     uint64
+	replicas []wire.Replica
+}
+
+type getSession struct {
+	res  wire.GetResult
+	sent time.Time // when GetReplicas left: the lease counts from here
+}
+
+// PutSessionStart reserves each key's object of sizes[i] bytes (one
+// PutStart for the batch); the objects stay invisible (-703 to readers)
+// until PutSessionEnd. Result i: OK, -705 when the key exists, -600 for
+// an empty key or size or a key whose session is already open, or the
+// master's code.
+func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg wire.ReplicaConfig) []wire.Code {
+	out := make([]wire.Code, len(keys))
+	if err := c.checkOpen(); err != nil {
+		return wire.Fill(out, wire.CodeOf(err))
+	}
+	req := wire.PutStartReq{ClientID: c.id, Config: cfg, HostID: transfer.HostID()}
+	var idx []int
+	c.sess.mu.Lock()
+	for i, k := range keys {
+		_, open := c.sess.puts[k]
+		if k == "" || i >= len(sizes) || sizes[i] == 0 || open {
+			out[i] = wire.ErrInvalidParams
+			continue
+		}
+		req.Keys, req.Sizes = append(req.Keys, k), append(req.Sizes, sizes[i])
+		idx = append(idx, i)
+	}
+	c.sess.mu.Unlock()
+	if len(idx) == 0 {
+		return out
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.PutStartResp
+	err := c.master.Call(ctx, wire.OpPutStart, &req, &resp)
+	if err == nil && len(resp.Results) != len(idx) {
+		err = wire.Errorf(wire.ErrRPCFail, "PutStart answered %d results for %d keys", len(resp.Results), len(idx))
+	}
+	if err != nil {
+		for _, i := range idx {
+			out[i] = wire.CodeOf(err)
+		}
+		return out
+	}
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	if c.sess.puts == nil {
+		c.sess.puts = map[string]putSession{}
+	}
+	for j, r := range resp.Results {
+		i := idx[j]
+		out[i] = r.Code
+		if r.Code == wire.OK {
+			c.sess.puts[keys[i]] = putSession{epoch: r.Epoch, size: req.Sizes[j], replicas: r.Replicas}
+		}
+	}
+	return out
+}
+
+// PutSessionWrite writes each key's parts into every replica of its open
+// put session. Result i is the bytes written for key i, or -600 when the
+// key has no open session or a part falls outside its object (nothing of
+// that key is written), or the transfer's code.
+func (c *Client) PutSessionWrite(keys []string, parts [][]RangePart) []int64 {
+	out := make([]int64, len(keys))
+	leave, err := c.enter()
+	if err != nil {
+		return wire.Fill(out, int64(wire.CodeOf(err)))
+	}
+	defer leave()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var ops []transfer.Op
+	var opKey []int
+	var ids []uint64
+	found := make([]putSession, len(keys))
+	c.sess.mu.Lock()
+	for i, k := range keys {
+		s, ok := c.sess.puts[k]
+		if !ok || i >= len(parts) || !partsFit(parts[i], s.size) {
+			out[i] = int64(wire.ErrInvalidParams)
+			continue
+		}
+		found[i] = s
+		for _, rep := range s.replicas {
+			ids = append(ids, rep.SegID)
+		}
+	}
+	c.sess.mu.Unlock()
+	resolveErr := c.resolve(ctx, ids)
+	for i := range keys {
+		if out[i] != 0 {
+			continue
+		}
+		for _, rep := range found[i].replicas {
+			peer, ok := c.peers.get(rep.SegID)
+			if !ok {
+				c.log.Warn("put session: replica on an unknown segment", "key", keys[i], "segment", rep.SegID, "err", resolveErr)
+				out[i] = int64(wire.ErrSegmentNotFound)
+				break
+			}
+			for _, p := range parts[i] {
+				if len(p.Buf) > 0 {
+					ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset + p.Off, Bufs: [][]byte{p.Buf}, Write: true})
+					opKey = append(opKey, i)
+				}
+			}
+		}
+		if out[i] == 0 {
+			for _, p := range parts[i] {
+				out[i] += int64(len(p.Buf))
+			}
+		}
+	}
+	c.runOps(ctx, "put session", keys, ops, opKey, out)
+	return out
+}
+
+// PutSessionEnd publishes the objects of keys' open put sessions (PutEnd):
+// result i is the master's code, -600 for a key with no open session.
+func (c *Client) PutSessionEnd(keys []string) []wire.Code {
+	return c.endPutSessions(keys, wire.OpPutEnd)
+}
+
+// PutSessionRevoke drops the objects of keys' open put sessions
+// (PutRevoke): result i is the master's code, -600 for a key with no
+// open session.
+func (c *Client) PutSessionRevoke(keys []string) []wire.Code {
+	return c.endPutSessions(keys, wire.OpPutRevoke)
+}
+
+func (c *Client) endPutSessions(keys []string, op wire.Op) []wire.Code {
+	out := make([]wire.Code, len(keys))
+	if err := c.checkOpen(); err != nil {
+		return wire.Fill(out, wire.CodeOf(err))
+	}
+	req := wire.KeysReq{ClientID: c.id}
+	var idx []int
+	c.sess.mu.Lock()
+	for i, k := range keys {
+		s, ok := c.sess.puts[k]
+		if !ok {
+			out[i] = wire.ErrInvalidParams
+			continue
+		}
+		delete(c.sess.puts, k)
+		req.Keys, req.Epochs = append(req.Keys, k), append(req.Epochs, s.epoch)
+		idx = append(idx, i)
+	}
+	c.sess.mu.Unlock()
+	if len(idx) == 0 {
+		return out
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.CodesResp
+	err := c.master.Call(ctx, op, &req, &resp)
+	for j, i := range idx {
+		switch {
+		case err != nil:
+			out[i] = wire.CodeOf(err)
+		case j < len(resp.Codes):
+			out[i] = resp.Codes[j]
+		default:
+			out[i] = wire.ErrRPCFail
+		}
+	}
+	return out
+}
+
+// GetSessionStart looks keys up once (GetReplicas, holding their leases)
+// for ranged reads by GetSessionRead. Result i: OK, or -704 for a key
+// that is missing (or empty), or the master's code. A key already in a
+// session is looked up again.
+func (c *Client) GetSessionStart(keys []string) []wire.Code {
+	out := make([]wire.Code, len(keys))
+	var q []string
+	var qi []int
+	for i, k := range keys {
+		if k == "" {
+			out[i] = wire.ErrObjectNotFound
+			continue
+		}
+		q, qi = append(q, k), append(qi, i)
+	}
+	if len(q) == 0 {
+		return out
+	}
+	p, err := c.GetStart(q)
+	if err != nil {
+		for _, i := range qi {
+			out[i] = wire.CodeOf(err)
+		}
+		return out
+	}
+	// The master counts this client as a reader once per lookup: a lookup
+	// replaced here ends now, the others at GetSessionEnd.
+	type read struct {
+		key   string
+		epoch uint64
+	}
+	var replaced []read
+	c.sess.mu.Lock()
+	if c.sess.gets == nil {
+		c.sess.gets = map[string]getSession{}
+	}
+	for j, r := range p.res {
+		out[qi[j]] = r.Code
+		if r.Code != wire.OK {
+			continue
+		}
+		if old, again := c.sess.gets[q[j]]; again {
+			replaced = append(replaced, read{q[j], old.res.Epoch})
+		}
+		c.sess.gets[q[j]] = getSession{res: r, sent: p.sent}
+	}
+	c.sess.mu.Unlock()
+	for _, r := range replaced {
+		c.readsDone.add(r.key, r.epoch)
+	}
+	return out
+}
+
+// GetSessionRead reads each key's parts (Off: offset in the object) from
+// its open get session. Result i is the bytes read for key i, -600 when
+// the key has no open session or a part falls outside its object (nothing
+// of that key is read), -707 when the reads ended after the object's lease,
+// or the transfer's code.
+func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
+	out := make([]int64, len(keys))
+	leave, err := c.enter()
+	if err != nil {
+		return wire.Fill(out, int64(wire.CodeOf(err)))
+	}
+	defer leave()
+	found := make([]getSession, len(keys))
+	c.sess.mu.Lock()
+	for i, k := range keys {
+		s, ok := c.sess.gets[k]
+		if !ok || i >= len(parts) || !partsFit(parts[i], s.res.Size) {
+			out[i] = int64(wire.ErrInvalidParams)
+			continue
+		}
+		found[i] = s
+	}
+	c.sess.mu.Unlock()
+	results := make([]wire.GetResult, len(keys))
+	sent := make([]time.Time, len(keys))
+	for i := range keys {
+		results[i], sent[i] = found[i].res, found[i].sent
+	}
+	per := c.readRanges(keys, results, parts, out)
+	for i := range keys {
+		if out[i] != 0 {
+			continue
+		}
+		out[i] = sumOrFirstError(per[i])
+		if out[i] > 0 && expired(results[i], sent[i]) {
+			out[i] = int64(wire.ErrLeaseExpired)
+		}
+	}
+	return out
+}
+
+// GetSessionEnd ends keys' get sessions (their reads end at the master);
+// keys without one are ignored.
+func (c *Client) GetSessionEnd(keys []string) {
+	c.sess.mu.Lock()
+	var ended []getSession
+	var endedKeys []string
+	for _, k := range keys {
+		if s, ok := c.sess.gets[k]; ok {
+			ended, endedKeys = append(ended, s), append(endedKeys, k)
+			delete(c.sess.gets, k)
+		}
+	}
+	c.sess.mu.Unlock()
+	for j, s := range ended {
+		c.readsDone.add(endedKeys[j], s.res.Epoch)
+	}
+}
+
+// GetRanges reads byte ranges of objects without a session: one lookup
+// for the batch, the ranges, and the reads end. Result [i][k] is the
+// bytes read into parts[i][k], or -704 when key i is missing, -600 when
+// that range falls outside the object, -707 past the lease, or the
+// transfer's code.
+func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
+	out := make([][]int64, len(keys))
+	for i := range out {
+		if i < len(parts) {
+			out[i] = make([]int64, len(parts[i]))
+		}
+	}
+	fill := func(code wire.Code) [][]int64 {
+		for i := range out {
+			wire.Fill(out[i], int64(code))
+		}
+		return out
+	}
+	leave, err := c.enter()
+	if err != nil {
+		return fill(wire.CodeOf(err))
+	}
+	defer leave()
+	p, err := c.GetStart(keys)
+	if err != nil {
+		return fill(wire.CodeOf(err))
+	}
+	defer c.endReads(p)
+	status := make([]int64, len(keys))
+	for i, r := range p.res {
+		if r.Code != wire.OK {
+			status[i] = int64(r.Code)
+		}
+	}
+	per := c.readRanges(keys, p.res, parts, status)
+	for i := range keys {
+		if i >= len(parts) {
+			continue
+		}
+		for k := range parts[i] {
+			switch {
+			case status[i] != 0:
+				out[i][k] = status[i]
+			case per[i][k] > 0 && expired(p.res[i], p.sent):
+				out[i][k] = int64(wire.ErrLeaseExpired)
+			default:
+				out[i][k] = per[i][k]
+			}
+		}
+	}
+	return out
+}
+
+// readRanges reads parts[i] of object i (located in res[i]) for every i
+// whose skip[i] is 0, each range from its own replicas in turn. Result
+// [i][k]: bytes read into parts[i][k], -600 for a range outside the
+// object, or the transfer's code. Disk copies serve whole objects only:
+// a range of an object with no memory replica left gets -712.
+func (c *Client) readRanges(keys []string, res []wire.GetResult, parts [][]RangePart, skip []int64) [][]int64 {
+	per := make([][]int64, len(keys))
+	var n int
+	for i := range keys {
+		if i < len(parts) {
+			per[i] = make([]int64, len(parts[i]))
+			n += len(parts[i])
+		}
+	}
+	flat := make([]int64, n)
+	slab := make([]readWant, 0, n)
+	var wants []*readWant
+	var ids []uint64
+	base := 0
+	for i := range keys {
+		if i >= len(parts) {
+			continue
+		}
+		for k, p := range parts[i] {
+			slot := base + k
+			r := res[i]
+			switch {
+			case skip[i] != 0:
+			case !inObject(p, r.Size):
+				flat[slot] = int64(wire.ErrInvalidParams)
+			case len(p.Buf) == 0:
+			case len(r.Replicas) == 0:
+				flat[slot] = int64(wire.ErrReplicaIsGone)
+			default:
+				slab = append(slab, readWant{item: slot, key: keys[i], off: p.Off, size: uint64(len(p.Buf)),
+					bufs: [][]byte{p.Buf}, replicas: append([]wire.Replica(nil), r.Replicas...)})
+				wants = append(wants, &slab[len(slab)-1])
+				for _, rep := range r.Replicas {
+					ids = append(ids, rep.SegID)
+				}
+			}
+		}
+		base += len(parts[i])
+	}
+	if len(wants) > 0 {
+		ctx, cancel := c.ctx()
+		for _, w := range c.readReplicas(ctx, wants, ids, flat) {
+			flat[w.item] = int64(wire.ErrReplicaIsGone) // never: ranges carry no disk copy
+		}
+		cancel()
+	}
+	base = 0
+	for i := range keys {
+		if i < len(parts) {
+			copy(per[i], flat[base:base+len(parts[i])])
+			base += len(parts[i])
+		}
+	}
+	return per
+}
+
+// partsFit reports whether every part lies inside an object of size bytes.
+func partsFit(parts []RangePart, size uint64) bool {
+	for _, p := range parts {
+		if !inObject(p, size) {
+			return false
+		}
+	}
+	return true
+}
+
+func inObject(p RangePart, size uint64) bool {
+	n := uint64(len(p.Buf))
+	return p.Off <= size && n <= size-p.Off
+}
+
+// sumOrFirstError is the total of results, or the first negative one.
+func sumOrFirstError(results []int64) int64 {
+	var total int64
+	for _, r := range results {
+		if r < 0 {
+			return r
+		}
+		total += r
+	}
+	return total
+}
+
+// expired reports whether r's lease, granted when its lookup left at sent,
+// has ended: bytes read after it must not be trusted.
+func expired(r wire.GetResult, sent time.Time) bool {
+	return r.LeaseMS > 0 && time.Now().After(sent.Add(time.Duration(r.LeaseMS)*time.Millisecond))
+}
+
+// runOps runs ops (ops[k] belongs to key opKey[k]) and records the first
+// failure of each key in out.
+func (c *Client) runOps(ctx context.Context, what string, keys []string, ops []transfer.Op, opKey []int, out []int64) {
+	if len(ops) == 0 {
+		return
+	}
+	for k, err := range c.engine.Do(ctx, ops) {
+		if err == nil {
+			continue
+		}
+		i, seg := opKey[k], ops[k].Peer.SegID
+		c.log.Warn(what+": transfer failed", "key", keys[i], "segment", seg, "err", err)
+		if out[i] >= 0 {
+			out[i] = int64(wire.CodeOf(err))
+		}
+		c.opFailed(seg, err)
+	}
+}
