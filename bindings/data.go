@@ -104,21 +104,9 @@ func guard(name string, fail func()) {
 	}
 }
 
-func fail32(res []int32) func() {
-	return func() {
-		for i := range res {
-			res[i] = int32(wire.ErrInternal)
-		}
-	}
-}
+func fail32(res []int32) func() { return func() { fill32(res, wire.ErrInternal) } }
 
-func fail64(res []int64) func() {
-	return func() {
-		for i := range res {
-			res[i] = int64(wire.ErrInternal)
-		}
-	}
-}
+func fail64(res []int64) func() { return func() { fill64(res, wire.ErrInternal) } }
 
 func sum32(p *C.uint32_t, n int) int {
 	t := 0

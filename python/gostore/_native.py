@@ -127,6 +127,23 @@ PROTOTYPES = {
     "gs_topology": (c_int, [c_char_p, c_int, _vp, c_int]),
     "gs_master_start": (_i64, [c_char_p, c_int]),
     "gs_master_addr": (c_int, [_i64, _vp, c_int]),
+    # h, n, keys, key_lens, sizes(uint64), replica_num, flags, preferred,
+    # preferred_len, results(int32)
+    "gs_put_session_start": (
+        None, [_i64, c_int, c_char_p, _vp, _vp, c_int, c_int, c_char_p, c_int, _vp],
+    ),
+    # h, n, keys, key_lens, ptrs, sizes, offsets, nparts, zero_copy,
+    # results(int64: one per key)
+    "gs_put_session_write": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, _vp, c_int, _vp]),
+    # h, n, keys, key_lens, revoke, results(int32)
+    "gs_put_session_end": (None, [_i64, c_int, c_char_p, _vp, c_int, _vp]),
+    # h, n, keys, key_lens, results(int32)
+    "gs_get_session_start": (None, [_i64, c_int, c_char_p, _vp, _vp]),
+    # as gs_put_session_write
+    "gs_get_session_read": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, _vp, c_int, _vp]),
+    "gs_get_session_end": (c_int, [_i64, c_int, c_char_p, _vp]),
+    # as gs_put_session_write, results(int64: one per part)
+    "gs_get_ranges": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, _vp, c_int, _vp]),
     "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),
     "gs_master_stop": (c_int, [_i64]),
     "gs_bench_memcpy": (c_double, [c_uint64, c_int]),
@@ -140,6 +157,11 @@ _RESULT_ARRAYS = {
     "gs_put_batch": ctypes.c_int32,
     "gs_upsert_batch": ctypes.c_int32,
     "gs_get_into_batch": ctypes.c_int64,
+    "gs_put_session_start": ctypes.c_int32,
+    "gs_put_session_write": ctypes.c_int64,
+    "gs_put_session_end": ctypes.c_int32,
+    "gs_get_session_start": ctypes.c_int32,
+    "gs_get_session_read": ctypes.c_int64,
     "gs_exist_batch": ctypes.c_int32,
     "gs_remove_batch": ctypes.c_int32,
 }

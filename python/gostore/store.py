@@ -46,6 +46,7 @@ from ._args import (
     _u64,
 )
 from ._tensor_api import TensorAPI
+from ._session_api import SessionAPI
 from .errors import ErrorCode
 from .tasks import TaskInfo
 from .tensor import DeviceSpan
@@ -262,7 +263,7 @@ def _flat_batch_checked(keys: Any, ptrs: Any, sizes: Any):
     return len(ks), idx, send, pa, sa
 
 
-class MooncakeDistributedStore(TensorAPI):
+class MooncakeDistributedStore(TensorAPI, SessionAPI):
     """A gostore client with Mooncake's ``MooncakeDistributedStore`` API.
 
     Create it, call :meth:`setup`, use it, :meth:`close` it (or use it as a

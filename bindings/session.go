@@ -1,0 +1,211 @@
+// session.go exports ranged writes and reads: put and get sessions and
+// get_into_ranges (client/session.go).
+
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// rangeParts turns the flattened (ptrs, sizes, offsets, nparts) arrays into
+// each key's ranges: part j of key i is sizes[j] bytes at ptrs[j], offset
+// offsets[j] in the object. Key i is bad when a part is beyond the
+// arrays, null, wrapping, or (memRegistered) outside every registered host
+// buffer; nothing is touched for it.
+func rangeParts(c *client.Client, n int, ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, memFlags C.int) ([][]client.RangePart, []bool) {
+	total := sum32(nparts, n)
+	np, ps, ss, os := u32s(nparts, n), u64s(ptrs, total), u64s(sizes, total), u64s(offsets, total)
+	out := make([][]client.RangePart, n)
+	bad := make([]bool, n)
+	next := 0
+	for i := range n {
+		if np == nil || (total > 0 && (ps == nil || ss == nil || os == nil)) || int(np[i]) > total-next {
+			bad[i] = true
+			continue
+		}
+		parts := make([]client.RangePart, 0, np[i])
+		for j := next; j < next+int(np[i]); j++ {
+			ptr, size := ps[j], ss[j]
+			ok := size == 0 || (ptr != 0 && ptr+size >= ptr)
+			if ok && size > 0 && memFlags&memRegistered != 0 {
+				where, in := c.BufferDevice(ptr, size)
+				ok = in && where < 0
+			}
+			if !ok {
+				logger.Warn("memory range rejected: null, wrapping, GPU memory or outside every registered buffer",
+					"key", i, "ptr", ptr, "size", size)
+				bad[i] = true
+				break
+			}
+			parts = append(parts, client.RangePart{Buf: mem(ptr, size), Off: os[j]})
+		}
+		next += int(np[i])
+		if !bad[i] {
+			out[i] = parts
+		}
+	}
+	return out, bad
+}
+
+//export gs_put_session_start
+func gs_put_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, sizes *C.uint64_t,
+	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, results *C.int32_t) {
+	cnt := int(n)
+	res := i32s(results, cnt)
+	defer guard("gs_put_session_start", fail32(res))
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill32(res, code) })
+	if !ok {
+		return
+	}
+	cfg := replicaConfig(replicaNum, flags, preferred, preferredLen)
+	for i, code := range c.PutSessionStart(ks, u64s(sizes, cnt), cfg) {
+		res[i] = int32(code)
+	}
+}
+
+//export gs_put_session_write
+func gs_put_session_write(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
+	cnt := int(n)
+	res := i64s(results, cnt)
+	defer guard("gs_put_session_write", fail64(res))
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill64(res, code) })
+	if !ok {
+		return
+	}
+	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
+	for i, r := range c.PutSessionWrite(ks, parts) {
+		res[i] = r
+		if bad[i] {
+			res[i] = int64(wire.ErrInvalidParams)
+		}
+	}
+}
+
+// gs_put_session_end publishes (revoke 0) or drops (revoke 1) the objects
+// of keys' put sessions.
+//
+//export gs_put_session_end
+func gs_put_session_end(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, revoke C.int, results *C.int32_t) {
+	cnt := int(n)
+	res := i32s(results, cnt)
+	defer guard("gs_put_session_end", fail32(res))
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill32(res, code) })
+	if !ok {
+		return
+	}
+	end := c.PutSessionEnd
+	if revoke != 0 {
+		end = c.PutSessionRevoke
+	}
+	for i, code := range end(ks) {
+		res[i] = int32(code)
+	}
+}
+
+//export gs_get_session_start
+func gs_get_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, results *C.int32_t) {
+	cnt := int(n)
+	res := i32s(results, cnt)
+	defer guard("gs_get_session_start", fail32(res))
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill32(res, code) })
+	if !ok {
+		return
+	}
+	for i, code := range c.GetSessionStart(ks) {
+		res[i] = int32(code)
+	}
+}
+
+//export gs_get_session_read
+func gs_get_session_read(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
+	cnt := int(n)
+	res := i64s(results, cnt)
+	defer guard("gs_get_session_read", fail64(res))
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill64(res, code) })
+	if !ok {
+		return
+	}
+	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
+	for i, r := range c.GetSessionRead(ks, parts) {
+		res[i] = r
+		if bad[i] {
+			res[i] = int64(wire.ErrInvalidParams)
+		}
+	}
+}
+
+//export gs_get_session_end
+func gs_get_session_end(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t) (ret C.int) {
+	defer recoverTo("gs_get_session_end", &ret)
+	c, ks, ok := clientAndKeys(h, keys, keyLens, int(n), func(code wire.Code) { ret = C.int(code) })
+	if !ok {
+		return ret
+	}
+	c.GetSessionEnd(ks)
+	return 0
+}
+
+// gs_get_ranges reads byte ranges of objects without a session: results
+// has one entry per part (sum of nparts).
+//
+//export gs_get_ranges
+func gs_get_ranges(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
+	cnt := int(n)
+	res := i64s(results, sum32(nparts, cnt))
+	defer guard("gs_get_ranges", fail64(res))
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill64(res, code) })
+	if !ok {
+		return
+	}
+	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
+	got := c.GetRanges(ks, parts)
+	np := u32s(nparts, cnt)
+	at := 0
+	for i := range cnt {
+		for k := range int(np[i]) {
+			if bad[i] || k >= len(got[i]) {
+				res[at+k] = int64(wire.ErrInvalidParams)
+			} else {
+				res[at+k] = got[i][k]
+			}
+		}
+		at += int(np[i])
+	}
+}
+
+// clientAndKeys resolves the handle and the key list; on failure it calls
+// fail with -1 (no client) or -600 (bad keys) and returns ok false.
+func clientAndKeys(h C.int64_t, keys *C.char, keyLens *C.uint32_t, n int, fail func(wire.Code)) (*client.Client, []string, bool) {
+	c := clientOf(h)
+	if c == nil {
+		fail(wire.ErrInternal)
+		return nil, nil, false
+	}
+	ks, ok := keyList(keys, keyLens, n)
+	if !ok {
+		fail(wire.ErrInvalidParams)
+		return nil, nil, false
+	}
+	return c, ks, true
+}
+
+func fill32(res []int32, code wire.Code) {
+	for i := range res {
+		res[i] = int32(code)
+	}
+}
+
+func fill64(res []int64, code wire.Code) {
+	for i := range res {
+		res[i] = int64(code)
+	}
+}

@@ -1,0 +1,109 @@
+"""Ranged writes and reads (Mooncake 0.3.13's put and get sessions,
+``get_into_ranges``, ``put_from_with_metadata``) against the real master and
+storage peers in other processes: bytes checked, and the codes the wheel
+answers for each misuse (measured on mooncake-transfer-engine-non-cuda
+0.3.13.post1)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+INVALID, EXISTS, MISSING, NOT_READY = -600, -705, -704, -703
+
+
+@pytest.fixture
+def arena(store):
+    """1 MiB of registered memory: (base address, the ctypes buffer)."""
+    buf = ctypes.create_string_buffer(1 << 20)
+    base = ctypes.addressof(buf)
+    assert store.register_buffer(base, 1 << 20) == 0
+    yield base, buf
+    store.unregister_buffer(base)
+
+
+def fill(base: int, off: int, data: bytes) -> None:
+    ctypes.memmove(base + off, data, len(data))
+
+
+def read(base: int, off: int, n: int) -> bytes:
+    return ctypes.string_at(base + off, n)
+
+
+def pattern(seed: int, n: int) -> bytes:
+    return bytes((seed * 31 + i * 7) % 256 for i in range(n))
+
+
+def test_put_session_writes_ranges_then_publishes(store, arena, uniq):
+    base, _ = arena
+    k_exists, k1, k2 = f"{uniq}/exists", f"{uniq}/s1", f"{uniq}/s2"
+    assert store.put(k_exists, b"x" * 100) == 0
+    assert store.batch_put_session_start([k_exists, k1, "", k2], [100, 3000, 10, 50]) == [EXISTS, 0, INVALID, 0]
+    assert store.batch_put_session_start([k1], [3000]) == [INVALID]  # already open
+    assert store.get_size(k1) == NOT_READY and store.is_exist(k1) == 0
+
+    a, b = pattern(1, 1000), pattern(2, 500)
+    fill(base, 0, a)
+    fill(base, 4096, b)
+    assert store.batch_put_from_multi_buffer_ranges([k1], [[base, base + 4096]], [[1000, 500]], [[0, 2500]]) == [1500]
+    # Outside the object, and lists of different lengths: nothing written.
+    assert store.batch_put_from_multi_buffer_ranges([k1], [[base]], [[600]], [[2500]]) == [INVALID]
+    assert store.batch_put_from_multi_buffer_ranges([k1], [[base, base]], [[10]], [[0, 5]]) == [INVALID]
+    assert store.batch_put_from_multi_buffer_ranges([f"{uniq}/none"], [[base]], [[10]], [[0]]) == [INVALID]
+
+    assert store.batch_put_session_end([f"{uniq}/none", k1]) == [INVALID, 0]
+    assert store.batch_put_session_end([k1]) == [INVALID]  # ended
+    got = store.get(k1)
+    assert len(got) == 3000 and got[:1000] == a and got[2500:] == b
+
+    assert store.batch_put_session_revoke([k2, f"{uniq}/none"]) == [0, INVALID]
+    assert store.is_exist(k2) == 0
+    assert store.batch_put_session_end([k2]) == [INVALID]
+
+
+def test_get_session_reads_ranges_until_it_ends(store, arena, uniq):
+    base, _ = arena
+    key = f"{uniq}/obj"
+    value = pattern(3, 5000)
+    assert store.put(key, value) == 0
+    assert store.batch_get_session_start([key, f"{uniq}/missing", ""]) == [0, MISSING, MISSING]
+    got = store.batch_get_into_multi_buffer_ranges(
+        [key], [[base, base + 200]], [[100, 300]], [[900, 4700]])
+    assert got == [400]
+    assert read(base, 0, 100) == value[900:1000] and read(base, 200, 300) == value[4700:]
+    assert store.batch_get_into_multi_buffer_ranges([key], [[base]], [[10]], [[4995]]) == [INVALID]
+    assert store.batch_get_session_end([key, f"{uniq}/missing"]) == 0
+    assert store.batch_get_into_multi_buffer_ranges([key], [[base]], [[10]], [[0]]) == [INVALID]
+
+
+def test_get_into_ranges_without_a_session(store, arena, uniq):
+    base, _ = arena
+    k1, k2 = f"{uniq}/a", f"{uniq}/b"
+    v1, v2 = pattern(4, 4096), pattern(5, 100)
+    assert store.put(k1, v1) == 0 and store.put(k2, v2) == 0
+    dst = base + 65536
+    out = store.get_into_ranges(
+        [dst, dst + 8192],
+        [[k1, f"{uniq}/missing"], [k2]],
+        [[[0, 100], [0]], [[0]]],
+        [[[10, 200], [0]], [[90]]],
+        [[[5, 7], [5]], [[10]]],
+    )
+    assert out == [[[5, 7], [MISSING]], [[10]]]
+    assert read(dst, 0, 5) == v1[10:15] and read(dst, 100, 7) == v1[200:207]
+    assert read(dst + 8192, 0, 10) == v2[90:]
+    assert store.get_into_ranges([dst], [[k2]], [[[0]]], [[[95]]], [[[20]]]) == [[[INVALID]]]
+    assert store.get_into_ranges([dst], [[k2]], [[[0, 1]]], [[[0]]], [[[5]]]) == [[[INVALID, INVALID]]]
+
+
+def test_put_from_with_metadata_stores_metadata_first(store, arena, uniq):
+    base, _ = arena
+    fill(base, 0, b"DATA" * 4)
+    fill(base, 4096, b"meta" * 2)
+    key = f"{uniq}/m"
+    assert store.put_from_with_metadata(key, base, base + 4096, 16, 8) == 0
+    assert store.get(key) == b"metameta" + b"DATA" * 4
+    assert store.put_from_with_metadata("", base, base + 4096, 16, 8) == INVALID
+    with pytest.raises(TypeError):
+        store.put_from_with_metadata(key, "addr", base, 16, 8)
