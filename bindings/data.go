@@ -15,7 +15,9 @@ import (
 
 // Bits of the zero_copy argument of the data calls (bindings/ABI.md).
 const (
-	// memRegistered: every range must lie inside a registered buffer.
+	// memRegistered: the ranges are the caller's zero-copy memory: inside a
+	// registered buffer, or memory it never registered (client.MemoryOf
+	// says which ranges are refused).
 	memRegistered = 1
 	// memMayBeDevice: ranges not registered may be GPU memory; the driver
 	// is asked about each (Python sets it for CUDA tensors).
@@ -64,12 +66,12 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 			}
 			where, ok := -1, ptr != 0 && ptr+size >= ptr
 			if ok && memFlags&memRegistered != 0 {
-				where, ok = c.BufferDevice(ptr, size)
+				where, ok = c.MemoryOf(ptr, size)
 			} else if ok && memFlags&memMayBeDevice != 0 {
 				where = client.DeviceOf(ptr)
 			}
 			if !ok {
-				logger.Warn("memory range rejected: null, wrapping or outside every registered buffer",
+				logger.Warn("memory range rejected: null, wrapping, or straddling a registered buffer's edge",
 					"object", i, "ptr", ptr, "size", size)
 				bad[i] = true
 				continue // never form a slice over memory we rejected

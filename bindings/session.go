@@ -34,11 +34,11 @@ func rangeParts(c *client.Client, n int, ptrs, sizes, offsets *C.uint64_t, npart
 			ptr, size := ps[j], ss[j]
 			ok := size == 0 || (ptr != 0 && ptr+size >= ptr)
 			if ok && size > 0 && memFlags&memRegistered != 0 {
-				where, in := c.BufferDevice(ptr, size)
+				where, in := c.MemoryOf(ptr, size)
 				ok = in && where < 0
 			}
 			if !ok {
-				logger.Warn("memory range rejected: null, wrapping, GPU memory or outside every registered buffer",
+				logger.Warn("memory range rejected: null, wrapping, GPU memory, or straddling a registered buffer's edge",
 					"key", i, "ptr", ptr, "size", size)
 				bad[i] = true
 				break

@@ -24,6 +24,9 @@ line on stdin and answers one JSON line on stdout per command:
 ``put_pattern``     ``key``, ``size``, ``seed`` [, ``replica_num``,
                     ``preferred_segment``] -> ``{"rc": int}``
 ``check_pattern``   ``key``, ``size``, ``seed`` -> ``{"ok": bool, "size": int}``
+``unregistered``    ``key``, ``size``, ``seed`` [, config as ``put``]: put_from
+                    out of memory never registered, then get_into other such
+                    memory -> ``{"put": rc, "get": rc, "ok": bytes equal}``
 ``upsert``          ``key``, ``hex`` [, ``replica_num``, ``preferred_segment``,
                     ``hard_pin``, ``soft_pin``] -> ``{"rc": int}``
 ``upsert_pattern``  ``key``, ``size``, ``seed`` [, config as ``upsert``] -> ``{"rc": int}``
@@ -171,6 +174,15 @@ def handle(store, cmd: dict) -> dict:
         got = store.get(cmd["key"])
         want = pattern(int(cmd["seed"]), int(cmd["size"]))
         return {"ok": got == want, "size": len(got)}
+    if op == "unregistered":
+        import ctypes
+
+        size = int(cmd["size"])
+        data = pattern(int(cmd["seed"]), size)
+        src, dst = ctypes.create_string_buffer(data, size), ctypes.create_string_buffer(size)
+        put = store.put_from(cmd["key"], ctypes.addressof(src), size, _config(cmd))
+        got = store.get_into(cmd["key"], ctypes.addressof(dst), size)
+        return {"put": put, "get": got, "ok": dst.raw == data}
     if op == "upsert":
         return {"rc": store.upsert(cmd["key"], bytes.fromhex(cmd["hex"]), _config(cmd))}
     if op == "upsert_pattern":

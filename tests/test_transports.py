@@ -102,3 +102,15 @@ def test_test_process_reads_objects_written_over_tcp(four, store_factory):
     assert s.put(key2, pattern(8, 3 * MiB), ReplicateConfig(preferred_segment=s.get_hostname())) == 0
     assert peers["tcp2"].check_pattern(key2, 3 * MiB, 8)
     assert s.remove(key, force=True) == 0 and s.remove(key2, force=True) == 0
+
+
+def test_zero_copy_on_memory_never_registered_over_tcp(four):
+    """put_from and get_into take memory the caller never registered over
+    TCP too (Mooncake 0.3.13 does): a TCP peer writes into another TCP
+    peer's segment and reads it back, bytes compared."""
+    m, peers = four
+    for size in (4096, 3 * MiB + 7):
+        ans = peers["tcp1"].call("unregistered", key=f"transport/unregistered-{size}", size=size, seed=9,
+                                 replica_num=1, preferred_segment=peers["tcp2"].hostname)
+        assert ans == {"put": 0, "get": size, "ok": True}, ans
+        assert peers["tcp2"].check_pattern(f"transport/unregistered-{size}", size, 9)

@@ -227,9 +227,10 @@ def test_upsert_from_and_batch_upsert_from_roundtrip(cluster, store, uniq):
         res = store.batch_upsert_from(keys, [ptr + i * size for i in range(n)], [size] * n)
         assert res == [0, 0, 0]
         assert store.get_batch(keys) == [pattern(60 + i, size) for i in range(n)]
-        # other sizes, and one range that is not registered (-600 for it only)
+        # other sizes, and one range that runs past the registered buffer's
+        # end (-600 for it only)
         res = store.batch_upsert_from(
-            keys, [ptr, ptr + 1, ptr + src.nbytes], [100, 2 * size, 10])
+            keys, [ptr, ptr + 1, ptr + src.nbytes - 5], [100, 2 * size, 10])
         assert res == [0, 0, -600]
         assert store.get(keys[0]) == pattern(60, 100)
         whole = b"".join(pattern(60 + i, size) for i in range(n))

@@ -91,6 +91,21 @@ func (g *registry) rangeOf(ptr, size uint64) (addrRange, bool) {
 	return g.ranges[i-1], true
 }
 
+// straddles reports whether [ptr, ptr+size) overlaps a registered buffer
+// without lying inside it: a range that starts or ends in one is a
+// caller's mistake, not memory of its own.
+func (g *registry) straddles(ptr, size uint64) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	end := ptr + size
+	for _, r := range g.ranges {
+		if ptr < r.end() && r.start < end && (ptr < r.start || end > r.end()) {
+			return true
+		}
+	}
+	return false
+}
+
 // location names where memory lives, as the topology does: cuda:N or host.
 func location(dev int) string {
 	if dev < 0 {

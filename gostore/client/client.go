@@ -531,6 +531,26 @@ func (c *Client) BufferDevice(ptr, size uint64) (dev int, ok bool) {
 	return c.buffers.lookup(ptr, size)
 }
 
+// MemoryOf says where the caller's [ptr, ptr+size) lives for a zero-copy
+// call, as Mooncake's client takes it: inside a registered buffer, that
+// buffer's device; memory never registered, the caller's own (its GPU
+// when the driver knows the address, else host). Refused (ok false): a
+// null or wrapping range, and one that straddles a registered buffer's
+// edge, which is a mistake rather than memory of the caller's own.
+func (c *Client) MemoryOf(ptr, size uint64) (dev int, ok bool) {
+	if dev, ok := c.buffers.lookup(ptr, size); ok {
+		return dev, true
+	}
+	if ptr == 0 || ptr+size < ptr || ptr+size > userSpaceEnd || c.buffers.straddles(ptr, size) {
+		return -1, false
+	}
+	return DeviceOf(ptr), true
+}
+
+// userSpaceEnd bounds the addresses a process can own (48-bit virtual
+// addresses): a range past it cannot be the caller's memory.
+const userSpaceEnd = 1 << 48
+
 func (c *Client) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)
 }
