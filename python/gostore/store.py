@@ -641,9 +641,9 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
             return _INVALID
         return self._remove([k], force)[0]
 
-    def remove_by_regex(self, pattern: str, force: bool = False) -> int:
-        """Number of keys removed whose key matches ``pattern`` (search semantics)."""
-        p = _str_arg(pattern, "pattern")
+    def remove_by_regex(self, regex_pattern: str, force: bool = False) -> int:
+        """Number of keys removed whose key matches ``regex_pattern`` (search semantics)."""
+        p = _str_arg(regex_pattern, "regex_pattern")
         force = _bool(force, "force")
         try:
             pb = p.encode("utf-8")
@@ -669,17 +669,17 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
 
     # ---- zero-copy API ----------------------------------------------------
 
-    def register_buffer(self, ptr: int, size: int) -> int:
-        """Declare ``[ptr, ptr+size)`` usable by the zero-copy calls; 0 / negative."""
-        p = _int(ptr, "ptr")
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        """Declare ``[buffer_ptr, buffer_ptr+size)`` usable by the zero-copy calls; 0 / negative."""
+        p = _int(buffer_ptr, "buffer_ptr")
         s = _int(size, "size")
         if not (_u64(p) and _u64(s)):
             return _INVALID
         return _native.lib().gs_register_buffer(self._h(), p, s)
 
-    def unregister_buffer(self, ptr: int) -> int:
+    def unregister_buffer(self, buffer_ptr: int) -> int:
         """Forget a registered buffer; 0 / negative."""
-        p = _int(ptr, "ptr")
+        p = _int(buffer_ptr, "buffer_ptr")
         if not _u64(p):
             return _INVALID
         return _native.lib().gs_unregister_buffer(self._h(), p)
@@ -696,15 +696,15 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         )[0]
 
     def put_from(
-        self, key: str, ptr: int, size: int, config: Optional[ReplicateConfig] = None
+        self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None
     ) -> int:
-        """Store ``size`` bytes read directly from registered memory at ``ptr``."""
-        return self._write_from(key, ptr, size, config, False)
+        """Store ``size`` bytes read directly from registered memory at ``buffer_ptr``."""
+        return self._write_from(key, buffer_ptr, size, config, False)
 
-    def get_into(self, key: str, ptr: int, size: int) -> int:
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
         """Read the value into registered memory; bytes written or negative."""
         k = _key(key)
-        p = _int(ptr, "ptr")
+        p = _int(buffer_ptr, "buffer_ptr")
         s = _int(size, "size")
         if k is None or not (_u64(p) and _u64(s)):
             return _INVALID
@@ -732,16 +732,16 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
     def batch_put_from(
         self,
         keys: List[str],
-        ptrs: List[int],
+        buffer_ptrs: List[int],
         sizes: List[int],
         config: Optional[ReplicateConfig] = None,
     ) -> List[int]:
         """One :meth:`put_from` result per key; all -600 if list lengths differ."""
-        return self._write_batch_from(keys, ptrs, sizes, config, False)
+        return self._write_batch_from(keys, buffer_ptrs, sizes, config, False)
 
-    def batch_get_into(self, keys: List[str], ptrs: List[int], sizes: List[int]) -> List[int]:
+    def batch_get_into(self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]) -> List[int]:
         """One :meth:`get_into` result per key (-704 for a miss)."""
-        n, idx, send, pa, sa = self._flat_batch(keys, ptrs, sizes)
+        n, idx, send, pa, sa = self._flat_batch(keys, buffer_ptrs, sizes)
         out = [_INVALID] * n
         if idx is None:
             return out
@@ -784,13 +784,13 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
     def batch_put_from_multi_buffers(
         self,
         keys: List[str],
-        ptr_lists: List[List[int]],
-        size_lists: List[List[int]],
+        all_buffer_ptrs: List[List[int]],
+        all_sizes: List[List[int]],
         config: Optional[ReplicateConfig] = None,
     ) -> List[int]:
         """Store each object as the concatenation of its scatter list."""
         cfg = _config(config)
-        n, idx, send, pa, sa, na = self._multi_batch(keys, ptr_lists, size_lists)
+        n, idx, send, pa, sa, na = self._multi_batch(keys, all_buffer_ptrs, all_sizes)
         out = [_INVALID] * n
         if idx is None or cfg is None:
             return out
@@ -800,10 +800,15 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         return out
 
     def batch_get_into_multi_buffers(
-        self, keys: List[str], ptr_lists: List[List[int]], size_lists: List[List[int]]
+        self, keys: List[str], all_buffer_ptrs: List[List[int]], all_sizes: List[List[int]],
+        prefer_alloc_in_same_node: bool = False,
     ) -> List[int]:
-        """Gather each object into its scatter list; bytes written or negative."""
-        n, idx, send, pa, sa, na = self._multi_batch(keys, ptr_lists, size_lists)
+        """Gather each object into its scatter list; bytes written or negative.
+        ``prefer_alloc_in_same_node`` is accepted for Mooncake's signature:
+        reads always take the nearest replica first (own segment, this
+        host's shared memory, then the network)."""
+        _bool(prefer_alloc_in_same_node, "prefer_alloc_in_same_node")
+        n, idx, send, pa, sa, na = self._multi_batch(keys, all_buffer_ptrs, all_sizes)
         out = [_INVALID] * n
         if idx is None:
             return out
@@ -823,10 +828,10 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         return self._write_value(key, value, config, True)
 
     def upsert_from(
-        self, key: str, ptr: int, size: int, config: Optional[ReplicateConfig] = None
+        self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None
     ) -> int:
         """:meth:`upsert` of ``size`` bytes read directly from registered memory."""
-        return self._write_from(key, ptr, size, config, True)
+        return self._write_from(key, buffer_ptr, size, config, True)
 
     def upsert_parts(
         self, key: str, *parts: Any, config: Optional[ReplicateConfig] = None
@@ -843,12 +848,12 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
     def batch_upsert_from(
         self,
         keys: List[str],
-        ptrs: List[int],
+        buffer_ptrs: List[int],
         sizes: List[int],
         config: Optional[ReplicateConfig] = None,
     ) -> List[int]:
         """One :meth:`upsert_from` result per key; all -600 if list lengths differ."""
-        return self._write_batch_from(keys, ptrs, sizes, config, True)
+        return self._write_batch_from(keys, buffer_ptrs, sizes, config, True)
 
     # ---- replica tasks ----------------------------------------------------
 
