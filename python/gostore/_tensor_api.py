@@ -18,14 +18,19 @@ not a tensor (or a key that is not a str).
 from __future__ import annotations
 
 import ctypes
+import logging
 from array import array
 from typing import Any, List, Optional
 
-from . import _native, tensor as _codec
+from . import _native, _safetensors, tensor as _codec
 from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _seq, _strs, _u64
 from .config import ReplicateConfig
 
 __all__ = ["TensorAPI"]
+
+_log = logging.getLogger("gostore")
+_FILE_NOT_FOUND = -1100
+_FILE_WRITE_FAIL = -1103
 
 
 def _numpy_alloc(n: int):
@@ -229,6 +234,117 @@ class TensorAPI:
         if not 0 <= rank < size:
             return [None] * len(ks)
         return self.batch_get_tensor([_codec.tp_key(k, rank) for k in ks])
+
+    def put_tensor_with_tp_from(
+        self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
+        """:meth:`put_tensor_with_tp` of the whole tensor object (header and
+        data, as :meth:`get_tensor_into` leaves it) in registered memory at
+        ``buffer_ptr``: its ``tp_size`` shards are stored under
+        ``f"{key}_tp_{r}"``; 0 or the first error, -600 when the memory
+        holds no tensor."""
+        return self.batch_put_tensor_with_tp_from([key], [buffer_ptr], [size], tp_rank, tp_size, split_dim)[0]
+
+    def batch_put_tensor_with_tp_from(
+        self, base_keys: List[str], buffer_ptrs: List[int], sizes: List[int], tp_rank: int = 0,
+        tp_size: int = 1, split_dim: int = 0,
+    ) -> List[int]:
+        """One :meth:`put_tensor_with_tp_from` result per base key."""
+        ks = _strs(base_keys, "base_keys")
+        ps, ss = _ints(buffer_ptrs, "buffer_ptrs"), _ints(sizes, "sizes")
+        _int(tp_rank, "tp_rank")
+        if not (len(ks) == len(ps) == len(ss)):
+            return [_INVALID] * len(ks)
+        tensors = [self._tensor_at(p, s, w) for p, s, w in zip(ps, ss, _where(self._h(), ps, ss))]
+        out = [_INVALID] * len(ks)
+        idx = [i for i, t in enumerate(tensors) if t is not None]
+        if idx:
+            codes = self._put_tp([ks[i] for i in idx], [tensors[i] for i in idx], None, tp_size, split_dim, False)
+            for i, c in zip(idx, codes):
+                out[i] = c
+        return out
+
+    def _tensor_at(self, ptr: int, size: int, where: int) -> Any:
+        """The tensor of the object at ``ptr`` (``where``: 1 registered host
+        memory, 2 registered GPU memory), viewing it; None when it holds
+        no tensor object or is not registered."""
+        if size <= 0:
+            return None
+        if where == 1:
+            import numpy as np
+
+            view = (ctypes.c_uint8 * size).from_address(ptr)
+            hdr = _codec.decode_header(view)
+            return None if hdr is None else _codec.materialize(np.ctypeslib.as_array(view), hdr)
+        if where == 2:
+            hdr = _device_header(ptr, size)
+            return None if hdr is None else _codec.cuda_view(ptr, hdr)
+        return None
+
+    def get_tensor_with_tp_into(
+        self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> Any:
+        """:meth:`get_tensor_into` of shard ``tp_rank`` of a tensor stored by
+        :meth:`put_tensor_with_tp`; -600 for a rank outside ``tp_size``."""
+        _int(split_dim, "split_dim")
+        return self.batch_get_tensor_with_tp_into([key], [buffer_ptr], [size], tp_rank, tp_size)[0]
+
+    def batch_get_tensor_with_tp_into(
+        self, base_keys: List[str], buffer_ptrs: List[int], sizes: List[int], tp_rank: int = 0, tp_size: int = 1
+    ) -> List[Any]:
+        """One :meth:`get_tensor_with_tp_into` result per base key."""
+        ks = _strs(base_keys, "base_keys")
+        rank, n = _int(tp_rank, "tp_rank"), _int(tp_size, "tp_size")
+        if not 0 <= rank < n:
+            return [_INVALID] * len(ks)
+        return self.batch_get_tensor_into([_codec.tp_key(k, rank) for k in ks], buffer_ptrs, sizes)
+
+    # ---- safetensors files --------------------------------------------------
+
+    def save_tensor_to_safetensor(self, key: str, file_name: Optional[str] = None) -> int:
+        """Write the tensor stored under ``key`` to a safetensors file
+        (``file_name``, else the key), named ``key`` in it; 0, or -1100
+        when the key holds no tensor (Mooncake's answer), -1103 when the
+        file cannot be written."""
+        k = _strs([key], "key")[0]
+        path = k if file_name is None else _strs([file_name], "file_name")[0]
+        t = self.get_tensor(k)
+        if t is None:
+            return _FILE_NOT_FOUND
+        try:
+            _safetensors.save(path, {k: t})
+        except (OSError, ValueError) as e:
+            _log.warning("save_tensor_to_safetensor %r to %s: %s", k, path, e)
+            return _FILE_WRITE_FAIL
+        return 0
+
+    def load_tensor_from_safetensor(self, key: Optional[str] = None, file_name: str = "") -> Any:
+        """Read a tensor from a safetensors file and store it under ``key``
+        (else ``file_name``); the tensor named ``key`` in the file, or its
+        first one (logged) when there is none of that name. Returns the
+        tensor stored, or None when the file cannot be read or the put
+        failed (logged)."""
+        path = _strs([file_name], "file_name")[0]
+        k = path if key is None else _strs([key], "key")[0]
+        try:
+            tensors = _safetensors.load(path)
+        except (OSError, ValueError) as e:
+            _log.warning("load_tensor_from_safetensor %s: %s", path, e)
+            return None
+        if not tensors:
+            _log.warning("load_tensor_from_safetensor %s: the file holds no tensor", path)
+            return None
+        if k not in tensors:
+            first = next(iter(tensors))
+            _log.warning("load_tensor_from_safetensor %s: no tensor named %r; storing %r", path, k, first)
+            t = tensors[first]
+        else:
+            t = tensors[k]
+        rc = self.put_tensor(k, t)
+        if rc != 0:
+            _log.warning("load_tensor_from_safetensor %s: put of %r returned %d", path, k, rc)
+            return None
+        return t
 
     # ---- reading ------------------------------------------------------------
 
