@@ -16,6 +16,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/planclient"
@@ -534,9 +536,12 @@ func (c *Client) BufferDevice(ptr, size uint64) (dev int, ok bool) {
 // MemoryOf says where the caller's [ptr, ptr+size) lives for a zero-copy
 // call, as Mooncake's client takes it: inside a registered buffer, that
 // buffer's device; memory never registered, the caller's own (its GPU
-// when the driver knows the address, else host). Refused (ok false): a
-// null or wrapping range, and one that straddles a registered buffer's
-// edge, which is a mistake rather than memory of the caller's own.
+// when the driver knows the address, else host memory, which must be
+// mapped in this process). Refused (ok false): a null or wrapping range,
+// one that straddles a registered buffer's edge (a mistake rather than
+// memory of the caller's own), and host memory that is not mapped (a
+// device pointer with no driver to reach it, or a stale one): touching it
+// would kill the process.
 func (c *Client) MemoryOf(ptr, size uint64) (dev int, ok bool) {
 	if dev, ok := c.buffers.lookup(ptr, size); ok {
 		return dev, true
@@ -544,7 +549,21 @@ func (c *Client) MemoryOf(ptr, size uint64) (dev int, ok bool) {
 	if ptr == 0 || ptr+size < ptr || ptr+size > userSpaceEnd || c.buffers.straddles(ptr, size) {
 		return -1, false
 	}
-	return DeviceOf(ptr), true
+	if dev := DeviceOf(ptr); dev >= 0 {
+		return dev, true
+	}
+	return -1, mapped(ptr, size)
+}
+
+// mapped reports whether every page of [ptr, ptr+size) is mapped in this
+// process: msync answers ENOMEM for a range with unmapped pages, without
+// touching the memory (one system call).
+func mapped(ptr, size uint64) bool {
+	const page = 4096
+	start := ptr &^ (page - 1)
+	end := (ptr + size + page - 1) &^ (page - 1)
+	_, _, errno := unix.Syscall(unix.SYS_MSYNC, uintptr(start), uintptr(end-start), unix.MS_ASYNC)
+	return errno == 0
 }
 
 // userSpaceEnd bounds the addresses a process can own (48-bit virtual
