@@ -2,9 +2,10 @@
 
 ``from gostore import MooncakeDistributedStore, ReplicateConfig`` gives the
 same class, argument order, return conventions and error numbers as
-``mooncake.store.MooncakeDistributedStore``. Values are passed to and from the
-native library (``libgostore.so``, loaded lazily through ctypes on first use)
-without copies where the API allows.
+``mooncake.store.MooncakeDistributedStore``, and Mooncake's enums (with
+their module-level members) under the same names. Values are passed to and
+from the native library (``libgostore.so``, loaded lazily through ctypes on
+first use) without copies where the API allows.
 
 Multiprocessing: use the ``spawn`` start method
 (``multiprocessing.set_start_method("spawn")`` or
@@ -17,6 +18,14 @@ from __future__ import annotations
 
 from .buffer import GostoreBuffer
 from .config import ReplicateConfig
+from .enums import (
+    MODULE_CONSTANTS as _MODULE_CONSTANTS,
+    ObjectDataType,
+    ReplicaStatus,
+    SoftPinAction,
+    TaskStatus,
+    TaskType,
+)
 from .errors import ErrorCode
 from .introspect import gpu_info, topology
 from .master import EmbeddedMaster, master_binary_path
@@ -24,11 +33,23 @@ from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan
 from .store import MooncakeDistributedStore
 from .tasks import TaskInfo
 
+# Mooncake's module-level enum members: KVCACHE, COMPLETE, PENDING, FAILED...
+globals().update(_MODULE_CONSTANTS)
+
 __version__ = "0.1.0"
 
-__all__ = [
+# Names that mooncake.store (0.3.13) exports and gostore has (so far).
+_MOONCAKE_NAMES = (
     "MooncakeDistributedStore",
     "ReplicateConfig",
+    "SoftPinAction",
+    "ObjectDataType",
+    "ReplicaStatus",
+    "TaskType",
+    "TaskStatus",
+) + tuple(_MODULE_CONSTANTS)
+
+__all__ = list(_MOONCAKE_NAMES) + [
     "ErrorCode",
     "EmbeddedMaster",
     "GostoreBuffer",
