@@ -3,7 +3,7 @@
 ``from gostore import MooncakeDistributedStore, ReplicateConfig`` gives the
 same class, argument order, return conventions and error numbers as
 ``mooncake.store.MooncakeDistributedStore``, and Mooncake's enums (with
-their module-level members) under the same names. Values are passed to and
+their module-level members) and ``QueryTaskResponse`` under the same names. Values are passed to and
 from the native library (``libgostore.so``, loaded lazily through ctypes on
 first use) without copies where the API allows.
 
@@ -31,7 +31,7 @@ from .introspect import gpu_info, topology
 from .master import EmbeddedMaster, master_binary_path
 from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
 from .store import MooncakeDistributedStore
-from .tasks import TaskInfo
+from .tasks import QueryTaskResponse
 
 # Mooncake's module-level enum members: KVCACHE, COMPLETE, PENDING, FAILED...
 globals().update(_MODULE_CONSTANTS)
@@ -47,13 +47,13 @@ _MOONCAKE_NAMES = (
     "ReplicaStatus",
     "TaskType",
     "TaskStatus",
+    "QueryTaskResponse",
 ) + tuple(_MODULE_CONSTANTS)
 
 __all__ = list(_MOONCAKE_NAMES) + [
     "ErrorCode",
     "EmbeddedMaster",
     "GostoreBuffer",
-    "TaskInfo",
     "master_binary_path",
     "gpu_info",
     "topology",
