@@ -41,8 +41,8 @@ line on stdin and answers one JSON line on stdout per command:
                     ``seconds`` pass or ``stop_file`` exists; each read must be
                     ``b""`` or exactly one of the patterns -> ``{"reads",
                     "empty", "match": {"seed": n}, "bad": n, "bad_samples"}``
-``copy_task``       ``key``, ``targets`` -> ``{"id": str, "rc": int}``
-``move_task``       ``key``, ``source``, ``target`` -> ``{"id": str, "rc": int}``
+``copy_task``       ``key``, ``targets`` -> ``{"id": [high, low], "rc": int}``
+``move_task``       ``key``, ``source``, ``target`` -> ``{"id": [high, low], "rc": int}``
 ``query_task``      ``id`` -> ``{"rc": int, "status": str, "task_error": str}``
 ``hostname``        -> ``{"hostname": str}``
 ``health``          -> ``{"rc": int}``
@@ -217,8 +217,8 @@ def handle(store, cmd: dict) -> dict:
         return {"id": tid, "rc": rc}
     if op == "query_task":
         info, rc = store.query_task(cmd["id"])
-        return {"rc": rc, "status": info.status if info else "",
-                "task_error": info.error if info else ""}
+        return {"rc": rc, "status": info.status.name if info else "",
+                "task_error": info.message if info else ""}
     if op == "hostname":
         return {"hostname": store.get_hostname()}
     if op == "health":

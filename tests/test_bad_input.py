@@ -144,7 +144,7 @@ def test_setup_wrong_types_raise_type_error(cluster):
 def test_values_well_typed_but_invalid_are_600_not_exceptions(cluster, uniq):
     s = cluster.store
     assert s.put("", b"x") == ErrorCode.INVALID_PARAMS
-    assert s.put(uniq + "k", b"x", ReplicateConfig(replica_num=-1)) == -600
+    assert s.put(uniq + "k", b"x", ReplicateConfig(replica_num=0)) == -600
     assert s.register_buffer(PTR, -1) == -600
     assert s.put_from(uniq + "k", PTR, -1) == -600
     assert s.get_into(uniq + "k", -PTR, 10) == -600

@@ -11,19 +11,23 @@ import time
 import pytest
 
 from conftest import MiB, pattern, wait_until
-from gostore import ErrorCode, ReplicateConfig, TaskInfo
+from gostore import ErrorCode, QueryTaskResponse, ReplicateConfig, TaskStatus, TaskType
 
 HAS_TASK = int(ErrorCode.OBJECT_HAS_REPLICATION_TASK)  # -708
+NO_ID = (0, 0)  # the task id of a failed create call
+ENDED = (TaskStatus.SUCCESS, TaskStatus.FAILED)
 
 
-def wait_task(store, task_id: str, timeout: float = 15.0) -> TaskInfo:
-    """Poll query_task until the task has ended; fail after ``timeout``."""
+def wait_task(store, task_id, timeout: float = 15.0) -> QueryTaskResponse:
+    """Poll query_task until the task has ended; fail after ``timeout``.
+    ``task_id`` may be a list (as a peer's JSON answer carries it)."""
     deadline = time.monotonic() + timeout
     while True:
         info, rc = store.query_task(task_id)
         assert rc == 0 and info is not None, (task_id, rc)
-        assert info.status in ("PENDING", "PROCESSING", "SUCCESS", "FAILED"), info
-        if info.status in ("SUCCESS", "FAILED"):
+        assert isinstance(info.status, TaskStatus), info
+        assert info.id == tuple(task_id), info
+        if info.status in ENDED:
             return info
         if time.monotonic() > deadline:
             pytest.fail(f"task {task_id} still {info.status} after {timeout}s")
@@ -53,9 +57,15 @@ def test_copy_task_adds_a_replica_that_outlives_the_original_holder(trio):
     assert a.put_pattern(key, size, 1, preferred_segment=a.hostname) == 0
     assert segments_of(m, key) == [a.hostname]
     task_id, rc = s.create_copy_task(key, [b.hostname])
-    assert rc == 0 and isinstance(task_id, str) and task_id, (task_id, rc)
+    assert rc == 0 and isinstance(task_id, tuple) and task_id != NO_ID, (task_id, rc)
+    hi, lo = task_id
+    assert hi == 0 and lo > 0  # gostore's ids: (0, n)
     info = wait_task(s, task_id)
-    assert info == TaskInfo(task_id=task_id, key=key, kind="copy", status="SUCCESS", error="")
+    assert (info.id, info.key, info.type, info.status, info.message) == (
+        task_id, key, TaskType.REPLICA_COPY, TaskStatus.SUCCESS, "")
+    # not reported by gostore's master yet
+    assert (info.created_at_ms_epoch, info.last_updated_at_ms_epoch, info.assigned_client) == (
+        0, 0, (0, 0))
     assert segments_of(m, key) == sorted([a.hostname, b.hostname])
     # the original holder leaves: the copy on b still serves the bytes
     assert a.close() == 0
@@ -66,7 +76,7 @@ def test_copy_task_adds_a_replica_that_outlives_the_original_holder(trio):
     assert c.check_pattern(key, size, 1)
     # a finished task stays queryable
     again, rc = s.query_task(task_id)
-    assert rc == 0 and again.status == "SUCCESS"
+    assert rc == 0 and again.status == TaskStatus.SUCCESS
 
 
 def test_copy_task_to_two_segments_and_queried_from_another_client(trio):
@@ -77,7 +87,7 @@ def test_copy_task_to_two_segments_and_queried_from_another_client(trio):
     task_id, rc = s.create_copy_task(key, [b.hostname, c.hostname])
     assert rc == 0
     info = wait_task(s, task_id)
-    assert (info.status, info.kind, info.key) == ("SUCCESS", "copy", key), info
+    assert (info.status, info.type, info.key) == (TaskStatus.SUCCESS, TaskType.REPLICA_COPY, key), info
     assert segments_of(m, key) == sorted([a.hostname, b.hostname, c.hostname])
     # every peer reads its own replica first: each holds the bytes
     for p in (a, b, c):
@@ -92,9 +102,9 @@ def test_move_task_leaves_the_replica_only_on_the_target(trio):
     key, size = "move/k", 2 * MiB + 1
     assert s.put(key, pattern(3, size), ReplicateConfig(preferred_segment=a.hostname)) == 0
     task_id, rc = s.create_move_task(key, a.hostname, b.hostname)
-    assert rc == 0 and task_id
+    assert rc == 0 and task_id != NO_ID
     info = wait_task(s, task_id)
-    assert (info.status, info.kind, info.error) == ("SUCCESS", "move", ""), info
+    assert (info.status, info.type, info.message) == (TaskStatus.SUCCESS, TaskType.REPLICA_MOVE, ""), info
     assert segments_of(m, key) == [b.hostname]
     assert s.get(key) == pattern(3, size)
     assert a.close() == 0  # the old holder leaving changes nothing now
@@ -104,7 +114,7 @@ def test_move_task_leaves_the_replica_only_on_the_target(trio):
     # a task executed by a peer, moving the replica back to another segment
     ans = c.call("move_task", key=key, source=b.hostname, target=c.hostname)
     assert ans["rc"] == 0 and ans["id"]
-    assert wait_task(s, ans["id"]).status == "SUCCESS"
+    assert wait_task(s, ans["id"]).status == TaskStatus.SUCCESS
     assert segments_of(m, key) == [c.hostname]
     assert b.check_pattern(key, size, 3)
 
@@ -127,19 +137,19 @@ def test_remove_upsert_and_a_second_task_get_708_while_a_task_runs(master_factor
         assert ans["rc"] == 0, ans
         task_id = ans["id"]
         info, rc = s.query_task(task_id)
-        assert rc == 0 and info.status == "PROCESSING", info
+        assert rc == 0 and info.status == TaskStatus.PROCESSING, info
         assert s.remove(key) == HAS_TASK
         assert s.remove(key, force=True) == HAS_TASK
         assert s.upsert(key, pattern(5, size)) == HAS_TASK  # same size
         assert s.upsert(key, b"smaller") == HAS_TASK  # other size
         assert s.upsert_batch([key], [b"x"]) == HAS_TASK
-        assert s.create_copy_task(key, [b.hostname]) == ("", HAS_TASK)
-        assert s.create_move_task(key, a.hostname, b.hostname) == ("", HAS_TASK)
+        assert s.create_copy_task(key, [b.hostname]) == (NO_ID, HAS_TASK)
+        assert s.create_move_task(key, a.hostname, b.hostname) == (NO_ID, HAS_TASK)
         assert s.put(key, b"put keeps it") == 0  # a put never overwrites
         info, rc = s.query_task(task_id)
-        assert rc == 0 and info.status == "PROCESSING", info
+        assert rc == 0 and info.status == TaskStatus.PROCESSING, info
     info = wait_task(s, task_id)
-    assert info.status == "SUCCESS", info
+    assert info.status == TaskStatus.SUCCESS, info
     assert segments_of(m, key) == sorted([a.hostname, b.hostname])
     assert s.get(key) == pattern(4, size)
     # the task is over: upsert and remove work again
@@ -172,8 +182,8 @@ def test_task_of_an_executor_that_dies_fails_and_frees_its_targets(master_factor
         assert used[b.hostname] >= size  # reserved for the task
         x.kill()
     info = wait_task(s, task_id, timeout=15)
-    assert info.status == "FAILED" and info.error, info
-    assert (info.key, info.kind) == (key, "copy")
+    assert info.status == TaskStatus.FAILED and info.message, info
+    assert (info.key, info.type) == (key, TaskType.REPLICA_COPY)
     assert segments_of(m, key) == [a.hostname]
     wait_until(lambda: {g["Name"]: g["Used"] for g in m.segments()}.get(b.hostname) == 0,
                timeout=5, what="the failed task's target range on b to be freed")
@@ -181,7 +191,7 @@ def test_task_of_an_executor_that_dies_fails_and_frees_its_targets(master_factor
     assert b.alive() and b.health_check() == 0
     task2, rc = s.create_copy_task(key, [b.hostname])  # the key is not locked any more
     assert rc == 0
-    assert wait_task(s, task2).status == "SUCCESS"
+    assert wait_task(s, task2).status == TaskStatus.SUCCESS
     assert b.check_pattern(key, size, 7)
 
 
@@ -190,27 +200,28 @@ def test_task_errors(trio):
     key = "bad/k"
     assert s.put(key, b"v" * 1000, ReplicateConfig(preferred_segment=a.hostname)) == 0
     # unknown segments
-    assert s.create_copy_task(key, ["127.0.0.1:1"]) == ("", int(ErrorCode.SEGMENT_NOT_FOUND))
-    assert s.create_copy_task(key, [b.hostname, "nowhere:9"]) == ("", -101)
-    assert s.create_move_task(key, "nowhere:9", b.hostname) == ("", -101)
-    assert s.create_move_task(key, a.hostname, "nowhere:9") == ("", -101)
+    assert s.create_copy_task(key, ["127.0.0.1:1"]) == (NO_ID, int(ErrorCode.SEGMENT_NOT_FOUND))
+    assert s.create_copy_task(key, [b.hostname, "nowhere:9"]) == (NO_ID, -101)
+    assert s.create_move_task(key, "nowhere:9", b.hostname) == (NO_ID, -101)
+    assert s.create_move_task(key, a.hostname, "nowhere:9") == (NO_ID, -101)
     # missing key
-    assert s.create_copy_task("bad/missing", [b.hostname]) == ("", int(ErrorCode.OBJECT_NOT_FOUND))
-    assert s.create_move_task("bad/missing", a.hostname, b.hostname) == ("", -704)
+    assert s.create_copy_task("bad/missing", [b.hostname]) == (NO_ID, int(ErrorCode.OBJECT_NOT_FOUND))
+    assert s.create_move_task("bad/missing", a.hostname, b.hostname) == (NO_ID, -704)
     # no replica on the source / already one on the target
-    assert s.create_move_task(key, b.hostname, c.hostname) == ("", int(ErrorCode.REPLICA_NOT_FOUND))
-    assert s.create_copy_task(key, [a.hostname]) == ("", int(ErrorCode.REPLICA_ALREADY_EXISTS))
+    assert s.create_move_task(key, b.hostname, c.hostname) == (NO_ID, int(ErrorCode.REPLICA_NOT_FOUND))
+    assert s.create_copy_task(key, [a.hostname]) == (NO_ID, int(ErrorCode.REPLICA_ALREADY_EXISTS))
     # values that cannot be valid
-    assert s.create_copy_task("", [b.hostname]) == ("", -600)
-    assert s.create_copy_task(key, []) == ("", -600)
-    assert s.create_copy_task(key, [""]) == ("", -600)
-    assert s.create_copy_task(key, [b.hostname + "\n" + c.hostname]) == ("", -600)
-    assert s.create_move_task(key, a.hostname, a.hostname) == ("", -600)
-    assert s.create_move_task(key, "", b.hostname) == ("", -600)
+    assert s.create_copy_task("", [b.hostname]) == (NO_ID, -600)
+    assert s.create_copy_task(key, []) == (NO_ID, -600)
+    assert s.create_copy_task(key, [""]) == (NO_ID, -600)
+    assert s.create_copy_task(key, [b.hostname + "\n" + c.hostname]) == (NO_ID, -600)
+    assert s.create_move_task(key, a.hostname, a.hostname) == (NO_ID, -600)
+    assert s.create_move_task(key, "", b.hostname) == (NO_ID, -600)
     # unknown task ids
-    assert s.query_task("no-such-task") == (None, int(ErrorCode.OBJECT_NO_REPLICATION_TASK))
-    assert s.query_task("") == (None, -709)
-    assert s.query_task("999999") == (None, -709)
+    assert s.query_task((0, 999999)) == (None, int(ErrorCode.OBJECT_NO_REPLICATION_TASK))
+    assert s.query_task((0, 0)) == (None, -709)
+    assert s.query_task([0, 999999]) == (None, -709)
+    assert s.query_task((1, 1)) == (None, -709)  # a high half no gostore id has
     # none of this changed the object
     assert segments_of(m, key) == [a.hostname]
     assert s.get(key) == b"v" * 1000
@@ -229,17 +240,22 @@ def test_task_errors(trio):
     lambda s: s.query_task(1),
     lambda s: s.query_task(None),
     lambda s: s.query_task(b"1"),
+    lambda s: s.query_task("1"),
+    lambda s: s.query_task((1,)),
+    lambda s: s.query_task((0, -1)),
+    lambda s: s.query_task((0, 2**64)),
+    lambda s: s.query_task((0, 1.0)),
 ], ids=["copy key int", "copy key bytes", "copy targets str", "copy targets None",
         "copy target int", "copy target bytes", "move key int", "move source None",
-        "move target bytes", "query int", "query None", "query bytes"])
+        "move target bytes", "query int", "query None", "query bytes", "query str",
+        "query one int", "query negative", "query too big", "query float"])
 def test_task_wrong_types_raise_type_error(cluster, call):
     with pytest.raises(TypeError):
         call(cluster.store)
 
 
-def test_task_info_is_a_frozen_dataclass():
-    info = TaskInfo(task_id="1", key="k", kind="copy", status="SUCCESS", error="")
-    assert info.done
-    with pytest.raises(Exception):
-        info.status = "FAILED"  # type: ignore[misc]
-    assert not TaskInfo("2", "k", "move", "PROCESSING").done
+def test_query_task_response_is_read_only():
+    r = QueryTaskResponse()
+    assert (r.id, r.type, r.status, r.message) == ((0, 0), TaskType.REPLICA_COPY, TaskStatus.PENDING, "")
+    with pytest.raises(AttributeError):
+        r.status = TaskStatus.FAILED  # type: ignore[misc]

@@ -138,7 +138,7 @@ def test_upsert_invalid_values_are_600_and_leave_the_old_value(cluster, store, u
     assert store.upsert_parts(key) == -600
     assert store.upsert_parts(key, b"", b"") == -600
     assert store.upsert("", b"x", ReplicateConfig(with_hard_pin=True)) == -600
-    assert store.upsert(key, b"x", ReplicateConfig(replica_num=-1)) == -600
+    assert store.upsert(key, b"x", ReplicateConfig(replica_num=0)) == -600
     assert store.upsert_from(key, 0, 10) == -600  # null / unregistered range
     assert store.upsert_from(key, 1 << 40, 0) == -600
     assert store.upsert_batch([key], []) == -600

@@ -2,9 +2,12 @@
 
 ``from gostore import MooncakeDistributedStore, ReplicateConfig`` gives the
 same class, argument order, return conventions and error numbers as
-``mooncake.store.MooncakeDistributedStore``. Values are passed to and from the
-native library (``libgostore.so``, loaded lazily through ctypes on first use)
-without copies where the API allows.
+``mooncake.store.MooncakeDistributedStore``; the other names that
+``mooncake.store`` exports (enums and their module-level members, replica
+and task types, buffer pools, host memory helpers) are here too, with the
+same names. Values are passed to and from the native library
+(``libgostore.so``, loaded lazily through ctypes on first use) without copies
+where the API allows.
 
 Multiprocessing: use the ``spawn`` start method
 (``multiprocessing.set_start_method("spawn")`` or
@@ -15,24 +18,78 @@ runtime -- its first store, master or buffer call -- a child made by
 
 from __future__ import annotations
 
-from .buffer import GostoreBuffer
+from .buffer import BufferHandle, GostoreBuffer
+from .buffer_pool import (
+    BufferLease,
+    BufferLeaseView,
+    BufferPool,
+    RegisteredBufferLease,
+    RegisteredBufferLeaseView,
+    RegisteredBufferPool,
+)
 from .config import ReplicateConfig
+from .enums import (
+    MODULE_CONSTANTS as _MODULE_CONSTANTS,
+    ObjectDataType,
+    ReplicaStatus,
+    SoftPinAction,
+    TaskStatus,
+    TaskType,
+)
 from .errors import ErrorCode
+from .hostmem import (
+    MooncakeHostMemAllocator,
+    bind_to_numa_node,
+    get_alloc_func_addr,
+    get_free_func_addr,
+)
 from .introspect import gpu_info, topology
 from .master import EmbeddedMaster, master_binary_path
 from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
+from .parallel import ParallelAxis, ReadTarget, TensorParallelism
+from .replica import Descriptor, DiskDescriptor, MemoryDescriptor, ReplicaDescriptor
 from .store import MooncakeDistributedStore
-from .tasks import TaskInfo
+from .tasks import QueryTaskResponse
+
+# Mooncake's module-level enum members: KVCACHE, COMPLETE, PENDING, FAILED...
+globals().update(_MODULE_CONSTANTS)
 
 __version__ = "0.1.0"
 
-__all__ = [
+# Names that mooncake.store (0.3.13) exports and gostore has.
+_MOONCAKE_NAMES = (
     "MooncakeDistributedStore",
     "ReplicateConfig",
+    "SoftPinAction",
+    "ObjectDataType",
+    "ReplicaStatus",
+    "ReplicaDescriptor",
+    "MemoryDescriptor",
+    "DiskDescriptor",
+    "Descriptor",
+    "TaskType",
+    "TaskStatus",
+    "QueryTaskResponse",
+    "BufferHandle",
+    "MooncakeHostMemAllocator",
+    "BufferPool",
+    "BufferLease",
+    "BufferLeaseView",
+    "RegisteredBufferPool",
+    "RegisteredBufferLease",
+    "RegisteredBufferLeaseView",
+    "TensorParallelism",
+    "ParallelAxis",
+    "ReadTarget",
+    "bind_to_numa_node",
+    "get_alloc_func_addr",
+    "get_free_func_addr",
+) + tuple(_MODULE_CONSTANTS)
+
+__all__ = list(_MOONCAKE_NAMES) + [
     "ErrorCode",
     "EmbeddedMaster",
     "GostoreBuffer",
-    "TaskInfo",
     "master_binary_path",
     "gpu_info",
     "topology",

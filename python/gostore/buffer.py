@@ -23,13 +23,17 @@ import functools
 import weakref
 from typing import Any
 
-__all__ = ["GostoreBuffer"]
+__all__ = ["GostoreBuffer", "BufferHandle"]
 
 
 class GostoreBuffer:
     """Methods shared by every per-size buffer class (see the module doc)."""
 
     __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # from_address (how the store makes buffers) does not call __init__.
+        raise TypeError("gostore.BufferHandle: no public constructor (use get_buffer)")
 
     def ptr(self) -> int:
         """Address of the first byte."""
@@ -48,6 +52,12 @@ class GostoreBuffer:
 
     def __reduce__(self):  # foreign memory: pickle the contents
         return (bytes, (self.tobytes(),))
+
+
+BufferHandle = GostoreBuffer
+"""Mooncake's name for what ``get_buffer`` returns: ``ptr()``, ``size()``,
+``len()`` and the buffer protocol (``memoryview(buf)``). Only the store
+makes them."""
 
 
 @functools.lru_cache(maxsize=1024)

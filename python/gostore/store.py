@@ -48,7 +48,7 @@ from ._args import (
 from ._tensor_api import TensorAPI
 from ._session_api import SessionAPI
 from .errors import ErrorCode
-from .tasks import TaskInfo
+from .tasks import NO_TASK_ID, QueryTaskResponse, TaskId, task_id_from_native, task_id_to_native
 from .tensor import DeviceSpan
 
 __all__ = ["MooncakeDistributedStore"]
@@ -857,52 +857,52 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
 
     # ---- replica tasks ----------------------------------------------------
 
-    def _task_id(self, fn: Any, *args: Any) -> Tuple[str, int]:
+    def _task_id(self, fn: Any, *args: Any) -> Tuple[TaskId, int]:
         out = ctypes.create_string_buffer(_TASK_ID_CAP)
         n = fn(self._h(), *args, out, _TASK_ID_CAP)
         if n < 0:
-            return "", n
-        return out.raw[:n].decode("utf-8", "replace"), 0
+            return NO_TASK_ID, n
+        return task_id_from_native(out.raw[:n].decode("ascii")), 0
 
-    def create_copy_task(self, key: str, targets: List[str]) -> Tuple[str, int]:
+    def create_copy_task(self, key: str, targets: List[str]) -> Tuple[TaskId, int]:
         """Copy ``key`` to the segments named in ``targets`` (``get_hostname()``
-        values), in the background; ``(task_id, 0)`` or ``("", negative)``:
+        values), in the background; ``(task_id, 0)`` or ``((0, 0), negative)``:
         -704 missing key, -101 unknown segment, -711 a replica is already
-        there, -708 another task runs on the key, -200 no room."""
+        there, -708 another task runs on the key, -200 no room. A task id is
+        a ``(high, low)`` pair of ints, as in Mooncake."""
         k = _key(key)
         ts = _seq(targets, "targets")
         names = [_segment_name(t, "targets[i]") for t in ts]
         if k is None or not names or any(n is None for n in names):
-            return "", _INVALID
+            return NO_TASK_ID, _INVALID
         tb = b"\n".join(names)  # type: ignore[arg-type]
         return self._task_id(_native.lib().gs_create_copy_task, k, len(k), tb, len(tb))
 
-    def create_move_task(self, key: str, source: str, target: str) -> Tuple[str, int]:
+    def create_move_task(self, key: str, source: str, target: str) -> Tuple[TaskId, int]:
         """Move ``key``'s replica from segment ``source`` to ``target``, in the
-        background; ``(task_id, 0)`` or ``("", negative)`` (as
+        background; ``(task_id, 0)`` or ``((0, 0), negative)`` (as
         :meth:`create_copy_task`, and -710 when ``source`` holds no replica)."""
         k = _key(key)
         sb = _segment_name(source, "source")
         tb = _segment_name(target, "target")
         if k is None or sb is None or tb is None:
-            return "", _INVALID
+            return NO_TASK_ID, _INVALID
         return self._task_id(
             _native.lib().gs_create_move_task, k, len(k), sb, len(sb), tb, len(tb)
         )
 
-    def query_task(self, task_id: str) -> Tuple[Optional[TaskInfo], int]:
-        """``(TaskInfo, 0)`` for a known task, ``(None, negative)`` otherwise
-        (-709 for an unknown or long-finished id)."""
-        if not isinstance(task_id, str):
-            raise TypeError(f"task_id must be str, not {_tname(task_id)}")
-        try:
-            tid = task_id.encode("utf-8")
-        except UnicodeEncodeError:
-            return None, _INVALID
+    def query_task(self, task_id: TaskId) -> Tuple[Optional[QueryTaskResponse], int]:
+        """``(QueryTaskResponse, 0)`` for a known task, ``(None, negative)``
+        otherwise (-709 for an unknown or long-finished id). ``task_id`` is
+        the ``(high, low)`` pair a create call returned (``TypeError`` for
+        anything else)."""
+        tid = task_id_to_native(task_id)
+        if tid is None:
+            return None, int(ErrorCode.OBJECT_NO_REPLICATION_TASK)
         lib, h = _native.lib(), self._h()
         # A long key needs a larger answer: call_growing asks again with room.
         n, raw = _native.call_growing(lambda out, cap: lib.gs_query_task(h, tid, len(tid), out, cap),
                                       limit=_QUERY_TASK_MAX_CAP)
         if n < 0:
             return None, n
-        return TaskInfo._from_json(raw.decode("utf-8", "replace")), 0
+        return QueryTaskResponse._from_json(raw.decode("utf-8", "replace")), 0

@@ -215,23 +215,26 @@ def test_replicate_config_kwargs_and_assignment():
 
 def test_replicate_config_independent_lists():
     a, b = ReplicateConfig(), ReplicateConfig()
-    a.preferred_segments.append("x:1")
+    a.preferred_segments = ["x:1"]
     assert b.preferred_segments == []
     assert a.preferred_segments is not b.preferred_segments
 
 
 def test_replicate_config_type_validation():
+    # Wrong types fail when assigned, as in Mooncake's compiled class.
     for bad in (
-        ReplicateConfig(replica_num="2"),
-        ReplicateConfig(replica_num=1.5),
-        ReplicateConfig(with_soft_pin="yes"),
-        ReplicateConfig(preferred_segment=3),
-        ReplicateConfig(preferred_segments="h:1"),
-        ReplicateConfig(preferred_segments=[1]),
+        dict(replica_num="2"),
+        dict(replica_num=1.5),
+        dict(replica_num=-1),  # unsigned
+        dict(with_soft_pin="yes"),
+        dict(preferred_segment=3),
+        dict(preferred_segments="h:1"),
+        dict(preferred_segments=[1]),
     ):
         with pytest.raises(TypeError):
-            bad._to_native()
-    assert ReplicateConfig(replica_num=-1)._to_native() is None
+            ReplicateConfig(**bad)
+    # Right types that this store cannot honour: None (the call returns -600).
+    assert ReplicateConfig(replica_num=0)._to_native() is None
     assert ReplicateConfig(replica_num=2**40)._to_native() is None
 
 
@@ -475,7 +478,7 @@ def test_store_invalid_values_give_minus_600_without_native(no_lib):
     assert s.put("k", b"") == INVALID
     assert s.put("k", bytearray()) == INVALID
     assert s.put("\ud800", b"v") == INVALID  # not encodable as UTF-8
-    assert s.put("k", b"v", ReplicateConfig(replica_num=-1)) == INVALID
+    assert s.put("k", b"v", ReplicateConfig(replica_num=0)) == INVALID
     assert s.put_parts("k") == INVALID
     assert s.put_parts("k", b"", b"") == INVALID
     assert s.put_parts("", b"a") == INVALID
