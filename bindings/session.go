@@ -9,6 +9,8 @@ package main
 import "C"
 
 import (
+	"encoding/json"
+
 	"github.com/gostore/gostore/gostore/client"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -208,4 +210,31 @@ func fill64(res []int64, code wire.Code) {
 	for i := range res {
 		res[i] = int64(code)
 	}
+}
+
+// gs_replica_descs writes, as JSON, one {"code", "replicas"} entry per key
+// (client.ReplicaDesc fields) into out; the length written, or -10 when
+// cap is too small (call again with more).
+//
+//export gs_replica_descs
+func gs_replica_descs(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_replica_descs", &ret)
+	c, ks, ok := clientAndKeys(h, keys, keyLens, int(n), func(code wire.Code) { ret = C.int(code) })
+	if !ok {
+		return ret
+	}
+	descs, codes := c.ReplicaDescs(ks)
+	type entry struct {
+		Code     int                  `json:"code"`
+		Replicas []client.ReplicaDesc `json:"replicas"`
+	}
+	entries := make([]entry, len(ks))
+	for i := range ks {
+		entries[i] = entry{Code: int(codes[i]), Replicas: descs[i]}
+	}
+	doc, err := json.Marshal(entries)
+	if err != nil {
+		return C.int(wire.ErrInternal)
+	}
+	return putString(string(doc), out, capacity)
 }

@@ -107,3 +107,45 @@ def test_put_from_with_metadata_stores_metadata_first(store, arena, uniq):
     assert store.put_from_with_metadata("", base, base + 4096, 16, 8) == INVALID
     with pytest.raises(TypeError):
         store.put_from_with_metadata(key, "addr", base, 16, 8)
+
+
+def test_replica_descriptors(store, cluster, uniq):
+    """get_replica_desc reports each memory replica: its size, its holder's
+    segment name and the address there (the bytes at that address in the
+    holder are the object's); a missing key has none."""
+    from gostore import ReplicaStatus
+
+    key = f"{uniq}/two"
+    value = b"replica" * 100
+    from gostore import ReplicateConfig
+
+    assert store.put(key, value, ReplicateConfig(replica_num=2)) == 0
+    reps = store.get_replica_desc(key)
+    assert len(reps) == 2
+    holders = {cluster.a.get_hostname(), cluster.b.get_hostname(), store.get_hostname()}
+    for r in reps:
+        assert r.is_memory_replica() and not r.is_disk_replica() and r.status == ReplicaStatus.COMPLETE
+        d = r.get_memory_descriptor().buffer_descriptor
+        assert d.size == len(value) and d.transport_endpoint in holders and d.buffer_address > 0
+        with pytest.raises(RuntimeError):
+            r.get_disk_descriptor()
+    assert len({r.get_memory_descriptor().buffer_descriptor.transport_endpoint for r in reps}) == 2
+    assert store.get_replica_desc(f"{uniq}/missing") == []
+    both = store.batch_get_replica_desc([key, f"{uniq}/missing"])
+    assert list(both) == [key] and len(both[key]) == 2
+
+
+def test_replica_descriptor_address_holds_the_bytes(store, uniq):
+    """On this process's own segment the reported address can be read here:
+    it holds the object's bytes."""
+    from gostore import ReplicateConfig
+
+    key = f"{uniq}/own"
+    value = bytes(range(256)) * 4
+    rc = store.put(key, value, ReplicateConfig(preferred_segment=store.get_hostname()))
+    assert rc == 0
+    (rep,) = store.get_replica_desc(key)
+    d = rep.get_memory_descriptor().buffer_descriptor
+    if d.transport_endpoint != store.get_hostname():
+        pytest.skip("this store contributes no segment here")
+    assert ctypes.string_at(d.buffer_address, d.size) == value

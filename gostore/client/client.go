@@ -378,9 +378,11 @@ func (c *Client) mount(ctx context.Context) error {
 			desc.GPUPCI = gpu.Probe().Devices[d].PCI
 		}
 		dev = c.devSeg
+		desc.Base = c.devSeg.Base()
 	} else {
 		desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
 		mem = c.seg.Bytes()
+		desc.Base = uint64(addrOf(mem))
 	}
 	var resp wire.MountResp
 	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc}, &resp); err != nil {

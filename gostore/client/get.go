@@ -441,3 +441,50 @@ func (c *Client) count(op wire.Op, req any) (int64, error) {
 	}
 	return resp.N, nil
 }
+
+// ReplicaDesc is one replica of an object as Mooncake's replica
+// descriptors report it.
+type ReplicaDesc struct {
+	// Disk: a copy on a client's SSD tier (Endpoint is the tier's);
+	// otherwise a memory replica Size bytes at Address in the memory of
+	// the client whose segment is named Endpoint.
+	Disk     bool   `json:"disk"`
+	Address  uint64 `json:"address"`
+	Size     uint64 `json:"size"`
+	Endpoint string `json:"endpoint"`
+}
+
+// ReplicaDescs describes each key's replicas, memory ones first (one
+// lookup for the batch, granting leases as a get does). codes[i] is OK or
+// the lookup's code for key i (-704 missing).
+func (c *Client) ReplicaDescs(keys []string) (descs [][]ReplicaDesc, codes []wire.Code) {
+	descs, codes = make([][]ReplicaDesc, len(keys)), make([]wire.Code, len(keys))
+	p, err := c.getStart(keys, false)
+	if err != nil {
+		return descs, wire.Fill(codes, wire.CodeOf(err))
+	}
+	var ids []uint64
+	for _, r := range p.res {
+		for _, rep := range r.Replicas {
+			ids = append(ids, rep.SegID)
+		}
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	_ = c.resolve(ctx, ids) // a segment the master forgot meanwhile is left out
+	for i, r := range p.res {
+		codes[i] = r.Code
+		if r.Code != wire.OK {
+			continue
+		}
+		for _, rep := range r.Replicas {
+			if d, ok := c.peers.desc(rep.SegID); ok {
+				descs[i] = append(descs[i], ReplicaDesc{Address: d.Base + rep.Offset, Size: r.Size, Endpoint: d.Name})
+			}
+		}
+		if r.Disk != "" {
+			descs[i] = append(descs[i], ReplicaDesc{Disk: true, Size: r.Size, Endpoint: r.Disk})
+		}
+	}
+	return descs, codes
+}

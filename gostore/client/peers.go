@@ -17,12 +17,14 @@ import (
 type peerCache struct {
 	mu     sync.RWMutex
 	byID   map[uint64]transfer.Peer
-	ownID  uint64 // this client's segment, 0 before its mount
+	descs  map[uint64]wire.SegmentDesc // what the master said of each, for replica descriptors
+	ownID  uint64                      // this client's segment, 0 before its mount
 	engine *transfer.Engine
 }
 
 func (p *peerCache) init(e *transfer.Engine) {
 	p.byID = make(map[uint64]transfer.Peer)
+	p.descs = make(map[uint64]wire.SegmentDesc)
 	p.engine = e
 }
 
@@ -31,6 +33,7 @@ func (p *peerCache) init(e *transfer.Engine) {
 func (p *peerCache) setOwn(d wire.SegmentDesc, mem []byte, dev transfer.DeviceMemory) {
 	p.mu.Lock()
 	p.byID[d.ID] = transfer.PeerFromDesc(d)
+	p.descs[d.ID] = d
 	p.ownID = d.ID
 	p.mu.Unlock()
 	p.engine.SetOwn(d.ID, mem, dev)
@@ -50,6 +53,14 @@ func (p *peerCache) local(id uint64) []byte {
 	return mem
 }
 
+// desc returns what the master said of segment id, if it is cached.
+func (p *peerCache) desc(id uint64) (wire.SegmentDesc, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	d, ok := p.descs[id]
+	return d, ok
+}
+
 func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -60,6 +71,7 @@ func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 func (p *peerCache) forget(id uint64) {
 	p.mu.Lock()
 	delete(p.byID, id)
+	delete(p.descs, id)
 	p.mu.Unlock()
 }
 
@@ -84,6 +96,7 @@ func (c *Client) resolve(ctx context.Context, ids []uint64) error {
 	c.peers.mu.Lock()
 	for _, d := range resp.Segs {
 		c.peers.byID[d.ID] = transfer.PeerFromDesc(d)
+		c.peers.descs[d.ID] = d
 	}
 	c.peers.mu.Unlock()
 	return nil

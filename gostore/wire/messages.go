@@ -92,6 +92,10 @@ type SegmentDesc struct {
 	Location string
 	IPC      []byte
 	GPUPCI   string
+	// Base is the owner's address of the segment's first byte (a device
+	// address for a GPU segment): replica descriptors report Base + offset
+	// as Mooncake does. Nothing but the owner may dereference it.
+	Base uint64
 }
 
 // ReplicaConfig is the wire form of Python's ReplicateConfig.

@@ -12,12 +12,15 @@ given differ in length.
 
 from __future__ import annotations
 
+import json
 from array import array
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
 from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _u64
 from .config import ReplicateConfig
+from .replica import ReplicaDescriptor
+from .enums import ReplicaStatus
 
 __all__ = ["SessionAPI"]
 
@@ -238,6 +241,39 @@ class SessionAPI:
             for (b, j), count in zip(where, na):
                 out[b][j] = res[at:at + count].tolist()
                 at += count
+        return out
+
+    # -- replica descriptors ----------------------------------------------
+
+    def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
+        """The key's replicas (memory ones first, then a copy on a client's
+        SSD tier); ``[]`` when the key is missing. Looking them up grants a
+        lease, as a get does."""
+        return self.batch_get_replica_desc([key]).get(key, [])
+
+    def batch_get_replica_desc(self, keys: List[str]) -> Dict[str, List[ReplicaDescriptor]]:
+        """``{key: replicas}`` for the keys found (missing keys are left out)."""
+        ks, idx, send = _send_keys(keys)
+        if not send:
+            return {}
+        blob, lens = _pack_keys(send)
+        h = self._h()
+        n, raw = _native.call_growing(
+            lambda out, cap: _native.lib().gs_replica_descs(h, len(send), blob, _addr(lens), out, cap))
+        if n < 0:
+            return {}
+        out: Dict[str, List[ReplicaDescriptor]] = {}
+        for i, entry in zip(idx, json.loads(raw)):
+            if entry["code"] != 0:
+                continue
+            reps = []
+            for r in entry["replicas"] or []:
+                if r["disk"]:
+                    reps.append(ReplicaDescriptor._for_local_disk(ReplicaStatus.COMPLETE))
+                else:
+                    reps.append(ReplicaDescriptor._for_memory(
+                        ReplicaStatus.COMPLETE, r["address"], r["size"], r["endpoint"]))
+            out[keys[i]] = reps
         return out
 
     def put_from_with_metadata(
