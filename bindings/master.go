@@ -38,16 +38,14 @@ func gs_master_start(args *C.char, n C.int) (ret C.int64_t) {
 		return C.int64_t(wire.ErrInvalidParams)
 	}
 	// The process's logger and level (GOSTORE_LOG_LEVEL, a setup's
-	// log_level), not one of the master's own; a --log_level given here
-	// sets that level, as a setup's log_level does.
+	// log_level), not one of the master's own; a level given here (flag
+	// or config file) sets that level, as a setup's log_level does.
 	opts.Log = logger.With("component", "master")
-	for _, f := range flags {
-		if strings.HasPrefix(strings.TrimLeft(f, "-"), "log_level=") {
-			var lvl slog.Level
-			lvl.UnmarshalText([]byte(opts.LogLevel)) // ParseFlags checked it
-			logLevel.Set(lvl)
-			levelFromSetup.Store(true)
-		}
+	if opts.LogLevelGiven {
+		var lvl slog.Level
+		lvl.UnmarshalText([]byte(opts.LogLevel)) // ParseFlags checked it
+		logLevel.Set(lvl)
+		levelFromSetup.Store(true)
 	}
 	srv, err := server.Start(opts)
 	if err != nil {

@@ -13,11 +13,11 @@ process' stdout must be exactly those promises, in order. Every block must
 make at least one such promise or an ``assert``.
 
 The ```sh blocks are checked without running them: ``make`` targets exist
-in the Makefile, ``gostore-master`` flags in flags.go, ``pip install``
+in the Makefile, ``gostore-master`` flags in flagtable.go, ``pip install``
 extras in pyproject.toml, anything else on PATH or in the tree.
 
 The docs/ pages are checked against the code they describe: the error-code
-table against ``gostore.ErrorCode``, the master flags against flags.go, the
+table against ``gostore.ErrorCode``, the master flags against flagtable.go, the
 environment variables against the sources that read them, relative links
 against the tree.
 """
@@ -41,7 +41,7 @@ from gostore import ErrorCode
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 DOCS = os.path.join(ROOT, "docs")
-DOC_PAGES = ("python-api.md", "ssd-tier.md", "operations.md")
+DOC_PAGES = ("python-api.md", "ssd-tier.md", "operations.md", "master-flags.md")
 README_MASTER = "127.0.0.1:50051"  # the address the snippets name
 EXPECT = re.compile(r"^\s*print\(.*#\s*->\s*(.*?)\s*$")
 RUN_TIMEOUT = 240
@@ -159,10 +159,21 @@ def _make_targets() -> set:
     return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", text, re.M))
 
 
+def _flag_table() -> str:
+    return _read(os.path.join(ROOT, "gostore", "master", "server", "flagtable.go"))
+
+
 def _master_flags() -> set:
-    text = _read(os.path.join(ROOT, "gostore", "master", "server", "flags.go"))
-    flags = set(re.findall(r'fs\.\w+Var\(\s*&[^,]+,\s*"([a-z0-9_]+)"', text))
-    assert flags, "no flags found in flags.go"
+    """Every flag the master accepts."""
+    flags = set(re.findall(r'(?:\{name: |mc\(|gflag\(|glog\()"([a-z0-9_]+)"', _flag_table()))
+    assert len(flags) > 130, f"{len(flags)} flags found in flagtable.go"
+    return flags
+
+
+def _acting_flags() -> set:
+    """The flags that take effect: those with a help text (--help lists them)."""
+    flags = set(re.findall(r'\{name: "([a-z0-9_]+)"[^{}]*?help:', _flag_table()))
+    assert flags, "no flags with help found in flagtable.go"
     return flags
 
 
@@ -269,13 +280,16 @@ def test_docs_error_codes_match_errorcode():
         )
 
 
-def test_docs_master_flags_match_flags_go():
+def test_docs_master_flags_match_flag_table():
+    flags, acting = _master_flags(), _acting_flags()
     text = _doc("operations.md")
-    flags = _master_flags()
     documented = set(re.findall(r"`--([a-z0-9_]+)", text))
-    assert flags - documented == set(), f"flags of flags.go missing from docs/operations.md: {flags - documented}"
-    unknown = documented - flags - {"help", "name"}  # `--name=value`: the form
-    assert not unknown, f"docs/operations.md documents flags flags.go lacks: {unknown}"
+    missing = acting - documented
+    assert not missing, f"flags that act missing from docs/operations.md: {missing}"
+    unknown = documented - flags - {"name", "noname"}  # `--name=value`: the form
+    assert not unknown, f"docs/operations.md documents flags flagtable.go lacks: {unknown}"
+    rows = set(re.findall(r"^\| `--([a-z0-9_]+)` \|", _doc("master-flags.md"), re.M))
+    assert rows == flags, f"docs/master-flags.md's tables lack {flags - rows}, or name {rows - flags}"
 
 
 def _env_names(prefix: str) -> set:

@@ -150,6 +150,12 @@ type Stats struct {
 	TasksCreated, TasksSucceeded, TasksFailed                atomic.Int64
 	Offloaded, EvictionsOffloadWait, DiskRecovered           atomic.Int64
 	PutsReclaimed                                            atomic.Int64
+	// EvictionPassesEffective counts the passes that evicted objects or
+	// asked for the disk copies that let them evict.
+	EvictionPassesEffective atomic.Int64
+	// Discarded counts the writes whose ranges went to the quarantine
+	// (DiscardedReleased, those that came out of it).
+	Discarded atomic.Int64
 }
 
 // roomFreed counts the events that free room in the pool, or let
@@ -476,4 +482,46 @@ func (c *Core) Totals() Totals {
 	}
 	t.Objects = uint64(c.objectCount())
 	return t
+}
+
+// Census counts objects by what they hold, for gauges.
+type Census struct {
+	SoftPinned int // soft pin still running
+	InMemory   int // with a complete memory replica
+	OnDisk     int // with a disk copy in an SSD tier
+}
+
+// Census looks at every object once: a scrape's cost, O(objects) with
+// each shard locked in turn, never all at once.
+func (c *Core) Census() Census {
+	var n Census
+	now := c.now()
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		for _, o := range sh.objects {
+			if o.softPinned(now) {
+				n.SoftPinned++
+			}
+			if o.complete() {
+				n.InMemory++
+			}
+			if o.disk != nil {
+				n.OnDisk++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Quarantined is what the quarantine holds: ranges of writes taken over or
+// abandoned, not reused until PutStartReleaseTimeout has passed.
+func (c *Core) Quarantined() (writes int, bytes uint64) {
+	c.discarded.Lock()
+	defer c.discarded.Unlock()
+	for _, d := range c.discarded.list {
+		bytes += d.size * uint64(len(d.replicas))
+	}
+	return len(c.discarded.list), bytes
 }

@@ -28,6 +28,7 @@ func (c *Core) discard(reps []replica, size uint64, now int64) {
 	c.discarded.Lock()
 	c.discarded.list = append(c.discarded.list, d) // releaseAt grows with now
 	c.discarded.Unlock()
+	c.stats.Discarded.Add(1)
 }
 
 // reclaimShardsPerTick is how many shards one Tick looks through for
@@ -168,6 +169,9 @@ type EvictResult struct {
 	Reclaimable int
 	Objects     int // objects evicted
 	Bytes       uint64
+	// OffloadAsked counts the objects the pass would have evicted but
+	// asked to be persisted first (their disk copy does not exist yet).
+	OffloadAsked int
 }
 
 // exactEvictionLimit bounds the object count for which a pass looks at every
@@ -205,6 +209,9 @@ func (c *Core) evictPass(now int64, share float64) EvictResult {
 	c.stats.EvictionPasses.Add(1)
 	c.stats.EvictedObjects.Add(int64(res.Objects))
 	c.stats.EvictedBytes.Add(int64(res.Bytes))
+	if res.Objects > 0 || res.OffloadAsked > 0 {
+		c.stats.EvictionPassesEffective.Add(1)
+	}
 	return res
 }
 
@@ -279,7 +286,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 		cut[class], below = threshold(cl.ages, cl.n/(float64(max(len(cl.ages), 1))*scale))
 		tiesLeft[class].Store(int64(cl.n - float64(below)*scale))
 	}
-	var objects, bytes atomic.Int64
+	var objects, bytes, asked atomic.Int64
 	c.forShards(func(_ int, sh *shard) {
 		for key, o := range sh.objects {
 			ok, isSoft := c.evictable(o, now)
@@ -288,6 +295,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 					// Would have gone: ask its holder to persist it first.
 					c.wantOffload(key, o)
 					c.stats.EvictionsOffloadWait.Add(1)
+					asked.Add(1)
 				}
 				continue
 			}
@@ -306,7 +314,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			objects.Add(1)
 		}
 	})
-	res.Objects, res.Bytes = int(objects.Load()), uint64(bytes.Load())
+	res.Objects, res.Bytes, res.OffloadAsked = int(objects.Load()), uint64(bytes.Load()), int(asked.Load())
 	return res
 }
 

@@ -48,6 +48,9 @@ func TestEvictionTakesTheOldestUnprotected(t *testing.T) {
 	c.PutStart("w", "", []string{"unfinished"}, []uint64{1024}, wire.ReplicaConfig{})
 	used := c.Segments()[0].Used
 
+	if n := c.Census(); n.SoftPinned != 10 || n.InMemory != 60 || n.OnDisk != 0 {
+		t.Fatalf("census %+v", n)
+	}
 	// Candidates: 38 plain (40 less the 2 leased) + 10 soft-pinned = 48;
 	// ratio 0.05 of 48 rounds up to 3.
 	res := c.Evict()
@@ -75,6 +78,10 @@ func TestEvictionTakesTheOldestUnprotected(t *testing.T) {
 	c.Evict()
 	if len(present(c, plain)) != 0 || len(present(c, hard)) != 10 {
 		t.Fatal("lease expiry or hard pin not honoured")
+	}
+	// Nothing evictable is left: a pass that frees nothing is not effective.
+	if res := c.Evict(); res.Objects != 0 || c.Stats().EvictionPasses.Load() != 4 || c.Stats().EvictionPassesEffective.Load() != 3 {
+		t.Fatalf("pass %+v: %d passes, %d effective", res, c.Stats().EvictionPasses.Load(), c.Stats().EvictionPassesEffective.Load())
 	}
 }
 
@@ -148,6 +155,9 @@ func TestAbandonedPutIsTakenOverAndQuarantined(t *testing.T) {
 	if used := c.Segments()[0].Used; used != 2*4096 {
 		t.Fatalf("old ranges must stay allocated during quarantine: used %d", used)
 	}
+	if n, bytes := c.Quarantined(); n != 1 || bytes != 4096 || c.Stats().Discarded.Load() != 1 {
+		t.Fatalf("quarantine holds %d writes, %d bytes (discarded %d)", n, bytes, c.Stats().Discarded.Load())
+	}
 	// The slow writer finishing late must not publish the new put's object
 	// (whose bytes are still being written) as its own.
 	if r := c.PutEnd("slow", []string{"k"}, nil); r[0] != wire.ErrObjectNotFound {
@@ -167,6 +177,9 @@ func TestAbandonedPutIsTakenOverAndQuarantined(t *testing.T) {
 	}
 	if c.Stats().PutsTakenOver.Load() != 1 || c.Stats().DiscardedReleased.Load() != 1 {
 		t.Fatal("counters")
+	}
+	if n, bytes := c.Quarantined(); n != 0 || bytes != 0 {
+		t.Fatalf("quarantine still holds %d writes, %d bytes", n, bytes)
 	}
 }
 

@@ -1,13 +1,18 @@
-// flags.go defines the master's options and parses Mooncake's flag names.
+// flags.go defines the master's options and builds them from flags and a
+// config file.
 
 package server
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // Options configure a master server. ParseFlags fills them from the command
@@ -16,7 +21,8 @@ import (
 type Options struct {
 	RPCAddress  string
 	RPCPort     int
-	MetricsPort int // 0 picks a free port; negative disables HTTP
+	MetricsHost string // "": where RPCAddress is
+	MetricsPort int    // 0 picks a free port; negative disables HTTP
 
 	DefaultKVLeaseTTL      time.Duration
 	DefaultKVSoftPinTTL    time.Duration
@@ -29,66 +35,158 @@ type Options struct {
 
 	EnableOffload  bool
 	OffloadOnEvict bool
-	EnableHA       bool
-	EtcdEndpoints  string
-	ClusterID      string
 
 	// TickInterval is how often time-driven work runs: client expiry,
 	// quarantine release, orphaned tasks, eviction.
 	TickInterval time.Duration
 	LogLevel     string
+	// LogLevelGiven: a flag or the config file chose LogLevel (log_level,
+	// or glog's minloglevel or v), rather than the default.
+	LogLevelGiven bool
+
+	// Unimplemented names the Mooncake flags given a value that asks for
+	// what this master does not do; IgnoredKeys the config file's keys no
+	// flag reads. Start warns about both in one line.
+	Unimplemented []string
+	IgnoredKeys   []string
 
 	Log *slog.Logger // nil: a text logger on stderr at LogLevel
 }
 
-// ParseFlags parses args (without the program name) using Mooncake's flag
-// names and units. Unknown flags are an error.
+// ErrVersion is ParseFlags' answer to --version.
+var ErrVersion = errors.New("version requested")
+
+// ParseFlags parses args (without the program name) with the names, units
+// and syntax of Mooncake 0.3.13's master (docs/master-flags.md), and the
+// file --config_path names; flags on the command line win over the file.
+// Unknown flags are an error. --help prints the flags on errOut and returns
+// flag.ErrHelp; --version returns ErrVersion. Other errors carry
+// ErrInvalidParams.
 func ParseFlags(args []string, errOut io.Writer) (Options, error) {
-	var o Options
-	fs := flag.NewFlagSet("gostore-master", flag.ContinueOnError)
-	if errOut != nil {
-		fs.SetOutput(errOut)
-	} else {
-		fs.SetOutput(io.Discard)
+	var c cmdline
+	if err := c.parse(args, "command line"); err != nil {
+		return Options{}, wire.Errorf(wire.ErrInvalidParams, "%v", err)
 	}
-	var leaseMS, softPinMS, clientTTLS, discardS, releaseS, tickMS int64
-	fs.StringVar(&o.RPCAddress, "rpc_address", "0.0.0.0", "address the RPC server listens on")
-	fs.IntVar(&o.RPCPort, "rpc_port", 50051, "RPC port (0 picks a free one)")
-	fs.IntVar(&o.MetricsPort, "metrics_port", 9003, "HTTP port for /metrics, /health, /get_all_segments, /query_key (0 picks a free one, -1 disables)")
-	fs.Int64Var(&leaseMS, "default_kv_lease_ttl", 10000, "lease granted by reads, in ms")
-	fs.Int64Var(&softPinMS, "default_kv_soft_pin_ttl", 1800000, "soft pin duration, in ms")
-	fs.BoolVar(&o.AllowEvictSoftPinned, "allow_evict_soft_pinned_objects", true, "let eviction take soft-pinned objects after the others")
-	fs.Float64Var(&o.EvictionRatio, "eviction_ratio", 0.05, "share of objects one eviction pass frees")
-	fs.Float64Var(&o.EvictionHighWatermark, "eviction_high_watermark_ratio", 0.90, "pool usage above which eviction starts")
-	fs.Int64Var(&clientTTLS, "client_ttl", 10, "seconds a silent client keeps its segments")
-	fs.Int64Var(&discardS, "put_start_discard_timeout_sec", 30, "age after which an unfinished put may be taken over, in s")
-	fs.Int64Var(&releaseS, "put_start_release_timeout_sec", 600, "age after which a taken-over put's space is released, in s")
-	fs.BoolVar(&o.EnableOffload, "enable_offload", false, "accept SSD offload from clients")
-	fs.BoolVar(&o.OffloadOnEvict, "offload_on_evict", false, "offload objects to SSD when evicting")
-	fs.BoolVar(&o.EnableHA, "enable_ha", false, "run as one of several masters elected through etcd")
-	fs.StringVar(&o.EtcdEndpoints, "etcd_endpoints", "", "etcd endpoints for HA, separated by ';'")
-	fs.StringVar(&o.ClusterID, "cluster_id", "gostore_cluster", "cluster name for HA keys")
-	fs.Int64Var(&tickMS, "tick_interval_ms", 100, "period of time-driven work, in ms")
-	fs.StringVar(&o.LogLevel, "log_level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return o, err
+	if err := c.leftovers(); err != nil {
+		return Options{}, wire.Errorf(wire.ErrInvalidParams, "%v", err)
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	switch {
+	case c.help:
+		if errOut != nil {
+			printUsage(errOut)
+		}
+		return Options{}, flag.ErrHelp
+	case c.version:
+		return Options{}, ErrVersion
 	}
-	o.DefaultKVLeaseTTL = time.Duration(leaseMS) * time.Millisecond
-	o.DefaultKVSoftPinTTL = time.Duration(softPinMS) * time.Millisecond
-	o.ClientTTL = time.Duration(clientTTLS) * time.Second
-	o.PutStartDiscardTimeout = time.Duration(discardS) * time.Second
-	o.PutStartReleaseTimeout = time.Duration(releaseS) * time.Second
-	o.TickInterval = time.Duration(tickMS) * time.Millisecond
-	return o, o.validate()
+	var fromFile []setting
+	var ignored []string
+	if path := c.last("config_path"); path != "" {
+		var err error
+		if fromFile, ignored, err = readConfig(path); err != nil {
+			return Options{}, wire.Errorf(wire.ErrInvalidParams, "%v", err)
+		}
+	}
+	st := flagState{given: map[string]bool{}}
+	err := st.apply(append(fromFile, c.settings...))
+	if err == nil {
+		err = st.finish()
+	}
+	if err != nil {
+		return Options{}, wire.Errorf(wire.ErrInvalidParams, "%v", err)
+	}
+	st.o.IgnoredKeys = ignored
+	return st.o, nil
+}
+
+// apply gives every flag its last setting, or its default.
+func (st *flagState) apply(settings []setting) error {
+	final := make(map[*flagSpec]string, len(settings))
+	for _, s := range settings {
+		v, err := s.spec.canonical(s.value)
+		if err == nil && s.spec.check != nil {
+			err = s.spec.check(v)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: --%s: %v", s.from, s.spec.name, err)
+		}
+		final[s.spec] = v
+		st.given[s.spec.name] = true
+	}
+	for i := range specs {
+		f := &specs[i]
+		v, given := final[f]
+		if !given {
+			v, _ = f.canonical(f.def) // every default parses: TestFlagTableMatchesMooncake
+		}
+		switch {
+		case f.set != nil:
+			if err := f.set(st, v); err != nil {
+				return fmt.Errorf("--%s: %v", f.name, err)
+			}
+		case given && !f.isInert(v):
+			st.o.Unimplemented = append(st.o.Unimplemented, f.name)
+		}
+	}
+	return nil
+}
+
+// finish settles the flags that depend on others, then checks the result.
+func (st *flagState) finish() error {
+	o := &st.o
+	o.RPCPort = st.port // Mooncake's older name, for when rpc_port is not given
+	if st.given["rpc_port"] {
+		o.RPCPort = st.rpcPort
+	}
+	if st.iface != "" {
+		addr, err := interfaceIPv4(st.iface)
+		if err != nil {
+			return err
+		}
+		o.RPCAddress = addr
+	}
+	o.LogLevel, o.LogLevelGiven = st.logLevel()
+	return o.validate()
+}
+
+// logLevel maps glog's minloglevel and v onto slog's levels when log_level
+// is not given.
+func (st *flagState) logLevel() (string, bool) {
+	switch {
+	case st.given["log_level"]:
+		return st.o.LogLevel, true
+	case st.minLogLevel >= 2:
+		return "error", true
+	case st.minLogLevel == 1:
+		return "warn", true
+	case st.verbosity > 0:
+		return "debug", true
+	}
+	return "info", st.given["minloglevel"] || st.given["v"]
+}
+
+// interfaceIPv4 is the first IPv4 address of the named interface.
+func interfaceIPv4(name string) (string, error) {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("--rpc_interface %s: %v", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("--rpc_interface %s: %v", name, err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			return ipn.IP.String(), nil
+		}
+	}
+	return "", fmt.Errorf("--rpc_interface %s has no IPv4 address", name)
 }
 
 func (o *Options) validate() error {
 	switch {
 	case o.RPCPort < 0 || o.RPCPort > 65535:
-		return fmt.Errorf("--rpc_port %d out of range", o.RPCPort)
+		return fmt.Errorf("--rpc_port (or --port) %d out of range", o.RPCPort)
 	case o.MetricsPort > 65535:
 		return fmt.Errorf("--metrics_port %d out of range", o.MetricsPort)
 	case o.DefaultKVLeaseTTL <= 0 || o.DefaultKVSoftPinTTL <= 0 || o.ClientTTL <= 0 || o.TickInterval <= 0 ||
@@ -110,4 +208,46 @@ func parseLevel(s string) (slog.Level, error) {
 		return l, fmt.Errorf("--log_level %q: %v", s, err)
 	}
 	return l, nil
+}
+
+// printUsage lists the flags that act, then the names accepted without
+// effect.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: gostore-master [flags]
+
+Flags take the names of Mooncake 0.3.13's master, and gflags' syntax:
+--name=value, --name value, and for booleans --name and --noname.
+
+`)
+	var inert []string
+	for i := range specs {
+		f := &specs[i]
+		switch {
+		case f.help != "":
+			fmt.Fprintf(w, "  -%s (%s) default: %q\n      %s\n", f.name, typeName(f), f.def, f.help)
+		case f.set == nil:
+			inert = append(inert, "--"+f.name)
+		}
+	}
+	fmt.Fprintf(w, "\ngflags' --flagfile, --fromenv, --tryfromenv, --undefok, --help and --version\nwork as in gflags.\n\n")
+	fmt.Fprintf(w, "Accepted for Mooncake compatibility, with no effect here (a warning at start\nnames those given a value that asks for something):\n")
+	line := " "
+	for _, name := range inert {
+		if len(line)+len(name) > 78 {
+			fmt.Fprintln(w, line)
+			line = " "
+		}
+		line += " " + name
+	}
+	fmt.Fprintln(w, line)
+}
+
+func typeName(f *flagSpec) string {
+	switch f.unit {
+	case time.Millisecond:
+		return "duration, plain numbers in ms"
+	case time.Second:
+		return "duration, plain numbers in s"
+	}
+	return f.gtype
 }

@@ -24,6 +24,7 @@ type metrics struct {
 	// visible share of the master's CPU at 100k+ requests/s.
 	opLatency [64]prometheus.Observer
 	opCalls   [64]sync.Map // wire.Code -> prometheus.Counter
+	mc        *mcMetrics   // Mooncake's series
 }
 
 // newMetrics registers on a private registry: the master may live inside a
@@ -82,6 +83,7 @@ func newMetrics(core *master.Core) *metrics {
 	gauge("gostore_master_objects", "Objects in the index.", func(t master.Totals) float64 { return float64(t.Objects) })
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_clients", Help: "Clients alive (pinged within client_ttl)."},
 		func() float64 { return float64(core.Clients()) }))
+	m.mc = newMCMetrics(m.reg, core)
 	return m
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,7 @@ func Start(opts Options) (*Server, error) {
 	if opts.TickInterval <= 0 {
 		opts.TickInterval = 100 * time.Millisecond
 	}
+	warnIgnored(log, opts)
 	core := master.New(master.Config{
 		DefaultKVLeaseTTL:      opts.DefaultKVLeaseTTL,
 		ClientTTL:              opts.ClientTTL,
@@ -75,7 +77,11 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if opts.MetricsPort >= 0 {
-		s.httpLn, err = net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.MetricsPort)))
+		host, network := opts.RPCAddress, network
+		if opts.MetricsHost != "" {
+			host, network = opts.MetricsHost, metricsNetwork(opts.MetricsHost)
+		}
+		s.httpLn, err = net.Listen(network, net.JoinHostPort(host, strconv.Itoa(opts.MetricsPort)))
 		if err != nil {
 			s.rpcLn.Close()
 			return nil, err
@@ -119,6 +125,30 @@ func listenNetwork(addr string) string {
 		return "tcp4"
 	}
 	return "tcp6"
+}
+
+// metricsNetwork is listenNetwork for --metrics_host, but for "::", which
+// takes IPv4 as well, as Mooncake's master documents for that flag.
+func metricsNetwork(host string) string {
+	if ip := net.ParseIP(host); ip != nil && ip.Equal(net.IPv6unspecified) {
+		return "tcp"
+	}
+	return listenNetwork(host)
+}
+
+// warnIgnored logs, in one line, the Mooncake flags given that this master
+// accepts without acting on them, and the config file's keys no flag reads.
+func warnIgnored(log *slog.Logger, opts Options) {
+	var attrs []any
+	if len(opts.Unimplemented) > 0 {
+		attrs = append(attrs, "flags", strings.Join(opts.Unimplemented, ","))
+	}
+	if len(opts.IgnoredKeys) > 0 {
+		attrs = append(attrs, "config_keys", strings.Join(opts.IgnoredKeys, ","))
+	}
+	if len(attrs) > 0 {
+		log.Warn("ignoring Mooncake master settings this master does not implement", attrs...)
+	}
 }
 
 // Core exposes the metadata core (tests and introspection).
@@ -212,8 +242,9 @@ func (s *Server) startWrites(res []wire.PutStartResult, err error) (*wire.PutSta
 }
 
 func (s *Server) register() {
-	c := s.core
+	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
+		mc.ping.call(nil)
 		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID),
 			OffloadEnabled: s.opts.EnableOffload}, nil
 	})
@@ -225,6 +256,7 @@ func (s *Server) register() {
 	})
 	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
 		id, err := c.MountSegment(r.Seg)
+		mc.mount.call(err)
 		if err == nil {
 			s.log.Info("segment mounted", "name", r.Seg.Name, "id", id, "size", r.Seg.Size, "client", r.Seg.ClientID)
 		}
@@ -232,6 +264,7 @@ func (s *Server) register() {
 	})
 	rpc.HandleFunc(s.rpc, wire.OpUnmountSegment, func(r *wire.UnmountReq) (*struct{}, error) {
 		err := c.UnmountSegment(r.ClientID, r.Name)
+		mc.unmount.call(err)
 		if err == nil {
 			s.log.Info("segment unmounted", "name", r.Name, "client", r.ClientID)
 		}
@@ -241,31 +274,45 @@ func (s *Server) register() {
 		return &wire.QuerySegmentsResp{Segs: c.QuerySegments(r.IDs)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
-		return s.startWrites(c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config))
+		res, err := c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
+		mc.putStarted(r, res, err)
+		return s.startWrites(res, err)
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.PutEnd(r.ClientID, r.Keys, r.Epochs)}, nil
+		codes := c.PutEnd(r.ClientID, r.Keys, r.Epochs)
+		mc.putEnd.codes(codes, notOK)
+		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.PutRevoke(r.ClientID, r.Keys, r.Epochs)}, nil
+		codes := c.PutRevoke(r.ClientID, r.Keys, r.Epochs)
+		mc.putRevoke.codes(codes, notOK)
+		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
 		if r.Peek {
 			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
 		}
-		return &wire.GetReplicasResp{Results: c.GetReplicas(r.Keys, r.ForRead)}, nil
+		res := c.GetReplicas(r.Keys, r.ForRead)
+		mc.got(res) // peeks are the SSD tier's, not gets
+		return &wire.GetReplicasResp{Results: res}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpExist, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.Exist(r.Keys)}, nil
+		codes := c.Exist(r.Keys)
+		mc.exist.codes(codes, existFailed)
+		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpRemove, func(r *wire.RemoveReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.Remove(r.Keys, r.Force)}, nil
+		codes := c.Remove(r.Keys, r.Force)
+		mc.remove.codes(codes, notOK)
+		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpRemoveByRegex, func(r *wire.RemoveByRegexReq) (*wire.CountResp, error) {
 		n, err := c.RemoveByRegex(r.Pattern, r.Force)
+		mc.removeRegex.call(err)
 		return &wire.CountResp{N: n}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpRemoveAll, func(r *wire.RemoveAllReq) (*wire.CountResp, error) {
+		mc.removeAll.call(nil)
 		return &wire.CountResp{N: c.RemoveAll(r.Force)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpUpsertStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
@@ -277,13 +324,21 @@ func (s *Server) register() {
 	})
 	rpc.HandleFunc(s.rpc, wire.OpCreateTask, func(r *wire.CreateTaskReq) (*wire.TaskPlan, error) {
 		plan, err := c.CreateTask(*r)
+		if r.Kind == wire.TaskMove {
+			mc.moveTask.call(err)
+		} else {
+			mc.copyTask.call(err)
+		}
 		return &plan, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpTaskDone, func(r *wire.TaskDoneReq) (*struct{}, error) {
-		return &struct{}{}, c.TaskDone(r.ClientID, r.ID, r.Code)
+		err := c.TaskDone(r.ClientID, r.ID, r.Code)
+		mc.updateTask.call(err)
+		return &struct{}{}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
 		info, err := c.QueryTask(r.ID)
+		mc.queryTask.call(err)
 		return &info, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.OffloadHeartbeatResp, error) {
@@ -311,6 +366,8 @@ func (s *Server) register() {
 		return &wire.CodesResp{Codes: c.RecoverDisk(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpEvictDiskReplicas, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.EvictDiskReplicas(r.ClientID, r.Keys)}, nil
+		codes := c.EvictDiskReplicas(r.ClientID, r.Keys)
+		mc.evictDisk.codes(codes, notOK)
+		return &wire.CodesResp{Codes: codes}, nil
 	})
 }

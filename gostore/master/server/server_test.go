@@ -15,17 +15,17 @@ import (
 
 func TestParseFlags(t *testing.T) {
 	o, err := ParseFlags([]string{"--rpc_port=0", "--default_kv_lease_ttl=500", "--client_ttl=3",
-		"--eviction_high_watermark_ratio=0.8", "--enable_offload", "--cluster_id=x"}, nil)
+		"--eviction_high_watermark_ratio=0.8", "--enable_offload"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.DefaultKVLeaseTTL != 500*time.Millisecond || o.ClientTTL != 3*time.Second ||
-		o.EvictionHighWatermark != 0.8 || !o.EnableOffload || o.ClusterID != "x" || o.MetricsPort != 9003 {
+		o.EvictionHighWatermark != 0.8 || !o.EnableOffload || o.MetricsPort != 9003 || o.RPCPort != 0 {
 		t.Fatalf("parsed %+v", o)
 	}
 	for _, bad := range [][]string{{"--nope=1"}, {"--rpc_port=70000"}, {"--client_ttl=0"},
 		{"--eviction_ratio=2"}, {"--eviction_ratio=0"}, {"--default_kv_lease_ttl=0"}, {"--log_level=loud"},
-		{"stray"}, {"--client_ttl=abc"}} {
+		{"stray"}, {"--client_ttl=abc"}, {"--eviction_ratio=nan"}} {
 		if _, err := ParseFlags(bad, nil); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
@@ -108,5 +108,26 @@ func TestSilentClientExpiresThroughTickLoop(t *testing.T) {
 	}
 	if n := len(s.Core().Segments()); n != 0 {
 		t.Fatalf("silent client's segment still mounted (%d)", n)
+	}
+}
+
+func TestMetricsHost(t *testing.T) {
+	o := parse(t, "--rpc_address=0.0.0.0", "--rpc_port=0", "--metrics_host=127.0.0.1", "--metrics_port=0", "--log_level=error")
+	s, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.httpListen(); !strings.HasPrefix(got, "127.0.0.1:") {
+		t.Errorf("HTTP listens on %s, want --metrics_host's 127.0.0.1", got)
+	}
+	if got := s.rpcLn.Addr().String(); !strings.HasPrefix(got, "0.0.0.0:") {
+		t.Errorf("RPC listens on %s, want 0.0.0.0", got)
+	}
+	// "::" takes IPv4 too, as Mooncake documents for --metrics_host.
+	for host, want := range map[string]string{"::": "tcp", "::1": "tcp6", "0.0.0.0": "tcp4", "localhost": "tcp"} {
+		if got := metricsNetwork(host); got != want {
+			t.Errorf("metricsNetwork(%q) = %s, want %s", host, got, want)
+		}
 	}
 }

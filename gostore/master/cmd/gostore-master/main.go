@@ -1,5 +1,5 @@
 // Command gostore-master runs the gostore master: the metadata service every
-// client talks to. Flags follow Mooncake's master names (see PYTHON_API.md).
+// client talks to. Flags follow Mooncake 0.3.13's master (docs/master-flags.md).
 package main
 
 import (
@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/gostore/gostore/gostore/master/server"
@@ -15,8 +17,12 @@ import (
 
 func main() {
 	opts, err := server.ParseFlags(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return // -h / --help printed the flags: asking for help is no error
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return // --help printed the flags: asking for help is no error
+	case errors.Is(err, server.ErrVersion):
+		fmt.Println("gostore-master", version())
+		return
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gostore-master:", err)
@@ -33,4 +39,14 @@ func main() {
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
 	srv.Close()
+}
+
+// version is the module version the binary was built from ("(devel)" for a
+// build from a checkout) and the Go release.
+func version() string {
+	v := "(unknown)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v = bi.Main.Version
+	}
+	return v + " " + runtime.Version()
 }

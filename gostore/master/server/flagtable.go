@@ -1,0 +1,384 @@
+// flagtable.go lists every flag the master accepts: Mooncake 0.3.13's
+// master flags (its own, gflags' and glog's), whether this master acts on
+// each, and gostore's own two.
+
+package server
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// flagSpec is one flag. Values reach set in canonical form (see canonical),
+// so setters and inert checks compare and convert plain text.
+type flagSpec struct {
+	name string
+	// gtype is the value's type as gflags names it (bool, string, int32,
+	// int64, uint32, uint64, double): Mooncake's type for its flags.
+	gtype string
+	// unit makes the flag a duration: a plain integer counts unit, and
+	// 5s, 500ms, 2m are accepted too (Mooncake's TTL flags are strings
+	// read that way; its second and millisecond integers are not).
+	unit time.Duration
+	def  string // the default, Mooncake's unless docs/master-flags.md says why not
+	help string // for --help, set flags only
+	// set applies the value. Nil: accepted for Mooncake compatibility but
+	// not implemented; giving it a value that is not inert earns a warning.
+	set func(st *flagState, v string) error
+	// inert reports whether a value asks for nothing this master lacks
+	// (nil: the default does, and nothing else).
+	inert func(v string) bool
+	// check refuses values Mooncake's master refuses, for flags that are
+	// not implemented (a typo must fail here as it fails there).
+	check func(v string) error
+	// fileKey is the flag's key in a --config_path file: the name unless
+	// set; "-" when the file cannot set it (as in Mooncake).
+	fileKey string
+	// special flags act while the command line is read (flagfile, help...).
+	special bool
+}
+
+// flagState is what the flags build before Options is checked.
+type flagState struct {
+	o           Options
+	given       map[string]bool // flags given on the command line or in the file
+	rpcPort     int
+	port        int
+	iface       string
+	minLogLevel int
+	verbosity   int
+}
+
+// canonical checks v against the flag's type and spells it one way:
+// booleans true/false, integers in decimal, durations in nanoseconds.
+func (f *flagSpec) canonical(v string) (string, error) {
+	if f.unit != 0 {
+		d, err := f.duration(v)
+		return strconv.FormatInt(int64(d), 10), err
+	}
+	switch f.gtype {
+	case "bool":
+		b, err := parseBool(v)
+		return strconv.FormatBool(b), err
+	case "int32", "int64":
+		n, err := parseInt(v, bitsOf(f.gtype))
+		return strconv.FormatInt(n, 10), err
+	case "uint32", "uint64":
+		n, err := parseUint(v, bitsOf(f.gtype))
+		return strconv.FormatUint(n, 10), err
+	case "double":
+		x, err := parseDouble(v)
+		return strconv.FormatFloat(x, 'g', -1, 64), err
+	}
+	return v, nil
+}
+
+// duration reads a duration flag. Where Mooncake's flag is an integer, the
+// integer spellings gflags takes (0x10, +5) count the unit; anything else
+// is parseDuration's.
+func (f *flagSpec) duration(v string) (time.Duration, error) {
+	if f.gtype == "int64" || f.gtype == "uint64" {
+		if n, err := parseInt(v, 64); err == nil {
+			if n > math.MaxInt64/int64(f.unit) || n < math.MinInt64/int64(f.unit) {
+				return 0, fmt.Errorf("duration %q is too large", v)
+			}
+			return time.Duration(n) * f.unit, nil
+		}
+	}
+	return parseDuration(v, f.unit)
+}
+
+func bitsOf(gtype string) int {
+	if gtype == "int32" || gtype == "uint32" {
+		return 32
+	}
+	return 64
+}
+
+// isInert reports whether v (canonical) leaves the master as it is.
+func (f *flagSpec) isInert(v string) bool {
+	if f.inert != nil {
+		return f.inert(v)
+	}
+	def, _ := f.canonical(f.def) // every default parses: TestFlagTableMatchesMooncake
+	return v == def
+}
+
+// key is the flag's config-file key, or "" when the file cannot set it.
+func (f *flagSpec) key() string {
+	switch f.fileKey {
+	case "":
+		return f.name
+	case "-":
+		return ""
+	}
+	return f.fileKey
+}
+
+// Setters over Options fields, fed canonical values.
+
+func asString(v string) (string, error) { return v, nil }
+func asBool(v string) (bool, error)     { return strconv.ParseBool(v) }
+func asInt(v string) (int, error)       { return strconv.Atoi(v) }
+func asFloat(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
+func asDuration(v string) (time.Duration, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	return time.Duration(n), err
+}
+
+func to[T any](field func(*Options) *T, parse func(string) (T, error)) func(*flagState, string) error {
+	return func(st *flagState, v string) error {
+		x, err := parse(v)
+		*field(&st.o) = x
+		return err
+	}
+}
+
+func toState[T any](field func(*flagState) *T, parse func(string) (T, error)) func(*flagState, string) error {
+	return func(st *flagState, v string) error {
+		x, err := parse(v)
+		*field(st) = x
+		return err
+	}
+}
+
+func nothing(*flagState, string) error { return nil }
+
+func always(string) bool { return true }
+
+func oneOf(values ...string) func(string) error {
+	return func(v string) error {
+		for _, ok := range values {
+			if v == ok {
+				return nil
+			}
+		}
+		return fmt.Errorf("%q is not one of %q", v, values)
+	}
+}
+
+// mc is a Mooncake flag this master accepts and does not act on.
+func mc(name, gtype, def string) flagSpec { return flagSpec{name: name, gtype: gtype, def: def} }
+
+// specs is the table, in the order of Mooncake's --help: its master's
+// flags, then gflags', then glog's, then gostore's.
+var specs = []flagSpec{
+	mc("allocation_strategy", "string", "random"),
+	{name: "allow_evict_soft_pinned_objects", gtype: "bool", def: "true",
+		help: "let eviction take soft-pinned objects once no other object is left",
+		set:  to(func(o *Options) *bool { return &o.AllowEvictSoftPinned }, asBool)},
+	mc("batch_oplog_retry_timeout_sec", "uint32", "180"),
+	{name: "client_ttl", gtype: "int64", unit: time.Second, def: "10", fileKey: "client_live_ttl_sec",
+		help: "how long a client may stay silent before the master drops it and its segments (seconds, or 5s, 1m)",
+		set:  to(func(o *Options) *time.Duration { return &o.ClientTTL }, asDuration)},
+	mc("cluster_id", "string", "mooncake_cluster"),
+	{name: "config_path", gtype: "string", def: "", fileKey: "-", set: nothing,
+		help: "a JSON (.json) or YAML (.yaml, .yml) file of flag values; flags given on the command line win"},
+	mc("cxl_path", "string", "/dev/dax0.0"),
+	mc("cxl_size", "uint64", "8589934592"),
+	{name: "default_kv_lease_ttl", gtype: "string", unit: time.Millisecond, def: "10000",
+		help: "how long a read protects an object from removal and eviction (milliseconds, or 500ms, 10s, 1m)",
+		set:  to(func(o *Options) *time.Duration { return &o.DefaultKVLeaseTTL }, asDuration)},
+	{name: "default_kv_soft_pin_ttl", gtype: "string", unit: time.Millisecond, def: "1800000",
+		help: "how long a soft pin protects an object after its last read (milliseconds, or 30m, 1h)",
+		set:  to(func(o *Options) *time.Duration { return &o.DefaultKVSoftPinTTL }, asDuration)},
+	mc("dynamic_replication_admission_qps_threshold", "double", "0.8"),
+	mc("dynamic_replication_heat_window_seconds", "uint32", "10"),
+	mc("dynamic_replication_max_memory_replicas", "uint64", "2"),
+	{name: "dynamic_replication_mode", gtype: "string", def: "off", check: oneOf("off", "observe", "enforce")},
+	mc("enable_cxl", "bool", "false"),
+	mc("enable_disk_eviction", "bool", "true"),
+	mc("enable_ha", "bool", "false"),
+	mc("enable_http_metadata_server", "bool", "false"),
+	mc("enable_kv_events", "bool", "false"),
+	mc("enable_metadata_cleanup_on_timeout", "bool", "false"),
+	// Mooncake logs a summary of its metrics periodically by default; this
+	// master does not, so only asking for it (true) earns the warning.
+	{name: "enable_metric_reporting", gtype: "bool", def: "true", inert: func(v string) bool { return v == "false" }},
+	mc("enable_multi_tenants", "bool", "false"),
+	{name: "enable_offload", gtype: "bool", def: "false",
+		help: "accept SSD tiers: clients persist objects, eviction drops a memory copy once its disk copy exists",
+		set:  to(func(o *Options) *bool { return &o.EnableOffload }, asBool)},
+	mc("enable_oplog", "bool", "false"),
+	mc("enable_snapshot", "bool", "false"),
+	mc("enable_snapshot_restore", "bool", "false"),
+	mc("etcd_endpoints", "string", ""),
+	{name: "eviction_high_watermark_ratio", gtype: "double", def: "0.9",
+		help: "pool usage above which eviction passes run, in (0, 1]",
+		set:  to(func(o *Options) *float64 { return &o.EvictionHighWatermark }, asFloat)},
+	{name: "eviction_ratio", gtype: "double", def: "0.05",
+		help: "share of the evictable objects one eviction pass frees, in (0, 1]",
+		set:  to(func(o *Options) *float64 { return &o.EvictionRatio }, asFloat)},
+	mc("global_file_segment_size", "int64", "9223372036854775807"),
+	mc("ha_backend_connstring", "string", ""),
+	mc("ha_backend_type", "string", "etcd"),
+	mc("http_metadata_server_host", "string", "0.0.0.0"),
+	mc("http_metadata_server_port", "int32", "8080"),
+	mc("kv_events_additional_salt", "string", ""),
+	mc("kv_events_backend_id", "string", ""),
+	mc("kv_events_bind_endpoint", "string", ""),
+	mc("kv_events_block_size", "uint32", "0"),
+	mc("kv_events_dp_rank", "uint32", "0"),
+	mc("kv_events_emit_legacy_compat", "bool", "true"),
+	mc("kv_events_emit_object_key", "bool", "true"),
+	mc("kv_events_lora_name", "string", ""),
+	mc("kv_events_model_name", "string", ""),
+	mc("kv_events_queue_capacity", "uint32", "65536"),
+	mc("kv_events_tenant_id", "string", "default"),
+	// Bounds a per-request soft pin TTL, which this master's protocol does
+	// not carry: every soft pin lasts default_kv_soft_pin_ttl.
+	{name: "max_kv_soft_pin_ttl", gtype: "string", unit: time.Millisecond, def: "86400000"},
+	mc("max_retry_attempts", "uint32", "10"),
+	{name: "max_threads", gtype: "int32", def: "16", fileKey: "-"},
+	mc("max_total_finished_tasks", "uint32", "10000"),
+	mc("max_total_pending_tasks", "uint32", "10000"),
+	mc("max_total_processing_tasks", "uint32", "10000"),
+	{name: "memory_allocator", gtype: "string", def: "offset", check: oneOf("offset", "cachelib")},
+	// Mooncake's default is 0.0.0.0; here the HTTP listener follows
+	// --rpc_address unless this is given, so that a master bound to one
+	// address does not expose /metrics on all of them.
+	{name: "metrics_host", gtype: "string", def: "",
+		help: "the address the HTTP listener (/metrics, /health...) binds to; default: --rpc_address's. \"::\" takes IPv6 and IPv4",
+		set:  to(func(o *Options) *string { return &o.MetricsHost }, asString)},
+	{name: "metrics_port", gtype: "int32", def: "9003",
+		help: "the HTTP port; 0 picks a free one, -1 turns HTTP off",
+		set:  to(func(o *Options) *int { return &o.MetricsPort }, asInt)},
+	mc("nof_eviction_high_watermark_ratio", "double", "0.9"),
+	mc("nof_eviction_ratio", "double", "0.05"),
+	mc("nof_heartbeat_failures_threshold", "uint32", "3"),
+	mc("nof_heartbeat_interval_sec", "int64", "10"),
+	mc("nof_heartbeat_probe_timeout_ms", "uint32", "1000"),
+	mc("offload_cap_ratio", "double", "0.5"),
+	mc("offload_force_evict", "bool", "false"),
+	{name: "offload_on_evict", gtype: "bool", def: "false",
+		help: "with --enable_offload: ask for disk copies only of the objects eviction picks",
+		set:  to(func(o *Options) *bool { return &o.OffloadOnEvict }, asBool)},
+	mc("offloading_queue_limit", "uint64", "50000"),
+	mc("oplog_batch_max_entries", "uint32", "1024"),
+	mc("oplog_poll_interval_ms", "int32", "1000"),
+	mc("pending_task_timeout_sec", "uint64", "300"),
+	mc("pod_name", "string", ""),
+	mc("pod_namespace", "string", ""),
+	{name: "port", gtype: "int32", def: "50051", fileKey: "-",
+		help: "the RPC port when --rpc_port is not given (Mooncake's older name for it)",
+		set:  toState(func(st *flagState) *int { return &st.port }, asInt)},
+	mc("processing_task_timeout_sec", "uint64", "300"),
+	mc("promotion_admission_threshold", "uint32", "2"),
+	mc("promotion_max_per_heartbeat", "uint32", "1"),
+	mc("promotion_on_hit", "bool", "false"),
+	mc("promotion_queue_limit", "uint32", "50000"),
+	{name: "put_start_discard_timeout_sec", gtype: "uint64", unit: time.Second, def: "30",
+		help: "age after which an unfinished put may be taken over by a new put of its key (seconds, or 30s, 1m)",
+		set:  to(func(o *Options) *time.Duration { return &o.PutStartDiscardTimeout }, asDuration)},
+	{name: "put_start_release_timeout_sec", gtype: "uint64", unit: time.Second, def: "600",
+		help: "age after which the space of a taken-over put is reused (seconds, or 10m)",
+		set:  to(func(o *Options) *time.Duration { return &o.PutStartReleaseTimeout }, asDuration)},
+	mc("quota_bytes", "uint64", "0"),
+	mc("root_fs_dir", "string", ""),
+	{name: "rpc_address", gtype: "string", def: "0.0.0.0",
+		help: "the address the RPC listener binds to (and the HTTP one, without --metrics_host)",
+		set:  to(func(o *Options) *string { return &o.RPCAddress }, asString)},
+	mc("rpc_conn_timeout_seconds", "int32", "0"),
+	// Go sets TCP_NODELAY on every connection: true is what happens.
+	mc("rpc_enable_tcp_no_delay", "bool", "true"),
+	{name: "rpc_interface", gtype: "string", def: "",
+		help: "a network interface whose IPv4 address replaces --rpc_address",
+		set:  toState(func(st *flagState) *string { return &st.iface }, asString)},
+	{name: "rpc_port", gtype: "int32", def: "0",
+		help: "the RPC port; 0 picks a free one. Without it, --port's",
+		set:  toState(func(st *flagState) *int { return &st.rpcPort }, asInt)},
+	mc("rpc_thread_num", "int32", "0"),
+	mc("snapshot_backup_dir", "string", ""),
+	mc("snapshot_catalog_backend_connstring", "string", ""),
+	mc("snapshot_catalog_backend_type", "string", ""),
+	mc("snapshot_catalog_store_connstring", "string", ""),
+	mc("snapshot_catalog_store_type", "string", ""),
+	mc("snapshot_child_timeout_seconds", "uint64", "300"),
+	mc("snapshot_interval_seconds", "uint64", "600"),
+	mc("snapshot_object_store_type", "string", ""),
+	mc("snapshot_payload_backend_type", "string", ""),
+	mc("snapshot_payload_store_type", "string", ""),
+	mc("snapshot_retention_count", "uint32", "2"),
+	mc("tenant_quota_connector_type", "string", "file"),
+	mc("tenant_quota_connector_uri", "string", ""),
+	{name: "mmap_arena_pool_size", gtype: "uint64", def: "8589934592", fileKey: "-"},
+	{name: "use_mmap_arena_allocator", gtype: "bool", def: "false", fileKey: "-"},
+
+	// gflags' own flags act while the command line is read (cmdline.go).
+	gflag("flagfile", "string", ""),
+	gflag("fromenv", "string", ""),
+	gflag("tryfromenv", "string", ""),
+	gflag("undefok", "string", ""),
+	{name: "tab_completion_columns", gtype: "int32", def: "80", fileKey: "-"},
+	{name: "tab_completion_word", gtype: "string", def: "", fileKey: "-"},
+	gflag("help", "bool", "false"),
+	gflag("helpfull", "bool", "false"),
+	gflag("helpmatch", "string", ""),
+	gflag("helpon", "string", ""),
+	gflag("helppackage", "bool", "false"),
+	gflag("helpshort", "bool", "false"),
+	gflag("helpxml", "bool", "false"),
+	gflag("version", "bool", "false"),
+
+	// glog's flags. Mooncake's master logs to stderr unless --log_dir is
+	// given, whatever the stderr flags say; so does this one, always.
+	glog("alsologtoemail", "string", ""),
+	{name: "alsologtostderr", gtype: "bool", def: "false", fileKey: "-", inert: always},
+	glog("colorlogtostderr", "bool", "false"),
+	glog("drop_log_memory", "bool", "true"),
+	glog("log_backtrace_at", "string", ""),
+	glog("log_dir", "string", ""),
+	glog("log_link", "string", ""),
+	glog("log_prefix", "bool", "true"),
+	glog("logbuflevel", "int32", "0"),
+	glog("logbufsecs", "int32", "30"),
+	glog("logemaillevel", "int32", "999"),
+	glog("logfile_mode", "int32", "436"),
+	glog("logmailer", "string", "/bin/mail"),
+	{name: "logtostderr", gtype: "bool", def: "false", fileKey: "-", inert: always},
+	glog("max_log_size", "int32", "1800"),
+	{name: "minloglevel", gtype: "int32", def: "0", fileKey: "-",
+		help: "glog's severity floor, mapped onto --log_level when that is not given: 0 info, 1 warn, 2 and 3 error",
+		set:  toState(func(st *flagState) *int { return &st.minLogLevel }, asInt)},
+	{name: "stderrthreshold", gtype: "int32", def: "2", fileKey: "-", inert: always},
+	glog("stop_logging_if_full_disk", "bool", "false"),
+	glog("symbolize_stacktrace", "bool", "true"),
+	{name: "v", gtype: "int32", def: "0", fileKey: "-",
+		help: "glog's verbosity; above 0 it means --log_level=debug when neither that nor --minloglevel is given",
+		set:  toState(func(st *flagState) *int { return &st.verbosity }, asInt)},
+	glog("vmodule", "string", ""),
+
+	// gostore's own.
+	{name: "tick_interval_ms", unit: time.Millisecond, def: "100",
+		help: "period of the time-driven work: client expiry, eviction, abandoned puts (milliseconds, or 100ms, 1s)",
+		set:  to(func(o *Options) *time.Duration { return &o.TickInterval }, asDuration)},
+	{name: "log_level", gtype: "string", def: "info",
+		help: "debug, info, warn or error",
+		set:  to(func(o *Options) *string { return &o.LogLevel }, asString)},
+}
+
+func gflag(name, gtype, def string) flagSpec {
+	return flagSpec{name: name, gtype: gtype, def: def, fileKey: "-", special: true, set: nothing}
+}
+
+func glog(name, gtype, def string) flagSpec {
+	return flagSpec{name: name, gtype: gtype, def: def, fileKey: "-"}
+}
+
+// specByName and specByKey index the table.
+var specByName, specByKey = indexSpecs()
+
+func indexSpecs() (map[string]*flagSpec, map[string]*flagSpec) {
+	byName := make(map[string]*flagSpec, len(specs))
+	byKey := make(map[string]*flagSpec, len(specs))
+	for i := range specs {
+		f := &specs[i]
+		byName[f.name] = f
+		if k := f.key(); k != "" {
+			byKey[k] = f
+		}
+	}
+	return byName, byKey
+}
