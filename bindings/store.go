@@ -231,11 +231,14 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 //
 // A non-empty ssd_offload_path alone turns the SSD tier on (one argument
 // is enough); enable_ssd_offload=False keeps it off regardless.
+// enable_client_http_server turns the client HTTP server on at
+// client_http_port (default 9300), which must then be 1-65535.
 func parseSetup(b []byte) (client.Config, setupEdge, error) {
 	var raw map[string]any
 	var cfg client.Config
 	var edge setupEdge
 	tierSaid := false
+	httpOn, httpPort := false, defaultClientHTTPPort
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return cfg, edge, wire.Errorf(wire.ErrInvalidParams, "setup config is not a JSON object: %v", err)
 	}
@@ -256,12 +259,19 @@ func parseSetup(b []byte) (client.Config, setupEdge, error) {
 			cfg.SSDOffloadPath, err = asString(k, v)
 		case "segment_location":
 			cfg.SegmentLocation, err = asString(k, v)
-		case "enable_ssd_offload":
-			b, ok := v.(bool)
-			if !ok {
-				err = fmt.Errorf("%s must be a bool", k)
+		case "tenant_id":
+			cfg.TenantID, err = asString(k, v)
+		case "ipc_socket_path":
+			var path string
+			if path, err = asString(k, v); err == nil && path != "" {
+				logger.Info("ipc_socket_path has no effect: it belongs to Mooncake's standalone (dummy) client mode, which gostore does not have", "ipc_socket_path", path)
 			}
-			cfg.EnableSSDOffload, tierSaid = b, true
+		case "enable_client_http_server":
+			httpOn = asLenientBool(k, v)
+		case "client_http_port":
+			httpPort, err = asPort(k, v)
+		case "enable_ssd_offload":
+			cfg.EnableSSDOffload, tierSaid = asLenientBool(k, v), true
 		case "global_segment_size":
 			cfg.GlobalSegmentSize, err = asSize(k, v)
 		case "local_buffer_size":
@@ -289,7 +299,57 @@ func parseSetup(b []byte) (client.Config, setupEdge, error) {
 	if !tierSaid && cfg.SSDOffloadPath != "" {
 		cfg.EnableSSDOffload = true
 	}
+	if httpOn {
+		// Checked only when on: Mooncake ignores the port otherwise.
+		if httpPort < 1 || httpPort > 65535 {
+			return cfg, edge, wire.Errorf(wire.ErrInvalidParams, "client_http_port %d: want 1-65535", httpPort)
+		}
+		cfg.HTTPPort = httpPort
+	}
 	return cfg, edge, nil
+}
+
+// defaultClientHTTPPort is client_http_port's default, as in Mooncake.
+const defaultClientHTTPPort = 9300
+
+// asLenientBool reads a flag the way Mooncake reads setup's config dict:
+// a bool, or (as Python's dict form passes anything else) its text:
+// true/1/yes/on or false/0/no/off in any case; anything else is false,
+// with a warning.
+func asLenientBool(k string, v any) bool {
+	switch x := v.(type) {
+	case bool:
+		return x
+	case string:
+		switch strings.ToLower(strings.TrimSpace(x)) {
+		case "true", "1", "yes", "on":
+			return true
+		case "false", "0", "no", "off":
+			return false
+		}
+	}
+	logger.Warn("setup: not a boolean; taking false", "key", k, "value", v)
+	return false
+}
+
+// asPort reads an int (a JSON number, or decimal text as the dict form
+// may pass it: surrounding blanks allowed, no sign but '-', nothing
+// else); its range is checked where the server is turned on.
+func asPort(k string, v any) (int, error) {
+	switch x := v.(type) {
+	case float64:
+		if x == float64(int32(x)) {
+			return int(x), nil
+		}
+	case string:
+		t := strings.TrimSpace(x)
+		if digits := strings.TrimPrefix(t, "-"); digits != "" && strings.Trim(digits, "0123456789") == "" {
+			if n, err := strconv.ParseInt(t, 10, 32); err == nil {
+				return int(n), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%s must be an integer, got %v", k, v)
 }
 
 // setupEdge holds the setup settings the bindings apply themselves; nil

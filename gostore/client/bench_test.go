@@ -9,11 +9,16 @@ import (
 
 // benchSmallBatch runs batches of 32 objects of 4 KiB between a reader and
 // an owner on the same host (shared memory), the case where the route
-// costs the most per byte.
-func benchSmallBatch(b *testing.B, read bool) {
+// costs the most per byte. With metrics, the reader runs the client HTTP
+// server and so records every call.
+func benchSmallBatch(b *testing.B, read, metrics bool) {
 	m := startMaster(b)
 	mk := func(seg uint64) *Client {
-		c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: seg, LocalBufferSize: 1 << 20}, nil)
+		port := 0
+		if metrics && seg == 0 {
+			port = freePort(b)
+		}
+		c, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: seg, LocalBufferSize: 1 << 20, HTTPPort: port}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -78,5 +83,7 @@ func benchSmallBatch(b *testing.B, read bool) {
 	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "keys/s")
 }
 
-func BenchmarkGetInto4KiBx32(b *testing.B) { benchSmallBatch(b, true) }
-func BenchmarkPut4KiBx32(b *testing.B)     { benchSmallBatch(b, false) }
+func BenchmarkGetInto4KiBx32(b *testing.B)            { benchSmallBatch(b, true, false) }
+func BenchmarkPut4KiBx32(b *testing.B)                { benchSmallBatch(b, false, false) }
+func BenchmarkGetInto4KiBx32WithMetrics(b *testing.B) { benchSmallBatch(b, true, true) }
+func BenchmarkPut4KiBx32WithMetrics(b *testing.B)     { benchSmallBatch(b, false, true) }

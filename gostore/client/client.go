@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gostore/gostore/gostore/clientmetrics"
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/planclient"
@@ -41,6 +42,16 @@ type Config struct {
 	// SegmentLocation is where the contributed memory lives: "" or "cpu"
 	// for host memory, "cuda:N" for device memory of GPU N.
 	SegmentLocation string `json:"segment_location"`
+	// TenantID is setup's tenant_id ("": "default"). Mooncake 0.3.13
+	// isolates nothing by it (clients of different tenants see each
+	// other's keys) and neither does gostore: it is logged and shown in
+	// the client HTTP server's summary, nothing else.
+	TenantID string `json:"tenant_id"`
+	// HTTPPort is where the client HTTP server listens (0.0.0.0:HTTPPort;
+	// /metrics, /health, /metrics/summary: gostore/clientmetrics); 0
+	// turns it and the metrics off. A port that cannot be bound is
+	// logged and setup goes on without the server, as Mooncake's does.
+	HTTPPort int `json:"-"`
 	// ForceTCP disables the shared-memory path (GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool `json:"-"`
 	// SysfsRoot is where the topology is read ("": /sys and NVML;
@@ -114,6 +125,9 @@ type Client struct {
 
 	transport TransportInfo
 
+	metrics *clientmetrics.Metrics // nil with HTTPPort 0
+	http    *clientmetrics.Server  // nil when not serving
+
 	healthy atomic.Bool
 	closed  atomic.Bool
 	// inFlight is read-held by every call that may touch segment or caller
@@ -140,11 +154,19 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval
 	}
+	if cfg.TenantID == "" {
+		cfg.TenantID = "default"
+	}
+	var metrics *clientmetrics.Metrics
+	if cfg.HTTPPort != 0 {
+		metrics = clientmetrics.New(clientmetrics.Options{Tenant: cfg.TenantID})
+		cfg.RPC.Observe = chainObservers(cfg.RPC.Observe, metrics.RPC)
+	}
 	log.Debug("setting up", "local_hostname", cfg.LocalHostname, "master", cfg.MasterServerAddr,
 		"segment", cfg.GlobalSegmentSize, "location", cfg.SegmentLocation, "buffer", cfg.LocalBufferSize,
 		"protocol", cfg.Protocol, "ssd", cfg.EnableSSDOffload, "ssd_path", cfg.SSDOffloadPath,
-		"force_tcp", cfg.ForceTCP, "put_space_wait", cfg.PutSpaceWait)
-	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{})}
+		"force_tcp", cfg.ForceTCP, "put_space_wait", cfg.PutSpaceWait, "tenant_id", cfg.TenantID, "http_port", cfg.HTTPPort)
+	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{}), metrics: metrics}
 	var err error
 	if c.transport, err = discoverTransport(cfg); err != nil {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
@@ -225,6 +247,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		c.ssd.Start()
 	}
 	c.healthy.Store(true)
+	c.serveHTTP() // before the background goroutines start: it may set c.metrics to nil
 	c.wg.Add(3)
 	go c.heartbeat()
 	go func() {
@@ -236,7 +259,8 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		c.planEnds.run(c.master, c.id, c.log, c.stop)
 	}()
 	ok = true
-	c.log.Info("client ready", "hostname", c.hostname, "segment", cfg.GlobalSegmentSize, "master", cfg.MasterServerAddr)
+	c.log.Info("client ready", "hostname", c.hostname, "segment", cfg.GlobalSegmentSize, "master", cfg.MasterServerAddr,
+		"tenant_id", cfg.TenantID)
 	return c, nil
 }
 
@@ -257,6 +281,9 @@ func validate(cfg *Config) error {
 	}
 	if _, _, err := net.SplitHostPort(cfg.MasterServerAddr); err != nil {
 		return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q: %v", cfg.MasterServerAddr, err)
+	}
+	if cfg.HTTPPort < 0 || cfg.HTTPPort > 65535 {
+		return wire.Errorf(wire.ErrInvalidParams, "client HTTP port %d: want 1-65535 (0: off)", cfg.HTTPPort)
 	}
 	dev, err := parseLocation(cfg.SegmentLocation)
 	if err != nil {
@@ -486,6 +513,10 @@ func (c *Client) release() {
 	case <-c.stop:
 	default:
 		close(c.stop)
+	}
+	if c.http != nil {
+		c.http.Close()
+		c.log.Info("client HTTP server stopped", "port", c.cfg.HTTPPort)
 	}
 	if c.disk != nil {
 		c.disk.Close()

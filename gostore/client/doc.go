@@ -26,6 +26,12 @@
 // serves the get path's disk fallback) and the plan API
 // (gostore/planclient, reached through Plans).
 //
+// With Config.HTTPPort set, the client measures itself and serves the
+// numbers over HTTP (gostore/clientmetrics, metrics.go): every RPC through
+// an rpc.ClientOptions observer, the bytes and time of each write round's
+// transfers, and each read and write call once it ended. Without it the
+// metrics are nil and cost one nil check per call.
+//
 // Buffers: callers own every []byte they pass and must keep it valid until
 // the call returns. Memory handed back by GetBuffers is the client's, lent
 // until FreeBuffer.

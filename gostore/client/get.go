@@ -20,6 +20,7 @@ type Pending struct {
 	res  []wire.GetResult
 	sent time.Time // when GetReplicas left: leases count from here
 	read bool      // the master counts us as a reader of the found keys
+	lent bool      // read into memory the client lends (GetBuffers)
 }
 
 // Sizes returns each object's size, or its negative code (-704 missing).
@@ -115,6 +116,7 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 // device parts of dests[i] (dev nil when there are none).
 func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	defer c.endReads(p)
+	began := time.Now()
 	out := c.readInto(p, dests, dev)
 	for i, r := range p.res {
 		if out[i] > 0 && expired(r, p.sent) {
@@ -122,6 +124,7 @@ func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int6
 			out[i] = int64(wire.ErrLeaseExpired)
 		}
 	}
+	c.noteRead(p, out, began)
 	return out
 }
 
@@ -334,6 +337,7 @@ func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 	if err != nil {
 		return bufs, wire.Fill(make([]int64, len(keys)), int64(wire.CodeOf(err)))
 	}
+	p.lent = true
 	dests := make([][][]byte, len(keys))
 	sizes := p.Sizes()
 	for i, n := range sizes {

@@ -49,6 +49,7 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // its own writes first, so nothing stays half-written while a round waits.
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
+	defer c.noteWrite(start, items, out, time.Now())
 	leave, err := c.enter()
 	if err != nil {
 		return wire.Fill(out, wire.CodeOf(err))
@@ -153,7 +154,7 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 	}
 	if len(ops) > 0 {
-		for k, err := range c.engine.Do(ctx, ops) {
+		for k, err := range c.timedWrite(ctx, ops, len(items)) {
 			if err != nil {
 				i, seg := opItem[k], ops[k].Peer.SegID
 				c.log.Warn("put: transfer failed", "key", items[i].Key, "segment", seg, "err", err)

@@ -52,6 +52,11 @@ type ClientOptions struct {
 	// keeps its P until sysmon takes it back, which starved the in-process
 	// master and doubled the round trip in the same measurement.
 	Netpoll bool
+	// Observe, when set, is told of every Call as it returns: the op, how
+	// long the call took (connection wait included) and its error (nil,
+	// a master's code, or ErrRPCFail/ErrRPCTimeout). It runs on the
+	// caller's goroutine and must be cheap and safe for concurrent use.
+	Observe func(op wire.Op, d time.Duration, err error)
 }
 
 type clientConn struct {
@@ -76,6 +81,16 @@ func (c *Client) Addr() string { return c.addr }
 // (which may be nil). A master-side failure comes back as a *wire.Error with
 // the master's code; transport failures are ErrRPCFail / ErrRPCTimeout.
 func (c *Client) Call(ctx context.Context, op wire.Op, req, resp any) error {
+	if c.opt.Observe == nil {
+		return c.call(ctx, op, req, resp)
+	}
+	began := time.Now()
+	err := c.call(ctx, op, req, resp)
+	c.opt.Observe(op, time.Since(began), err)
+	return err
+}
+
+func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 	cc, err := c.get(ctx)
 	if err != nil {
 		return err

@@ -13,4 +13,8 @@
 // process that runs the master itself asks for the netpoller instead
 // (ClientOptions.Netpoll). The choice is per Client, made by whoever
 // creates it: this package keeps no process-wide setting.
+//
+// A caller that wants to measure its calls installs ClientOptions.Observe,
+// told of each Call's op, duration and error; this package holds no
+// metrics of its own.
 package rpc

@@ -121,8 +121,53 @@ func TestClientOptionsPickTheConnection(t *testing.T) {
 			t.Errorf("%s: the client's connection is a %T", name, conn)
 		}
 	}
-	if NewClient(addr).opt != (ClientOptions{}) {
+	if o := NewClient(addr).opt; o.Netpoll || o.Observe != nil {
 		t.Error("NewClient does not take the default options")
+	}
+}
+
+// Observe hears of every call as it returns: the op, a duration covering
+// the round trip, and the error the caller got.
+func TestObserveSeesEveryCall(t *testing.T) {
+	_, addr, _ := startEcho(t)
+	type seen struct {
+		op   wire.Op
+		d    time.Duration
+		code wire.Code
+	}
+	var mu sync.Mutex
+	var got []seen
+	c := NewClientWith(addr, ClientOptions{Observe: func(op wire.Op, d time.Duration, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, seen{op, d, wire.CodeOf(err)})
+	}})
+	defer c.Close()
+	ctx := context.Background()
+	var resp echoResp
+	began := time.Now()
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "hi"}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Since(began)
+	c.Call(ctx, wire.OpPing, &echoReq{Fail: int32(wire.ErrObjectHasLease)}, &resp)
+	c.Call(ctx, wire.OpRemoveAll, &echoReq{}, &resp) // unregistered: the connection drops
+	mu.Lock()
+	defer mu.Unlock()
+	want := []struct {
+		op   wire.Op
+		code wire.Code
+	}{{wire.OpPing, wire.OK}, {wire.OpPing, wire.ErrObjectHasLease}, {wire.OpRemoveAll, wire.ErrRPCFail}}
+	if len(got) != len(want) {
+		t.Fatalf("observed %d calls, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if got[i].op != w.op || got[i].code != w.code {
+			t.Errorf("call %d observed as %s/%d, want %s/%d", i, got[i].op, got[i].code, w.op, w.code)
+		}
+	}
+	if got[0].d <= 0 || got[0].d > first {
+		t.Errorf("first call observed as %v; it took %v as the caller saw it", got[0].d, first)
 	}
 }
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import operator
 import threading
 import weakref
 from array import array
@@ -79,14 +80,33 @@ def _scratch() -> Tuple[Any, int]:
     return s
 
 
-# setup(**kwargs) accepted beyond the seven required arguments and ``engine``.
-_SETUP_EXTRA_KWARGS = (
+# setup()'s parameters in Mooncake's positional order: the first seven are
+# required; Go applies Mooncake's defaults to the others when left out.
+_SETUP_NAMES = (
+    "local_hostname",
+    "metadata_server",
+    "global_segment_size",
+    "local_buffer_size",
+    "protocol",
+    "rdma_devices",
+    "master_server_addr",
+    "engine",
     "enable_ssd_offload",
     "ssd_offload_path",
+    "tenant_id",
+    "enable_client_http_server",
+    "client_http_port",
+)
+
+# setup(**kwargs) accepted beyond Mooncake's parameters: gostore extensions,
+# keyword only.
+_SETUP_EXTRA_KWARGS = (
     "segment_location",
     "log_level",
     "put_space_wait_ms",
 )
+
+_INT32 = (-(2**31), 2**31 - 1)
 
 for _code in ("I", "Q", "q", "i"):  # the ABI's uint32/uint64/int64/int32 arrays
     assert array(_code).itemsize == {"I": 4, "Q": 8, "q": 8, "i": 4}[_code]
@@ -95,19 +115,11 @@ for _code in ("I", "Q", "q", "i"):  # the ABI's uint32/uint64/int64/int32 arrays
 def _setup_params(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """Validate setup()'s arguments into the JSON object of ``gs_setup``.
 
-    Raises TypeError exactly where a pybind11 binding would; never touches
-    the native library.
+    Raises TypeError where Mooncake's binding does; never touches the
+    native library. Arguments left at their defaults are not sent: Go
+    applies the same defaults.
     """
-    names = (
-        "local_hostname",
-        "metadata_server",
-        "global_segment_size",
-        "local_buffer_size",
-        "protocol",
-        "rdma_devices",
-        "master_server_addr",
-        "engine",
-    )
+    names = _SETUP_NAMES
     if len(args) > len(names):
         raise TypeError(
             f"setup() takes at most {len(names)} positional arguments ({len(args)} given)"
@@ -144,15 +156,44 @@ def _setup_params(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, An
     }
     # ``engine`` (Mooncake: a TransferEngine to share) is accepted and unused:
     # gostore's client owns its transfer engine.
+    for k in ("enable_ssd_offload", "enable_client_http_server"):
+        if k in given:
+            params[k] = _setup_bool(given[k], k)
+    for k in ("ssd_offload_path", "tenant_id"):
+        if k in given:
+            params[k] = _str_arg(given[k], k)
+    if "client_http_port" in given:
+        params["client_http_port"] = _setup_int32(given["client_http_port"], "client_http_port")
     _add_extra_params(params, given)
     return params
 
 
+def _setup_bool(x: Any, what: str) -> bool:
+    """A bool parameter of setup() as Mooncake's binding converts it: None
+    is False, and any object whose type defines truth (``__bool__``: ints,
+    floats, numpy scalars) converts; others (str, list) raise TypeError."""
+    if x is None:
+        return False
+    if isinstance(x, bool) or hasattr(type(x), "__bool__"):
+        return bool(x)
+    raise TypeError(f"{what} must be bool, not {_tname(x)}")
+
+
+def _setup_int32(x: Any, what: str) -> int:
+    """An int parameter of setup(): an integer (numpy's too; not a float)
+    that fits a C int, else TypeError, as Mooncake's binding checks it."""
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{what} must be int, not {_tname(x)}") from None
+    if not _INT32[0] <= v <= _INT32[1]:
+        raise TypeError(f"{what} must fit a 32-bit int, got {v}")
+    return v
+
+
 def _add_extra_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
     """The gostore extensions of setup(); Go checks their values."""
-    if src.get("enable_ssd_offload") is not None:
-        params["enable_ssd_offload"] = _bool(src["enable_ssd_offload"], "enable_ssd_offload")
-    for k in ("ssd_offload_path", "segment_location", "log_level"):
+    for k in ("segment_location", "log_level"):
         if src.get(k) is not None:
             params[k] = _str_arg(src[k], k)
     if src.get("put_space_wait_ms") is not None:
@@ -163,6 +204,10 @@ def _add_extra_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
 
 
 def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """setup(config: dict). Keys Mooncake does not know are ignored, as it
+    ignores them; ``device_name`` and ``master_server_address`` are read as
+    ``rdma_devices`` and ``master_server_addr``."""
+
     def pick(*keys: str, default: Any) -> Any:
         for k in keys:
             if k in cfg and cfg[k] is not None:
@@ -189,6 +234,21 @@ def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
             "master_server_address",
         ),
     }
+    if cfg.get("ssd_offload_path") is not None:
+        params["ssd_offload_path"] = _str_arg(cfg["ssd_offload_path"], "ssd_offload_path")
+    # Mooncake reads these keys from the text of any value: Go does the same
+    # with what is passed here (a bool or an int as it is, anything else as
+    # its str()), so "yes", 1 or "9301" work and a port of "x" is -600.
+    for k in ("tenant_id", "ipc_socket_path"):
+        if cfg.get(k) is not None:
+            params[k] = cfg[k] if isinstance(cfg[k], str) else str(cfg[k])
+    for k in ("enable_ssd_offload", "enable_client_http_server"):
+        if cfg.get(k) is not None:
+            v = cfg[k]
+            params[k] = v if isinstance(v, bool) else str(v)
+    if "client_http_port" in cfg:
+        v = cfg["client_http_port"]
+        params["client_http_port"] = v if type(v) is int else str(v)
     _add_extra_params(params, cfg)
     return params
 
@@ -389,14 +449,43 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
 
         ``setup(local_hostname, metadata_server, global_segment_size,
         local_buffer_size, protocol, rdma_devices, master_server_addr,
-        engine=None, enable_ssd_offload=..., ssd_offload_path=...)`` or
-        ``setup(config: dict)``. The first seven are required, positionally or
-        by name; sizes are ints or strings such as ``"16MB"``. Unknown keyword
-        arguments raise ``TypeError``. ``ssd_offload_path`` alone turns the
-        SSD tier on in that directory (``enable_ssd_offload=False`` keeps it
-        off); ``enable_ssd_offload=True`` alone takes the directory from
-        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``. ``segment_location="cuda:N"``
-        (or ``$GOSTORE_SEGMENT_LOCATION``) contributes GPU memory of device N
+        engine=None, enable_ssd_offload=False, ssd_offload_path='',
+        tenant_id='default', enable_client_http_server=False,
+        client_http_port=9300)`` -- Mooncake's thirteen parameters, in its
+        order -- or ``setup(config: dict)``. The first seven are required,
+        positionally or by name; sizes are ints or strings such as
+        ``"16MB"``. Types are checked as Mooncake's binding checks them
+        (``TypeError``): the flags take None (False), bools, ints and
+        floats, not strings; ``client_http_port`` an int that fits 32 bits.
+        Unknown keyword arguments raise ``TypeError``. ``engine`` is
+        accepted and unused (the client owns its transfer engine).
+
+        ``ssd_offload_path`` alone turns the SSD tier on in that directory
+        (``enable_ssd_offload=False`` keeps it off);
+        ``enable_ssd_offload=True`` alone takes the directory from
+        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``. ``tenant_id`` is logged and
+        shown by the client HTTP server; like Mooncake 0.3.13, it isolates
+        nothing (clients of different tenants see each other's keys).
+        ``enable_client_http_server=True`` serves ``/metrics``
+        (Prometheus), ``/health`` and ``/metrics/summary`` on
+        ``0.0.0.0:client_http_port`` until close(); the port must then be
+        1-65535 (else -600), and a port already taken is logged and setup
+        goes on without the server.
+
+        The dict form reads the keys ``local_hostname``, ``metadata_server``,
+        ``global_segment_size``, ``local_buffer_size``, ``protocol``,
+        ``rdma_devices`` (or ``device_name``), ``master_server_addr`` (or
+        ``master_server_address``), ``enable_ssd_offload``,
+        ``ssd_offload_path``, ``tenant_id``, ``enable_client_http_server``
+        (this and ``enable_ssd_offload``: a bool, or text such as
+        ``"true"``/``"yes"``/``"1"``),
+        ``client_http_port`` (an int or decimal text; else -600),
+        ``ipc_socket_path`` (accepted; it has no effect: it belongs to
+        Mooncake's standalone client mode, which gostore does not have) and
+        the extensions below; other keys are ignored.
+
+        gostore extensions, by keyword: ``segment_location="cuda:N"`` (or
+        ``$GOSTORE_SEGMENT_LOCATION``) contributes GPU memory of device N
         instead of host memory; same-host peers reach it through CUDA IPC.
         ``log_level`` (``"debug"``, ``"info"``, ``"warn"``, ``"error"``; else
         ``$GOSTORE_LOG_LEVEL``) sets the level of every gostore logger in the
