@@ -238,3 +238,16 @@ func gs_replica_descs(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, o
 	}
 	return putString(string(doc), out, capacity)
 }
+
+// gs_disk_read_count is how many batches of objects this client has read
+// from SSD tiers (Mooncake's get_offload_rpc_read_count).
+//
+//export gs_disk_read_count
+func gs_disk_read_count(h C.int64_t) (ret C.int64_t) {
+	defer recoverTo("gs_disk_read_count", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	return C.int64_t(c.DiskReads())
+}

@@ -200,6 +200,7 @@ def test_disk_at_its_limit_evicts_instead_of_failing(master_factory, peer_factor
     used = sum(os.path.getsize(p) for p in glob.glob(os.path.join(ssd, "*.bucket")) +
                glob.glob(os.path.join(ssd, "*.meta")))
     assert used <= limit, f"disk tier uses {used} bytes, limit {limit}"
+    assert writer.get_offload_rpc_read_count() == 0  # nothing read from a disk yet
     kept = 0
     for i, k in enumerate(keys):
         got = writer.get(k)
@@ -210,6 +211,8 @@ def test_disk_at_its_limit_evicts_instead_of_failing(master_factory, peer_factor
     # oldest went with the buckets the disk evicted.
     assert writer.get(keys[-1]) == value(n - 1)
     assert SEGMENT // OBJ <= kept < n, kept
+    # Objects past what memory holds came from the peer's disk, one get each.
+    assert 1 <= writer.get_offload_rpc_read_count() <= n + 1
 
 
 @pytest.mark.parametrize("what", ["missing", "file", "unwritable"])

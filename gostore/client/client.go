@@ -111,6 +111,7 @@ type Client struct {
 	planEnds  keyBatch     // PutEnd of committed plans
 	noSpace   burstlog.Log // puts refused for space
 	sess      sessions     // open put and get sessions
+	diskReads atomic.Int64 // batches read from SSD tiers (DiskReads)
 	// spaceStalledAt is 1 + the master's progress count at which a write
 	// last gave up waiting for room that did not come (0: none): later
 	// writes seeing the same count do not wait again.

@@ -260,6 +260,7 @@ func (c *Client) readReplicas(ctx context.Context, wants []*readWant, ids []uint
 // readDisk reads objects from the SSD tier at endpoint, their device parts
 // staged through pinned memory by the engine.
 func (c *Client) readDisk(ctx context.Context, keys []string, endpoint string, ws []*readWant, out []int64) {
+	c.diskReads.Add(1)
 	ops := make([]transfer.Op, len(ws))
 	for j, w := range ws {
 		ops[j] = transfer.Op{Bufs: w.bufs, Device: w.dev}
@@ -445,6 +446,11 @@ func (c *Client) count(op wire.Op, req any) (int64, error) {
 	}
 	return resp.N, nil
 }
+
+// DiskReads counts the batches of objects this client has read from an
+// SSD tier (its own or another client's): one per holder per get call.
+// Mooncake reports it as get_offload_rpc_read_count.
+func (c *Client) DiskReads() int64 { return c.diskReads.Load() }
 
 // ReplicaDesc is one replica of an object as Mooncake's replica
 // descriptors report it.

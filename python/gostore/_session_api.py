@@ -243,6 +243,11 @@ class SessionAPI:
                 at += count
         return out
 
+    def get_offload_rpc_read_count(self) -> int:
+        """How many batches of objects this client has read from SSD tiers
+        (its own or another client's): one per holder per get call."""
+        return _native.lib().gs_disk_read_count(self._h())
+
     # -- replica descriptors ----------------------------------------------
 
     def get_replica_desc(self, key: str) -> List[ReplicaDescriptor]:
