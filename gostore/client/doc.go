@@ -20,6 +20,18 @@
 // forgotten (asked of the master again on next use), one whose op was
 // refused (bad range, bad device parts) is not.
 //
+// Ranged calls (session.go): a put session reserves objects with one
+// PutStart and keeps them invisible while byte ranges are written into
+// every replica, until PutEnd or PutRevoke; a get session holds one
+// lookup's leases for ranged reads until it ends; GetRanges reads ranges
+// without one. The caller must not end a session while its own reads or
+// writes of it are in flight: the end releases what those rely on.
+//
+// Caller memory (MemoryOf): a zero-copy range is inside a registered
+// buffer or memory the caller never registered (its own, as Mooncake
+// takes it); ranges that straddle a registered buffer's edge, and host
+// memory that is not mapped, are refused before anything touches them.
+//
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD
 // tier (gostore/ssdtier; the client holds its Tier, and a Reader that
