@@ -251,3 +251,30 @@ func gs_disk_read_count(h C.int64_t) (ret C.int64_t) {
 	}
 	return C.int64_t(c.DiskReads())
 }
+
+// gs_replica_clear drops replicas of objects this client wrote (all of
+// each, or those on the segment named by segment) and writes the keys
+// cleared into out as a JSON array: the length written, -10 when cap is
+// too small, or a negative code.
+//
+//export gs_replica_clear
+func gs_replica_clear(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, segment *C.char, segLen C.int,
+	out *C.char, capacity C.int) (ret C.int) {
+	defer recoverTo("gs_replica_clear", &ret)
+	c, ks, ok := clientAndKeys(h, keys, keyLens, int(n), func(code wire.Code) { ret = C.int(code) })
+	if !ok {
+		return ret
+	}
+	cleared, err := c.ReplicaClear(ks, goString(segment, segLen))
+	if err != nil {
+		return C.int(wire.CodeOf(err))
+	}
+	if cleared == nil {
+		cleared = []string{}
+	}
+	doc, err := json.Marshal(cleared)
+	if err != nil {
+		return C.int(wire.ErrInternal)
+	}
+	return putString(string(doc), out, capacity)
+}

@@ -149,3 +149,39 @@ def test_replica_descriptor_address_holds_the_bytes(store, uniq):
     if d.transport_endpoint != store.get_hostname():
         pytest.skip("this store contributes no segment here")
     assert ctypes.string_at(d.buffer_address, d.size) == value
+
+
+def test_batch_replica_clear(store, cluster, uniq):
+    """batch_replica_clear drops what this client wrote: whole objects, or
+    only their replicas on one segment (the rest still serves the bytes);
+    an object under a lease, or another client's, stays."""
+    from gostore import ReplicateConfig
+
+    k_leased, k_whole, k_part, k_theirs = (f"{uniq}/{n}" for n in ("leased", "whole", "part", "theirs"))
+    value = b"clear" * 200
+    for k in (k_leased, k_whole, k_part):
+        assert store.put(k, value, ReplicateConfig(replica_num=2)) == 0
+    assert cluster.a.put_pattern(k_theirs, 1000, 3) == 0
+    assert store.get(k_leased) == value  # a read leases the object
+    assert store.batch_replica_clear([k_leased, k_whole, f"{uniq}/missing", k_theirs, ""]) == [k_whole]
+    assert store.is_exist(k_whole) == 0 and store.is_exist(k_leased) == 1 and store.is_exist(k_theirs) == 1
+
+    holders = [r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+               for r in store.get_replica_desc(k_part)]
+    assert len(holders) == 2
+    import time
+
+    # The descriptor lookup leased k_part: clear once the lease has ended.
+    deadline = time.monotonic() + 30
+    cleared = []
+    while not cleared and time.monotonic() < deadline:
+        cleared = store.batch_replica_clear([k_part], holders[0])
+        if not cleared:
+            time.sleep(0.1)  # nothing signals a lease's end: poll it
+    assert cleared == [k_part]
+    left = store.get_replica_desc(k_part)
+    assert [r.get_memory_descriptor().buffer_descriptor.transport_endpoint for r in left] == [holders[1]]
+    assert store.get(k_part) == value
+    assert store.batch_replica_clear([k_part], "no-such-segment") == []
+    with pytest.raises(TypeError):
+        store.batch_replica_clear([k_part], 5)

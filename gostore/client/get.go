@@ -498,3 +498,20 @@ func (c *Client) ReplicaDescs(keys []string) (descs [][]ReplicaDesc, codes []wir
 	}
 	return descs, codes
 }
+
+// ReplicaClear drops replicas of objects this client wrote: each whole
+// (segment "") or those on the named segment; the keys cleared. Objects
+// with a running lease, still being written, or written by another client
+// are left alone (see master.Core.ReplicaClear).
+func (c *Client) ReplicaClear(keys []string, segment string) ([]string, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var resp wire.KeysResp
+	if err := c.master.Call(ctx, wire.OpReplicaClear, &wire.ReplicaClearReq{ClientID: c.id, Keys: keys, Segment: segment}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Keys, nil
+}

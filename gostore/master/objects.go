@@ -486,3 +486,59 @@ func (c *Core) QueryKey(key string) (ObjectInfo, bool) {
 	}
 	return info, true
 }
+
+// ReplicaClear drops replicas of objects clientID wrote (Mooncake's
+// BatchReplicaClear) and returns the keys it cleared, in order. With
+// segName "" an object goes whole; otherwise only its memory replicas on
+// that segment (named segName) go, and the object with them when nothing
+// else holds it.
+// A key is skipped (left as it is) when it is missing or empty, another
+// client wrote it, its lease is running, a replica is still being written,
+// or a replica task holds it; with a segment, also when no replica of it
+// lives there.
+func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []string {
+	now := c.now()
+	var seg *segment
+	if segName != "" {
+		c.segs.RLock()
+		seg = c.segs.byName[segName]
+		c.segs.RUnlock()
+		if seg == nil {
+			return nil
+		}
+	}
+	var cleared []string
+	for _, key := range keys {
+		if key == "" {
+			continue
+		}
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o, ok := sh.objects[key]
+		switch {
+		case !ok || o.writer != clientID || o.leased(now) || o.unfinished() || o.tasks > 0:
+		case seg == nil:
+			o.release(&c.stats)
+			c.deleteObject(sh, key, o)
+			c.stats.Removes.Add(1)
+			cleared = append(cleared, key)
+		case o.hasReplicaOn(seg):
+			kept := o.replicas[:0]
+			for _, r := range o.replicas {
+				if r.seg == seg {
+					r.seg.free(r.offset, o.size, &c.stats)
+				} else {
+					kept = append(kept, r)
+				}
+			}
+			o.replicas = kept
+			if len(kept) == 0 && o.disk == nil {
+				c.deleteObject(sh, key, o)
+				c.stats.Removes.Add(1)
+			}
+			cleared = append(cleared, key)
+		}
+		sh.mu.Unlock()
+	}
+	return cleared
+}

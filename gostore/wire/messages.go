@@ -30,6 +30,7 @@ const (
 	OpPlanMembers
 	OpEvictUntil
 	OpClientLeave
+	OpReplicaClear
 	opEnd
 )
 
@@ -46,7 +47,7 @@ var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySe
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
 	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
 	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk",
-	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave"}
+	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave", "ReplicaClear"}
 
 var clientOpNames = [...]string{"StageOffloaded", "ReleaseStaged"}
 
@@ -238,6 +239,21 @@ type KeysReq struct {
 	// Peek (GetReplicas): locate the replicas without using the object
 	// (no lease, no reader, no recency): the SSD tier's reads.
 	Peek bool
+}
+
+// ReplicaClearReq asks the master to drop replicas of objects ClientID
+// wrote: all of each (Segment "") or those on Segment (a segment name).
+type ReplicaClearReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+	Keys     []string
+	Segment  string
+}
+
+// KeysResp is a list of keys (ReplicaClear: the keys cleared).
+type KeysResp struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Keys     []string
 }
 
 type CodesResp struct {

@@ -147,6 +147,8 @@ PROTOTYPES = {
     # h, n, keys, key_lens, out, cap -> bytes of JSON written / -10 (grow)
     "gs_replica_descs": (c_int, [_i64, c_int, c_char_p, _vp, _vp, c_int]),
     "gs_disk_read_count": (_i64, [_i64]),
+    # h, n, keys, key_lens, segment, segment_len, out, cap -> JSON length / -10 / code
+    "gs_replica_clear": (c_int, [_i64, c_int, c_char_p, _vp, c_char_p, c_int, _vp, c_int]),
     "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),
     "gs_master_stop": (c_int, [_i64]),
     "gs_bench_memcpy": (c_double, [c_uint64, c_int]),

@@ -17,7 +17,7 @@ from array import array
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
-from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _u64
+from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _str_arg, _u64
 from .config import ReplicateConfig
 from .replica import ReplicaDescriptor
 from .enums import ReplicaStatus
@@ -242,6 +242,21 @@ class SessionAPI:
                 out[b][j] = res[at:at + count].tolist()
                 at += count
         return out
+
+    def batch_replica_clear(self, keys: List[str], segment_name: str = "") -> List[str]:
+        """Drop replicas of objects this client wrote: each whole, or only
+        those on the segment named ``segment_name``; the keys cleared.
+        Objects whose lease is running, still being written, or written by
+        another client are left as they are (and missing keys ignored)."""
+        ks, idx, send = _send_keys(keys)
+        seg = _str_arg(segment_name, "segment_name").encode("utf-8")
+        if not send:
+            return []
+        blob, lens = _pack_keys(send)
+        h = self._h()
+        n, raw = _native.call_growing(
+            lambda out, cap: _native.lib().gs_replica_clear(h, len(send), blob, _addr(lens), seg, len(seg), out, cap))
+        return json.loads(raw) if n >= 0 else []
 
     def get_offload_rpc_read_count(self) -> int:
         """How many batches of objects this client has read from SSD tiers

@@ -306,6 +306,9 @@ func (s *Server) register() {
 		mc.remove.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
+	rpc.HandleFunc(s.rpc, wire.OpReplicaClear, func(r *wire.ReplicaClearReq) (*wire.KeysResp, error) {
+		return &wire.KeysResp{Keys: c.ReplicaClear(r.ClientID, r.Keys, r.Segment)}, nil
+	})
 	rpc.HandleFunc(s.rpc, wire.OpRemoveByRegex, func(r *wire.RemoveByRegexReq) (*wire.CountResp, error) {
 		n, err := c.RemoveByRegex(r.Pattern, r.Force)
 		mc.removeRegex.call(err)
