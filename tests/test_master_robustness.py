@@ -23,7 +23,18 @@ OP_PING = 1
 # The highest opcode the master knows (gostore/wire/messages.go: OpPing ..
 # OpEvictUntil); everything above it is unknown to the master (48 and 49
 # are client-to-client ops a master never serves).
-LAST_OP = 25  # the last master wire.Op in gostore/wire/messages.go (ClientLeave)
+def _last_master_op() -> int:
+    """The last master wire.Op, counted from gostore/wire/messages.go (the
+    names from OpPing, numbered from 1, up to opEnd): never stale."""
+    import os
+
+    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gostore", "wire",
+                            "messages.go")).read()
+    block = src[src.index("OpPing Op = iota + 1"):src.index("opEnd")]
+    return len(re.findall(r"^\s*(Op\w+)", block, re.M))
+
+
+LAST_OP = _last_master_op()
 HEADER = struct.Struct("<IQHi")
 assert HEADER.size == 18
 
