@@ -213,16 +213,28 @@ func (c *Client) GetSessionStart(keys []string) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	var q []string
 	var qi []int
+	first := map[string]int{} // a key named twice is looked up (and read-counted) once
 	for i, k := range keys {
 		if k == "" {
 			out[i] = wire.ErrObjectNotFound
 			continue
 		}
+		if _, dup := first[k]; dup {
+			continue
+		}
+		first[k] = i
 		q, qi = append(q, k), append(qi, i)
 	}
 	if len(q) == 0 {
 		return out
 	}
+	defer func() {
+		for i, k := range keys {
+			if j, ok := first[k]; ok && j != i {
+				out[i] = out[j]
+			}
+		}
+	}()
 	p, err := c.GetStart(q)
 	if err != nil {
 		for _, i := range qi {

@@ -62,8 +62,8 @@ func TestPutAndGetSessions(t *testing.T) {
 			}
 
 			// A get session: one lookup, ranged reads, then the end.
-			if st := c.GetSessionStart([]string{"s1", "missing", ""}); st[0] != wire.OK ||
-				st[1] != wire.ErrObjectNotFound || st[2] != wire.ErrObjectNotFound {
+			if st := c.GetSessionStart([]string{"s1", "missing", "", "s1"}); st[0] != wire.OK ||
+				st[1] != wire.ErrObjectNotFound || st[2] != wire.ErrObjectNotFound || st[3] != wire.OK {
 				t.Fatalf("get session start: %v", st)
 			}
 			r1, r2 := make([]byte, 100), make([]byte, 400)
@@ -74,6 +74,11 @@ func TestPutAndGetSessions(t *testing.T) {
 				t.Fatalf("session reads: %v", reads)
 			}
 			c.GetSessionEnd([]string{"s1", "missing"})
+			// Once the session ended, an upsert of the key is not held off
+			// by the session's reads.
+			if codes := c.UpsertBatch([]PutItem{{Key: "s1", Parts: [][]byte{whole}}}, cfg); codes[0] != wire.OK {
+				t.Fatalf("upsert after the get session ended: %v", codes[0])
+			}
 			if reads := c.GetSessionRead([]string{"s1"}, [][]RangePart{{{r1, 0}}}); reads[0] != int64(wire.ErrInvalidParams) {
 				t.Fatalf("a read after the session ended: %v", reads)
 			}
