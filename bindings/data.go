@@ -149,16 +149,8 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	cnt := int(n)
 	res := i32s(results, cnt)
 	defer guard("gs_put_batch/gs_upsert_batch", fail32(res))
-	c := clientOf(h)
-	ks, ok := keyList(keys, keyLens, cnt)
-	if c == nil || !ok {
-		code := wire.ErrInvalidParams
-		if c == nil {
-			code = wire.ErrInternal
-		}
-		for i := range res {
-			res[i] = int32(code)
-		}
+	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill32(res, code) })
+	if !ok {
 		return
 	}
 	bufs, bad, dev := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy, sum32(nparts, cnt))
@@ -215,9 +207,7 @@ func gs_get_finish(h C.int64_t, pending C.int64_t, ptrs, sizes *C.uint64_t, npar
 	defer guard("gs_get_finish", fail64(res))
 	c := clientOf(h)
 	if c == nil {
-		for i := range res {
-			res[i] = int64(wire.ErrInternal)
-		}
+		fill64(res, wire.ErrInternal)
 		return
 	}
 	finish(c, p, n, ptrs, sizes, nparts, zeroCopy, res)

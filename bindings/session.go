@@ -74,15 +74,24 @@ func gs_put_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_
 //export gs_put_session_write
 func gs_put_session_write(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
+	perKeyRanges("gs_put_session_write", (*client.Client).PutSessionWrite,
+		h, n, keys, keyLens, ptrs, sizes, offsets, nparts, zeroCopy, results)
+}
+
+// perKeyRanges serves the ranged calls with one result per key: the
+// parts rangeParts refuses make their key -600.
+func perKeyRanges(name string, call func(*client.Client, []string, [][]client.RangePart) []int64,
+	h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
+	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
 	cnt := int(n)
 	res := i64s(results, cnt)
-	defer guard("gs_put_session_write", fail64(res))
+	defer guard(name, fail64(res))
 	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill64(res, code) })
 	if !ok {
 		return
 	}
 	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
-	for i, r := range c.PutSessionWrite(ks, parts) {
+	for i, r := range call(c, ks, parts) {
 		res[i] = r
 		if bad[i] {
 			res[i] = int64(wire.ErrInvalidParams)
@@ -128,20 +137,8 @@ func gs_get_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_
 //export gs_get_session_read
 func gs_get_session_read(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
-	cnt := int(n)
-	res := i64s(results, cnt)
-	defer guard("gs_get_session_read", fail64(res))
-	c, ks, ok := clientAndKeys(h, keys, keyLens, cnt, func(code wire.Code) { fill64(res, code) })
-	if !ok {
-		return
-	}
-	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
-	for i, r := range c.GetSessionRead(ks, parts) {
-		res[i] = r
-		if bad[i] {
-			res[i] = int64(wire.ErrInvalidParams)
-		}
-	}
+	perKeyRanges("gs_get_session_read", (*client.Client).GetSessionRead,
+		h, n, keys, keyLens, ptrs, sizes, offsets, nparts, zeroCopy, results)
 }
 
 //export gs_get_session_end

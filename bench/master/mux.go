@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -99,25 +100,7 @@ func (m *muxClient) Call(ctx context.Context, op wire.Op, req, resp any) error {
 	if r.err != nil {
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, m.addr, r.err)
 	}
-	return decodeReply(op, r.h.Status, r.body, resp)
-}
-
-// decodeReply turns a reply into the caller's result as rpc.Client does:
-// the master's code as a *wire.Error, or the body decoded into resp (which
-// may be nil).
-func decodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
-	if status != wire.OK {
-		var msg string
-		_ = msgpack.Unmarshal(body, &msg)
-		return &wire.Error{Code: status, Msg: msg}
-	}
-	if resp == nil {
-		return nil
-	}
-	if err := msgpack.Unmarshal(body, resp); err != nil {
-		return wire.Errorf(wire.ErrRPCFail, "%s: undecodable reply: %v", op, err)
-	}
-	return nil
+	return rpc.DecodeReply(op, r.h.Status, r.body, resp)
 }
 
 // send queues frame for the writer goroutine. Frames queued while it is

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -12,7 +13,7 @@ import (
 // costs the most per byte. With metrics, the reader runs the client HTTP
 // server and so records every call.
 func benchSmallBatch(b *testing.B, read, metrics bool) {
-	m := startMaster(b)
+	m := testkit.StartMaster(b)
 	mk := func(seg uint64) *Client {
 		port := 0
 		if metrics && seg == 0 {
@@ -25,12 +26,12 @@ func benchSmallBatch(b *testing.B, read, metrics bool) {
 		b.Cleanup(func() { c.Close() })
 		return c
 	}
-	owner, user := mk(256<<20), mk(0)
-	_ = owner
+	mk(256 << 20) // the owner: holds every replica
+	user := mk(0)
 	const n, size = 32, 4096
 	src := make([][]byte, n)
 	for i := range src {
-		src[i] = pattern(uint64(i), size)
+		src[i] = testkit.Pattern(uint64(i), size)
 	}
 	items := func(round int) []PutItem {
 		it := make([]PutItem, n)

@@ -3,30 +3,14 @@ package client
 import (
 	"bytes"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/gostore/gostore/gostore/master/server"
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/wire"
 )
-
-// startMaster runs a real master server on loopback for the test.
-func startMaster(t testing.TB, extra ...string) *server.Server {
-	t.Helper()
-	opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1"}, extra...), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // testConfig holds what the bindings would read from the environment,
 // for every client a test makes with newClient.
@@ -41,6 +25,23 @@ func withConfig(t *testing.T, set func(*Config)) {
 
 // forceTCP makes the test's clients reach each other over TCP only.
 func forceTCP(t *testing.T) { withConfig(t, func(c *Config) { c.ForceTCP = true }) }
+
+// eachTransport runs body as subtest "shm" (same-host peers map each
+// other's memory) and "tcp" (forceTCP).
+func eachTransport(t *testing.T, body func(t *testing.T)) {
+	for _, tcp := range []bool{false, true} {
+		name := "shm"
+		if tcp {
+			name = "tcp"
+		}
+		t.Run(name, func(t *testing.T) {
+			if tcp {
+				forceTCP(t)
+			}
+			body(t)
+		})
+	}
+}
 
 // edge fills cfg's edge settings from testConfig.
 func edge(cfg Config) Config {
@@ -60,28 +61,19 @@ func newClient(t *testing.T, master string, segment uint64) *Client {
 	return c
 }
 
-func pattern(seed uint64, n int) []byte {
-	b := make([]byte, n)
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	return b
-}
-
 func TestPutGetAcrossClients(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		t.Run(fmt.Sprintf("forceTCP=%v", tcp), func(t *testing.T) {
 			if tcp {
 				forceTCP(t)
 			}
-			m := startMaster(t)
+			m := testkit.StartMaster(t)
 			owner := newClient(t, m.Addr(), 8<<20)
 			reader := newClient(t, m.Addr(), 0) // pure consumer: everything lands on owner
 			sizes := []int{1, 4096, 1<<20 + 3}
 			var items []PutItem
 			for i, n := range sizes {
-				v := pattern(uint64(i), n)
+				v := testkit.Pattern(uint64(i), n)
 				// Split the value into three parts to exercise put_parts.
 				items = append(items, PutItem{Key: fmt.Sprint("k", i), Parts: [][]byte{v[:n/3], v[n/3 : n/2], v[n/2:]}})
 			}
@@ -103,7 +95,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 						t.Fatalf("get %d = %d, want %d", i, got[i], n)
 					}
 					joined := append(append([]byte{}, dests[i][0]...), dests[i][1][:n-n/2]...)
-					if !bytes.Equal(joined, pattern(uint64(i), n)) {
+					if !bytes.Equal(joined, testkit.Pattern(uint64(i), n)) {
 						t.Fatalf("get %d: bytes differ", i)
 					}
 				}
@@ -124,7 +116,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 }
 
 func TestPutDoesNotOverwrite(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	c := newClient(t, m.Addr(), 1<<20)
 	if r := c.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("first")}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatal(r[0])
@@ -145,10 +137,10 @@ func TestPutDoesNotOverwrite(t *testing.T) {
 }
 
 func TestReplicaSurvivesWriterClose(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	a := newClient(t, m.Addr(), 1<<20)
 	b := newClient(t, m.Addr(), 1<<20)
-	v := pattern(7, 5000)
+	v := testkit.Pattern(7, 5000)
 	if r := a.PutBatch([]PutItem{{Key: "two", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 2}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
@@ -215,7 +207,7 @@ func TestParseSize(t *testing.T) {
 }
 
 func TestConcurrentClients(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	a := newClient(t, m.Addr(), 32<<20)
 	b := newClient(t, m.Addr(), 32<<20)
 	var wg sync.WaitGroup
@@ -226,7 +218,7 @@ func TestConcurrentClients(t *testing.T) {
 			c := []*Client{a, b}[g%2]
 			for i := range 20 {
 				k := fmt.Sprintf("g%d/%d", g, i)
-				v := pattern(uint64(g*1000+i), 64<<10)
+				v := testkit.Pattern(uint64(g*1000+i), 64<<10)
 				if r := c.PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 					t.Errorf("put %s: %v", k, r[0])
 					return
@@ -244,14 +236,14 @@ func TestConcurrentClients(t *testing.T) {
 
 func TestMasterRestartRemounts(t *testing.T) {
 	withConfig(t, func(c *Config) { c.PingInterval = 20 * time.Millisecond })
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	addr := m.Addr()
 	c := newClient(t, addr, 1<<20)
 	m.Close()
 	// A new master on the same address knows nothing; the heartbeat must
 	// bring the segment back.
 	_, port, _ := net.SplitHostPort(addr)
-	m2 := startMaster(t, "--rpc_port="+port)
+	m2 := testkit.StartMaster(t, "--rpc_port="+port)
 	deadline := time.Now().Add(5 * time.Second)
 	for len(m2.Core().Segments()) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -260,7 +252,7 @@ func TestMasterRestartRemounts(t *testing.T) {
 	if len(segs) != 1 || segs[0].Name != c.Hostname() {
 		t.Fatalf("segments after master restart: %+v", segs)
 	}
-	v := pattern(3, 1000)
+	v := testkit.Pattern(3, 1000)
 	if r := c.PutBatch([]PutItem{{Key: "after", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatalf("put after remount: %v", r[0])
 	}
@@ -273,10 +265,10 @@ func TestMasterRestartRemounts(t *testing.T) {
 }
 
 func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	owner := newClient(t, m.Addr(), 8<<20)
 	c := newClient(t, m.Addr(), 0)
-	v1, v2, v3 := pattern(1, 5000), pattern(2, 5000), pattern(3, 7000)
+	v1, v2, v3 := testkit.Pattern(1, 5000), testkit.Pattern(2, 5000), testkit.Pattern(3, 7000)
 	write := func(f func([]PutItem, wire.ReplicaConfig) []wire.Code, v []byte) wire.Code {
 		return f([]PutItem{{Key: "k", Parts: [][]byte{v[:100], v[100:]}}}, wire.ReplicaConfig{})[0]
 	}
@@ -331,10 +323,10 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 
 func TestReadOutlivingItsLeaseIsRefused(t *testing.T) {
 	forceTCP(t) // slow enough to outlive 1 ms
-	m := startMaster(t, "--default_kv_lease_ttl=1")
+	m := testkit.StartMaster(t, "--default_kv_lease_ttl=1")
 	owner := newClient(t, m.Addr(), 64<<20)
 	c := newClient(t, m.Addr(), 0)
-	v := pattern(9, 32<<20)
+	v := testkit.Pattern(9, 32<<20)
 	if r := c.PutBatch([]PutItem{{Key: "big", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
@@ -345,10 +337,10 @@ func TestReadOutlivingItsLeaseIsRefused(t *testing.T) {
 }
 
 func TestCopyAndMoveTasks(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	a := newClient(t, m.Addr(), 8<<20)
 	b := newClient(t, m.Addr(), 8<<20)
-	v := pattern(4, 300000)
+	v := testkit.Pattern(4, 300000)
 	if r := a.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
@@ -407,9 +399,9 @@ func TestCopyAndMoveTasks(t *testing.T) {
 // segment: the calls either finish or fail with a code, never touch
 // unmapped memory.
 func TestCloseWhileCallsAreInFlight(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	c := newClient(t, m.Addr(), 16<<20)
-	v := pattern(5, 256<<10)
+	v := testkit.Pattern(5, 256<<10)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)

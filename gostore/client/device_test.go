@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -44,7 +45,7 @@ func TestGPUSegmentRefused(t *testing.T) {
 	if os.Getenv(gpu.EnvLibrary) != "" {
 		t.Skip("child")
 	}
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	for _, tc := range []struct{ loc, want string }{
 		{"cuda:0", "no CUDA driver"}, {"tpu:0", "want"}, {"cuda:-1", "want"}, {"cuda:x", "want"},
 	} {
@@ -70,7 +71,7 @@ func TestGPUSegmentRefused(t *testing.T) {
 // (the transfer server staging through host memory); bytes verified.
 func TestGPUSegmentChild(t *testing.T) {
 	deviceDriver(t)
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	owner, err := New(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 16 << 20,
 		SegmentLocation: "cuda:0"}, nil)
 	if err != nil {
@@ -91,7 +92,7 @@ func TestGPUSegmentChild(t *testing.T) {
 		t.Fatalf("a same-host peer reaches the GPU segment by %s", path)
 	}
 	for i, w := range []*Client{owner, peer, viaTCP} {
-		v := pattern(uint64(i), 2<<20+i)
+		v := testkit.Pattern(uint64(i), 2<<20+i)
 		key := "gpu" + string(rune('0'+i))
 		if codes := w.PutBatch([]PutItem{{Key: key, Parts: [][]byte{v[:100], v[100:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 			t.Fatalf("writer %d: %v", i, codes[0])
@@ -105,10 +106,10 @@ func TestGPUSegmentChild(t *testing.T) {
 	}
 	// Device parts: straight between GPU memory and the GPU segment (one
 	// copy, no staging) for its owner and an IPC peer; staged over TCP.
-	head := pattern(99, 64)
+	head := testkit.Pattern(99, 64)
 	for i, w := range []*Client{owner, peer, viaTCP} {
 		n := uint64(1<<20 + 17*i)
-		data := pattern(uint64(50+i), int(n))
+		data := testkit.Pattern(uint64(50+i), int(n))
 		src := devAlloc(t, data, n)
 		key := "gpudev" + string(rune('0'+i))
 		dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
@@ -135,7 +136,7 @@ func TestGPUSegmentChild(t *testing.T) {
 	}
 	// A device part list that does not match the scatter list is refused
 	// and nothing is published.
-	src := devAlloc(t, pattern(3, 4096), 4096)
+	src := devAlloc(t, testkit.Pattern(3, 4096), 4096)
 	for _, c := range []*Client{owner, viaTCP} { // straight, and staged
 		for _, bad := range [][]DevicePart{
 			{{Index: 5, Ptr: src, Size: 4096, Device: 0}},
@@ -154,7 +155,7 @@ func TestGPUSegmentChild(t *testing.T) {
 	// TCP with a real driver, where nothing needs locking) and unlocked
 	// when unregistered.
 	for _, c := range []*Client{owner, peer} {
-		buf := pattern(77, 1<<20)
+		buf := testkit.Pattern(77, 1<<20)
 		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
 		if err := c.RegisterBuffer(addr, uint64(len(buf))); err != nil {
 			t.Fatal(err)
@@ -229,7 +230,7 @@ func deviceDriver(t *testing.T) {
 func TestDevicePartsChild(t *testing.T) {
 	deviceDriver(t)
 	withConfig(t, func(c *Config) { c.GPUBounceBytes = 2 << 20 }) // small, so large parts take the pinned fallback
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	owner := newClient(t, m.Addr(), 32<<20)
 	reader := newClient(t, m.Addr(), 0)
 	viaTCP, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), ForceTCP: true}), nil)
@@ -237,13 +238,13 @@ func TestDevicePartsChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer viaTCP.Close()
-	head := pattern(1, 100)
+	head := testkit.Pattern(1, 100)
 	// The owner copies into its own segment and the reader into its shared
 	// mapping of it, both page-locked: one copy. Over TCP the device parts
 	// are staged (4 KiB in the arena, 3 MiB in a pinned mapping of its own).
 	for _, c := range []*Client{owner, reader, viaTCP} {
 		for _, n := range []uint64{4096, 3<<20 + 5} {
-			data := pattern(n, int(n))
+			data := testkit.Pattern(n, int(n))
 			src := devAlloc(t, data, n)
 			key := fmt.Sprint("dev", n, c.Hostname())
 			item := []PutItem{{Key: key, Parts: [][]byte{head, nil}}}

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
 func TestMemoryOf(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	c := newClient(t, m.Addr(), 0)
 	reg, err := unix.Mmap(-1, 0, 3*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -34,27 +34,13 @@ func scrapeClient(t *testing.T, port int) map[string]float64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("unparsable sample %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
+	return testkit.Samples(t, resp.Body)
 }
 
 // With HTTPPort set, the client serves metrics that count exactly the
 // RPCs, bytes and calls it made; Close stops the server.
 func TestClientHTTPServerCountsTheClientsWork(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	port := freePort(t)
 	cfg := edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
 		GlobalSegmentSize: 8 << 20, LocalBufferSize: 1 << 20, HTTPPort: port, TenantID: "team-a"})
@@ -64,7 +50,7 @@ func TestClientHTTPServerCountsTheClientsWork(t *testing.T) {
 	}
 	defer c.Close()
 
-	one, a, b := pattern(1, 1000), pattern(2, 3000), pattern(3, 5000)
+	one, a, b := testkit.Pattern(1, 1000), testkit.Pattern(2, 3000), testkit.Pattern(3, 5000)
 	if r := c.PutBatch([]PutItem{{Key: "one", Parts: [][]byte{one}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatalf("put: %v", r[0])
 	}
@@ -148,7 +134,7 @@ func TestClientHTTPServerCountsTheClientsWork(t *testing.T) {
 // A taken port does not fail setup: the client works without the server.
 // A port out of range does.
 func TestClientHTTPPortTakenOrInvalid(t *testing.T) {
-	m := startMaster(t)
+	m := testkit.StartMaster(t)
 	ln, err := net.Listen("tcp4", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)

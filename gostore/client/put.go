@@ -49,7 +49,9 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // its own writes first, so nothing stays half-written while a round waits.
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
-	defer c.noteWrite(start, items, out, time.Now())
+	if c.metrics != nil {
+		defer c.noteWrite(start, items, out, time.Now())
+	}
 	leave, err := c.enter()
 	if err != nil {
 		return wire.Fill(out, wire.CodeOf(err))
@@ -198,18 +200,25 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 	if len(done.Keys) > 0 {
 		var r wire.CodesResp
 		err := c.master.Call(ctx, wire.OpPutEnd, done, &r)
-		for k, i := range doneIdx {
-			switch {
-			case err != nil:
-				out[i] = wire.CodeOf(err)
-			case k < len(r.Codes):
-				out[i] = r.Codes[k]
-			default:
-				out[i] = wire.ErrRPCFail
-			}
-		}
+		spreadCodes(out, doneIdx, r.Codes, err)
 	}
 	wg.Wait()
+}
+
+// spreadCodes sets out[idx[k]] to the k-th code of a batch call's answer,
+// the call's code when it failed, or ErrRPCFail for a code the master did
+// not send.
+func spreadCodes(out []wire.Code, idx []int, codes []wire.Code, err error) {
+	for k, i := range idx {
+		switch {
+		case err != nil:
+			out[i] = wire.CodeOf(err)
+		case k < len(codes):
+			out[i] = codes[k]
+		default:
+			out[i] = wire.ErrRPCFail
+		}
+	}
 }
 
 // Backoff between the rounds of a write waiting for room: the first comes

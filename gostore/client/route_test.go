@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -59,63 +60,54 @@ func (t failingTransport) Start(ctx context.Context, ops []transfer.Op, idx []in
 // transfer fails is revoked (the key stays absent, and a later put of it
 // succeeds); both over the real engine with one route failing.
 func TestTransferFailuresThroughTheRoute(t *testing.T) {
-	for _, tcp := range []bool{false, true} {
-		name := "shm"
-		if tcp {
-			name = "tcp"
+	eachTransport(t, func(t *testing.T) {
+		m := testkit.StartMaster(t)
+		a := newClient(t, m.Addr(), 4<<20)
+		b := newClient(t, m.Addr(), 4<<20)
+		fake := &failingRoutes{}
+		reader, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+			WrapTransport: fake.wrap}), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			if tcp {
-				forceTCP(t)
-			}
-			m := startMaster(t)
-			a := newClient(t, m.Addr(), 4<<20)
-			b := newClient(t, m.Addr(), 4<<20)
-			fake := &failingRoutes{}
-			reader, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
-				WrapTransport: fake.wrap}), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer reader.Close()
+		defer reader.Close()
 
-			v := pattern(77, 100_000)
-			if codes := reader.PutBatch([]PutItem{{Key: "both", Parts: [][]byte{v[:7], v[7:]}}}, wire.ReplicaConfig{ReplicaNum: 2}); codes[0] != wire.OK {
-				t.Fatalf("put of two replicas: %v", codes[0])
+		v := testkit.Pattern(77, 100_000)
+		if codes := reader.PutBatch([]PutItem{{Key: "both", Parts: [][]byte{v[:7], v[7:]}}}, wire.ReplicaConfig{ReplicaNum: 2}); codes[0] != wire.OK {
+			t.Fatalf("put of two replicas: %v", codes[0])
+		}
+		// Fail whichever replica the reader tries first: the other serves.
+		fake.set(a.peers.ownID, b.peers.ownID)
+		got := make([]byte, len(v))
+		if n := reader.GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(wire.ErrTransferFail) {
+			t.Fatalf("every replica failing: %d, want %d", n[0], wire.ErrTransferFail)
+		}
+		for _, bad := range []uint64{a.peers.ownID, b.peers.ownID} {
+			fake.set(bad)
+			clear(got)
+			if n := reader.GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
+				t.Fatalf("segment %d failing: %d bytes, equal %v", bad, n[0], bytes.Equal(got, v))
 			}
-			// Fail whichever replica the reader tries first: the other serves.
-			fake.set(a.peers.ownID, b.peers.ownID)
-			got := make([]byte, len(v))
-			if n := reader.GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(wire.ErrTransferFail) {
-				t.Fatalf("every replica failing: %d, want %d", n[0], wire.ErrTransferFail)
-			}
-			for _, bad := range []uint64{a.peers.ownID, b.peers.ownID} {
-				fake.set(bad)
-				clear(got)
-				if n := reader.GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
-					t.Fatalf("segment %d failing: %d bytes, equal %v", bad, n[0], bytes.Equal(got, v))
-				}
-			}
+		}
 
-			fake.set(a.peers.ownID, b.peers.ownID)
-			w := pattern(78, 5000)
-			if codes := reader.PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.ErrTransferFail {
-				t.Fatalf("put with the route failing: %v", codes[0])
-			}
-			if e := a.Exist([]string{"lost"}); e[0] != 0 {
-				t.Fatalf("a put that failed is visible: exist %d", e[0])
-			}
-			fake.set()
-			if codes := reader.PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
-				t.Fatalf("put again: %v", codes[0])
-			}
-			got = make([]byte, len(w))
-			if n := a.GetInto([]string{"lost"}, [][][]byte{{got}}); n[0] != int64(len(w)) || !bytes.Equal(got, w) {
-				t.Fatalf("read of the second put: %d", n[0])
-			}
-			if fake.hits < 4 {
-				t.Fatalf("the fake failed %d ops", fake.hits)
-			}
-		})
-	}
+		fake.set(a.peers.ownID, b.peers.ownID)
+		w := testkit.Pattern(78, 5000)
+		if codes := reader.PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.ErrTransferFail {
+			t.Fatalf("put with the route failing: %v", codes[0])
+		}
+		if e := a.Exist([]string{"lost"}); e[0] != 0 {
+			t.Fatalf("a put that failed is visible: exist %d", e[0])
+		}
+		fake.set()
+		if codes := reader.PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+			t.Fatalf("put again: %v", codes[0])
+		}
+		got = make([]byte, len(w))
+		if n := a.GetInto([]string{"lost"}, [][][]byte{{got}}); n[0] != int64(len(w)) || !bytes.Equal(got, w) {
+			t.Fatalf("read of the second put: %d", n[0])
+		}
+		if fake.hits < 4 {
+			t.Fatalf("the fake failed %d ops", fake.hits)
+		}
+	})
 }

@@ -192,16 +192,7 @@ func (c *Client) endPutSessions(keys []string, op wire.Op) []wire.Code {
 	defer cancel()
 	var resp wire.CodesResp
 	err := c.master.Call(ctx, op, &req, &resp)
-	for j, i := range idx {
-		switch {
-		case err != nil:
-			out[i] = wire.CodeOf(err)
-		case j < len(resp.Codes):
-			out[i] = resp.Codes[j]
-		default:
-			out[i] = wire.ErrRPCFail
-		}
-	}
+	spreadCodes(out, idx, resp.Codes, err)
 	return out
 }
 
@@ -294,9 +285,8 @@ func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 	}
 	c.sess.mu.Unlock()
 	results := make([]wire.GetResult, len(keys))
-	sent := make([]time.Time, len(keys))
 	for i := range keys {
-		results[i], sent[i] = found[i].res, found[i].sent
+		results[i] = found[i].res
 	}
 	per := c.readRanges(keys, results, parts, out)
 	for i := range keys {
@@ -304,7 +294,7 @@ func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 			continue
 		}
 		out[i] = sumOrFirstError(per[i])
-		if out[i] > 0 && expired(results[i], sent[i]) {
+		if out[i] > 0 && expired(results[i], found[i].sent) {
 			out[i] = int64(wire.ErrLeaseExpired)
 		}
 	}
@@ -428,9 +418,7 @@ func (c *Client) readRanges(keys []string, res []wire.GetResult, parts [][]Range
 	}
 	if len(wants) > 0 {
 		ctx, cancel := c.ctx()
-		for _, w := range c.readReplicas(ctx, wants, ids, flat) {
-			flat[w.item] = int64(wire.ErrReplicaIsGone) // never: ranges carry no disk copy
-		}
+		c.readReplicas(ctx, wants, ids, flat) // ranges carry no disk copy: none comes back for the disk
 		cancel()
 	}
 	base = 0

@@ -1,7 +1,6 @@
 package clientmetrics
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/wire"
+
+	"github.com/gostore/gostore/gostore/internal/testkit"
 )
 
 // serve starts a server for m on a port the kernel picks and returns its
@@ -51,21 +52,7 @@ func scrape(t *testing.T, base string) map[string]float64 {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("unparsable sample %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
+	return testkit.Samples(t, strings.NewReader(body))
 }
 
 // Every series counts exactly what was recorded, under Mooncake's names,

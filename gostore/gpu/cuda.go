@@ -156,6 +156,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/gostore/gostore/gostore/internal/loadonce"
 )
 
 // DefaultLibrary is the driver opened when Options.Library is empty.
@@ -195,16 +197,9 @@ type Info struct {
 // ErrOpened: Configure came after the driver was opened.
 var ErrOpened = errors.New("gpu: the CUDA driver is already open")
 
-// probe holds the process's one driver: its options until it is opened,
+// probe is the process's one driver: its options until it is opened,
 // and what the opening found.
-var probe struct {
-	once sync.Once
-	info Info
-
-	mu     sync.Mutex // guards opt and opened
-	opt    Options
-	opened bool
-}
+var probe loadonce.Once[Options, Info]
 
 // Configure sets how the driver is opened; it must come before its first
 // use (Probe, or any call that needs the driver). The driver is
@@ -213,29 +208,22 @@ var probe struct {
 // live until exit, so there is one driver to configure, once. A later
 // Configure changes nothing and returns ErrOpened.
 func Configure(opt Options) error {
-	probe.mu.Lock()
-	defer probe.mu.Unlock()
-	if probe.opened {
+	if !probe.Configure(opt) {
 		return ErrOpened
 	}
-	probe.opt = opt
 	return nil
 }
 
 // Probe opens the driver once, as Configure said, and lists the devices.
 // It never fails: no driver is Info{Available: false, Reason: ...}.
 func Probe() Info {
-	probe.once.Do(func() {
-		probe.mu.Lock()
-		probe.opened = true
-		opt := probe.opt
-		probe.mu.Unlock()
-		probe.info = load(opt)
-		if probe.info.Devices == nil {
-			probe.info.Devices = []Device{}
+	return probe.Get(func(opt Options) Info {
+		info := load(opt)
+		if info.Devices == nil {
+			info.Devices = []Device{}
 		}
+		return info
 	})
-	return probe.info
 }
 
 func load(opt Options) Info {

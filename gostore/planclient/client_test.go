@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/client/clienttest"
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -15,10 +17,10 @@ import (
 // planCluster is a master, an owner (a member with a heap), a producer and
 // a reader (members too: every client of a plan cluster is one).
 func planCluster(t *testing.T, extra ...string) (owner, producer, reader *client.Client) {
-	m := startMaster(t, extra...)
-	owner = newClient(t, m.Addr(), 8<<20)
-	producer = newClient(t, m.Addr(), 1<<20)
-	reader = newClient(t, m.Addr(), 1<<20)
+	m := testkit.StartMaster(t, extra...)
+	owner = clienttest.New(t, m.Addr(), 8<<20)
+	producer = clienttest.New(t, m.Addr(), 1<<20)
+	reader = clienttest.New(t, m.Addr(), 1<<20)
 	for i, c := range []*client.Client{owner, producer, reader} {
 		if r, err := c.Plans().Join(); err != nil || r != i {
 			t.Fatalf("join %d: rank %d, %v", i, r, err)
@@ -31,14 +33,14 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 	for _, tcp := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tcp=%v", tcp), func(t *testing.T) {
 			if tcp {
-				forceTCP(t)
+				clienttest.ForceTCP(t)
 			}
 			owner, producer, reader := planCluster(t)
 			dest, err := producer.Plans().Owner("sess:42:kv:L0", 0, "")
 			if err != nil || dest.Seg.Name != owner.Hostname() {
 				t.Fatalf("owner rank 0: %+v %v", dest, err)
 			}
-			v := pattern(42, 300<<10)
+			v := testkit.Pattern(42, 300<<10)
 			p, err := producer.Plans().OpenForWrite("sess:42:kv:L0", uint64(len(v)), 64<<10, dest, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -97,7 +99,7 @@ func TestPlanEpochGuardsReuse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		copy(p.Writable(), pattern(seed, 4096))
+		copy(p.Writable(), testkit.Pattern(seed, 4096))
 		if err := producer.Plans().Commit(key); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +121,7 @@ func TestPlanEpochGuardsReuse(t *testing.T) {
 		t.Fatalf("slot not reused (%d, %d): the test shows nothing", first.HeaderOff, second.HeaderOff)
 	}
 	dst := make([]byte, 4096)
-	if _, err := reader.Plans().ReadAt(meta, dst); err == nil || bytes.Equal(dst, pattern(2, 4096)) {
+	if _, err := reader.Plans().ReadAt(meta, dst); err == nil || bytes.Equal(dst, testkit.Pattern(2, 4096)) {
 		t.Fatalf("an old meta read the reused slot: %v", err)
 	}
 	if _, err := reader.Plans().Read("a", dst); !errors.Is(err, planclient.ErrUnknown) {
@@ -134,25 +136,25 @@ func TestPlanEpochGuardsReuse(t *testing.T) {
 // A producer that dies between open and commit leaves a slot that is
 // reclaimed (after client_ttl) and never read as valid.
 func TestPlanOfADeadProducerIsReclaimed(t *testing.T) {
-	m := startMaster(t, "--client_ttl=1", "--tick_interval_ms=20")
-	owner := newClient(t, m.Addr(), 4<<20)
+	m := testkit.StartMaster(t, "--client_ttl=1", "--tick_interval_ms=20")
+	owner := clienttest.New(t, m.Addr(), 4<<20)
 	owner.Plans().Join()
-	reader := newClient(t, m.Addr(), 0)
+	reader := clienttest.New(t, m.Addr(), 0)
 	// The producer dies once it has opened its plan: it never pings after
 	// its start, and nothing closes it before the test ends, so the
 	// master hears nothing more from it.
-	producer := newClientWith(t, client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+	producer := clienttest.NewWith(t, client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
 		LocalBufferSize: 1 << 20, PingInterval: time.Hour})
 	dest, _ := producer.Plans().Owner("k", -1, "")
 	p, err := producer.Plans().OpenForWrite("k", 8192, 4096, dest, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(p.Writable(), pattern(3, 4096)) // half written, then the producer is silent
+	copy(p.Writable(), testkit.Pattern(3, 4096)) // half written, then the producer is silent
 	if _, err := reader.Plans().Read("k", make([]byte, 8192)); !errors.Is(err, planclient.ErrNotReady) {
 		t.Fatalf("read of an unfinished plan: %v", err)
 	}
-	waitFor(t, "the dead producer's plan reclaimed", func() bool {
+	testkit.WaitFor(t, "the dead producer's plan reclaimed", func() bool {
 		return reader.GetSize("k") == int64(wire.ErrObjectNotFound)
 	})
 	// The slot serves a new object; the old plan can never be published.
@@ -161,7 +163,7 @@ func TestPlanOfADeadProducerIsReclaimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copy(p2.Writable(), pattern(4, 8192))
+	copy(p2.Writable(), testkit.Pattern(4, 8192))
 	if err := reader.Plans().Commit("k2"); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func TestPlanEvictUntilBelow(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
-		copy(p.Writable(), pattern(uint64(i), 1<<20))
+		copy(p.Writable(), testkit.Pattern(uint64(i), 1<<20))
 		producer.Plans().Commit(key)
 		time.Sleep(time.Millisecond)
 	}
@@ -256,7 +258,7 @@ func TestPlanEvictUntilBelow(t *testing.T) {
 // planBench is a master and a member (rank 0) for the plan benchmarks.
 func planBench(b *testing.B) (*client.Client, wire.PlanMember) {
 	b.Helper()
-	m := startMaster(b)
+	m := testkit.StartMaster(b)
 	c, err := client.New(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(), GlobalSegmentSize: 64 << 20, LocalBufferSize: 1 << 20}, nil)
 	if err != nil {
 		b.Fatal(err)

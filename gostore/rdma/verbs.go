@@ -56,8 +56,9 @@ import "C"
 import (
 	"errors"
 	"strings"
-	"sync"
 	"unsafe"
+
+	"github.com/gostore/gostore/gostore/internal/loadonce"
 )
 
 // DefaultLibrary is the verbs library opened when Options.Library is empty.
@@ -84,28 +85,18 @@ type Info struct {
 	Devices   []string `json:"devices"`
 }
 
-// probe holds the process's one verbs library: its options until it is
-// opened, and what the opening found.
-var probe struct {
-	once sync.Once
-	info Info
-
-	mu     sync.Mutex // guards opt and opened
-	opt    Options
-	opened bool
-}
+// probe is the process's one verbs library: its options until it is opened,
+// and what the opening found.
+var probe loadonce.Once[Options, Info]
 
 // Configure sets how libibverbs is opened; it must come before the first
 // Probe. The library is process-wide (dlopen maps it into the process and
 // its entry points are C globals), so there is one to configure, once. A
 // later Configure changes nothing and returns ErrOpened.
 func Configure(opt Options) error {
-	probe.mu.Lock()
-	defer probe.mu.Unlock()
-	if probe.opened {
+	if !probe.Configure(opt) {
 		return ErrOpened
 	}
-	probe.opt = opt
 	return nil
 }
 
@@ -113,17 +104,13 @@ func Configure(opt Options) error {
 // It never fails: no library or no device is Info{Available: false,
 // Reason: ...}.
 func Probe() Info {
-	probe.once.Do(func() {
-		probe.mu.Lock()
-		probe.opened = true
-		opt := probe.opt
-		probe.mu.Unlock()
-		probe.info = load(opt)
-		if probe.info.Devices == nil {
-			probe.info.Devices = []string{}
+	return probe.Get(func(opt Options) Info {
+		info := load(opt)
+		if info.Devices == nil {
+			info.Devices = []string{}
 		}
+		return info
 	})
-	return probe.info
 }
 
 func load(opt Options) Info {

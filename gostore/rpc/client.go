@@ -109,12 +109,14 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
 	defer c.put(cc) // after decoding: body aliases the connection's buffer
-	return decodeReply(op, h.Status, body, resp)
+	return DecodeReply(op, h.Status, body, resp)
 }
 
-// decodeReply turns a reply into the caller's result: the master's code as
-// a *wire.Error, or the body decoded into resp (which may be nil).
-func decodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
+// DecodeReply turns a reply into the caller's result: the master's code
+// as a *wire.Error, or the body decoded into resp (which may be nil).
+// Client uses it; so may other clients of the protocol (the benchmark's
+// pipelined one), so that every caller reads replies alike.
+func DecodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
 	if status != wire.OK {
 		var msg string
 		_ = msgpack.Unmarshal(body, &msg)

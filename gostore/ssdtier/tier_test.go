@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/client"
+	"github.com/gostore/gostore/gostore/client/clienttest"
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/pipeline"
 	"github.com/gostore/gostore/gostore/rpc"
@@ -54,12 +56,12 @@ func newTierClient(t *testing.T, master string, segment uint64, dir string, e en
 }
 
 func newTierClientErr(master string, segment uint64, dir string, e env) (*client.Client, error) {
-	return client.New(edge(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: master, GlobalSegmentSize: segment,
+	return client.New(clienttest.Edge(client.Config{LocalHostname: "127.0.0.1", MasterServerAddr: master, GlobalSegmentSize: segment,
 		LocalBufferSize: 1 << 20, EnableSSDOffload: true, SSDOffloadPath: dir, Getenv: e.lookup}), nil)
 }
 
 func startOffloadMaster(t *testing.T, extra ...string) string {
-	return startMaster(t, append([]string{"--enable_offload", "--tick_interval_ms=10",
+	return testkit.StartMaster(t, append([]string{"--enable_offload", "--tick_interval_ms=10",
 		"--eviction_high_watermark_ratio=0.7", "--eviction_ratio=0.3"}, extra...)...).Addr()
 }
 
@@ -100,7 +102,7 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 		for _, tcp := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/tcp=%v", desc, tcp), func(t *testing.T) {
 				if tcp {
-					forceTCP(t)
+					clienttest.ForceTCP(t)
 				}
 				m := startOffloadMaster(t)
 				const segment, obj = 4 << 20, 64 << 10
@@ -113,10 +115,10 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 					"MOONCAKE_OFFLOAD_CLIENT_BUFFER_GC_TTL_MS": "5000",
 					"MOONCAKE_OFFLOAD_USE_URING":               "true",
 				}))
-				writer := newClient(t, m, 0)
+				writer := clienttest.New(t, m, 0)
 				n := 4 * segment / obj
 				for i := range n {
-					putRetrying(t, writer, fmt.Sprint("k", i), pattern(uint64(i), obj))
+					putRetrying(t, writer, fmt.Sprint("k", i), testkit.Pattern(uint64(i), obj))
 				}
 				st, _ := holder.SSDStats()
 				if st.Offloaded == 0 || st.Objects == 0 {
@@ -131,7 +133,7 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 				}
 				for _, c := range []*client.Client{writer, holder} {
 					for i := range n {
-						mustGet(t, c, fmt.Sprint("k", i), pattern(uint64(i), obj))
+						mustGet(t, c, fmt.Sprint("k", i), testkit.Pattern(uint64(i), obj))
 					}
 				}
 				// Most of them can only have come from disk: the pool
@@ -156,12 +158,12 @@ func TestSSDRecoveryAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	e := tierEnv(nil)
 	a := newTierClient(t, m, 2<<20, dir, e)
-	writer := newClient(t, m, 0)
+	writer := clienttest.New(t, m, 0)
 	const n, obj = 40, 128 << 10
 	for i := range n {
-		putRetrying(t, writer, fmt.Sprint("r", i), pattern(uint64(100+i), obj))
+		putRetrying(t, writer, fmt.Sprint("r", i), testkit.Pattern(uint64(100+i), obj))
 	}
-	waitFor(t, "every object on disk and known to the master", func() bool {
+	testkit.WaitFor(t, "every object on disk and known to the master", func() bool {
 		st, _ := a.SSDStats() // Offloaded counts copies the master accepted
 		return st.Objects == n && st.Offloaded >= n
 	})
@@ -177,7 +179,7 @@ func TestSSDRecoveryAfterRestart(t *testing.T) {
 		t.Fatalf("recovered %d (stale %d), want %d and r0 stale", st.Recovered, st.StaleDropped, n-1)
 	}
 	for i := 1; i < n; i++ {
-		mustGet(t, writer, fmt.Sprint("r", i), pattern(uint64(100+i), obj))
+		mustGet(t, writer, fmt.Sprint("r", i), testkit.Pattern(uint64(100+i), obj))
 	}
 	if got := writer.GetSize("r0"); got != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("removed r0 came back: %d", got)
@@ -193,15 +195,15 @@ func TestSSDCorruptCopyIsNeverServed(t *testing.T) {
 	m := startOffloadMaster(t)
 	dir := t.TempDir()
 	holder := newTierClient(t, m, 1<<20, dir, tierEnv(env{storage.EnvDescriptor: storage.DescriptorPerKey}))
-	writer := newClient(t, m, 0)
-	v := pattern(5, 200<<10)
+	writer := clienttest.New(t, m, 0)
+	v := testkit.Pattern(5, 200<<10)
 	putRetrying(t, writer, "bad", v)
-	waitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("bad"); return ok })
+	testkit.WaitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("bad"); return ok })
 	// Push it out of memory.
 	for i := range 12 {
-		putRetrying(t, writer, fmt.Sprint("fill", i), pattern(uint64(i), 200<<10))
+		putRetrying(t, writer, fmt.Sprint("fill", i), testkit.Pattern(uint64(i), 200<<10))
 	}
-	waitFor(t, "bad evicted from memory", func() bool {
+	testkit.WaitFor(t, "bad evicted from memory", func() bool {
 		res, err := holder.SSD().Peek([]string{"bad"})
 		return err == nil && res[0].Code == wire.OK && len(res[0].Replicas) == 0
 	})
@@ -244,7 +246,7 @@ func TestSSDCorruptCopyIsNeverServed(t *testing.T) {
 // cancel there leaves no pin (an upsert is not refused as busy) and no
 // staging space; an offload let through completes.
 func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
-	m := startMaster(t, "--enable_offload", "--default_kv_lease_ttl=30000")
+	m := testkit.StartMaster(t, "--enable_offload", "--default_kv_lease_ttl=30000")
 	c := newTierClient(t, m.Addr(), 1<<20, t.TempDir(), tierEnv(env{storage.EnvHeartbeat: "3600"}))
 	// Start a put and leave it unfinished: the precondition must wait.
 	mc := rpc.NewClient(m.Addr())
@@ -257,7 +259,7 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	if err != nil || hs[0] == nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the offload waiting in its precondition", func() bool {
+	testkit.WaitFor(t, "the offload waiting in its precondition", func() bool {
 		s, _ := c.SSDStats()
 		return s.Pipeline.Enqueued == 1
 	})
@@ -269,7 +271,7 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	}
 	var end wire.CodesResp
 	mc.Call(context.Background(), wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: []string{"k"}}, &end)
-	if got := c.UpsertBatch([]client.PutItem{{Key: "k", Parts: [][]byte{pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
+	if got := c.UpsertBatch([]client.PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
 		t.Fatalf("upsert after a cancelled offload: %v", got[0])
 	}
 	if st, _ := c.SSDStats(); st.Objects != 0 || st.Pipeline.Upgraded != 0 || st.Pipeline.Cancelled[pipeline.StagePrecondition] != 1 {
@@ -291,13 +293,13 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	if n := c.SSD().Pinned(); n != 0 {
 		t.Fatalf("%d pins left after the offload", n)
 	}
-	if _, err := newClient(t, m.Addr(), 0).Offload([]string{"k"}, []uint64{100}); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := clienttest.New(t, m.Addr(), 0).Offload([]string{"k"}, []uint64{100}); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("offload without a tier: %v", err)
 	}
 }
 
 func TestSSDSetupRejectsBadPaths(t *testing.T) {
-	m := startMaster(t, "--enable_offload")
+	m := testkit.StartMaster(t, "--enable_offload")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, []byte("x"), 0o644)
@@ -342,17 +344,6 @@ func unwritableDir(t *testing.T) string {
 		t.Skip("no unwritable directory here (root, writable /sys)")
 	}
 	return "/sys"
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // The tier's RPC endpoint is reachable by any peer: garbage, unknown ops
@@ -403,10 +394,10 @@ func TestSSDEndpointSurvivesBadPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Still serving: a real object round trip through the tier.
-	writer := newClient(t, m, 0)
-	v := pattern(9, 100<<10)
+	writer := clienttest.New(t, m, 0)
+	v := testkit.Pattern(9, 100<<10)
 	putRetrying(t, writer, "ok", v)
-	waitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("ok"); return ok })
+	testkit.WaitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("ok"); return ok })
 	if err := peer.Call(ctx, wire.OpStageOffloaded, &wire.StageReq{Keys: []string{"ok"}, Sizes: []uint64{uint64(len(v))}}, &resp); err != nil || resp.Codes[0] != wire.OK {
 		t.Fatalf("stage after the abuse: %v %v", err, resp.Codes)
 	}
@@ -443,21 +434,21 @@ func TestSSDSurvivesAMasterRestart(t *testing.T) {
 	}
 	m := start()
 	holder := newTierClient(t, m.Addr(), 1<<20, t.TempDir(), tierEnv(nil))
-	writer := newClient(t, m.Addr(), 0)
+	writer := clienttest.New(t, m.Addr(), 0)
 	vals := map[string][]byte{}
 	for i := range 8 {
 		k := fmt.Sprint("survivor", i)
-		vals[k] = pattern(uint64(50+i), 64<<10)
+		vals[k] = testkit.Pattern(uint64(50+i), 64<<10)
 		putRetrying(t, writer, k, vals[k])
 	}
-	waitFor(t, "every object on disk and known to the master", func() bool {
+	testkit.WaitFor(t, "every object on disk and known to the master", func() bool {
 		st, _ := holder.SSDStats()
 		return st.Objects == len(vals) && st.Offloaded >= int64(len(vals))
 	})
 	m.Close()
 	m = start()
 	defer m.Close()
-	waitFor(t, "the holder's copies back at the new master", func() bool {
+	testkit.WaitFor(t, "the holder's copies back at the new master", func() bool {
 		st, _ := holder.SSDStats()
 		return st.Recovered >= int64(len(vals))
 	})

@@ -194,7 +194,6 @@ func TestStaged(t *testing.T) {
 			t.Fatal("a failed staged read wrote the device part")
 		}
 	}
-	_ = failed
 }
 
 func TestTrim(t *testing.T) {
