@@ -81,7 +81,7 @@ class SessionAPI:
         sa = array("Q", [ss[i] for i in idx])
         res = _results("i", len(send))
         replica_num, flags, preferred = cfg
-        _native.lib().gs_put_session_start(
+        self._lib().gs_put_session_start(
             self._h(), len(send), blob, _addr(lens), _addr(sa), replica_num, flags, preferred,
             len(preferred), _addr(res),
         )
@@ -113,7 +113,7 @@ class SessionAPI:
         if send:
             blob, lens = _pack_keys(send)
             res = _results("i", len(send))
-            _native.lib().gs_put_session_end(self._h(), len(send), blob, _addr(lens), revoke, _addr(res))
+            self._lib().gs_put_session_end(self._h(), len(send), blob, _addr(lens), revoke, _addr(res))
             for i, r in zip(idx, res):
                 out[i] = r
         return out
@@ -129,7 +129,7 @@ class SessionAPI:
             send = [ks[i] for i in idx]
             blob, lens = _pack_keys(send)
             res = _results("i", len(send))
-            _native.lib().gs_get_session_start(self._h(), len(send), blob, _addr(lens), _addr(res))
+            self._lib().gs_get_session_start(self._h(), len(send), blob, _addr(lens), _addr(res))
             for i, r in zip(idx, res):
                 out[i] = r
         return out
@@ -150,7 +150,7 @@ class SessionAPI:
         if not send:
             return 0
         blob, lens = _pack_keys(send)
-        return _native.lib().gs_get_session_end(self._h(), len(send), blob, _addr(lens))
+        return self._lib().gs_get_session_end(self._h(), len(send), blob, _addr(lens))
 
     def _ranged(self, fn: str, keys: Any, ptr_lists: Any, size_lists: Any, off_lists: Any) -> List[int]:
         ks = _keys(keys)
@@ -174,7 +174,7 @@ class SessionAPI:
         send = [ks[i] for i in idx]
         blob, lens = _pack_keys(send)
         res = _results("q", len(send))
-        getattr(_native.lib(), fn)(
+        getattr(self._lib(), fn)(
             self._h(), len(send), blob, _addr(lens), _addr(pa), _addr(sa), _addr(oa), _addr(na), 1, _addr(res)
         )
         for i, r in zip(idx, res):
@@ -233,7 +233,7 @@ class SessionAPI:
         if send:
             blob, lens = _pack_keys(send)
             res = _results("q", sum(na))
-            _native.lib().gs_get_ranges(
+            self._lib().gs_get_ranges(
                 self._h(), len(send), blob, _addr(lens), _addr(pa), _addr(sa), _addr(oa), _addr(na), 1,
                 _addr(res),
             )
@@ -255,13 +255,13 @@ class SessionAPI:
         blob, lens = _pack_keys(send)
         h = self._h()
         n, raw = _native.call_growing(
-            lambda out, cap: _native.lib().gs_replica_clear(h, len(send), blob, _addr(lens), seg, len(seg), out, cap))
+            lambda out, cap: self._lib().gs_replica_clear(h, len(send), blob, _addr(lens), seg, len(seg), out, cap))
         return json.loads(raw) if n >= 0 else []
 
     def get_offload_rpc_read_count(self) -> int:
         """How many batches of objects this client has read from SSD tiers
         (its own or another client's): one per holder per get call."""
-        return _native.lib().gs_disk_read_count(self._h())
+        return self._lib().gs_disk_read_count(self._h())
 
     # -- replica descriptors ----------------------------------------------
 
@@ -279,7 +279,7 @@ class SessionAPI:
         blob, lens = _pack_keys(send)
         h = self._h()
         n, raw = _native.call_growing(
-            lambda out, cap: _native.lib().gs_replica_descs(h, len(send), blob, _addr(lens), out, cap))
+            lambda out, cap: self._lib().gs_replica_descs(h, len(send), blob, _addr(lens), out, cap))
         if n < 0:
             return {}
         out: Dict[str, List[ReplicaDescriptor]] = {}

@@ -65,7 +65,7 @@ def _device_header(ptr: int, total: int) -> Optional[_codec.Header]:
     return _codec.decode_header(head[:n], total)
 
 
-def _where(h: int, ptrs: List[int], sizes: List[int]) -> List[int]:
+def _where(lib: Any, h: int, ptrs: List[int], sizes: List[int]) -> List[int]:
     """For each range, 1 inside a registered host buffer, 2 inside a
     registered GPU buffer, 0 otherwise (also for a range that cannot be
     one): one call into the library for the whole batch."""
@@ -74,7 +74,7 @@ def _where(h: int, ptrs: List[int], sizes: List[int]) -> List[int]:
     pa = array("Q", [p if good else 0 for p, good in zip(ptrs, ok)])
     sa = array("Q", [s if good else 0 for s, good in zip(sizes, ok)])
     out = array("i", bytes(4 * n))
-    if n and _native.lib().gs_buffers_registered(h, n, _addr(pa), _addr(sa), _addr(out)) != 0:
+    if n and lib.gs_buffers_registered(h, n, _addr(pa), _addr(sa), _addr(out)) != 0:
         return [0] * n
     return out.tolist()
 
@@ -255,7 +255,7 @@ class TensorAPI:
         _int(tp_rank, "tp_rank")
         if not (len(ks) == len(ps) == len(ss)):
             return [_INVALID] * len(ks)
-        tensors = [self._tensor_at(p, s, w) for p, s, w in zip(ps, ss, _where(self._h(), ps, ss))]
+        tensors = [self._tensor_at(p, s, w) for p, s, w in zip(ps, ss, _where(self._lib(), self._h(), ps, ss))]
         out = [_INVALID] * len(ks)
         idx = [i for i, t in enumerate(tensors) if t is not None]
         if idx:
@@ -391,7 +391,7 @@ class TensorAPI:
         import numpy as np
 
         got = self.batch_get_into(list(ks), ps, ss)
-        where = _where(self._h(), ps, [max(r, 0) for r in got])
+        where = _where(self._lib(), self._h(), ps, [max(r, 0) for r in got])
         out: List[Any] = []
         for r, p, w in zip(got, ps, where):
             if r < 0:
@@ -442,7 +442,7 @@ class TensorAPI:
         # The header is read only where the store may read anyway: a
         # registered range (never an arbitrary address).
         valid = []
-        for p, s, where in zip(ps, ss, _where(self._h(), ps, ss)):
+        for p, s, where in zip(ps, ss, _where(self._lib(), self._h(), ps, ss)):
             if where == 1:
                 valid.append(_codec.decode_header((ctypes.c_uint8 * s).from_address(p)) is not None)
             else:

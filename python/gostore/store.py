@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import operator
 import threading
 import weakref
@@ -53,6 +54,8 @@ from .tasks import NO_TASK_ID, QueryTaskResponse, TaskId, task_id_from_native, t
 from .tensor import DeviceSpan
 
 __all__ = ["MooncakeDistributedStore"]
+
+_log = logging.getLogger("gostore")
 
 _MISSING: Any = object()
 _TASK_ID_CAP = 128  # task ids are decimal uint64s
@@ -264,9 +267,10 @@ class _Handle:
     so the handle outlives every buffer whose memory it owns.
     """
 
-    __slots__ = ("h", "_fin", "__weakref__")
+    __slots__ = ("h", "lib", "_fin", "__weakref__")
 
     def __init__(self, lib: Any) -> None:
+        self.lib = lib  # the native library, or a RemoteLibrary in standalone mode
         h = lib.gs_store_new()
         if h <= 0 and not _native.forked():  # a forked child's calls all fail: -1 here too
             raise RuntimeError(f"gs_store_new failed: {ErrorCode.name_of(h)}")
@@ -341,12 +345,17 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         if hobj is None:
             with self._hlock:
                 if self._hobj is None:
-                    self._hobj = _Handle(_native.lib())
+                    self._hobj = _Handle(_native.lib())  # setup_dummy installs a RemoteLibrary first
                 hobj = self._hobj
         return hobj
 
     def _h(self) -> int:
         return self._owner().h
+
+    def _lib(self) -> Any:
+        """The library this store's calls go to: the native one, or in
+        standalone mode the ``gostore-client`` it forwards them to."""
+        return self._owner().lib
 
     def _write(
         self,
@@ -363,7 +372,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         blob, lens = _pack_keys(keys)
         results = array("i", bytes(4 * len(keys)))
         replica_num, flags, preferred = cfg
-        lib = _native.lib()
+        lib = self._lib()
         fn = lib.gs_upsert_batch if upsert else lib.gs_put_batch
         fn(
             h, len(keys), blob, _addr(lens), _addr(ptrs), _addr(sizes), _addr(nparts),
@@ -377,7 +386,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         h = self._h()
         blob, lens = _pack_keys(keys)
         results = array("q", bytes(8 * len(keys)))
-        _native.lib().gs_get_into_batch(
+        self._lib().gs_get_into_batch(
             h, len(keys), blob, _addr(lens), _addr(ptrs), _addr(sizes), _addr(nparts),
             zero_copy, _addr(results),
         )
@@ -390,7 +399,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
     def _get_fresh(self, keys: List[bytes], alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
         """gs_get_start, one object from ``alloc(size) -> (obj, address)`` per
         hit, gs_get_finish straight into them; None for misses and errors."""
-        lib = _native.lib()
+        lib = self._lib()
         h = self._h()
         n = len(keys)
         blob, lens = _pack_keys(keys)
@@ -426,7 +435,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
                 lib.gs_get_abort(h, pending)
 
     def _get_buffers(self, keys: List[bytes]) -> List[Optional[GostoreBuffer]]:
-        lib = _native.lib()
+        lib = self._lib()
         owner = self._owner()
         n = len(keys)
         blob, lens = _pack_keys(keys)
@@ -499,25 +508,74 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
             if isinstance(v, int) and not _u64(v):
                 return _INVALID
         doc = json.dumps(params).encode("utf-8")
-        return _native.lib().gs_setup(self._h(), doc, len(doc))
+        return self._lib().gs_setup(self._h(), doc, len(doc))
+
+    def setup_dummy(
+        self, mem_pool_size: int, local_buffer_size: int, server_address: str, ipc_socket_path: str = ""
+    ) -> int:
+        """Standalone mode: use the ``gostore-client`` at ``server_address``
+        (``host:port``; same host) instead of a client in this process; 0,
+        or -900 when it cannot be reached, -600 for bad sizes.
+
+        This process then loads no Go runtime, so it may ``fork()``: a child
+        reconnects on its first call. ``mem_pool_size`` caps what
+        :meth:`alloc_from_mem_pool` hands out; ``local_buffer_size`` bytes of
+        shared memory stage the calls whose memory is not from the pool.
+        ``ipc_socket_path`` names the server's Unix socket directly (else
+        the server is asked for it over TCP). Call it on a fresh store,
+        instead of :meth:`setup`."""
+        from .standalone import RemoteLibrary, ask_ipc_path
+
+        pool = _int(mem_pool_size, "mem_pool_size")
+        local = _int(local_buffer_size, "local_buffer_size")
+        addr = _str_arg(server_address, "server_address")
+        ipc = _str_arg(ipc_socket_path, "ipc_socket_path")
+        if not (_u64(pool) and _u64(local)):
+            return _INVALID
+        with self._hlock:
+            if self._hobj is not None:
+                _log.error("gostore: setup_dummy() on a store already in use; make a new store")
+                return int(ErrorCode.INTERNAL_ERROR)
+            if not ipc:
+                try:
+                    ipc = ask_ipc_path(addr)
+                except OSError as e:
+                    _log.error("gostore: setup_dummy: cannot reach gostore-client at %s: %s", addr, e)
+                    return int(ErrorCode.RPC_FAIL)
+            remote = RemoteLibrary(ipc, pool, local)
+            rc = remote.connect()
+            if rc != 0:
+                return rc
+            self._hobj = _Handle(remote)
+        return 0
+
+    def alloc_from_mem_pool(self, size: int) -> int:
+        """Standalone mode: the address of ``size`` bytes of memory shared
+        with ``gostore-client`` (zero-copy for every call), 0 when the pool
+        is spent, or outside standalone mode. Not freed before exit."""
+        n = _int(size, "size")
+        lib = self._hobj.lib if self._hobj is not None else None
+        if not hasattr(lib, "alloc") or n <= 0:
+            return 0
+        return lib.alloc(n)
 
     def close(self) -> int:
         """Unmount this client's segment and disconnect; 0."""
         if self._hobj is None:
             return 0
-        return _native.lib().gs_close(self._hobj.h)
+        return self._lib().gs_close(self._hobj.h)
 
     def health_check(self) -> int:
         """0 healthy, 1 not set up / closed, 2 master unreachable."""
         if self._hobj is None:
             return 1
-        return _native.lib().gs_health_check(self._hobj.h)
+        return self._lib().gs_health_check(self._hobj.h)
 
     def get_hostname(self) -> str:
         """This client's segment name ``"host:port"`` ("" before setup)."""
         if self._hobj is None:
             return ""
-        s = _native.read_string(_native.lib().gs_get_hostname, self._hobj.h, 256)
+        s = _native.read_string(self._lib().gs_get_hostname, self._hobj.h, 256)
         return s or ""
 
     def transport_info(self) -> Dict[str, Any]:
@@ -530,7 +588,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         if self._hobj is None:
             return {}
         h = self._hobj.h
-        n, raw = _native.call_growing(lambda out, cap: _native.lib().gs_transport_info(h, out, cap), cap=4096)
+        n, raw = _native.call_growing(lambda out, cap: self._lib().gs_transport_info(h, out, cap), cap=4096)
         return json.loads(raw) if n >= 0 else {}
 
     def __enter__(self) -> "MooncakeDistributedStore":
@@ -633,7 +691,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         # fresh bytes object (same single RPC either way).
         scratch = _scratch()
         size = array("q", [0])
-        lib = _native.lib()
+        lib = self._lib()
         h = self._h()
         r = lib.gs_get_one(h, k, len(k), scratch[1], _SCRATCH, _addr(size))
         if r == 0:
@@ -643,7 +701,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         return self._finish_one(h, r, size[0])
 
     def _finish_one(self, h: int, pending: int, size: int) -> bytes:
-        lib = _native.lib()
+        lib = self._lib()
         try:
             out, addr = new_bytes(size)
         except BaseException:
@@ -687,7 +745,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
     def _exist(self, keys: List[bytes]) -> List[int]:
         blob, lens = _pack_keys(keys)
         results = array("i", bytes(4 * len(keys)))
-        _native.lib().gs_exist_batch(self._h(), len(keys), blob, _addr(lens), _addr(results))
+        self._lib().gs_exist_batch(self._h(), len(keys), blob, _addr(lens), _addr(results))
         return results.tolist()
 
     def is_exist(self, key: str) -> int:
@@ -712,12 +770,12 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         k = _key(key)
         if k is None:
             return _INVALID
-        return _native.lib().gs_get_size(self._h(), k, len(k))
+        return self._lib().gs_get_size(self._h(), k, len(k))
 
     def _remove(self, keys: List[bytes], force: bool) -> List[int]:
         blob, lens = _pack_keys(keys)
         results = array("i", bytes(4 * len(keys)))
-        _native.lib().gs_remove_batch(
+        self._lib().gs_remove_batch(
             self._h(), len(keys), blob, _addr(lens), int(force), _addr(results)
         )
         return results.tolist()
@@ -738,12 +796,12 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
             pb = p.encode("utf-8")
         except UnicodeEncodeError:
             return _INVALID
-        return _native.lib().gs_remove_by_regex(self._h(), pb, len(pb), int(force))
+        return self._lib().gs_remove_by_regex(self._h(), pb, len(pb), int(force))
 
     def remove_all(self, force: bool = False) -> int:
         """Number of objects removed."""
         force = _bool(force, "force")
-        return _native.lib().gs_remove_all(self._h(), int(force))
+        return self._lib().gs_remove_all(self._h(), int(force))
 
     def batch_remove(self, keys: List[str], force: bool = False) -> List[int]:
         """``list[int]``, one :meth:`remove` result per key."""
@@ -764,14 +822,14 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         s = _int(size, "size")
         if not (_u64(p) and _u64(s)):
             return _INVALID
-        return _native.lib().gs_register_buffer(self._h(), p, s)
+        return self._lib().gs_register_buffer(self._h(), p, s)
 
     def unregister_buffer(self, buffer_ptr: int) -> int:
         """Forget a registered buffer; 0 / negative."""
         p = _int(buffer_ptr, "buffer_ptr")
         if not _u64(p):
             return _INVALID
-        return _native.lib().gs_unregister_buffer(self._h(), p)
+        return self._lib().gs_unregister_buffer(self._h(), p)
 
     def _write_from(self, key: Any, ptr: Any, size: Any, config: Any, upsert: bool) -> int:
         k = _key(key)
@@ -965,7 +1023,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         if k is None or not names or any(n is None for n in names):
             return NO_TASK_ID, _INVALID
         tb = b"\n".join(names)  # type: ignore[arg-type]
-        return self._task_id(_native.lib().gs_create_copy_task, k, len(k), tb, len(tb))
+        return self._task_id(self._lib().gs_create_copy_task, k, len(k), tb, len(tb))
 
     def create_move_task(self, key: str, source: str, target: str) -> Tuple[TaskId, int]:
         """Move ``key``'s replica from segment ``source`` to ``target``, in the
@@ -977,7 +1035,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         if k is None or sb is None or tb is None:
             return NO_TASK_ID, _INVALID
         return self._task_id(
-            _native.lib().gs_create_move_task, k, len(k), sb, len(sb), tb, len(tb)
+            self._lib().gs_create_move_task, k, len(k), sb, len(sb), tb, len(tb)
         )
 
     def query_task(self, task_id: TaskId) -> Tuple[Optional[QueryTaskResponse], int]:
@@ -988,7 +1046,7 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         tid = task_id_to_native(task_id)
         if tid is None:
             return None, int(ErrorCode.OBJECT_NO_REPLICATION_TASK)
-        lib, h = _native.lib(), self._h()
+        lib, h = self._lib(), self._h()
         # A long key needs a larger answer: call_growing asks again with room.
         n, raw = _native.call_growing(lambda out, cap: lib.gs_query_task(h, tid, len(tid), out, cap),
                                       limit=_QUERY_TASK_MAX_CAP)

@@ -1,0 +1,403 @@
+"""The calls an application in standalone mode forwards to ``gostore-client``,
+and the frames that carry them. Both sides import this module, so the
+application and the server read every argument the same way.
+
+A forwarded call is a ``gs_*`` function of the C ABI (``bindings/ABI.md``)
+described by :class:`Call`: one :class:`Arg` per C argument. The application
+side reads the arrays the caller passed by address (their lengths follow
+from other arguments, as the ABI defines them), sends their contents, and
+writes the arrays the call fills back to the caller's addresses. The server
+rebuilds the arrays in its own memory, checks every length against the same
+rules, translates data pointers into its own mapping of the application's
+shared memory, and calls the library.
+
+Data pointers (the memory a put reads from or a get writes into) must lie in
+memory both processes map. The application side moves what does not through
+a staging area it shares (see ``standalone.py``); the server refuses a
+pointer outside every region the application shared with it.
+
+Frames: ``u32 length`` then ``u8 kind`` then the body. A value is a one-byte
+tag then its bytes: ``i`` int64, ``n`` None, ``b`` u32-length bytes, ``a``
+an array (typecode byte, u32-length bytes).
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .errors import ErrorCode
+
+# ---- frame kinds ------------------------------------------------------------
+
+HELLO = 1  # app -> server: session token (b"" for a new one); reply: token
+REGION = 2  # app -> server, with one fd: (app_base, size) shared memory
+UNREGION = 3  # app -> server: app_base
+CALL = 4  # app -> server: name, args [, one fd: a region for this call only]
+REPLY = 5  # server -> app: return value, filled arrays
+ERROR = 6  # server -> app: code, message
+
+MAX_FRAME = 64 << 20  # a forwarded call never carries bulk data
+
+# ---- argument kinds ---------------------------------------------------------
+
+HANDLE = "h"  # the store handle: the server's own
+INT = "i"  # an integer, passed as is
+BYTES = "s"  # a char* the caller passes as bytes (or None)
+IN = "a"  # an array the call reads
+OUT = "o"  # an array the call fills
+FLAGS = "z"  # the zero_copy flags of a data call: the server's pointers all
+# lie in registered host memory, whatever the caller's were
+
+
+@dataclass(frozen=True)
+class Length:
+    """How many entries an array argument has: ``kind`` is ``"arg"`` (the
+    integer argument ``ref``), ``"sum"`` (the sum of array argument
+    ``ref``), ``"const"`` (``ref`` itself) or ``"pending"`` (the key count
+    of the pending get handle in argument ``ref``)."""
+
+    kind: str
+    ref: int
+
+    def of(self, args: Sequence[Any], pending: Dict[int, int]) -> int:
+        if self.kind == "arg":
+            return int(args[self.ref])
+        if self.kind == "sum":
+            return sum(args[self.ref])
+        if self.kind == "const":
+            return self.ref
+        return pending.get(int(args[self.ref]), -1)
+
+
+def N(i: int) -> Length:
+    return Length("arg", i)
+
+
+def SUM(i: int) -> Length:
+    return Length("sum", i)
+
+
+def ONE() -> Length:
+    return Length("const", 1)
+
+
+def PENDING(i: int) -> Length:
+    return Length("pending", i)
+
+
+@dataclass(frozen=True)
+class Arg:
+    kind: str
+    typecode: str = ""
+    length: Optional[Length] = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.kind in (IN, OUT)
+
+
+H = Arg(HANDLE)
+I = Arg(INT)
+Z = Arg(FLAGS)
+S = Arg(BYTES)
+
+
+def A(tc: str, n: Length) -> Arg:
+    return Arg(IN, tc, n)
+
+
+def O(tc: str, n: Length) -> Arg:
+    return Arg(OUT, tc, n)
+
+
+# What a data pointer is for: the call reads the memory, writes it, or only
+# asks whether it is registered (a pointer outside shared memory reads 0).
+READS, WRITES, PROBE = "reads", "writes", "probe"
+
+
+@dataclass(frozen=True)
+class Data:
+    """Data pointers of a call: arguments ``ptrs`` and ``sizes`` are either
+    two u64 arrays (one pointer and size per entry) or two integers."""
+
+    ptrs: int
+    sizes: int
+    use: str
+
+
+@dataclass(frozen=True)
+class Call:
+    args: Tuple[Arg, ...]
+    data: Tuple[Data, ...] = ()
+    # "pending": the return value is a get handle of args[1] keys (or 1)
+    # that later calls may name; "finish": the call ends handle args[1].
+    opens: str = ""
+    ends_pending: bool = False
+    fail: int = int(ErrorCode.RPC_FAIL)  # what a call that cannot reach the server returns
+    returns: bool = True
+
+    def array_order(self) -> List[int]:
+        """Array arguments in an order where each length is known first:
+        sums of other arrays last."""
+        arrays = [i for i, a in enumerate(self.args) if a.is_array]
+        return [i for i in arrays if a_kind(self.args[i]) != "sum"] + [
+            i for i in arrays if a_kind(self.args[i]) == "sum"
+        ]
+
+
+def a_kind(a: Arg) -> str:
+    return a.length.kind if a.length else ""
+
+
+_keys_n = (H, I, S, A("I", N(1)))  # h, n, keys, key_lens
+
+_WRITE_BATCH = Call(
+    _keys_n + (A("Q", SUM(6)), A("Q", SUM(6)), A("I", N(1)), Z, I, I, S, I, O("i", N(1))),
+    data=(Data(4, 5, READS),),
+)
+_RANGES = (A("Q", SUM(7)), A("Q", SUM(7)), A("Q", SUM(7)), A("I", N(1)), Z)
+
+CALLS: Dict[str, Call] = {
+    "gs_health_check": Call((H,), fail=2),
+    "gs_get_hostname": Call((H, O("B", N(2)), I)),
+    "gs_transport_info": Call((H, O("B", N(2)), I)),
+    "gs_put_batch": _WRITE_BATCH,
+    "gs_upsert_batch": _WRITE_BATCH,
+    "gs_get_start": Call(_keys_n + (O("q", N(1)),), opens="pending"),
+    "gs_get_finish": Call(
+        (H, I, A("Q", SUM(4)), A("Q", SUM(4)), A("I", PENDING(1)), Z, O("q", PENDING(1))),
+        data=(Data(2, 3, WRITES),),
+        ends_pending=True,
+        returns=False,
+    ),
+    "gs_get_abort": Call((H, I), ends_pending=True, returns=False),
+    "gs_get_one": Call((H, S, I, I, I, O("q", ONE())), data=(Data(3, 4, WRITES),), opens="one"),
+    "gs_get_into_batch": Call(
+        _keys_n + (A("Q", SUM(6)), A("Q", SUM(6)), A("I", N(1)), Z, O("q", N(1))),
+        data=(Data(4, 5, WRITES),),
+        returns=False,
+    ),
+    "gs_exist_batch": Call(_keys_n + (O("i", N(1)),), returns=False),
+    "gs_get_size": Call((H, S, I)),
+    "gs_remove_batch": Call(_keys_n + (I, O("i", N(1))), returns=False),
+    "gs_remove_by_regex": Call((H, S, I, I)),
+    "gs_remove_all": Call((H, I)),
+    "gs_buffer_registered": Call((H, I, I), data=(Data(1, 2, PROBE),)),
+    "gs_buffers_registered": Call(
+        (H, I, A("Q", N(1)), A("Q", N(1)), O("i", N(1))), data=(Data(2, 3, PROBE),)
+    ),
+    "gs_create_copy_task": Call((H, S, I, S, I, O("B", N(6)), I)),
+    "gs_create_move_task": Call((H, S, I, S, I, S, I, O("B", N(8)), I)),
+    "gs_query_task": Call((H, S, I, O("B", N(4)), I)),
+    "gs_put_session_start": Call(_keys_n + (A("Q", N(1)), I, I, S, I, O("i", N(1))), returns=False),
+    "gs_put_session_write": Call(
+        _keys_n + _RANGES + (O("q", N(1)),), data=(Data(4, 5, READS),), returns=False
+    ),
+    "gs_put_session_end": Call(_keys_n + (I, O("i", N(1))), returns=False),
+    "gs_get_session_start": Call(_keys_n + (O("i", N(1)),), returns=False),
+    "gs_get_session_read": Call(
+        _keys_n + _RANGES + (O("q", N(1)),), data=(Data(4, 5, WRITES),), returns=False
+    ),
+    "gs_get_session_end": Call(_keys_n),
+    "gs_get_ranges": Call(
+        _keys_n + _RANGES + (O("q", SUM(7)),), data=(Data(4, 5, WRITES),), returns=False
+    ),
+    "gs_replica_descs": Call(_keys_n + (O("B", N(5)), I)),
+    "gs_disk_read_count": Call((H,)),
+    "gs_replica_clear": Call(_keys_n + (S, I, O("B", N(7)), I)),
+}
+
+# Calls whose results are per key in their last argument (n = args[1]
+# entries): a call the server cannot answer fills them with the failure.
+RESULTS_IN_LAST = frozenset(
+    name
+    for name, c in CALLS.items()
+    if c.args[-1].kind == OUT and c.args[-1].length == N(1) and c.args[1] is I
+)
+
+ITEMSIZE = {tc: array(tc).itemsize for tc in "BIiQq"}
+assert ITEMSIZE == {"B": 1, "I": 4, "i": 4, "Q": 8, "q": 8}
+
+# ---- values -------------------------------------------------------------------
+
+_I64 = struct.Struct("<q")
+_U32 = struct.Struct("<I")
+_HDR = struct.Struct("<IB")  # frame length (kind and body), kind
+
+
+class FrameError(ValueError):
+    """A frame that does not decode: the peer is not speaking this protocol."""
+
+
+def put_value(out: List[bytes], v: Any) -> None:
+    if v is None:
+        out.append(b"n")
+    elif isinstance(v, int):
+        if not -(2**63) <= v < 2**64:
+            raise FrameError(f"integer {v} does not fit 64 bits")
+        out.append(b"i" + _I64.pack(v if v < 2**63 else v - 2**64))
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+        out.append(b"b" + _U32.pack(len(b)) + b)
+    elif isinstance(v, array):
+        b = v.tobytes()
+        out.append(b"a" + v.typecode.encode() + _U32.pack(len(b)) + b)
+    else:
+        raise FrameError(f"cannot encode {type(v).__name__}")
+
+
+def get_values(body: memoryview, count: int = -1) -> List[Any]:
+    """Decode ``count`` values (all when -1) from ``body``."""
+    vals: List[Any] = []
+    pos, end = 0, len(body)
+    while pos < end and count != 0:
+        tag = body[pos : pos + 1].tobytes()
+        pos += 1
+        if tag == b"i":
+            if pos + 8 > end:
+                raise FrameError("truncated integer")
+            vals.append(_I64.unpack_from(body, pos)[0])
+            pos += 8
+        elif tag == b"n":
+            vals.append(None)
+        elif tag in (b"b", b"a"):
+            tc = ""
+            if tag == b"a":
+                if pos >= end:
+                    raise FrameError("truncated array")
+                tc = chr(body[pos])
+                pos += 1
+                if tc not in ITEMSIZE:
+                    raise FrameError(f"unknown array type {tc!r}")
+            if pos + 4 > end:
+                raise FrameError("truncated length")
+            (n,) = _U32.unpack_from(body, pos)
+            pos += 4
+            if pos + n > end:
+                raise FrameError("truncated bytes")
+            raw = body[pos : pos + n]
+            pos += n
+            if tag == b"b":
+                vals.append(raw.tobytes())
+            else:
+                if n % ITEMSIZE[tc]:
+                    raise FrameError("array length is not a multiple of its item size")
+                a = array(tc)
+                a.frombytes(raw)
+                vals.append(a)
+        else:
+            raise FrameError(f"unknown value tag {tag!r}")
+        count -= 1
+    if count > 0:
+        raise FrameError("too few values")
+    return vals
+
+
+def frame(kind: int, values: Sequence[Any]) -> bytes:
+    parts: List[bytes] = []
+    for v in values:
+        put_value(parts, v)
+    body = b"".join(parts)
+    if len(body) + 1 > MAX_FRAME:
+        raise FrameError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
+    return _HDR.pack(len(body) + 1, kind) + body
+
+
+def read_frame(sock: Any, fds: Optional[List[int]] = None) -> Tuple[int, memoryview]:
+    """One frame from ``sock``: (kind, body). File descriptors sent with it
+    are appended to ``fds`` (when given; otherwise closed). Raises
+    ConnectionError at end of stream, FrameError for a bad header."""
+    head = _recv_exact(sock, _HDR.size, fds)
+    length, kind = _HDR.unpack(head)
+    if length < 1 or length > MAX_FRAME:
+        raise FrameError(f"frame length {length} out of range")
+    body = _recv_exact(sock, length - 1, None) if length > 1 else b""
+    return kind, memoryview(body)
+
+
+def _recv_exact(sock: Any, n: int, fds: Optional[List[int]]) -> bytes:
+    import socket as _socket
+
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        if fds is not None and got == 0:
+            # Descriptors travel with the first byte of a frame.
+            k, anc, _flags, _addr = sock.recvmsg_into(
+                [view[got:]], _socket.CMSG_SPACE(4 * 4)
+            )
+            for level, typ, data in anc:
+                if level == _socket.SOL_SOCKET and typ == _socket.SCM_RIGHTS:
+                    got_fds = array("i")
+                    got_fds.frombytes(data[: len(data) - len(data) % 4])
+                    fds.extend(got_fds)
+        else:
+            k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("peer closed the connection")
+        got += k
+    return bytes(buf)
+
+
+def send_frame(sock: Any, data: bytes, fds: Sequence[int] = ()) -> None:
+    import socket as _socket
+
+    if fds:
+        sent = sock.sendmsg(
+            [data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array("i", fds).tobytes())]
+        )
+        if sent < len(data):
+            sock.sendall(data[sent:])
+    else:
+        sock.sendall(data)
+
+
+def check_lengths(call: Call, args: List[Any], pending: Dict[int, int]) -> Optional[str]:
+    """Why ``args`` (arrays decoded) break the call's length rules, or None."""
+    for i in call.array_order():
+        a = call.args[i]
+        assert a.length is not None
+        if a.kind == OUT:
+            continue
+        want = a.length.of(args, pending)
+        if want < 0:
+            return f"argument {i}: unknown get handle"
+        v = args[i]
+        if not isinstance(v, array) or v.typecode != a.typecode or len(v) != want:
+            return f"argument {i}: want {want} entries of {a.typecode!r}"
+    for i, a in enumerate(call.args):
+        if a.kind in (INT, FLAGS) and not isinstance(args[i], int):
+            return f"argument {i}: want an integer"
+        if a.kind == BYTES and not (args[i] is None or isinstance(args[i], bytes)):
+            return f"argument {i}: want bytes"
+    # A char* followed by its length, or by the lengths of the keys packed
+    # in it: together they may not exceed the bytes sent.
+    for i, a in enumerate(call.args[:-1]):
+        nxt = call.args[i + 1]
+        if a.kind != BYTES:
+            continue
+        sent = len(args[i] or b"")
+        if nxt.kind == INT:
+            n = args[i + 1]
+        elif nxt.kind == IN and nxt.typecode == "I":
+            n = sum(args[i + 1])
+        else:
+            continue
+        if not 0 <= n <= sent:
+            return f"argument {i + 1}: {n} bytes named, {sent} sent"
+    return None
+
+
+def fail_results(name: str, call: Call, args: Sequence[Any], code: int, write: Callable[[int, array], None]) -> Any:
+    """What a call that did not run answers: ``code`` in every per-key
+    result slot (through ``write(arg index, array)``) and as its value."""
+    if name in RESULTS_IN_LAST:
+        n = int(args[1])
+        if n > 0:
+            tc = call.args[-1].typecode
+            write(len(call.args) - 1, array(tc, [code]) * n)
+    return code if call.returns else None

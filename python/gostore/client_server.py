@@ -1,0 +1,449 @@
+"""``gostore-client``: the process that owns a client's segment, transfer
+engine and master connection in standalone mode, serving applications that
+called ``setup_dummy`` (``standalone.py``) on the same host.
+
+It takes the flags of Mooncake's ``mooncake_client`` (``--host``,
+``--port``, ``--global_segment_size``, ``--local_buffer_size``,
+``--master_server_address``, ``--metadata_server``, ``--protocol``,
+``--device_names``, ``--enable_offload``, ``--tenant_id``, ``--threads``,
+``--enable_http_server``, ``--http_port``) plus ``--ipc_socket_path``.
+
+It listens twice:
+
+* TCP ``host:port`` answers one JSON line, ``{"ipc_socket_path": ...}``, to
+  any connection: how ``setup_dummy(..., "host:port")`` finds the socket.
+* The Unix socket carries the calls (``_standalone_calls``). Only processes
+  of this user (or root) are served; file descriptors of shared memory travel
+  over it.
+
+Per application session the server maps each shared region, registers it
+with the store (so transfers use it in place), translates the application's
+pointers into its own mapping, and refuses pointers outside them. A session
+ends when its last connection closes: its get handles are aborted and its
+regions unregistered and unmapped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import struct
+import sys
+import threading
+from array import array
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import _native, _shm
+from . import _standalone_calls as P
+from .errors import ErrorCode
+from .standalone import default_ipc_path
+from .store import MooncakeDistributedStore
+
+_log = logging.getLogger("gostore.client")
+
+_INVALID = int(ErrorCode.INVALID_PARAMS)
+_ZERO_COPY_REGISTERED = 1  # bits of the data calls' zero_copy argument (ABI.md)
+_MAY_BE_DEVICE = 2
+
+
+class _Region:
+    __slots__ = ("app", "size", "local", "fd")
+
+    def __init__(self, app: int, size: int, local: int, fd: int) -> None:
+        self.app, self.size, self.local, self.fd = app, size, local, fd
+
+
+class Session:
+    """What one application process shared with the server."""
+
+    def __init__(self, token: bytes) -> None:
+        self.token = token
+        self.regions: List[_Region] = []  # sorted by app address
+        self.connections = 0
+        self.lock = threading.Lock()
+
+    def find(self, addr: int, size: int) -> Optional[_Region]:
+        with self.lock:
+            i = bisect.bisect_right([r.app for r in self.regions], addr) - 1
+            if i >= 0:
+                r = self.regions[i]
+                if addr + size <= r.app + r.size:
+                    return r
+        return None
+
+    def overlaps(self, addr: int, size: int) -> bool:
+        with self.lock:
+            return any(r.app < addr + size and addr < r.app + r.size for r in self.regions)
+
+    def add(self, r: _Region) -> None:
+        with self.lock:
+            apps = [x.app for x in self.regions]
+            self.regions.insert(bisect.bisect_left(apps, r.app), r)
+
+
+class StandaloneServer:
+    """Serves ``store`` (set up) to applications; see the module text."""
+
+    def __init__(self, store: MooncakeDistributedStore, host: str, port: int, ipc_path: str,
+                 max_region_bytes: int = 1 << 44) -> None:
+        self.store = store
+        self.lib = _native.lib()
+        self.h = store._h()
+        self.ipc_path = ipc_path
+        self.max_region_bytes = max_region_bytes
+        self._sessions: Dict[bytes, Session] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        d = os.path.dirname(ipc_path)
+        if d:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        if os.path.exists(ipc_path):
+            os.unlink(ipc_path)  # a socket left by a server that died
+        self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._unix.bind(ipc_path)
+        os.chmod(ipc_path, 0o600)
+        self._unix.listen(128)
+        self._tcp = socket.create_server((host, port), reuse_port=False)
+        self.port = self._tcp.getsockname()[1]
+
+    # ---- accept loops -----------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        threading.Thread(target=self._serve_tcp, name="gostore-client-tcp", daemon=True).start()
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._unix.accept()
+            except OSError:
+                break
+            threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        for s in (self._unix, self._tcp):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        try:
+            os.unlink(self.ipc_path)
+        except OSError:
+            pass
+
+    def _serve_tcp(self) -> None:
+        line = (json.dumps({"ipc_socket_path": self.ipc_path, "pid": os.getpid()}) + "\n").encode()
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._tcp.accept()
+            except OSError:
+                return
+            try:
+                conn.sendall(line)
+            except OSError:
+                pass
+            conn.close()
+
+    # ---- one application connection ------------------------------------------------
+
+    def _serve_conn(self, sock: socket.socket) -> None:
+        uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        if uid not in (os.getuid(), 0):
+            _log.error("gostore-client: refused a connection from uid %d (serving uid %d only)", uid, os.getuid())
+            sock.close()
+            return
+        session: Optional[Session] = None
+        pending: Dict[int, int] = {}
+        try:
+            while True:
+                fds: List[int] = []
+                try:
+                    kind, body = P.read_frame(sock, fds)
+                except ConnectionError:
+                    break
+                try:
+                    if kind == P.HELLO:
+                        session = self._hello(sock, body, session)
+                    elif session is None:
+                        raise P.FrameError("no session: send HELLO first")
+                    elif kind == P.REGION:
+                        self._region(sock, session, body, fds)
+                        fds = []
+                    elif kind == P.CALL:
+                        self._call(sock, session, pending, body, fds)
+                        fds = []
+                    else:
+                        raise P.FrameError(f"unknown frame kind {kind}")
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+        except (P.FrameError, OSError) as e:
+            _log.error("gostore-client: dropped an application connection: %s", e)
+        except Exception:  # a bug here must cost one connection, not the server
+            _log.exception("gostore-client: dropped an application connection")
+        finally:
+            sock.close()
+            for handle in list(pending):
+                self.lib.gs_get_abort(self.h, handle)
+            if session is not None:
+                self._leave(session)
+
+    def _send_error(self, sock: socket.socket, code: int, msg: str) -> None:
+        P.send_frame(sock, P.frame(P.ERROR, [code, msg.encode()]))
+
+    def _hello(self, sock: socket.socket, body: memoryview, current: Optional[Session]) -> Optional[Session]:
+        (token,) = P.get_values(body, 1)
+        if current is not None:
+            self._leave(current)
+        with self._lock:
+            if token:
+                s = self._sessions.get(token)
+                if s is None:
+                    self._send_error(sock, int(ErrorCode.CLIENT_NOT_FOUND), "unknown session")
+                    return None
+            else:
+                token = secrets.token_bytes(16)
+                s = self._sessions[token] = Session(token)
+            s.connections += 1
+        P.send_frame(sock, P.frame(P.REPLY, [token]))
+        return s
+
+    def _leave(self, s: Session) -> None:
+        with self._lock:
+            s.connections -= 1
+            if s.connections > 0:
+                return
+            self._sessions.pop(s.token, None)
+        for r in s.regions:
+            self._drop_region(r)
+        s.regions = []
+
+    def _map(self, app: int, size: int, fd: int) -> _Region:
+        if not (0 < size <= self.max_region_bytes) or app <= 0:
+            raise P.FrameError(f"region of {size} bytes at 0x{app:x} refused")
+        st = os.fstat(fd)
+        if st.st_size < size:
+            raise P.FrameError(f"region fd holds {st.st_size} bytes, {size} named")
+        local = _shm.map_fd(fd, size)
+        rc = self.lib.gs_register_buffer(self.h, local, size)
+        if rc != 0:
+            _shm.unmap(local, size)
+            raise OSError(f"register_buffer of a shared region failed ({rc})")
+        return _Region(app, size, local, fd)
+
+    def _drop_region(self, r: _Region) -> None:
+        self.lib.gs_unregister_buffer(self.h, r.local)
+        _shm.unmap(r.local, r.size)
+        os.close(r.fd)
+
+    def _region(self, sock: socket.socket, s: Session, body: memoryview, fds: List[int]) -> None:
+        app, size = P.get_values(body, 2)
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            self._send_error(sock, _INVALID, "a region comes with one file descriptor")
+            return
+        try:
+            r = self._map(app, size, fds[0])
+        except (OSError, P.FrameError) as e:
+            os.close(fds[0])
+            _log.error("gostore-client: refused a shared region: %s", e)
+            self._send_error(sock, _INVALID, str(e))
+            return
+        if s.overlaps(app, size):
+            self._drop_region(r)
+            self._send_error(sock, _INVALID, f"region at 0x{app:x} overlaps one already shared")
+            return
+        s.add(r)
+        P.send_frame(sock, P.frame(P.REPLY, [0]))
+
+    def _call(self, sock: socket.socket, s: Session, pending: Dict[int, int], body: memoryview,
+              fds: List[int]) -> None:
+        vals = P.get_values(body)
+        if len(vals) < 3 or not isinstance(vals[0], bytes):
+            raise P.FrameError("a call names its function first")
+        name = vals[0].decode("ascii", "replace")
+        call = P.CALLS.get(name)
+        if call is None:
+            self._send_error(sock, int(ErrorCode.INTERNAL_ERROR), f"{name} is not served")
+            return
+        temp_addr, temp_size, args = vals[1], vals[2], vals[3:]
+        first = args[1] if len(args) > 1 else None  # n, or a get handle
+        temp: Optional[_Region] = None
+        if temp_addr is not None:
+            if len(fds) != 1:
+                raise P.FrameError("a call's own region comes with one file descriptor")
+            temp = self._map(temp_addr, temp_size, fds.pop())
+        try:
+            why = None if len(args) == len(call.args) else f"{len(args)} arguments, {len(call.args)} wanted"
+            if not why and call.ends_pending and first not in pending:
+                why = "a get handle this connection does not hold"
+            why = why or P.check_lengths(call, args, pending)
+            why = why or self._translate(call, s, temp, args)
+            if why:
+                _log.error("gostore-client: refused %s: %s", name, why)
+                self._send_error(sock, _INVALID, f"{name}: {why}")
+                return
+            # Lengths first: they may name arrays the loop below turns into addresses.
+            outs = [
+                array(a.typecode, bytes(a.length.of(args, pending) * P.ITEMSIZE[a.typecode]))  # type: ignore[union-attr]
+                if a.kind == P.OUT else None
+                for a in call.args
+            ]
+            for i, a in enumerate(call.args):
+                if a.kind == P.HANDLE:
+                    args[i] = self.h
+                elif a.kind in (P.OUT, P.IN):
+                    arr = outs[i] if a.kind == P.OUT else args[i]
+                    args[i] = arr.buffer_info()[0] if len(arr) else 0
+                elif a.kind == P.FLAGS:
+                    args[i] = (args[i] | _ZERO_COPY_REGISTERED) & ~_MAY_BE_DEVICE
+            outs = [o for o in outs if o is not None]
+            ret = getattr(self.lib, name)(*args)
+        finally:
+            if temp is not None:
+                self._drop_region(temp)
+        if call.opens == "pending" and isinstance(ret, int) and ret > 0:
+            pending[ret] = int(first)
+        elif call.opens == "one" and isinstance(ret, int) and ret > 0:
+            pending[ret] = 1
+        if call.ends_pending:
+            pending.pop(int(first), None)
+        P.send_frame(sock, P.frame(P.REPLY, [ret] + outs))
+
+    def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any]) -> Optional[str]:
+        """Point the call's data pointers at this process's mapping of the
+        application's memory; why not, when one lies outside it."""
+        for d in call.data:
+            ps, ss = args[d.ptrs], args[d.sizes]
+            holders = [(ps, j, ps[j], ss[j]) for j in range(len(ps))] if isinstance(ps, array) else [(args, d.ptrs, ps, ss)]
+            for holder, j, p, size in holders:
+                if p == 0 or size == 0:
+                    continue
+                r = temp if temp is not None and temp.app <= p and p + size <= temp.app + temp.size else s.find(p, size)
+                if r is None:
+                    if d.use == P.PROBE:
+                        holder[j] = 0
+                        continue
+                    return f"pointer 0x{p:x} (+{size}) is not in memory shared with gostore-client"
+                holder[j] = r.local + (p - r.app)
+        return None
+
+
+# ---- command line ---------------------------------------------------------------------
+
+_FLAGS = {
+    # Mooncake mooncake_client's flags, with its defaults
+    "host": ("0.0.0.0", str),
+    "port": (50052, int),
+    "global_segment_size": ("4 GB", str),
+    "local_buffer_size": ("0", str),
+    "master_server_address": ("127.0.0.1:50051", str),
+    "metadata_server": ("http://127.0.0.1:8080/metadata", str),
+    "protocol": ("tcp", str),
+    "device_names": ("", str),
+    "enable_offload": (False, bool),
+    "start_offload_rpc_server": (True, bool),
+    "tenant_id": ("default", str),
+    "threads": (1, int),
+    "enable_http_server": (False, bool),
+    "http_port": (9300, int),
+    "mmap_arena_pool_size": (8589934592, int),
+    "use_mmap_arena_allocator": (False, bool),
+    # gostore's
+    "ipc_socket_path": ("", str),
+    "ssd_offload_path": ("", str),
+    "log_level": ("", str),
+}
+
+
+def _bool(v: str) -> bool:
+    low = v.lower()
+    if low in ("1", "true", "yes", "on", "t", "y"):
+        return True
+    if low in ("0", "false", "no", "off", "f", "n"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a bool: {v!r}")
+
+
+def parse_flags(argv: Sequence[str]) -> Dict[str, Any]:
+    """Flags as gflags writes them: ``-name=value``, ``--name=value``,
+    ``--name value``, ``--name`` / ``--noname`` for bools."""
+    opts = {k: d for k, (d, _t) in _FLAGS.items()}
+    it = iter(argv)
+    for arg in it:
+        if not arg.startswith("-"):
+            raise SystemExit(f"gostore-client: unexpected argument {arg!r}")
+        name, eq, value = arg.lstrip("-").partition("=")
+        if name not in _FLAGS and name.startswith("no") and _FLAGS.get(name[2:], (0, str))[1] is bool and not eq:
+            opts[name[2:]] = False
+            continue
+        if name in ("help", "h"):
+            print(__doc__)
+            raise SystemExit(0)
+        if name not in _FLAGS:
+            raise SystemExit(f"gostore-client: unknown flag --{name}")
+        typ = _FLAGS[name][1]
+        if not eq:
+            if typ is bool:
+                opts[name] = True
+                continue
+            value = next(it, None)
+            if value is None:
+                raise SystemExit(f"gostore-client: --{name} needs a value")
+        try:
+            opts[name] = _bool(value) if typ is bool else typ(value)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise SystemExit(f"gostore-client: --{name}={value!r} is not a {typ.__name__}") from None
+    return opts
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    opts = parse_flags(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="time=%(asctime)s level=%(levelname)s msg=%(message)s",
+    )
+    host = opts["host"]
+    advertised = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    store = MooncakeDistributedStore()
+    kwargs: Dict[str, Any] = {}
+    if opts["log_level"]:
+        kwargs["log_level"] = opts["log_level"]
+    rc = store.setup(
+        advertised, opts["metadata_server"], opts["global_segment_size"], opts["local_buffer_size"],
+        opts["protocol"], opts["device_names"], opts["master_server_address"], None,
+        opts["enable_offload"], opts["ssd_offload_path"], opts["tenant_id"],
+        opts["enable_http_server"], opts["http_port"], **kwargs,
+    )
+    if rc != 0:
+        _log.error("gostore-client: setup failed (%s)", ErrorCode.name_of(rc))
+        return 1
+    ipc = opts["ipc_socket_path"] or default_ipc_path(opts["port"])
+    try:
+        server = StandaloneServer(store, host, opts["port"], ipc)
+    except OSError as e:
+        _log.error("gostore-client: cannot listen on %s:%d / %s: %s", host, opts["port"], ipc, e)
+        store.close()
+        return 1
+
+    def stop(_sig: int, _frame: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    _log.info("gostore-client: serving segment %s on %s:%d, ipc %s", store.get_hostname(), host, server.port, ipc)
+    print(json.dumps({"ready": True, "port": server.port, "ipc_socket_path": ipc, "segment": store.get_hostname()}),
+          flush=True)
+    server.serve_forever()
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

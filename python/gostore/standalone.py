@@ -1,0 +1,445 @@
+"""Standalone mode, application side: a store whose calls run in a
+``gostore-client`` process (``setup_dummy``).
+
+The application process loads no Go runtime. :class:`RemoteLibrary` stands
+in for the native library: it has the ``gs_*`` functions the store calls,
+and each forwards its call (``_standalone_calls``) over a Unix socket to the
+``gostore-client`` that owns the segment, the transfer engine and the
+master connection. Bytes never cross the socket: they lie in shared memory
+(``memfd`` regions) both processes map:
+
+* every ``alloc_from_mem_pool`` is a region of its own, shared at once;
+  pointers into it go to the server as they are (zero-copy);
+* any other memory a call reads or writes is staged through the *local
+  buffer* region (``local_buffer_size`` bytes), or, when that is full or
+  absent, through a region made for the one call.
+
+One connection per thread, all attached to one server-side session that
+holds the regions; the server drops them when the last connection closes.
+
+``fork()``: the child reconnects on its first call with a session of its own,
+a staging region of its own, and the regions it inherited (their memory is
+shared with the parent, as any ``MAP_SHARED`` memory is). A server that went
+away is reconnected to at the next call; calls in between fail with -900.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import socket
+import threading
+import weakref
+from array import array
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import _shm
+from . import _standalone_calls as P
+from .errors import ErrorCode
+
+__all__ = ["RemoteLibrary", "default_ipc_path", "HELLO_TIMEOUT_S"]
+
+_log = logging.getLogger("gostore.standalone")
+
+HELLO_TIMEOUT_S = 5.0
+_RPC_FAIL = int(ErrorCode.RPC_FAIL)
+_INTERNAL = int(ErrorCode.INTERNAL_ERROR)
+_HANDLE = 1  # the only store handle an application holds
+
+
+def default_ipc_path(port: int) -> str:
+    """Where ``gostore-client --port=PORT`` listens for applications unless
+    told otherwise: a socket in a directory only this user can enter."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gostore-{os.getuid()}"
+    return os.path.join(base, f"gostore-client-{port}.sock")
+
+
+def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
+    """The IPC socket path a ``gostore-client`` at ``host:port`` serves on
+    (it answers one JSON line to any TCP connection). Raises OSError."""
+    host, _, port = server_address.rpartition(":")
+    if not host or not port.isdigit():
+        raise OSError(f"server_address {server_address!r} is not host:port")
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+        data = b""
+        while not data.endswith(b"\n") and len(data) < 4096:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    try:
+        info = json.loads(data)
+        return str(info["ipc_socket_path"])
+    except (ValueError, KeyError, TypeError):
+        raise OSError(f"{server_address} is not a gostore-client (answered {data[:80]!r})") from None
+
+
+class _Connection:
+    __slots__ = ("sock", "pending")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.pending: Dict[int, int] = {}  # get handle -> key count
+
+
+class _ServerError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_live: "weakref.WeakSet[RemoteLibrary]" = weakref.WeakSet()
+
+
+class RemoteLibrary:
+    """The ``gs_*`` functions of a store in standalone mode (see the module
+    text). Created by ``setup_dummy``; ``connect()`` makes the first
+    connection, so a server that is not there fails setup."""
+
+    def __init__(self, ipc_path: str, mem_pool_size: int, local_buffer_size: int) -> None:
+        self.ipc_path = ipc_path
+        self.mem_pool_size = mem_pool_size
+        self.local_buffer_size = local_buffer_size
+        self._pool_used = 0
+        self._pool: List[_shm.Region] = []  # alloc_from_mem_pool regions
+        self._buffers: Dict[int, Any] = {}  # get_buffer copies, by address
+        self._closed = False
+        self._reset()
+        _live.add(self)
+
+    def _reset(self) -> None:
+        """Fresh per-process state (at creation and in a forked child)."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+        self._conns: List[_Connection] = []
+        self._token = b""
+        self._staging: Optional[_shm.Region] = None
+        self._arena = _shm.Arena(0)
+
+    def _after_fork(self) -> None:
+        for c in self._conns:  # our copies of the parent's sockets; its own stay open
+            c.sock.close()
+        self._reset()
+
+    # ---- connections --------------------------------------------------------
+
+    def connect(self) -> int:
+        """Open this thread's connection now; 0 or -900 (logged)."""
+        try:
+            self._conn()
+            return 0
+        except (OSError, _ServerError, P.FrameError) as e:
+            _log.error("gostore: cannot reach gostore-client at %s: %s", self.ipc_path, e)
+            return _RPC_FAIL
+
+    def _conn(self) -> _Connection:
+        if self._closed:
+            raise _ServerError(_INTERNAL, "the store is closed")
+        c = getattr(self._tls, "conn", None)
+        if c is not None:
+            return c
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(HELLO_TIMEOUT_S)
+            sock.connect(self.ipc_path)
+            sock.settimeout(None)
+            c = _Connection(sock)
+            with self._lock:
+                self._attach(c)
+                self._conns.append(c)
+        except BaseException:
+            sock.close()
+            raise
+        self._tls.conn = c
+        return c
+
+    def _attach(self, c: _Connection) -> None:
+        """Join this process's session, or open one and share every region
+        with it (first connection, a forked child, a restarted server)."""
+        if self._token:
+            kind, body = self._roundtrip(c, P.frame(P.HELLO, [self._token]))
+            if kind == P.REPLY:
+                return
+        kind, body = self._roundtrip(c, P.frame(P.HELLO, [b""]))
+        self._token = P.get_values(body, 1)[0]
+        if self._staging is None and self.local_buffer_size > 0:
+            self._staging = _shm.Region(self.local_buffer_size, "gostore-staging")
+            self._arena = _shm.Arena(self.local_buffer_size)
+        for r in ([self._staging] if self._staging else []) + self._pool:
+            self._share(c, r)
+
+    def _share(self, c: _Connection, r: _shm.Region) -> None:
+        self._roundtrip(c, P.frame(P.REGION, [r.addr, r.size]), [r.fd])
+
+    def _roundtrip(self, c: _Connection, data: bytes, fds: Sequence[int] = ()) -> Tuple[int, memoryview]:
+        P.send_frame(c.sock, data, fds)
+        kind, body = P.read_frame(c.sock)
+        if kind == P.ERROR:
+            code, msg = P.get_values(body, 2)
+            raise _ServerError(code, msg.decode("utf-8", "replace"))
+        return kind, body
+
+    def _drop_conn(self) -> None:
+        c = getattr(self._tls, "conn", None)
+        self._tls.conn = None
+        if c is not None:
+            with self._lock:
+                if c in self._conns:
+                    self._conns.remove(c)
+            c.sock.close()
+
+    def close(self) -> int:
+        """Close every connection (the server then forgets this session)
+        and the staging region; regions from alloc_from_mem_pool stay
+        mapped for pointers the application still holds."""
+        with self._lock:
+            self._closed = True
+            conns, self._conns = self._conns, []
+        for c in conns:
+            c.sock.close()
+        self._tls = threading.local()
+        return 0
+
+    # ---- memory ------------------------------------------------------------
+
+    def alloc(self, size: int) -> int:
+        """A region of ``size`` bytes shared with the server; 0 when the pool
+        (``mem_pool_size``) is spent or the server refuses it."""
+        if size <= 0:
+            return 0
+        with self._lock:
+            if self._pool_used + size > self.mem_pool_size:
+                _log.error(
+                    "gostore: alloc_from_mem_pool(%d): the pool has %d of %d bytes left",
+                    size, self.mem_pool_size - self._pool_used, self.mem_pool_size,
+                )
+                return 0
+            self._pool_used += size
+        try:
+            r = _shm.Region(size, "gostore-pool")
+        except OSError as e:
+            _log.error("gostore: alloc_from_mem_pool(%d): %s", size, e)
+            with self._lock:
+                self._pool_used -= size
+            return 0
+        try:
+            self._share(self._conn(), r)
+        except (OSError, _ServerError, P.FrameError) as e:
+            _log.error("gostore: alloc_from_mem_pool(%d): gostore-client refused the region: %s", size, e)
+            self._drop_conn()
+            r.close()
+            with self._lock:
+                self._pool_used -= size
+            return 0
+        with self._lock:
+            self._pool.append(r)
+        return r.addr
+
+    def _region_of(self, addr: int, size: int) -> Optional[_shm.Region]:
+        for r in self._pool:
+            if r.contains(addr, size):
+                return r
+        s = self._staging
+        return s if s is not None and s.contains(addr, size) else None
+
+    # ---- the gs_* functions -----------------------------------------------------
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if not name.startswith("gs_"):
+            raise AttributeError(name)
+        call = P.CALLS.get(name)
+        fn = self._forwarder(name, call) if call else self._unavailable(name)
+        setattr(self, name, fn)
+        return fn
+
+    def gs_store_new(self) -> int:
+        return _HANDLE
+
+    def gs_store_free(self, h: int) -> None:
+        self.close()
+
+    def gs_close(self, h: int) -> int:
+        return self.close()
+
+    def gs_setup(self, h: int, doc: bytes, n: int) -> int:
+        _log.error("gostore: setup() on a store in standalone mode: it was set up by setup_dummy()")
+        return _INTERNAL
+
+    def gs_register_buffer(self, h: int, ptr: int, size: int) -> int:
+        if self._region_of(ptr, size) is not None:
+            return 0
+        _log.error(
+            "gostore: register_buffer(0x%x, %d): in standalone mode only memory from "
+            "alloc_from_mem_pool can be registered", ptr, size,
+        )
+        return _INTERNAL
+
+    def gs_unregister_buffer(self, h: int, ptr: int) -> int:
+        return 0 if self._region_of(ptr, 1) is not None else _INTERNAL
+
+    def gs_get_buffers(self, h: int, n: int, keys: bytes, lens: int, ptrs_out: int, sizes_out: int) -> None:
+        """get_buffer: a copy per object in this process's memory, released
+        by gs_free_buffer."""
+        sizes = array("q", bytes(8 * n))
+        pending = self.gs_get_start(h, n, keys, lens, sizes.buffer_info()[0])
+        out_p = (ctypes.c_uint64 * n).from_address(ptrs_out)
+        out_s = (ctypes.c_int64 * n).from_address(sizes_out)
+        for i in range(n):
+            out_p[i], out_s[i] = 0, sizes[i] if pending <= 0 else 0
+        if pending <= 0:
+            return
+        bufs: List[Any] = [None] * n
+        ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
+        for i, size in enumerate(sizes):
+            if size > 0:
+                bufs[i] = (ctypes.c_char * size)()
+                ptrs.append(ctypes.addressof(bufs[i]))
+                lens_.append(size)
+                nparts[i] = 1
+        results = array("q", bytes(8 * n))
+        self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
+                           nparts.buffer_info()[0], 0, results.buffer_info()[0])
+        for i in range(n):
+            if bufs[i] is not None and results[i] == sizes[i]:
+                addr = ctypes.addressof(bufs[i])
+                self._buffers[addr] = bufs[i]
+                out_p[i], out_s[i] = addr, sizes[i]
+            else:
+                out_s[i] = results[i] if results[i] < 0 else sizes[i] if sizes[i] < 0 else int(ErrorCode.INVALID_READ)
+
+    def gs_free_buffer(self, h: int, ptr: int) -> None:
+        self._buffers.pop(ptr, None)
+
+    def _unavailable(self, name: str) -> Callable[..., Any]:
+        def call(*_args: Any) -> int:
+            _log.error("gostore: %s is not available in standalone mode", name)
+            return _INTERNAL
+
+        return call
+
+    def _forwarder(self, name: str, call: P.Call) -> Callable[..., Any]:
+        order = call.array_order()
+        enc_name = name.encode()
+
+        def forward(*cargs: Any) -> Any:
+            if os.getpid() != self._pid:
+                self._after_fork()
+            args: List[Any] = list(cargs)
+            outs: List[Tuple[int, int, int]] = []  # (arg index, address, entries)
+            try:
+                c = self._conn()
+            except (OSError, _ServerError, P.FrameError) as e:
+                return self._failed(name, call, cargs, e)
+            # Read the caller's arrays (lengths from the arguments, as the ABI
+            # defines them); the filled ones are written back after the reply.
+            for i in order:
+                a = call.args[i]
+                n = a.length.of(args, c.pending)  # type: ignore[union-attr]
+                addr = cargs[i]
+                if a.kind == P.OUT:
+                    outs.append((i, addr, n))
+                    args[i] = None
+                    continue
+                arr = array(a.typecode)
+                if n > 0:
+                    arr.frombytes(ctypes.string_at(addr, n * P.ITEMSIZE[a.typecode]))
+                args[i] = arr
+            staged: List[Tuple[int, int, int]] = []  # (caller address, staging address, size)
+            spans: List[Tuple[int, int]] = []  # staging allocations to free
+            temp: Optional[_shm.Region] = None
+            try:
+                temp = self._place_data(call, args, staged, spans)
+                frame_vals: List[Any] = [enc_name, temp.addr if temp else None, temp.size if temp else 0]
+                frame_vals.extend(args)
+                kind, body = self._roundtrip(c, P.frame(P.CALL, frame_vals), [temp.fd] if temp else ())
+                vals = P.get_values(body)
+                ret, filled = vals[0], vals[1:]
+                for (i, addr, n), arr in zip(outs, filled):
+                    if n > 0 and isinstance(arr, array):
+                        ctypes.memmove(addr, arr.buffer_info()[0], min(n, len(arr)) * arr.itemsize)
+                for p, dst, size in staged:
+                    ctypes.memmove(p, dst, size)
+            except (OSError, P.FrameError, _ServerError) as e:
+                if not isinstance(e, _ServerError):
+                    self._drop_conn()
+                return self._failed(name, call, cargs, e)
+            finally:
+                for off, n in spans:
+                    self._arena.free(off, n)
+                if temp is not None:
+                    temp.close()
+            if call.opens == "pending" and isinstance(ret, int) and ret > 0:
+                c.pending[ret] = int(cargs[1])
+            elif call.opens == "one" and isinstance(ret, int) and ret > 0:
+                c.pending[ret] = 1
+            if call.ends_pending:
+                c.pending.pop(int(cargs[1]), None)
+            return ret if call.returns else None
+
+        forward.__name__ = name
+        return forward
+
+    def _failed(self, name: str, call: P.Call, cargs: Sequence[Any], err: Exception) -> Any:
+        code = err.code if isinstance(err, _ServerError) else call.fail
+        _log.error("gostore: %s via gostore-client at %s failed: %s", name, self.ipc_path, err)
+
+        def write(i: int, arr: array) -> None:
+            ctypes.memmove(cargs[i], arr.buffer_info()[0], len(arr) * arr.itemsize)
+
+        return P.fail_results(name, call, cargs, code, write)
+
+    def _place_data(self, call: P.Call, args: List[Any], staged: List[Tuple[int, int, int]],
+                    spans: List[Tuple[int, int]]) -> Optional[_shm.Region]:
+        """Leave pointers into shared regions as they are; point the others
+        at staging memory (filled now when the call reads it). Returns the
+        region made for this call when the local buffer could not hold it."""
+        todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
+        for d in call.data:
+            ps, ss = args[d.ptrs], args[d.sizes]
+            if isinstance(ps, array):
+                entries = [(ps, j, ps[j], ss[j]) for j in range(len(ps))]
+            else:
+                entries = [(args, d.ptrs, ps, ss)]
+            for holder, j, p, s in entries:
+                if p == 0 or s == 0 or self._region_of(p, s) is not None:
+                    continue
+                # A range running past the end of shared memory is a mistake,
+                # as one straddling a registered buffer is in a client's own
+                # process: refused (the server answers -600 for a null).
+                straddles = self._region_of(p, 1) is not None or self._region_of(p + s - 1, 1) is not None
+                if d.use == P.PROBE or straddles or not _shm.mapped(p, s):
+                    holder[j] = 0  # not shared / not memory: the server answers per entry
+                    continue
+                todo.append((holder, j, p, s, d.use))
+        if not todo:
+            return None
+        total = sum(-(-s // 64) * 64 for _h, _j, _p, s, _u in todo)
+        base_off = self._arena.alloc(total) if self._staging is not None else None
+        temp: Optional[_shm.Region] = None
+        if base_off is None:
+            temp = _shm.Region(total, "gostore-call")
+            base = temp.addr
+        else:
+            spans.append((base_off, total))
+            base = self._staging.addr + base_off  # type: ignore[union-attr]
+        off = 0
+        for holder, j, p, s, use in todo:
+            dst = base + off
+            if use == P.READS:
+                ctypes.memmove(dst, p, s)
+            else:
+                staged.append((p, dst, s))
+            holder[j] = dst
+            off += -(-s // 64) * 64
+        return temp
+
+
+def _after_fork_in_child() -> None:
+    for lib in list(_live):
+        lib._after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
