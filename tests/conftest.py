@@ -11,6 +11,8 @@ Fixtures
 ``master``                   a master with default flags (per test).
 ``peer_factory(master, ...)`` starts a :class:`Peer` process.
 ``store_factory(master, ...)`` an in-process ``MooncakeDistributedStore``.
+``client_process_factory(master, ...)`` starts a ``gostore-client`` process
+    (standalone mode); its ``server_address`` is what ``setup_dummy`` takes.
 ``cluster``                  module-scoped: a master (``--default_kv_lease_ttl=3000``),
     two peers ``a``/``b`` (64 MiB each) and the test process' store ``store``
     (64 MiB). Tests sharing it use unique key prefixes (``uniq`` fixture;
@@ -431,6 +433,44 @@ class Peer:
         return f"<Peer pid={self.pid} {self.hostname} {self.transport}>"
 
 
+class ClientProcess:
+    """A running ``gostore-client`` (standalone mode's server), started with
+    ``--port=0`` and its own IPC socket; ``server_address`` is what
+    ``setup_dummy`` takes."""
+
+    def __init__(self, master_addr: str, logdir: str, segment: str = "64MB",
+                 ipc_path: str = "", **flags) -> None:
+        fd, self.log_path = _tempfile(logdir, "gostore-client")
+        self.ipc_path = ipc_path or self.log_path[:-4] + ".sock"
+        args = [sys.executable, "-m", "gostore.client_server", "--host=127.0.0.1", "--port=0",
+                f"--master_server_address={master_addr}", f"--global_segment_size={segment}",
+                "--metadata_server=P2PHANDSHAKE", f"--ipc_socket_path={self.ipc_path}"]
+        args += [f"--{k}={v}" for k, v in flags.items()]
+        self.args = args
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=fd, text=True,
+                                     preexec_fn=_die_with_parent)
+        os.close(fd)
+        line = _readline_with_timeout(self.proc.stdout, 30.0)
+        if '"ready"' not in line:
+            self.kill()
+            raise RuntimeError(f"gostore-client did not start: {line!r} {_tail(self.log_path)}")
+        info = json.loads(line)
+        self.port: int = info["port"]
+        self.segment: str = info["segment"]
+        self.server_address = f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+
+    def log(self) -> str:
+        return _tail(self.log_path, 20000)
+
+
 # ---------------------------------------------------------------------------
 # fixtures
 
@@ -443,6 +483,7 @@ class _Launcher:
         self.masters: List[Master] = []
         self.peers: List[Peer] = []
         self.stores: List[MooncakeDistributedStore] = []
+        self.clients: List[ClientProcess] = []
 
     def master(self, **flags) -> Master:
         m = Master(flags, self.logdir)
@@ -465,12 +506,20 @@ class _Launcher:
             assert rc == 0, f"in-process setup against {addr} returned {rc}"
         return s
 
+    def client_process(self, master, **kw) -> ClientProcess:
+        addr = master.addr if isinstance(master, Master) else master
+        c = ClientProcess(addr, self.logdir, **kw)
+        self.clients.append(c)
+        return c
+
     def teardown(self) -> List[str]:
         for s in self.stores:
             try:
                 s.close()
             except Exception:
                 pass
+        for c in self.clients:
+            c.kill()
         for p in self.peers:
             p.kill()
         errors = []
@@ -512,6 +561,12 @@ def peer_factory(launcher) -> Callable[..., Peer]:
 @pytest.fixture
 def store_factory(launcher) -> Callable[..., MooncakeDistributedStore]:
     return launcher.store
+
+
+@pytest.fixture
+def client_process_factory(launcher) -> Callable[..., ClientProcess]:
+    """Starts ``gostore-client`` processes (standalone mode) on a master."""
+    return launcher.client_process
 
 
 CLUSTER_LEASE_MS = 3000

@@ -160,9 +160,11 @@ class RemoteLibrary:
         """Join this process's session, or open one and share every region
         with it (first connection, a forked child, a restarted server)."""
         if self._token:
-            kind, body = self._roundtrip(c, P.frame(P.HELLO, [self._token]))
-            if kind == P.REPLY:
+            try:
+                self._roundtrip(c, P.frame(P.HELLO, [self._token]))
                 return
+            except _ServerError:
+                pass  # a server that does not know it (restarted): a new session
         kind, body = self._roundtrip(c, P.frame(P.HELLO, [b""]))
         self._token = P.get_values(body, 1)[0]
         if self._staging is None and self.local_buffer_size > 0:

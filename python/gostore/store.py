@@ -515,7 +515,8 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
     ) -> int:
         """Standalone mode: use the ``gostore-client`` at ``server_address``
         (``host:port``; same host) instead of a client in this process; 0,
-        or -900 when it cannot be reached, -600 for bad sizes.
+        or -1 when it cannot be reached (as Mooncake answers), -600 for
+        sizes beyond 64 bits.
 
         This process then loads no Go runtime, so it may ``fork()``: a child
         reconnects on its first call. ``mem_pool_size`` caps what
@@ -541,11 +542,10 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
                     ipc = ask_ipc_path(addr)
                 except OSError as e:
                     _log.error("gostore: setup_dummy: cannot reach gostore-client at %s: %s", addr, e)
-                    return int(ErrorCode.RPC_FAIL)
+                    return int(ErrorCode.INTERNAL_ERROR)
             remote = RemoteLibrary(ipc, pool, local)
-            rc = remote.connect()
-            if rc != 0:
-                return rc
+            if remote.connect() != 0:
+                return int(ErrorCode.INTERNAL_ERROR)
             self._hobj = _Handle(remote)
         return 0
 

@@ -1,0 +1,301 @@
+"""Standalone mode: applications that call ``setup_dummy`` and the real
+``gostore-client`` process that serves them (real master, real sockets,
+real shared memory). Bytes are checked by an ordinary client in another
+role, so a store that only agreed with itself would fail."""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gostore import MooncakeDistributedStore
+from gostore import _standalone_calls as P
+
+MiB = 1 << 20
+
+
+def _pattern(seed: int, n: int) -> bytes:
+    return bytes((seed * 131 + i * 7) & 0xFF for i in range(256)) * (n // 256) + bytes(n % 256)
+
+
+def _dummy(server_address: str, pool: int = 64 * MiB, local: int = 4 * MiB) -> MooncakeDistributedStore:
+    s = MooncakeDistributedStore()
+    assert s.setup_dummy(pool, local, server_address) == 0
+    return s
+
+
+# The application in a process of its own: it must run with no Go runtime
+# loaded, and a child it forks uses the store as well.
+_APP = textwrap.dedent(
+    r"""
+    import ctypes, json, os, sys
+    from gostore import MooncakeDistributedStore, _native
+    addr = sys.argv[1]
+    parent_value, child_value = _pattern(1, 3 * (1 << 20) + 5), _pattern(2, 200_000)
+    s = MooncakeDistributedStore()
+    out = {"setup": s.setup_dummy(32 << 20, 1 << 20, addr)}
+    out["put"] = s.put("sa-parent", parent_value)
+
+    def busy(who):
+        # Parent and child at once, each through its own connection and
+        # staging memory: shared ones would mix their frames and bytes.
+        bad = 0
+        for i in range(30):
+            v = _pattern(i + (50 if who == "child" else 0), 300_000 + i)
+            if s.put(f"sa-{who}-{i}", v) != 0 or s.get(f"sa-{who}-{i}") != v:
+                bad += 1
+        return bad
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        child = {"put": s.put("sa-child", child_value), "bad": busy("child"),
+                 "reads_parent": s.get("sa-parent") == parent_value,
+                 "go_loaded": _native.is_loaded()}
+        p = s.alloc_from_mem_pool(len(child_value))
+        ctypes.memmove(p, child_value, len(child_value))
+        child["put_from_pool"] = s.put_from("sa-child-pool", p, len(child_value))
+        os.write(w, json.dumps(child).encode())
+        os._exit(0)
+    os.close(w)
+    out["bad"] = busy("parent")
+    _, status = os.waitpid(pid, 0)
+    out["child"] = json.loads(os.read(r, 65536) or b"null")
+    out["child_status"] = status
+    out["reads_child"] = s.get("sa-child") == child_value
+    out["go_loaded"] = _native.is_loaded()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_app_loads_no_go_runtime_and_a_forked_child_uses_the_store(master, client_process_factory, store_factory):
+    srv = client_process_factory(master)
+    parent_value, child_value = _pattern(1, 3 * MiB + 5), _pattern(2, 200_000)
+    done = subprocess.run(
+        [sys.executable, "-c", inspect.getsource(_pattern) + _APP, srv.server_address],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["setup"] == 0 and out["put"] == 0
+    assert out["child_status"] == 0
+    assert out["child"] == {"put": 0, "bad": 0, "reads_parent": True, "go_loaded": False, "put_from_pool": 0}
+    assert out["bad"] == 0
+    assert out["reads_child"] is True
+    assert out["go_loaded"] is False
+    # An ordinary client reads what both processes wrote.
+    reader = store_factory(master)
+    assert reader.get("sa-parent") == parent_value
+    assert reader.get("sa-child") == child_value
+    assert reader.get("sa-child-pool") == child_value
+
+
+@pytest.mark.parametrize("local", [4 * MiB, 0], ids=["staging", "no-local-buffer"])
+def test_bytes_through_pool_and_staged_memory(master, client_process_factory, store_factory, local):
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=local)
+    reader = store_factory(master)
+    small, big = _pattern(3, 1000), _pattern(4, 6 * MiB + 3)  # big exceeds the 4 MiB local buffer
+    assert app.put("sb-small", small) == 0
+    assert app.put_parts("sb-parts", small[:10], small[10:]) == 0
+    assert app.put("sb-big", big) == 0
+    assert reader.get("sb-small") == small and reader.get("sb-parts") == small
+    assert reader.get("sb-big") == big
+    assert reader.put("sb-from-reader", big[:MiB]) == 0
+    assert app.get("sb-from-reader") == big[:MiB]
+    assert app.get_batch(["sb-small", "sb-big", "sb-missing"]) == [small, big, b""]
+    buf = app.get_buffer("sb-big")
+    assert buf is not None and bytes(buf) == big
+    assert [None if b is None else bytes(b) for b in app.batch_get_buffer(["sb-small", "sb-missing"])] == [small, None]
+    assert app.get_size("sb-big") == len(big)
+    assert app.batch_is_exist(["sb-small", "sb-missing"]) == [1, 0]
+
+    # Pool memory: zero-copy both ways.
+    p = app.alloc_from_mem_pool(2 * MiB)
+    assert p != 0 and app.register_buffer(p, 2 * MiB) == 0
+    ctypes.memmove(p, big, 2 * MiB)
+    assert app.put_from("sb-pool", p, 2 * MiB) == 0
+    assert reader.get("sb-pool") == big[: 2 * MiB]
+    ctypes.memset(p, 0, 2 * MiB)
+    assert app.batch_get_into(["sb-small", "sb-pool"], [p, p + MiB // 2], [MiB // 2, 3 * MiB // 2]) == [
+        len(small), -600]  # the second range runs past the pool allocation
+    assert ctypes.string_at(p, len(small)) == small
+    assert app.get_into("sb-pool", p, 2 * MiB) == 2 * MiB
+    assert ctypes.string_at(p, 2 * MiB) == big[: 2 * MiB]
+
+    # Memory of the application's own (not shared): staged, same results.
+    own = (ctypes.c_char * len(small))()
+    assert app.get_into("sb-small", ctypes.addressof(own), len(small)) == len(small)
+    assert own.raw == small
+    assert app.put_from("sb-own", ctypes.addressof(own), len(small)) == 0
+    assert reader.get("sb-own") == small
+    assert app.remove("sb-own", force=True) == 0 and reader.is_exist("sb-own") == 0
+
+
+def test_pool_and_registration_rules(master, client_process_factory, caplog):
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, pool=3 * MiB)
+    a = app.alloc_from_mem_pool(2 * MiB)
+    assert a != 0
+    assert app.alloc_from_mem_pool(2 * MiB) == 0  # the pool has 1 MiB left
+    assert app.alloc_from_mem_pool(0) == 0
+    b = app.alloc_from_mem_pool(MiB)
+    assert b != 0
+    own = (ctypes.c_char * 4096)()
+    with caplog.at_level("ERROR", logger="gostore.standalone"):
+        assert app.register_buffer(ctypes.addressof(own), 4096) == -1
+    assert "alloc_from_mem_pool" in caplog.text
+    assert app.register_buffer(a + 4096, 4096) == 0  # inside an allocation
+    assert app.setup("127.0.0.1", "P2PHANDSHAKE", MiB, MiB, "tcp", "", master.addr) == -1
+    assert MooncakeDistributedStore().alloc_from_mem_pool(4096) == 0  # not in standalone mode
+    with pytest.raises(TypeError):
+        app.alloc_from_mem_pool("4096")
+    with pytest.raises(TypeError):
+        MooncakeDistributedStore().setup_dummy("1GB", 0, srv.server_address)
+    assert app.setup_dummy(MiB, MiB, srv.server_address) == -1  # already set up
+
+
+def test_setup_dummy_without_a_server_fails_clearly(tmp_path, caplog):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    store = MooncakeDistributedStore()
+    with caplog.at_level("ERROR", logger="gostore"):
+        assert store.setup_dummy(MiB, MiB, f"127.0.0.1:{free}") == -1
+    assert "cannot reach gostore-client" in caplog.text
+    assert store.setup_dummy(MiB, MiB, "", str(tmp_path / "none.sock")) == -1
+
+
+def test_server_gone_and_back(master, client_process_factory, store_factory, tmp_path):
+    ipc = str(tmp_path / "client.sock")
+    srv = client_process_factory(master, ipc_path=ipc)
+    app = MooncakeDistributedStore()
+    assert app.setup_dummy(16 * MiB, MiB, "", ipc) == 0
+    p = app.alloc_from_mem_pool(MiB)
+    value = _pattern(5, MiB)
+    ctypes.memmove(p, value, MiB)
+    assert app.put_from("sg-before", p, MiB) == 0
+    srv.kill()
+    assert app.put("sg-during", b"x") == -900
+    assert app.get("sg-before") == b""
+    assert app.batch_is_exist(["sg-before", "sg-during"]) == [-900, -900]
+    assert app.health_check() == 2
+    client_process_factory(master, ipc_path=ipc)  # a new server on the same socket
+    # The application reconnects and shares its pool memory again.
+    assert app.put_from("sg-after", p, MiB) == 0
+    assert app.health_check() == 0
+    assert store_factory(master).get("sg-after") == value
+
+
+def _raw(ipc: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(ipc)
+    return s
+
+
+def _closed_by_server(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory, store_factory):
+    srv = client_process_factory(master)
+    reader = store_factory(master)
+    assert reader.put("sr-key", _pattern(6, 4096)) == 0
+
+    # Garbage, and a frame longer than the limit: the connection is dropped.
+    with _raw(srv.ipc_path) as s:
+        s.sendall(b"\xff" * 64)
+        assert _closed_by_server(s)
+    with _raw(srv.ipc_path) as s:
+        s.sendall((P.MAX_FRAME + 10).to_bytes(4, "little") + bytes([P.CALL]))
+        assert _closed_by_server(s)
+    # A call before HELLO.
+    with _raw(srv.ipc_path) as s:
+        P.send_frame(s, P.frame(P.CALL, [b"gs_get_size", None, 0, 1, b"sr-key", 6]))
+        assert _closed_by_server(s)
+
+    with _raw(srv.ipc_path) as s:
+        P.send_frame(s, P.frame(P.HELLO, [b""]))
+        assert P.read_frame(s)[0] == P.REPLY
+
+        def call(name, *args):
+            P.send_frame(s, P.frame(P.CALL, [name.encode(), None, 0, *args]))
+            kind, body = P.read_frame(s)
+            return kind, P.get_values(body)
+
+        from array import array
+
+        # Well formed: answered.
+        assert call("gs_get_size", 1, b"sr-key", 6) == (P.REPLY, [4096])
+        # A read into memory this application never shared: refused, and
+        # nothing was read (the server's own memory is not the target).
+        kind, vals = call(
+            "gs_get_into_batch", 1, 1, b"sr-key", array("I", [6]), array("Q", [0x7F0000001000]),
+            array("Q", [4096]), array("I", [1]), 1, None,
+        )
+        assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
+        # Key lengths naming more bytes than were sent.
+        kind, vals = call("gs_exist_batch", 1, 2, b"sr-key", array("I", [6, 100]), None)
+        assert kind == P.ERROR and vals[0] == -600
+        # Arrays shorter than their count.
+        kind, vals = call("gs_exist_batch", 1, 3, b"sr-key", array("I", [6]), None)
+        assert kind == P.ERROR and vals[0] == -600
+        # Finishing a get handle this connection was never given.
+        kind, vals = call("gs_get_abort", 1, 12345)
+        assert kind == P.ERROR and vals[0] == -600
+        # A function that is not served (the store's setup).
+        kind, vals = call("gs_setup", 1, b"{}", 2)
+        assert kind == P.ERROR and vals[0] == -1
+        # A region whose fd holds fewer bytes than it names.
+        fd = os.memfd_create("short")
+        os.ftruncate(fd, 4096)
+        P.send_frame(s, P.frame(P.REGION, [0x10000, 1 << 20]), [fd])
+        os.close(fd)
+        kind, body = P.read_frame(s)
+        assert kind == P.ERROR
+
+    assert srv.alive()
+    assert "not in memory shared" in srv.log()
+    # The server still serves an application, and the object is intact.
+    app = _dummy(srv.server_address)
+    assert app.get("sr-key") == _pattern(6, 4096)
+
+
+def test_many_threads_share_one_session(master, client_process_factory, store_factory):
+    import threading
+
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=2 * MiB)
+    errors = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(20):
+                v = _pattern(t * 100 + i, 100_000 + i)
+                if app.put(f"mt-{t}-{i}", v) != 0 or app.get(f"mt-{t}-{i}") != v:
+                    errors.append((t, i))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    reader = store_factory(master)
+    assert reader.get("mt-3-19") == _pattern(319, 100_019)
