@@ -11,12 +11,16 @@ What runs (per transport pass, each in a fresh child process of this script):
   the peer -- over shared memory (``shm``, the default between processes of
   one host) or over loopback TCP (``GOSTORE_TRANSPORT=tcp`` in the peer's and
   the worker's environment; the engine reads it when the Go runtime starts,
-  hence one process per pass).
+  hence one process per pass),
+* in the ``standalone`` pass, a ``gostore-client`` process between them: the
+  worker calls ``setup_dummy`` and its arenas come from
+  ``alloc_from_mem_pool``; the client reaches the peer over shared memory,
+  so the rows compare with the shm rows (same cells, one more hop).
 
 Matrix: {put, get} x {copying API, zero-copy API} x {single call, batch of 32}
-x {4 KiB, 1 MiB, 16 MiB} x {shm, tcp}. For every cell: GB/s, keys/s,
+x {4 KiB, 1 MiB, 16 MiB} x {shm, tcp, standalone}. For every cell: GB/s, keys/s,
 p50/p99 latency per call (a batch call is one call), the physical limit
-measured in the same run (Go memcpy for shm rows, one raw loopback TCP stream
+measured in the same run (Go memcpy for shm and standalone rows, one raw loopback TCP stream
 for tcp rows, both at the cell's value size) and the ratio to it, the number
 of failed keys, and the share of the machine other processes used meanwhile
 (the machine may be shared). References printed beside the limits: a cold
@@ -59,7 +63,7 @@ GiB = 1 << 30
 SIZES = [4 * KiB, 1 * MiB, 16 * MiB]
 BATCH = 32
 BATCHES = [1, BATCH]
-TRANSPORTS = ["shm", "tcp"]
+TRANSPORTS = ["shm", "tcp", "standalone"]
 APIS = ["copy", "zero_copy"]
 
 # Method names per (op, api, batched).
@@ -236,6 +240,24 @@ def start_peer(master: str, segment: int, transport: str) -> subprocess.Popen:
     return proc
 
 
+def start_client_process(master: str) -> subprocess.Popen:
+    """A ``gostore-client`` (standalone mode) with no segment of its own."""
+    ipc = os.path.join(tempfile.mkdtemp(prefix="gostore-bench-"), "client.sock")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gostore.client_server", "--host=127.0.0.1", "--port=0",
+         f"--master_server_address={master}", "--global_segment_size=0", "--local_buffer_size=64MB",
+         "--metadata_server=P2PHANDSHAKE", f"--ipc_socket_path={ipc}", "--log_level=warn"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        env=child_env("shm"), preexec_fn=_pdeathsig,
+    )
+    line = _readline_timeout(proc, 60)
+    if '"ready"' not in line:
+        kill(proc)
+        raise RuntimeError(f"gostore-client did not start: {line!r}")
+    proc.server_address = f"127.0.0.1:{json.loads(line)['port']}"  # type: ignore[attr-defined]
+    return proc
+
+
 def kill(proc: Optional[subprocess.Popen], grace: float = 5.0) -> None:
     """Stop one process we started: close its stdin, SIGTERM, then SIGKILL."""
     if proc is None:
@@ -384,13 +406,18 @@ class Echo:
 
 
 class Arena:
-    """Page-aligned anonymous memory, faulted in, optionally filled with PAT."""
+    """Page-aligned memory, faulted in, optionally filled with PAT: anonymous,
+    or (``at``) memory the caller got elsewhere (standalone mode's pool)."""
 
-    def __init__(self, size: int, fill: bool) -> None:
+    def __init__(self, size: int, fill: bool, at: int = 0) -> None:
         self.size = size
-        self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self._c = ctypes.c_char.from_buffer(self.mm)
-        self.addr = ctypes.addressof(self._c)
+        if at:
+            self.mm = (ctypes.c_char * size).from_address(at)
+            self.addr = at
+        else:
+            self.mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            self._c = ctypes.c_char.from_buffer(self.mm)
+            self.addr = ctypes.addressof(self._c)
         if fill:
             n = min(PERIOD, size)
             ctypes.memmove(self.addr, PAT, n)
@@ -518,6 +545,7 @@ class Worker:
         self.run_id = f"{os.getpid():x}{int(time.time()) & 0xFFFF:x}"
         self.limits: Dict[str, Dict[str, Any]] = {"memcpy": {}, "tcp_stream": {}}
         self.info: Dict[str, Any] = {}
+        self.data_pid = os.getpid()  # the process whose engine moves the bytes
 
     # ---- helpers ----------------------------------------------------------
 
@@ -579,20 +607,22 @@ class Worker:
         ctypes.memset(self.dst.addr, 0, self.dst.size)
 
     def limit_for(self, size: int) -> Tuple[str, float]:
-        name = "memcpy" if self.transport == "shm" else "tcp_stream"
+        name = "tcp_stream" if self.transport == "tcp" else "memcpy"
         return name, self.limits[name][str(size)]["gbps"]
 
     def wait_prefault(self) -> float:
         """The engine maps a same-host peer segment on first use and faults
         its pages in from a background goroutine. Wait (untimed) until this
         process's shared RSS stops growing so that the prefault neither
-        competes with the measured calls for CPU nor leaves faults to them."""
-        if self.transport != "shm":
+        competes with the measured calls for CPU nor leaves faults to them.
+        In the standalone pass that process is the gostore-client."""
+        if self.transport == "tcp":
             return 0.0
+        status = f"/proc/{self.data_pid}/status"
 
         def rss_shmem() -> int:
             try:
-                with open("/proc/self/status") as f:
+                with open(status) as f:
                     for line in f:
                         if line.startswith("RssShmem:"):
                             return int(line.split()[1]) * 1024
@@ -631,7 +661,7 @@ class Worker:
                 pass
         memfd = False
         try:
-            with open("/proc/self/maps") as f:
+            with open(f"/proc/{self.data_pid}/maps") as f:
                 memfd = any("memfd:gostore" in line for line in f)
         except OSError:
             pass
@@ -790,7 +820,7 @@ class Worker:
     # ---- the pass -------------------------------------------------------------
 
     def run(self) -> Dict[str, Any]:
-        master = peer = None
+        master = peer = client = None
         echo: Optional[Echo] = None
         cells: List[Dict[str, Any]] = []
         t_start = time.perf_counter()
@@ -801,20 +831,31 @@ class Worker:
             self.info.update(master=master.rpc_addr, peer=peer.hostname,
                              master_pid=master.pid, peer_pid=peer.pid)
             echo = Echo()  # also a child: started before the Go runtime loads
+            if self.transport == "standalone":
+                client = start_client_process(master.rpc_addr)
+                self.data_pid = client.pid
+                self.info.update(client_pid=client.pid)
             self.info["rtt_start"] = echo.rtt(1000 if self.quick else 4000)
             from gostore import MooncakeDistributedStore
 
-            mon = CpuMon([os.getpid(), master.pid, peer.pid])
+            mon = CpuMon([os.getpid(), master.pid, peer.pid] + ([client.pid] if client else []))
             self.measure_limits()
             arena = BATCH * max(SIZES)
-            self.src = Arena(arena, fill=True)
-            self.dst = Arena(arena, fill=False)
+            self.store = st = MooncakeDistributedStore()
+            if client is not None:
+                rc = st.setup_dummy(2 * arena, 64 * MiB, client.server_address)
+                at = [st.alloc_from_mem_pool(arena) for _ in range(2)]
+                if rc != 0 or not all(at):
+                    raise RuntimeError(f"setup_dummy failed: {rc}, pool {at}")
+            else:
+                rc = st.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 * MiB, "tcp", "", master.rpc_addr)
+                at = [0, 0]
+                if rc != 0:
+                    raise RuntimeError(f"setup failed: {rc}")
+            self.src = Arena(arena, fill=True, at=at[0])
+            self.dst = Arena(arena, fill=False, at=at[1])
             self.measure_cold_memcpy()
             self.info["load_limits"] = mon.foreign()
-            self.store = st = MooncakeDistributedStore()
-            rc = st.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 * MiB, "tcp", "", master.rpc_addr)
-            if rc != 0:
-                raise RuntimeError(f"setup failed: {rc}")
             for a in (self.src, self.dst):
                 rc = st.register_buffer(a.addr, a.size)
                 if rc != 0:
@@ -833,7 +874,7 @@ class Worker:
                 f"prefault wait {self.info['prefault_wait_s']:.2f} s; "
                 f"tcp connections to peer: {path['tcp_conns_to_peer']}, "
                 f"peer memfd mapped: {path['peer_memfd_mapped']}")
-            if self.transport == "shm" and path["tcp_conns_to_peer"]:
+            if self.transport != "tcp" and path["tcp_conns_to_peer"]:
                 log("  WARNING: shm pass has TCP connections to the peer")
             if self.transport == "tcp" and not path["tcp_conns_to_peer"]:
                 log("  WARNING: tcp pass has no TCP connection to the peer")
@@ -864,11 +905,12 @@ class Worker:
                     self.store.close()
                 except Exception as e:  # never mask the original error
                     log(f"  close failed: {e!r}")
+            kill(client)
             kill(peer)
             kill(master)
             if echo is not None:
                 echo.close()
-        left = [p.pid for p in (peer, master, echo.proc if echo else None) if p is not None and p.poll() is None]
+        left = [p.pid for p in (client, peer, master, echo.proc if echo else None) if p is not None and p.poll() is None]
         self.info["children_left_running"] = left
         self.info["pass_s"] = time.perf_counter() - t_start
         return {"transport": self.transport, "limits": self.limits, "cells": cells, "info": self.info}
@@ -951,7 +993,7 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str]) -> List
 
     big = 16 * MiB
     for tr in transports:
-        lim_name = "memcpy" if tr == "shm" else "raw loopback TCP stream"
+        lim_name = "raw loopback TCP stream" if tr == "tcp" else "memcpy"
         for m in ("put_from", "get_into"):
             c = find(cells, tr, m, 1, big)
             if c is not None:
@@ -988,7 +1030,7 @@ def print_report(doc: Dict[str, Any]) -> None:
             continue
         lim = doc["limits"][tr]
         info = doc["passes"][tr]
-        key = "memcpy" if tr == "shm" else "tcp_stream"
+        key = "tcp_stream" if tr == "tcp" else "memcpy"
         print()
         print(f"== transport {tr}")
         print("   limits measured in this pass (GB/s): Go memcpy probe "
@@ -1001,7 +1043,7 @@ def print_report(doc: Dict[str, Any]) -> None:
               + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in cold.items())
               + f" GB/s; loopback ping-pong RTT p50 {rs.get('p50_us', float('nan')):.1f} us at start, "
               f"{re_.get('p50_us', float('nan')):.1f} us at end (two Python processes)")
-        print(f"   the '% limit' column is against the {'Go memcpy probe' if tr == 'shm' else 'raw TCP stream'}"
+        print(f"   the '% limit' column is against the {'raw TCP stream' if tr == 'tcp' else 'Go memcpy probe'}"
               " at the cell's value size; 'bg cpu' is the share of the machine used by other processes")
         hdr = (f"{'op':<4} {'api':<15} {'batch':>5} {'size':>7} {'GB/s':>8} {'keys/s':>10} "
                f"{'p50 us':>9} {'p99 us':>9} {'limit GB/s':>10} {'% limit':>8} {'errors':>6} {'calls':>6} {'bg cpu':>6}")
@@ -1045,7 +1087,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="gostore put/get benchmark (see bench/README.md)")
     ap.add_argument("--json", metavar="PATH", help="write every cell, the limits and the machine here")
     ap.add_argument("--quick", action="store_true", help="a ~30 s smoke run")
-    ap.add_argument("--transport", choices=["shm", "tcp", "both"], default="both")
+    ap.add_argument("--transport", choices=TRANSPORTS + ["both", "all"], default="all",
+                    help="one pass, 'both' (shm and tcp) or 'all' (default: also standalone)")
     ap.add_argument("--segment", type=int, default=2 * GiB, help="peer segment bytes (default 2 GiB)")
     ap.add_argument("--sizes", metavar="LIST",
                     help="value sizes to run, e.g. 4K,1M (default: 4K,1M,16M); limits stay measured")
@@ -1065,7 +1108,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.worker:
         return worker_main(args)
 
-    transports = TRANSPORTS if args.transport == "both" else [args.transport]
+    transports = {"all": TRANSPORTS, "both": ["shm", "tcp"]}.get(args.transport, [args.transport])
     doc: Dict[str, Any] = {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
