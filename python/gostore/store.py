@@ -489,8 +489,8 @@ class MooncakeDistributedStore(TensorAPI, SessionAPI):
         (this and ``enable_ssd_offload``: a bool, or text such as
         ``"true"``/``"yes"``/``"1"``),
         ``client_http_port`` (an int or decimal text; else -600),
-        ``ipc_socket_path`` (accepted; it has no effect: it belongs to
-        Mooncake's standalone client mode, which gostore does not have) and
+        ``ipc_socket_path`` (accepted; it has no effect here: it belongs to
+        standalone mode, whose socket :meth:`setup_dummy` takes) and
         the extensions below; other keys are ignored.
 
         gostore extensions, by keyword: ``segment_location="cuda:N"`` (or
