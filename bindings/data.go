@@ -38,6 +38,15 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 	bad := make([]bool, n)
 	var dev [][]client.DevicePart
 	next := 0
+	if memFlags&memRegistered == 0 {
+		if err := c.CopyingAllowed(); err != nil {
+			logger.Warn("copying call refused", "err", err)
+			for i := range bad {
+				bad[i] = true
+			}
+			return out, bad, nil
+		}
+	}
 	if memFlags&memMayBeDevice != 0 && !gpu.Probe().Available {
 		// Python handed CUDA memory, but this library cannot reach a
 		// driver: never treat it as host memory.
@@ -275,6 +284,13 @@ func gs_get_buffers(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, ptr
 		}
 		return
 	}
+	if err := c.CopyingAllowed(); err != nil {
+		logger.Warn("copying call refused", "err", err)
+		for i := range ss {
+			ss[i], ps[i] = int64(wire.CodeOf(err)), 0
+		}
+		return
+	}
 	bufs, codes := c.GetBuffers(ks)
 	for i := range cnt {
 		ps[i], ss[i] = addr(bufs[i]), codes[i]
@@ -381,6 +397,10 @@ func gs_get_one(h C.int64_t, key *C.char, keyLen C.int, scratch, capacity C.uint
 	}
 	if sizeOut == nil || (scratch == 0 && capacity > 0) {
 		return C.int64_t(wire.ErrInvalidParams)
+	}
+	if err := c.CopyingAllowed(); err != nil {
+		logger.Warn("copying call refused", "err", err)
+		return C.int64_t(wire.CodeOf(err))
 	}
 	p, err := c.GetStart([]string{goString(key, keyLen)})
 	if err != nil {

@@ -299,3 +299,26 @@ def test_lone_surrogate_key_is_invalid_params(cluster):
     assert cluster.store.put(bad, b"v") == -600
     assert cluster.store.get(bad) == b""
     assert cluster.store.is_exist(bad) == -600
+
+
+def test_no_local_buffer_refuses_copying_calls_but_not_zero_copy(master, store_factory):
+    """local_buffer_size=0: the copying calls answer -600 and store
+    nothing (Mooncake's copying calls stage through that buffer); the
+    zero-copy calls still work, on memory never registered too."""
+    writer = store_factory(master, buffer=16 * MiB)
+    assert writer.put("nolb-existing", b"abc") == 0
+    s = store_factory(master, buffer=0)
+    assert s.put("nolb-put", b"value") == -600
+    assert s.put_batch(["nolb-batch"], [b"value"]) == -600
+    assert s.upsert("nolb-upsert", b"value") == -600
+    assert s.put_parts("nolb-parts", b"a", b"b") == -600
+    assert s.batch_is_exist(["nolb-put", "nolb-batch", "nolb-upsert", "nolb-parts"]) == [0, 0, 0, 0]
+    assert s.get("nolb-existing") == b""
+    assert s.get_batch(["nolb-existing"]) == [b""]
+    assert s.get_buffer("nolb-existing") is None
+    own = (ctypes.c_char * 100)()
+    ctypes.memmove(own, b"zero-copy", 9)
+    assert s.put_from("nolb-from", ctypes.addressof(own), 9) == 0
+    assert writer.get("nolb-from") == b"zero-copy"
+    assert s.get_into("nolb-existing", ctypes.addressof(own), 100) == 3
+    assert own.raw[:3] == b"abc"

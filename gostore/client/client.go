@@ -555,6 +555,18 @@ func (c *Client) UnregisterBuffer(ptr uint64) error {
 	return nil
 }
 
+// CopyingAllowed says whether the copying calls (put, get, get_buffer: the
+// caller's memory is not its zero-copy memory) may run. As in Mooncake,
+// whose copying calls stage through the local buffer, a client set up with
+// local_buffer_size 0 refuses them with ErrInvalidParams; the zero-copy
+// calls work without one.
+func (c *Client) CopyingAllowed() error {
+	if c.cfg.LocalBufferSize == 0 {
+		return wire.Errorf(wire.ErrInvalidParams, "copying calls need a local buffer: this client was set up with local_buffer_size=0 (use the zero-copy calls, or a local buffer)")
+	}
+	return nil
+}
+
 // Registered reports whether [ptr, ptr+size) lies inside a registered buffer.
 func (c *Client) Registered(ptr, size uint64) bool {
 	_, ok := c.buffers.lookup(ptr, size)
