@@ -92,7 +92,8 @@ def test_a_tp_axis_alone_stores_the_given_shard(store, uniq):
     assert same(store.get_tensor_with_parallelism(k, target("shard", tp(1, 2, 1))), A[:, 6:].copy())
     assert same(store.get_tensor_with_parallelism(k, target("full", tp(0, 4, 1))), A)
     assert same(store.get_tensor_with_parallelism(k, target("full", tp(1, 2, 1))), A)
-    # Another split dimension matches nothing: the shard of that rank, as stored.
+    # Another split dimension matches nothing: the shard of that rank as
+    # stored, unchecked (as in the wheel, whose _into form finds nothing).
     assert same(store.get_tensor_with_parallelism(k, target("shard", tp(0, 4, 0))), A[:, :3].copy())
     assert store.get_tensor_with_parallelism(k, target("full", tp(0, 4, 0))) is None
     assert store.get_tensor_with_parallelism(k) is None  # nothing under the base key
@@ -339,6 +340,7 @@ def test_into_forms_leave_the_tensor_object_in_the_buffer(store, uniq):
         assert store.get_tensor_with_parallelism_into(uniq + "plain", addr, size - 1) is None
         assert store.get_tensor_with_parallelism_into(k, addr, 200, target("full", tp(0, 2, 1))) is None
         assert store.get_tensor_with_parallelism_into(k, addr, n, target("as_stored", tp(0, 2, 1))) is None
+        assert store.get_tensor_with_parallelism_into(k, addr, n, target("shard", tp(0, 2, 0))) is None
         res = store.batch_get_tensor_with_parallelism_into(
             [uniq + "plain", uniq + "none", k], [addr, addr + n, addr + 2 * n], [n, n, n],
             [None, None, target("full", tp(0, 2, 1))])

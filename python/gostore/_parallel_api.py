@@ -368,10 +368,13 @@ class ParallelTensorAPI:
         return None if whole is None else (whole, lay.global_shape, tp.split_dim)
 
     def _read(self, key: Any, target: Any, stored: Callable[[str], Any],
-              place: Callable[[Any, Optional[_codec.ShardLayout]], Any]) -> Any:
+              place: Callable[[Any, Optional[_codec.ShardLayout]], Any], unchecked_tp_shard: bool) -> Any:
         """One read of ``key`` as ``target`` asks. ``stored(k)`` reads the
         object under ``k`` if it is a tensor (returning (tensor, header) or
-        None); ``place(t, layout)`` delivers a tensor put together here."""
+        None); ``place(t, layout)`` delivers a tensor put together here.
+        ``unchecked_tp_shard``: a TP shard no layout vouches for is still
+        read from where ``put_tensor_with_tp`` puts it (the wheel's plain
+        reads do so, its ``_into`` reads do not)."""
         k = _strs([key], "key")[0]
         try:
             mode, par = plan.read_target_of(target)
@@ -407,8 +410,8 @@ class ParallelTensorAPI:
                 whole, shape, sd = found
                 start, length = plan.shard_range(shape[sd], tp.rank, tp.size)
                 return place(_codec.narrow(whole, sd, start, length), _codec.ShardLayout(shape, axes))
-        if len(axes) == 1 and tp is not None:
-            got = stored(plan.tp_read_key(k, tp.rank, tp.size))  # shards of an older write, without layouts
+        if unchecked_tp_shard and len(axes) == 1 and tp is not None:
+            got = stored(plan.tp_read_key(k, tp.rank, tp.size))
             return None if got is None else got[0]
         return None
 
@@ -417,7 +420,7 @@ class ParallelTensorAPI:
         asks: as stored (the default), one shard, or the whole tensor put
         back together from its shards (a shard may also be cut from
         shards of another split). The tensor, or None."""
-        return self._read(key, target, lambda k: self._fetch([k])[0], lambda t, layout: _contiguous(t))
+        return self._read(key, target, lambda k: self._fetch([k])[0], lambda t, layout: _contiguous(t), True)
 
     def batch_get_tensor_with_parallelism(self, keys: List[str], targets: Any = None) -> List[Any]:
         """One :meth:`get_tensor_with_parallelism` result per key;
@@ -441,7 +444,7 @@ class ParallelTensorAPI:
             got = self._tensors_into([k], [ptr], [cap])[0]
             return None if isinstance(got, int) else got
 
-        return self._read(key, target, stored, lambda t, layout: self._place(t, layout, ptr, cap))
+        return self._read(key, target, stored, lambda t, layout: self._place(t, layout, ptr, cap), False)
 
     def batch_get_tensor_with_parallelism_into(
         self, keys: List[str], buffer_ptrs: List[int], sizes: List[int], targets: Any = None,
