@@ -190,6 +190,14 @@ def test_requests_that_cannot_be_served_store_nothing(store, uniq, name):
     assert nothing_under(store, k)
 
 
+def test_an_empty_key_names_nothing(store, uniq):
+    assert store.put_tensor_with_parallelism("", A, tp(0, 2, 0)) == INVALID
+    assert store.batch_put_tensor_with_parallelism(["", uniq + "k"], [A, A], writer_partitions=[writer(0, 2, 0)] * 2) == [
+        INVALID, 0]
+    assert store.batch_is_exist(["_tp_0", "__parallelism_manifest", "__writer_0of2_sd0"]) == [0, 0, 0]
+    assert store.get_tensor_with_parallelism("", target("shard", tp(0, 2, 0))) is None
+
+
 def test_wrong_types_raise(store, uniq):
     with pytest.raises(TypeError):
         store.put_tensor_with_parallelism(1, A)
@@ -199,6 +207,8 @@ def test_wrong_types_raise(store, uniq):
         store.put_tensor_with_parallelism(uniq + "x", "not a tensor")
     with pytest.raises(TypeError):
         store.put_tensor_with_parallelism(uniq + "x", A, config="replicas")
+    with pytest.raises(TypeError):  # even when the request is refused
+        store.put_tensor_with_parallelism(uniq + "x", A, par(), config="replicas")
     with pytest.raises(TypeError):  # a look-alike axis with a kind that is no str
         store.put_tensor_with_parallelism(uniq + "x", A, SimpleNamespace(axes=[SimpleNamespace(kind=1, rank=0, size=1)]))
     with pytest.raises(TypeError):

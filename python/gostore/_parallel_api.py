@@ -157,6 +157,7 @@ class ParallelTensorAPI:
                         config: Any, upsert: bool, from_memory: bool) -> List[int]:
         """Store each source as its request asks: all tensors in one native
         call, then the manifests of the keys whose tensors all went in."""
+        _config(config)  # TypeError for a config of the wrong type, whatever the requests
         out = [_INVALID] * len(keys)
         plans: List[Tuple[int, _WritePlan]] = []
         where = _where(self._h(), [p for p, _ in sources], [s for _, s in sources]) if from_memory else None
@@ -165,6 +166,8 @@ class ParallelTensorAPI:
                 axes, writer = _request(par, wp)
             except plan.Invalid:
                 continue
+            if not key:
+                continue  # no base key (its shards' names would not be empty)
             if from_memory:
                 ptr, size = src
                 if axes is None and writer is None:
@@ -380,6 +383,8 @@ class ParallelTensorAPI:
             mode, par = plan.read_target_of(target)
             axes = None if par is None else plan.axes_of(par)
         except plan.Invalid:
+            return None
+        if not k:
             return None
         if axes is None:
             m = self._manifest_at(k + plan.WRITER_MANIFEST) if mode == plan.READ_FULL else None
