@@ -37,6 +37,9 @@ from .errors import ErrorCode
 __all__ = ["library_path", "lib", "is_loaded", "bench_memcpy", "bench_tcp_stream"]
 
 LIB_NAME = "libgostore.so"
+# zero_copy bit of the data calls: ranges not in a registered buffer may be
+# GPU memory, and the driver is asked about each (bindings/ABI.md)
+MAY_BE_DEVICE = 2
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _i64 = c_int64

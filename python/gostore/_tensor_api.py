@@ -20,10 +20,10 @@ from __future__ import annotations
 import ctypes
 import logging
 from array import array
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from . import _native, _safetensors, tensor as _codec
-from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _seq, _strs, _u64
+from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _strs, _u64
 from .config import ReplicateConfig
 
 __all__ = ["TensorAPI"]
@@ -31,6 +31,7 @@ __all__ = ["TensorAPI"]
 _log = logging.getLogger("gostore")
 _FILE_NOT_FOUND = -1100
 _FILE_WRITE_FAIL = -1103
+_NOT_FOUND = -704
 
 
 def _numpy_alloc(n: int):
@@ -79,6 +80,17 @@ def _where(lib: Any, h: int, ptrs: List[int], sizes: List[int]) -> List[int]:
     return out.tolist()
 
 
+def _tp_layouts(t: Any, size: int, dim: int) -> List[Optional[_codec.ShardLayout]]:
+    """The layout each of the ``size`` TP shards of ``t`` records, so the
+    parallel reads can check and rejoin them; none for an uneven split,
+    which they never rejoin."""
+    shape = tuple(int(n) for n in t.shape)
+    d = dim + len(shape) if dim < 0 else dim
+    if not 0 <= d < len(shape) or shape[d] % size:
+        return [None] * size
+    return [_codec.ShardLayout(shape, (_codec.Axis("tp", r, size, d),)) for r in range(size)]
+
+
 def _onto_cuda(t: Any) -> Any:
     """A copy of host tensor ``t`` on the current CUDA device, made by the
     store's driver copy (a stored CUDA tensor read back)."""
@@ -91,6 +103,50 @@ def _onto_cuda(t: Any) -> Any:
     return dst
 
 
+class _Destination:
+    """A torch tensor that :meth:`TensorAPI.get_tensor_into_cuda` reads
+    into: where its memory is and what it can hold."""
+
+    __slots__ = ("ptr", "nbytes", "dtype", "shape", "on_cuda", "header_length")
+
+    @classmethod
+    def of(cls, t: Any) -> Optional["_Destination"]:
+        """None for a tensor that cannot be read into (not contiguous,
+        neither on the CPU nor on a CUDA device); TypeError for what is
+        not a torch tensor."""
+        if not _codec.is_torch_tensor(t):
+            raise TypeError(f"expected a torch tensor, not {type(t).__name__}")
+        if not t.is_contiguous() or t.device.type not in ("cpu", "cuda"):
+            return None
+        d = cls()
+        d.ptr = int(t.data_ptr())
+        d.nbytes = int(t.numel()) * int(t.element_size())
+        d.dtype = str(t.dtype).rsplit(".", 1)[-1]
+        d.shape = tuple(int(n) for n in t.shape)
+        d.on_cuda = t.device.type == "cuda"
+        d.header_length = _codec.torch_header_length(d.dtype, d.shape, d.nbytes)
+        if d.nbytes and not d.ptr:
+            return None
+        return d
+
+    def fits(self, hdr: _codec.Header) -> bool:
+        return hdr.shape == self.shape and hdr.nbytes == self.nbytes and _codec.holds_dtype(hdr, self.dtype)
+
+
+def _view_object(ptr: int, total: int, where: int) -> Optional[Tuple[Any, _codec.Header]]:
+    """(tensor, header) of the tensor object of ``total`` bytes at ``ptr``,
+    viewing it there (``where`` 2: GPU memory, else host memory); None when
+    it holds no tensor object."""
+    if where == 2:
+        hdr = _device_header(ptr, total)
+        return None if hdr is None else (_codec.cuda_view(ptr, hdr), hdr)
+    import numpy as np
+
+    view = (ctypes.c_uint8 * total).from_address(ptr)
+    hdr = _codec.decode_header(view)
+    return None if hdr is None else (_codec.materialize(np.ctypeslib.as_array(view), hdr), hdr)
+
+
 class TensorAPI:
     """Mixed into :class:`~gostore.MooncakeDistributedStore`; relies on its
     ``_write_multi``, ``_get_fresh``, ``_h``, ``batch_get_into`` and
@@ -98,13 +154,19 @@ class TensorAPI:
 
     # ---- writing ----------------------------------------------------------
 
-    def _put_tensors(self, keys: Any, tensors: Any, config: Any, upsert: bool) -> List[int]:
+    def _put_tensors(
+        self, keys: Any, tensors: Any, config: Any, upsert: bool,
+        layouts: Optional[List[Optional[_codec.ShardLayout]]] = None,
+    ) -> List[int]:
+        """Store each tensor as one object (``layouts[i]``, when given,
+        marks tensor i as a shard)."""
         ks = _keys(keys)
         ts = _seq(tensors, "tensors")
         cfg = _config(config)
         if len(ks) != len(ts) or cfg is None:
             return [_INVALID] * len(ks)
-        parts = [_codec.encode(t) for t in ts]  # TypeError before anything is stored
+        marks = layouts if layouts is not None else [None] * len(ts)
+        parts = [_codec.encode(t, lay) for t, lay in zip(ts, marks)]  # TypeError before anything is stored
         return self._write_multi(ks, [(p.header, p.data) for p in parts], cfg, upsert)
 
     def put_tensor(self, key: str, tensor: Any) -> int:
@@ -159,6 +221,7 @@ class TensorAPI:
             return [_INVALID] * len(ks)
         shard_keys: List[str] = []
         shards: List[Any] = []
+        layouts: List[Optional[_codec.ShardLayout]] = []
         for k, t in zip(ks, ts):
             try:
                 pieces = _codec.split(t, size, dim)
@@ -166,7 +229,8 @@ class TensorAPI:
                 return [_INVALID] * len(ks)  # no such dimension
             shard_keys += [_codec.tp_key(k, r) for r in range(size)]
             shards += pieces
-        codes = self._put_tensors(shard_keys, shards, config, upsert)
+            layouts += _tp_layouts(t, size, dim)
+        codes = self._put_tensors(shard_keys, shards, config, upsert, layouts)
         out = []
         for j in range(len(ks)):
             mine = codes[j * size:(j + 1) * size]
@@ -268,18 +332,10 @@ class TensorAPI:
         """The tensor of the object at ``ptr`` (``where``: 1 registered host
         memory, 2 registered GPU memory), viewing it; None when it holds
         no tensor object or is not registered."""
-        if size <= 0:
+        if size <= 0 or where not in (1, 2):
             return None
-        if where == 1:
-            import numpy as np
-
-            view = (ctypes.c_uint8 * size).from_address(ptr)
-            hdr = _codec.decode_header(view)
-            return None if hdr is None else _codec.materialize(np.ctypeslib.as_array(view), hdr)
-        if where == 2:
-            hdr = _device_header(ptr, size)
-            return None if hdr is None else _codec.cuda_view(ptr, hdr)
-        return None
+        found = _view_object(ptr, size, where)
+        return None if found is None else found[0]
 
     def get_tensor_with_tp_into(
         self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
@@ -355,8 +411,13 @@ class TensorAPI:
 
     def batch_get_tensor(self, keys: List[str]) -> List[Any]:
         """One :meth:`get_tensor` result per key."""
+        return [None if got is None else got[0] for got in self._get_tensors(keys)]
+
+    def _get_tensors(self, keys: Any) -> List[Optional[Tuple[Any, _codec.Header]]]:
+        """(tensor, header) of each key's object: None for a miss, an error,
+        or an object that is not a tensor."""
         ks = _keys(keys)
-        out: List[Any] = [None] * len(ks)
+        out: List[Optional[Tuple[Any, _codec.Header]]] = [None] * len(ks)
         idx = [i for i, k in enumerate(ks) if k is not None]
         if not idx:
             return out
@@ -366,9 +427,10 @@ class TensorAPI:
                 continue
             hdr = _codec.decode_header(raw)
             if hdr is not None:
-                out[i] = _codec.materialize(raw, hdr)
+                t = _codec.materialize(raw, hdr)
                 if hdr.on_cuda and hdr.nbytes and _codec.cuda_available():
-                    out[i] = _onto_cuda(out[i])
+                    t = _onto_cuda(t)
+                out[i] = (t, hdr)
         return out
 
     def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
@@ -383,13 +445,16 @@ class TensorAPI:
     ) -> List[Any]:
         """One :meth:`get_tensor_into` result per key; all -600 when the lists
         differ in length."""
+        return [got if isinstance(got, int) else got[0] for got in self._tensors_into(keys, buffer_ptrs, sizes)]
+
+    def _tensors_into(self, keys: Any, buffer_ptrs: Any, sizes: Any) -> List[Any]:
+        """:meth:`batch_get_tensor_into` giving (tensor, header) where it
+        gives a tensor."""
         ks = _seq(keys, "keys")
         ps = _ints(buffer_ptrs, "buffer_ptrs")
         ss = _ints(sizes, "sizes")
         if not (len(ks) == len(ps) == len(ss)):
             return [_INVALID] * len(ks)
-        import numpy as np
-
         got = self.batch_get_into(list(ks), ps, ss)
         where = _where(self._lib(), self._h(), ps, [max(r, 0) for r in got])
         out: List[Any] = []
@@ -397,16 +462,91 @@ class TensorAPI:
             if r < 0:
                 out.append(r)
                 continue
-            if w == 2:  # GPU memory: a view there
-                hdr = _device_header(p, r)
-                out.append(_INVALID if hdr is None else _codec.cuda_view(p, hdr))
+            found = _view_object(p, r, w)
+            out.append(_INVALID if found is None else found)
+        return out
+
+    def get_tensor_into_cuda(self, key: str, tensor: Any) -> int:
+        """Read the data of the tensor stored under ``key`` straight into
+        ``tensor``, a contiguous torch tensor of the same dtype and shape
+        (on a CUDA device; a CPU one works too). The bytes read, or -600
+        when the key holds no such tensor (a miss included, as in
+        Mooncake) or ``tensor`` does not fit it."""
+        return self.batch_get_tensor_into_cuda([key], [tensor])[0]
+
+    def batch_get_tensor_into_cuda(self, keys: List[str], tensors_list: List[Any]) -> List[int]:
+        """One :meth:`get_tensor_into_cuda` result per key; all -600 when
+        the lists differ in length."""
+        ks = _keys(keys)
+        if not isinstance(tensors_list, list):
+            raise TypeError(f"tensors_list must be a list, not {type(tensors_list).__name__}")
+        if len(ks) != len(tensors_list):
+            return [_INVALID] * len(ks)
+        dests = [_Destination.of(t) for t in tensors_list]  # TypeError for what is not a torch tensor
+        out = [_INVALID] * len(ks)
+        idx = [i for i, (k, d) in enumerate(zip(ks, dests)) if k is not None and d is not None]
+        # First the headers, into host memory: the tensor's memory is
+        # written only once its object is known to fit it.
+        heads = self._stored_headers([ks[i] for i in idx], [dests[i].header_length for i in idx])
+        reads = []
+        for i, hdr in zip(idx, heads):
+            if hdr is None or not dests[i].fits(hdr):
                 continue
-            view = (ctypes.c_uint8 * r).from_address(p)
-            hdr = _codec.decode_header(view)
-            if hdr is None:
-                out.append(_INVALID)
+            if hdr.nbytes == 0:
+                out[i] = 0
+            else:
+                reads.append((i, hdr))
+        for on_device in (False, True):  # the driver is asked about CUDA memory only
+            batch = [(i, hdr) for i, hdr in reads if dests[i].on_cuda == on_device]
+            if not batch:
                 continue
-            out.append(_codec.materialize(np.ctypeslib.as_array(view), hdr))
+            scratch = [bytearray(hdr.offset) for _, hdr in batch]
+            ptrs = array("Q")
+            sizes = array("Q")
+            for (i, hdr), head in zip(batch, scratch):
+                ptrs.extend((ctypes.addressof(ctypes.c_char.from_buffer(head)), dests[i].ptr))
+                sizes.extend((hdr.offset, hdr.nbytes))
+            got = self._get_into([ks[i] for i, _ in batch], ptrs, sizes, array("I", [2]) * len(batch),
+                                 _native.MAY_BE_DEVICE if on_device else 0)
+            for (i, hdr), head, r in zip(batch, scratch, got):
+                # The object may have been replaced between the two reads.
+                again = _codec.decode_header(head, hdr.offset + hdr.nbytes)
+                if r < 0:
+                    out[i] = r if r != _NOT_FOUND else _INVALID
+                elif again is not None and dests[i].fits(again):
+                    out[i] = hdr.nbytes
+        return out
+
+    def _stored_headers(self, keys: List[bytes], guesses: List[int]) -> List[Optional[_codec.Header]]:
+        """The header of each key's object, read by ranged reads of
+        ``guesses[i]`` bytes (then of its real length when longer); None
+        for a miss or an object that is not a tensor."""
+        out: List[Optional[_codec.Header]] = [None] * len(keys)
+        want = list(guesses)
+        todo = list(range(len(keys)))
+        for _ in range(2):
+            if not todo:
+                break
+            heads = {i: bytearray(want[i]) for i in todo}
+            ptrs = array("Q", [ctypes.addressof(ctypes.c_char.from_buffer(heads[i])) for i in todo])
+            sizes = array("Q", [want[i] for i in todo])
+            offsets = array("Q", bytes(8 * len(todo)))  # every header starts its object
+            nparts = array("I", [1]) * len(todo)
+            res = array("q", bytes(8 * len(todo)))
+            blob, lens = _pack_keys([keys[i] for i in todo])
+            _native.lib().gs_get_ranges(self._h(), len(todo), blob, _addr(lens), _addr(ptrs), _addr(sizes),
+                                        _addr(offsets), _addr(nparts), 0, _addr(res))
+            retry = []
+            for i, r in zip(todo, res):
+                if r != want[i]:
+                    continue  # a miss, or an object shorter than a header
+                n = _codec.header_length(heads[i])
+                if n > want[i]:
+                    want[i] = n
+                    retry.append(i)
+                elif n:
+                    out[i] = _codec.decode_prefix(heads[i])
+            todo = retry
         return out
 
     def put_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
@@ -431,7 +571,7 @@ class TensorAPI:
         """One :meth:`upsert_tensor_from` result per key."""
         return self._tensor_from(keys, buffer_ptrs, sizes, True)
 
-    def _tensor_from(self, keys: Any, ptrs: Any, sizes: Any, upsert: bool) -> List[int]:
+    def _tensor_from(self, keys: Any, ptrs: Any, sizes: Any, upsert: bool, config: Any = None) -> List[int]:
         ks = _seq(keys, "keys")
         ps = _ints(ptrs, "buffer_ptrs")
         ss = _ints(sizes, "sizes")
@@ -452,6 +592,6 @@ class TensorAPI:
         if idx:
             write = self.batch_upsert_from if upsert else self.batch_put_from
             for i, r in zip(idx, write([ks[i] for i in idx], [ps[i] for i in idx],
-                                       [ss[i] for i in idx])):
+                                       [ss[i] for i in idx], config)):
                 out[i] = r
         return out

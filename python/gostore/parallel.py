@@ -18,8 +18,9 @@ from . import _fields as F
 
 __all__ = ["ParallelAxis", "TensorParallelism", "ReadTarget", "READ_MODES"]
 
-READ_MODES = ("as_stored", "shard")
-"""``ReadTarget.mode`` values: the tensor as written, or this rank's shard."""
+READ_MODES = ("as_stored", "shard", "full")
+"""``ReadTarget.mode`` values: the tensor as written, this rank's shard, or
+the whole tensor put back together from its shards."""
 
 
 class _Record:
@@ -80,14 +81,14 @@ def _mode(what: str, v: Any) -> str:
 
 
 class ReadTarget(_Record):
-    """What a parallel read asks for: ``mode`` (``"as_stored"`` or
-    ``"shard"``, any case) and an optional ``parallelism``
+    """What a parallel read asks for: ``mode`` (``"as_stored"``,
+    ``"shard"`` or ``"full"``, any case) and an optional ``parallelism``
     (:class:`TensorParallelism`). An unknown mode raises ``RuntimeError``,
     as in Mooncake."""
 
     __slots__ = F.slots("mode", "parallelism")
 
-    mode = F.Field(_mode, "as_stored", doc="'as_stored' or 'shard'.")
+    mode = F.Field(_mode, "as_stored", doc="'as_stored', 'shard' or 'full'.")
     parallelism = F.Field(
         F.optional(F.instance_of(TensorParallelism, copy_value=True)),
         None,

@@ -48,6 +48,7 @@ from ._args import (
     _u64,
 )
 from ._tensor_api import TensorAPI
+from ._parallel_api import ParallelTensorAPI
 from ._session_api import SessionAPI
 from .errors import ErrorCode
 from .tasks import NO_TASK_ID, QueryTaskResponse, TaskId, task_id_from_native, task_id_to_native
@@ -69,8 +70,7 @@ _DEFAULT_METADATA = "P2PHANDSHAKE"
 
 # get() copies values up to this size through a per-thread scratch buffer.
 _SCRATCH = 64 * 1024
-# zero_copy bit of the data calls: unregistered ranges may be GPU memory (ABI.md)
-_MAY_BE_DEVICE = 2
+_MAY_BE_DEVICE = _native.MAY_BE_DEVICE
 _tls = threading.local()
 
 
@@ -327,7 +327,7 @@ def _flat_batch_checked(keys: Any, ptrs: Any, sizes: Any):
     return len(ks), idx, send, pa, sa
 
 
-class MooncakeDistributedStore(TensorAPI, SessionAPI):
+class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI):
     """A gostore client with Mooncake's ``MooncakeDistributedStore`` API.
 
     Create it, call :meth:`setup`, use it, :meth:`close` it (or use it as a

@@ -179,7 +179,7 @@ def main(modname: str) -> None:
     RT = m.ReadTarget
     probe("ReadTarget().mode", lambda: RT().mode)
     probe("ReadTarget().parallelism", lambda: RT().parallelism)
-    for v in ("shard", "SHARD", "As_Stored", "as_stored", " shard", "tp", 1, None):
+    for v in ("shard", "SHARD", "As_Stored", "as_stored", "full", "Full", " shard", "tp", 1, None):
         def set_mode(v=v):
             r = RT()
             r.mode = v

@@ -383,7 +383,7 @@ def test_tensor_parallelism_holds_copies_of_what_is_assigned():
 def test_read_target():
     r = ReadTarget()
     assert (r.mode, r.parallelism) == ("as_stored", None)
-    for given, stored in (("shard", "shard"), ("SHARD", "shard"), ("As_Stored", "as_stored")):
+    for given, stored in (("shard", "shard"), ("SHARD", "shard"), ("As_Stored", "as_stored"), ("Full", "full")):
         r.mode = given
         assert r.mode == stored
     for bad in (" shard", "tp", ""):
