@@ -166,6 +166,24 @@ def test_unknown_and_foreign_ids(master, owner, tmp_path):
     assert owner.unmount_segment(fid) == -1
 
 
+def test_overlapping_file_ranges_are_refused(master, owner, tmp_path):
+    """The wheel mounts the same file bytes twice (two segments, one
+    memory: objects would overwrite each other); gostore refuses with -1."""
+    path = str(tmp_path / "f")
+    with open(path, "wb") as f:
+        f.truncate(4 * MiB)
+    first = owner.mount_segment(path, 2 * MiB)
+    assert first["ret"] == 0
+    assert owner.mount_segment(path, 2 * MiB) == {"ret": -1, "segment_ids": []}
+    assert owner.mount_segment(path, 2 * MiB, MiB) == {"ret": -1, "segment_ids": []}
+    os.symlink(path, str(tmp_path / "link"))
+    assert owner.mount_segment(str(tmp_path / "link"), 4096)["ret"] == -1
+    second = owner.mount_segment(str(tmp_path / "link"), 2 * MiB, 2 * MiB)
+    assert second["ret"] == 0 and len(master.segments()) == 2
+    assert owner.unmount_segment(first["segment_ids"] + second["segment_ids"]) == 0
+    assert names(master) == []
+
+
 def test_not_set_up_or_closed_answers_minus_one(master, store_factory, tmp_path):
     fresh = MooncakeDistributedStore()
     assert fresh.mount_segment("/nonexistent", 4096) == {"ret": -1, "segment_ids": []}

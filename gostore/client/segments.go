@@ -64,6 +64,7 @@ type extraSeg struct {
 	allocated bool   // memory allocated for it (else a file's pages)
 	name      string // the master's name: host:port of server
 	path      string // the file (allocated: "")
+	file      fileID // the file's identity (allocated: zero)
 	offset    uint64 // where in the file the mapping starts
 	size      uint64
 	mem       []byte                 // the mapping
@@ -87,11 +88,12 @@ type extraSegs struct {
 // of the page size), as a segment of this client: objects placed there
 // live in the file's pages (MAP_SHARED), so they are in the file as they
 // are written. It returns the ids naming the new segments for
-// UnmountSegments (one; none when size is 0). The file must not shrink
-// below the range while it is mounted: touching pages past its end kills
-// the process (SIGBUS), as it would Mooncake's. protocol and location are
-// accepted as Mooncake accepts them and change nothing: the segment is
-// reached as the client's own segment is. Failures are ErrInternal, as
+// UnmountSegments (one; none when size is 0). A range overlapping one this
+// client has mounted from the same file is refused (Mooncake mounts it, and
+// two segments then share bytes). The file must not shrink below the range
+// while it is mounted: touching pages past its end kills the process
+// (SIGBUS), as it would Mooncake's. protocol and location are accepted as
+// Mooncake accepts them and change nothing. Failures are ErrInternal, as
 // Mooncake's mount_segment reports every failure, with the reason in the
 // error and the log; nothing stays mounted or mapped.
 func (c *Client) MountFile(path string, offset, size uint64, protocol, location string) ([]string, error) {
@@ -129,13 +131,42 @@ func (c *Client) MountFile(path string, offset, size uint64, protocol, location 
 	if err != nil {
 		return fail("mmap %d bytes of %s at %d: %v", size, path, offset, err)
 	}
-	s := &extraSeg{path: path, offset: offset, size: size, mem: mem}
+	s := &extraSeg{path: path, file: fileID{dev: uint64(st.Dev), ino: st.Ino}, offset: offset, size: size, mem: mem}
+	if other := c.overlapping(s); other != nil {
+		unix.Munmap(mem)
+		return fail("[%d, +%d) overlaps segment %s, mounted from the same file at [%d, +%d)",
+			offset, size, other.handle, other.offset, other.size)
+	}
 	if err := c.mountExtra(s); err != nil {
 		return fail("%v", err)
 	}
 	c.log.Info("file segment mounted", "id", s.handle, "name", s.name, "path", path, "offset", offset, "size", size,
 		"protocol", protocol, "location", location)
 	return []string{s.handle}, nil
+}
+
+// fileID identifies a file whatever path names it.
+type fileID struct{ dev, ino uint64 }
+
+// overlapping returns a mounted segment holding some of the same file
+// bytes as s, or nil. Two segments over the same bytes would hand the same
+// memory to two objects: Mooncake mounts them anyway; gostore refuses.
+func (c *Client) overlapping(s *extraSeg) *extraSeg {
+	c.extra.mu.Lock()
+	defer c.extra.mu.Unlock()
+	return c.overlappingLocked(s)
+}
+
+func (c *Client) overlappingLocked(s *extraSeg) *extraSeg {
+	if s.allocated {
+		return nil
+	}
+	for _, o := range c.extra.byHandle {
+		if o != s && !o.allocated && o.file == s.file && s.offset < o.offset+o.size && o.offset < s.offset+s.size {
+			return o
+		}
+	}
+	return nil
 }
 
 // maxMapping bounds one mapping (an int on this platform).
@@ -265,9 +296,14 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 		return err
 	}
 	c.extra.mu.Lock()
-	defer c.extra.mu.Unlock()
 	if c.extra.closed { // Close ran meanwhile: the master dropped the client's segments
+		c.extra.mu.Unlock()
 		return wire.Errorf(wire.ErrInternal, "store is closed")
+	}
+	if other := c.overlappingLocked(s); other != nil { // a concurrent mount of the same bytes won
+		c.extra.mu.Unlock()
+		c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: s.name}, nil)
+		return wire.Errorf(wire.ErrInternal, "the range overlaps segment %s, mounted from the same file meanwhile", other.handle)
 	}
 	if c.extra.byHandle == nil {
 		c.extra.byHandle = make(map[string]*extraSeg)
@@ -279,6 +315,7 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 		defer c.extra.serving.Done()
 		s.server.Serve()
 	}()
+	c.extra.mu.Unlock()
 	return nil
 }
 

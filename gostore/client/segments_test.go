@@ -314,3 +314,44 @@ func TestInitAllConfig(t *testing.T) {
 		t.Fatalf("InitAllConfig = %+v", cfg)
 	}
 }
+
+// Two segments over the same bytes of a file would give the same memory
+// to two objects: a range overlapping a mounted one is refused, whatever
+// path names the file; disjoint ranges are fine.
+func TestFileSegmentOverlapRefused(t *testing.T) {
+	m := testkit.StartMaster(t)
+	c := newClient(t, m.Addr(), 0)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	if err := os.WriteFile(path, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.MountFile(path, 0, 2<<20, "tcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path         string
+		offset, size uint64
+	}{{path, 0, 2 << 20}, {path, 1 << 20, 2 << 20}, {link, 0, 4096}} {
+		if ids, err := c.MountFile(tc.path, tc.offset, tc.size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil {
+			t.Fatalf("overlapping mount %+v: %v, %v", tc, ids, err)
+		}
+	}
+	if _, err := c.MountFile(link, 2<<20, 2<<20, "tcp", ""); err != nil {
+		t.Fatalf("disjoint range: %v", err)
+	}
+	if n := len(m.Core().Segments()); n != 2 {
+		t.Fatalf("%d segments, want 2", n)
+	}
+	if err := c.UnmountSegments(first, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.MountFile(path, 1<<20, 1<<20, "tcp", ""); err != nil {
+		t.Fatalf("the range is free again: %v", err)
+	}
+}
