@@ -182,7 +182,18 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 	}
 	refreshEnv()
 	cfg, edge, err := parseSetup([]byte(goString(js, n)))
-	if err == nil && edge.spaceWaitMS == nil {
+	if err != nil {
+		logger.Error("setup rejected", "err", err)
+		return C.int(wire.CodeOf(err))
+	}
+	return setupStore(s, cfg, edge)
+}
+
+// setupStore sets s up with cfg plus what the environment says (setup and
+// init_all): -600 when it already is.
+func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
+	var err error
+	if edge.spaceWaitMS == nil {
 		ms := uint64(defaultPutSpaceWaitMS)
 		if v := getenv("GOSTORE_PUT_SPACE_WAIT_MS"); v != "" {
 			if ms, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64); err != nil {

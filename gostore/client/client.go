@@ -117,6 +117,7 @@ type Client struct {
 	// writes seeing the same count do not wait again.
 	spaceStalledAt atomic.Uint64
 
+	extra  extraSegs              // segments mounted at run time (segments.go)
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
@@ -392,7 +393,7 @@ func listenTransfer(local string) (string, net.Listener, error) {
 func (c *Client) mount(ctx context.Context) error {
 	desc := wire.SegmentDesc{
 		Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
-		TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil,
+		TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil && !c.ssd.Unmounted(),
 	}
 	var mem []byte
 	var dev transfer.DeviceMemory
@@ -459,7 +460,10 @@ func (c *Client) rejoin(ctx context.Context) error {
 			return err
 		}
 	}
-	if c.ssd != nil {
+	if err := c.remountExtra(ctx); err != nil {
+		return err
+	}
+	if c.ssd != nil && !c.ssd.Unmounted() {
 		c.ssd.RecoverSoon()
 	}
 	return nil
@@ -484,7 +488,7 @@ func (c *Client) Health() int {
 	}
 }
 
-// Close unmounts the segment (objects living only there disappear), stops
+// Close unmounts the segments (objects living only there disappear), stops
 // the heartbeat and the transfer server, and releases memory. Idempotent.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
@@ -525,6 +529,7 @@ func (c *Client) release() {
 	if c.server != nil {
 		c.server.Close()
 	}
+	c.closeExtra()
 	c.wg.Wait()
 	if c.ssd != nil {
 		c.ssd.Close() // before the segment its offloads read goes away

@@ -32,6 +32,12 @@
 // takes it); ranges that straddle a registered buffer's edge, and host
 // memory that is not mapped, are refused before anything touches them.
 //
+// Segments mounted at run time (segments.go): besides setup's segment a
+// client may mount a file's pages or allocated memory, each served by a
+// transfer server of its own, and unmount them at once or after a grace
+// period; their memory is released only once no call is copying in or out
+// of it (Close's inFlight lock) and the master has let them go.
+//
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD
 // tier (gostore/ssdtier; the client holds its Tier, and a Reader that

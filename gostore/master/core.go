@@ -136,6 +136,7 @@ type Core struct {
 	tiers         struct {      // client → its SSD directory
 		sync.Mutex
 		byClient map[string]string
+		drained  map[string]bool // clients whose SSD tier left (UnmountLocalDisk)
 	}
 	stats Stats
 }
@@ -173,11 +174,19 @@ type shard struct {
 
 type segment struct {
 	desc wire.SegmentDesc
-	mu   sync.Mutex // guards alloc and dead
+	mu   sync.Mutex // guards alloc, dead and drainAt
 	// alloc owns the segment's byte ranges.
 	alloc *alloc.Allocator
 	dead  bool
+	// drainAt, when not 0, is when a graceful unmount removes the
+	// segment (ns on the core's clock): until then it keeps serving its
+	// objects but takes no new replicas.
+	drainAt int64
+	// noDisk: the owner's SSD tier left (UnmountLocalDisk): desc.Offload
+	// no longer holds.
+	noDisk atomic.Bool
 }
+
 
 // New returns an empty core.
 func New(cfg Config) *Core {
@@ -247,6 +256,9 @@ func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
 		// unmount it.
 		return 0, wire.Errorf(wire.ErrIllegalClient, "client %s has left", d.ClientID)
 	}
+	if d.Offload && c.diskUnmounted(d.ClientID) {
+		d.Offload = false
+	}
 	if old, ok := c.segs.byName[d.Name]; ok {
 		if old.desc.ClientID == d.ClientID && old.desc.Size == d.Size && old.desc.ShmPath == d.ShmPath {
 			return old.desc.ID, nil
@@ -279,6 +291,52 @@ func (c *Core) UnmountSegment(clientID, name string) error {
 	c.segs.Unlock()
 	c.dropReplicasOn(s)
 	return nil
+}
+
+// DrainSegment is the graceful unmount of a client's segment: from now on
+// it takes no new replicas (puts, copies, moves go elsewhere) while the
+// objects it holds stay readable, and the first Tick at or after now+grace
+// removes it as UnmountSegment would. grace <= 0 unmounts at once. Asking
+// again while it drains keeps the earlier deadline.
+func (c *Core) DrainSegment(clientID, name string, grace time.Duration) error {
+	if grace <= 0 {
+		return c.UnmountSegment(clientID, name)
+	}
+	c.segs.RLock()
+	defer c.segs.RUnlock()
+	s, ok := c.segs.byName[name]
+	if !ok {
+		return wire.Errorf(wire.ErrSegmentNotFound, "segment %q is not mounted", name)
+	}
+	if s.desc.ClientID != clientID {
+		return wire.Errorf(wire.ErrIllegalClient, "segment %q belongs to another client", name)
+	}
+	at := c.now() + int64(grace)
+	s.mu.Lock()
+	if s.drainAt == 0 || at < s.drainAt {
+		s.drainAt = at
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// finishDrains removes the segments whose grace period ended by now.
+func (c *Core) finishDrains(now int64) {
+	c.segs.Lock()
+	var done []*segment
+	for _, s := range c.segs.list { // removeSegmentLocked replaces the list, never edits it
+		s.mu.Lock()
+		due := s.drainAt != 0 && s.drainAt <= now
+		s.mu.Unlock()
+		if due {
+			c.removeSegmentLocked(s)
+			done = append(done, s)
+		}
+	}
+	c.segs.Unlock()
+	for _, s := range done {
+		c.dropReplicasOn(s)
+	}
 }
 
 // removeSegmentLocked takes s out of the registry and marks it dead; the
@@ -334,6 +392,9 @@ type SegmentInfo struct {
 	wire.SegmentDesc
 	Used, LargestFree uint64
 	FreeExtents       int
+	// Draining: a graceful unmount is under way (no new replicas land
+	// here; the segment goes when its grace period ends).
+	Draining bool
 }
 
 // Segments lists the mounted segments sorted by name.
@@ -345,7 +406,7 @@ func (c *Core) Segments() []SegmentInfo {
 	for _, s := range list {
 		s.mu.Lock()
 		out = append(out, SegmentInfo{SegmentDesc: s.desc, Used: s.alloc.Used(),
-			LargestFree: s.alloc.LargestFree(), FreeExtents: s.alloc.FreeExtents()})
+			LargestFree: s.alloc.LargestFree(), FreeExtents: s.alloc.FreeExtents(), Draining: s.drainAt != 0})
 		s.mu.Unlock()
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -364,6 +425,7 @@ func (c *Core) touch(clientID string) {
 // Tick runs time-driven work and returns the IDs of clients it expired:
 //   - clients silent for ClientTTL are forgotten, their segments unmounted
 //     and their unfinished puts dropped;
+//   - segments whose graceful unmount (DrainSegment) is due are removed;
 //   - quarantined ranges of taken-over puts are released when due;
 //   - an eviction pass runs when usage is above HighWatermark or a put
 //     found no space since the last Tick.
@@ -374,6 +436,7 @@ func (c *Core) Tick() []string {
 	for _, id := range expired {
 		dead[id] = true
 	}
+	c.finishDrains(now.UnixNano())
 	c.tickTasks(now.UnixNano(), dead)
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())

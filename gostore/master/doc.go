@@ -4,11 +4,12 @@
 //
 // The core does no I/O and reads no clock: time comes from the injected
 // Config.Now, randomness from Config.Rand, and the driver (package
-// master/server) calls Tick periodically to expire clients, release
-// quarantined ranges, fail orphaned tasks and run eviction. That keeps every
-// rule testable in microseconds with a fake clock. (An eviction pass spreads
-// its sweep over GOMAXPROCS goroutines and waits for them: the one place
-// the core starts goroutines, all gone when Evict returns.)
+// master/server) calls Tick periodically to expire clients, remove segments
+// whose graceful unmount is due, release quarantined ranges, fail orphaned
+// tasks and run eviction. That keeps every rule testable in microseconds
+// with a fake clock. (An eviction pass spreads its sweep over GOMAXPROCS
+// goroutines and waits for them: the one place the core starts goroutines,
+// all gone when Evict returns.)
 //
 // Invariants
 //   - Objects are spread over NumShards shards by key hash; each shard's mutex
@@ -22,6 +23,9 @@
 //     under a shard lock. Unmounting marks the segment dead under its own
 //     lock before sweeping the shards, so an allocation racing with an
 //     unmount either fails or is swept. The segment list is copy-on-write.
+//   - A segment in a graceful unmount (DrainSegment) takes no new replica
+//     (allocations on it fail under its lock) and counts for nothing in the
+//     pool's usage; its objects stay readable until Tick removes it.
 //   - Every write (put, upsert) has an epoch; PutEnd/PutRevoke and ReadDone
 //     quote it, so a preempted write or a late reader never acts on a newer
 //     object under the same key.

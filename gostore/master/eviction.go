@@ -88,6 +88,7 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 	for id := range dead {
 		c.offload.forget(id) // drops are per directory: they wait for its next holder
 		if disks {
+			delete(c.tiers.drained, id)
 			delete(c.tiers.byClient, id)
 		}
 	}
@@ -151,8 +152,10 @@ func (c *Core) usage() float64 {
 	var used, capacity uint64
 	for _, s := range list {
 		s.mu.Lock()
-		used += s.alloc.Used()
-		capacity += s.alloc.Capacity()
+		if s.drainAt == 0 { // a draining segment takes nothing new: not room of the pool
+			used += s.alloc.Used()
+			capacity += s.alloc.Capacity()
+		}
 		s.mu.Unlock()
 	}
 	if capacity == 0 {

@@ -105,7 +105,7 @@ func (q *offloadQueues) pop(client string, max int) []string {
 // first memory replica whose segment has an SSD tier ("" if none has).
 func (o *object) offloader() string {
 	for _, r := range o.replicas {
-		if r.seg.desc.Offload {
+		if r.seg.desc.Offload && !r.seg.noDisk.Load() {
 			return r.seg.desc.ClientID
 		}
 	}
@@ -178,7 +178,7 @@ func (c *Core) tierOf(clientID, storage string) {
 // copies in its directory (storage) it should delete. With offload
 // disabled it returns nothing.
 func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []string, sizes []uint64, drop []string) {
-	if !c.cfg.EnableOffload || max <= 0 {
+	if !c.cfg.EnableOffload || max <= 0 || c.diskUnmounted(clientID) {
 		return nil, nil, nil
 	}
 	c.touch(clientID)
@@ -217,6 +217,9 @@ func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string
 	out := make([]wire.Code, len(keys))
 	if len(sizes) != len(keys) || (len(epochs) != 0 && len(epochs) != len(keys)) {
 		return wire.Fill(out, wire.ErrInvalidParams)
+	}
+	if c.diskUnmounted(clientID) {
+		return wire.Fill(out, wire.ErrUnableOffload)
 	}
 	c.touch(clientID)
 	for i, key := range keys {
@@ -273,6 +276,9 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 	out := make([]wire.Code, len(keys))
 	if len(sizes) != len(keys) || storage == "" {
 		return wire.Fill(out, wire.ErrInvalidParams)
+	}
+	if c.diskUnmounted(clientID) {
+		return wire.Fill(out, wire.ErrUnableOffload)
 	}
 	now := c.now()
 	c.touch(clientID)

@@ -103,15 +103,25 @@ func (p *placer) noSpace(size uint64) (string, wire.SpaceOutlook) {
 	}
 	if !p.surveyed {
 		var used, capacity uint64
+		n := 0
 		for _, s := range p.all {
 			s.mu.Lock()
-			used += s.alloc.Used()
-			capacity += s.alloc.Capacity()
-			p.largest = max(p.largest, s.alloc.Capacity())
+			if s.drainAt == 0 { // being unmounted: takes nothing new
+				used += s.alloc.Used()
+				capacity += s.alloc.Capacity()
+				p.largest = max(p.largest, s.alloc.Capacity())
+				n++
+			}
 			s.mu.Unlock()
 		}
-		p.full = fmt.Sprintf("the pool is full (%d of %d bytes used in %d segments)", used, capacity, len(p.all))
+		p.full = fmt.Sprintf("the pool is full (%d of %d bytes used in %d segments)", used, capacity, n)
 		p.surveyed = true
+		if n == 0 {
+			p.full = "every segment is being unmounted (graceful unmount): none takes new objects"
+		}
+	}
+	if p.largest == 0 {
+		return p.full, wire.SpaceNone
 	}
 	if size > p.largest {
 		return fmt.Sprintf("an object of %d bytes is larger than any segment (the largest holds %d)", size, p.largest), wire.SpaceNone

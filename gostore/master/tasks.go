@@ -141,10 +141,11 @@ func (o *object) hasReplicaOn(s *segment) bool {
 	return false
 }
 
+// allocate takes size bytes of s; never on a dead or draining segment.
 func (s *segment) allocate(size uint64) (uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead {
+	if s.dead || s.drainAt != 0 {
 		return 0, false
 	}
 	return s.alloc.Alloc(size)

@@ -57,6 +57,7 @@ type Tier struct {
 	inflight       map[string]bool        // keys in the pipeline -> a caller asked for it (it waits for its write)
 	pins           map[string]*offloadPin // keys past the upgrade
 	recoverPending atomic.Bool            // the master may lack what the directory holds
+	unmounted      atomic.Bool            // Unmount ran: no offloads, no recovery
 	wake           chan struct{}
 	stop           chan struct{}
 	wg             sync.WaitGroup
@@ -262,6 +263,17 @@ func (t *Tier) recover() error {
 	return nil
 }
 
+// Unmount takes the tier out of the pool's service once the master has
+// forgotten its copies (Mooncake's unmount_local_disk_segment): from now
+// on it asks for no offload work, takes none (Offload fails) and
+// re-registers nothing; an offload already past its pin finishes, the
+// master refuses the copy and the tier deletes it. Readers already sent to
+// its copies are still served. There is no way back short of a new client.
+func (t *Tier) Unmount() { t.unmounted.Store(true) }
+
+// Unmounted reports whether Unmount ran.
+func (t *Tier) Unmounted() bool { return t.unmounted.Load() }
+
 // Kick runs the offload heartbeat now (the master has work for the tier,
 // or a write waits for room the tier's copies would free).
 func (t *Tier) Kick() {
@@ -279,13 +291,16 @@ func (t *Tier) loop() {
 	tick := time.NewTicker(t.fs.Config().HeartbeatInterval)
 	defer tick.Stop()
 	for {
-		t.recoverIfPending()
 		var soon <-chan time.Time
-		if t.heartbeat() {
-			// Objects are streaming in: ask again shortly rather than at
-			// the next interval or ping, so the pool never waits long
-			// for the copies its eviction needs.
-			soon = time.After(busyHeartbeat)
+		// Unmounted: out of the pool; only the readers' staging RPCs are served.
+		if !t.unmounted.Load() {
+			t.recoverIfPending()
+			if t.heartbeat() {
+				// Objects are streaming in: ask again shortly rather than at
+				// the next interval or ping, so the pool never waits long
+				// for the copies its eviction needs.
+				soon = time.After(busyHeartbeat)
+			}
 		}
 		select {
 		case <-t.stop:
@@ -340,6 +355,9 @@ var errInFlight = errors.New("offload of this key already in progress")
 
 // enqueue hands one object to the pipeline unless it is already there.
 func (t *Tier) enqueue(key string, size uint64, requested bool) (pipeline.Handle, error) {
+	if t.unmounted.Load() {
+		return nil, wire.Errorf(wire.ErrUnableOffload, "the SSD tier was unmounted")
+	}
 	t.mu.Lock()
 	if _, busy := t.inflight[key]; busy {
 		t.mu.Unlock()

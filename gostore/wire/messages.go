@@ -31,6 +31,7 @@ const (
 	OpEvictUntil
 	OpClientLeave
 	OpReplicaClear
+	OpUnmountLocalDisk
 	opEnd
 )
 
@@ -47,7 +48,7 @@ var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySe
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
 	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
 	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk",
-	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave", "ReplicaClear"}
+	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave", "ReplicaClear", "UnmountLocalDisk"}
 
 var clientOpNames = [...]string{"StageOffloaded", "ReleaseStaged"}
 
@@ -149,11 +150,21 @@ type UnmountReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
 	Name     string
+	// GraceMs > 0 asks for a graceful unmount: the segment takes no new
+	// replicas at once, keeps serving its objects, and goes after GraceMs.
+	GraceMs uint64
 }
 
 // LeaveReq tells the master a client closed: its segments go at once and
 // it is not counted as expired later.
 type LeaveReq struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ClientID string
+}
+
+// UnmountLocalDiskReq takes a client's SSD tier out of the pool; the
+// client and its memory segments stay.
+type UnmountLocalDiskReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
 }

@@ -152,6 +152,19 @@ PROTOTYPES = {
     "gs_disk_read_count": (_i64, [_i64]),
     # h, n, keys, key_lens, segment, segment_len, out, cap -> JSON length / -10 / code
     "gs_replica_clear": (c_int, [_i64, c_int, c_char_p, _vp, c_char_p, c_int, _vp, c_int]),
+    # h, path, path_len, offset, size, protocol, protocol_len, location,
+    # location_len, out, cap -> bytes of the JSON list of segment ids / code
+    "gs_mount_segment": (
+        c_int, [_i64, c_char_p, c_int, c_uint64, c_uint64, c_char_p, c_int, c_char_p, c_int, _vp, c_int],
+    ),
+    # h, size, protocol, protocol_len, location, location_len,
+    # allocated(uint64 out), out, cap -> as gs_mount_segment
+    "gs_allocate_segment": (c_int, [_i64, c_uint64, c_char_p, c_int, c_char_p, c_int, _vp, _vp, c_int]),
+    # h, ids (JSON list), ids_len, grace_seconds, allocated -> 0 / code
+    "gs_unmount_segments": (c_int, [_i64, c_char_p, c_int, c_uint64, c_int]),
+    "gs_unmount_local_disk": (c_int, [_i64, c_uint64]),
+    # h, protocol, protocol_len, device_name, device_name_len, segment_size
+    "gs_init_all": (c_int, [_i64, c_char_p, c_int, c_char_p, c_int, c_uint64]),
     "gs_master_http_addr": (c_int, [_i64, _vp, c_int]),
     "gs_master_stop": (c_int, [_i64]),
     "gs_bench_memcpy": (c_double, [c_uint64, c_int]),

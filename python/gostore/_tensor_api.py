@@ -534,7 +534,7 @@ class TensorAPI:
             nparts = array("I", [1]) * len(todo)
             res = array("q", bytes(8 * len(todo)))
             blob, lens = _pack_keys([keys[i] for i in todo])
-            _native.lib().gs_get_ranges(self._h(), len(todo), blob, _addr(lens), _addr(ptrs), _addr(sizes),
+            self._lib().gs_get_ranges(self._h(), len(todo), blob, _addr(lens), _addr(ptrs), _addr(sizes),
                                         _addr(offsets), _addr(nparts), 0, _addr(res))
             retry = []
             for i, r in zip(todo, res):

@@ -50,6 +50,7 @@ from ._args import (
 from ._tensor_api import TensorAPI
 from ._parallel_api import ParallelTensorAPI
 from ._session_api import SessionAPI
+from ._segment_api import SegmentAPI
 from .errors import ErrorCode
 from .tasks import NO_TASK_ID, QueryTaskResponse, TaskId, task_id_from_native, task_id_to_native
 from .tensor import DeviceSpan
@@ -327,7 +328,7 @@ def _flat_batch_checked(keys: Any, ptrs: Any, sizes: Any):
     return len(ks), idx, send, pa, sa
 
 
-class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI):
+class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, SegmentAPI):
     """A gostore client with Mooncake's ``MooncakeDistributedStore`` API.
 
     Create it, call :meth:`setup`, use it, :meth:`close` it (or use it as a

@@ -201,6 +201,10 @@ func (s *Server) Close() {
 // refusals cannot turn eviction passes into a busy loop.
 const minEarlyTick = 5 * time.Millisecond
 
+// maxGraceMs caps a graceful unmount's grace period (a century) so that
+// it cannot overflow a time.Duration.
+const maxGraceMs = 100 * 365 * 24 * 3600 * 1000
+
 func (s *Server) tickLoop() {
 	t := time.NewTicker(s.opts.TickInterval)
 	defer t.Stop()
@@ -263,10 +267,22 @@ func (s *Server) register() {
 		return &wire.MountResp{SegID: id}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpUnmountSegment, func(r *wire.UnmountReq) (*struct{}, error) {
-		err := c.UnmountSegment(r.ClientID, r.Name)
+		grace := time.Duration(min(r.GraceMs, maxGraceMs)) * time.Millisecond
+		err := c.DrainSegment(r.ClientID, r.Name, grace)
 		mc.unmount.call(err)
-		if err == nil {
+		switch {
+		case err != nil:
+		case grace > 0:
+			s.log.Info("segment draining: unmounted when its grace period ends", "name", r.Name, "client", r.ClientID, "grace", grace)
+		default:
 			s.log.Info("segment unmounted", "name", r.Name, "client", r.ClientID)
+		}
+		return &struct{}{}, err
+	})
+	rpc.HandleFunc(s.rpc, wire.OpUnmountLocalDisk, func(r *wire.UnmountLocalDiskReq) (*struct{}, error) {
+		err := c.UnmountLocalDisk(r.ClientID)
+		if err == nil {
+			s.log.Info("SSD tier unmounted: its disk copies are forgotten", "client", r.ClientID)
 		}
 		return &struct{}{}, err
 	})
