@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from conftest import MiB, wait_until
-from gostore import ErrorCode, MooncakeDistributedStore
+from gostore import ErrorCode, MooncakeDistributedStore, ReplicateConfig
 
 
 def _segment(master, name):
@@ -245,3 +245,25 @@ def test_setup_with_invalid_values_returns_negative(master):
         assert s.health_check() == 1, args
         assert s.put("invalid-setup/k", b"v") < 0
     assert master.segment_names() == []
+
+
+def test_a_port_in_use_in_local_hostname_falls_back_to_a_free_one(master, caplog):
+    """Two clients named with one host:port (Mooncake's tests do this): the
+    second gets a free port, logs why, and both serve their segments."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    a, b = MooncakeDistributedStore(), MooncakeDistributedStore()
+    try:
+        name = f"127.0.0.1:{port}"
+        assert a.setup(name, "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.addr) == 0
+        assert b.setup(name, "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.addr) == 0
+        assert a.get_hostname() == name
+        assert b.get_hostname() != name and b.get_hostname().startswith("127.0.0.1:")
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = b.get_hostname()
+        assert a.put("port-reuse", b"on b's segment", cfg) == 0
+        assert b.get("port-reuse") == b"on b's segment"
+    finally:
+        a.close()
+        b.close()

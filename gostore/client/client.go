@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"math/big"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -214,7 +216,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
 	}
-	host, ln, err := listenTransfer(cfg.LocalHostname)
+	host, ln, err := listenTransfer(cfg.LocalHostname, c.log)
 	if err != nil {
 		return nil, err
 	}
@@ -366,18 +368,24 @@ func newClientID() string {
 }
 
 // listenTransfer opens the transfer server's listener: on the given port, or
-// on a free port of 12300–14300 when local_hostname has none.
-func listenTransfer(local string) (string, net.Listener, error) {
+// on a free port of 12300–14300 when local_hostname has none. A given port
+// that another process (or client) holds is not fatal: Mooncake's setup
+// succeeds there too, so the client takes a free port and says so in the
+// log; its segment is named by the port it got.
+func listenTransfer(local string, log *slog.Logger) (string, net.Listener, error) {
 	host, port, err := net.SplitHostPort(local)
 	if err != nil {
 		host, port = local, ""
 	}
 	if port != "" {
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
-		if err != nil {
+		if err == nil {
+			return host, ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
 			return "", nil, wire.Errorf(wire.ErrInvalidParams, "listen on %s: %v", local, err)
 		}
-		return host, ln, nil
+		log.Warn("port of local_hostname in use; the transfer server takes a free one", "local_hostname", local)
 	}
 	span := big.NewInt(portHigh - portLow)
 	for range 64 {

@@ -275,7 +275,7 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 	if splitErr != nil {
 		host = c.hostname
 	}
-	h, ln, err := listenTransfer(host)
+	h, ln, err := listenTransfer(host, c.log)
 	if err != nil {
 		return err
 	}
