@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from gostore import MooncakeDistributedStore
+from gostore import MooncakeDistributedStore, ReplicateConfig
 from gostore import _standalone_calls as P
 
 MiB = 1 << 20
@@ -190,9 +190,13 @@ def test_server_gone_and_back(master, client_process_factory, store_factory, tmp
     assert app.get("sg-before") == b""
     assert app.batch_is_exist(["sg-before", "sg-during"]) == [-900, -900]
     assert app.health_check() == 2
-    client_process_factory(master, ipc_path=ipc)  # a new server on the same socket
-    # The application reconnects and shares its pool memory again.
-    assert app.put_from("sg-after", p, MiB) == 0
+    srv2 = client_process_factory(master, ipc_path=ipc)  # a new server on the same socket
+    # The application reconnects and shares its pool memory again. (The
+    # master still lists the dead server's segment until its client_ttl
+    # passes; a put placed there would fail with -800, so name the new one.)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = srv2.segment
+    assert app.put_from("sg-after", p, MiB, cfg) == 0
     assert app.health_check() == 0
     assert store_factory(master).get("sg-after") == value
 

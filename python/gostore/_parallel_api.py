@@ -160,7 +160,7 @@ class ParallelTensorAPI:
         _config(config)  # TypeError for a config of the wrong type, whatever the requests
         out = [_INVALID] * len(keys)
         plans: List[Tuple[int, _WritePlan]] = []
-        where = _where(self._h(), [p for p, _ in sources], [s for _, s in sources]) if from_memory else None
+        where = _where(self._lib(), self._h(), [p for p, _ in sources], [s for _, s in sources]) if from_memory else None
         for i, (key, src, (par, wp)) in enumerate(zip(keys, sources, requests)):
             try:
                 axes, writer = _request(par, wp)
@@ -479,7 +479,7 @@ class ParallelTensorAPI:
             return None
         # Memory never registered is the caller's own host memory, as for
         # get_tensor_into (which reads into it too).
-        where = _where(self._h(), [ptr], [total])[0]
+        where = _where(self._lib(), self._h(), [ptr], [total])[0]
         where = 1 if where == 0 else where
         head_buf = ctypes.create_string_buffer(head, len(head))
         src = data.ptr if isinstance(data, _codec.DeviceSpan) else (data.ctypes.data if nbytes else 0)

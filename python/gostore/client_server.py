@@ -48,6 +48,7 @@ from .store import MooncakeDistributedStore
 _log = logging.getLogger("gostore.client")
 
 _INVALID = int(ErrorCode.INVALID_PARAMS)
+_SERVER_MIN_LOCAL_BUFFER = "16MB"
 _ZERO_COPY_REGISTERED = 1  # bits of the data calls' zero_copy argument (ABI.md)
 _MAY_BE_DEVICE = 2
 
@@ -415,8 +416,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kwargs: Dict[str, Any] = {}
     if opts["log_level"]:
         kwargs["log_level"] = opts["log_level"]
+    local_buffer = opts["local_buffer_size"]
+    if local_buffer.strip() in ("0", ""):
+        # Mooncake's default. The server's reads into a small scratch buffer
+        # (an application's get) are copying calls, which a client without
+        # a local buffer refuses; applications stage their memory themselves.
+        local_buffer = _SERVER_MIN_LOCAL_BUFFER
     rc = store.setup(
-        advertised, opts["metadata_server"], opts["global_segment_size"], opts["local_buffer_size"],
+        advertised, opts["metadata_server"], opts["global_segment_size"], local_buffer,
         opts["protocol"], opts["device_names"], opts["master_server_address"], None,
         opts["enable_offload"], opts["ssd_offload_path"], opts["tenant_id"],
         opts["enable_http_server"], opts["http_port"], **kwargs,
