@@ -11,6 +11,7 @@ Fixtures
 ``master``                   a master with default flags (per test).
 ``peer_factory(master, ...)`` starts a :class:`Peer` process.
 ``store_factory(master, ...)`` an in-process ``MooncakeDistributedStore``.
+``no_lib``                     GOSTORE_LIB points at nothing and loading the library fails the test.
 ``client_process_factory(master, ...)`` starts a ``gostore-client`` process
     (standalone mode); its ``server_address`` is what ``setup_dummy`` takes.
 ``cluster``                  module-scoped: a master (``--default_kv_lease_ttl=3000``),
@@ -62,7 +63,7 @@ os.environ.setdefault("GOSTORE_LOG_LEVEL", "warn")
 
 
 import gostore  # noqa: E402
-from gostore import MooncakeDistributedStore  # noqa: E402
+from gostore import MooncakeDistributedStore, _native  # noqa: E402
 
 import peer as peer_mod  # noqa: E402  (tests/ is on sys.path: rootdir conftest)
 
@@ -561,6 +562,19 @@ def peer_factory(launcher) -> Callable[..., Peer]:
 @pytest.fixture
 def store_factory(launcher) -> Callable[..., MooncakeDistributedStore]:
     return launcher.store
+
+
+@pytest.fixture
+def no_lib(monkeypatch, tmp_path):
+    """Point GOSTORE_LIB at nothing; fail loudly if anything tries to load
+    the native library (tests of argument checks that run before it)."""
+    monkeypatch.setenv("GOSTORE_LIB", str(tmp_path / "does-not-exist.so"))
+    monkeypatch.setattr(_native, "_lib", None)
+
+    def boom():
+        raise AssertionError("native library touched during argument validation")
+
+    monkeypatch.setattr(_native, "lib", boom)
 
 
 @pytest.fixture

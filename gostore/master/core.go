@@ -187,7 +187,6 @@ type segment struct {
 	noDisk atomic.Bool
 }
 
-
 // New returns an empty core.
 func New(cfg Config) *Core {
 	cfg.fill()

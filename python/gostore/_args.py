@@ -78,6 +78,18 @@ def _u64(v: int) -> bool:
     return 0 <= v <= _U64_MAX
 
 
+def _u64_int(x: Any, what: str) -> int:
+    """``x`` as an int in 0..2**64-1 (numpy integers too); TypeError for
+    another type or a value outside, as a binding taking a uint64 raises."""
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{what} must be int, not {_tname(x)}") from None
+    if not 0 <= v <= _U64_MAX:
+        raise TypeError(f"{what} must be in 0..2**64-1, got {v}")
+    return v
+
+
 def _bool(x: Any, what: str) -> bool:
     if isinstance(x, (bool, int)) or _tname(x) == "bool_":
         return bool(x)

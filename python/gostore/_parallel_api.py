@@ -299,9 +299,6 @@ class ParallelTensorAPI:
 
     # ---- reading ------------------------------------------------------------
 
-    def _fetch(self, keys: List[str]) -> List[Optional[Tuple[Any, _codec.Header]]]:
-        return self._get_tensors(keys)
-
     def _manifest_at(self, key: str) -> Optional[plan.Manifest]:
         raw = self._get_bytes([key.encode("utf-8")])[0]
         return plan.decode_manifest(bytes(raw)) if raw else None
@@ -327,7 +324,7 @@ class ParallelTensorAPI:
         """The tensor whose ``writer_partition`` shards (manifest ``m``)
         are stored under ``key``; None when one is missing."""
         wps = [plan.WriterPartition(r, m.shards, m.split_dim) for r in range(m.shards)]
-        got = self._fetch([plan.writer_key(key, wp) for wp in wps])
+        got = self._get_tensors([plan.writer_key(key, wp) for wp in wps])
         for g, wp in zip(got, wps):
             if g is None or not _same_axes(g[1], (_codec.Axis("tp", wp.rank, wp.size, wp.split_dim),)):
                 return None
@@ -342,14 +339,14 @@ class ParallelTensorAPI:
         if (m is not None and m.split_dim == tp.split_dim and plan.splits_evenly(m.global_shape, m.split_dim, tp.size)
                 and plan.splits_evenly(m.global_shape, m.split_dim, m.shards)):
             want = [plan.with_tp_rank(axes, r, m.shards) for r in range(m.shards)]
-            got = self._fetch([plan.shard_key(key, a) for a in want])
+            got = self._get_tensors([plan.shard_key(key, a) for a in want])
             if all(g is not None and _same_axes(g[1], a) for g, a in zip(got, want)):
                 whole = self._join(got, m.global_shape, m.split_dim)
                 if whole is not None:
                     return whole, m.global_shape, m.split_dim
         if len(axes) == 1:
             # Shards put_tensor_with_tp wrote: the first one says how many.
-            first = self._fetch([plan.tp_read_key(key, 0, tp.size)])[0]
+            first = self._get_tensors([plan.tp_read_key(key, 0, tp.size)])[0]
             lay = None if first is None else first[1].layout
             if lay is None or len(lay.axes) != 1 or lay.axes[0].kind != "tp" or lay.axes[0].split_dim != tp.split_dim:
                 return None
@@ -358,10 +355,10 @@ class ParallelTensorAPI:
                     and plan.splits_evenly(lay.global_shape, tp.split_dim, shards)):
                 return None
             want = [(_codec.Axis("tp", r, shards, tp.split_dim),) for r in range(shards)]
-            got = self._fetch([plan.tp_read_key(key, r, shards) for r in range(shards)])
+            got = self._get_tensors([plan.tp_read_key(key, r, shards) for r in range(shards)])
         else:
             want = [plan.with_tp_rank(axes, r) for r in range(tp.size)]
-            got = self._fetch([plan.shard_key(key, a) for a in want])
+            got = self._get_tensors([plan.shard_key(key, a) for a in want])
             lay = None if got[0] is None else got[0][1].layout
             if lay is None or not plan.splits_evenly(lay.global_shape, tp.split_dim, tp.size):
                 return None
@@ -425,7 +422,7 @@ class ParallelTensorAPI:
         asks: as stored (the default), one shard, or the whole tensor put
         back together from its shards (a shard may also be cut from
         shards of another split). The tensor, or None."""
-        return self._read(key, target, lambda k: self._fetch([k])[0], lambda t, layout: _contiguous(t), True)
+        return self._read(key, target, lambda k: self._get_tensors([k])[0], lambda t, layout: _contiguous(t), True)
 
     def batch_get_tensor_with_parallelism(self, keys: List[str], targets: Any = None) -> List[Any]:
         """One :meth:`get_tensor_with_parallelism` result per key;

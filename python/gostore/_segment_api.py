@@ -18,28 +18,15 @@ from __future__ import annotations
 
 import ctypes
 import json
-import operator
 import os
 from typing import Any, Dict, List, Tuple
 
-from . import _native
-from ._args import _tname
+from ._args import _tname, _u64_int
 
 __all__ = ["SegmentAPI"]
 
 _FAILED = -1  # what the wheel answers for every failure of a mount
 _IDS_CAP = 4096  # a call mounts one segment: its id is ~40 bytes
-_U64_MAX = 2**64 - 1
-
-
-def _u64_arg(x: Any, what: str) -> int:
-    try:
-        v = operator.index(x)
-    except TypeError:
-        raise TypeError(f"{what} must be int, not {_tname(x)}") from None
-    if not 0 <= v <= _U64_MAX:
-        raise TypeError(f"{what} must be in 0..2**64-1, got {v}")
-    return v
 
 
 def _text(x: Any, what: str) -> bytes:
@@ -100,7 +87,7 @@ class SegmentAPI:
         unaligned offset, no setup; the log says which). ``protocol`` and
         ``location`` are accepted and change nothing."""
         p = _path(path)
-        sz, off = _u64_arg(size, "size"), _u64_arg(offset, "offset")
+        sz, off = _u64_int(size, "size"), _u64_int(offset, "offset")
         proto, loc = _text(protocol, "protocol"), _text(location, "location")
         if self._hobj is None:
             return {"ret": _FAILED, "segment_ids": []}
@@ -118,7 +105,7 @@ class SegmentAPI:
         ``allocated_size`` 0 (size 0, more than the host has available, no
         setup). ``protocol`` and ``location`` are accepted and change
         nothing."""
-        sz = _u64_arg(size, "size")
+        sz = _u64_int(size, "size")
         proto, loc = _text(protocol, "protocol"), _text(location, "location")
         if self._hobj is None:
             return {"ret": _FAILED, "segment_ids": [], "allocated_size": 0}
@@ -131,7 +118,7 @@ class SegmentAPI:
 
     def _unmount(self, segment_ids: Any, grace_period_seconds: Any, allocated: int) -> int:
         ids = _id_list(segment_ids, "segment_ids")
-        grace = _u64_arg(grace_period_seconds, "grace_period_seconds")
+        grace = _u64_int(grace_period_seconds, "grace_period_seconds")
         if self._hobj is None:
             return _FAILED
         return self._lib().gs_unmount_segments(self._h(), ids, len(ids), grace, allocated)
@@ -156,7 +143,7 @@ class SegmentAPI:
         it no more offloads. Waits ``grace_period_seconds``, during which
         readers already sent to its copies are served. 0 (also without an
         SSD tier), -1 before setup, or the master's code."""
-        grace = _u64_arg(grace_period_seconds, "grace_period_seconds")
+        grace = _u64_int(grace_period_seconds, "grace_period_seconds")
         if self._hobj is None:
             return _FAILED
         return self._lib().gs_unmount_local_disk(self._h(), grace)
@@ -168,5 +155,5 @@ class SegmentAPI:
         at ``127.0.0.1:50051``. 0, -600 when the store is already set up,
         or setup's code."""
         proto, dev = _text(protocol, "protocol"), _text(device_name, "device_name")
-        size = _u64_arg(mount_segment_size, "mount_segment_size")
+        size = _u64_int(mount_segment_size, "mount_segment_size")
         return self._lib().gs_init_all(self._h(), proto, len(proto), dev, len(dev), size)

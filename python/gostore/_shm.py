@@ -1,43 +1,39 @@
 """Shared memory both processes of standalone mode map: ``memfd`` regions
-mapped with ``mmap(2)`` through libc, so their addresses are plain integers
-the C ABI takes (Python's ``mmap`` module hides them)."""
+mapped through :func:`gostore.hostmem.map_memory`, so their addresses are
+plain integers the C ABI takes (Python's ``mmap`` module hides them)."""
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import threading
 from typing import List, Optional, Tuple
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.restype = ctypes.c_int
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+from .hostmem import map_memory, unmap_memory
+
+_libc = ctypes.CDLL(None, use_errno=True)  # a private handle, as hostmem's
 _libc.msync.restype = ctypes.c_int
 _libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
-_PROT_RW = 0x1 | 0x2
-_MAP_SHARED = 0x01
-_MAP_FAILED = ctypes.c_void_p(-1).value
 _MS_ASYNC = 1
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def map_fd(fd: int, size: int) -> int:
     """Map ``size`` bytes of ``fd`` shared, read-write; the address.
-    Raises OSError."""
-    addr = _libc.mmap(None, size, _PROT_RW, _MAP_SHARED, fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mmap of {size} bytes: {os.strerror(err)}")
-    return int(addr)
+    Raises OSError (what the callers here catch for every failure)."""
+    try:
+        return map_memory(size, fd)
+    except RuntimeError as e:
+        raise OSError(str(e)) from None
 
 
 def unmap(addr: int, size: int) -> None:
-    _libc.munmap(addr, size)
+    try:
+        unmap_memory(addr, size)
+    except RuntimeError:
+        pass  # an address we mapped: nothing to undo
 
 
 def mapped(addr: int, size: int) -> bool:
@@ -77,18 +73,25 @@ class Region:
             self.fd = -1
 
 
+ALIGN = 64  # staging allocations start on cache lines
+
+
+def round_up(n: int) -> int:
+    """``n`` rounded up to a multiple of ALIGN: what an allocation of n takes."""
+    return -(-n // ALIGN) * ALIGN
+
+
 class Arena:
-    """First-fit allocation of [0, size) in ``align``-byte units, with
+    """First-fit allocation of [0, size) in ALIGN-byte units, with
     coalescing frees; thread-safe. Staging areas are short-lived, so the
     free list stays short."""
 
-    def __init__(self, size: int, align: int = 64) -> None:
-        self._align = align
+    def __init__(self, size: int) -> None:
         self._free: List[Tuple[int, int]] = [(0, size)] if size > 0 else []
         self._lock = threading.Lock()
 
     def alloc(self, n: int) -> Optional[int]:
-        n = -(-n // self._align) * self._align
+        n = round_up(n)
         with self._lock:
             for i, (off, length) in enumerate(self._free):
                 if length >= n:
@@ -100,7 +103,7 @@ class Arena:
         return None
 
     def free(self, off: int, n: int) -> None:
-        n = -(-n // self._align) * self._align
+        n = round_up(n)
         with self._lock:
             free = self._free
             lo, hi = 0, len(free)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import struct
 from array import array
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import ErrorCode
 
@@ -139,6 +140,7 @@ class Call:
     fail: int = int(ErrorCode.RPC_FAIL)  # what a call that cannot reach the server returns
     returns: bool = True
 
+    @cached_property
     def array_order(self) -> List[int]:
         """Array arguments in an order where each length is known first:
         sums of other arrays last."""
@@ -150,6 +152,20 @@ class Call:
 
 def a_kind(a: Arg) -> str:
     return a.length.kind if a.length else ""
+
+
+def data_pointers(call: Call, args: List[Any]) -> Iterator[Tuple[Any, int, int, int, str]]:
+    """The call's non-empty data pointers, each as ``(holder, index, ptr,
+    size, use)``: ``holder[index] = x`` replaces the pointer (in its u64
+    array, or in ``args`` for a scalar one). Both sides walk them so."""
+    for d in call.data:
+        ps, ss = args[d.ptrs], args[d.sizes]
+        if isinstance(ps, array):
+            for j in range(len(ps)):
+                if ps[j] and ss[j]:
+                    yield ps, j, ps[j], ss[j], d.use
+        elif ps and ss:
+            yield args, d.ptrs, ps, ss, d.use
 
 
 _keys_n = (H, I, S, A("I", N(1)))  # h, n, keys, key_lens
@@ -358,7 +374,7 @@ def send_frame(sock: Any, data: bytes, fds: Sequence[int] = ()) -> None:
 
 def check_lengths(call: Call, args: List[Any], pending: Dict[int, int]) -> Optional[str]:
     """Why ``args`` (arrays decoded) break the call's length rules, or None."""
-    for i in call.array_order():
+    for i in call.array_order:
         a = call.args[i]
         assert a.length is not None
         if a.kind == OUT:

@@ -37,12 +37,11 @@ import struct
 import sys
 import threading
 from array import array
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import _native, _shm
 from . import _standalone_calls as P
 from .errors import ErrorCode
-from .standalone import default_ipc_path
 from .store import MooncakeDistributedStore
 
 _log = logging.getLogger("gostore.client")
@@ -66,12 +65,13 @@ class Session:
     def __init__(self, token: bytes) -> None:
         self.token = token
         self.regions: List[_Region] = []  # sorted by app address
+        self.starts: List[int] = []  # their app addresses, for bisect
         self.connections = 0
         self.lock = threading.Lock()
 
     def find(self, addr: int, size: int) -> Optional[_Region]:
         with self.lock:
-            i = bisect.bisect_right([r.app for r in self.regions], addr) - 1
+            i = bisect.bisect_right(self.starts, addr) - 1
             if i >= 0:
                 r = self.regions[i]
                 if addr + size <= r.app + r.size:
@@ -84,8 +84,9 @@ class Session:
 
     def add(self, r: _Region) -> None:
         with self.lock:
-            apps = [x.app for x in self.regions]
-            self.regions.insert(bisect.bisect_left(apps, r.app), r)
+            i = bisect.bisect_left(self.starts, r.app)
+            self.starts.insert(i, r.app)
+            self.regions.insert(i, r)
 
 
 class StandaloneServer:
@@ -222,7 +223,7 @@ class StandaloneServer:
             self._sessions.pop(s.token, None)
         for r in s.regions:
             self._drop_region(r)
-        s.regions = []
+        s.regions, s.starts = [], []
 
     def _map(self, app: int, size: int, fd: int) -> _Region:
         if not (0 < size <= self.max_region_bytes) or app <= 0:
@@ -320,23 +321,27 @@ class StandaloneServer:
     def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any]) -> Optional[str]:
         """Point the call's data pointers at this process's mapping of the
         application's memory; why not, when one lies outside it."""
-        for d in call.data:
-            ps, ss = args[d.ptrs], args[d.sizes]
-            holders = [(ps, j, ps[j], ss[j]) for j in range(len(ps))] if isinstance(ps, array) else [(args, d.ptrs, ps, ss)]
-            for holder, j, p, size in holders:
-                if p == 0 or size == 0:
+        for holder, j, p, size, use in P.data_pointers(call, args):
+            r = temp if temp is not None and temp.app <= p and p + size <= temp.app + temp.size else s.find(p, size)
+            if r is None:
+                if use == P.PROBE:
+                    holder[j] = 0
                     continue
-                r = temp if temp is not None and temp.app <= p and p + size <= temp.app + temp.size else s.find(p, size)
-                if r is None:
-                    if d.use == P.PROBE:
-                        holder[j] = 0
-                        continue
-                    return f"pointer 0x{p:x} (+{size}) is not in memory shared with gostore-client"
-                holder[j] = r.local + (p - r.app)
+                return f"pointer 0x{p:x} (+{size}) is not in memory shared with gostore-client"
+            holder[j] = r.local + (p - r.app)
         return None
 
 
 # ---- command line ---------------------------------------------------------------------
+
+
+def default_ipc_path(port: int) -> str:
+    """Where ``gostore-client --port=PORT`` listens for applications unless
+    told otherwise: a socket in a directory only this user can enter."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gostore-{os.getuid()}"
+    return os.path.join(base, f"gostore-client-{port}.sock")
+
+
 
 _FLAGS = {
     # Mooncake mooncake_client's flags, with its defaults

@@ -33,6 +33,8 @@ import threading
 import warnings
 from typing import Dict, List, Optional, Set
 
+from ._args import _u64_int
+
 __all__ = [
     "MooncakeHostMemAllocator",
     "bind_to_numa_node",
@@ -42,7 +44,6 @@ __all__ = [
     "unmap_memory",
 ]
 
-_U64_MAX = 2**64 - 1
 _MAP_FAILED = 2**64 - 1 if ctypes.sizeof(ctypes.c_void_p) == 8 else 2**32 - 1
 
 _libc = ctypes.CDLL(None, use_errno=True)  # a private handle: argtypes set here stay here
@@ -54,17 +55,12 @@ _munmap.restype = ctypes.c_int
 _munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
-def map_memory(size: int) -> int:
-    """``size`` (> 0) bytes of shared anonymous memory; its address.
-    ``RuntimeError`` when the kernel refuses (say ``ENOMEM``)."""
-    addr = _mmap(
-        None,
-        size,
-        mmap.PROT_READ | mmap.PROT_WRITE,
-        mmap.MAP_SHARED | mmap.MAP_ANONYMOUS,
-        -1,
-        0,
-    )
+def map_memory(size: int, fd: int = -1) -> int:
+    """``size`` (> 0) bytes of shared memory, read-write; its address:
+    anonymous, or the first ``size`` bytes of file ``fd``. ``RuntimeError``
+    when the kernel refuses (say ``ENOMEM``)."""
+    flags = mmap.MAP_SHARED if fd >= 0 else mmap.MAP_SHARED | mmap.MAP_ANONYMOUS
+    addr = _mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, flags, fd, 0)
     if addr is None or addr == _MAP_FAILED:
         err = ctypes.get_errno()
         raise RuntimeError(f"cannot map {size} bytes of shared memory: {os.strerror(err)}")
@@ -98,16 +94,6 @@ def _host_free(addr: int) -> int:
     return 0
 
 
-def _u64_arg(what: str, v: object) -> int:
-    if isinstance(v, float):
-        raise TypeError(f"{what} must be an int, not float")
-    try:
-        n = operator.index(v)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, not {type(v).__name__}") from None
-    if not 0 <= n <= _U64_MAX:
-        raise TypeError(f"{what} must be in [0, 2**64), not {n}")
-    return n
 
 
 class MooncakeHostMemAllocator:
@@ -123,13 +109,13 @@ class MooncakeHostMemAllocator:
     __slots__ = ()
 
     def alloc(self, size: int) -> int:
-        n = _u64_arg("size", size)
+        n = _u64_int(size, "size")
         if n == 0:
             raise RuntimeError("cannot map 0 bytes of shared memory: Invalid argument")
         return _host_alloc(n)
 
     def free(self, ptr: int) -> int:
-        return _host_free(_u64_arg("ptr", ptr))
+        return _host_free(_u64_int(ptr, "ptr"))
 
     def __repr__(self) -> str:
         return "<gostore.MooncakeHostMemAllocator>"

@@ -39,7 +39,7 @@ from . import _shm
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
-__all__ = ["RemoteLibrary", "default_ipc_path", "HELLO_TIMEOUT_S"]
+__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S"]
 
 _log = logging.getLogger("gostore.standalone")
 
@@ -47,13 +47,6 @@ HELLO_TIMEOUT_S = 5.0
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
-
-
-def default_ipc_path(port: int) -> str:
-    """Where ``gostore-client --port=PORT`` listens for applications unless
-    told otherwise: a socket in a directory only this user can enter."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/gostore-{os.getuid()}"
-    return os.path.join(base, f"gostore-client-{port}.sock")
 
 
 def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
@@ -290,7 +283,7 @@ class RemoteLibrary:
         out_p = (ctypes.c_uint64 * n).from_address(ptrs_out)
         out_s = (ctypes.c_int64 * n).from_address(sizes_out)
         for i in range(n):
-            out_p[i], out_s[i] = 0, sizes[i] if pending <= 0 else 0
+            out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
         if pending <= 0:
             return
         bufs: List[Any] = [None] * n
@@ -308,9 +301,11 @@ class RemoteLibrary:
             if bufs[i] is not None and results[i] == sizes[i]:
                 addr = ctypes.addressof(bufs[i])
                 self._buffers[addr] = bufs[i]
-                out_p[i], out_s[i] = addr, sizes[i]
-            else:
-                out_s[i] = results[i] if results[i] < 0 else sizes[i] if sizes[i] < 0 else int(ErrorCode.INVALID_READ)
+                out_p[i] = addr
+            elif results[i] < 0:
+                out_s[i] = results[i]
+            elif sizes[i] >= 0:  # read short of its size
+                out_s[i] = int(ErrorCode.INVALID_READ)
 
     def gs_free_buffer(self, h: int, ptr: int) -> None:
         self._buffers.pop(ptr, None)
@@ -323,7 +318,7 @@ class RemoteLibrary:
         return call
 
     def _forwarder(self, name: str, call: P.Call) -> Callable[..., Any]:
-        order = call.array_order()
+        order = call.array_order
         enc_name = name.encode()
 
         def forward(*cargs: Any) -> Any:
@@ -399,26 +394,20 @@ class RemoteLibrary:
         at staging memory (filled now when the call reads it). Returns the
         region made for this call when the local buffer could not hold it."""
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
-        for d in call.data:
-            ps, ss = args[d.ptrs], args[d.sizes]
-            if isinstance(ps, array):
-                entries = [(ps, j, ps[j], ss[j]) for j in range(len(ps))]
-            else:
-                entries = [(args, d.ptrs, ps, ss)]
-            for holder, j, p, s in entries:
-                if p == 0 or s == 0 or self._region_of(p, s) is not None:
-                    continue
-                # A range running past the end of shared memory is a mistake,
-                # as one straddling a registered buffer is in a client's own
-                # process: refused (the server answers -600 for a null).
-                straddles = self._region_of(p, 1) is not None or self._region_of(p + s - 1, 1) is not None
-                if d.use == P.PROBE or straddles or not _shm.mapped(p, s):
-                    holder[j] = 0  # not shared / not memory: the server answers per entry
-                    continue
-                todo.append((holder, j, p, s, d.use))
+        for holder, j, p, s, use in P.data_pointers(call, args):
+            if self._region_of(p, s) is not None:
+                continue
+            # A range running past the end of shared memory is a mistake,
+            # as one straddling a registered buffer is in a client's own
+            # process: refused (the server answers -600 for a null).
+            straddles = self._region_of(p, 1) is not None or self._region_of(p + s - 1, 1) is not None
+            if use == P.PROBE or straddles or not _shm.mapped(p, s):
+                holder[j] = 0  # not shared / not memory: the server answers per entry
+                continue
+            todo.append((holder, j, p, s, use))
         if not todo:
             return None
-        total = sum(-(-s // 64) * 64 for _h, _j, _p, s, _u in todo)
+        total = sum(_shm.round_up(s) for _h, _j, _p, s, _u in todo)
         base_off = self._arena.alloc(total) if self._staging is not None else None
         temp: Optional[_shm.Region] = None
         if base_off is None:
@@ -435,7 +424,7 @@ class RemoteLibrary:
             else:
                 staged.append((p, dst, s))
             holder[j] = dst
-            off += -(-s // 64) * 64
+            off += _shm.round_up(s)
         return temp
 
 

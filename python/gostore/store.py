@@ -554,9 +554,11 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         """Standalone mode: the address of ``size`` bytes of memory shared
         with ``gostore-client`` (zero-copy for every call), 0 when the pool
         is spent, or outside standalone mode. Not freed before exit."""
+        from .standalone import RemoteLibrary
+
         n = _int(size, "size")
         lib = self._hobj.lib if self._hobj is not None else None
-        if not hasattr(lib, "alloc") or n <= 0:
+        if not isinstance(lib, RemoteLibrary) or n <= 0:
             return 0
         return lib.alloc(n)
 

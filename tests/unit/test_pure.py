@@ -31,18 +31,6 @@ CONTRACT_CODES = {
 }
 
 
-@pytest.fixture
-def no_lib(monkeypatch, tmp_path):
-    """Point GOSTORE_LIB at nothing; fail loudly if anything tries to load it."""
-    monkeypatch.setenv("GOSTORE_LIB", str(tmp_path / "does-not-exist.so"))
-    monkeypatch.setattr(_native, "_lib", None)
-
-    def boom():
-        raise AssertionError("native library touched during argument validation")
-
-    monkeypatch.setattr(_native, "lib", boom)
-
-
 # ---- package surface ----------------------------------------------------
 
 

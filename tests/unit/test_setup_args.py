@@ -5,7 +5,7 @@ Python: no libgostore.so, no master."""
 
 import pytest
 
-from gostore import MooncakeDistributedStore, _native
+from gostore import MooncakeDistributedStore
 from gostore.store import _setup_params
 
 REQUIRED = ("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", "127.0.0.1:50051")
@@ -15,18 +15,6 @@ OPTIONAL = (None, False, "", "default", False, 9300)
 NAMES = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
          "protocol", "rdma_devices", "master_server_addr", "engine", "enable_ssd_offload",
          "ssd_offload_path", "tenant_id", "enable_client_http_server", "client_http_port")
-
-
-@pytest.fixture
-def no_lib(monkeypatch, tmp_path):
-    """Fail loudly if anything tries to load the native library."""
-    monkeypatch.setenv("GOSTORE_LIB", str(tmp_path / "does-not-exist.so"))
-    monkeypatch.setattr(_native, "_lib", None)
-
-    def boom():
-        raise AssertionError("native library touched during argument validation")
-
-    monkeypatch.setattr(_native, "lib", boom)
 
 
 def with_arg(name, value):
