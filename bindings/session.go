@@ -250,28 +250,33 @@ func gs_disk_read_count(h C.int64_t) (ret C.int64_t) {
 }
 
 // gs_replica_clear drops replicas of objects this client wrote (all of
-// each, or those on the segment named by segment) and writes the keys
-// cleared into out as a JSON array: the length written, -10 when cap is
-// too small, or a negative code.
+// each, or those on the segment named by segment) and sets cleared[i] to 1
+// for each key it cleared, 0 for the others: the number cleared, or a
+// negative code. The answer is per key, sized by the caller, because the
+// call cannot be repeated to fetch a longer one: the first call already
+// cleared the keys.
 //
 //export gs_replica_clear
 func gs_replica_clear(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, segment *C.char, segLen C.int,
-	out *C.char, capacity C.int) (ret C.int) {
+	cleared *C.int32_t) (ret C.int) {
 	defer recoverTo("gs_replica_clear", &ret)
 	c, ks, ok := clientAndKeys(h, keys, keyLens, int(n), func(code wire.Code) { ret = C.int(code) })
 	if !ok {
 		return ret
 	}
-	cleared, err := c.ReplicaClear(ks, goString(segment, segLen))
+	done, err := c.ReplicaClear(ks, goString(segment, segLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
-	if cleared == nil {
-		cleared = []string{}
+	// done is the cleared keys in the order sent: a subsequence of ks.
+	flags := i32s(cleared, len(ks))
+	next := 0
+	for i, k := range ks {
+		flags[i] = 0
+		if next < len(done) && done[next] == k {
+			flags[i] = 1
+			next++
+		}
 	}
-	doc, err := json.Marshal(cleared)
-	if err != nil {
-		return C.int(wire.ErrInternal)
-	}
-	return putString(string(doc), out, capacity)
+	return C.int(next)
 }

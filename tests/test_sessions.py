@@ -185,3 +185,14 @@ def test_batch_replica_clear(store, cluster, uniq):
     assert store.batch_replica_clear([k_part], "no-such-segment") == []
     with pytest.raises(TypeError):
         store.batch_replica_clear([k_part], 5)
+
+
+def test_batch_replica_clear_answers_every_key_it_cleared(store, uniq):
+    """The answer names every key cleared, however long the list: the call
+    cannot be asked twice (the first one already cleared the keys), so an
+    answer that did not fit would lose them."""
+    keys = [f"{uniq}/a-rather-long-key-name-for-the-answer/{i:04d}" for i in range(200)]
+    for k in keys:
+        assert store.put(k, b"v" * 64) == 0
+    assert store.batch_replica_clear(keys + keys[:3]) == keys
+    assert store.batch_is_exist(keys) == [0] * len(keys)

@@ -151,7 +151,7 @@ PROTOTYPES = {
     "gs_replica_descs": (c_int, [_i64, c_int, c_char_p, _vp, _vp, c_int]),
     "gs_disk_read_count": (_i64, [_i64]),
     # h, n, keys, key_lens, segment, segment_len, out, cap -> JSON length / -10 / code
-    "gs_replica_clear": (c_int, [_i64, c_int, c_char_p, _vp, c_char_p, c_int, _vp, c_int]),
+    "gs_replica_clear": (c_int, [_i64, c_int, c_char_p, _vp, c_char_p, c_int, _vp]),
     # h, path, path_len, offset, size, protocol, protocol_len, location,
     # location_len, out, cap -> bytes of the JSON list of segment ids / code
     "gs_mount_segment": (

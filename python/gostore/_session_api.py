@@ -253,10 +253,11 @@ class SessionAPI:
         if not send:
             return []
         blob, lens = _pack_keys(send)
-        h = self._h()
-        n, raw = _native.call_growing(
-            lambda out, cap: self._lib().gs_replica_clear(h, len(send), blob, _addr(lens), seg, len(seg), out, cap))
-        return json.loads(raw) if n >= 0 else []
+        cleared = _results("i", len(send))
+        n = self._lib().gs_replica_clear(self._h(), len(send), blob, _addr(lens), seg, len(seg), _addr(cleared))
+        if n < 0:
+            return []
+        return [k.decode("utf-8") for k, flag in zip(send, cleared) if flag == 1]
 
     def get_offload_rpc_read_count(self) -> int:
         """How many batches of objects this client has read from SSD tiers

@@ -223,7 +223,7 @@ CALLS: Dict[str, Call] = {
     ),
     "gs_replica_descs": Call(_keys_n + (O("B", N(5)), I)),
     "gs_disk_read_count": Call((H,)),
-    "gs_replica_clear": Call(_keys_n + (S, I, O("B", N(7)), I)),
+    "gs_replica_clear": Call(_keys_n + (S, I, O("i", N(1)))),
 }
 
 # Calls whose results are per key in their last argument (n = args[1]
