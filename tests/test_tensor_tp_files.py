@@ -72,3 +72,27 @@ def test_safetensors_files_match_the_reference_package(tmp_path):
     st.save_file(arrays, str(tmp_path / "theirs"))
     ours = _safetensors.load(str(tmp_path / "theirs"))
     assert all(np.array_equal(ours[k], v) and ours[k].dtype == v.dtype for k, v in arrays.items())
+
+
+def test_safetensors_carry_torch_dtypes(store, tmp_path, uniq):
+    """bfloat16 (which numpy lacks) goes to a file and back as a torch
+    tensor, as Mooncake hands it back; the file is what the safetensors
+    package writes and reads."""
+    torch = pytest.importorskip("torch", reason="torch is not installed here (kept out of the default install)")
+    t = (torch.arange(12, dtype=torch.float32) / 3).reshape(3, 4).to(torch.bfloat16)
+    key = f"{uniq}/bf"
+    assert store.put_tensor(key, t) == 0
+    path = str(tmp_path / "bf.safetensors")
+    assert store.save_tensor_to_safetensor(key, path) == 0
+    loaded = store.load_tensor_from_safetensor(key=f"{uniq}/bf2", file_name=path)
+    assert isinstance(loaded, torch.Tensor) and loaded.dtype == torch.bfloat16 and torch.equal(loaded, t)
+    assert torch.equal(store.get_tensor(f"{uniq}/bf2"), t)
+    with pytest.raises(ValueError, match="needs torch"):
+        _safetensors.load(path)  # numpy alone cannot hold bfloat16
+    try:
+        import safetensors.torch as st
+    except ImportError:
+        return
+    assert torch.equal(st.load_file(path)[key], t)
+    st.save_file({"w": t}, str(tmp_path / "theirs"))
+    assert torch.equal(_safetensors.load(str(tmp_path / "theirs"), as_torch=True)["w"], t)

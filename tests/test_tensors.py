@@ -8,6 +8,7 @@ registered memory and refuse what is not a whole tensor object.
 from __future__ import annotations
 
 import ctypes
+import struct
 
 import numpy as np
 import pytest
@@ -142,7 +143,7 @@ def test_get_tensor_into_views_registered_memory(store):
     buf, addr = _registered(store, 1 * MiB)
     got = store.get_tensor_into("into/a", addr, 1 * MiB)
     assert same(got, a)
-    assert got.ctypes.data >= addr and got.ctypes.data % codec.HEADER_ALIGN == addr % codec.HEADER_ALIGN
+    assert got.ctypes.data == addr + codec.MC_HEADER_SIZE  # the data, in place after Mooncake's header
     got[0, 0] = 42.0  # a view of the registered memory, not a copy
     assert store.get_tensor_into("into/a", addr, 1 * MiB)[0, 0] == a[0, 0]
     size = store.get_size("into/a")
@@ -207,9 +208,96 @@ def test_header_codec_refuses_malformed_objects():
     parts = codec.encode(sample(np.int32, (2, 3)))
     whole = parts.header + parts.data.tobytes()
     assert codec.decode_header(whole).shape == (2, 3)
-    assert len(parts.header) % codec.HEADER_ALIGN == 0
     for bad in (whole[:-1], whole + b"\0", b"XXXX" + whole[4:], whole[:10], b""):
         assert codec.decode_header(bad) is None
+    # gostore's own form, for what Mooncake's cannot hold: the same checks
+    parts = codec.encode(sample(np.complex64, (2, 3)))
+    whole = parts.header + parts.data.tobytes()
+    assert whole[:4] == b"GSTN" and len(parts.header) % codec.HEADER_ALIGN == 0
+    assert codec.decode_header(whole).shape == (2, 3)
+    for bad in (whole[:-1], whole + b"\0", b"XXXX" + whole[4:], whole[:10], b""):
+        assert codec.decode_header(bad) is None
+
+
+def _mc_header(dtype: int, shape, nbytes: int, flags: int = 0) -> bytes:
+    """Mooncake's 304-byte tensor header for a whole tensor, assembled
+    field by field from its layout (not through the codec under test)."""
+    pad = [-1] * (8 - len(shape))
+    head = struct.pack("<IHHiiIIQQ", 0x4D4F4F4E, 1, 304, dtype, len(shape), 0, flags, 304, nbytes)
+    head += struct.pack("<8q8qII", *shape, *pad, *shape, *pad, 0, 0)
+    return head + bytes(304 - len(head))
+
+
+def test_tensor_objects_take_mooncakes_form():
+    """A tensor Mooncake's form can hold is stored byte for byte as
+    Mooncake writes it (so its tools read our objects); a numpy array is
+    marked as one (flag bit 1) and comes back as a numpy array."""
+    a = sample(np.int32, (2, 3))
+    parts = codec.encode(a)
+    assert parts.header == _mc_header(6, (2, 3), 24, flags=2)
+    hdr = codec.decode_header(parts.header + parts.data.tobytes())
+    assert (hdr.kind, hdr.descr, hdr.shape, hdr.nbytes, hdr.offset) == (codec.KIND_NUMPY, "<i4", (2, 3), 24, 304)
+    # An object Mooncake wrote (flags 0) is a torch tensor of its dtype:
+    # bfloat16, 4x5.
+    hdr = codec.decode_header(_mc_header(12, (4, 5), 40) + bytes(40))
+    assert (hdr.kind, hdr.descr, hdr.shape, hdr.layout) == (codec.KIND_TORCH, "bfloat16", (4, 5), None)
+    assert codec.header_length(_mc_header(12, (4, 5), 40)[:codec.FIXED_SIZE]) == 304
+    # Mooncake's form cannot hold these: gostore's own form takes them.
+    for odd in (np.zeros((1,) * 9, np.float32), np.zeros(3, ">f4"), np.zeros(2, [("x", "<i4")])):
+        assert codec.encode(odd).header[:4] == b"GSTN"
+
+
+def test_mooncake_form_checks_every_field():
+    good = _mc_header(6, (2, 3), 24) + bytes(24)
+    assert codec.decode_header(good) is not None
+
+    def patched(at: int, fmt: str, value: int) -> bytes:
+        b = bytearray(good)
+        struct.pack_into(fmt, b, at, value)
+        return bytes(b)
+
+    for bad in (
+        patched(4, "<H", 2),  # version
+        patched(6, "<H", 300),  # header size
+        patched(8, "<i", 15), patched(8, "<i", -1),  # dtype outside the table
+        patched(12, "<i", 9),  # ndim
+        patched(16, "<I", 2),  # layout kind
+        patched(24, "<Q", 303),  # data before the header's end
+        patched(32, "<Q", 23),  # data bytes
+        patched(104, "<q", 3),  # own shape no longer matches the bytes
+        patched(40 + 2 * 8, "<q", 0),  # a dimension past ndim that is not -1
+        patched(168, "<I", 5),  # axes
+        good[:-1], good[:300],
+    ):
+        assert codec.decode_header(bad) is None
+    # One shard axis with a rank outside its size
+    b = bytearray(good)
+    struct.pack_into("<I", b, 16, 1)
+    struct.pack_into("<I", b, 168, 1)
+    struct.pack_into("<iiiiiiq", b, 176, 1, 0, 2, 2, 0, 0, 2)
+    assert codec.decode_header(bytes(b)) is None
+    struct.pack_into("<iiiiiiq", b, 176, 1, 0, 1, 2, 0, 0, 2)
+    hdr = codec.decode_header(bytes(b))
+    assert hdr.layout == codec.ShardLayout((2, 3), (codec.Axis("tp", 1, 2, 0),))
+
+
+def test_shard_layouts_survive_mooncakes_form():
+    """A shard's layout, ep expert and pp stage included, reads back as it
+    was written; one Mooncake's form cannot hold (an expert id on a dp
+    axis) goes to gostore's form, whole."""
+    a = sample(np.float32, (4, 6))
+    layout = codec.ShardLayout((8, 6), (codec.Axis("tp", 1, 2, 0), codec.Axis("ep", 0, 4, None, 3),
+                                        codec.Axis("pp", 1, 2, None, None, 5)))
+    parts = codec.encode(a, layout)
+    assert len(parts.header) == 304
+    # Mooncake's fields: the shard's extent along split_dim, the expert id
+    assert struct.unpack_from("<iiiiiiq", parts.header, 176) == (1, 0, 1, 2, 0, 0, 4)
+    assert struct.unpack_from("<iiiiiiq", parts.header, 208) == (2, 1, 0, 4, -1, 3, 0)
+    assert codec.decode_header(parts.header + parts.data.tobytes()).layout == layout
+    odd = codec.ShardLayout((4, 6), (codec.Axis("dp", 0, 2, None, 7),))
+    parts = codec.encode(a, odd)
+    assert parts.header[:4] == b"GSTN"
+    assert codec.decode_header(parts.header + parts.data.tobytes()).layout == odd
 
 
 try:

@@ -50,6 +50,16 @@ from .parallel import ParallelAxis, ReadTarget, TensorParallelism
 from .replica import Descriptor, DiskDescriptor, MemoryDescriptor, ReplicaDescriptor
 from .store import MooncakeDistributedStore
 from .tasks import QueryTaskResponse
+from .tensor import MC_HEADER_SIZE as _MC_HEADER_SIZE
+from .tensor import deserialize as _deserialize_tensor
+from .tensor import serialize as _serialize_tensor
+
+
+def _tensor_metadata_size() -> int:
+    """Mooncake's ``_tensor_metadata_size``: the length of a tensor
+    object's header in Mooncake's form (where its data starts)."""
+    return _MC_HEADER_SIZE
+
 
 # Mooncake's module-level enum members: KVCACHE, COMPLETE, PENDING, FAILED...
 globals().update(_MODULE_CONSTANTS)
@@ -85,6 +95,10 @@ _MOONCAKE_NAMES = (
     "get_alloc_func_addr",
     "get_free_func_addr",
 ) + tuple(_MODULE_CONSTANTS)
+
+# Underscore helpers mooncake.store exports for Mooncake's own Python
+# modules (its structured-object store reads tensor headers through them).
+_MOONCAKE_PRIVATE_NAMES = ("_serialize_tensor", "_deserialize_tensor", "_tensor_metadata_size")
 
 __all__ = list(_MOONCAKE_NAMES) + [
     "ErrorCode",

@@ -383,7 +383,8 @@ class TensorAPI:
         path = _strs([file_name], "file_name")[0]
         k = path if key is None else _strs([key], "key")[0]
         try:
-            tensors = _safetensors.load(path)
+            # Mooncake hands back a torch tensor; without torch, a numpy array.
+            tensors = _safetensors.load(path, as_torch=_codec.torch_available())
         except (OSError, ValueError) as e:
             _log.warning("load_tensor_from_safetensor %s: %s", path, e)
             return None

@@ -1,7 +1,34 @@
 """The stored form of tensors: a self-describing header, then the raw bytes.
 
 ``MooncakeDistributedStore.put_tensor`` and friends store an array or tensor
-as one object::
+as one object, in one of two forms.
+
+**Mooncake's form**, used whenever it can describe the tensor (a dtype of
+its table, at most 8 dimensions, a shard of at most 4 axes): the object is
+byte for byte what Mooncake 0.3.13 writes, so tools that read or patch
+those headers (its structured-object store, ``_serialize_tensor``) work on
+ours. A 304-byte header, then the data::
+
+    offset  size  field (little endian)
+    0       4     magic 0x4D4F4F4E ("NOOM" on disk)
+    4       2     version (1)
+    6       2     header size (304)
+    8       4     dtype: index into ``MC_DTYPES``
+    12      4     ndim (0..8)
+    16      4     layout kind: 0 whole tensor, 1 shard
+    20      4     flags (Mooncake writes 0; ours: bit 0 the tensor was on a
+                  CUDA device, bit 1 it was a numpy array)
+    24      8     where the data starts (304)
+    32      8     data bytes
+    40      64    the whole tensor's shape, -1 past ndim
+    104     64    this object's shape, -1 past ndim
+    168     4     number of axes (0..4), then 4 bytes of zeros
+    176     128   4 axes of 32 bytes: kind (0 dp, 1 tp, 2 ep, 3 pp), index,
+                  rank, size, split_dim (-1 none), expert id (ep) or stage
+                  id (pp), the shard's extent along split_dim (i64)
+
+**gostore's own form**, for what Mooncake's cannot hold (numpy dtypes
+outside its table, structured dtypes, more dimensions)::
 
     offset  size  field (little endian)
     0       4     magic b"GSTN"
@@ -19,12 +46,12 @@ as one object::
                   (8*nd), then 32 bytes per axis (see ``_AXIS``)
     ...           zeros up to a multiple of 64: the data starts there
 
-The descriptor is numpy's (``numpy.lib.format.dtype_to_descr``: every dtype
+Its descriptor is numpy's (``numpy.lib.format.dtype_to_descr``: every dtype
 but ``object``, structured ones included) or torch's dtype name
 (``"bfloat16"``, ``"float8_e4m3fn"``...). The data is C-contiguous: a
 non-contiguous input is copied into C order first (one copy, on the way in
-only). Because the data starts on a 64-byte boundary, an array read back
-into aligned memory is itself aligned.
+only). In gostore's form the data starts on a 64-byte boundary; in
+Mooncake's, 16 bytes past one (offset 304), aligned for every dtype.
 
 numpy is needed for every tensor call; torch only for torch tensors. A
 stored torch tensor read where torch is missing comes back as a numpy
@@ -71,6 +98,31 @@ _AXIS = struct.Struct("<BBxxiiiqq")
 AXIS_KINDS = ("dp", "tp", "ep", "pp")
 """Axis kinds in the order they appear in keys and layouts."""
 _HAS_SPLIT, _HAS_EXPERT, _HAS_STAGE = 1, 2, 4
+
+
+# Mooncake's form (see the module's docstring).
+MC_MAGIC = 0x4D4F4F4E
+MC_VERSION = 1
+MC_HEADER_SIZE = 304
+_MC_FIXED = struct.Struct("<IHHiiIIQQ")  # magic, version, header size, dtype, ndim, layout, flags, offset, bytes
+_MC_DIMS, _MC_AXES = 8, 4
+_MC_SHAPES = struct.Struct("<8q8qII")  # whole shape, own shape, axis count, zeros
+_MC_AXIS = struct.Struct("<iiiiiiq")  # kind, index, rank, size, split_dim, expert/stage id, split extent
+assert _MC_FIXED.size + _MC_SHAPES.size + _MC_AXES * _MC_AXIS.size == MC_HEADER_SIZE
+MC_DTYPES = (
+    "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "bool", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+)
+"""Mooncake's dtype numbers: a dtype's index here, named as torch names it."""
+_MC_ITEMSIZE = (4, 8, 1, 1, 2, 2, 4, 4, 8, 8, 1, 2, 2, 1, 1)
+# numpy descriptors of the dtypes Mooncake's table holds.
+_MC_OF_NUMPY = {
+    "<f4": "float32", "<f8": "float64", "|i1": "int8", "|u1": "uint8", "<i2": "int16", "<u2": "uint16",
+    "<i4": "int32", "<u4": "uint32", "<i8": "int64", "<u8": "uint64", "|b1": "bool", "<f2": "float16",
+}
+_NUMPY_OF_MC = {v: k for k, v in _MC_OF_NUMPY.items()}
+_MC_FLAG_CUDA, _MC_FLAG_NUMPY = 1, 2
+_MC_SHARD = 1
 
 
 class Axis(NamedTuple):
@@ -150,6 +202,10 @@ def _torch():
     return torch
 
 
+def torch_available() -> bool:
+    return _torch() is not None
+
+
 def is_torch_tensor(x: Any) -> bool:
     t = type(x)
     return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
@@ -177,8 +233,76 @@ class TensorParts:
         self.keep = keep  # the contiguous source, alive while data is used
 
 
+def _mc_header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, flags: int,
+               layout: Optional[ShardLayout]) -> Optional[bytes]:
+    """The header in Mooncake's form, or None when that form cannot hold
+    this tensor."""
+    name = descr if kind == KIND_TORCH else _MC_OF_NUMPY.get(descr)
+    if name not in MC_DTYPES or len(shape) > _MC_DIMS:
+        return None
+    axes = b""
+    whole = shape
+    if layout is not None:
+        if len(layout.axes) > _MC_AXES or len(layout.global_shape) != len(shape):
+            return None
+        whole = layout.global_shape
+        for i, a in enumerate(layout.axes):
+            # Mooncake keeps an expert id only on an ep axis, a stage only on pp.
+            if (a.expert_id is not None) != (a.kind == "ep") or (a.stage_id is not None) != (a.kind == "pp"):
+                return None
+            split = -1 if a.split_dim is None else a.split_dim
+            extent = shape[split] if 0 <= split < len(shape) else 0
+            ident = a.expert_id if a.kind == "ep" else a.stage_id if a.kind == "pp" else 0
+            axes += _MC_AXIS.pack(AXIS_KINDS.index(a.kind), i, a.rank, a.size, split, ident, extent)
+    pad = (-1,) * (_MC_DIMS - len(shape))
+    mc_flags = (_MC_FLAG_CUDA if flags & FLAG_CUDA else 0) | (_MC_FLAG_NUMPY if kind == KIND_NUMPY else 0)
+    head = _MC_FIXED.pack(MC_MAGIC, MC_VERSION, MC_HEADER_SIZE, MC_DTYPES.index(name), len(shape),
+                          _MC_SHARD if layout is not None else 0, mc_flags, MC_HEADER_SIZE, nbytes)
+    head += _MC_SHAPES.pack(*whole, *pad, *shape, *pad, len(layout.axes) if layout else 0, 0)
+    return head + axes + bytes(MC_HEADER_SIZE - len(head) - len(axes))
+
+
+def _mc_decode(mv: memoryview, total: int) -> Optional[Header]:
+    """The Mooncake-form header at the start of ``mv``, checked as
+    Mooncake checks it, or None."""
+    if len(mv) < MC_HEADER_SIZE:
+        return None
+    _, version, size, dtype, ndim, kind, flags, offset, nbytes = _MC_FIXED.unpack_from(mv, 0)
+    fields = _MC_SHAPES.unpack_from(mv, _MC_FIXED.size)
+    whole, shape, naxes = fields[:ndim], fields[_MC_DIMS:_MC_DIMS + ndim], fields[2 * _MC_DIMS]
+    if (version != MC_VERSION or size != MC_HEADER_SIZE or not 0 <= dtype < len(MC_DTYPES)
+            or not 0 <= ndim <= _MC_DIMS or naxes > _MC_AXES or kind > _MC_SHARD
+            or not MC_HEADER_SIZE <= offset <= total or nbytes != total - offset
+            or any(n < 0 for n in whole + shape)
+            or any(n != -1 for n in fields[ndim:_MC_DIMS] + fields[_MC_DIMS + ndim:2 * _MC_DIMS])):
+        return None
+    count = 1
+    for n in shape:
+        count *= n
+    if nbytes != count * _MC_ITEMSIZE[dtype]:
+        return None
+    axes = []
+    for i in range(naxes):
+        code, _, rank, parts, split, ident, _ = _MC_AXIS.unpack_from(mv, _MC_FIXED.size + _MC_SHAPES.size
+                                                                     + i * _MC_AXIS.size)
+        if not 0 <= code < len(AXIS_KINDS) or not 0 <= rank < parts or not -1 <= split < ndim:
+            return None  # (Mooncake's "reserved" axis kind, 4, names nothing gostore writes)
+        k = AXIS_KINDS[code]
+        axes.append(Axis(k, rank, parts, None if split < 0 else split,
+                         ident if k == "ep" else None, ident if k == "pp" else None))
+    layout = ShardLayout(tuple(whole), tuple(axes)) if kind == _MC_SHARD else None
+    name = MC_DTYPES[dtype]
+    if flags & _MC_FLAG_NUMPY and name in _NUMPY_OF_MC:
+        return Header(KIND_NUMPY, _NUMPY_OF_MC[name], tuple(shape), nbytes, offset,
+                      FLAG_CUDA if flags & _MC_FLAG_CUDA else 0, layout)
+    return Header(KIND_TORCH, name, tuple(shape), nbytes, offset, FLAG_CUDA if flags & _MC_FLAG_CUDA else 0, layout)
+
+
 def _header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, flags: int = 0,
             layout: Optional[ShardLayout] = None) -> bytes:
+    mc = _mc_header(kind, descr, shape, nbytes, flags, layout)
+    if mc is not None:
+        return mc
     d = descr.encode("utf-8")
     if len(shape) > _MAX_NDIM:
         raise ValueError(f"tensors of more than {_MAX_NDIM} dimensions are not supported")
@@ -249,12 +373,20 @@ class Header:
         return bool(self.flags & FLAG_CUDA)
 
 
+def _is_mc(mv: memoryview) -> bool:
+    return len(mv) >= 4 and struct.unpack_from("<I", mv)[0] == MC_MAGIC
+
+
 def header_length(prefix: Any) -> int:
     """How many bytes the header whose first ``FIXED_SIZE`` bytes are
     ``prefix`` takes (the data starts there); 0 when they are no header."""
     mv = memoryview(prefix).cast("B")
-    if len(mv) < _FIXED.size:
+    if len(mv) < FIXED_SIZE:
         return 0
+    if _is_mc(mv):
+        _, version, size, _, _, _, _, offset, _ = _MC_FIXED.unpack_from(mv, 0)
+        ok = version == MC_VERSION and size == MC_HEADER_SIZE and MC_HEADER_SIZE <= offset <= _MAX_MC_OFFSET
+        return offset if ok else 0
     magic, version, _, ndim, dlen, flags, _ = _FIXED.unpack_from(mv, 0)
     if magic != MAGIC or version != VERSION or ndim > _MAX_NDIM or dlen > _MAX_DESCR:
         return 0
@@ -262,7 +394,9 @@ def header_length(prefix: Any) -> int:
     return end + (-end % HEADER_ALIGN)
 
 
-FIXED_SIZE = _FIXED.size
+FIXED_SIZE = max(_FIXED.size, _MC_FIXED.size)
+"""Bytes of an object's start that tell how long its header is."""
+_MAX_MC_OFFSET = 1 << 20  # Mooncake writes 304; a longer gap is read only up to this
 
 
 def decode_prefix(prefix: Any) -> Optional[Header]:
@@ -273,7 +407,7 @@ def decode_prefix(prefix: Any) -> Optional[Header]:
     mv = memoryview(prefix).cast("B")
     if n == 0 or len(mv) < n:
         return None
-    nbytes = _FIXED.unpack_from(mv, 0)[-1]
+    nbytes = _MC_FIXED.unpack_from(mv, 0)[-1] if _is_mc(mv) else _FIXED.unpack_from(mv, 0)[-1]
     return decode_header(mv[:n], n + nbytes)
 
 
@@ -303,6 +437,8 @@ def decode_header(buf: Any, total: Optional[int] = None) -> Optional[Header]:
     if len(mv) < _FIXED.size:
         return None
     total = len(mv) if total is None else total
+    if _is_mc(mv):
+        return _mc_decode(mv, total)
     magic, version, kind, ndim, dlen, flags, nbytes = _FIXED.unpack_from(mv, 0)
     if magic != MAGIC or version != VERSION or kind not in (KIND_NUMPY, KIND_TORCH):
         return None
@@ -382,6 +518,38 @@ def cuda_view(ptr: int, hdr: Header) -> Any:
         return torch.empty(hdr.shape, dtype=dtype, device="cuda")
     raw = torch.as_tensor(_CudaMemory(ptr + hdr.offset, hdr.nbytes), device="cuda")
     return raw.view(dtype).reshape(hdr.shape)
+
+
+def serialize(tensor: Any) -> Tuple[bytes, int, int, Any]:
+    """Mooncake's ``_serialize_tensor``: a torch tensor's header in
+    Mooncake's form, the address and length of its data, and the
+    contiguous tensor that holds the data (keep it alive while the address
+    is used). ValueError for anything Mooncake's form cannot hold."""
+    if not is_torch_tensor(tensor):
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    parts = encode(tensor)
+    if not _is_mc(memoryview(parts.header)):
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    t = parts.keep
+    nbytes = t.numel() * t.element_size()
+    return parts.header, t.data_ptr() if nbytes else 0, nbytes, t
+
+
+def deserialize(payload: bytes) -> Any:
+    """Mooncake's ``_deserialize_tensor``: the torch tensor (on the host)
+    of a whole object in Mooncake's form; ValueError when ``payload`` is
+    not one."""
+    if not isinstance(payload, bytes):
+        raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
+    hdr = decode_header(payload) if _is_mc(memoryview(payload)) else None
+    if hdr is None:
+        raise ValueError("invalid serialized Mooncake tensor payload")
+    torch = _torch()
+    if torch is None:
+        raise ModuleNotFoundError("deserializing a tensor needs torch", name="torch")
+    np = _np()
+    out = materialize(np.frombuffer(bytearray(payload), np.uint8), hdr)
+    return torch.from_numpy(out) if hdr.kind == KIND_NUMPY else out
 
 
 def cuda_available() -> bool:
