@@ -28,6 +28,7 @@ from .buffer_pool import (
     RegisteredBufferPool,
 )
 from .config import ReplicateConfig
+from .engram import EngramStore, EngramStoreConfig
 from .enums import (
     MODULE_CONSTANTS as _MODULE_CONSTANTS,
     ObjectDataType,
@@ -46,6 +47,7 @@ from .hostmem import (
 from .introspect import gpu_info, topology
 from .master import EmbeddedMaster, master_binary_path
 from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
+from .nof import MooncakeDistributedNoFRegister
 from .parallel import ParallelAxis, ReadTarget, TensorParallelism
 from .replica import Descriptor, DiskDescriptor, MemoryDescriptor, ReplicaDescriptor
 from .store import MooncakeDistributedStore
@@ -91,6 +93,9 @@ _MOONCAKE_NAMES = (
     "TensorParallelism",
     "ParallelAxis",
     "ReadTarget",
+    "EngramStore",
+    "EngramStoreConfig",
+    "MooncakeDistributedNoFRegister",
     "bind_to_numa_node",
     "get_alloc_func_addr",
     "get_free_func_addr",
