@@ -199,16 +199,17 @@ def test_task_errors(trio):
     m, a, b, c, s = trio
     key = "bad/k"
     assert s.put(key, b"v" * 1000, ReplicateConfig(preferred_segment=a.hostname)) == 0
-    # unknown segments
-    assert s.create_copy_task(key, ["127.0.0.1:1"]) == (NO_ID, int(ErrorCode.SEGMENT_NOT_FOUND))
-    assert s.create_copy_task(key, [b.hostname, "nowhere:9"]) == (NO_ID, -101)
-    assert s.create_move_task(key, "nowhere:9", b.hostname) == (NO_ID, -101)
-    assert s.create_move_task(key, a.hostname, "nowhere:9") == (NO_ID, -101)
-    # missing key
+    # unknown segments are bad parameters, as Mooncake answers them
+    assert s.create_copy_task(key, ["127.0.0.1:1"]) == (NO_ID, int(ErrorCode.INVALID_PARAMS))
+    assert s.create_copy_task(key, [b.hostname, "nowhere:9"]) == (NO_ID, -600)
+    assert s.create_move_task(key, "nowhere:9", b.hostname) == (NO_ID, -600)
+    assert s.create_move_task(key, a.hostname, "nowhere:9") == (NO_ID, -600)
+    # missing key (before anything about the segments)
     assert s.create_copy_task("bad/missing", [b.hostname]) == (NO_ID, int(ErrorCode.OBJECT_NOT_FOUND))
     assert s.create_move_task("bad/missing", a.hostname, b.hostname) == (NO_ID, -704)
-    # no replica on the source / already one on the target
-    assert s.create_move_task(key, b.hostname, c.hostname) == (NO_ID, int(ErrorCode.REPLICA_NOT_FOUND))
+    assert s.create_copy_task("bad/missing", ["nowhere:9"]) == (NO_ID, -704)
+    # no replica on the source (-600, as Mooncake) / already one on the target
+    assert s.create_move_task(key, b.hostname, c.hostname) == (NO_ID, int(ErrorCode.INVALID_PARAMS))
     assert s.create_copy_task(key, [a.hostname]) == (NO_ID, int(ErrorCode.REPLICA_ALREADY_EXISTS))
     # values that cannot be valid
     assert s.create_copy_task("", [b.hostname]) == (NO_ID, -600)

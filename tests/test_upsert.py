@@ -210,6 +210,22 @@ def test_upsert_batch_mixes_new_same_size_and_other_size_keys(cluster, store, un
         assert cluster.b.check_pattern(k, n, 50 + i), k
 
 
+def test_a_key_named_twice_in_a_batch_is_written_once_from_its_first_item(store, uniq):
+    """As Mooncake's batch calls: the first item naming a key is written and
+    every item naming it gets that result. (Written twice, an upsert
+    replaced its own unfinished first write and failed it with -704.)"""
+    a, b, c = (uniq + n for n in "abc")
+    assert store.upsert_batch([a, a], [b"1", b"22"]) == 0
+    assert store.get(a) == b"1"
+    assert store.upsert_batch([a, a, c], [b"333", b"4444", b"c"]) == 0
+    assert store.get_batch([a, c]) == [b"333", b"c"]
+    assert store.put_batch([b, b], [b"first", b"second"]) == 0
+    assert store.get(b) == b"first"
+    src = np.frombuffer(b"xyzw", dtype=np.uint8).copy()
+    assert store.batch_upsert_from([c, c], [src.ctypes.data, src.ctypes.data + 2], [2, 2]) == [0, 0]
+    assert store.get(c) == b"xy"
+
+
 def test_upsert_from_and_batch_upsert_from_roundtrip(cluster, store, uniq):
     n = 3
     size = 256 * 1024 + 3

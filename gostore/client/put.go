@@ -58,14 +58,35 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	}
 	defer leave()
 	round := make([]int, 0, len(items))
+	// A key named twice in one batch is written once, from its first
+	// item, and every item naming it gets that result (Mooncake's batch
+	// calls answer so). Written twice, an upsert would replace its own
+	// unfinished first write and fail it.
+	var firstOf map[string]int
+	var repeats [][2]int // (item, the earlier item with its key)
 	for i, it := range items {
 		if size := it.size(); it.Key == "" || size == 0 {
 			c.log.Warn("write rejected: empty key or value", "op", start.String(), "key", it.Key, "size", size)
 			out[i] = wire.ErrInvalidParams
 			continue
 		}
+		if len(items) > 1 {
+			if firstOf == nil {
+				firstOf = make(map[string]int, len(items))
+			}
+			if first, ok := firstOf[it.Key]; ok {
+				repeats = append(repeats, [2]int{i, first})
+				continue
+			}
+			firstOf[it.Key] = i
+		}
 		round = append(round, i)
 	}
+	defer func() {
+		for _, r := range repeats {
+			out[r[0]] = out[r[1]]
+		}
+	}()
 	if len(round) == 0 {
 		return out
 	}

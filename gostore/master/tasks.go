@@ -53,23 +53,22 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	}
 	now := c.now()
 	c.touch(req.ClientID)
-	targets, source, err := c.taskSegments(req)
-	if err != nil {
-		return plan, err
-	}
+	targets, source, segErr := c.taskSegments(req)
 	sh := c.shardOf(req.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	o, ok := sh.objects[req.Key]
 	switch {
-	case !ok:
+	case !ok: // a missing key comes before bad segments, as in Mooncake
 		return plan, wire.Errorf(wire.ErrObjectNotFound, "%q", req.Key)
+	case segErr != nil:
+		return plan, segErr
 	case o.unfinished():
 		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", req.Key)
 	case o.tasks > 0:
 		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", req.Key)
 	case source != nil && !o.hasReplicaOn(source):
-		return plan, wire.Errorf(wire.ErrReplicaNotFound, "%q has no replica on %s", req.Key, req.Source)
+		return plan, wire.Errorf(wire.ErrInvalidParams, "%q has no replica on %s to move", req.Key, req.Source)
 	}
 	t := &task{obj: o, client: req.ClientID, size: o.size, source: source,
 		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
@@ -105,7 +104,8 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	return plan, nil
 }
 
-// taskSegments resolves the task's segment names.
+// taskSegments resolves the task's segment names; a name no segment has
+// is a bad parameter (-600), as Mooncake answers it.
 func (c *Core) taskSegments(req wire.CreateTaskReq) (targets []*segment, source *segment, err error) {
 	c.segs.RLock()
 	defer c.segs.RUnlock()
@@ -113,7 +113,7 @@ func (c *Core) taskSegments(req wire.CreateTaskReq) (targets []*segment, source 
 	for _, name := range req.Targets {
 		s, ok := c.segs.byName[name]
 		if !ok {
-			return nil, nil, wire.Errorf(wire.ErrSegmentNotFound, "target segment %q is not mounted", name)
+			return nil, nil, wire.Errorf(wire.ErrInvalidParams, "target segment %q is not mounted", name)
 		}
 		if !seen[s] {
 			seen[s] = true
@@ -123,7 +123,7 @@ func (c *Core) taskSegments(req wire.CreateTaskReq) (targets []*segment, source 
 	if req.Kind == wire.TaskMove {
 		var ok bool
 		if source, ok = c.segs.byName[req.Source]; !ok {
-			return nil, nil, wire.Errorf(wire.ErrSegmentNotFound, "source segment %q is not mounted", req.Source)
+			return nil, nil, wire.Errorf(wire.ErrInvalidParams, "source segment %q is not mounted", req.Source)
 		}
 		if source == targets[0] {
 			return nil, nil, wire.Errorf(wire.ErrInvalidParams, "move from %q to itself", req.Source)

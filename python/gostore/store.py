@@ -1017,8 +1017,9 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
     def create_copy_task(self, key: str, targets: List[str]) -> Tuple[TaskId, int]:
         """Copy ``key`` to the segments named in ``targets`` (``get_hostname()``
         values), in the background; ``(task_id, 0)`` or ``((0, 0), negative)``:
-        -704 missing key, -101 unknown segment, -711 a replica is already
-        there, -708 another task runs on the key, -200 no room. A task id is
+        -704 missing key (checked first), -600 a target no segment is named
+        (as Mooncake), -711 a replica is already there, -708 another task
+        runs on the key, -200 no room. A task id is
         a ``(high, low)`` pair of ints, as in Mooncake."""
         k = _key(key)
         ts = _seq(targets, "targets")
@@ -1031,7 +1032,8 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
     def create_move_task(self, key: str, source: str, target: str) -> Tuple[TaskId, int]:
         """Move ``key``'s replica from segment ``source`` to ``target``, in the
         background; ``(task_id, 0)`` or ``((0, 0), negative)`` (as
-        :meth:`create_copy_task`, and -710 when ``source`` holds no replica)."""
+        :meth:`create_copy_task`, and -600 when ``source`` is unknown, holds
+        no replica, or is ``target``)."""
         k = _key(key)
         sb = _segment_name(source, "source")
         tb = _segment_name(target, "target")
