@@ -390,7 +390,7 @@ func TestCopyAndMoveTasks(t *testing.T) {
 	if got := c.GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
 		t.Fatalf("read after move: %d", got[0])
 	}
-	if _, err := c.CreateCopyTask("k", []string{"nowhere:1"}); wire.CodeOf(err) != wire.ErrSegmentNotFound {
+	if _, err := c.CreateCopyTask("k", []string{"nowhere:1"}); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("unknown target: %v", err)
 	}
 }
