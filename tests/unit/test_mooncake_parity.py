@@ -47,3 +47,33 @@ def test_value_types_match_the_wheel():
     assert len(theirs) > 300 and [e[0] for e in ours] == [e[0] for e in theirs]
     diffs = [(o[0], o[1:], t[1:]) for o, t in zip(ours, theirs) if o[1:] != t[1:]]
     assert diffs == [], "\n".join(f"{label}: gostore {o} / mooncake {t}" for label, o, t in diffs)
+
+
+HEADER_PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensor_header_probe.py")
+
+
+def test_tensor_headers_are_the_wheels_byte_for_byte(tmp_path):
+    """The 304-byte tensor header gostore writes is the wheel's, byte for
+    byte, for every dtype; both read each other's; bad input fails with
+    the same exception types. Runs both under the wheel's Python (it needs
+    torch), gostore through a path holding only its package."""
+    python = _mooncake_python()
+    if python is None:
+        pytest.skip("mooncake.store is not importable here and GOSTORE_MOONCAKE_PYTHON is not set")
+    check = subprocess.run([python, "-c", "import torch"], capture_output=True)
+    if check.returncode != 0:
+        pytest.skip("the wheel's Python has no torch")
+    (tmp_path / "gostore").symlink_to(os.path.dirname(gostore.__file__))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    runs = {}
+    for module, extra in (("mooncake.store", {}), ("gostore", {"PYTHONPATH": str(tmp_path)})):
+        p = subprocess.run([python, HEADER_PROBE, module], capture_output=True, text=True,
+                           env=dict(env, **extra), timeout=120)
+        assert p.returncode == 0, f"{module}:\n{p.stderr[-3000:]}"
+        runs[module] = json.loads(p.stdout.strip().splitlines()[-1])
+    ours, theirs = runs["gostore"], runs["mooncake.store"]
+    assert len(theirs) >= 15 and [e[:3] for e in ours] == [e[:3] for e in theirs]  # headers, sizes
+    # Every round trip gives the tensor back here. (The wheel reads a 0-d
+    # tensor back with shape [1]; its header is the same as ours.)
+    assert all(e[3] is True for e in ours if len(e) == 4)
+    assert [e for e in ours if len(e) == 4 and e[0] != "0-d"] == [e for e in theirs if len(e) == 4 and e[0] != "0-d"]
