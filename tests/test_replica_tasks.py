@@ -195,6 +195,26 @@ def test_task_of_an_executor_that_dies_fails_and_frees_its_targets(master_factor
     assert b.check_pattern(key, size, 7)
 
 
+def test_a_copy_onto_a_holder_succeeds_and_changes_nothing(trio):
+    """As in Mooncake: a copy to a segment that holds the key already is a
+    task that succeeds and leaves the replicas as they were; a move onto
+    one only drops the source."""
+    m, a, b, c, s = trio
+    key = "holder/k"
+    assert s.put(key, b"h" * 3000, ReplicateConfig(replica_num=2, preferred_segments=[a.hostname, b.hostname])) == 0
+    holders = sorted(r.get_memory_descriptor().buffer_descriptor.transport_endpoint for r in s.get_replica_desc(key))
+    assert holders == sorted([a.hostname, b.hostname])
+    task, rc = s.create_copy_task(key, [b.hostname])
+    assert rc == 0 and wait_task(s, task).status == TaskStatus.SUCCESS
+    assert sorted(r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+                  for r in s.get_replica_desc(key)) == holders
+    task, rc = s.create_move_task(key, a.hostname, b.hostname)
+    assert rc == 0 and wait_task(s, task).status == TaskStatus.SUCCESS
+    assert [r.get_memory_descriptor().buffer_descriptor.transport_endpoint
+            for r in s.get_replica_desc(key)] == [b.hostname]
+    assert s.get(key) == b"h" * 3000
+
+
 def test_task_errors(trio):
     m, a, b, c, s = trio
     key = "bad/k"
@@ -208,9 +228,8 @@ def test_task_errors(trio):
     assert s.create_copy_task("bad/missing", [b.hostname]) == (NO_ID, int(ErrorCode.OBJECT_NOT_FOUND))
     assert s.create_move_task("bad/missing", a.hostname, b.hostname) == (NO_ID, -704)
     assert s.create_copy_task("bad/missing", ["nowhere:9"]) == (NO_ID, -704)
-    # no replica on the source (-600, as Mooncake) / already one on the target
+    # no replica on the source (-600, as Mooncake)
     assert s.create_move_task(key, b.hostname, c.hostname) == (NO_ID, int(ErrorCode.INVALID_PARAMS))
-    assert s.create_copy_task(key, [a.hostname]) == (NO_ID, int(ErrorCode.REPLICA_ALREADY_EXISTS))
     # values that cannot be valid
     assert s.create_copy_task("", [b.hostname]) == (NO_ID, -600)
     assert s.create_copy_task(key, []) == (NO_ID, -600)

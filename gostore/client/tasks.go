@@ -46,6 +46,9 @@ func (c *Client) createTask(req wire.CreateTaskReq) (string, error) {
 		c.log.Warn("replica task refused", "key", req.Key, "targets", req.Targets, "err", err)
 		return "", err
 	}
+	if len(plan.Targets) == 0 {
+		return plan.ID, nil // every target holds the object: the master ended the task
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()

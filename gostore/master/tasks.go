@@ -74,8 +74,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
 	for _, s := range targets {
 		if o.hasReplicaOn(s) {
-			freeRanges(t.targets, o.size, &c.stats)
-			return plan, wire.Errorf(wire.ErrReplicaAlreadyExists, "%q already has a replica on %s", req.Key, s.desc.Name)
+			continue // already there: nothing to copy, as Mooncake's task does nothing
 		}
 		off, ok := s.allocate(o.size)
 		if !ok {
@@ -85,23 +84,55 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		}
 		t.targets = append(t.targets, replica{seg: s, offset: off, status: replicaProcessing})
 	}
-	o.tasks++
 	o.lastUse = now
 	plan = wire.TaskPlan{Size: o.size}
+	if len(t.targets) == 0 {
+		// Every target holds the object: the task is done as it starts (a
+		// move only drops its source). A plan without targets tells the
+		// client there is nothing to run.
+		if source != nil {
+			c.dropReplicaOn(o, source, now)
+		}
+		t.finished = now
+		t.info.Status = TaskSucceeded
+		c.stats.TasksSucceeded.Add(1)
+		plan.ID = c.addTask(t)
+		c.stats.TasksCreated.Add(1)
+		return plan, nil
+	}
+	o.tasks++
 	for _, r := range o.replicas {
 		plan.Sources = append(plan.Sources, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
 	}
 	for _, r := range t.targets {
 		plan.Targets = append(plan.Targets, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
 	}
+	plan.ID = c.addTask(t)
+	c.stats.TasksCreated.Add(1)
+	return plan, nil
+}
+
+// addTask gives t the next id and files it; the id.
+func (c *Core) addTask(t *task) string {
 	c.tasks.Lock()
+	defer c.tasks.Unlock()
 	c.tasks.next++
 	t.info.ID = strconv.FormatUint(c.tasks.next, 10)
 	c.tasks.byID[t.info.ID] = t
-	c.tasks.Unlock()
-	plan.ID = t.info.ID
-	c.stats.TasksCreated.Add(1)
-	return plan, nil
+	return t.info.ID
+}
+
+// dropReplicaOn removes o's replica on seg (the source of a finished
+// move); readers may still copy out of it, so its range waits out the
+// quarantine like a preempted write. The shard's lock is held.
+func (c *Core) dropReplicaOn(o *object, seg *segment, now int64) {
+	for i, r := range o.replicas {
+		if r.seg == seg {
+			o.replicas = append(o.replicas[:i], o.replicas[i+1:]...)
+			c.discard([]replica{r}, o.size, now)
+			return
+		}
+	}
 }
 
 // taskSegments resolves the task's segment names; a name no segment has
@@ -192,15 +223,7 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 			}
 		}
 		if t.source != nil && added > 0 {
-			// Readers may still copy out of the moved replica: its range
-			// waits out the quarantine like a preempted write.
-			for i, r := range o.replicas {
-				if r.seg == t.source {
-					o.replicas = append(o.replicas[:i], o.replicas[i+1:]...)
-					c.discard([]replica{r}, o.size, now)
-					break
-				}
-			}
+			c.dropReplicaOn(o, t.source, now)
 		}
 	}
 	sh.mu.Unlock()

@@ -1018,8 +1018,8 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         """Copy ``key`` to the segments named in ``targets`` (``get_hostname()``
         values), in the background; ``(task_id, 0)`` or ``((0, 0), negative)``:
         -704 missing key (checked first), -600 a target no segment is named
-        (as Mooncake), -711 a replica is already there, -708 another task
-        runs on the key, -200 no room. A task id is
+        (as Mooncake), -708 another task runs on the key, -200 no room. A
+        target that holds the key already is skipped. A task id is
         a ``(high, low)`` pair of ints, as in Mooncake."""
         k = _key(key)
         ts = _seq(targets, "targets")
