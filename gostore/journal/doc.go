@@ -1,0 +1,52 @@
+// Package journal keeps the master's metadata changes durable in a local
+// directory: an append-only log of records and, now and then, a snapshot
+// that lets the log before it go.
+//
+// # What it owns
+//
+// A Journal owns its directory: log files (log-<first seq>.wal) and
+// snapshot files (snap-<seq>.gsnap), nothing else. Records and snapshots
+// are opaque bytes here; what they mean is the master's business. Every
+// record gets the next sequence number (1, 2, ...); a snapshot names the
+// last sequence number it includes.
+//
+// # Formats
+//
+// A log file starts with a 16-byte header (magic "GSWAL\x00", version u16,
+// the sequence number of its first record u64), then frames:
+//
+//	u32 payload length | u32 CRC-32C of the payload | payload
+//
+// A snapshot file is a 24-byte header (magic "GSSNAP", version u16, the
+// sequence number it covers u64, payload length u64), the payload's
+// CRC-32C (u32), then the payload; it is written to a temporary name,
+// synced and renamed into place, so a snapshot is either whole or absent.
+//
+// # Invariants
+//
+//   - Append returns only once its record is on disk (written and synced):
+//     a change the caller acknowledges after Append survives a crash.
+//     Concurrent Appends share one write and one fsync (group commit).
+//   - With Options.AckBeforeSync, Append returns once the record is
+//     written, and the writer syncs at least every Options.SyncInterval:
+//     a crash loses at most that window.
+//   - Open recovers the newest valid snapshot and every record after it,
+//     in order, with no gap. A torn or corrupt frame at the end of the last
+//     log file (a crash mid-write) is cut off; a bad frame anywhere else,
+//     or a gap, is corruption and Open refuses with ErrCorrupt rather than
+//     serve a state that never existed.
+//   - Nothing read from disk is trusted: lengths are bounded (MaxRecord)
+//     before anything is allocated.
+//   - Once a write or sync fails, the journal is failed: every later
+//     Append returns the error (a record whose fate is unknown must not be
+//     followed by acknowledged ones).
+//
+// # The caller's duties
+//
+// Call Open once per directory (Open takes no lock against a second
+// process: the master's own lock on the state directory does that), apply
+// what it recovered, then Append each change before acknowledging it.
+// Call Snapshot with a state that includes exactly the records up to the
+// sequence number given (the caller orders Snapshot against its own
+// Appends). Close when done.
+package journal

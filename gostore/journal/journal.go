@@ -1,0 +1,439 @@
+
+// The log: group-committed appends, rotation, snapshots and the files
+// they let go.
+
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+const (
+	logMagic       = "GSWAL\x00"
+	snapMagic      = "GSSNAP"
+	formatVersion  = 1
+	logHeaderSize  = 16
+	snapHeaderSize = 24
+	frameHeader    = 8
+
+	// MaxRecord bounds one record (and what a frame header read from disk
+	// may claim) so a corrupt length never allocates more.
+	MaxRecord = 64 << 20
+	// MaxSnapshot bounds a snapshot's payload likewise.
+	MaxSnapshot = 4 << 30
+
+	defaultSegmentBytes = 64 << 20
+	defaultSyncInterval = 100 * time.Millisecond
+)
+
+var (
+	// ErrCorrupt: the directory holds a state that cannot be recovered
+	// whole (a bad frame before the last one, a gap in the records, a
+	// snapshot the log no longer reaches back to).
+	ErrCorrupt = errors.New("journal: corrupt")
+	// ErrClosed: Append after Close.
+	ErrClosed = errors.New("journal: closed")
+	// ErrTooLarge: a record over MaxRecord.
+	ErrTooLarge = errors.New("journal: record too large")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Options configure a Journal.
+type Options struct {
+	Dir string
+	// SegmentBytes: a log file past this size is closed and a new one
+	// started (default 64 MiB).
+	SegmentBytes int64
+	// AckBeforeSync: Append returns once its record is written, before it
+	// is synced; the writer syncs at least every SyncInterval (default
+	// 100 ms). A crash of the machine (not of the process) loses at most
+	// that window.
+	AckBeforeSync bool
+	SyncInterval  time.Duration
+}
+
+// Recovered is what Open found: the newest snapshot and every record
+// after it, in order.
+type Recovered struct {
+	Snapshot    []byte // nil when there is none
+	SnapshotSeq uint64 // the last record the snapshot includes (0: none)
+	Records     [][]byte
+}
+
+// LastSeq is the sequence number of the last record recovered.
+func (r *Recovered) LastSeq() uint64 { return r.SnapshotSeq + uint64(len(r.Records)) }
+
+// Stats count what a Journal wrote.
+type Stats struct {
+	Records uint64 // appended
+	Bytes   uint64 // written to log files, frames included
+	Syncs   uint64 // fsyncs of log files
+	Batches uint64 // writes (one per group of appends)
+}
+
+type logFile struct {
+	first uint64 // sequence number of its first record
+	path  string
+}
+
+// Journal is an open log directory.
+type Journal struct {
+	opts Options
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	next    uint64   // sequence number the next Append gets
+	pending [][]byte // appended, not yet written; the first is seq written+1
+	written uint64   // last sequence number written to the file
+	synced  uint64   // last sequence number synced
+	err     error    // the first write or sync failure: the journal is failed
+	closed  bool
+	stats   Stats
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	// Owned by the writer goroutine (and by Close after it ends).
+	file     *os.File
+	fileSize int64
+	dirty    bool // written since the last sync
+
+	filesMu sync.Mutex
+	files   []logFile // oldest first; the last is the one written
+
+	beforeFlush func() // tests: runs in the writer before it takes a batch
+}
+
+// Open recovers dir (creating it when missing) and opens it for appending.
+func Open(opts Options) (*Journal, *Recovered, error) {
+	if opts.Dir == "" {
+		return nil, nil, errors.New("journal: no directory")
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = defaultSegmentBytes
+	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = defaultSyncInterval
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("journal: %w", err)
+	}
+	rec, files, err := recoverDir(opts.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	j := &Journal{opts: opts, files: files, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		done: make(chan struct{})}
+	j.cond = sync.NewCond(&j.mu)
+	j.written = rec.LastSeq()
+	j.synced = j.written
+	j.next = j.written + 1
+	if err := j.startFile(j.next); err != nil {
+		return nil, nil, err
+	}
+	go j.run()
+	return j, rec, nil
+}
+
+// Append writes rec as the next record and returns its sequence number
+// once it is durable (see Options.AckBeforeSync).
+func (j *Journal) Append(rec []byte) (uint64, error) {
+	if len(rec) > MaxRecord {
+		return 0, ErrTooLarge
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return 0, ErrClosed
+	}
+	if j.err != nil {
+		return 0, j.err
+	}
+	seq := j.next
+	j.next++
+	j.pending = append(j.pending, rec)
+	j.stats.Records++
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	for j.err == nil && (j.written < seq || !j.opts.AckBeforeSync && j.synced < seq) {
+		j.cond.Wait()
+	}
+	if j.written < seq || !j.opts.AckBeforeSync && j.synced < seq {
+		return 0, j.err
+	}
+	return seq, nil
+}
+
+// LastSeq is the sequence number of the last record appended.
+func (j *Journal) LastSeq() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.next - 1
+}
+
+// Stats so far.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.stats
+}
+
+// Err is the failure that stopped the journal, or nil.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
+}
+
+// Close writes and syncs what is pending and closes the files.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	j.mu.Unlock()
+	close(j.stop)
+	<-j.done
+	err := j.file.Close()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.err != nil {
+		return j.err
+	}
+	return err
+}
+
+func (j *Journal) run() {
+	defer close(j.done)
+	var tick <-chan time.Time
+	if j.opts.AckBeforeSync {
+		t := time.NewTicker(j.opts.SyncInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-j.wake:
+			j.flush(false)
+		case <-tick:
+			j.flush(true)
+		case <-j.stop:
+			j.flush(true)
+			return
+		}
+	}
+}
+
+// flush writes the pending records as one batch and syncs them (unless
+// acknowledging before sync, when only forceSync syncs).
+func (j *Journal) flush(forceSync bool) {
+	if j.beforeFlush != nil {
+		j.beforeFlush()
+	}
+	j.mu.Lock()
+	batch, first, failed := j.pending, j.written+1, j.err != nil
+	j.pending = nil
+	j.mu.Unlock()
+	if failed {
+		return
+	}
+	var err error
+	var n int64
+	if len(batch) > 0 {
+		n, err = j.writeBatch(first, batch)
+	}
+	syncs := uint64(0)
+	if err == nil && j.dirty && (forceSync || !j.opts.AckBeforeSync) {
+		if err = j.file.Sync(); err == nil {
+			j.dirty = false
+			syncs = 1
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.stats.Bytes += uint64(n)
+	j.stats.Syncs += syncs
+	if err != nil {
+		j.err = fmt.Errorf("journal: %w", err)
+	} else {
+		if len(batch) > 0 {
+			j.stats.Batches++
+		}
+		j.written += uint64(len(batch))
+		if !j.dirty {
+			j.synced = j.written
+		}
+	}
+	j.cond.Broadcast()
+}
+
+// writeBatch appends the frames of records first, first+1, ... to the
+// current log file, starting a new one first when it is full.
+func (j *Journal) writeBatch(first uint64, batch [][]byte) (int64, error) {
+	size := 0
+	for _, r := range batch {
+		size += frameHeader + len(r)
+	}
+	if j.fileSize > logHeaderSize && j.fileSize+int64(size) > j.opts.SegmentBytes {
+		if err := j.file.Sync(); err != nil {
+			return 0, err
+		}
+		j.dirty = false
+		if err := j.file.Close(); err != nil {
+			return 0, err
+		}
+		if err := j.startFile(first); err != nil {
+			return 0, err
+		}
+	}
+	buf := make([]byte, 0, size)
+	for _, r := range batch {
+		buf = appendFrame(buf, r)
+	}
+	n, err := j.file.Write(buf)
+	j.fileSize += int64(n)
+	if n > 0 {
+		j.dirty = true
+	}
+	if err != nil {
+		// Cut the partial frame so the file ends on a whole record; Open
+		// would cut it too, but the next batch must not follow garbage.
+		if terr := j.file.Truncate(j.fileSize - int64(n)); terr == nil {
+			j.fileSize -= int64(n)
+		}
+	}
+	return int64(n), err
+}
+
+func appendFrame(buf, payload []byte) []byte {
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(payload)))
+	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(payload, castagnoli))
+	return append(buf, payload...)
+}
+
+// startFile creates the log file whose first record is first, synced with
+// its directory entry, and makes it the current one.
+func (j *Journal) startFile(first uint64) error {
+	path := filepath.Join(j.opts.Dir, logName(first))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	head := make([]byte, 0, logHeaderSize)
+	head = append(head, logMagic...)
+	head = binary.LittleEndian.AppendUint16(head, formatVersion)
+	head = binary.LittleEndian.AppendUint64(head, first)
+	if _, err := f.Write(head); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := syncDir(j.opts.Dir); err != nil {
+		f.Close()
+		return err
+	}
+	j.file, j.fileSize, j.dirty = f, logHeaderSize, false
+	j.filesMu.Lock()
+	if n := len(j.files); n > 0 && j.files[n-1].first == first {
+		j.files[n-1].path = path // an empty file of the same name, replaced
+	} else {
+		j.files = append(j.files, logFile{first, path})
+	}
+	j.filesMu.Unlock()
+	return nil
+}
+
+// Snapshot stores state as including every record up to seq, then deletes
+// the snapshots and log files it makes unnecessary.
+func (j *Journal) Snapshot(seq uint64, state []byte) error {
+	if uint64(len(state)) > MaxSnapshot {
+		return ErrTooLarge
+	}
+	if last := j.LastSeq(); seq > last {
+		return fmt.Errorf("journal: snapshot at %d is past the last record %d", seq, last)
+	}
+	if err := writeSnapshot(j.opts.Dir, seq, state); err != nil {
+		return err
+	}
+	// Older snapshots go, and every log file all of whose records the
+	// snapshot includes: those whose successor starts at or before seq+1.
+	// The file being written always stays.
+	snaps, _ := listDir(j.opts.Dir)
+	for _, s := range snaps.snaps {
+		if s.seq < seq {
+			os.Remove(s.path)
+		}
+	}
+	j.filesMu.Lock()
+	keep := 0
+	for keep+1 < len(j.files) && j.files[keep+1].first <= seq+1 {
+		os.Remove(j.files[keep].path)
+		keep++
+	}
+	j.files = append([]logFile(nil), j.files[keep:]...)
+	j.filesMu.Unlock()
+	return syncDir(j.opts.Dir)
+}
+
+func writeSnapshot(dir string, seq uint64, state []byte) error {
+	final := filepath.Join(dir, snapName(seq))
+	tmp := final + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	buf := make([]byte, 0, snapHeaderSize+4+len(state))
+	buf = append(buf, snapMagic...)
+	buf = binary.LittleEndian.AppendUint16(buf, formatVersion)
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(state)))
+	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(state, castagnoli))
+	buf = append(buf, state...)
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal: snapshot: %w", err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("journal: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func logName(first uint64) string { return fmt.Sprintf("log-%020d.wal", first) }
+func snapName(seq uint64) string  { return fmt.Sprintf("snap-%020d.gsnap", seq) }

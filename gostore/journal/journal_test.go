@@ -1,0 +1,299 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+func rec(i int) []byte { return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte{byte(i)}, i%37))) }
+
+func open(t *testing.T, opts Options) (*Journal, *Recovered) {
+	t.Helper()
+	j, r, err := Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j, r
+}
+
+func wantRecords(t *testing.T, r *Recovered, from, to int) {
+	t.Helper()
+	if len(r.Records) != to-from+1 {
+		t.Fatalf("recovered %d records, want %d (%d..%d)", len(r.Records), to-from+1, from, to)
+	}
+	for k, got := range r.Records {
+		if !bytes.Equal(got, rec(from+k)) {
+			t.Fatalf("record %d: %q", from+k, got)
+		}
+	}
+}
+
+func TestAppendsSurviveReopenInOrder(t *testing.T) {
+	dir := t.TempDir()
+	j, r := open(t, Options{Dir: dir, SegmentBytes: 4096})
+	if r.LastSeq() != 0 || r.Snapshot != nil {
+		t.Fatalf("fresh directory recovered %+v", r)
+	}
+	for i := 1; i <= 500; i++ {
+		seq, err := j.Append(rec(i))
+		if err != nil || seq != uint64(i) {
+			t.Fatalf("append %d: seq %d, %v", i, seq, err)
+		}
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if logs, _ := filepath.Glob(filepath.Join(dir, "log-*.wal")); len(logs) < 3 {
+		t.Fatalf("4 KiB segments did not rotate: %v", logs)
+	}
+	j, r = open(t, Options{Dir: dir, SegmentBytes: 4096})
+	wantRecords(t, r, 1, 500)
+	if seq, err := j.Append(rec(501)); err != nil || seq != 501 {
+		t.Fatalf("append after reopen: %d %v", seq, err)
+	}
+	j.Close()
+	_, r = open(t, Options{Dir: dir})
+	wantRecords(t, r, 1, 501)
+}
+
+// Appends that arrive while the writer is busy go out in one write and
+// one fsync.
+func TestConcurrentAppendsShareOneSync(t *testing.T) {
+	j, _ := open(t, Options{Dir: t.TempDir()})
+	defer j.Close()
+	gate := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	j.beforeFlush = func() {
+		select {
+		case entered <- struct{}{}:
+			<-gate // hold the writer until every append is queued
+		default:
+		}
+	}
+	const n = 32
+	var wg sync.WaitGroup
+	seqs := make([]uint64, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			seqs[i], _ = j.Append(rec(i))
+		}(i)
+	}
+	<-entered
+	for {
+		j.mu.Lock()
+		queued := len(j.pending)
+		j.mu.Unlock()
+		if queued == n {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(gate)
+	wg.Wait()
+	st := j.Stats()
+	if st.Records != n || st.Syncs != 1 || st.Batches != 1 {
+		t.Fatalf("%d appends: %+v, want one batch and one sync", n, st)
+	}
+	seen := map[uint64]bool{}
+	for _, s := range seqs {
+		if s < 1 || s > n || seen[s] {
+			t.Fatalf("sequence numbers %v", seqs)
+		}
+		seen[s] = true
+	}
+}
+
+// A crash mid-write leaves a torn frame at the end of the last file: it is
+// cut off and everything before it comes back.
+func TestTornTailIsCutAndTheRestRecovered(t *testing.T) {
+	for name, damage := range map[string]func([]byte) []byte{
+		"half a frame header": func(b []byte) []byte { return append(b, 7, 0, 0) },
+		"half a payload":      func(b []byte) []byte { return append(b, 200, 0, 0, 0, 1, 2, 3, 4, 'x', 'y') },
+		"bad checksum":        func(b []byte) []byte { return append(b, 2, 0, 0, 0, 1, 2, 3, 4, 'x', 'y') },
+		"absurd length":       func(b []byte) []byte { return append(b, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0) },
+		"last record cut":     func(b []byte) []byte { return b[:len(b)-3] },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			j, _ := open(t, Options{Dir: dir})
+			for i := 1; i <= 20; i++ {
+				j.Append(rec(i))
+			}
+			j.Close()
+			logs, _ := filepath.Glob(filepath.Join(dir, "log-*.wal"))
+			last := logs[len(logs)-1]
+			b, _ := os.ReadFile(last)
+			os.WriteFile(last, damage(b), 0o600)
+			j, r := open(t, Options{Dir: dir})
+			want := 20
+			if name == "last record cut" {
+				want = 19
+			}
+			wantRecords(t, r, 1, want)
+			// The tail is gone for good: new records follow the good ones.
+			if seq, err := j.Append(rec(want + 1)); err != nil || seq != uint64(want+1) {
+				t.Fatalf("append after recovery: %d %v", seq, err)
+			}
+			j.Close()
+			_, r = open(t, Options{Dir: dir})
+			wantRecords(t, r, 1, want+1)
+		})
+	}
+}
+
+// Damage before the last frame of the log is not a crash: Open refuses.
+func TestDamageInsideTheLogIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir, SegmentBytes: 2048})
+	for i := 1; i <= 200; i++ {
+		j.Append(rec(i))
+	}
+	j.Close()
+	logs, _ := filepath.Glob(filepath.Join(dir, "log-*.wal"))
+	b, _ := os.ReadFile(logs[0])
+	b[logHeaderSize+frameHeader+2] ^= 0xff // the first record's payload
+	os.WriteFile(logs[0], b, 0o600)
+	if _, _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a bad record in %s: %v", logs[0], err)
+	}
+	// A missing file in the middle is a gap.
+	dir2 := t.TempDir()
+	j, _ = open(t, Options{Dir: dir2, SegmentBytes: 2048})
+	for i := 1; i <= 200; i++ {
+		j.Append(rec(i))
+	}
+	j.Close()
+	logs, _ = filepath.Glob(filepath.Join(dir2, "log-*.wal"))
+	os.Remove(logs[1])
+	if _, _, err := Open(Options{Dir: dir2}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a gap: %v", err)
+	}
+}
+
+func TestSnapshotLetsTheLogGo(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir, SegmentBytes: 2048})
+	for i := 1; i <= 300; i++ {
+		j.Append(rec(i))
+	}
+	before, _ := filepath.Glob(filepath.Join(dir, "log-*.wal"))
+	if err := j.Snapshot(250, []byte("state after 250")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Snapshot(301, nil); err == nil {
+		t.Fatal("a snapshot past the last record was taken")
+	}
+	after, _ := filepath.Glob(filepath.Join(dir, "log-*.wal"))
+	if len(after) >= len(before) {
+		t.Fatalf("log files %d before the snapshot, %d after", len(before), len(after))
+	}
+	for i := 301; i <= 320; i++ {
+		j.Append(rec(i))
+	}
+	j.Close()
+	j, r := open(t, Options{Dir: dir})
+	if string(r.Snapshot) != "state after 250" || r.SnapshotSeq != 250 {
+		t.Fatalf("snapshot %q at %d", r.Snapshot, r.SnapshotSeq)
+	}
+	wantRecords(t, r, 251, 320)
+	// A newer snapshot replaces the old one; a stray temporary is ignored.
+	if err := j.Snapshot(320, []byte("state after 320")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, snapName(400)+".tmp"), []byte("half"), 0o600)
+	j.Close()
+	if snaps, _ := filepath.Glob(filepath.Join(dir, "snap-*")); len(snaps) != 2 {
+		t.Fatalf("snapshot files %v", snaps)
+	}
+	_, r = open(t, Options{Dir: dir})
+	if string(r.Snapshot) != "state after 320" || len(r.Records) != 0 {
+		t.Fatalf("snapshot %q, %d records", r.Snapshot, len(r.Records))
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) != 0 {
+		t.Fatalf("stray temporaries left: %v", tmp)
+	}
+	// A damaged snapshot the log no longer reaches behind is refused.
+	snap := filepath.Join(dir, snapName(320))
+	b, _ := os.ReadFile(snap)
+	b[len(b)-1] ^= 1
+	os.WriteFile(snap, b, 0o600)
+	if _, _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged snapshot: %v", err)
+	}
+}
+
+func TestAckBeforeSyncStillKeepsEverythingOnClose(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir, AckBeforeSync: true})
+	for i := 1; i <= 100; i++ {
+		if _, err := j.Append(rec(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	if _, err := j.Append(rec(1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	_, r := open(t, Options{Dir: dir})
+	wantRecords(t, r, 1, 100)
+}
+
+func TestOversizedRecordIsRefused(t *testing.T) {
+	j, _ := open(t, Options{Dir: t.TempDir()})
+	defer j.Close()
+	if _, err := j.Append(make([]byte, MaxRecord+1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversized: %v", err)
+	}
+	if seq, err := j.Append(rec(1)); err != nil || seq != 1 {
+		t.Fatalf("after a refusal: %d %v", seq, err)
+	}
+}
+
+// On a full file system Append fails, the journal stays failed (nothing
+// after an unknown record is acknowledged), and every acknowledged record
+// comes back. Needs root for a small tmpfs.
+func TestFullFileSystemFailsAppendsAndLosesNothingAcknowledged(t *testing.T) {
+	dir := t.TempDir()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	defer exec.Command("umount", dir).Run()
+	j, _ := open(t, Options{Dir: dir})
+	acked := 0
+	var failure error
+	for i := 1; i <= 100000; i++ {
+		if _, err := j.Append(rec(i)); err != nil {
+			failure = err
+			break
+		}
+		acked = i
+	}
+	if failure == nil {
+		t.Fatal("256 KiB took every record")
+	}
+	if _, err := j.Append([]byte("x")); err == nil {
+		t.Fatal("an append after a failed write was acknowledged")
+	}
+	j.Close()
+	// Room again (as an operator would make it), then reopen.
+	exec.Command("mount", "-o", "remount,size=4m", dir).Run()
+	j, r := open(t, Options{Dir: dir})
+	defer j.Close() // before the unmount
+	if len(r.Records) < acked {
+		t.Fatalf("%d acknowledged, %d recovered", acked, len(r.Records))
+	}
+	wantRecords(t, r, 1, len(r.Records))
+}

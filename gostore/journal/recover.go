@@ -1,0 +1,206 @@
+
+// Recovery: the newest whole snapshot, then every record after it.
+
+package journal
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+type snapFile struct {
+	seq  uint64
+	path string
+}
+
+type dirListing struct {
+	snaps []snapFile // newest first
+	logs  []logFile  // oldest first
+}
+
+// listDir names the journal's files in dir; stray temporary snapshots (a
+// crash mid-Snapshot) are deleted.
+func listDir(dir string) (dirListing, error) {
+	var out dirListing
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return out, fmt.Errorf("journal: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, "snap-") && strings.HasSuffix(name, ".gsnap.tmp"):
+			os.Remove(filepath.Join(dir, name))
+		case strings.HasPrefix(name, "snap-") && strings.HasSuffix(name, ".gsnap"):
+			if seq, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, "snap-"), ".gsnap"), 10, 64); err == nil {
+				out.snaps = append(out.snaps, snapFile{seq, filepath.Join(dir, name)})
+			}
+		case strings.HasPrefix(name, "log-") && strings.HasSuffix(name, ".wal"):
+			if first, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, "log-"), ".wal"), 10, 64); err == nil {
+				out.logs = append(out.logs, logFile{first, filepath.Join(dir, name)})
+			}
+		}
+	}
+	sort.Slice(out.snaps, func(a, b int) bool { return out.snaps[a].seq > out.snaps[b].seq })
+	sort.Slice(out.logs, func(a, b int) bool { return out.logs[a].first < out.logs[b].first })
+	return out, nil
+}
+
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+}
+
+// recoverDir reads dir's newest valid snapshot and the records after it.
+func recoverDir(dir string) (*Recovered, []logFile, error) {
+	ls, err := listDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := &Recovered{}
+	for _, s := range ls.snaps {
+		state, err := readSnapshot(s)
+		if err == nil {
+			rec.Snapshot, rec.SnapshotSeq = state, s.seq
+			break
+		}
+		// A snapshot is renamed into place whole: a bad one is damage. An
+		// older one serves only while the log still reaches back to it
+		// (checked below, by the gap test).
+	}
+	next := rec.SnapshotSeq + 1
+	for i, lf := range ls.logs {
+		last := i == len(ls.logs)-1
+		records, first, err := readLog(lf, last)
+		if err != nil {
+			return nil, nil, err
+		}
+		if first != lf.first {
+			return nil, nil, corrupt("%s starts at record %d", lf.path, first)
+		}
+		if len(records) > 0 && first > next {
+			return nil, nil, corrupt("records %d to %d are missing (before %s)", next, first-1, lf.path)
+		}
+		for k, r := range records {
+			if first+uint64(k) == next {
+				rec.Records = append(rec.Records, r)
+				next++
+			}
+		}
+	}
+	if len(ls.snaps) > 0 && rec.Snapshot == nil && (len(ls.logs) == 0 || ls.logs[0].first > 1) {
+		return nil, nil, corrupt("no snapshot in %s can be read and the log does not reach back to record 1", dir)
+	}
+	return rec, ls.logs, nil
+}
+
+func readSnapshot(s snapFile) ([]byte, error) {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var head [snapHeaderSize + 4]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return nil, corrupt("%s: short header", s.path)
+	}
+	if string(head[:6]) != snapMagic || binary.LittleEndian.Uint16(head[6:]) != formatVersion ||
+		binary.LittleEndian.Uint64(head[8:]) != s.seq {
+		return nil, corrupt("%s: not a version-%d snapshot of record %d", s.path, formatVersion, s.seq)
+	}
+	n := binary.LittleEndian.Uint64(head[16:])
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if n > MaxSnapshot || int64(n) != st.Size()-int64(len(head)) {
+		return nil, corrupt("%s: payload of %d bytes in a file of %d", s.path, n, st.Size())
+	}
+	state := make([]byte, n)
+	if _, err := io.ReadFull(f, state); err != nil {
+		return nil, corrupt("%s: %v", s.path, err)
+	}
+	if crc32.Checksum(state, castagnoli) != binary.LittleEndian.Uint32(head[snapHeaderSize:]) {
+		return nil, corrupt("%s: checksum mismatch", s.path)
+	}
+	return state, nil
+}
+
+// readLog returns the records of one log file and its first sequence
+// number. In the last file a torn or corrupt tail is cut off (a crash
+// mid-write); anywhere else it is corruption.
+func readLog(lf logFile, last bool) ([][]byte, uint64, error) {
+	f, err := os.OpenFile(lf.path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("journal: %w", err)
+	}
+	defer f.Close()
+	var head [logHeaderSize]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		if last {
+			// Created, header not yet whole: nothing was written after it.
+			return nil, lf.first, nil
+		}
+		return nil, 0, corrupt("%s: short header", lf.path)
+	}
+	if string(head[:6]) != logMagic || binary.LittleEndian.Uint16(head[6:]) != formatVersion {
+		return nil, 0, corrupt("%s: not a version-%d log file", lf.path, formatVersion)
+	}
+	first := binary.LittleEndian.Uint64(head[8:])
+	r := bufio.NewReaderSize(f, 1<<20)
+	var records [][]byte
+	good := int64(logHeaderSize)
+	for {
+		payload, err := readFrame(r)
+		if err == io.EOF {
+			return records, first, nil
+		}
+		if err != nil {
+			if !last {
+				return nil, 0, corrupt("%s: record %d: %v", lf.path, first+uint64(len(records)), err)
+			}
+			if terr := f.Truncate(good); terr != nil {
+				return nil, 0, fmt.Errorf("journal: cutting the torn tail of %s: %w", lf.path, terr)
+			}
+			if serr := f.Sync(); serr != nil {
+				return nil, 0, fmt.Errorf("journal: %w", serr)
+			}
+			return records, first, nil
+		}
+		records = append(records, payload)
+		good += int64(frameHeader + len(payload))
+	}
+}
+
+var errTorn = errors.New("torn frame")
+
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var h [frameHeader]byte
+	n, err := io.ReadFull(r, h[:])
+	if err == io.EOF {
+		return nil, io.EOF
+	}
+	if err != nil || n < frameHeader {
+		return nil, errTorn
+	}
+	size := binary.LittleEndian.Uint32(h[:4])
+	if size > MaxRecord {
+		return nil, fmt.Errorf("length %d over the limit", size)
+	}
+	payload := make([]byte, size)
+	if _, err := io.ReadFull(r, payload); err != nil {
+		return nil, errTorn
+	}
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(h[4:]) {
+		return nil, errors.New("checksum mismatch")
+	}
+	return payload, nil
+}
