@@ -1,4 +1,3 @@
-
 // The log: group-committed appends, rotation, snapshots and the files
 // they let go.
 

@@ -12,7 +12,9 @@ import (
 	"testing"
 )
 
-func rec(i int) []byte { return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte{byte(i)}, i%37))) }
+func rec(i int) []byte {
+	return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte{byte(i)}, i%37)))
+}
 
 func open(t *testing.T, opts Options) (*Journal, *Recovered) {
 	t.Helper()

@@ -1,4 +1,3 @@
-
 // Recovery: the newest whole snapshot, then every record after it.
 
 package journal
