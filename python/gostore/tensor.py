@@ -122,6 +122,7 @@ _MC_OF_NUMPY = {
 }
 _NUMPY_OF_MC = {v: k for k, v in _MC_OF_NUMPY.items()}
 _MC_FLAG_CUDA, _MC_FLAG_NUMPY = 1, 2
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 _MC_SHARD = 1
 
 
@@ -253,6 +254,8 @@ def _mc_header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, flags
             split = -1 if a.split_dim is None else a.split_dim
             extent = shape[split] if 0 <= split < len(shape) else 0
             ident = a.expert_id if a.kind == "ep" else a.stage_id if a.kind == "pp" else 0
+            if not all(_I32_MIN <= v <= _I32_MAX for v in (a.rank, a.size, split, ident)):
+                return None  # Mooncake's axis fields are 32-bit
             axes += _MC_AXIS.pack(AXIS_KINDS.index(a.kind), i, a.rank, a.size, split, ident, extent)
     pad = (-1,) * (_MC_DIMS - len(shape))
     mc_flags = (_MC_FLAG_CUDA if flags & FLAG_CUDA else 0) | (_MC_FLAG_NUMPY if kind == KIND_NUMPY else 0)
