@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"sort"
 )
 
 // Errors returned by Free, wrapped with the offending offset and size. A
@@ -110,6 +111,75 @@ type Allocator struct {
 // error, not a runtime condition); capacity is rounded down to a multiple
 // of align.
 func New(capacity, align uint64) *Allocator {
+	a := empty(capacity, align)
+	if a.capUnits > 0 {
+		a.insertFree(0, a.capUnits)
+	}
+	return a
+}
+
+// Range is an allocation to restore: Size bytes at Offset.
+type Range struct{ Offset, Size uint64 }
+
+// Restore builds an allocator of capacity bytes in which exactly the given
+// ranges are allocated (as if Alloc had returned them), for a master that
+// rebuilds its pool from a journal. A range that is misaligned, empty,
+// outside the capacity or overlapping an earlier one (in the order given)
+// is not restored: its index is returned in refused.
+func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []int) {
+	a = empty(capacity, align)
+	type unitRange struct {
+		start, size uint64
+		index       int
+	}
+	kept := make([]unitRange, 0, len(ranges))
+	taken := make(map[uint64]bool) // starts kept so far, to refuse exact repeats fast
+	for i, r := range ranges {
+		if r.Size == 0 || r.Offset&(align-1) != 0 || r.Offset >= capacity || r.Size > capacity-r.Offset ||
+			taken[r.Offset>>a.shift] {
+			refused = append(refused, i)
+			continue
+		}
+		u := (r.Size + align - 1) >> a.shift
+		if (r.Offset>>a.shift)+u > a.capUnits {
+			refused = append(refused, i)
+			continue
+		}
+		taken[r.Offset>>a.shift] = true
+		kept = append(kept, unitRange{r.Offset >> a.shift, u, i})
+	}
+	// Sort by start; an overlap refuses the range given later.
+	sort.Slice(kept, func(x, y int) bool { return kept[x].start < kept[y].start })
+	var final []unitRange
+	for _, r := range kept {
+		if n := len(final); n > 0 && final[n-1].start+final[n-1].size > r.start {
+			if final[n-1].index > r.index {
+				refused = append(refused, final[n-1].index)
+				final[n-1] = r
+			} else {
+				refused = append(refused, r.index)
+			}
+			continue
+		}
+		final = append(final, r)
+	}
+	next := uint64(0)
+	for _, r := range final {
+		if r.start > next {
+			a.insertFree(next, r.start-next)
+		}
+		a.allocated[r.start] = r.size
+		a.used += r.size
+		next = r.start + r.size
+	}
+	if next < a.capUnits {
+		a.insertFree(next, a.capUnits-next)
+	}
+	sort.Ints(refused)
+	return a, refused
+}
+
+func empty(capacity, align uint64) *Allocator {
 	if align == 0 || align&(align-1) != 0 {
 		panic(fmt.Sprintf("alloc: align %d is not a power of two", align))
 	}
@@ -125,9 +195,6 @@ func New(capacity, align uint64) *Allocator {
 	for i := range a.heads {
 		a.heads[i] = nilNode
 		a.binMaxOK[i] = true // empty bin: max 0 is exact
-	}
-	if a.capUnits > 0 {
-		a.insertFree(0, a.capUnits)
 	}
 	return a
 }

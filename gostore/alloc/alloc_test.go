@@ -720,3 +720,89 @@ func BenchmarkAllocFreeMixed(b *testing.B) {
 	}
 	b.ReportMetric(float64(a.FreeExtents()), "extents")
 }
+
+// Restore rebuilds what a live allocator holds: the same ranges allocated,
+// the same free space, and every restored range frees exactly.
+func TestRestoreMatchesTheLiveAllocator(t *testing.T) {
+	const capacity, align = 1 << 20, 64
+	live := New(capacity, align)
+	rng := rand.New(rand.NewPCG(7, 7))
+	held := map[uint64]uint64{}
+	for i := 0; i < 2000; i++ {
+		if len(held) > 0 && rng.IntN(3) == 0 {
+			for off, size := range held {
+				if err := live.Free(off, size); err != nil {
+					t.Fatal(err)
+				}
+				delete(held, off)
+				break
+			}
+			continue
+		}
+		size := uint64(1 + rng.IntN(9000))
+		if off, ok := live.Alloc(size); ok {
+			held[off] = size
+		}
+	}
+	var ranges []Range
+	for off, size := range held {
+		ranges = append(ranges, Range{off, size})
+	}
+	back, refused := Restore(capacity, align, ranges)
+	if len(refused) != 0 {
+		t.Fatalf("refused %v", refused)
+	}
+	checkInvariants(t, back)
+	if back.Used() != live.Used() || back.LargestFree() != live.LargestFree() || back.FreeExtents() != live.FreeExtents() {
+		t.Fatalf("restored used %d largest %d extents %d; live %d %d %d", back.Used(), back.LargestFree(),
+			back.FreeExtents(), live.Used(), live.LargestFree(), live.FreeExtents())
+	}
+	// What is free takes exactly the rest, and nothing overlaps a restored range.
+	var got []Range
+	for {
+		off, ok := back.Alloc(align)
+		if !ok {
+			break
+		}
+		got = append(got, Range{off, align})
+	}
+	if uint64(len(got))*align+live.Used() != capacity {
+		t.Fatalf("free space %d + used %d != %d", uint64(len(got))*align, live.Used(), capacity)
+	}
+	for _, g := range got {
+		for off, size := range held {
+			if g.Offset < off+size && off < g.Offset+g.Size {
+				t.Fatalf("allocation %+v overlaps restored [%d,+%d)", g, off, size)
+			}
+		}
+	}
+	for off, size := range held {
+		if err := back.Free(off, size); err != nil {
+			t.Fatalf("free of restored [%d,+%d): %v", off, size, err)
+		}
+	}
+}
+
+func TestRestoreRefusesWhatCannotBeAllocations(t *testing.T) {
+	ranges := []Range{
+		{0, 100},              // 0: kept
+		{64, 64},              // 1: overlaps 0
+		{4096, 64},            // 2: kept
+		{4100, 64},            // 3: misaligned
+		{1 << 20, 64},         // 4: outside
+		{8192, 0},             // 5: empty
+		{4096, 64},            // 6: a repeat of 2
+		{(1 << 20) - 64, 128}, // 7: runs past the end
+	}
+	a, refused := Restore(1<<20, 64, ranges)
+	checkInvariants(t, a)
+	if want := []int{1, 3, 4, 5, 6, 7}; !slices.Equal(refused, want) {
+		t.Fatalf("refused %v, want %v", refused, want)
+	}
+	if a.Used() != 128+64 {
+		t.Fatalf("used %d", a.Used())
+	}
+	if err := a.Free(0, 100); err != nil {
+		t.Fatal(err)
+	}
+}
