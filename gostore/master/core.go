@@ -51,6 +51,13 @@ type Config struct {
 	// object has a disk copy, so nothing is lost while disks have room.
 	EnableOffload  bool
 	OffloadOnEvict bool
+	// OnChange, when set, is told every change of the durable state (see
+	// Change), under the lock that made it: it must not block. The server
+	// journals them.
+	OnChange func(Change)
+	// RestoreQuarantine: after Restore, how long restored segments' free
+	// space takes no new replica (default 5 s).
+	RestoreQuarantine time.Duration
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -71,6 +78,9 @@ func (c *Config) fill() {
 	}
 	if c.HighWatermark == 0 {
 		c.HighWatermark = 0.90
+	}
+	if c.RestoreQuarantine == 0 {
+		c.RestoreQuarantine = restoreQuarantineDefault
 	}
 	if c.PutStartDiscardTimeout == 0 {
 		c.PutStartDiscardTimeout = 30 * time.Second
@@ -185,6 +195,9 @@ type segment struct {
 	// noDisk: the owner's SSD tier left (UnmountLocalDisk): desc.Offload
 	// no longer holds.
 	noDisk atomic.Bool
+	// quarantineUntil: a restored segment's free space takes no new
+	// replica before then (ns on the core's clock; see Restore).
+	quarantineUntil int64
 }
 
 // New returns an empty core.
@@ -270,6 +283,7 @@ func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
 	c.segs.byID[d.ID] = s
 	c.segs.byName[d.Name] = s
 	c.segs.list = append(c.segs.list, s)
+	c.recordSegment(s, true)
 	return d.ID, nil
 }
 
@@ -355,6 +369,7 @@ func (c *Core) removeSegmentLocked(s *segment) {
 	s.mu.Lock()
 	s.dead = true
 	s.mu.Unlock()
+	c.recordSegment(s, false)
 }
 
 // dropReplicasOn sweeps every shard for replicas on the dead segment s.
@@ -364,8 +379,14 @@ func (c *Core) dropReplicasOn(s *segment) {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		for key, o := range sh.objects {
-			if o.dropReplicasOn(s) && len(o.replicas) == 0 && o.disk == nil {
+			if !o.dropReplicasOn(s) {
+				continue
+			}
+			if len(o.replicas) == 0 && o.disk == nil {
 				delete(sh.objects, key)
+				c.record(key, nil)
+			} else {
+				c.record(key, o)
 			}
 		}
 		sh.mu.Unlock()
@@ -436,6 +457,7 @@ func (c *Core) Tick() []string {
 		dead[id] = true
 	}
 	c.finishDrains(now.UnixNano())
+	c.endQuarantines(now.UnixNano())
 	c.tickTasks(now.UnixNano(), dead)
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())

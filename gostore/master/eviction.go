@@ -103,13 +103,18 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 				n++
 				if o.disk == nil || dead[o.disk.client] {
 					delete(sh.objects, key)
+					c.record(key, nil)
 					continue
 				} // a rewrite that never ended: the disk keeps the last value
+				c.record(key, o)
 			}
 			if disks && o.disk != nil && dead[o.disk.client] {
 				o.disk = nil
 				if len(o.replicas) == 0 {
 					delete(sh.objects, key)
+					c.record(key, nil)
+				} else {
+					c.record(key, o)
 				}
 			}
 		}
@@ -313,7 +318,10 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			o.release(&c.stats)
 			if o.disk == nil {
 				delete(sh.objects, key)
-			} // else the object lives on in the SSD tier
+				c.record(key, nil)
+			} else { // the object lives on in the SSD tier
+				c.record(key, o)
+			}
 			objects.Add(1)
 		}
 	})

@@ -43,10 +43,13 @@ func (c *Core) UnmountLocalDisk(clientID string) error {
 			if o.disk == nil || o.disk.client != clientID {
 				continue
 			}
-			c.drops.push(o.disk.storage, key) // whoever opens the directory next deletes it
+			c.pushDrop(o.disk.storage, key) // whoever opens the directory next deletes it
 			o.disk = nil
 			if len(o.replicas) == 0 {
 				delete(sh.objects, key)
+				c.record(key, nil)
+			} else {
+				c.record(key, o)
 			}
 		}
 		sh.mu.Unlock()

@@ -234,6 +234,7 @@ func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Co
 			}
 			o.lastUse = now
 			c.dropDisk(key, o) // a rewritten object's old disk copy is stale
+			c.record(key, o)
 			if c.cfg.EnableOffload && !c.cfg.OffloadOnEvict {
 				c.wantOffload(key, o)
 			}
@@ -535,6 +536,8 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 			if len(kept) == 0 && o.disk == nil {
 				c.deleteObject(sh, key, o)
 				c.stats.Removes.Add(1)
+			} else {
+				c.record(key, o)
 			}
 			cleared = append(cleared, key)
 		}

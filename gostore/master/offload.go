@@ -76,6 +76,17 @@ func (q *offloadQueues) take(client, key string) bool {
 	return true
 }
 
+// all copies every queue.
+func (q *offloadQueues) all() map[string][]string {
+	q.Lock()
+	defer q.Unlock()
+	out := make(map[string][]string, len(q.byClient))
+	for name, kq := range q.byClient {
+		out[name] = slices.Clone(kq.keys)
+	}
+	return out
+}
+
 // forget drops a dead client's queue.
 func (q *offloadQueues) forget(client string) {
 	q.Lock()
@@ -132,7 +143,7 @@ func (c *Core) dropDisk(key string, o *object) {
 	if o.disk == nil {
 		return
 	}
-	c.drops.push(o.disk.storage, key)
+	c.pushDrop(o.disk.storage, key)
 	o.disk = nil
 }
 
@@ -143,6 +154,7 @@ func (c *Core) dropDisk(key string, o *object) {
 func (c *Core) deleteObject(sh *shard, key string, o *object) {
 	c.dropDisk(key, o)
 	delete(sh.objects, key)
+	c.record(key, nil)
 }
 
 // OffloadPending reports whether clientID has objects to persist or disk
@@ -185,6 +197,7 @@ func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []strin
 	if storage != "" {
 		c.tierOf(clientID, storage)
 		drop = c.drops.pop(storage, max)
+		c.dropsDone(storage, drop...)
 	}
 	for _, key := range c.offload.pop(clientID, max) {
 		sh := c.shardOf(key)
@@ -238,6 +251,7 @@ func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string
 		default:
 			o.disk = &diskCopy{client: clientID, endpoint: endpoint, storage: storage}
 			c.stats.Offloaded.Add(1)
+			c.record(key, o)
 		}
 		sh.mu.Unlock()
 	}
@@ -259,6 +273,9 @@ func (c *Core) EvictDiskReplicas(clientID string, keys []string) []wire.Code {
 			o.disk = nil
 			if len(o.replicas) == 0 {
 				delete(sh.objects, key)
+				c.record(key, nil)
+			} else {
+				c.record(key, o)
 			}
 		}
 		sh.mu.Unlock()
@@ -288,6 +305,7 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 			continue
 		}
 		if c.drops.take(storage, key) {
+			c.dropsDone(storage, key)
 			out[i] = wire.ErrObjectAlreadyExists
 			continue
 		}
@@ -300,9 +318,11 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 				disk: &diskCopy{client: clientID, endpoint: endpoint, storage: storage}}
 			sh.objects[key] = o
 			c.stats.DiskRecovered.Add(1)
+			c.record(key, o)
 		case o.disk != nil && o.disk.storage == storage && o.size == sizes[i] && !o.unfinished():
 			o.disk.client, o.disk.endpoint = clientID, endpoint
 			c.stats.DiskRecovered.Add(1)
+			c.record(key, o)
 		default:
 			out[i] = wire.ErrObjectAlreadyExists
 		}

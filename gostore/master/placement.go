@@ -19,9 +19,10 @@ type placer struct {
 
 	// noSpace's survey of the pool, once per batch: the largest segment
 	// and the account of a full pool.
-	surveyed bool
-	largest  uint64
-	full     string
+	surveyed    bool
+	largest     uint64
+	full        string
+	quarantined int // restored segments still in their quarantine
 }
 
 func (c *Core) newPlacer(cfg wire.ReplicaConfig, hostID string) *placer {
@@ -106,7 +107,9 @@ func (p *placer) noSpace(size uint64) (string, wire.SpaceOutlook) {
 		n := 0
 		for _, s := range p.all {
 			s.mu.Lock()
-			if s.drainAt == 0 { // being unmounted: takes nothing new
+			if s.quarantineUntil != 0 {
+				p.quarantined++
+			} else if s.drainAt == 0 { // being unmounted: takes nothing new
 				used += s.alloc.Used()
 				capacity += s.alloc.Capacity()
 				p.largest = max(p.largest, s.alloc.Capacity())
@@ -119,6 +122,12 @@ func (p *placer) noSpace(size uint64) (string, wire.SpaceOutlook) {
 		if n == 0 {
 			p.full = "every segment is being unmounted (graceful unmount): none takes new objects"
 		}
+	}
+	if p.quarantined > 0 && p.largest == 0 {
+		// Not full: restored after a master restart, these take new
+		// objects when the quarantine ends (Config.RestoreQuarantine).
+		// Eviction would free nothing they can use before then.
+		return "the master restarted: its restored segments take new objects once writes in flight at the stop are over", wire.SpaceComing
 	}
 	if p.largest == 0 {
 		return p.full, wire.SpaceNone

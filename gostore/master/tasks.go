@@ -92,6 +92,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		// client there is nothing to run.
 		if source != nil {
 			c.dropReplicaOn(o, source, now)
+			c.record(req.Key, o)
 		}
 		t.finished = now
 		t.info.Status = TaskSucceeded
@@ -176,7 +177,7 @@ func (o *object) hasReplicaOn(s *segment) bool {
 func (s *segment) allocate(size uint64) (uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead || s.drainAt != 0 {
+	if s.dead || s.drainAt != 0 || s.quarantineUntil != 0 {
 		return 0, false
 	}
 	return s.alloc.Alloc(size)
@@ -224,6 +225,9 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 		}
 		if t.source != nil && added > 0 {
 			c.dropReplicaOn(o, t.source, now)
+		}
+		if added > 0 {
+			c.record(t.info.Key, o)
 		}
 	}
 	sh.mu.Unlock()
