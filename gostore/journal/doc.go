@@ -31,10 +31,11 @@
 //     written, and the writer syncs at least every Options.SyncInterval:
 //     a crash loses at most that window.
 //   - Open recovers the newest valid snapshot and every record after it,
-//     in order, with no gap. A torn or corrupt frame at the end of the last
-//     log file (a crash mid-write) is cut off; a bad frame anywhere else,
-//     or a gap, is corruption and Open refuses with ErrCorrupt rather than
-//     serve a state that never existed.
+//     in order, with no gap. A torn frame at the end of the last log file
+//     (a crash mid-write: short, or the file's last frame failing its
+//     checksum) is cut off; a bad frame anywhere else, or a gap, is
+//     corruption and Open refuses with ErrCorrupt rather than serve a
+//     state that never existed.
 //   - Nothing read from disk is trusted: lengths are bounded (MaxRecord)
 //     before anything is allocated.
 //   - Once a write or sync fails, the journal is failed: every later

@@ -97,9 +97,9 @@ type Journal struct {
 	closed  bool
 	stats   Stats
 
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	wake    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
 
 	// Owned by the writer goroutine (and by Close after it ends).
 	file     *os.File
@@ -131,7 +131,7 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 		return nil, nil, err
 	}
 	j := &Journal{opts: opts, files: files, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		done: make(chan struct{})}
+		stopped: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
 	j.written = rec.LastSeq()
 	j.synced = j.written
@@ -146,6 +146,17 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 // Append writes rec as the next record and returns its sequence number
 // once it is durable (see Options.AckBeforeSync).
 func (j *Journal) Append(rec []byte) (uint64, error) {
+	seq, err := j.Enqueue(rec)
+	if err != nil {
+		return 0, err
+	}
+	return seq, j.Wait(seq)
+}
+
+// Enqueue hands rec to the writer as the next record and returns its
+// sequence number at once, without waiting for the disk: a caller holding
+// locks enqueues, and Waits after releasing them.
+func (j *Journal) Enqueue(rec []byte) (uint64, error) {
 	if len(rec) > MaxRecord {
 		return 0, ErrTooLarge
 	}
@@ -165,13 +176,30 @@ func (j *Journal) Append(rec []byte) (uint64, error) {
 	case j.wake <- struct{}{}:
 	default:
 	}
-	for j.err == nil && (j.written < seq || !j.opts.AckBeforeSync && j.synced < seq) {
+	return seq, nil
+}
+
+// Wait returns once every record up to seq is durable (see
+// Options.AckBeforeSync), or the error that stopped the journal.
+func (j *Journal) Wait(seq uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.err == nil && !j.done(seq) && seq < j.next { // Close's last flush writes all enqueued
 		j.cond.Wait()
 	}
-	if j.written < seq || !j.opts.AckBeforeSync && j.synced < seq {
-		return 0, j.err
+	if j.done(seq) {
+		return nil
 	}
-	return seq, nil
+	if j.err != nil {
+		return j.err
+	}
+	return ErrClosed
+}
+
+// done reports whether record seq is as durable as Append promises; j.mu
+// is held.
+func (j *Journal) done(seq uint64) bool {
+	return j.written >= seq && (j.opts.AckBeforeSync || j.synced >= seq)
 }
 
 // LastSeq is the sequence number of the last record appended.
@@ -205,7 +233,7 @@ func (j *Journal) Close() error {
 	j.closed = true
 	j.mu.Unlock()
 	close(j.stop)
-	<-j.done
+	<-j.stopped
 	err := j.file.Close()
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -216,7 +244,7 @@ func (j *Journal) Close() error {
 }
 
 func (j *Journal) run() {
-	defer close(j.done)
+	defer close(j.stopped)
 	var tick <-chan time.Time
 	if j.opts.AckBeforeSync {
 		t := time.NewTicker(j.opts.SyncInterval)

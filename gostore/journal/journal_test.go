@@ -168,6 +168,21 @@ func TestDamageInsideTheLogIsRefused(t *testing.T) {
 	if _, _, err := Open(Options{Dir: dir}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a bad record in %s: %v", logs[0], err)
 	}
+	// So is a bad checksum in the last file with whole records after it:
+	// a torn write leaves its damage at the very end.
+	dir3 := t.TempDir()
+	j, _ = open(t, Options{Dir: dir3})
+	for i := 1; i <= 20; i++ {
+		j.Append(rec(i))
+	}
+	j.Close()
+	logs, _ = filepath.Glob(filepath.Join(dir3, "log-*.wal"))
+	b, _ = os.ReadFile(logs[len(logs)-1])
+	b[logHeaderSize+frameHeader+2] ^= 0xff
+	os.WriteFile(logs[len(logs)-1], b, 0o600)
+	if _, _, err := Open(Options{Dir: dir3}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a bad record before good ones in the last file: %v", err)
+	}
 	// A missing file in the middle is a gap.
 	dir2 := t.TempDir()
 	j, _ = open(t, Options{Dir: dir2, SegmentBytes: 2048})

@@ -163,7 +163,9 @@ func readLog(lf logFile, last bool) ([][]byte, uint64, error) {
 			return records, first, nil
 		}
 		if err != nil {
-			if !last {
+			_, more := r.Peek(1)
+			if !last || (errors.Is(err, errBadSum) && more == nil) {
+				// Damage with whole records after it is no torn write.
 				return nil, 0, corrupt("%s: record %d: %v", lf.path, first+uint64(len(records)), err)
 			}
 			if terr := f.Truncate(good); terr != nil {
@@ -179,7 +181,10 @@ func readLog(lf logFile, last bool) ([][]byte, uint64, error) {
 	}
 }
 
-var errTorn = errors.New("torn frame")
+var (
+	errTorn   = errors.New("torn frame")
+	errBadSum = errors.New("checksum mismatch")
+)
 
 func readFrame(r *bufio.Reader) ([]byte, error) {
 	var h [frameHeader]byte
@@ -199,7 +204,7 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 		return nil, errTorn
 	}
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(h[4:]) {
-		return nil, errors.New("checksum mismatch")
+		return nil, errBadSum
 	}
 	return payload, nil
 }

@@ -60,6 +60,15 @@ func (s *Server) Handle(op wire.Op, h Handler) {
 	s.handlers[op] = h
 }
 
+// Wrap replaces op's handler h with wrap(h): a decoration (waiting for a
+// journal, say) added after registration. Call before Serve.
+func (s *Server) Wrap(op wire.Op, wrap func(Handler) Handler) {
+	if int(op) >= len(s.handlers) || s.handlers[op] == nil {
+		panic(fmt.Sprintf("rpc: no handler for opcode %d to wrap", op))
+	}
+	s.handlers[op] = wrap(s.handlers[op])
+}
+
 // HandleFunc registers a typed handler: the body is decoded into a fresh Req.
 func HandleFunc[Req any, Resp any](s *Server, op wire.Op, f func(*Req) (*Resp, error)) {
 	s.Handle(op, func(body []byte) (any, error) {

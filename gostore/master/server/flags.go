@@ -36,6 +36,14 @@ type Options struct {
 	EnableOffload  bool
 	OffloadOnEvict bool
 
+	// StateDir, when set, holds the journal of every durable change and its
+	// snapshots (every SnapshotInterval); Start restores from it.
+	StateDir         string
+	SnapshotInterval time.Duration
+	// AckBeforeSync: changes are acknowledged once written, synced within
+	// 100 ms (a machine crash loses at most that much).
+	AckBeforeSync bool
+
 	// TickInterval is how often time-driven work runs: client expiry,
 	// quarantine release, orphaned tasks, eviction.
 	TickInterval time.Duration

@@ -29,6 +29,7 @@ type Server struct {
 	http    *http.Server
 	httpLn  net.Listener
 	metrics *metrics
+	state   *durability // nil without a state directory
 
 	// evictNow asks the tick loop for a pass before its next tick: a put
 	// was refused for space that eviction may free.
@@ -53,7 +54,15 @@ func Start(opts Options) (*Server, error) {
 		opts.TickInterval = 100 * time.Millisecond
 	}
 	warnIgnored(log, opts)
-	core := master.New(master.Config{
+	var state *durability
+	var saved *master.State
+	if opts.StateDir != "" {
+		var err error
+		if state, saved, err = openState(opts.StateDir, opts.AckBeforeSync, log); err != nil {
+			return nil, err
+		}
+	}
+	cfg := master.Config{
 		DefaultKVLeaseTTL:      opts.DefaultKVLeaseTTL,
 		ClientTTL:              opts.ClientTTL,
 		SoftPinTTL:             opts.DefaultKVSoftPinTTL,
@@ -64,16 +73,31 @@ func Start(opts Options) (*Server, error) {
 		PutStartReleaseTimeout: opts.PutStartReleaseTimeout,
 		EnableOffload:          opts.EnableOffload,
 		OffloadOnEvict:         opts.OffloadOnEvict,
-	})
-	s := &Server{opts: opts, log: log, core: core, stop: make(chan struct{}), evictNow: make(chan struct{}, 1)}
+	}
+	if state != nil {
+		cfg.OnChange = state.record
+	}
+	core := master.New(cfg)
+	if saved != nil {
+		rep := core.Restore(saved)
+		log.Info("state restored", "segments", rep.Segments, "objects", rep.Objects, "dropped", rep.Dropped)
+	}
+	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
+		evictNow: make(chan struct{}, 1)}
 	s.metrics = newMetrics(core)
 	s.rpc = rpc.NewServer(log, s.metrics.observe)
 	s.register()
+	if state != nil {
+		state.waitForDisk(s.rpc)
+	}
 
 	var err error
 	network := listenNetwork(opts.RPCAddress)
 	s.rpcLn, err = net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
 	if err != nil {
+		if state != nil {
+			state.j.Close()
+		}
 		return nil, err
 	}
 	if opts.MetricsPort >= 0 {
@@ -106,6 +130,17 @@ func Start(opts Options) (*Server, error) {
 		defer s.wg.Done()
 		s.tickLoop()
 	}()
+	if state != nil {
+		interval := opts.SnapshotInterval
+		if interval <= 0 {
+			interval = 10 * time.Minute
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.snapshotLoop(interval)
+		}()
+	}
 	// The addresses the sockets are bound to, as the kernel reports them
 	// (a wildcard stays a wildcard), then where a local client dials.
 	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
@@ -193,6 +228,14 @@ func (s *Server) Close() {
 			cancel()
 		}
 		s.wg.Wait()
+		if s.state != nil {
+			// A last snapshot makes the next start quick; the journal
+			// alone would do as well.
+			if err := s.state.snapshot(s.core); err != nil {
+				s.log.Error("snapshot at stop failed", "err", err)
+			}
+			s.state.j.Close()
+		}
 		s.log.Info("master stopped")
 	})
 }
