@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -56,11 +57,23 @@ func main() {
 	rows = append(rows, inProcess(dur)...)
 	rows = append(rows, overRPC(dur)...)
 	evictMS, bytesPerObject, rssPerObject := evictionAndMemory(*objects)
+	jrows, syncsPS := journalCost(dur)
 
 	fmt.Printf("\nmaster metadata throughput (GOMAXPROCS=%d)\n", runtime.GOMAXPROCS(0))
 	fmt.Printf("%-22s %-10s %6s %8s %14s %12s\n", "operation", "where", "batch", "callers", "keys/s", "calls/s")
 	for _, r := range rows {
 		fmt.Printf("%-22s %-10s %6d %8d %14.0f %12.0f\n", r.Name, r.Where, r.Batch, r.Callers, r.KeysPS, r.CallsPS)
+	}
+	fmt.Printf("\nthe journal's cost (--snapshot_backup_dir): 4 KiB puts, PutStart+PutEnd over RPC; this disk does %.0f 4 KiB write+fsync/s\n", syncsPS)
+	fmt.Printf("%-22s %6s %8s %14s %14s %16s %10s\n", "journal", "batch", "callers", "keys/s", "us/put call", "bytes/object", "vs off")
+	for _, r := range jrows {
+		off := 0.0
+		for _, o := range jrows {
+			if o.Mode == "off" && o.Batch == r.Batch && o.Callers == r.Callers {
+				off = o.KeysPS
+			}
+		}
+		fmt.Printf("%-22s %6d %8d %14.0f %14.1f %16.0f %9.0f%%\n", r.Mode, r.Batch, r.Callers, r.KeysPS, r.PutUS, r.BytesPer, 100*r.KeysPS/max(off, 1))
 	}
 	fmt.Printf("\neviction pass over %d objects: %.1f ms (target < 200 ms)\n", *objects, evictMS)
 	fmt.Printf("master memory per object at %d objects: %.0f bytes of heap in use, %.0f bytes of RSS growth (target <= 300)\n",
@@ -77,7 +90,8 @@ func main() {
 	fmt.Printf("targets: single ops over RPC %.0f/s (>= 150k), batches of 128 over RPC %.0f keys/s (>= 1M)\n",
 		best("rpc", 1), best("rpc", 128))
 	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(map[string]any{"rows": rows, "eviction_ms": evictMS, "objects": *objects,
+		b, _ := json.MarshalIndent(map[string]any{"rows": rows, "journal": jrows, "fsyncs_per_s": syncsPS,
+			"eviction_ms": evictMS, "objects": *objects,
 			"bytes_per_object": bytesPerObject, "rss_bytes_per_object": rssPerObject, "gomaxprocs": runtime.GOMAXPROCS(0), "time": time.Now().UTC()}, "", "  ")
 		os.WriteFile(*jsonOut, b, 0o644)
 	}
@@ -170,6 +184,12 @@ func inProcess(d time.Duration) []row {
 // deployment) and prints its address.
 func serve() {
 	opts, _ := server.ParseFlags([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--log_level=error", "--client_ttl=3600"}, nil)
+	for _, a := range os.Args[2:] { // -state=DIR: journal there; -ack: acknowledge before the sync
+		if dir, ok := strings.CutPrefix(a, "-state="); ok {
+			opts.StateDir = dir
+		}
+		opts.AckBeforeSync = opts.AckBeforeSync || a == "-ack"
+	}
 	srv, err := server.Start(opts)
 	if err != nil {
 		panic(err)
@@ -183,22 +203,8 @@ func serve() {
 }
 
 func overRPC(d time.Duration) []row {
-	cmd := exec.Command(os.Args[0], "-serve")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		panic(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		panic(err)
-	}
-	addr := strings.TrimSpace(line)
+	addr, stop := startServer()
+	defer stop()
 	var rows []row
 	// Three ways to call: calls pipelined over two shared connections
 	// (muxClient, for many concurrent callers), and one connection per
@@ -219,6 +225,139 @@ func overRPC(d time.Duration) []row {
 		cl.Close()
 	}
 	return rows
+}
+
+// startServer runs a master in a child process (args after -serve) and
+// returns its address and how to stop it.
+func startServer(args ...string) (string, func()) {
+	cmd := exec.Command(os.Args[0], append([]string{"-serve"}, args...)...)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		panic(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSpace(line), func() {
+		stdin.Close()
+		cmd.Wait()
+	}
+}
+
+// journalRow is one cell of the journal's cost: puts (PutStart+PutEnd of
+// 4 KiB objects) against a master without a state directory, with one
+// (each answer after its fsync), and with one acknowledging first.
+type journalRow struct {
+	Mode     string  `json:"mode"`
+	Batch    int     `json:"batch"`
+	Callers  int     `json:"callers"`
+	KeysPS   float64 `json:"keys_per_s"`
+	PutUS    float64 `json:"us_per_put_call"` // PutStart+PutEnd of one batch, one caller's view
+	BytesPer float64 `json:"journal_bytes_per_object,omitempty"`
+}
+
+// journalCost measures puts with the journal off, on, and on with
+// acknowledgement before the sync, in one run, beside the disk's own
+// limit: 4 KiB write+fsync round trips per second in the same directory.
+func journalCost(d time.Duration) ([]journalRow, float64) {
+	tmp, err := os.MkdirTemp("", "gostore-journal-bench-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(tmp)
+	syncsPS := fsyncRate(tmp, d)
+	var rows []journalRow
+	for _, mode := range []string{"off", "on", "on, ack before sync"} {
+		dir := filepath.Join(tmp, strings.ReplaceAll(mode, " ", "_"))
+		var args []string
+		switch mode {
+		case "on":
+			args = []string{"-state=" + dir}
+		case "on, ack before sync":
+			args = []string{"-state=" + dir, "-ack"}
+		}
+		addr, stop := startServer(args...)
+		ctx := context.Background()
+		var written atomic.Int64
+		for _, shape := range []struct{ batch, callers int }{{1, 1}, {1, 16}, {128, 4}} {
+			cls := make([]*rpc.Client, shape.callers)
+			for i := range cls {
+				cls[i] = rpc.NewClientWith(addr, rpc.ClientOptions{})
+			}
+			sizes := make([]uint64, shape.batch)
+			for i := range sizes {
+				sizes[i] = 4096
+			}
+			var calls atomic.Int64
+			kps := runFor(d, shape.callers, func(g, i int) int {
+				b := make([]string, shape.batch)
+				for j := range b {
+					b[j] = fmt.Sprintf("j/%d/%d/%d/%d", shape.batch, g, i, j)
+				}
+				var ps wire.PutStartResp
+				cls[g].Call(ctx, wire.OpPutStart, &wire.PutStartReq{ClientID: "w", Keys: b, Sizes: sizes}, &ps)
+				cls[g].Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: b}, &wire.CodesResp{})
+				calls.Add(1)
+				written.Add(int64(shape.batch))
+				return shape.batch
+			})
+			for _, cl := range cls {
+				cl.Close()
+			}
+			us := 0.0
+			if n := calls.Load(); n > 0 {
+				us = d.Seconds() * 1e6 * float64(shape.callers) / float64(n)
+			}
+			rows = append(rows, journalRow{Mode: mode, Batch: shape.batch, Callers: shape.callers, KeysPS: kps, PutUS: us})
+		}
+		stop()
+		if mode != "off" {
+			// Journal bytes per object: measured before the snapshot at
+			// stop folds them (the files are read after the server ends,
+			// so count the log files the snapshot left plus the snapshot).
+			per := float64(dirBytes(dir)) / float64(max(written.Load(), 1))
+			for i := range rows {
+				if rows[i].Mode == mode {
+					rows[i].BytesPer = per
+				}
+			}
+		}
+	}
+	return rows, syncsPS
+}
+
+// fsyncRate is how many 4 KiB append+fsync round trips per second the
+// disk under dir does: the physical limit of a synced journal's single
+// writer.
+func fsyncRate(dir string, d time.Duration) float64 {
+	f, err := os.Create(filepath.Join(dir, "fsync-probe"))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		f.Write(buf)
+		f.Sync()
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+func dirBytes(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			n += info.Size()
+		}
+	}
+	return n
 }
 
 type caller interface {

@@ -4,8 +4,14 @@
 package master
 
 import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"sort"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/alloc"
 	"github.com/gostore/gostore/gostore/wire"
@@ -35,19 +41,27 @@ const (
 // Config.OnChange under the lock that made it: for one key (or segment)
 // changes arrive in the order they happened.
 type Change struct {
-	Kind    ChangeKind       `msgpack:"k"`
-	Key     string           `msgpack:"key,omitempty"`
-	Object  DurableObject    `msgpack:"o,omitempty"`
-	Segment wire.SegmentDesc `msgpack:"seg,omitempty"`
-	SegID   uint64           `msgpack:"id,omitempty"`
-	Storage string           `msgpack:"st,omitempty"`
-	Keys    []string         `msgpack:"ks,omitempty"`
+	_msgpack struct{} `msgpack:",as_array"`
+
+	Kind    ChangeKind        `msgpack:"k"`
+	Key     string            `msgpack:"key,omitempty"`
+	Object  DurableObject     `msgpack:"o,omitempty"`
+	Segment *wire.SegmentDesc `msgpack:"seg,omitempty"`
+	SegID   uint64            `msgpack:"id,omitempty"`
+	Storage string            `msgpack:"st,omitempty"`
+	Keys    []string          `msgpack:"ks,omitempty"`
+	// Frees: the change gives up memory ranges a restart would otherwise
+	// hand back to the object (always for ObjectGone and SegmentRemoved).
+	// New writes may land there only once it is durable. Not stored.
+	Frees bool `msgpack:"-"`
 }
 
 // DurableObject is what of an object survives a restart: its size, the
 // write it holds (epoch, writer), its pins, its COMPLETE memory replicas
 // and its disk copy. Leases, readers, tasks and unfinished writes do not.
 type DurableObject struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
 	Size     uint64           `msgpack:"n"`
 	Epoch    uint64           `msgpack:"e"`
 	Writer   string           `msgpack:"w,omitempty"`
@@ -59,12 +73,16 @@ type DurableObject struct {
 
 // DurableReplica is a COMPLETE memory replica: the segment and offset.
 type DurableReplica struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
 	SegID  uint64 `msgpack:"s"`
 	Offset uint64 `msgpack:"o"`
 }
 
 // DurableDisk is a disk copy in a client's SSD tier.
 type DurableDisk struct {
+	_msgpack struct{} `msgpack:",as_array"`
+
 	Client   string `msgpack:"c"`
 	Endpoint string `msgpack:"e"`
 	Storage  string `msgpack:"s"`
@@ -98,8 +116,10 @@ func (st *State) Apply(ch Change) {
 	case ObjectGone:
 		delete(st.Objects, ch.Key)
 	case SegmentMounted:
-		st.Segments[ch.Segment.ID] = ch.Segment
-		st.NextSegID = max(st.NextSegID, ch.Segment.ID)
+		if ch.Segment != nil {
+			st.Segments[ch.Segment.ID] = *ch.Segment
+			st.NextSegID = max(st.NextSegID, ch.Segment.ID)
+		}
 	case SegmentRemoved:
 		delete(st.Segments, ch.SegID)
 	case DropAdded:
@@ -138,28 +158,34 @@ func durable(o *object) (DurableObject, bool) {
 	d := DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writer, HardPin: o.hardPin, SoftPin: o.softPin != 0}
 	for _, r := range o.replicas {
 		if r.status == replicaComplete {
-			d.Replicas = append(d.Replicas, DurableReplica{r.seg.desc.ID, r.offset})
+			d.Replicas = append(d.Replicas, DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset})
 		}
 	}
 	if o.disk != nil {
-		d.Disk = &DurableDisk{o.disk.client, o.disk.endpoint, o.disk.storage}
+		d.Disk = &DurableDisk{Client: o.disk.client, Endpoint: o.disk.endpoint, Storage: o.disk.storage}
 	}
 	return d, len(d.Replicas) > 0 || d.Disk != nil
 }
 
 // record reports key's durable state after a change (o nil: the key is
 // gone). The caller holds key's shard lock.
-func (c *Core) record(key string, o *object) {
+func (c *Core) record(key string, o *object) { c.recordChange(key, o, false) }
+
+// recordFreeing is record for a change that drops COMPLETE replicas whose
+// ranges may be handed out again (see Change.Frees).
+func (c *Core) recordFreeing(key string, o *object) { c.recordChange(key, o, true) }
+
+func (c *Core) recordChange(key string, o *object, frees bool) {
 	if c.cfg.OnChange == nil {
 		return
 	}
 	if o != nil {
 		if d, ok := durable(o); ok {
-			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d})
+			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d, Frees: frees})
 			return
 		}
 	}
-	c.cfg.OnChange(Change{Kind: ObjectGone, Key: key})
+	c.cfg.OnChange(Change{Kind: ObjectGone, Key: key, Frees: true})
 }
 
 // recordSegment reports a segment joining (mounted) or leaving the pool.
@@ -169,9 +195,10 @@ func (c *Core) recordSegment(s *segment, mounted bool) {
 		return
 	}
 	if mounted {
-		c.cfg.OnChange(Change{Kind: SegmentMounted, Segment: s.desc})
+		d := s.desc
+		c.cfg.OnChange(Change{Kind: SegmentMounted, Segment: &d})
 	} else {
-		c.cfg.OnChange(Change{Kind: SegmentRemoved, SegID: s.desc.ID})
+		c.cfg.OnChange(Change{Kind: SegmentRemoved, SegID: s.desc.ID, Frees: true})
 	}
 }
 
@@ -350,3 +377,148 @@ func (c *Core) endQuarantines(now int64) {
 // restoreQuarantineDefault bounds how long a put in flight at a master's
 // stop may keep writing: the client's transfer timeout is of this order.
 const restoreQuarantineDefault = 5 * time.Second
+
+// The stored form of a Change. Object changes, nearly all of a journal,
+// take a compact binary form (no reflection, one allocation); the rarer
+// segment and drop changes are msgpack after their kind byte.
+//
+//	ObjectSet:  kind | key | size | epoch | writer | flags (1 hard pin,
+//	            2 soft pin, 4 disk copy) | n | n × (segment id, offset) |
+//	            [disk client | endpoint | storage]
+//	ObjectGone: kind | key
+//
+// Strings are a uvarint length then the bytes; numbers are uvarints.
+
+// EncodeChange appends ch's stored form to buf.
+func EncodeChange(buf []byte, ch Change) ([]byte, error) {
+	buf = append(buf, byte(ch.Kind))
+	switch ch.Kind {
+	case ObjectGone:
+		return appendString(buf, ch.Key), nil
+	case ObjectSet:
+		o := &ch.Object
+		buf = appendString(buf, ch.Key)
+		buf = binary.AppendUvarint(buf, o.Size)
+		buf = binary.AppendUvarint(buf, o.Epoch)
+		buf = appendString(buf, o.Writer)
+		var flags byte
+		if o.HardPin {
+			flags |= 1
+		}
+		if o.SoftPin {
+			flags |= 2
+		}
+		if o.Disk != nil {
+			flags |= 4
+		}
+		buf = append(buf, flags)
+		buf = binary.AppendUvarint(buf, uint64(len(o.Replicas)))
+		for _, r := range o.Replicas {
+			buf = binary.AppendUvarint(buf, r.SegID)
+			buf = binary.AppendUvarint(buf, r.Offset)
+		}
+		if o.Disk != nil {
+			buf = appendString(buf, o.Disk.Client)
+			buf = appendString(buf, o.Disk.Endpoint)
+			buf = appendString(buf, o.Disk.Storage)
+		}
+		return buf, nil
+	}
+	body, err := msgpack.Marshal(&ch)
+	return append(buf, body...), err
+}
+
+// DecodeChange reads one stored Change; an error for anything that is not
+// one (nothing a disk holds makes it panic or allocate past its length).
+func DecodeChange(b []byte) (Change, error) {
+	var ch Change
+	if len(b) == 0 {
+		return ch, errors.New("empty change")
+	}
+	ch.Kind, b = ChangeKind(b[0]), b[1:]
+	r := reader{b: b}
+	switch ch.Kind {
+	case ObjectGone:
+		ch.Key = r.str()
+	case ObjectSet:
+		o := &ch.Object
+		ch.Key = r.str()
+		o.Size, o.Epoch = r.uvarint(), r.uvarint()
+		o.Writer = r.str()
+		flags := r.byte()
+		o.HardPin, o.SoftPin = flags&1 != 0, flags&2 != 0
+		n := r.uvarint()
+		if n > uint64(len(r.b)) { // every replica takes at least two bytes
+			return ch, errors.New("replica count past the record")
+		}
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			o.Replicas = append(o.Replicas, DurableReplica{SegID: r.uvarint(), Offset: r.uvarint()})
+		}
+		if flags&4 != 0 {
+			o.Disk = &DurableDisk{Client: r.str(), Endpoint: r.str(), Storage: r.str()}
+		}
+	case SegmentMounted, SegmentRemoved, DropAdded, DropsDone:
+		kind := ch.Kind
+		if err := msgpack.Unmarshal(b, &ch); err != nil {
+			return ch, err
+		}
+		if ch.Kind != kind {
+			return ch, fmt.Errorf("change of kind %d holds kind %d", kind, ch.Kind)
+		}
+		return ch, nil
+	default:
+		return ch, fmt.Errorf("unknown change kind %d", ch.Kind)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes after the change", len(r.b))
+	}
+	return ch, r.err
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+// reader reads uvarints and strings, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errors.New("bad number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || len(r.b) == 0 {
+		r.err = cmp.Or(r.err, errors.New("short record"))
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errors.New("string past the record")
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}

@@ -233,9 +233,9 @@ func TestRestoreServesTheSameObjects(t *testing.T) {
 func TestRestoreDropsAClaimOnATakenRange(t *testing.T) {
 	st := NewState()
 	st.Segments[1] = wire.SegmentDesc{ID: 1, Name: "s", ClientID: "a", Size: 1 << 20}
-	st.Objects["x"] = DurableObject{Size: 4096, Epoch: 1, Replicas: []DurableReplica{{1, 0}}}
-	st.Objects["y"] = DurableObject{Size: 4096, Epoch: 2, Replicas: []DurableReplica{{1, 2048}}}
-	st.Objects["z"] = DurableObject{Size: 4096, Epoch: 3, Replicas: []DurableReplica{{7, 0}}} // no such segment
+	st.Objects["x"] = DurableObject{Size: 4096, Epoch: 1, Replicas: []DurableReplica{{SegID: 1, Offset: 0}}}
+	st.Objects["y"] = DurableObject{Size: 4096, Epoch: 2, Replicas: []DurableReplica{{SegID: 1, Offset: 2048}}}
+	st.Objects["z"] = DurableObject{Size: 4096, Epoch: 3, Replicas: []DurableReplica{{SegID: 7, Offset: 0}}} // no such segment
 	c, _ := newTestCore(t)
 	rep := c.Restore(st)
 	if rep.Objects != 1 || rep.Dropped != 2 {
@@ -252,4 +252,51 @@ func keysN(n int) []string {
 		out[i] = fmt.Sprintf("k%d", i)
 	}
 	return out
+}
+
+// The stored form gives every change back as it was, and nothing else:
+// cut or altered bytes are an error, never a panic.
+func TestChangesRoundTripAndRefuseDamage(t *testing.T) {
+	seg := wire.SegmentDesc{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, ShmPath: "/dev/shm/x", IPC: []byte{1, 2}}
+	changes := []Change{
+		{Kind: ObjectSet, Key: "k/1", Object: DurableObject{Size: 4096, Epoch: 99, Writer: "w", HardPin: true,
+			Replicas: []DurableReplica{{SegID: 7, Offset: 8192}, {SegID: 9, Offset: 0}}}},
+		{Kind: ObjectSet, Key: "disk-only", Object: DurableObject{Size: 1, Epoch: 1, SoftPin: true,
+			Disk: &DurableDisk{Client: "c", Endpoint: "h:2", Storage: "/ssd"}}},
+		{Kind: ObjectGone, Key: "k/1"},
+		{Kind: ObjectGone, Key: ""},
+		{Kind: SegmentMounted, Segment: &seg},
+		{Kind: SegmentRemoved, SegID: 7},
+		{Kind: DropAdded, Storage: "/ssd", Key: "k/2"},
+		{Kind: DropsDone, Storage: "/ssd", Keys: []string{"a", "b"}},
+	}
+	for _, ch := range changes {
+		b, err := EncodeChange(nil, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeChange(b)
+		if err != nil || !reflect.DeepEqual(got, ch) {
+			t.Fatalf("%+v came back as %+v (%v)", ch, got, err)
+		}
+		for cut := 0; cut < len(b); cut++ {
+			if _, err := DecodeChange(b[:cut]); err == nil && ch.Kind <= ObjectGone {
+				t.Fatalf("%d of %d bytes of %+v decoded", cut, len(b), ch)
+			}
+		}
+		if _, err := DecodeChange(append(append([]byte{}, b...), 0)); err == nil && ch.Kind <= ObjectGone {
+			t.Fatalf("a byte after %+v decoded", ch)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < 20000; i++ {
+		junk := make([]byte, rng.IntN(40))
+		for j := range junk {
+			junk[j] = byte(rng.Uint32())
+		}
+		DecodeChange(junk) // must not panic
+	}
+	if _, err := DecodeChange([]byte{byte(ObjectSet), 1, 'k', 1, 1, 0, 0, 0xff, 0xff, 0xff, 0x0f}); err == nil {
+		t.Fatal("a replica count past the record decoded")
+	}
 }

@@ -320,7 +320,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 				delete(sh.objects, key)
 				c.record(key, nil)
 			} else { // the object lives on in the SSD tier
-				c.record(key, o)
+				c.recordFreeing(key, o)
 			}
 			objects.Add(1)
 		}

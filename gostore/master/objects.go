@@ -537,7 +537,7 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 				c.deleteObject(sh, key, o)
 				c.stats.Removes.Add(1)
 			} else {
-				c.record(key, o)
+				c.recordFreeing(key, o)
 			}
 			cleared = append(cleared, key)
 		}

@@ -55,7 +55,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		c.stats.UpsertsInPlace.Add(1)
 		// Durable before the writer overwrites the bytes in place: a
 		// restart must not bring back an object half rewritten.
-		c.record(key, o)
+		c.recordFreeing(key, o)
 		return writeResult(o)
 	}
 	c.discard(o.replicas, o.size, now)

@@ -7,6 +7,7 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -30,6 +31,9 @@ type snapshotEnvelope struct {
 type durability struct {
 	j   *journal.Journal
 	log *slog.Logger
+	// freed is the last record that gave up ranges (Change.Frees): a
+	// request that hands out ranges waits for it, not for every record.
+	freed atomic.Uint64
 }
 
 // openState opens dir's journal and reads the state it holds.
@@ -53,8 +57,8 @@ func openState(dir string, ackBeforeSync bool, log *slog.Logger) (*durability, *
 		fill(st)
 	}
 	for i, raw := range rec.Records {
-		var ch master.Change
-		if err := msgpack.Unmarshal(raw, &ch); err != nil {
+		ch, err := master.DecodeChange(raw)
+		if err != nil {
 			j.Close()
 			return nil, nil, fmt.Errorf("state directory %s: record %d cannot be read: %v", dir, rec.SnapshotSeq+uint64(i)+1, err)
 		}
@@ -83,9 +87,16 @@ func fill(st *master.State) {
 // only encodes and enqueues; the RPC waits for the disk after (see
 // durableOps).
 func (d *durability) record(ch master.Change) {
-	b, err := msgpack.Marshal(&ch)
+	b, err := master.EncodeChange(make([]byte, 0, 64+len(ch.Key)), ch)
+	var seq uint64
 	if err == nil {
-		_, err = d.j.Enqueue(b)
+		seq, err = d.j.Enqueue(b)
+	}
+	for ch.Frees && err == nil {
+		old := d.freed.Load()
+		if old >= seq || d.freed.CompareAndSwap(old, seq) {
+			break
+		}
 	}
 	if err != nil {
 		// The journal has failed: every durable RPC now answers an error
@@ -94,10 +105,10 @@ func (d *durability) record(ch master.Change) {
 	}
 }
 
-// wait returns once every change made so far is durable; an error code
-// when the journal cannot make it so.
-func (d *durability) wait() error {
-	if err := d.j.Wait(d.j.LastSeq()); err != nil {
+// wait returns once every change up to seq is durable; an error code when
+// the journal cannot make it so.
+func (d *durability) wait(seq uint64) error {
+	if err := d.j.Wait(seq); err != nil {
 		return wire.Errorf(wire.ErrFileWriteFail, "the master's journal: %v", err)
 	}
 	return nil
@@ -114,31 +125,40 @@ func (d *durability) snapshot(core *master.Core) error {
 	return d.j.Snapshot(seq, b)
 }
 
-// durableOps are the RPCs whose answers wait for the journal: those that
-// change the durable state, and those that hand out ranges (which a change
-// not yet on disk, say an eviction, may have freed: a restart must not
-// bring back an object over bytes a new writer was given).
+// durableOps are the RPCs whose answers wait for every change made so
+// far to be on disk: those that change the durable state.
 var durableOps = []wire.Op{
 	wire.OpClientLeave, wire.OpMountSegment, wire.OpUnmountSegment, wire.OpUnmountLocalDisk,
-	wire.OpPutStart, wire.OpPutEnd, wire.OpPutRevoke, wire.OpRemove, wire.OpReplicaClear,
-	wire.OpRemoveByRegex, wire.OpRemoveAll, wire.OpUpsertStart, wire.OpCreateTask, wire.OpTaskDone,
+	wire.OpPutEnd, wire.OpPutRevoke, wire.OpRemove, wire.OpReplicaClear,
+	wire.OpRemoveByRegex, wire.OpRemoveAll, wire.OpTaskDone,
 	wire.OpOffloadHeartbeat, wire.OpNotifyOffloaded, wire.OpEvictUntil, wire.OpRecoverDisk,
 	wire.OpEvictDiskReplicas,
 }
 
-// waitForDisk wraps the durable RPCs' handlers of r.
+// allocatingOps hand out ranges: they wait only for the changes that gave
+// ranges up (an eviction, a removal, an in-place upsert's own), so that a
+// restart never brings an object back over bytes a new writer was given.
+// Their other changes (none that a writer's acknowledgement depends on:
+// the put's own record comes with PutEnd) go with the next sync.
+var allocatingOps = []wire.Op{wire.OpPutStart, wire.OpUpsertStart, wire.OpCreateTask}
+
+// waitForDisk wraps the handlers of r that must wait for the journal.
 func (d *durability) waitForDisk(r *rpc.Server) {
-	for _, op := range durableOps {
-		r.Wrap(op, func(h rpc.Handler) rpc.Handler {
-			return func(body []byte) (any, error) {
-				resp, err := h(body)
-				if werr := d.wait(); werr != nil {
-					return nil, werr
+	wrap := func(ops []wire.Op, upTo func() uint64) {
+		for _, op := range ops {
+			r.Wrap(op, func(h rpc.Handler) rpc.Handler {
+				return func(body []byte) (any, error) {
+					resp, err := h(body)
+					if werr := d.wait(upTo()); werr != nil {
+						return nil, werr
+					}
+					return resp, err
 				}
-				return resp, err
-			}
-		})
+			})
+		}
 	}
+	wrap(durableOps, d.j.LastSeq)
+	wrap(allocatingOps, d.freed.Load)
 }
 
 // snapshotLoop takes a snapshot every interval until stop closes, then a
