@@ -35,6 +35,7 @@ bench: install
 	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
+	$(PY) bench/restart.py --json bench/restart-results.json
 
 install: $(STAMP)
 

@@ -43,6 +43,8 @@ type Options struct {
 	// AckBeforeSync: changes are acknowledged once written, synced within
 	// 100 ms (a machine crash loses at most that much).
 	AckBeforeSync bool
+	// RestoreQuarantine: see master.Config.RestoreQuarantine.
+	RestoreQuarantine time.Duration
 
 	// TickInterval is how often time-driven work runs: client expiry,
 	// quarantine release, orphaned tasks, eviction.

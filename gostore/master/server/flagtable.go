@@ -1,6 +1,6 @@
 // flagtable.go lists every flag the master accepts: Mooncake 0.3.13's
 // master flags (its own, gflags' and glog's), whether this master acts on
-// each, and gostore's own two.
+// each, and gostore's own three.
 
 package server
 
@@ -360,6 +360,9 @@ var specs = []flagSpec{
 	{name: "tick_interval_ms", unit: time.Millisecond, def: "100",
 		help: "period of the time-driven work: client expiry, eviction, abandoned puts (milliseconds, or 100ms, 1s)",
 		set:  to(func(o *Options) *time.Duration { return &o.TickInterval }, asDuration)},
+	{name: "restore_quarantine_ms", unit: time.Millisecond, def: "5000",
+		help: "after a restart on --snapshot_backup_dir, how long restored segments take no new objects: puts in flight at the stop may still be writing (milliseconds, or 5s)",
+		set:  to(func(o *Options) *time.Duration { return &o.RestoreQuarantine }, asDuration)},
 	{name: "log_level", gtype: "string", def: "info",
 		help: "debug, info, warn or error",
 		set:  to(func(o *Options) *string { return &o.LogLevel }, asString)},

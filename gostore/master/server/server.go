@@ -73,6 +73,7 @@ func Start(opts Options) (*Server, error) {
 		PutStartReleaseTimeout: opts.PutStartReleaseTimeout,
 		EnableOffload:          opts.EnableOffload,
 		OffloadOnEvict:         opts.OffloadOnEvict,
+		RestoreQuarantine:      opts.RestoreQuarantine,
 	}
 	if state != nil {
 		cfg.OnChange = state.record
