@@ -56,7 +56,8 @@ type Config struct {
 	// journals them.
 	OnChange func(Change)
 	// RestoreQuarantine: after Restore, how long restored segments' free
-	// space takes no new replica (default 5 s).
+	// space takes no new replica (default 0: the journal names every range
+	// a writer was given, and Restore holds exactly those).
 	RestoreQuarantine time.Duration
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
@@ -78,9 +79,6 @@ func (c *Config) fill() {
 	}
 	if c.HighWatermark == 0 {
 		c.HighWatermark = 0.90
-	}
-	if c.RestoreQuarantine == 0 {
-		c.RestoreQuarantine = restoreQuarantineDefault
 	}
 	if c.PutStartDiscardTimeout == 0 {
 		c.PutStartDiscardTimeout = 30 * time.Second
@@ -137,6 +135,7 @@ type Core struct {
 	evictSoon   atomic.Bool
 	reclaimable atomic.Int64
 	epochs      atomic.Uint64
+	holds       atomic.Uint64 // ids of ranges held out of use (see holdRanges)
 	// reclaimCursor is the next shard reclaimAbandoned looks at.
 	reclaimCursor atomic.Int64
 	tasks         taskTable

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -35,6 +34,11 @@ const (
 	// DropsDone: the copies of Keys in Storage were handed out for deletion
 	// (or claimed): no longer to delete.
 	DropsDone
+	// RangesHeld: Hold's ranges stay allocated (a writer or a task may
+	// still copy into them) until released.
+	RangesHeld
+	// RangesReleased: the hold SegID names ended.
+	RangesReleased
 )
 
 // Change is one change of the durable state, reported through
@@ -50,15 +54,13 @@ type Change struct {
 	SegID   uint64            `msgpack:"id,omitempty"`
 	Storage string            `msgpack:"st,omitempty"`
 	Keys    []string          `msgpack:"ks,omitempty"`
-	// Frees: the change gives up memory ranges a restart would otherwise
-	// hand back to the object (always for ObjectGone and SegmentRemoved).
-	// New writes may land there only once it is durable. Not stored.
-	Frees bool `msgpack:"-"`
+	Hold    *DurableHold      `msgpack:"h,omitempty"`
 }
 
 // DurableObject is what of an object survives a restart: its size, the
-// write it holds (epoch, writer), its pins, its COMPLETE memory replicas
-// and its disk copy. Leases, readers, tasks and unfinished writes do not.
+// write it holds (epoch, writer), its pins, its COMPLETE memory replicas,
+// its disk copy, and the ranges of a write in progress (which come back
+// quarantined, not readable). Leases, readers and tasks do not.
 type DurableObject struct {
 	_msgpack struct{} `msgpack:",as_array"`
 
@@ -69,6 +71,10 @@ type DurableObject struct {
 	SoftPin  bool             `msgpack:"sp,omitempty"` // soft-pinned (for SoftPinTTL from the restore)
 	Replicas []DurableReplica `msgpack:"r,omitempty"`
 	Disk     *DurableDisk     `msgpack:"d,omitempty"`
+	// Writing: ranges a write in progress was given. Not readable; kept so
+	// that a restart holds them (quarantined) while the writer may still be
+	// copying, instead of handing them to a new object.
+	Writing []DurableReplica `msgpack:"wr,omitempty"`
 }
 
 // DurableReplica is a COMPLETE memory replica: the segment and offset.
@@ -77,6 +83,17 @@ type DurableReplica struct {
 
 	SegID  uint64 `msgpack:"s"`
 	Offset uint64 `msgpack:"o"`
+}
+
+// DurableHold is ranges held out of use: a taken-over write's (until
+// ReleaseAt, ns on the core's clock) or a running task's targets
+// (ReleaseAt 0: until the task ends).
+type DurableHold struct {
+	_msgpack  struct{}         `msgpack:",as_array"`
+	ID        uint64           `msgpack:"i"`
+	Size      uint64           `msgpack:"n"`
+	Ranges    []DurableReplica `msgpack:"r"`
+	ReleaseAt int64            `msgpack:"t"`
 }
 
 // DurableDisk is a disk copy in a client's SSD tier.
@@ -95,6 +112,8 @@ type State struct {
 	Objects  map[string]DurableObject    `msgpack:"objs"`
 	// Drops: per SSD directory, the stale copies still to delete there.
 	Drops map[string]map[string]bool `msgpack:"drops"`
+	// Held: ranges held out of use, by hold id.
+	Held map[uint64]DurableHold `msgpack:"held"`
 	// NextSegID and Epoch are high-water marks: a restored core hands out
 	// segment ids and write epochs above them.
 	NextSegID uint64 `msgpack:"nid"`
@@ -104,7 +123,7 @@ type State struct {
 // NewState is an empty State.
 func NewState() *State {
 	return &State{Segments: map[uint64]wire.SegmentDesc{}, Objects: map[string]DurableObject{},
-		Drops: map[string]map[string]bool{}}
+		Drops: map[string]map[string]bool{}, Held: map[uint64]DurableHold{}}
 }
 
 // Apply replays one change.
@@ -134,7 +153,39 @@ func (st *State) Apply(ch Change) {
 		if len(st.Drops[ch.Storage]) == 0 {
 			delete(st.Drops, ch.Storage)
 		}
+	case RangesHeld:
+		if ch.Hold != nil {
+			st.Held[ch.Hold.ID] = *ch.Hold
+		}
+	case RangesReleased:
+		delete(st.Held, ch.SegID)
 	}
+}
+
+// holdRanges reports reps held out of use and returns the hold's id; 0
+// when nobody journals.
+func (c *Core) holdRanges(reps []replica, size uint64, releaseAt int64) uint64 {
+	if c.cfg.OnChange == nil || len(reps) == 0 {
+		return 0
+	}
+	h := heldOf(c.holds.Add(1), reps, size, releaseAt)
+	c.cfg.OnChange(Change{Kind: RangesHeld, Hold: &h})
+	return h.ID
+}
+
+// releaseHold reports the end of hold id (the change's SegID names it).
+func (c *Core) releaseHold(id uint64) {
+	if c.cfg.OnChange != nil && id != 0 {
+		c.cfg.OnChange(Change{Kind: RangesReleased, SegID: id})
+	}
+}
+
+func heldOf(id uint64, reps []replica, size uint64, releaseAt int64) DurableHold {
+	h := DurableHold{ID: id, Size: size, ReleaseAt: releaseAt}
+	for _, r := range reps {
+		h.Ranges = append(h.Ranges, DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset})
+	}
+	return h
 }
 
 // pushDrop queues the stale disk copy of key in storage for deletion.
@@ -157,35 +208,32 @@ func (c *Core) dropsDone(storage string, keys ...string) {
 func durable(o *object) (DurableObject, bool) {
 	d := DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writer, HardPin: o.hardPin, SoftPin: o.softPin != 0}
 	for _, r := range o.replicas {
+		dr := DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset}
 		if r.status == replicaComplete {
-			d.Replicas = append(d.Replicas, DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset})
+			d.Replicas = append(d.Replicas, dr)
+		} else {
+			d.Writing = append(d.Writing, dr)
 		}
 	}
 	if o.disk != nil {
 		d.Disk = &DurableDisk{Client: o.disk.client, Endpoint: o.disk.endpoint, Storage: o.disk.storage}
 	}
-	return d, len(d.Replicas) > 0 || d.Disk != nil
+	return d, len(d.Replicas) > 0 || d.Disk != nil || len(d.Writing) > 0
 }
 
 // record reports key's durable state after a change (o nil: the key is
 // gone). The caller holds key's shard lock.
-func (c *Core) record(key string, o *object) { c.recordChange(key, o, false) }
-
-// recordFreeing is record for a change that drops COMPLETE replicas whose
-// ranges may be handed out again (see Change.Frees).
-func (c *Core) recordFreeing(key string, o *object) { c.recordChange(key, o, true) }
-
-func (c *Core) recordChange(key string, o *object, frees bool) {
+func (c *Core) record(key string, o *object) {
 	if c.cfg.OnChange == nil {
 		return
 	}
 	if o != nil {
 		if d, ok := durable(o); ok {
-			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d, Frees: frees})
+			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d})
 			return
 		}
 	}
-	c.cfg.OnChange(Change{Kind: ObjectGone, Key: key, Frees: true})
+	c.cfg.OnChange(Change{Kind: ObjectGone, Key: key})
 }
 
 // recordSegment reports a segment joining (mounted) or leaving the pool.
@@ -198,7 +246,7 @@ func (c *Core) recordSegment(s *segment, mounted bool) {
 		d := s.desc
 		c.cfg.OnChange(Change{Kind: SegmentMounted, Segment: &d})
 	} else {
-		c.cfg.OnChange(Change{Kind: SegmentRemoved, SegID: s.desc.ID, Frees: true})
+		c.cfg.OnChange(Change{Kind: SegmentRemoved, SegID: s.desc.ID})
 	}
 }
 
@@ -230,6 +278,20 @@ func (c *Core) DurableState(fn func()) *State {
 			}
 		}
 	}
+	c.discarded.Lock()
+	for _, d := range c.discarded.list {
+		if d.hold != 0 {
+			st.Held[d.hold] = heldOf(d.hold, d.replicas, d.size, d.releaseAt)
+		}
+	}
+	c.discarded.Unlock()
+	c.tasks.Lock()
+	for _, t := range c.tasks.byID {
+		if t.finished == 0 && t.hold != 0 {
+			st.Held[t.hold] = heldOf(t.hold, t.targets, t.size, 0)
+		}
+	}
+	c.tasks.Unlock()
 	for storage, keys := range c.drops.all() {
 		st.Drops[storage] = make(map[string]bool, len(keys))
 		for _, k := range keys {
@@ -248,6 +310,9 @@ type RestoreReport struct {
 	// Dropped: objects left with nothing to serve them (every replica
 	// named a segment the state lacks, or a range another object held).
 	Dropped int
+	// HeldRanges: ranges restored out of use until their quarantine ends
+	// (writes and tasks in progress at the stop, taken-over puts).
+	HeldRanges int
 }
 
 // Restore installs a saved state into a core that has served nothing yet.
@@ -265,31 +330,46 @@ func (c *Core) Restore(st *State) RestoreReport {
 	var rep RestoreReport
 	c.segs.Lock()
 	defer c.segs.Unlock()
-	type held struct {
-		key string
-		j   int
+	// Every range the state names, per segment: COMPLETE replicas, ranges
+	// of writes in progress and held ranges. An owner's index -1 marks a
+	// range that is only held (not part of an object).
+	type owner struct {
+		key     string
+		j       int
+		writing bool
 	}
 	ranges := map[uint64][]alloc.Range{}
-	owners := map[uint64][]held{}
+	owners := map[uint64][]owner{}
+	claim := func(seg uint64, r alloc.Range, o owner) {
+		ranges[seg] = append(ranges[seg], r)
+		owners[seg] = append(owners[seg], o)
+	}
 	keys := make([]string, 0, len(st.Objects))
 	for k := range st.Objects {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys) // a deterministic winner when two objects claim one range
+	sort.Strings(keys) // a deterministic winner when two claim one range
 	for _, k := range keys {
 		o := st.Objects[k]
 		for j, r := range o.Replicas {
-			ranges[r.SegID] = append(ranges[r.SegID], alloc.Range{Offset: r.Offset, Size: o.Size})
-			owners[r.SegID] = append(owners[r.SegID], held{k, j})
+			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, j, false})
+		}
+		for j, r := range o.Writing {
+			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, j, true})
 		}
 	}
-	refused := map[string]map[int]bool{}
-	refuse := func(h held) {
-		if refused[h.key] == nil {
-			refused[h.key] = map[int]bool{}
-		}
-		refused[h.key][h.j] = true
+	holdIDs := make([]uint64, 0, len(st.Held))
+	for id := range st.Held {
+		holdIDs = append(holdIDs, id)
 	}
+	sort.Slice(holdIDs, func(a, b int) bool { return holdIDs[a] < holdIDs[b] })
+	for _, id := range holdIDs {
+		h := st.Held[id]
+		for j, r := range h.Ranges {
+			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: h.Size}, owner{"", j, false})
+		}
+	}
+	refused := map[owner]bool{}
 	segs := make(map[uint64]*segment, len(st.Segments))
 	ids := make([]uint64, 0, len(st.Segments))
 	for id := range st.Segments {
@@ -301,7 +381,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 		d := st.Segments[id]
 		a, bad := alloc.Restore(d.Size, allocAlign, ranges[id])
 		for _, i := range bad {
-			refuse(owners[id][i])
+			refused[owners[id][i]] = true
 		}
 		s := &segment{desc: d, alloc: a}
 		if c.cfg.RestoreQuarantine > 0 {
@@ -316,18 +396,33 @@ func (c *Core) Restore(st *State) RestoreReport {
 	}
 	c.clients.Unlock()
 	c.segs.nextID = max(c.segs.nextID, st.NextSegID)
-	for storage, keys := range st.Drops {
-		names := make([]string, 0, len(keys))
-		for k := range keys {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			c.drops.push(storage, k)
-		}
-	}
 	if c.epochs.Load() < st.Epoch {
 		c.epochs.Store(st.Epoch)
+	}
+	// held keeps ranges allocated but out of use until the quarantine
+	// releases them: a writer or task of the old master may still copy.
+	held := func(reps []replica, size uint64, releaseAt int64) {
+		if len(reps) == 0 {
+			return
+		}
+		if releaseAt == 0 {
+			releaseAt = now + int64(c.cfg.PutStartReleaseTimeout)
+		}
+		c.discarded.Lock()
+		c.discarded.list = append(c.discarded.list, discardedPut{replicas: reps, size: size, releaseAt: releaseAt,
+			hold: c.holds.Add(1)})
+		c.discarded.Unlock()
+		rep.HeldRanges += len(reps)
+	}
+	for _, id := range holdIDs {
+		h := st.Held[id]
+		var reps []replica
+		for j, r := range h.Ranges {
+			if s := segs[r.SegID]; s != nil && !refused[owner{"", j, false}] {
+				reps = append(reps, replica{seg: s, offset: r.Offset})
+			}
+		}
+		held(reps, h.Size, h.ReleaseAt)
 	}
 	for _, k := range keys {
 		d := st.Objects[k]
@@ -336,19 +431,26 @@ func (c *Core) Restore(st *State) RestoreReport {
 			o.softPin = now + int64(c.cfg.SoftPinTTL)
 		}
 		for j, r := range d.Replicas {
-			s := segs[r.SegID]
-			if s == nil || refused[k][j] {
-				continue
+			if s := segs[r.SegID]; s != nil && !refused[owner{k, j, false}] {
+				o.replicas = append(o.replicas, replica{seg: s, offset: r.Offset, status: replicaComplete})
 			}
-			o.replicas = append(o.replicas, replica{seg: s, offset: r.Offset, status: replicaComplete})
 		}
+		// A write in progress at the stop cannot end now: its ranges wait
+		// out the quarantine, as a taken-over put's do.
+		var writing []replica
+		for j, r := range d.Writing {
+			if s := segs[r.SegID]; s != nil && !refused[owner{k, j, true}] {
+				writing = append(writing, replica{seg: s, offset: r.Offset})
+			}
+		}
+		held(writing, d.Size, 0)
 		if d.Disk != nil {
 			o.disk = &diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage}
 		}
 		if len(o.replicas) == 0 && o.disk == nil {
-			// Free what was allocated for it: nothing (refused ranges were
-			// never allocated, and segments it named are absent).
-			rep.Dropped++
+			if len(d.Replicas) > 0 {
+				rep.Dropped++ // it was readable, and nothing can serve it now
+			}
 			continue
 		}
 		sh := c.shardOf(k)
@@ -373,10 +475,6 @@ func (c *Core) endQuarantines(now int64) {
 		s.mu.Unlock()
 	}
 }
-
-// restoreQuarantineDefault bounds how long a put in flight at a master's
-// stop may keep writing: the client's transfer timeout is of this order.
-const restoreQuarantineDefault = 5 * time.Second
 
 // The stored form of a Change. Object changes, nearly all of a journal,
 // take a compact binary form (no reflection, one allocation); the rarer
@@ -422,6 +520,11 @@ func EncodeChange(buf []byte, ch Change) ([]byte, error) {
 			buf = appendString(buf, o.Disk.Endpoint)
 			buf = appendString(buf, o.Disk.Storage)
 		}
+		buf = binary.AppendUvarint(buf, uint64(len(o.Writing)))
+		for _, r := range o.Writing {
+			buf = binary.AppendUvarint(buf, r.SegID)
+			buf = binary.AppendUvarint(buf, r.Offset)
+		}
 		return buf, nil
 	}
 	body, err := msgpack.Marshal(&ch)
@@ -447,17 +550,12 @@ func DecodeChange(b []byte) (Change, error) {
 		o.Writer = r.str()
 		flags := r.byte()
 		o.HardPin, o.SoftPin = flags&1 != 0, flags&2 != 0
-		n := r.uvarint()
-		if n > uint64(len(r.b)) { // every replica takes at least two bytes
-			return ch, errors.New("replica count past the record")
-		}
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			o.Replicas = append(o.Replicas, DurableReplica{SegID: r.uvarint(), Offset: r.uvarint()})
-		}
+		o.Replicas = r.replicas()
 		if flags&4 != 0 {
 			o.Disk = &DurableDisk{Client: r.str(), Endpoint: r.str(), Storage: r.str()}
 		}
-	case SegmentMounted, SegmentRemoved, DropAdded, DropsDone:
+		o.Writing = r.replicas()
+	case SegmentMounted, SegmentRemoved, DropAdded, DropsDone, RangesHeld, RangesReleased:
 		kind := ch.Kind
 		if err := msgpack.Unmarshal(b, &ch); err != nil {
 			return ch, err
@@ -497,6 +595,19 @@ func (r *reader) uvarint() uint64 {
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+// replicas reads a count, then that many (segment id, offset) pairs.
+func (r *reader) replicas() []DurableReplica {
+	n := r.uvarint()
+	if r.err == nil && n > uint64(len(r.b)) { // every replica takes at least two bytes
+		r.err = errors.New("replica count past the record")
+	}
+	var out []DurableReplica
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		out = append(out, DurableReplica{SegID: r.uvarint(), Offset: r.uvarint()})
+	}
+	return out
 }
 
 func (r *reader) byte() byte {

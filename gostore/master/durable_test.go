@@ -48,6 +48,9 @@ func sameDurable(t *testing.T, step string, live, replayed *State) {
 	if !reflect.DeepEqual(norm(live.Drops), norm(replayed.Drops)) {
 		t.Fatalf("%s: drops: live %v, replayed %v", step, live.Drops, replayed.Drops)
 	}
+	if !reflect.DeepEqual(live.Held, replayed.Held) {
+		t.Fatalf("%s: held ranges: live %v, replayed %v", step, live.Held, replayed.Held)
+	}
 }
 
 // Every path that changes what survives a restart reports it: after each
@@ -58,8 +61,11 @@ func sameDurable(t *testing.T, step string, live, replayed *State) {
 func TestReportedChangesReplayToTheLiveState(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			// Short write timeouts: puts get taken over and reclaimed, and
+			// quarantined ranges released, within the walk.
 			c, clk, replay := journaled(t, Config{DefaultKVLeaseTTL: time.Millisecond, ClientTTL: time.Hour,
-				EnableOffload: true, HighWatermark: 0.7})
+				EnableOffload: true, HighWatermark: 0.7, PutStartDiscardTimeout: 20 * time.Millisecond,
+				PutStartReleaseTimeout: 60 * time.Millisecond})
 			rng := rand.New(rand.NewPCG(seed, 99))
 			clients := []string{"a", "b", "c"}
 			seg := func(cl string, gen int) string { return fmt.Sprintf("%s-seg%d", cl, gen) }
@@ -161,6 +167,9 @@ func TestReportedChangesReplayToTheLiveState(t *testing.T) {
 					}
 					c.RecoverDisk(cl, cl+":ssd2", storage, ks, sizes)
 				case 15:
+					if rng.IntN(4) == 0 { // past the takeover and release timeouts
+						clk.Advance(c.Config().PutStartDiscardTimeout)
+					}
 					c.Tick()
 				}
 				sameDurable(t, fmt.Sprintf("step %d (op %d)", step, what), c.DurableState(nil), replay)
@@ -179,15 +188,20 @@ func TestRestoreServesTheSameObjects(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		put(t, c, fmt.Sprintf("k%d", i), uint64(1000+i*500), wire.ReplicaConfig{ReplicaNum: 2, HardPin: i == 3})
 	}
-	c.PutStart("w", "", []string{"open"}, []uint64{4096}, wire.ReplicaConfig{}) // never ended: not durable
+	open, _ := c.PutStart("w", "", []string{"open"}, []uint64{4096}, wire.ReplicaConfig{}) // never ended
 	before := c.PeekReplicas(keysN(20))
 
 	clk2 := &fakeClock{now: clk.Now().Add(time.Minute)}
 	r := New(Config{ClientTTL: time.Hour, Now: clk2.Now, Rand: rand.New(rand.NewPCG(5, 6)),
 		RestoreQuarantine: time.Second})
 	rep := r.Restore(replay)
-	if rep.Segments != 2 || rep.Objects != 20 || rep.Dropped != 0 {
+	if rep.Segments != 2 || rep.Objects != 20 || rep.Dropped != 0 || rep.HeldRanges != 1 {
 		t.Fatalf("restore: %+v", rep)
+	}
+	// The open put's range is held: its writer may still be copying.
+	after0 := r.PeekReplicas([]string{"open"})
+	if after0[0].Code != wire.ErrObjectNotFound {
+		t.Fatalf("an unfinished put is readable after the restore: %+v", after0[0])
 	}
 	after := r.PeekReplicas(keysN(20))
 	for i := range before {
@@ -208,7 +222,11 @@ func TestRestoreServesTheSameObjects(t *testing.T) {
 	if res[0].Code != wire.OK {
 		t.Fatalf("put after the quarantine: %v", res[0].Code)
 	}
-	// The new range overlaps no restored replica.
+	// The new range overlaps no restored replica, nor the open put's.
+	if nr := res[0].Replicas[0]; nr.SegID == open[0].Replicas[0].SegID &&
+		nr.Offset < open[0].Replicas[0].Offset+4096 && open[0].Replicas[0].Offset < nr.Offset+100 {
+		t.Fatalf("new range %+v overlaps the held range of the open put %+v", nr, open[0].Replicas[0])
+	}
 	for _, g := range after {
 		for _, rep := range g.Replicas {
 			for _, nr := range res[0].Replicas {
@@ -269,6 +287,11 @@ func TestChangesRoundTripAndRefuseDamage(t *testing.T) {
 		{Kind: SegmentRemoved, SegID: 7},
 		{Kind: DropAdded, Storage: "/ssd", Key: "k/2"},
 		{Kind: DropsDone, Storage: "/ssd", Keys: []string{"a", "b"}},
+		{Kind: RangesHeld, Hold: &DurableHold{ID: 3, Size: 4096, Ranges: []DurableReplica{{SegID: 7, Offset: 64}},
+			ReleaseAt: 12345}},
+		{Kind: RangesReleased, SegID: 3},
+		{Kind: ObjectSet, Key: "writing", Object: DurableObject{Size: 10, Epoch: 5, Writer: "w",
+			Writing: []DurableReplica{{SegID: 7, Offset: 128}}}},
 	}
 	for _, ch := range changes {
 		b, err := EncodeChange(nil, ch)

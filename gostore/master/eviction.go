@@ -17,6 +17,7 @@ type discardedPut struct {
 	replicas  []replica
 	size      uint64
 	releaseAt int64
+	hold      uint64 // its id in the journal (0: none)
 }
 
 // discard moves ranges to the quarantine.
@@ -25,6 +26,7 @@ func (c *Core) discard(reps []replica, size uint64, now int64) {
 		return
 	}
 	d := discardedPut{replicas: reps, size: size, releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)}
+	d.hold = c.holdRanges(reps, size, d.releaseAt)
 	c.discarded.Lock()
 	c.discarded.list = append(c.discarded.list, d) // releaseAt grows with now
 	c.discarded.Unlock()
@@ -55,6 +57,9 @@ func (c *Core) reclaimAbandoned(now int64) {
 			c.discard(o.takeReplicas(replicaProcessing), o.size, now)
 			if len(o.replicas) == 0 && o.disk == nil {
 				delete(sh.objects, key)
+				c.record(key, nil)
+			} else {
+				c.record(key, o)
 			}
 			n++
 		}
@@ -75,6 +80,7 @@ func (c *Core) releaseDiscarded(now int64) {
 	c.discarded.Unlock()
 	for _, d := range due {
 		freeRanges(d.replicas, d.size, &c.stats)
+		c.releaseHold(d.hold)
 	}
 	c.stats.DiscardedReleased.Add(int64(len(due)))
 }
@@ -320,7 +326,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 				delete(sh.objects, key)
 				c.record(key, nil)
 			} else { // the object lives on in the SSD tier
-				c.recordFreeing(key, o)
+				c.record(key, o)
 			}
 			objects.Add(1)
 		}

@@ -190,6 +190,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 	o := &object{size: size, replicas: reps, hardPin: hardPin}
 	c.startWrite(o, now, clientID, cfg)
 	sh.objects[key] = o
+	c.record(key, o) // its ranges, held across a restart while the writer copies
 	return writeResult(o)
 }
 
@@ -537,7 +538,7 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 				c.deleteObject(sh, key, o)
 				c.stats.Removes.Add(1)
 			} else {
-				c.recordFreeing(key, o)
+				c.record(key, o)
 			}
 			cleared = append(cleared, key)
 		}

@@ -36,6 +36,7 @@ type task struct {
 	targets  []replica // allocated for the task, invisible to readers until done
 	source   *segment  // move: the segment whose replica goes away
 	finished int64     // when it ended (0: running)
+	hold     uint64    // the targets' hold in the journal (0: none)
 }
 
 // CreateTask validates and plans a copy or move of key, allocating the
@@ -102,6 +103,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		return plan, nil
 	}
 	o.tasks++
+	t.hold = c.holdRanges(t.targets, o.size, 0) // under the shard lock: before any TaskDone
 	for _, r := range o.replicas {
 		plan.Sources = append(plan.Sources, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
 	}
@@ -230,6 +232,7 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 			c.record(t.info.Key, o)
 		}
 	}
+	c.releaseHold(t.hold) // the targets are replicas now, or freed below
 	sh.mu.Unlock()
 	c.tasks.Lock()
 	defer c.tasks.Unlock()

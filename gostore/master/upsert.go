@@ -42,6 +42,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 			c.deleteObject(sh, key, o)
 			return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
 		}
+		c.record(key, o) // its ranges moved to the quarantine
 	}
 	if o.busy(now) {
 		return wire.PutStartResult{Code: wire.ErrObjectReplicaBusy}
@@ -55,7 +56,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		c.stats.UpsertsInPlace.Add(1)
 		// Durable before the writer overwrites the bytes in place: a
 		// restart must not bring back an object half rewritten.
-		c.recordFreeing(key, o)
+		c.record(key, o)
 		return writeResult(o)
 	}
 	c.discard(o.replicas, o.size, now)

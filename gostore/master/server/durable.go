@@ -7,7 +7,6 @@ package server
 import (
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -31,9 +30,6 @@ type snapshotEnvelope struct {
 type durability struct {
 	j   *journal.Journal
 	log *slog.Logger
-	// freed is the last record that gave up ranges (Change.Frees): a
-	// request that hands out ranges waits for it, not for every record.
-	freed atomic.Uint64
 }
 
 // openState opens dir's journal and reads the state it holds.
@@ -88,15 +84,8 @@ func fill(st *master.State) {
 // durableOps).
 func (d *durability) record(ch master.Change) {
 	b, err := master.EncodeChange(make([]byte, 0, 64+len(ch.Key)), ch)
-	var seq uint64
 	if err == nil {
-		seq, err = d.j.Enqueue(b)
-	}
-	for ch.Frees && err == nil {
-		old := d.freed.Load()
-		if old >= seq || d.freed.CompareAndSwap(old, seq) {
-			break
-		}
+		_, err = d.j.Enqueue(b)
 	}
 	if err != nil {
 		// The journal has failed: every durable RPC now answers an error
@@ -126,39 +115,30 @@ func (d *durability) snapshot(core *master.Core) error {
 }
 
 // durableOps are the RPCs whose answers wait for every change made so
-// far to be on disk: those that change the durable state.
+// far to be on disk: those that change the durable state, and those that
+// hand out ranges (the ranges are in the journal before the writer can
+// copy into them, so a restart holds them instead of giving them away).
 var durableOps = []wire.Op{
 	wire.OpClientLeave, wire.OpMountSegment, wire.OpUnmountSegment, wire.OpUnmountLocalDisk,
-	wire.OpPutEnd, wire.OpPutRevoke, wire.OpRemove, wire.OpReplicaClear,
-	wire.OpRemoveByRegex, wire.OpRemoveAll, wire.OpTaskDone,
+	wire.OpPutStart, wire.OpPutEnd, wire.OpPutRevoke, wire.OpRemove, wire.OpReplicaClear,
+	wire.OpRemoveByRegex, wire.OpRemoveAll, wire.OpUpsertStart, wire.OpCreateTask, wire.OpTaskDone,
 	wire.OpOffloadHeartbeat, wire.OpNotifyOffloaded, wire.OpEvictUntil, wire.OpRecoverDisk,
 	wire.OpEvictDiskReplicas,
 }
 
-// allocatingOps hand out ranges: they wait only for the changes that gave
-// ranges up (an eviction, a removal, an in-place upsert's own), so that a
-// restart never brings an object back over bytes a new writer was given.
-// Their other changes (none that a writer's acknowledgement depends on:
-// the put's own record comes with PutEnd) go with the next sync.
-var allocatingOps = []wire.Op{wire.OpPutStart, wire.OpUpsertStart, wire.OpCreateTask}
-
 // waitForDisk wraps the handlers of r that must wait for the journal.
 func (d *durability) waitForDisk(r *rpc.Server) {
-	wrap := func(ops []wire.Op, upTo func() uint64) {
-		for _, op := range ops {
-			r.Wrap(op, func(h rpc.Handler) rpc.Handler {
-				return func(body []byte) (any, error) {
-					resp, err := h(body)
-					if werr := d.wait(upTo()); werr != nil {
-						return nil, werr
-					}
-					return resp, err
+	for _, op := range durableOps {
+		r.Wrap(op, func(h rpc.Handler) rpc.Handler {
+			return func(body []byte) (any, error) {
+				resp, err := h(body)
+				if werr := d.wait(d.j.LastSeq()); werr != nil {
+					return nil, werr
 				}
-			})
-		}
+				return resp, err
+			}
+		})
 	}
-	wrap(durableOps, d.j.LastSeq)
-	wrap(allocatingOps, d.freed.Load)
 }
 
 // snapshotLoop takes a snapshot every interval until stop closes, then a

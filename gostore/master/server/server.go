@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -81,7 +82,14 @@ func Start(opts Options) (*Server, error) {
 	core := master.New(cfg)
 	if saved != nil {
 		rep := core.Restore(saved)
-		log.Info("state restored", "segments", rep.Segments, "objects", rep.Objects, "dropped", rep.Dropped)
+		log.Info("state restored", "segments", rep.Segments, "objects", rep.Objects, "dropped", rep.Dropped,
+			"held_ranges", rep.HeldRanges)
+		// The restore itself is no change in the journal: a snapshot makes
+		// it the new starting point (the ranges it holds included).
+		if err := state.snapshot(core); err != nil {
+			state.j.Close()
+			return nil, fmt.Errorf("snapshot after the restore: %w", err)
+		}
 	}
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
 		evictNow: make(chan struct{}, 1)}
