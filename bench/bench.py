@@ -213,7 +213,10 @@ def start_master(transport: str) -> subprocess.Popen:
     if not os.path.exists(binary):
         raise RuntimeError(f"gostore-master not found at {binary} (set GOSTORE_MASTER_BIN)")
     proc = subprocess.Popen(
-        [binary, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=warn"],
+        # GOSTORE_BENCH_MASTER_FLAGS: extra master flags, say a state
+        # directory to measure the journal's cost on the same cells.
+        [binary, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=warn",
+         *os.environ.get("GOSTORE_BENCH_MASTER_FLAGS", "").split()],
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         env=child_env(transport), preexec_fn=_pdeathsig,
     )

@@ -321,10 +321,12 @@ type RestoreReport struct {
 // any silent client's do); the clients are not told they are known, so
 // their next ping has them mount again, which finds their segment as it
 // was. Every replica's range is allocated again; a replica whose range is
-// impossible or taken is dropped. The free space of restored segments
-// takes no new replica for Config.RestoreQuarantine: a put that was
-// writing when the old master stopped was never recorded, and its client
-// may still be copying into that space.
+// impossible or taken is dropped. The ranges of writes and tasks in
+// progress at the stop, and of taken-over puts, stay allocated but out of
+// use until PutStartReleaseTimeout (their clients may still be copying);
+// the objects being written are not restored. With Config.RestoreQuarantine
+// the free space of restored segments also takes no new replica for that
+// long. Restore reports no changes: the caller snapshots the result.
 func (c *Core) Restore(st *State) RestoreReport {
 	now := c.now()
 	var rep RestoreReport

@@ -1,6 +1,6 @@
 // flagtable.go lists every flag the master accepts: Mooncake 0.3.13's
 // master flags (its own, gflags' and glog's), whether this master acts on
-// each, and gostore's own three.
+// each, and gostore's own four.
 
 package server
 
@@ -360,6 +360,9 @@ var specs = []flagSpec{
 	{name: "tick_interval_ms", unit: time.Millisecond, def: "100",
 		help: "period of the time-driven work: client expiry, eviction, abandoned puts (milliseconds, or 100ms, 1s)",
 		set:  to(func(o *Options) *time.Duration { return &o.TickInterval }, asDuration)},
+	{name: "journal_ack_before_sync", gtype: "bool", def: "false",
+		help: "with --snapshot_backup_dir: answer once a change is written, before its fsync (a machine crash loses at most the last 100 ms of changes)",
+		set:  to(func(o *Options) *bool { return &o.AckBeforeSync }, asBool)},
 	{name: "restore_quarantine_ms", unit: time.Millisecond, def: "0",
 		help: "after a restart on --snapshot_backup_dir, how long restored segments take no new objects at all (the ranges of writes in flight are held anyway; milliseconds, or 5s)",
 		set:  to(func(o *Options) *time.Duration { return &o.RestoreQuarantine }, asDuration)},
