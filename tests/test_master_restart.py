@@ -170,3 +170,45 @@ def test_kill_9_during_puts_keeps_every_acknowledged_object_and_no_torn_one(laun
     assert all(g == value(k) for k, g in zip(tried, got) if k in acked)
     assert m2.alive() and holder.alive()
     s.close()
+
+
+def test_a_full_state_disk_refuses_writes_and_loses_nothing_acknowledged(launcher, tmp_path):
+    """The state directory on a 1 MiB file system: once the journal cannot
+    be written, puts answer -1103 (FILE_WRITE_FAIL) instead of being
+    acknowledged; with room again, a restart brings back every put that was
+    acknowledged, with its bytes. (Needs root for the small tmpfs.)"""
+    import subprocess
+
+    state = tmp_path / "state"
+    state.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(state)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        m = launcher.master(snapshot_backup_dir=str(state))
+        a = launcher.peer(m, segment="512MB")
+        acked, refused = [], None
+        for i in range(100000):
+            rc = a.put_pattern(f"full/{i}", 1000, seed=i)
+            if rc != 0:
+                refused = rc
+                break
+            acked.append(i)
+        assert refused == -1103, refused
+        assert a.put_pattern("full/again", 1000, seed=1) == -1103  # stays refused: nothing after an unknown write
+        assert len(acked) > 100
+        m.kill()
+        subprocess.run(["mount", "-o", "remount,size=64m", str(state)], check=True)
+        m2 = _restart(launcher, m, str(state))
+        wait_until(lambda: a.check_pattern(f"full/{acked[0]}", 1000, acked[0]), timeout=30,
+                   what="a read after the restart")
+        for i in acked:
+            assert a.check_pattern(f"full/{i}", 1000, i), i
+        assert a.put_pattern("full/after", 1000, seed=2) == 0
+        assert m2.alive()
+    finally:
+        for mm in launcher.masters:
+            mm.kill()
+        subprocess.run(["umount", str(state)], capture_output=True)
