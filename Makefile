@@ -13,12 +13,20 @@ GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) go.mod go.sum setup.py pyproject.toml
 
-.PHONY: run test bench vet gotest pytest install clean
+.PHONY: run test bench vet gotest pytest install clean etcd
 
 run: install
 	$(PY) -m gostore.demo
 
-test: vet gotest install pytest
+test: vet etcd gotest install pytest
+
+# The HA tests run a real etcd cluster: Debian's etcd-server. Installed when
+# missing and apt can (as root); the tests skip, saying so, where it cannot.
+etcd:
+	@command -v etcd >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get install -y -q etcd-server >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q etcd-server >/dev/null 2>&1)) ; } || \
+		echo "etcd-server could not be installed: the etcd tests will skip"
 
 vet:
 	go vet $(GOLD) ./...
