@@ -1,0 +1,27 @@
+// Package ha is a master's leadership and its change log on etcd: the
+// pieces high availability is built from.
+//
+// # What it owns
+//
+// Keys under one prefix (default "/gostore/master/"): "leader" (the
+// leader's address, on its lease) and "log/<seq>" (one change record per
+// key, seq zero-padded to 20 digits so key order is sequence order).
+//
+// # Invariants
+//
+//   - One leader at a time: Campaign creates the leader key only where it
+//     does not exist, on a lease the leader keeps alive; the key's create
+//     revision names the term.
+//   - Fencing: every Append is a transaction that holds only while the
+//     leader key still has this term's create revision. A deposed leader
+//     (its lease expired, say, while it was paused or cut off) can never
+//     write the log again, even before it notices: its Append returns
+//     ErrDeposed.
+//   - A leader whose lease could not be kept closes Lost: it must stop
+//     answering writes (step down).
+//
+// # The caller's duties
+//
+// Append records in sequence order with no gap; read the log (ReadLog)
+// before serving as a new leader; give every call a deadline.
+package ha

@@ -1,0 +1,188 @@
+// Campaigning, keeping the lease, fenced appends, and reading the log.
+
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/etcdkv"
+)
+
+// ErrDeposed: this leader's term is over; another may lead.
+var ErrDeposed = errors.New("ha: no longer the leader")
+
+// maxTxnPuts stays under etcd's default --max-txn-ops (128), with room
+// for the fencing comparison.
+const maxTxnPuts = 120
+
+// Options configure a campaign.
+type Options struct {
+	Endpoints []string
+	Prefix    string        // default "/gostore/master/"
+	ID        string        // what the leader key holds: the master's address
+	TTL       time.Duration // the lease (default 5 s); a dead leader is replaced this long after
+}
+
+func (o *Options) fill() {
+	if o.Prefix == "" {
+		o.Prefix = "/gostore/master/"
+	}
+	if o.TTL <= 0 {
+		o.TTL = 5 * time.Second
+	}
+}
+
+func leaderKey(prefix string) []byte { return []byte(prefix + "leader") }
+
+func logKey(prefix string, seq uint64) []byte { return []byte(fmt.Sprintf("%slog/%020d", prefix, seq)) }
+
+// Leader is a won campaign.
+type Leader struct {
+	kv    *etcdkv.Client
+	opts  Options
+	lease int64
+	term  int64 // the leader key's create revision
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// Campaign returns once this master leads: it creates the leader key on a
+// fresh lease where none exists, and otherwise waits for the current
+// leader's key to go (its lease ends, or it resigns).
+func Campaign(ctx context.Context, opts Options) (*Leader, error) {
+	opts.fill()
+	kv := etcdkv.New(opts.Endpoints)
+	key := leaderKey(opts.Prefix)
+	ttl := int64(max(opts.TTL/time.Second, 1))
+	for {
+		lease, err := kv.Grant(ctx, ttl)
+		if err != nil {
+			return nil, err
+		}
+		won, rev, err := kv.Txn(ctx, []etcdkv.Compare{{Key: key, Target: "CREATE", Revision: 0}},
+			[]etcdkv.KV{{Key: key, Value: []byte(opts.ID), Lease: lease}})
+		if err != nil {
+			kv.Revoke(context.WithoutCancel(ctx), lease)
+			return nil, err
+		}
+		if won {
+			l := &Leader{kv: kv, opts: opts, lease: lease, term: rev, lost: make(chan struct{}),
+				stop: make(chan struct{}), done: make(chan struct{})}
+			go l.keepAlive()
+			return l, nil
+		}
+		kv.Revoke(context.WithoutCancel(ctx), lease)
+		// Someone leads: wait for the key to go. etcd's watch is a stream
+		// the JSON gateway serves poorly; a poll at a tenth of the TTL
+		// bounds the takeover delay at TTL + TTL/10.
+		for {
+			_, found, err := kv.Get(ctx, key)
+			if err == nil && !found {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(opts.TTL / 10):
+			}
+		}
+	}
+}
+
+// Term is the leader key's create revision: it names this leadership.
+func (l *Leader) Term() int64 { return l.term }
+
+// Lost is closed when the lease could not be kept: step down.
+func (l *Leader) Lost() <-chan struct{} { return l.lost }
+
+func (l *Leader) keepAlive() {
+	defer close(l.done)
+	every := l.opts.TTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		ttl, err := l.kv.KeepAlive(ctx, l.lease)
+		cancel()
+		if err != nil || ttl <= 0 {
+			l.lostOnce.Do(func() { close(l.lost) })
+			return
+		}
+	}
+}
+
+// Append writes records as log entries first, first+1, ... in one or more
+// transactions, each fenced on this term; ErrDeposed when the term is over.
+func (l *Leader) Append(ctx context.Context, first uint64, records [][]byte) error {
+	key := leaderKey(l.opts.Prefix)
+	for len(records) > 0 {
+		n := min(len(records), maxTxnPuts)
+		puts := make([]etcdkv.KV, n)
+		for i := range puts {
+			puts[i] = etcdkv.KV{Key: logKey(l.opts.Prefix, first+uint64(i)), Value: records[i]}
+		}
+		ok, _, err := l.kv.Txn(ctx, []etcdkv.Compare{{Key: key, Target: "CREATE", Revision: l.term}}, puts)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			l.lostOnce.Do(func() { close(l.lost) })
+			return ErrDeposed
+		}
+		records, first = records[n:], first+uint64(n)
+	}
+	return nil
+}
+
+// Resign ends the leadership now (a clean stop): another master may take
+// over at once.
+func (l *Leader) Resign(ctx context.Context) error {
+	close(l.stop)
+	<-l.done
+	l.lostOnce.Do(func() { close(l.lost) })
+	return l.kv.Revoke(ctx, l.lease)
+}
+
+// CurrentLeader is the leading master's ID, "" when none leads.
+func CurrentLeader(ctx context.Context, opts Options) (string, error) {
+	opts.fill()
+	kv, found, err := etcdkv.New(opts.Endpoints).Get(ctx, leaderKey(opts.Prefix))
+	if err != nil || !found {
+		return "", err
+	}
+	return string(kv.Value), nil
+}
+
+// ReadLog returns the log's records from seq from on, in order; it stops
+// at the first gap.
+func ReadLog(ctx context.Context, opts Options, from uint64) ([][]byte, error) {
+	opts.fill()
+	kv := etcdkv.New(opts.Endpoints)
+	prefix := []byte(opts.Prefix + "log/")
+	kvs, _, err := kv.Range(ctx, logKey(opts.Prefix, from), etcdkv.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for i, e := range kvs {
+		seq, err := strconv.ParseUint(string(e.Key[len(prefix):]), 10, 64)
+		if err != nil || seq != from+uint64(i) {
+			break
+		}
+		out = append(out, e.Value)
+	}
+	return out, nil
+}

@@ -1,0 +1,165 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/internal/etcdtest"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func records(from, n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = []byte(fmt.Sprintf("record %d", from+i))
+	}
+	return out
+}
+
+// One leader at a time; a leader whose lease lapsed (paused, cut off) is
+// replaced, and its appends are refused from then on even though it never
+// noticed; the log holds both terms' records in order.
+func TestOneLeaderAndFencing(t *testing.T) {
+	cl := etcdtest.Start(t, 3)
+	opts := Options{Endpoints: cl.Endpoints(), TTL: 2 * time.Second}
+	ctx := ctxT(t, 60*time.Second)
+	a, err := Campaign(ctx, withID(opts, "a:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(ctx, 1, records(1, 130)); err != nil { // more than one transaction
+		t.Fatal(err)
+	}
+	type won struct {
+		l   *Leader
+		err error
+	}
+	bWon := make(chan won, 1)
+	go func() {
+		l, err := Campaign(ctx, withID(opts, "b:1"))
+		bWon <- won{l, err}
+	}()
+	if who, _ := CurrentLeader(ctx, opts); who != "a:1" {
+		t.Fatalf("leader %q", who)
+	}
+	if err := a.Append(ctx, 131, records(131, 5)); err != nil { // b waits meanwhile
+		t.Fatal(err)
+	}
+	select {
+	case w := <-bWon:
+		t.Fatalf("b won while a leads: %+v", w)
+	default:
+	}
+	// a stops keeping its lease (a process paused, a host cut off): after
+	// the TTL b leads.
+	close(a.stop)
+	<-a.done
+	w := <-bWon
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	b := w.l
+	if b.Term() <= a.Term() {
+		t.Fatalf("terms: a %d, b %d", a.Term(), b.Term())
+	}
+	if who, _ := CurrentLeader(ctx, opts); who != "b:1" {
+		t.Fatalf("leader after the takeover %q", who)
+	}
+	// a never noticed; its write is refused all the same.
+	if err := a.Append(ctx, 136, records(999, 1)); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("a deposed leader's append: %v", err)
+	}
+	select {
+	case <-a.Lost():
+	default:
+		t.Fatal("a refused append did not close Lost")
+	}
+	got, err := ReadLog(ctx, opts, 1)
+	if err != nil || len(got) != 135 {
+		t.Fatalf("log: %d records, %v", len(got), err)
+	}
+	if err := b.Append(ctx, 136, records(136, 3)); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = ReadLog(ctx, opts, 130)
+	var want []string
+	for i := 130; i <= 138; i++ {
+		want = append(want, fmt.Sprintf("record %d", i))
+	}
+	if fmt.Sprint(strs(got)) != fmt.Sprint(want) {
+		t.Fatalf("log from 130: %v", strs(got))
+	}
+	// A clean resignation hands over at once, not after a TTL.
+	cWon := make(chan won, 1)
+	go func() {
+		l, err := Campaign(ctx, withID(opts, "c:1"))
+		cWon <- won{l, err}
+	}()
+	start := time.Now()
+	if err := b.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := <-cWon; w.err != nil || time.Since(start) > opts.TTL {
+		t.Fatalf("takeover after a resignation: %v after %v", w.err, time.Since(start))
+	}
+}
+
+// Without a quorum an append fails (it is never acknowledged); with the
+// quorum back the same leader appends again.
+func TestAppendsNeedAQuorum(t *testing.T) {
+	cl := etcdtest.Start(t, 3)
+	opts := Options{Endpoints: cl.Endpoints(), TTL: 10 * time.Second}
+	ctx := ctxT(t, 60*time.Second)
+	l, err := Campaign(ctx, withID(opts, "a:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Append(ctx, 1, records(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(1) // one member down: the quorum holds
+	if err := l.Append(ctxT(t, 10*time.Second), 4, records(4, 1)); err != nil {
+		t.Fatalf("append with one member down: %v", err)
+	}
+	cl.Stop(2) // two down: no quorum
+	if err := l.Append(ctxT(t, 2*time.Second), 5, records(5, 1)); err == nil {
+		t.Fatal("an append without a quorum succeeded")
+	}
+	cl.Start(1)
+	cl.Start(2)
+	cl.WaitHealthy()
+	var aerr error
+	for i := 0; i < 100; i++ {
+		if aerr = l.Append(ctx, 5, records(5, 1)); aerr == nil {
+			break
+		}
+	}
+	if aerr != nil {
+		t.Fatalf("append after the quorum returned: %v", aerr)
+	}
+	got, _ := ReadLog(ctx, opts, 1)
+	if len(got) != 5 || string(got[4]) != "record 5" {
+		t.Fatalf("log: %v", strs(got))
+	}
+}
+
+func withID(o Options, id string) Options {
+	o.ID = id
+	return o
+}
+
+func strs(b [][]byte) []string {
+	out := make([]string, len(b))
+	for i := range b {
+		out[i] = string(b[i])
+	}
+	return out
+}
