@@ -199,6 +199,20 @@ func PrefixEnd(prefix []byte) []byte {
 	return []byte{0} // every key
 }
 
+// DeleteRange deletes the keys in [key, end) (end nil: key alone); how
+// many it deleted.
+func (c *Client) DeleteRange(ctx context.Context, key, end []byte) (int64, error) {
+	req := map[string]any{"key": b64(key)}
+	if end != nil {
+		req["range_end"] = b64(end)
+	}
+	var resp struct {
+		Deleted string `json:"deleted"`
+	}
+	err := c.call(ctx, "/v3/kv/deleterange", req, &resp)
+	return num(resp.Deleted), err
+}
+
 // Grant creates a lease of ttl seconds; its id.
 func (c *Client) Grant(ctx context.Context, ttl int64) (int64, error) {
 	var resp struct {

@@ -54,6 +54,12 @@ func TestCallsAgainstARealCluster(t *testing.T) {
 	if kv, _, _ := c.Get(ctx, []byte("t")); string(kv.Value) != "yes" {
 		t.Fatalf("t = %q", kv.Value)
 	}
+	if n, err := c.DeleteRange(ctx, []byte("t"), nil); n != 1 || err != nil {
+		t.Fatalf("delete: %d %v", n, err)
+	}
+	if _, found, _ := c.Get(ctx, []byte("t")); found {
+		t.Fatal("a deleted key was found")
+	}
 	// Leases: a key on a revoked lease is gone; keepalive of a gone one is 0.
 	lease, err := c.Grant(ctx, 5)
 	if err != nil || lease == 0 {

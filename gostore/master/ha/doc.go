@@ -4,8 +4,12 @@
 // # What it owns
 //
 // Keys under one prefix (default "/gostore/master/"): "leader" (the
-// leader's address, on its lease) and "log/<seq>" (one change record per
-// key, seq zero-padded to 20 digits so key order is sequence order).
+// leader's address, on its lease), "log/<seq>" (one change record per
+// key, seq zero-padded to 20 digits so key order is sequence order),
+// "snap/<seq>/<chunk>" (a snapshot in chunks under etcd's request limit)
+// and "snaphead" (which snapshot is whole: its sequence number, length and
+// checksum, written after its chunks). Log is the leader's writer, with
+// the local journal's interface; Recover is what a new leader reads.
 //
 // # Invariants
 //
@@ -22,6 +26,9 @@
 //
 // # The caller's duties
 //
-// Append records in sequence order with no gap; read the log (ReadLog)
-// before serving as a new leader; give every call a deadline.
+// Append records in sequence order with no gap; Recover before serving as
+// a new leader and open the Log after what it read; step down when Lost
+// closes or a Wait answers ErrDeposed; give every call a deadline. Not yet
+// done here: the master running as a standby that follows the log, and
+// clients finding the leader (etcd:// addresses).
 package ha

@@ -163,3 +163,88 @@ func strs(b [][]byte) []string {
 	}
 	return out
 }
+
+// The leader's Log: concurrent records committed in order, a snapshot
+// that lets the covered records go, a new leader recovering exactly the
+// snapshot and the records after it, and a deposed leader's log failing
+// its waiters with ErrDeposed.
+func TestLogSnapshotAndRecovery(t *testing.T) {
+	cl := etcdtest.Start(t, 3)
+	opts := Options{Endpoints: cl.Endpoints(), TTL: 2 * time.Second}
+	ctx := ctxT(t, 60*time.Second)
+	a, err := Campaign(ctx, withID(opts, "a:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := OpenLog(a, 0)
+	done := make(chan error, 8)
+	for w := 0; w < 8; w++ {
+		go func(w int) {
+			var last uint64
+			for i := 0; i < 50; i++ {
+				seq, err := log.Enqueue([]byte(fmt.Sprintf("w%d-%d", w, i)))
+				if err != nil {
+					done <- err
+					return
+				}
+				last = seq
+			}
+			done <- log.Wait(last)
+		}(w)
+	}
+	for w := 0; w < 8; w++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if log.LastSeq() != 400 {
+		t.Fatalf("last seq %d", log.LastSeq())
+	}
+	big := make([]byte, 2*snapChunk+5) // three chunks
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	if err := log.Snapshot(300, big); err != nil {
+		t.Fatal(err)
+	}
+	for i := 401; i <= 410; i++ {
+		seq, _ := log.Enqueue([]byte(fmt.Sprintf("after-%d", i)))
+		if err := log.Wait(seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := Recover(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.SnapshotSeq != 300 || string(rec.Snapshot) != string(big) || len(rec.Records) != 110 ||
+		string(rec.Records[109]) != "after-410" || rec.LastSeq() != 410 {
+		t.Fatalf("recovered snapshot %d (%d bytes), %d records", rec.SnapshotSeq, len(rec.Snapshot), len(rec.Records))
+	}
+	if got, _ := ReadLog(ctx, opts, 1); len(got) != 0 {
+		t.Fatalf("records the snapshot covers are still there: %d", len(got))
+	}
+	// a is deposed (its lease lapses); its log refuses from then on.
+	close(a.stop)
+	<-a.done
+	b, err := Campaign(ctx, withID(opts, "b:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, _ := log.Enqueue([]byte("from a deposed leader"))
+	if err := log.Wait(seq); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("a deposed leader's record: %v", err)
+	}
+	if _, err := log.Enqueue([]byte("more")); err == nil {
+		t.Fatal("a failed log took another record")
+	}
+	rec, _ = Recover(ctx, opts)
+	if rec.LastSeq() != 410 {
+		t.Fatalf("the deposed leader's record reached the log: last %d", rec.LastSeq())
+	}
+	bl := OpenLog(b, rec.LastSeq())
+	if seq, _ := bl.Enqueue([]byte("b's first")); seq != 411 || bl.Wait(seq) != nil {
+		t.Fatalf("b's first record: %d", seq)
+	}
+	bl.Close()
+}

@@ -1,0 +1,218 @@
+// Log: the leader's change log on etcd with the journal's interface
+// (Enqueue, Wait, LastSeq, Snapshot), group-committed, and its recovery.
+
+package ha
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/etcdkv"
+)
+
+// snapChunk keeps each snapshot value under etcd's default request limit
+// (1.5 MiB).
+const snapChunk = 1 << 20
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Log writes a leader's records to etcd. Concurrent Enqueues between two
+// writes go out together (one fenced transaction per 120 records); Wait
+// returns once a record is committed in etcd (a quorum has it).
+type Log struct {
+	l   *Leader
+	kv  *etcdkv.Client
+	ttl time.Duration
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	next    uint64
+	pending [][]byte
+	written uint64
+	err     error
+	closed  bool
+
+	wake chan struct{}
+	done chan struct{}
+}
+
+// OpenLog starts l's log after record last (what the new leader read).
+func OpenLog(l *Leader, last uint64) *Log {
+	g := &Log{l: l, kv: l.kv, ttl: l.opts.TTL, next: last + 1, written: last, wake: make(chan struct{}, 1),
+		done: make(chan struct{})}
+	g.cond = sync.NewCond(&g.mu)
+	go g.run()
+	return g
+}
+
+// Enqueue hands rec to the writer as the next record; it does not wait.
+func (g *Log) Enqueue(rec []byte) (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.err != nil {
+		return 0, g.err
+	}
+	seq := g.next
+	g.next++
+	g.pending = append(g.pending, rec)
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	return seq, nil
+}
+
+// Wait returns once every record up to seq is in etcd, or the error that
+// stopped the log (ErrDeposed: step down).
+func (g *Log) Wait(seq uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.err == nil && g.written < seq {
+		g.cond.Wait()
+	}
+	if g.written >= seq {
+		return nil
+	}
+	return g.err
+}
+
+// LastSeq is the last record enqueued.
+func (g *Log) LastSeq() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.next - 1
+}
+
+func (g *Log) run() {
+	defer close(g.done)
+	for range g.wake {
+		g.mu.Lock()
+		batch, first, stop := g.pending, g.written+1, g.closed
+		g.pending = nil
+		g.mu.Unlock()
+		var err error
+		if len(batch) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), g.ttl)
+			err = g.l.Append(ctx, first, batch)
+			cancel()
+		}
+		g.mu.Lock()
+		if err != nil {
+			g.err = fmt.Errorf("ha log: %w", err) // nothing after an unknown write is acknowledged
+		} else {
+			g.written += uint64(len(batch))
+		}
+		g.cond.Broadcast()
+		failed := g.err != nil
+		g.mu.Unlock()
+		if stop || failed {
+			return
+		}
+	}
+}
+
+// Close writes what is pending and stops the writer.
+func (g *Log) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return g.err
+	}
+	g.closed = true
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+	<-g.done
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Snapshot stores state as including every record up to seq, fenced on
+// the term, then deletes the log records it covers.
+func (g *Log) Snapshot(seq uint64, state []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*g.ttl)
+	defer cancel()
+	p := g.l.opts.Prefix
+	head := make([]byte, 0, 20)
+	head = binary.LittleEndian.AppendUint64(head, seq)
+	head = binary.LittleEndian.AppendUint64(head, uint64(len(state)))
+	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(state, castagnoli))
+	// Chunks first, under the new sequence number, then the head that
+	// names them: a reader sees a whole snapshot or the previous one.
+	for i := 0; i*snapChunk < len(state) || i == 0; i++ {
+		part := state[i*snapChunk : min((i+1)*snapChunk, len(state))]
+		if err := g.fencedPut(ctx, []byte(fmt.Sprintf("%ssnap/%020d/%06d", p, seq, i)), part); err != nil {
+			return err
+		}
+		if len(state) == 0 {
+			break
+		}
+	}
+	if err := g.fencedPut(ctx, []byte(p+"snaphead"), head); err != nil {
+		return err
+	}
+	// What the snapshot covers may go (old chunks, records up to seq).
+	g.kv.DeleteRange(ctx, []byte(p+"snap/"), []byte(fmt.Sprintf("%ssnap/%020d", p, seq)))
+	g.kv.DeleteRange(ctx, []byte(p+"log/"), logKey(p, seq+1))
+	return nil
+}
+
+func (g *Log) fencedPut(ctx context.Context, key, value []byte) error {
+	ok, _, err := g.kv.Txn(ctx, []etcdkv.Compare{{Key: leaderKey(g.l.opts.Prefix), Target: "CREATE", Revision: g.l.term}},
+		[]etcdkv.KV{{Key: key, Value: value}})
+	if err == nil && !ok {
+		err = ErrDeposed
+	}
+	return err
+}
+
+// Recovered is what a new leader reads before it serves.
+type Recovered struct {
+	Snapshot    []byte // nil: none
+	SnapshotSeq uint64
+	Records     [][]byte // from SnapshotSeq+1 on
+}
+
+// LastSeq is the last record recovered.
+func (r *Recovered) LastSeq() uint64 { return r.SnapshotSeq + uint64(len(r.Records)) }
+
+// Recover reads the newest snapshot and the records after it.
+func Recover(ctx context.Context, opts Options) (*Recovered, error) {
+	opts.fill()
+	kv := etcdkv.New(opts.Endpoints)
+	rec := &Recovered{}
+	head, found, err := kv.Get(ctx, []byte(opts.Prefix+"snaphead"))
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		if len(head.Value) != 20 {
+			return nil, fmt.Errorf("ha: snapshot head of %d bytes", len(head.Value))
+		}
+		seq := binary.LittleEndian.Uint64(head.Value)
+		size := binary.LittleEndian.Uint64(head.Value[8:])
+		sum := binary.LittleEndian.Uint32(head.Value[16:])
+		prefix := []byte(fmt.Sprintf("%ssnap/%020d/", opts.Prefix, seq))
+		parts, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), 0)
+		if err != nil {
+			return nil, err
+		}
+		var state []byte
+		for _, p := range parts {
+			state = append(state, p.Value...)
+		}
+		if uint64(len(state)) != size || crc32.Checksum(state, castagnoli) != sum {
+			return nil, fmt.Errorf("ha: snapshot %d is damaged (%d of %d bytes)", seq, len(state), size)
+		}
+		rec.Snapshot, rec.SnapshotSeq = state, seq
+	}
+	rec.Records, err = ReadLog(ctx, opts, rec.SnapshotSeq+1)
+	return rec, err
+}
