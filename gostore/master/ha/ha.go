@@ -50,6 +50,7 @@ type Leader struct {
 
 	lost     chan struct{}
 	lostOnce sync.Once
+	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -147,10 +148,19 @@ func (l *Leader) Append(ctx context.Context, first uint64, records [][]byte) err
 	return nil
 }
 
+// Abandon stops keeping the lease without giving it back: the leadership
+// ends when the lease runs out, as if this process had died. A master
+// that stepped down calls it; tests use it to stand for a crash.
+func (l *Leader) Abandon() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.done
+	l.lostOnce.Do(func() { close(l.lost) })
+}
+
 // Resign ends the leadership now (a clean stop): another master may take
 // over at once.
 func (l *Leader) Resign(ctx context.Context) error {
-	close(l.stop)
+	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
 	l.lostOnce.Do(func() { close(l.lost) })
 	return l.kv.Revoke(ctx, l.lease)

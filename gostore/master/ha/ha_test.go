@@ -60,8 +60,7 @@ func TestOneLeaderAndFencing(t *testing.T) {
 	}
 	// a stops keeping its lease (a process paused, a host cut off): after
 	// the TTL b leads.
-	close(a.stop)
-	<-a.done
+	a.Abandon()
 	w := <-bWon
 	if w.err != nil {
 		t.Fatal(w.err)
@@ -80,7 +79,7 @@ func TestOneLeaderAndFencing(t *testing.T) {
 	select {
 	case <-a.Lost():
 	default:
-		t.Fatal("a refused append did not close Lost")
+		t.Fatal("an abandoned leadership did not close Lost")
 	}
 	got, err := ReadLog(ctx, opts, 1)
 	if err != nil || len(got) != 135 {
@@ -225,8 +224,7 @@ func TestLogSnapshotAndRecovery(t *testing.T) {
 		t.Fatalf("records the snapshot covers are still there: %d", len(got))
 	}
 	// a is deposed (its lease lapses); its log refuses from then on.
-	close(a.stop)
-	<-a.done
+	a.Abandon()
 	b, err := Campaign(ctx, withID(opts, "b:1"))
 	if err != nil {
 		t.Fatal(err)

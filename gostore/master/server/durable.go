@@ -5,6 +5,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/journal"
 	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/master/ha"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -26,9 +28,19 @@ type snapshotEnvelope struct {
 	State   *master.State `msgpack:"s"`
 }
 
-// durability is a server's journal.
+// changeLog is where durable changes go: a local journal, or the leader's
+// log on etcd (ha.Log).
+type changeLog interface {
+	Enqueue(rec []byte) (uint64, error)
+	Wait(seq uint64) error
+	LastSeq() uint64
+	Snapshot(seq uint64, state []byte) error
+	Close() error
+}
+
+// durability is a server's change log.
 type durability struct {
-	j   *journal.Journal
+	j   changeLog
 	log *slog.Logger
 }
 
@@ -38,31 +50,64 @@ func openState(dir string, ackBeforeSync bool, log *slog.Logger) (*durability, *
 	if err != nil {
 		return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
-	st := master.NewState()
-	if rec.Snapshot != nil {
-		var env snapshotEnvelope
-		if err := msgpack.Unmarshal(rec.Snapshot, &env); err != nil || env.State == nil {
-			j.Close()
-			return nil, nil, fmt.Errorf("state directory %s: snapshot %d cannot be read: %v", dir, rec.SnapshotSeq, err)
-		}
-		if env.Version != stateVersion {
-			j.Close()
-			return nil, nil, fmt.Errorf("state directory %s: snapshot version %d, this master reads %d", dir, env.Version, stateVersion)
-		}
-		st = env.State
-		fill(st)
-	}
-	for i, raw := range rec.Records {
-		ch, err := master.DecodeChange(raw)
-		if err != nil {
-			j.Close()
-			return nil, nil, fmt.Errorf("state directory %s: record %d cannot be read: %v", dir, rec.SnapshotSeq+uint64(i)+1, err)
-		}
-		st.Apply(ch)
+	st, err := stateOf(rec.Snapshot, rec.SnapshotSeq, rec.Records)
+	if err != nil {
+		j.Close()
+		return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
 	log.Info("state directory read", "dir", dir, "snapshot", rec.SnapshotSeq, "records", len(rec.Records),
 		"objects", len(st.Objects), "segments", len(st.Segments))
 	return &durability{j: j, log: log}, st, nil
+}
+
+// campaign waits until this master leads the cluster on etcd (a standby
+// until then), then reads the state the log holds.
+func campaign(opts Options, addr string, log *slog.Logger) (*durability, *master.State, *ha.Leader, error) {
+	hopts := ha.Options{Endpoints: opts.EtcdEndpoints, Prefix: "/gostore/" + opts.ClusterID + "/master/",
+		ID: addr, TTL: opts.HALeaseTTL}
+	log.Info("standby: campaigning for leadership", "etcd", opts.EtcdEndpoints, "advertise", addr)
+	leader, err := ha.Campaign(context.Background(), hopts)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("campaign on etcd %v: %w", opts.EtcdEndpoints, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec, err := ha.Recover(ctx, hopts)
+	var st *master.State
+	if err == nil {
+		st, err = stateOf(rec.Snapshot, rec.SnapshotSeq, rec.Records)
+	}
+	if err != nil {
+		leader.Resign(context.Background())
+		return nil, nil, nil, fmt.Errorf("reading the log on etcd: %w", err)
+	}
+	log.Info("leading: state read from etcd", "term", leader.Term(), "snapshot", rec.SnapshotSeq,
+		"records", len(rec.Records), "objects", len(st.Objects), "segments", len(st.Segments))
+	return &durability{j: ha.OpenLog(leader, rec.LastSeq()), log: log}, st, leader, nil
+}
+
+// stateOf is the state a snapshot and the records after it hold.
+func stateOf(snapshot []byte, snapSeq uint64, records [][]byte) (*master.State, error) {
+	st := master.NewState()
+	if snapshot != nil {
+		var env snapshotEnvelope
+		if err := msgpack.Unmarshal(snapshot, &env); err != nil || env.State == nil {
+			return nil, fmt.Errorf("snapshot %d cannot be read: %v", snapSeq, err)
+		}
+		if env.Version != stateVersion {
+			return nil, fmt.Errorf("snapshot version %d, this master reads %d", env.Version, stateVersion)
+		}
+		st = env.State
+		fill(st)
+	}
+	for i, raw := range records {
+		ch, err := master.DecodeChange(raw)
+		if err != nil {
+			return nil, fmt.Errorf("record %d cannot be read: %v", snapSeq+uint64(i)+1, err)
+		}
+		st.Apply(ch)
+	}
+	return st, nil
 }
 
 // fill makes a decoded State's nil maps empty.

@@ -46,6 +46,13 @@ type Options struct {
 	// RestoreQuarantine: see master.Config.RestoreQuarantine.
 	RestoreQuarantine time.Duration
 
+	// EnableHA: lead through an etcd lease (a standby until then), the
+	// change log on etcd at EtcdEndpoints, under ClusterID.
+	EnableHA      bool
+	EtcdEndpoints []string
+	ClusterID     string
+	HALeaseTTL    time.Duration // default 5 s
+
 	// TickInterval is how often time-driven work runs: client expiry,
 	// quarantine release, orphaned tasks, eviction.
 	TickInterval time.Duration
@@ -205,6 +212,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("ttls, timeouts and the tick interval must be positive")
 	case o.EvictionRatio <= 0 || o.EvictionRatio > 1 || o.EvictionHighWatermark <= 0 || o.EvictionHighWatermark > 1:
 		return fmt.Errorf("eviction ratios must lie in (0, 1]")
+	case o.EnableHA && len(o.EtcdEndpoints) == 0:
+		return fmt.Errorf("--enable_ha needs --etcd_endpoints")
+	case o.EnableHA && o.StateDir != "":
+		return fmt.Errorf("--enable_ha keeps the master's state on etcd: give no --snapshot_backup_dir")
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		return err

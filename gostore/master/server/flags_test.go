@@ -117,6 +117,10 @@ func TestEveryMooncakeFlagAccepted(t *testing.T) {
 				if !errors.Is(err, ErrVersion) {
 					t.Errorf("%q: %v, want ErrVersion", args, err)
 				}
+			case w.name == "enable_ha" && args[0] == "--enable_ha":
+				if err == nil || !strings.Contains(err.Error(), "--etcd_endpoints") {
+					t.Errorf("%q alone: %v, want a request for --etcd_endpoints", args, err)
+				}
 			case err != nil:
 				t.Errorf("%q: %v", args, err)
 			case (w.gtype != "bool" || strings.Contains(args[0], "=")) && len(o.Unimplemented) > 0 && w.name != "enable_metric_reporting":
@@ -226,21 +230,21 @@ func writeFile(t *testing.T, name, text string) string {
 func TestConfigFile(t *testing.T) {
 	js := writeFile(t, "master.json", `{"client_live_ttl_sec": 33, "eviction_ratio": 0.2,
 		"default_kv_lease_ttl": "7s", "default_kv_soft_pin_ttl": 1234, "enable_offload": true,
-		"rpc_port": 4567, "enable_ha": true, "client_ttl": 99, "nested": {"a": 1}, "metrics_port": 9100}`)
+		"rpc_port": 4567, "enable_kv_events": true, "client_ttl": 99, "nested": {"a": 1}, "metrics_port": 9100}`)
 	o := parse(t, "--config_path="+js)
 	if o.ClientTTL != 33*time.Second || o.EvictionRatio != 0.2 || o.DefaultKVLeaseTTL != 7*time.Second ||
 		o.DefaultKVSoftPinTTL != 1234*time.Millisecond || !o.EnableOffload || o.RPCPort != 4567 || o.MetricsPort != 9100 {
 		t.Errorf("from %s: %+v", js, o)
 	}
 	// The file's client_ttl is not Mooncake's key for it: ignored, and said so.
-	if !reflect.DeepEqual(o.Unimplemented, []string{"enable_ha"}) || !reflect.DeepEqual(o.IgnoredKeys, []string{"client_ttl", "nested.a"}) {
+	if !reflect.DeepEqual(o.Unimplemented, []string{"enable_kv_events"}) || !reflect.DeepEqual(o.IgnoredKeys, []string{"client_ttl", "nested.a"}) {
 		t.Errorf("unimplemented %v, ignored %v", o.Unimplemented, o.IgnoredKeys)
 	}
 	// The command line wins, even with a flag's default value, and in
-	// either order; --noenable_ha leaves nothing to warn about.
+	// either order; --noenable_kv_events leaves nothing to warn about.
 	for _, args := range [][]string{
-		{"--config_path=" + js, "--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_ha", "--rpc_port=0"},
-		{"--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_ha", "--rpc_port=0", "--config_path=" + js},
+		{"--config_path=" + js, "--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_kv_events", "--rpc_port=0"},
+		{"--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_kv_events", "--rpc_port=0", "--config_path=" + js},
 	} {
 		o = parse(t, args...)
 		if o.EvictionRatio != 0.05 || o.ClientTTL != 10*time.Second || o.EnableOffload || o.RPCPort != 0 ||
@@ -320,7 +324,7 @@ func TestPortsAddressesAndLevels(t *testing.T) {
 // config keys ignored.
 func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 	js := writeFile(t, "m.json", `{"enable_snapshot": true, "bogus": 1}`)
-	o := parse(t, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--enable_ha", "--etcd_endpoints=a;b",
+	o := parse(t, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--enable_kv_events", "--enable_cxl",
 		"--cxl_size=1", "--rpc_thread_num=8", "--logtostderr", "--config_path="+js)
 	var logs bytes.Buffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
@@ -337,7 +341,7 @@ func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 	}
 	// enable_snapshot is accepted without a word: a state directory is
 	// what turns the journal on.
-	if len(warns) != 1 || !strings.Contains(warns[0], "flags=cxl_size,enable_ha,etcd_endpoints,rpc_thread_num") ||
+	if len(warns) != 1 || !strings.Contains(warns[0], "flags=cxl_size,enable_cxl,enable_kv_events,rpc_thread_num") ||
 		!strings.Contains(warns[0], "config_keys=bogus") {
 		t.Errorf("warnings: %q", warns)
 	}

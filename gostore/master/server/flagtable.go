@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -146,6 +147,17 @@ func toState[T any](field func(*flagState) *T, parse func(string) (T, error)) fu
 
 func nothing(*flagState, string) error { return nil }
 
+// splitEndpoints reads "a;b" or "a,b" (Mooncake writes semicolons).
+func splitEndpoints(v string) []string {
+	var out []string
+	for _, e := range strings.FieldsFunc(v, func(r rune) bool { return r == ';' || r == ',' }) {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 func always(string) bool { return true }
 
 func oneOf(values ...string) func(string) error {
@@ -173,7 +185,9 @@ var specs = []flagSpec{
 	{name: "client_ttl", gtype: "int64", unit: time.Second, def: "10", fileKey: "client_live_ttl_sec",
 		help: "how long a client may stay silent before the master drops it and its segments (seconds, or 5s, 1m)",
 		set:  to(func(o *Options) *time.Duration { return &o.ClientTTL }, asDuration)},
-	mc("cluster_id", "string", "mooncake_cluster"),
+	{name: "cluster_id", gtype: "string", def: "mooncake_cluster",
+		help: "names the cluster's keys on etcd (--enable_ha)",
+		set:  to(func(o *Options) *string { return &o.ClusterID }, asString)},
 	{name: "config_path", gtype: "string", def: "", fileKey: "-", set: nothing,
 		help: "a JSON (.json) or YAML (.yaml, .yml) file of flag values; flags given on the command line win"},
 	mc("cxl_path", "string", "/dev/dax0.0"),
@@ -190,7 +204,9 @@ var specs = []flagSpec{
 	{name: "dynamic_replication_mode", gtype: "string", def: "off", check: oneOf("off", "observe", "enforce")},
 	mc("enable_cxl", "bool", "false"),
 	mc("enable_disk_eviction", "bool", "true"),
-	mc("enable_ha", "bool", "false"),
+	{name: "enable_ha", gtype: "bool", def: "false",
+		help: "high availability: lead through an etcd lease (a standby until then), the change log on etcd",
+		set:  to(func(o *Options) *bool { return &o.EnableHA }, asBool)},
 	mc("enable_http_metadata_server", "bool", "false"),
 	mc("enable_kv_events", "bool", "false"),
 	mc("enable_metadata_cleanup_on_timeout", "bool", "false"),
@@ -206,7 +222,12 @@ var specs = []flagSpec{
 		help: "accepted: a --snapshot_backup_dir turns the journal and its snapshots on"},
 	{name: "enable_snapshot_restore", gtype: "bool", def: "false", set: nothing,
 		help: "accepted: a master with a --snapshot_backup_dir always restores from it"},
-	mc("etcd_endpoints", "string", ""),
+	{name: "etcd_endpoints", gtype: "string", def: "",
+		help: "the etcd cluster for --enable_ha: host:port;host:port (or commas)",
+		set: func(st *flagState, v string) error {
+			st.o.EtcdEndpoints = splitEndpoints(v)
+			return nil
+		}},
 	{name: "eviction_high_watermark_ratio", gtype: "double", def: "0.9",
 		help: "pool usage above which eviction passes run, in (0, 1]",
 		set:  to(func(o *Options) *float64 { return &o.EvictionHighWatermark }, asFloat)},

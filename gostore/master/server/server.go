@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/master/ha"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -30,7 +31,9 @@ type Server struct {
 	http    *http.Server
 	httpLn  net.Listener
 	metrics *metrics
-	state   *durability // nil without a state directory
+	state   *durability // nil without a state directory or HA
+	leader  *ha.Leader  // nil without HA
+	done    chan struct{}
 
 	// evictNow asks the tick loop for a pass before its next tick: a put
 	// was refused for space that eviction may free.
@@ -55,13 +58,25 @@ func Start(opts Options) (*Server, error) {
 		opts.TickInterval = 100 * time.Millisecond
 	}
 	warnIgnored(log, opts)
+	// The RPC port is bound first: a master under HA advertises it while
+	// it campaigns.
+	network := listenNetwork(opts.RPCAddress)
+	rpcLn, err := net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
+	if err != nil {
+		return nil, err
+	}
 	var state *durability
 	var saved *master.State
-	if opts.StateDir != "" {
-		var err error
-		if state, saved, err = openState(opts.StateDir, opts.AckBeforeSync, log); err != nil {
-			return nil, err
-		}
+	var leader *ha.Leader
+	switch {
+	case opts.EnableHA:
+		state, saved, leader, err = campaign(opts, dialable(rpcLn.Addr()), log)
+	case opts.StateDir != "":
+		state, saved, err = openState(opts.StateDir, opts.AckBeforeSync, log)
+	}
+	if err != nil {
+		rpcLn.Close()
+		return nil, err
 	}
 	cfg := master.Config{
 		DefaultKVLeaseTTL:      opts.DefaultKVLeaseTTL,
@@ -88,11 +103,12 @@ func Start(opts Options) (*Server, error) {
 		// it the new starting point (the ranges it holds included).
 		if err := state.snapshot(core); err != nil {
 			state.j.Close()
+			rpcLn.Close()
 			return nil, fmt.Errorf("snapshot after the restore: %w", err)
 		}
 	}
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
-		evictNow: make(chan struct{}, 1)}
+		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
 	s.metrics = newMetrics(core)
 	s.rpc = rpc.NewServer(log, s.metrics.observe)
 	s.register()
@@ -100,15 +116,6 @@ func Start(opts Options) (*Server, error) {
 		state.waitForDisk(s.rpc)
 	}
 
-	var err error
-	network := listenNetwork(opts.RPCAddress)
-	s.rpcLn, err = net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
-	if err != nil {
-		if state != nil {
-			state.j.Close()
-		}
-		return nil, err
-	}
 	if opts.MetricsPort >= 0 {
 		host, network := opts.RPCAddress, network
 		if opts.MetricsHost != "" {
@@ -117,6 +124,9 @@ func Start(opts Options) (*Server, error) {
 		s.httpLn, err = net.Listen(network, net.JoinHostPort(host, strconv.Itoa(opts.MetricsPort)))
 		if err != nil {
 			s.rpcLn.Close()
+			if state != nil {
+				state.j.Close()
+			}
 			return nil, err
 		}
 		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
@@ -139,6 +149,18 @@ func Start(opts Options) (*Server, error) {
 		defer s.wg.Done()
 		s.tickLoop()
 	}()
+	if leader != nil {
+		// A leader whose lease lapsed steps down: it answers nothing more
+		// (another master may lead already) and Done closes.
+		go func() {
+			select {
+			case <-leader.Lost():
+				log.Error("leadership lost: stepping down")
+				s.stepDown()
+			case <-s.stop:
+			}
+		}()
+	}
 	if state != nil {
 		interval := opts.SnapshotInterval
 		if interval <= 0 {
@@ -227,7 +249,17 @@ func dialable(a net.Addr) string {
 }
 
 // Close stops serving and waits for the goroutines.
-func (s *Server) Close() {
+func (s *Server) Close() { s.shutdown(true) }
+
+// Done is closed when the server stopped: by Close, or by stepping down
+// from a leadership it lost (the process should then exit).
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// stepDown stops serving without a last snapshot: another master may
+// lead already, and the log refuses this one's writes.
+func (s *Server) stepDown() { s.shutdown(false) }
+
+func (s *Server) shutdown(clean bool) {
 	s.once.Do(func() {
 		close(s.stop)
 		s.rpc.Close()
@@ -238,14 +270,26 @@ func (s *Server) Close() {
 		}
 		s.wg.Wait()
 		if s.state != nil {
-			// A last snapshot makes the next start quick; the journal
-			// alone would do as well.
-			if err := s.state.snapshot(s.core); err != nil {
-				s.log.Error("snapshot at stop failed", "err", err)
+			if clean {
+				// A last snapshot makes the next start quick; the log
+				// alone would do as well.
+				if err := s.state.snapshot(s.core); err != nil {
+					s.log.Error("snapshot at stop failed", "err", err)
+				}
 			}
 			s.state.j.Close()
 		}
+		if s.leader != nil {
+			if clean {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				s.leader.Resign(ctx) // a standby takes over at once
+				cancel()
+			} else {
+				s.leader.Abandon()
+			}
+		}
 		s.log.Info("master stopped")
+		close(s.done)
 	})
 }
 

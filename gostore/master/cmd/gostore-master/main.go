@@ -37,8 +37,15 @@ func main() {
 	fmt.Printf("gostore-master listening rpc=%s http=%s\n", srv.Addr(), srv.HTTPAddr())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	<-sig
-	srv.Close()
+	select {
+	case <-sig:
+		srv.Close()
+	case <-srv.Done():
+		// It stepped down (--enable_ha: its leadership lapsed); a
+		// supervisor starting it again makes it a standby.
+		fmt.Fprintln(os.Stderr, "gostore-master: leadership lost, stepped down")
+		os.Exit(3)
+	}
 }
 
 // version is the module version the binary was built from ("(devel)" for a
