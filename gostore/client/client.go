@@ -23,6 +23,7 @@ import (
 	"github.com/gostore/gostore/gostore/clientmetrics"
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
+	"github.com/gostore/gostore/gostore/master/ha"
 	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/ssdtier"
@@ -39,8 +40,11 @@ type Config struct {
 	Protocol          string `json:"protocol"`
 	RDMADevices       string `json:"rdma_devices"`
 	MasterServerAddr  string `json:"master_server_addr"`
-	EnableSSDOffload  bool   `json:"enable_ssd_offload"`
-	SSDOffloadPath    string `json:"ssd_offload_path"`
+	// ClusterID names an HA cluster's keys on etcd (master_server_addr
+	// "etcd://h1:2379;h2:2379"); the masters' --cluster_id.
+	ClusterID        string `json:"cluster_id"`
+	EnableSSDOffload bool   `json:"enable_ssd_offload"`
+	SSDOffloadPath   string `json:"ssd_offload_path"`
 	// SegmentLocation is where the contributed memory lives: "" or "cpu"
 	// for host memory, "cuda:N" for device memory of GPU N.
 	SegmentLocation string `json:"segment_location"`
@@ -181,6 +185,12 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			"unknown_devices", t.Unknown, "reason", t.Reason)
 	}
 	c.id = newClientID()
+	if rest, ok := strings.CutPrefix(cfg.MasterServerAddr, "etcd://"); ok {
+		// An HA cluster: every new connection goes to the current leader,
+		// as etcd names it (a failover moves it).
+		hopts := ha.Options{Endpoints: etcdEndpoints(rest), Prefix: "/gostore/" + cfg.ClusterID + "/master/"}
+		cfg.RPC.Resolve = func(ctx context.Context) (string, error) { return ha.CurrentLeader(ctx, hopts) }
+	}
 	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport})
@@ -280,10 +290,14 @@ func validate(cfg *Config) error {
 	if cfg.MasterServerAddr == "" {
 		cfg.MasterServerAddr = "127.0.0.1:50051"
 	}
-	if strings.HasPrefix(cfg.MasterServerAddr, "etcd://") {
-		return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q: HA discovery through etcd is not available in this build", cfg.MasterServerAddr)
+	if cfg.ClusterID == "" {
+		cfg.ClusterID = "mooncake_cluster"
 	}
-	if _, _, err := net.SplitHostPort(cfg.MasterServerAddr); err != nil {
+	if rest, ok := strings.CutPrefix(cfg.MasterServerAddr, "etcd://"); ok {
+		if len(etcdEndpoints(rest)) == 0 {
+			return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q names no etcd endpoint", cfg.MasterServerAddr)
+		}
+	} else if _, _, err := net.SplitHostPort(cfg.MasterServerAddr); err != nil {
 		return wire.Errorf(wire.ErrInvalidParams, "master_server_addr %q: %v", cfg.MasterServerAddr, err)
 	}
 	if cfg.HTTPPort < 0 || cfg.HTTPPort > 65535 {
@@ -656,4 +670,16 @@ func addrOf(b []byte) uintptr {
 		return 0
 	}
 	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+// etcdEndpoints reads the host:port list of an "etcd://" master address
+// (separated by ';' as Mooncake writes it, or ',').
+func etcdEndpoints(s string) []string {
+	var out []string
+	for _, e := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' }) {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -57,6 +57,10 @@ type ClientOptions struct {
 	// a master's code, or ErrRPCFail/ErrRPCTimeout). It runs on the
 	// caller's goroutine and must be cheap and safe for concurrent use.
 	Observe func(op wire.Op, d time.Duration, err error)
+	// Resolve, when set, names the master to dial at each new connection
+	// (the leader of an HA cluster, which changes): the address given to
+	// NewClientWith then only labels errors.
+	Resolve func(ctx context.Context) (string, error)
 }
 
 type clientConn struct {
@@ -176,20 +180,30 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
+	addr := c.addr
+	if c.opt.Resolve != nil {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		a, err := c.opt.Resolve(rctx)
+		cancel()
+		if err != nil || a == "" {
+			return nil, wire.Errorf(wire.ErrRPCFail, "finding the master through %s: %v (no leader?)", c.addr, err)
+		}
+		addr = a
+	}
 	var conn conn
 	var err error
 	if c.opt.Netpoll {
 		var nc net.Conn
-		nc, err = net.DialTimeout("tcp", c.addr, timeout)
+		nc, err = net.DialTimeout("tcp", addr, timeout)
 		if err == nil {
 			nc.(*net.TCPConn).SetNoDelay(true)
 			conn = nc
 		}
 	} else {
-		conn, err = dialBlocking(c.addr, timeout)
+		conn, err = dialBlocking(addr, timeout)
 	}
 	if err != nil {
-		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", c.addr, err)
+		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
 	}
 	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
 }
