@@ -28,7 +28,6 @@
 //
 // Append records in sequence order with no gap; Recover before serving as
 // a new leader and open the Log after what it read; step down when Lost
-// closes or a Wait answers ErrDeposed; give every call a deadline. Not yet
-// done here: the master running as a standby that follows the log, and
-// clients finding the leader (etcd:// addresses).
+// closes or a Wait answers ErrDeposed; give every call a deadline.
+// CurrentLeader is what clients resolve "etcd://" master addresses with.
 package ha
