@@ -131,7 +131,7 @@ def _tail(path: str, n: int = 3000) -> str:
 class Master:
     """A running ``gostore-master`` process."""
 
-    def __init__(self, flags: Dict[str, object], logdir: str) -> None:
+    def __init__(self, flags: Dict[str, object], logdir: str, wait: bool = True) -> None:
         args = [master_binary(), "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0"]
         for k, v in flags.items():
             if isinstance(v, bool):
@@ -143,7 +143,14 @@ class Master:
                                      preexec_fn=_die_with_parent)
         os.close(fd)
         self.killed_on_purpose = False
-        line = _readline_with_timeout(self.proc.stdout, 15.0)
+        if wait:
+            self.ready()
+
+    def ready(self, timeout: float = 15.0) -> "Master":
+        """Wait for the "listening" line (a standby under --enable_ha
+        prints it only once it leads) and read the addresses."""
+        args = self.args
+        line = _readline_with_timeout(self.proc.stdout, timeout)
         if not line or "rpc=" not in line:
             self.proc.kill()
             self.proc.wait()
@@ -155,6 +162,7 @@ class Master:
         self.http_addr: str = fields["http"]
         host, port = self.rpc_addr.rsplit(":", 1)
         self.rpc_host, self.rpc_port = host, int(port)
+        return self
 
     @property
     def addr(self) -> str:
@@ -486,8 +494,10 @@ class _Launcher:
         self.stores: List[MooncakeDistributedStore] = []
         self.clients: List[ClientProcess] = []
 
-    def master(self, **flags) -> Master:
-        m = Master(flags, self.logdir)
+    def master(self, wait: bool = True, **flags) -> Master:
+        """A master; with wait=False it is returned as soon as it runs
+        (call its ready() later: a standby becomes ready when it leads)."""
+        m = Master(flags, self.logdir, wait=wait)
         self.masters.append(m)
         return m
 

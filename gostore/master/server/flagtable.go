@@ -1,6 +1,6 @@
 // flagtable.go lists every flag the master accepts: Mooncake 0.3.13's
 // master flags (its own, gflags' and glog's), whether this master acts on
-// each, and gostore's own four.
+// each, and gostore's own five.
 
 package server
 
@@ -381,6 +381,9 @@ var specs = []flagSpec{
 	{name: "tick_interval_ms", unit: time.Millisecond, def: "100",
 		help: "period of the time-driven work: client expiry, eviction, abandoned puts (milliseconds, or 100ms, 1s)",
 		set:  to(func(o *Options) *time.Duration { return &o.TickInterval }, asDuration)},
+	{name: "ha_lease_ttl_ms", unit: time.Millisecond, def: "5000",
+		help: "--enable_ha: the leader's etcd lease; a dead leader is replaced this long after (milliseconds, or 2s)",
+		set:  to(func(o *Options) *time.Duration { return &o.HALeaseTTL }, asDuration)},
 	{name: "journal_ack_before_sync", gtype: "bool", def: "false",
 		help: "with --snapshot_backup_dir: answer once a change is written, before its fsync (a machine crash loses at most the last 100 ms of changes)",
 		set:  to(func(o *Options) *bool { return &o.AckBeforeSync }, asBool)},
