@@ -13,6 +13,13 @@ master takes to start (the floor):
 * objects lost: every acknowledged object is read back and its bytes
   checked (must be 0).
 
+Then, where etcd-server is installed, the same under HA: three etcd
+members on loopback, a leader and a standby started with --enable_ha, the
+client on an etcd:// address; the leader is killed with SIGKILL and the
+figures are kill -> standby leading (its floor is the lease,
+--ha_lease_ttl_ms), kill -> first get, kill -> first put, objects lost, and
+the put rate with the log on etcd.
+
 It never fails on a number.
 """
 
@@ -31,12 +38,12 @@ import time
 from bench import _pdeathsig, _readline_timeout  # the same child handling as bench.py
 
 
-def start_master(state: str, port: int = 0) -> subprocess.Popen:
+def start_master(state: str, port: int = 0, journal: bool = True) -> subprocess.Popen:
     from gostore import master_binary_path
 
     proc = subprocess.Popen(
         [master_binary_path(), "--rpc_address=127.0.0.1", f"--rpc_port={port}", "--metrics_port=-1",
-         "--log_level=warn", f"--snapshot_backup_dir={state}"],
+         "--log_level=warn", *([f"--snapshot_backup_dir={state}"] if journal else [])],
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, preexec_fn=_pdeathsig,
     )
     line = _readline_timeout(proc, 60)
@@ -45,6 +52,117 @@ def start_master(state: str, port: int = 0) -> subprocess.Popen:
         raise RuntimeError(f"gostore-master did not start: {line!r}")
     proc.rpc_addr = dict(f.split("=", 1) for f in line.split() if "=" in f)["rpc"]  # type: ignore[attr-defined]
     return proc
+
+
+def start_etcd(base: str) -> tuple:
+    """Three etcd members on loopback; their processes and "a;b;c"."""
+    import socket
+    import urllib.request
+
+    def port() -> int:
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            return sk.getsockname()[1]
+
+    names = ["e0", "e1", "e2"]
+    client = [f"127.0.0.1:{port()}" for _ in names]
+    peer = [f"127.0.0.1:{port()}" for _ in names]
+    initial = ",".join(f"{n}=http://{p}" for n, p in zip(names, peer))
+    procs = [subprocess.Popen(
+        [shutil.which("etcd"), "--name", n, "--data-dir", os.path.join(base, n), "--listen-client-urls", f"http://{c}",
+         "--advertise-client-urls", f"http://{c}", "--listen-peer-urls", f"http://{p}",
+         "--initial-advertise-peer-urls", f"http://{p}", "--initial-cluster", initial, "--log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_pdeathsig)
+        for n, c, p in zip(names, client, peer)]
+    for c in client:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{c}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"etcd at {c} did not start")
+            time.sleep(0.05)
+    return procs, ";".join(client)
+
+
+def start_ha_master(endpoints: str, lease_ms: int, wait: bool = True) -> subprocess.Popen:
+    from gostore import master_binary_path
+
+    proc = subprocess.Popen(
+        [master_binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--log_level=warn",
+         "--enable_ha", f"--etcd_endpoints={endpoints}", f"--ha_lease_ttl_ms={lease_ms}"],
+        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, preexec_fn=_pdeathsig,
+    )
+    if wait:
+        line = _readline_timeout(proc, 60)
+        if "rpc=" not in line:
+            proc.kill()
+            raise RuntimeError(f"gostore-master did not start: {line!r}")
+    return proc
+
+
+def failover(objects: int, size: int, lease_ms: int) -> dict:
+    """kill -9 an HA leader under a live client: how long until a standby
+    serves gets and puts, and what was lost."""
+    from gostore import MooncakeDistributedStore
+
+    base = tempfile.mkdtemp(prefix="gostore-ha-bench-")
+    procs, endpoints = start_etcd(base)
+    try:
+        a = start_ha_master(endpoints, lease_ms)
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", "etcd://" + endpoints) == 0
+        keys = [f"ha/{i}" for i in range(objects)]
+        t0 = time.monotonic()
+        for lo in range(0, len(keys), 64):
+            batch = keys[lo:lo + 64]
+            assert s.put_batch(batch, [value(lo + j, size) for j in range(len(batch))]) == 0
+        put_s = time.monotonic() - t0
+        b = start_ha_master(endpoints, lease_ms, wait=False)
+        time.sleep(0.5)  # b campaigns (and waits) before the kill
+        kill_at = time.monotonic()
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+        _readline_timeout(b, 60)
+        leads_s = time.monotonic() - kill_at
+        while s.get(keys[0]) != value(0, size):
+            time.sleep(0.01)
+        first_get_s = time.monotonic() - kill_at
+        while s.put("ha/new", b"n" * size) != 0:
+            time.sleep(0.01)
+        first_put_s = time.monotonic() - kill_at
+        got = s.get_batch(keys)
+        lost = sum(1 for i, g in enumerate(got) if g != value(i, size))
+        s.close()
+        b.kill()
+        b.wait()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        shutil.rmtree(base, ignore_errors=True)
+    return {"lease_ms": lease_ms, "objects": objects, "puts_per_s_with_etcd_log": objects / put_s,
+            "kill_to_standby_leading_ms": leads_s * 1000, "kill_to_first_get_ms": first_get_s * 1000,
+            "kill_to_first_put_ms": first_put_s * 1000, "objects_lost": lost}
+
+
+def put_rate(master: str, objects: int, size: int) -> float:
+    """Puts per second of a client writing objects in batches of 64."""
+    from gostore import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", master) == 0
+    t0 = time.monotonic()
+    for lo in range(0, objects, 64):
+        n = min(64, objects - lo)
+        assert s.put_batch([f"rate/{lo + j}" for j in range(n)], [value(lo + j, size) for j in range(n)]) == 0
+    rate = objects / (time.monotonic() - t0)
+    s.close()
+    return rate
 
 
 def value(i: int, size: int) -> bytes:
@@ -56,14 +174,16 @@ def main() -> int:
     ap.add_argument("--objects", type=int, default=2000)
     ap.add_argument("--size", type=int, default=16 << 10)
     ap.add_argument("--json", default="")
+    ap.add_argument("--lease-ms", type=int, default=5000, help="the HA leader's lease (the master's default)")
     args = ap.parse_args()
     from gostore import MooncakeDistributedStore
 
     state = tempfile.mkdtemp(prefix="gostore-restart-bench-")
     try:
         t0 = time.monotonic()
-        bare = start_master(os.path.join(state, "bare"))
+        bare = start_master(os.path.join(state, "bare"), journal=False)
         start_s = time.monotonic() - t0
+        off_rate = put_rate(bare.rpc_addr, args.objects, args.size)
         bare.kill()
         bare.wait()
 
@@ -72,9 +192,11 @@ def main() -> int:
         s = MooncakeDistributedStore()
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", m.rpc_addr) == 0
         keys = [f"restart/{i}" for i in range(args.objects)]
+        t0 = time.monotonic()
         for lo in range(0, len(keys), 64):
             batch = keys[lo:lo + 64]
             assert s.put_batch(batch, [value(lo + j, args.size) for j in range(len(batch))]) == 0
+        journal_rate = args.objects / (time.monotonic() - t0)
 
         kill_at = time.monotonic()
         m.send_signal(signal.SIGKILL)
@@ -95,17 +217,35 @@ def main() -> int:
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
+    ha = None
+    if shutil.which("etcd"):
+        ha = failover(args.objects, args.size, args.lease_ms)
+
+    print(f"\nputs of {args.size} bytes in batches of 64, one client: no journal {off_rate:8.0f} /s, "
+          f"local journal {journal_rate:8.0f} /s ({100 * journal_rate / off_rate:.0f}%)"
+          + ("" if ha is None else f", log on etcd {ha['puts_per_s_with_etcd_log']:8.0f} /s "
+             f"({100 * ha['puts_per_s_with_etcd_log'] / off_rate:.0f}%)"))
     print(f"\nmaster restart on its state directory: {args.objects} objects of {args.size} bytes")
     print(f"  a bare master starts in            {start_s * 1000:8.0f} ms (the floor)")
     print(f"  kill -> restarted master listening {listening_s * 1000:8.0f} ms")
     print(f"  kill -> first get of an old object {first_get_s * 1000:8.0f} ms")
     print(f"  kill -> first new put              {first_put_s * 1000:8.0f} ms")
     print(f"  objects lost                       {lost:8d} (must be 0)")
+    if ha is None:
+        print("\nfailover on etcd: skipped (etcd-server is not installed)")
+    else:
+        print(f"\nfailover on etcd (three members, lease {ha['lease_ms']} ms): kill -9 the leader under a live client")
+        print(f"  puts of {args.size} bytes with the log on etcd {ha['puts_per_s_with_etcd_log']:8.0f} /s")
+        print(f"  kill -> standby leading            {ha['kill_to_standby_leading_ms']:8.0f} ms (the floor: the lease)")
+        print(f"  kill -> first get of an old object {ha['kill_to_first_get_ms']:8.0f} ms")
+        print(f"  kill -> first new put              {ha['kill_to_first_put_ms']:8.0f} ms")
+        print(f"  objects lost                       {ha['objects_lost']:8d} (must be 0)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"objects": args.objects, "size": args.size, "bare_start_ms": start_s * 1000,
                        "kill_to_listening_ms": listening_s * 1000, "kill_to_first_get_ms": first_get_s * 1000,
-                       "kill_to_first_put_ms": first_put_s * 1000, "objects_lost": lost}, f, indent=2)
+                       "kill_to_first_put_ms": first_put_s * 1000, "objects_lost": lost, "failover": ha,
+                       "puts_per_s_no_journal": off_rate, "puts_per_s_local_journal": journal_rate}, f, indent=2)
     return 0
 
 
