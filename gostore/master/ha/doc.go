@@ -4,8 +4,9 @@
 // # What it owns
 //
 // Keys under one prefix (default "/gostore/master/"): "leader" (the
-// leader's address, on its lease), "log/<seq>" (one change record per
-// key, seq zero-padded to 20 digits so key order is sequence order),
+// leader's address, on its lease), "log/<seq>" (a batch of change
+// records, the first of them seq, zero-padded to 20 digits so key order is
+// sequence order: a count, then each record's length and bytes),
 // "snap/<seq>/<chunk>" (a snapshot in chunks under etcd's request limit)
 // and "snaphead" (which snapshot is whole: its sequence number, length and
 // checksum, written after its chunks). Log is the leader's writer, with

@@ -4,6 +4,7 @@ package ha
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -16,9 +17,9 @@ import (
 // ErrDeposed: this leader's term is over; another may lead.
 var ErrDeposed = errors.New("ha: no longer the leader")
 
-// maxTxnPuts stays under etcd's default --max-txn-ops (128), with room
-// for the fencing comparison.
-const maxTxnPuts = 120
+// maxBatchBytes keeps one log key under etcd's default request limit
+// (1.5 MiB).
+const maxBatchBytes = 1 << 20
 
 // Options configure a campaign.
 type Options struct {
@@ -125,17 +126,19 @@ func (l *Leader) keepAlive() {
 	}
 }
 
-// Append writes records as log entries first, first+1, ... in one or more
-// transactions, each fenced on this term; ErrDeposed when the term is over.
+// Append writes records as log entries first, first+1, ...: a batch per
+// key ("log/<its first seq>", at most 1 MiB), one fenced transaction per
+// key; ErrDeposed when the term is over.
 func (l *Leader) Append(ctx context.Context, first uint64, records [][]byte) error {
 	key := leaderKey(l.opts.Prefix)
 	for len(records) > 0 {
-		n := min(len(records), maxTxnPuts)
-		puts := make([]etcdkv.KV, n)
-		for i := range puts {
-			puts[i] = etcdkv.KV{Key: logKey(l.opts.Prefix, first+uint64(i)), Value: records[i]}
+		n, size := 0, 4
+		for n < len(records) && (n == 0 || size+4+len(records[n]) <= maxBatchBytes) {
+			size += 4 + len(records[n])
+			n++
 		}
-		ok, _, err := l.kv.Txn(ctx, []etcdkv.Compare{{Key: key, Target: "CREATE", Revision: l.term}}, puts)
+		ok, _, err := l.kv.Txn(ctx, []etcdkv.Compare{{Key: key, Target: "CREATE", Revision: l.term}},
+			[]etcdkv.KV{{Key: logKey(l.opts.Prefix, first), Value: packBatch(records[:n], size)}})
 		if err != nil {
 			return err
 		}
@@ -146,6 +149,47 @@ func (l *Leader) Append(ctx context.Context, first uint64, records [][]byte) err
 		records, first = records[n:], first+uint64(n)
 	}
 	return nil
+}
+
+// packBatch is a log key's value: the record count, then each record's
+// length and bytes (little endian u32s).
+func packBatch(records [][]byte, size int) []byte {
+	b := make([]byte, 0, size)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(records)))
+	for _, r := range records {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(r)))
+		b = append(b, r...)
+	}
+	return b
+}
+
+// unpackBatch reads packBatch's form; an error for anything else.
+func unpackBatch(b []byte) ([][]byte, error) {
+	if len(b) < 4 {
+		return nil, errors.New("short batch")
+	}
+	n := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(n) > uint64(len(b))/4 {
+		return nil, errors.New("record count past the batch")
+	}
+	out := make([][]byte, 0, n)
+	for i := uint32(0); i < n; i++ {
+		if len(b) < 4 {
+			return nil, errors.New("batch cut short")
+		}
+		m := binary.LittleEndian.Uint32(b)
+		b = b[4:]
+		if uint64(m) > uint64(len(b)) {
+			return nil, errors.New("record past the batch")
+		}
+		out = append(out, b[:m:m])
+		b = b[m:]
+	}
+	if len(b) != 0 {
+		return nil, errors.New("bytes after the batch")
+	}
+	return out, nil
 }
 
 // Abandon stops keeping the lease without giving it back: the leadership
@@ -177,22 +221,51 @@ func CurrentLeader(ctx context.Context, opts Options) (string, error) {
 }
 
 // ReadLog returns the log's records from seq from on, in order; it stops
-// at the first gap.
+// at the first gap, and refuses a batch that cannot be read.
 func ReadLog(ctx context.Context, opts Options, from uint64) ([][]byte, error) {
 	opts.fill()
 	kv := etcdkv.New(opts.Endpoints)
 	prefix := []byte(opts.Prefix + "log/")
-	kvs, _, err := kv.Range(ctx, logKey(opts.Prefix, from), etcdkv.PrefixEnd(prefix), 0)
+	kvs, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), 0)
 	if err != nil {
 		return nil, err
 	}
 	var out [][]byte
-	for i, e := range kvs {
-		seq, err := strconv.ParseUint(string(e.Key[len(prefix):]), 10, 64)
-		if err != nil || seq != from+uint64(i) {
-			break
+	next := from
+	for _, e := range kvs {
+		first, err := strconv.ParseUint(string(e.Key[len(prefix):]), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("ha: log key %q", e.Key)
 		}
-		out = append(out, e.Value)
+		records, err := unpackBatch(e.Value)
+		if err != nil {
+			return nil, fmt.Errorf("ha: log batch %d: %w", first, err)
+		}
+		end := first + uint64(len(records)) // one past its last record
+		if end <= next {
+			continue // all before from (or a snapshot covers it)
+		}
+		if first > next {
+			break // a gap
+		}
+		out = append(out, records[next-first:]...)
+		next = end
+	}
+	return out, nil
+}
+
+// batchStarts are the first sequence numbers of the log's batches, in order.
+func batchStarts(ctx context.Context, kv *etcdkv.Client, opts Options) ([]uint64, error) {
+	prefix := []byte(opts.Prefix + "log/")
+	kvs, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, 0, len(kvs))
+	for _, e := range kvs {
+		if first, err := strconv.ParseUint(string(e.Key[len(prefix):]), 10, 64); err == nil {
+			out = append(out, first)
+		}
 	}
 	return out, nil
 }

@@ -246,3 +246,23 @@ func TestLogSnapshotAndRecovery(t *testing.T) {
 	}
 	bl.Close()
 }
+
+func TestBatchesRoundTripAndRefuseDamage(t *testing.T) {
+	recs := [][]byte{[]byte("a"), {}, []byte("third record")}
+	b := packBatch(recs, 0)
+	got, err := unpackBatch(b)
+	if err != nil || fmt.Sprint(strs(got)) != fmt.Sprint(strs(recs)) {
+		t.Fatalf("round trip: %q %v", got, err)
+	}
+	for cut := 0; cut < len(b); cut++ {
+		if _, err := unpackBatch(b[:cut]); err == nil {
+			t.Fatalf("%d of %d bytes unpacked", cut, len(b))
+		}
+	}
+	if _, err := unpackBatch(append(b, 0)); err == nil {
+		t.Fatal("a byte after the batch unpacked")
+	}
+	if _, err := unpackBatch([]byte{0xff, 0xff, 0xff, 0xff, 1, 0, 0, 0}); err == nil {
+		t.Fatal("a count past the batch unpacked")
+	}
+}

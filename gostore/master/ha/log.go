@@ -158,9 +158,21 @@ func (g *Log) Snapshot(seq uint64, state []byte) error {
 	if err := g.fencedPut(ctx, []byte(p+"snaphead"), head); err != nil {
 		return err
 	}
-	// What the snapshot covers may go (old chunks, records up to seq).
+	// What the snapshot covers may go: old chunks, and every log batch
+	// before the one holding record seq+1 (that one and later stay).
 	g.kv.DeleteRange(ctx, []byte(p+"snap/"), []byte(fmt.Sprintf("%ssnap/%020d", p, seq)))
-	g.kv.DeleteRange(ctx, []byte(p+"log/"), logKey(p, seq+1))
+	starts, err := batchStarts(ctx, g.kv, g.l.opts)
+	if err == nil {
+		keep := uint64(0)
+		for _, f := range starts {
+			if f <= seq+1 {
+				keep = f
+			}
+		}
+		if keep > 0 {
+			g.kv.DeleteRange(ctx, []byte(p+"log/"), logKey(p, keep))
+		}
+	}
 	return nil
 }
 
