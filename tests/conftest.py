@@ -131,8 +131,9 @@ def _tail(path: str, n: int = 3000) -> str:
 class Master:
     """A running ``gostore-master`` process."""
 
-    def __init__(self, flags: Dict[str, object], logdir: str, wait: bool = True) -> None:
-        args = [master_binary(), "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0"]
+    def __init__(self, flags: Dict[str, object], logdir: str, wait: bool = True,
+                 wrap: Optional[List[str]] = None, address: str = "127.0.0.1") -> None:
+        args = list(wrap or []) + [master_binary(), f"--rpc_address={address}", "--rpc_port=0", "--metrics_port=0"]
         for k, v in flags.items():
             if isinstance(v, bool):
                 v = "true" if v else "false"
@@ -269,17 +270,19 @@ class Peer:
     def __init__(self, master_addr: str, logdir: str, segment="64MB", buffer="16MB",
                  transport: Optional[str] = None, hostname: str = "127.0.0.1",
                  expect_ready: bool = True, timeout: float = 30.0,
-                 ssd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> None:
+                 ssd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                 wrap: Optional[List[str]] = None) -> None:
         """``ssd``: a directory for the peer's SSD tier; ``env``: extra
-        environment (e.g. MOONCAKE_OFFLOAD_* settings)."""
+        environment (e.g. MOONCAKE_OFFLOAD_* settings); ``wrap``: a command
+        the peer runs under (``ip netns exec h2``: another "host")."""
         penv = dict(os.environ)
         penv.pop("GOSTORE_TRANSPORT", None)
         if transport:
             penv["GOSTORE_TRANSPORT"] = transport
         penv.update(env or {})
         self.transport = transport or "default"
-        args = [sys.executable, PEER_SCRIPT, "--master", master_addr,
-                "--segment", str(segment), "--buffer", str(buffer), "--hostname", hostname]
+        args = list(wrap or []) + [sys.executable, PEER_SCRIPT, "--master", master_addr,
+                                   "--segment", str(segment), "--buffer", str(buffer), "--hostname", hostname]
         if ssd is not None:
             args += ["--ssd", ssd]
         fd, self.log_path = _tempfile(logdir, "peer")
@@ -494,10 +497,12 @@ class _Launcher:
         self.stores: List[MooncakeDistributedStore] = []
         self.clients: List[ClientProcess] = []
 
-    def master(self, wait: bool = True, **flags) -> Master:
+    def master(self, wait: bool = True, wrap: Optional[List[str]] = None, address: str = "127.0.0.1",
+               **flags) -> Master:
         """A master; with wait=False it is returned as soon as it runs
-        (call its ready() later: a standby becomes ready when it leads)."""
-        m = Master(flags, self.logdir, wait=wait)
+        (call its ready() later: a standby becomes ready when it leads);
+        ``wrap``/``address``: run it in another network namespace."""
+        m = Master(flags, self.logdir, wait=wait, wrap=wrap, address=address)
         self.masters.append(m)
         return m
 
