@@ -195,6 +195,19 @@ type Recovered struct {
 // LastSeq is the last record recovered.
 func (r *Recovered) LastSeq() uint64 { return r.SnapshotSeq + uint64(len(r.Records)) }
 
+// SnapshotSeq is the record the newest whole snapshot includes (0: none).
+func SnapshotSeq(ctx context.Context, opts Options) (uint64, error) {
+	opts.fill()
+	head, found, err := etcdkv.New(opts.Endpoints).Get(ctx, []byte(opts.Prefix+"snaphead"))
+	if err != nil || !found {
+		return 0, err
+	}
+	if len(head.Value) != 20 {
+		return 0, fmt.Errorf("ha: snapshot head of %d bytes", len(head.Value))
+	}
+	return binary.LittleEndian.Uint64(head.Value), nil
+}
+
 // Recover reads the newest snapshot and the records after it.
 func Recover(ctx context.Context, opts Options) (*Recovered, error) {
 	opts.fill()

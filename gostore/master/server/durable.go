@@ -60,30 +60,106 @@ func openState(dir string, ackBeforeSync bool, log *slog.Logger) (*durability, *
 	return &durability{j: j, log: log}, st, nil
 }
 
-// campaign waits until this master leads the cluster on etcd (a standby
-// until then), then reads the state the log holds.
+// campaign waits until this master leads the cluster on etcd, following
+// the log meanwhile (a hot standby: its state keeps up with the leader's
+// log), then reads the rest of the log and serves.
 func campaign(opts Options, addr string, log *slog.Logger) (*durability, *master.State, *ha.Leader, error) {
 	hopts := ha.Options{Endpoints: opts.EtcdEndpoints, Prefix: "/gostore/" + opts.ClusterID + "/master/",
 		ID: addr, TTL: opts.HALeaseTTL}
+	if hopts.TTL <= 0 {
+		hopts.TTL = 5 * time.Second
+	}
 	log.Info("standby: campaigning for leadership", "etcd", opts.EtcdEndpoints, "advertise", addr)
+	f := follow(hopts, log)
 	leader, err := ha.Campaign(context.Background(), hopts)
 	if err != nil {
+		f.finish(context.Background())
 		return nil, nil, nil, fmt.Errorf("campaign on etcd %v: %w", opts.EtcdEndpoints, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rec, err := ha.Recover(ctx, hopts)
-	var st *master.State
-	if err == nil {
-		st, err = stateOf(rec.Snapshot, rec.SnapshotSeq, rec.Records)
-	}
+	behind := f.last
+	st, last, err := f.finish(ctx)
 	if err != nil {
 		leader.Resign(context.Background())
 		return nil, nil, nil, fmt.Errorf("reading the log on etcd: %w", err)
 	}
-	log.Info("leading: state read from etcd", "term", leader.Term(), "snapshot", rec.SnapshotSeq,
-		"records", len(rec.Records), "objects", len(st.Objects), "segments", len(st.Segments))
-	return &durability{j: ha.OpenLog(leader, rec.LastSeq()), log: log}, st, leader, nil
+	log.Info("leading: state read from etcd", "term", leader.Term(), "last", last, "read_at_takeover", last-behind,
+		"objects", len(st.Objects), "segments", len(st.Segments))
+	return &durability{j: ha.OpenLog(leader, last), log: log}, st, leader, nil
+}
+
+// follower keeps a standby's state up with the leader's log.
+type follower struct {
+	hopts ha.Options
+	log   *slog.Logger
+	st    *master.State
+	last  uint64 // the last record applied to st
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func follow(hopts ha.Options, log *slog.Logger) *follower {
+	f := &follower{hopts: hopts, log: log, st: master.NewState(), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		t := time.NewTicker(hopts.TTL / 2)
+		defer t.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), hopts.TTL)
+			if err := f.catchUp(ctx); err != nil {
+				log.Warn("standby: following the log", "err", err)
+			}
+			cancel()
+			select {
+			case <-f.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return f
+}
+
+// catchUp applies the records after f.last; when a snapshot has folded
+// records it never read (they are gone from the log), it starts over from
+// that snapshot. The snapshot's head is read after the tail: a snapshot
+// taken meanwhile is seen.
+func (f *follower) catchUp(ctx context.Context) error {
+	recs, err := ha.ReadLog(ctx, f.hopts, f.last+1)
+	if err != nil {
+		return err
+	}
+	for i, raw := range recs {
+		ch, err := master.DecodeChange(raw)
+		if err != nil {
+			return fmt.Errorf("record %d cannot be read: %v", f.last+uint64(i)+1, err)
+		}
+		f.st.Apply(ch)
+	}
+	f.last += uint64(len(recs))
+	snap, err := ha.SnapshotSeq(ctx, f.hopts)
+	if err != nil || snap <= f.last {
+		return err
+	}
+	rec, err := ha.Recover(ctx, f.hopts)
+	if err != nil {
+		return err
+	}
+	st, err := stateOf(rec.Snapshot, rec.SnapshotSeq, rec.Records)
+	if err != nil {
+		return err
+	}
+	f.st, f.last = st, rec.LastSeq()
+	return nil
+}
+
+// finish stops following and catches up once more: the state to lead with.
+func (f *follower) finish(ctx context.Context) (*master.State, uint64, error) {
+	close(f.stop)
+	<-f.done
+	err := f.catchUp(ctx)
+	return f.st, f.last, err
 }
 
 // stateOf is the state a snapshot and the records after it hold.

@@ -72,6 +72,20 @@ func TestStandbyTakesOverWithEveryAcknowledgedObject(t *testing.T) {
 		t.Fatalf("a second master served while the first leads: %+v", b)
 	case <-time.After(3 * time.Second): // longer than a lease: the standby really waits
 	}
+	// While the standby follows: a snapshot folds the log (the records it
+	// covers go), then more objects.
+	if err := a.state.snapshot(a.core); err != nil {
+		t.Fatal(err)
+	}
+	more := []string{"late1", "late2"}
+	if err := ca.Call(ctx, wire.OpPutStart, &wire.PutStartReq{ClientID: "c1", Keys: more, Sizes: []uint64{7, 8}}, &ps); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: "c1", Keys: more}, &pe); err != nil || pe.Codes[1] != wire.OK {
+		t.Fatalf("late puts: %v %+v", err, pe)
+	}
+	keys = append(keys, more...)
+	ca.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{Keys: keys}, &before)
 	a.stepDown() // a dies: no resignation, its lease lapses
 	<-a.Done()
 	b := <-bUp
