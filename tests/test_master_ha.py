@@ -29,6 +29,25 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+class EtcdCluster(str):
+    """The endpoints ("a;b;c"), and the members' processes to stop and
+    start again."""
+
+    def __new__(cls, endpoints: str, procs):
+        self = super().__new__(cls, endpoints)
+        self.procs = procs
+        self.args = [p.args for p in procs]
+        return self
+
+    def stop(self, i: int) -> None:
+        self.procs[i].kill()
+        self.procs[i].wait()
+
+    def start(self, i: int) -> None:
+        self.procs[i] = subprocess.Popen(self.args[i], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
+
+
 @pytest.fixture
 def etcd_cluster(tmp_path):
     names = ["e0", "e1", "e2"]
@@ -54,8 +73,9 @@ def etcd_cluster(tmp_path):
 
     for c in client:
         wait_until(lambda c=c: healthy(c), timeout=30, what=f"etcd at {c}")
-    yield ";".join(client)
-    for p in procs:
+    cluster = EtcdCluster(";".join(client), procs)
+    yield cluster
+    for p in cluster.procs:
         p.kill()
         p.wait()
 
@@ -96,3 +116,31 @@ def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cl
     wait_until(lambda: a.put_pattern("ha/after", 5000, seed=77) == 0, timeout=30, what="a put after the failover")
     assert b.check_pattern("ha/after", 5000, 77)
     assert b.call("is_exist", key="ha/never")["rc"] == 0
+
+
+def test_etcd_members_fail_one_at_a_time(launcher, etcd_cluster):
+    """One etcd member down: the master serves on. Two down (no quorum):
+    writes are refused with ETCD_OPERATION_ERROR (-1000) and never
+    acknowledged, reads of what exists keep working. The members back:
+    writes work again, and nothing acknowledged was lost."""
+    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_cluster, ha_lease_ttl_ms=15000)
+    addr = "etcd://" + etcd_cluster
+    a, b = launcher.peer(addr), launcher.peer(addr)
+    for i in range(10):
+        assert a.put_pattern(f"q/{i}", 20_000, seed=i) == 0
+    etcd_cluster.stop(0)
+    wait_until(lambda: a.put_pattern("q/one-down", 20_000, seed=100) == 0, timeout=30, interval=0.2,
+               what="a put with one member down")
+    etcd_cluster.stop(1)
+    rc = a.put_pattern("q/no-quorum", 20_000, seed=101)
+    assert rc == -1000, rc
+    for i in range(10):
+        assert b.check_pattern(f"q/{i}", 20_000, i), i  # reads serve on
+    etcd_cluster.start(0)
+    etcd_cluster.start(1)
+    wait_until(lambda: a.put_pattern("q/back", 20_000, seed=102) == 0, timeout=60, interval=0.2,
+               what="a put with the quorum back")
+    assert m.alive()
+    for i in range(10):
+        assert b.check_pattern(f"q/{i}", 20_000, i), i
+    assert b.check_pattern("q/one-down", 20_000, 100) and b.check_pattern("q/back", 20_000, 102)

@@ -132,6 +132,12 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		for _, i := range idx {
 			out[i] = wire.CodeOf(err)
 		}
+		// The master may have started the writes without answering (its
+		// change log did not take them in time, say): revoke whatever of
+		// ours it holds, or a retry would find the key taken by our own
+		// unfinished write and answer "exists" without writing.
+		var r wire.CodesResp
+		c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: req.Keys}, &r)
 		return nil
 	}
 	var refused []refusal

@@ -105,11 +105,16 @@ func (l *Leader) Term() int64 { return l.term }
 // Lost is closed when the lease could not be kept: step down.
 func (l *Leader) Lost() <-chan struct{} { return l.lost }
 
+// keepAlive refreshes the lease every TTL/3. The leadership is lost when
+// etcd says the lease is gone, or when no refresh got through for a whole
+// TTL (etcd without a quorum cannot answer: a new leader may be elected
+// once it can). A refresh that fails short of that is tried again.
 func (l *Leader) keepAlive() {
 	defer close(l.done)
 	every := l.opts.TTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	lastOK := time.Now()
 	for {
 		select {
 		case <-l.stop:
@@ -119,7 +124,11 @@ func (l *Leader) keepAlive() {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		ttl, err := l.kv.KeepAlive(ctx, l.lease)
 		cancel()
-		if err != nil || ttl <= 0 {
+		if err == nil && ttl > 0 {
+			lastOK = time.Now()
+			continue
+		}
+		if (err == nil && ttl <= 0) || time.Since(lastOK) >= l.opts.TTL {
 			l.lostOnce.Do(func() { close(l.lost) })
 			return
 		}

@@ -6,6 +6,7 @@ package ha
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"sync"
@@ -28,13 +29,14 @@ type Log struct {
 	kv  *etcdkv.Client
 	ttl time.Duration
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	next    uint64
-	pending [][]byte
-	written uint64
-	err     error
-	closed  bool
+	mu       sync.Mutex
+	cond     *sync.Cond
+	next     uint64
+	pending  [][]byte
+	written  uint64
+	err      error
+	retrying error // the writer keeps retrying a batch etcd did not take
+	closed   bool
 
 	wake chan struct{}
 	done chan struct{}
@@ -96,11 +98,10 @@ func (g *Log) run() {
 		g.mu.Unlock()
 		var err error
 		if len(batch) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), g.ttl)
-			err = g.l.Append(ctx, first, batch)
-			cancel()
+			err = g.appendRetrying(first, batch)
 		}
 		g.mu.Lock()
+		g.retrying = nil
 		if err != nil {
 			g.err = fmt.Errorf("ha log: %w", err) // nothing after an unknown write is acknowledged
 		} else {
@@ -113,6 +114,45 @@ func (g *Log) run() {
 			return
 		}
 	}
+}
+
+// appendRetrying writes one batch, again and again while etcd cannot
+// answer (no quorum, say): the batch's keys are its sequence numbers, so a
+// write that did go through and is repeated writes the same bytes. It
+// stops at success, at ErrDeposed, or when the leadership is lost or the
+// log closed.
+func (g *Log) appendRetrying(first uint64, batch [][]byte) error {
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), g.ttl)
+		err := g.l.Append(ctx, first, batch)
+		cancel()
+		if err == nil || errors.Is(err, ErrDeposed) {
+			return err
+		}
+		g.mu.Lock()
+		g.retrying = err
+		closed := g.closed
+		g.mu.Unlock()
+		select {
+		case <-g.l.Lost():
+			return fmt.Errorf("%w (after: %v)", ErrDeposed, err)
+		default:
+		}
+		if closed {
+			return err
+		}
+		time.Sleep(backoff) // etcd has no event to wait on while it cannot answer
+		backoff = min(2*backoff, g.ttl/2)
+	}
+}
+
+// Retrying is the error the writer keeps retrying on (etcd cannot take
+// the log), or nil.
+func (g *Log) Retrying() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.retrying
 }
 
 // Close writes what is pending and stops the writer.

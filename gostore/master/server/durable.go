@@ -42,6 +42,11 @@ type changeLog interface {
 type durability struct {
 	j   changeLog
 	log *slog.Logger
+	// limit, when set (the log on etcd), bounds how long an RPC waits for
+	// its change to be taken: etcd without a quorum takes nothing, and the
+	// caller gets failCode instead of hanging (reads keep being served).
+	limit    time.Duration
+	failCode wire.Code
 }
 
 // openState opens dir's journal and reads the state it holds.
@@ -86,7 +91,10 @@ func campaign(opts Options, addr string, log *slog.Logger) (*durability, *master
 	}
 	log.Info("leading: state read from etcd", "term", leader.Term(), "last", last, "read_at_takeover", last-behind,
 		"objects", len(st.Objects), "segments", len(st.Segments))
-	return &durability{j: ha.OpenLog(leader, last), log: log}, st, leader, nil
+	// A write waits a third of the lease for etcd at most: long enough for
+	// an etcd leader election, short enough for the caller to retry.
+	return &durability{j: ha.OpenLog(leader, last), log: log, limit: max(hopts.TTL/3, time.Second),
+		failCode: wire.ErrEtcdOperation}, st, leader, nil
 }
 
 // follower keeps a standby's state up with the leader's log.
@@ -216,12 +224,31 @@ func (d *durability) record(ch master.Change) {
 }
 
 // wait returns once every change up to seq is durable; an error code when
-// the journal cannot make it so.
+// the log cannot make it so (in time, for the log on etcd).
 func (d *durability) wait(seq uint64) error {
-	if err := d.j.Wait(seq); err != nil {
-		return wire.Errorf(wire.ErrFileWriteFail, "the master's journal: %v", err)
+	if d.limit <= 0 {
+		if err := d.j.Wait(seq); err != nil {
+			return wire.Errorf(wire.ErrFileWriteFail, "the master's journal: %v", err)
+		}
+		return nil
 	}
-	return nil
+	done := make(chan error, 1)
+	go func() { done <- d.j.Wait(seq) }()
+	t := time.NewTimer(d.limit)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return wire.Errorf(d.failCode, "the master's log: %v", err)
+		}
+		return nil
+	case <-t.C:
+		why := "no answer"
+		if r, ok := d.j.(interface{ Retrying() error }); ok && r.Retrying() != nil {
+			why = r.Retrying().Error()
+		}
+		return wire.Errorf(d.failCode, "the change was not logged within %v (%s): not acknowledged", d.limit, why)
+	}
 }
 
 // snapshot folds the journal into a snapshot of core's state.
