@@ -189,7 +189,18 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		// An HA cluster: every new connection goes to the current leader,
 		// as etcd names it (a failover moves it).
 		hopts := ha.Options{Endpoints: etcdEndpoints(rest), Prefix: "/gostore/" + cfg.ClusterID + "/master/"}
-		cfg.RPC.Resolve = func(ctx context.Context) (string, error) { return ha.CurrentLeader(ctx, hopts) }
+		var known atomic.Value // the last leader found: used while etcd cannot answer at all
+		cfg.RPC.Resolve = func(ctx context.Context) (string, error) {
+			addr, err := ha.CurrentLeader(ctx, hopts)
+			if err == nil && addr != "" {
+				known.Store(addr)
+				return addr, nil
+			}
+			if last, ok := known.Load().(string); ok {
+				return last, nil
+			}
+			return addr, err
+		}
 	}
 	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},

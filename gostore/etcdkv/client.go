@@ -180,11 +180,29 @@ func (c *Client) Range(ctx context.Context, key, end []byte, limit int64) ([]KV,
 
 // Get returns key's KV; found is false when it does not exist.
 func (c *Client) Get(ctx context.Context, key []byte) (kv KV, found bool, err error) {
-	kvs, _, err := c.Range(ctx, key, nil, 1)
-	if err != nil || len(kvs) == 0 {
+	return c.get(ctx, key, false)
+}
+
+// GetLocal is Get answered by whichever member is reached from its own
+// copy (etcd's serializable read): it works without a quorum, and may be
+// behind the cluster.
+func (c *Client) GetLocal(ctx context.Context, key []byte) (kv KV, found bool, err error) {
+	return c.get(ctx, key, true)
+}
+
+func (c *Client) get(ctx context.Context, key []byte, serializable bool) (KV, bool, error) {
+	req := map[string]any{"key": b64(key), "limit": "1"}
+	if serializable {
+		req["serializable"] = true
+	}
+	var resp struct {
+		KVs []jsonKV `json:"kvs"`
+	}
+	if err := c.call(ctx, "/v3/kv/range", req, &resp); err != nil || len(resp.KVs) == 0 {
 		return KV{}, false, err
 	}
-	return kvs[0], true, nil
+	kv, err := resp.KVs[0].kv()
+	return kv, err == nil, err
 }
 
 // PrefixEnd is the range end that covers every key starting with prefix.

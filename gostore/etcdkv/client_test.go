@@ -89,6 +89,10 @@ func TestCallsAgainstARealCluster(t *testing.T) {
 	if _, err := c.Put(ctxT(t, 2*time.Second), []byte("a/4"), []byte("four"), 0); err == nil {
 		t.Fatal("a put without a quorum succeeded")
 	}
+	// A member's own copy still answers (what a client finds its master by).
+	if kv, found, err := c.GetLocal(ctxT(t, 5*time.Second), []byte("a/3")); err != nil || !found || string(kv.Value) != "three" {
+		t.Fatalf("a serializable read without a quorum: %q %v %v", kv.Value, found, err)
+	}
 	// Back: it works again, and nothing acknowledged was lost.
 	cl.Start(0)
 	cl.Start(1)

@@ -219,10 +219,12 @@ func (l *Leader) Resign(ctx context.Context) error {
 	return l.kv.Revoke(ctx, l.lease)
 }
 
-// CurrentLeader is the leading master's ID, "" when none leads.
+// CurrentLeader is the leading master's ID, "" when none leads. It reads
+// any reachable member's own copy: it answers without an etcd quorum
+// (when no leader can change anyway), possibly a moment behind.
 func CurrentLeader(ctx context.Context, opts Options) (string, error) {
 	opts.fill()
-	kv, found, err := etcdkv.New(opts.Endpoints).Get(ctx, leaderKey(opts.Prefix))
+	kv, found, err := etcdkv.New(opts.Endpoints).GetLocal(ctx, leaderKey(opts.Prefix))
 	if err != nil || !found {
 		return "", err
 	}
