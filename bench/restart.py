@@ -122,6 +122,7 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
             batch = keys[lo:lo + 64]
             assert s.put_batch(batch, [value(lo + j, size) for j in range(len(batch))]) == 0
         put_s = time.monotonic() - t0
+        log_bytes = etcd_log_bytes(endpoints.split(";")[0])
         b = start_ha_master(endpoints, lease_ms, wait=False)
         time.sleep(0.5)  # b campaigns (and waits) before the kill
         kill_at = time.monotonic()
@@ -147,7 +148,8 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
         shutil.rmtree(base, ignore_errors=True)
     return {"lease_ms": lease_ms, "objects": objects, "puts_per_s_with_etcd_log": objects / put_s,
             "kill_to_standby_leading_ms": leads_s * 1000, "kill_to_first_get_ms": first_get_s * 1000,
-            "kill_to_first_put_ms": first_put_s * 1000, "objects_lost": lost}
+            "kill_to_first_put_ms": first_put_s * 1000, "objects_lost": lost,
+            "etcd_log_bytes_per_object": log_bytes / objects}
 
 
 def put_rate(master: str, objects: int, size: int) -> float:
@@ -163,6 +165,21 @@ def put_rate(master: str, objects: int, size: int) -> float:
     rate = objects / (time.monotonic() - t0)
     s.close()
     return rate
+
+
+def etcd_log_bytes(endpoint: str) -> int:
+    """The bytes of the master's log values on etcd (keys included)."""
+    import base64
+    import json
+    import urllib.request
+
+    prefix = b"/gostore/mooncake_cluster/master/log/"
+    end = prefix[:-1] + bytes([prefix[-1] + 1])
+    body = json.dumps({"key": base64.b64encode(prefix).decode(), "range_end": base64.b64encode(end).decode()})
+    req = urllib.request.Request(f"http://{endpoint}/v3/kv/range", data=body.encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        kvs = json.load(r).get("kvs", [])
+    return sum(len(base64.b64decode(kv["key"])) + len(base64.b64decode(kv.get("value", ""))) for kv in kvs)
 
 
 def value(i: int, size: int) -> bytes:
@@ -240,6 +257,7 @@ def main() -> int:
         print(f"  kill -> first get of an old object {ha['kill_to_first_get_ms']:8.0f} ms")
         print(f"  kill -> first new put              {ha['kill_to_first_put_ms']:8.0f} ms")
         print(f"  objects lost                       {ha['objects_lost']:8d} (must be 0)")
+        print(f"  bytes on etcd per object written   {ha['etcd_log_bytes_per_object']:8.0f} (the log: start and end records)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"objects": args.objects, "size": args.size, "bare_start_ms": start_s * 1000,
