@@ -30,4 +30,10 @@
 //     quote it, so a preempted write or a late reader never acts on a newer
 //     object under the same key.
 //   - An object is readable only once it has a COMPLETE replica.
+//   - Every change of what survives a restart (durable.go: objects with
+//     COMPLETE replicas, a disk copy or ranges being written; segments;
+//     held ranges; pending SSD drops) is reported through Config.OnChange
+//     under the lock that made it, so replaying the reports gives the live
+//     durable state (a property test checks it after every step of a
+//     random workload). A new mutation of those needs its report.
 package master

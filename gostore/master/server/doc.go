@@ -4,4 +4,17 @@
 //
 // It is used by the gostore-master binary and by the master embedded in a
 // Python process (bindings), with the same flags.
+//
+// # Durability
+//
+// With a state directory (--snapshot_backup_dir) or under HA
+// (--enable_ha) the core reports every durable change (master.Change)
+// through Config.OnChange; the server encodes it and enqueues it on its
+// change log (the local journal, or the leader's log on etcd), and the
+// RPCs that change durable state, or hand out ranges, answer only once
+// the log holds everything enqueued so far (durableOps). Snapshots fold
+// the log periodically and at a clean stop; Start restores from the log
+// before it serves. Under HA, Start campaigns first (a standby following
+// the log until it leads) and the server steps down (Done closes) when
+// its leadership is lost.
 package server
