@@ -38,20 +38,27 @@ import time
 from bench import _pdeathsig, _readline_timeout  # the same child handling as bench.py
 
 
-def start_master(state: str, port: int = 0, journal: bool = True) -> subprocess.Popen:
+def start_master(*flags: str, wait: bool = True) -> subprocess.Popen:
+    """The real gostore-master with flags; with wait, once it listens (a
+    standby under --enable_ha listens only once it leads)."""
     from gostore import master_binary_path
 
     proc = subprocess.Popen(
-        [master_binary_path(), "--rpc_address=127.0.0.1", f"--rpc_port={port}", "--metrics_port=-1",
-         "--log_level=warn", *([f"--snapshot_backup_dir={state}"] if journal else [])],
+        [master_binary_path(), "--rpc_address=127.0.0.1", "--metrics_port=-1", "--log_level=warn", *flags],
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, preexec_fn=_pdeathsig,
     )
+    if wait:
+        ready(proc)
+    return proc
+
+
+def ready(proc: subprocess.Popen) -> None:
+    """Wait for a master's "listening" line and note its RPC address."""
     line = _readline_timeout(proc, 60)
     if "rpc=" not in line:
         proc.kill()
         raise RuntimeError(f"gostore-master did not start: {line!r}")
     proc.rpc_addr = dict(f.split("=", 1) for f in line.split() if "=" in f)["rpc"]  # type: ignore[attr-defined]
-    return proc
 
 
 def start_etcd(base: str) -> tuple:
@@ -89,22 +96,6 @@ def start_etcd(base: str) -> tuple:
     return procs, ";".join(client)
 
 
-def start_ha_master(endpoints: str, lease_ms: int, wait: bool = True) -> subprocess.Popen:
-    from gostore import master_binary_path
-
-    proc = subprocess.Popen(
-        [master_binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--log_level=warn",
-         "--enable_ha", f"--etcd_endpoints={endpoints}", f"--ha_lease_ttl_ms={lease_ms}"],
-        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, preexec_fn=_pdeathsig,
-    )
-    if wait:
-        line = _readline_timeout(proc, 60)
-        if "rpc=" not in line:
-            proc.kill()
-            raise RuntimeError(f"gostore-master did not start: {line!r}")
-    return proc
-
-
 def failover(objects: int, size: int, lease_ms: int) -> dict:
     """kill -9 an HA leader under a live client: how long until a standby
     serves gets and puts, and what was lost."""
@@ -113,7 +104,8 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
     base = tempfile.mkdtemp(prefix="gostore-ha-bench-")
     procs, endpoints = start_etcd(base)
     try:
-        a = start_ha_master(endpoints, lease_ms)
+        ha_flags = ("--rpc_port=0", "--enable_ha", f"--etcd_endpoints={endpoints}", f"--ha_lease_ttl_ms={lease_ms}")
+        a = start_master(*ha_flags)
         s = MooncakeDistributedStore()
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", "etcd://" + endpoints) == 0
         keys = [f"ha/{i}" for i in range(objects)]
@@ -123,12 +115,12 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
             assert s.put_batch(batch, [value(lo + j, size) for j in range(len(batch))]) == 0
         put_s = time.monotonic() - t0
         log_bytes = etcd_log_bytes(endpoints.split(";")[0])
-        b = start_ha_master(endpoints, lease_ms, wait=False)
+        b = start_master(*ha_flags, wait=False)
         time.sleep(0.5)  # b campaigns (and waits) before the kill
         kill_at = time.monotonic()
         a.send_signal(signal.SIGKILL)
         a.wait()
-        _readline_timeout(b, 60)
+        ready(b)
         leads_s = time.monotonic() - kill_at
         while s.get(keys[0]) != value(0, size):
             time.sleep(0.01)
@@ -198,13 +190,13 @@ def main() -> int:
     state = tempfile.mkdtemp(prefix="gostore-restart-bench-")
     try:
         t0 = time.monotonic()
-        bare = start_master(os.path.join(state, "bare"), journal=False)
+        bare = start_master("--rpc_port=0")
         start_s = time.monotonic() - t0
         off_rate = put_rate(bare.rpc_addr, args.objects, args.size)
         bare.kill()
         bare.wait()
 
-        m = start_master(os.path.join(state, "dir"))
+        m = start_master("--rpc_port=0", f"--snapshot_backup_dir={os.path.join(state, 'dir')}")
         port = int(m.rpc_addr.rsplit(":", 1)[1])
         s = MooncakeDistributedStore()
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", m.rpc_addr) == 0
@@ -218,7 +210,7 @@ def main() -> int:
         kill_at = time.monotonic()
         m.send_signal(signal.SIGKILL)
         m.wait()
-        m2 = start_master(os.path.join(state, "dir"), port)
+        m2 = start_master(f"--rpc_port={port}", f"--snapshot_backup_dir={os.path.join(state, 'dir')}")
         listening_s = time.monotonic() - kill_at
         while s.get(keys[0]) != value(0, args.size):
             time.sleep(0.01)

@@ -19,12 +19,11 @@ func TestClientFollowsTheLeaderThroughEtcd(t *testing.T) {
 	cl := etcdtest.Start(t, 3)
 	eps := strings.Join(cl.Endpoints(), ";")
 	start := func() (*server.Server, error) {
-		opts, err := server.ParseFlags([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1",
-			"--log_level=error", "--enable_ha", "--etcd_endpoints=" + eps, "--cluster_id=ct", "--client_ttl=60"}, nil)
+		opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1",
+			"--log_level=error", "--client_ttl=60"}, cl.MasterFlags("ct")...), nil)
 		if err != nil {
 			return nil, err
 		}
-		opts.HALeaseTTL = 2 * time.Second
 		return server.Start(opts)
 	}
 	a, err := start()

@@ -149,16 +149,37 @@ func (c *Client) Put(ctx context.Context, key, value []byte, lease int64) (int64
 	return num(resp.Header.Revision), err
 }
 
+// RangeOptions shape a Range beyond its keys.
+type RangeOptions struct {
+	Limit int64 // at most this many keys (0: all)
+	// KeysOnly leaves the values out of the answer.
+	KeysOnly bool
+	// Serializable reads whichever member is reached from its own copy:
+	// it answers without a quorum, and may be behind the cluster.
+	Serializable bool
+	// Descend returns the keys in descending order (with Limit 1: the
+	// last key of the range).
+	Descend bool
+}
+
 // Range returns the keys in [key, end) (end nil: key alone; see
-// PrefixEnd), at most limit of them (0: all), in key order, and the
-// store's revision.
-func (c *Client) Range(ctx context.Context, key, end []byte, limit int64) ([]KV, int64, error) {
+// PrefixEnd), in key order, and the store's revision.
+func (c *Client) Range(ctx context.Context, key, end []byte, opt RangeOptions) ([]KV, int64, error) {
 	req := map[string]any{"key": b64(key)}
 	if end != nil {
 		req["range_end"] = b64(end)
 	}
-	if limit > 0 {
-		req["limit"] = strconv.FormatInt(limit, 10)
+	if opt.Limit > 0 {
+		req["limit"] = strconv.FormatInt(opt.Limit, 10)
+	}
+	if opt.KeysOnly {
+		req["keys_only"] = true
+	}
+	if opt.Serializable {
+		req["serializable"] = true
+	}
+	if opt.Descend {
+		req["sort_order"], req["sort_target"] = "DESCEND", "KEY"
 	}
 	var resp struct {
 		Header header   `json:"header"`
@@ -180,29 +201,22 @@ func (c *Client) Range(ctx context.Context, key, end []byte, limit int64) ([]KV,
 
 // Get returns key's KV; found is false when it does not exist.
 func (c *Client) Get(ctx context.Context, key []byte) (kv KV, found bool, err error) {
-	return c.get(ctx, key, false)
+	return c.get(ctx, key, RangeOptions{Limit: 1})
 }
 
 // GetLocal is Get answered by whichever member is reached from its own
 // copy (etcd's serializable read): it works without a quorum, and may be
 // behind the cluster.
 func (c *Client) GetLocal(ctx context.Context, key []byte) (kv KV, found bool, err error) {
-	return c.get(ctx, key, true)
+	return c.get(ctx, key, RangeOptions{Limit: 1, Serializable: true})
 }
 
-func (c *Client) get(ctx context.Context, key []byte, serializable bool) (KV, bool, error) {
-	req := map[string]any{"key": b64(key), "limit": "1"}
-	if serializable {
-		req["serializable"] = true
-	}
-	var resp struct {
-		KVs []jsonKV `json:"kvs"`
-	}
-	if err := c.call(ctx, "/v3/kv/range", req, &resp); err != nil || len(resp.KVs) == 0 {
+func (c *Client) get(ctx context.Context, key []byte, opt RangeOptions) (KV, bool, error) {
+	kvs, _, err := c.Range(ctx, key, nil, opt)
+	if err != nil || len(kvs) == 0 {
 		return KV{}, false, err
 	}
-	kv, err := resp.KVs[0].kv()
-	return kv, err == nil, err
+	return kvs[0], true, nil
 }
 
 // PrefixEnd is the range end that covers every key starting with prefix.

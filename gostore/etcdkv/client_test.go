@@ -29,7 +29,7 @@ func TestCallsAgainstARealCluster(t *testing.T) {
 	}
 	c.Put(ctx, []byte("a/2"), []byte{0, 1, 0xff}, 0)
 	c.Put(ctx, []byte("b"), []byte("other"), 0)
-	kvs, _, err := c.Range(ctx, []byte("a/"), PrefixEnd([]byte("a/")), 0)
+	kvs, _, err := c.Range(ctx, []byte("a/"), PrefixEnd([]byte("a/")), RangeOptions{})
 	if err != nil || len(kvs) != 2 || string(kvs[0].Key) != "a/1" || !bytes.Equal(kvs[1].Value, []byte{0, 1, 0xff}) {
 		t.Fatalf("range: %+v %v", kvs, err)
 	}
@@ -107,7 +107,7 @@ func TestCallsAgainstARealCluster(t *testing.T) {
 	if putErr != nil {
 		t.Fatalf("put after the quorum returned: %v", putErr)
 	}
-	kvs, _, _ = c.Range(ctx, []byte("a/"), PrefixEnd([]byte("a/")), 0)
+	kvs, _, _ = c.Range(ctx, []byte("a/"), PrefixEnd([]byte("a/")), RangeOptions{KeysOnly: true})
 	var keys []string
 	for _, kv := range kvs {
 		keys = append(keys, string(kv.Key))

@@ -381,12 +381,7 @@ func (c *Core) dropReplicasOn(s *segment) {
 			if !o.dropReplicasOn(s) {
 				continue
 			}
-			if len(o.replicas) == 0 && o.disk == nil {
-				delete(sh.objects, key)
-				c.record(key, nil)
-			} else {
-				c.record(key, o)
-			}
+			c.settle(sh, key, o)
 		}
 		sh.mu.Unlock()
 	}

@@ -55,12 +55,7 @@ func (c *Core) reclaimAbandoned(now int64) {
 				continue
 			}
 			c.discard(o.takeReplicas(replicaProcessing), o.size, now)
-			if len(o.replicas) == 0 && o.disk == nil {
-				delete(sh.objects, key)
-				c.record(key, nil)
-			} else {
-				c.record(key, o)
-			}
+			c.settle(sh, key, o)
 			n++
 		}
 		sh.mu.Unlock()
@@ -116,12 +111,7 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 			}
 			if disks && o.disk != nil && dead[o.disk.client] {
 				o.disk = nil
-				if len(o.replicas) == 0 {
-					delete(sh.objects, key)
-					c.record(key, nil)
-				} else {
-					c.record(key, o)
-				}
+				c.settle(sh, key, o)
 			}
 		}
 		sh.mu.Unlock()
@@ -322,12 +312,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			}
 			bytes.Add(int64(o.size) * int64(len(o.replicas)))
 			o.release(&c.stats)
-			if o.disk == nil {
-				delete(sh.objects, key)
-				c.record(key, nil)
-			} else { // the object lives on in the SSD tier
-				c.record(key, o)
-			}
+			c.settle(sh, key, o) // with a disk copy it lives on in the SSD tier
 			objects.Add(1)
 		}
 	})

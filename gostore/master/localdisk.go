@@ -45,12 +45,7 @@ func (c *Core) UnmountLocalDisk(clientID string) error {
 			}
 			c.pushDrop(o.disk.storage, key) // whoever opens the directory next deletes it
 			o.disk = nil
-			if len(o.replicas) == 0 {
-				delete(sh.objects, key)
-				c.record(key, nil)
-			} else {
-				c.record(key, o)
-			}
+			c.settle(sh, key, o)
 		}
 		sh.mu.Unlock()
 	}

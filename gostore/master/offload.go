@@ -157,6 +157,18 @@ func (c *Core) deleteObject(sh *shard, key string, o *object) {
 	c.record(key, nil)
 }
 
+// settle removes o when nothing serves it any more (no memory replica, no
+// disk copy) and reports its durable state either way, after a change
+// that took replicas or its disk copy away. The caller holds sh's lock.
+func (c *Core) settle(sh *shard, key string, o *object) {
+	if len(o.replicas) == 0 && o.disk == nil {
+		delete(sh.objects, key)
+		c.record(key, nil)
+		return
+	}
+	c.record(key, o)
+}
+
 // OffloadPending reports whether clientID has objects to persist or disk
 // copies to delete: the ping tells it, so it need not wait for its next
 // offload heartbeat while eviction waits on it.
@@ -271,12 +283,7 @@ func (c *Core) EvictDiskReplicas(clientID string, keys []string) []wire.Code {
 			out[i] = wire.ErrReplicaNotFound
 		default:
 			o.disk = nil
-			if len(o.replicas) == 0 {
-				delete(sh.objects, key)
-				c.record(key, nil)
-			} else {
-				c.record(key, o)
-			}
+			c.settle(sh, key, o)
 		}
 		sh.mu.Unlock()
 	}

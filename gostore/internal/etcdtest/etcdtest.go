@@ -74,6 +74,13 @@ func freeAddr(t testing.TB) string {
 // Endpoints are the members' client addresses.
 func (c *Cluster) Endpoints() []string { return append([]string(nil), c.client...) }
 
+// MasterFlags are the gostore-master flags of an HA master on this
+// cluster, under clusterID, with a 2 s lease (a test's failover is quick).
+func (c *Cluster) MasterFlags(clusterID string) []string {
+	return []string{"--enable_ha", "--etcd_endpoints=" + strings.Join(c.client, ";"),
+		"--cluster_id=" + clusterID, "--ha_lease_ttl_ms=2000"}
+}
+
 // Start (re)starts member i on its data directory.
 func (c *Cluster) Start(i int) {
 	if c.procs[i] != nil {

@@ -232,12 +232,23 @@ func CurrentLeader(ctx context.Context, opts Options) (string, error) {
 }
 
 // ReadLog returns the log's records from seq from on, in order; it stops
-// at the first gap, and refuses a batch that cannot be read.
+// at the first gap, and refuses a batch that cannot be read. Only the
+// batches from the one holding record from are read: a follower polling
+// for new records reads just those.
 func ReadLog(ctx context.Context, opts Options, from uint64) ([][]byte, error) {
 	opts.fill()
 	kv := etcdkv.New(opts.Endpoints)
 	prefix := []byte(opts.Prefix + "log/")
-	kvs, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), 0)
+	start := logKey(opts.Prefix, from)
+	// The batch before start may hold from: its first key is where to read.
+	prev, _, err := kv.Range(ctx, prefix, start, etcdkv.RangeOptions{Limit: 1, Descend: true})
+	if err != nil {
+		return nil, err
+	}
+	if len(prev) == 1 {
+		start = prev[0].Key
+	}
+	kvs, _, err := kv.Range(ctx, start, etcdkv.PrefixEnd(prefix), etcdkv.RangeOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +279,7 @@ func ReadLog(ctx context.Context, opts Options, from uint64) ([][]byte, error) {
 // batchStarts are the first sequence numbers of the log's batches, in order.
 func batchStarts(ctx context.Context, kv *etcdkv.Client, opts Options) ([]uint64, error) {
 	prefix := []byte(opts.Prefix + "log/")
-	kvs, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), 0)
+	kvs, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), etcdkv.RangeOptions{KeysOnly: true})
 	if err != nil {
 		return nil, err
 	}

@@ -38,15 +38,7 @@ func TestOneLeaderAndFencing(t *testing.T) {
 	if err := a.Append(ctx, 1, records(1, 130)); err != nil { // more than one transaction
 		t.Fatal(err)
 	}
-	type won struct {
-		l   *Leader
-		err error
-	}
-	bWon := make(chan won, 1)
-	go func() {
-		l, err := Campaign(ctx, withID(opts, "b:1"))
-		bWon <- won{l, err}
-	}()
+	bWon := campaignAsync(ctx, withID(opts, "b:1"))
 	if who, _ := CurrentLeader(ctx, opts); who != "a:1" {
 		t.Fatalf("leader %q", who)
 	}
@@ -97,11 +89,7 @@ func TestOneLeaderAndFencing(t *testing.T) {
 		t.Fatalf("log from 130: %v", strs(got))
 	}
 	// A clean resignation hands over at once, not after a TTL.
-	cWon := make(chan won, 1)
-	go func() {
-		l, err := Campaign(ctx, withID(opts, "c:1"))
-		cWon <- won{l, err}
-	}()
+	cWon := campaignAsync(ctx, withID(opts, "c:1"))
 	start := time.Now()
 	if err := b.Resign(ctx); err != nil {
 		t.Fatal(err)
@@ -148,6 +136,21 @@ func TestAppendsNeedAQuorum(t *testing.T) {
 	if len(got) != 5 || string(got[4]) != "record 5" {
 		t.Fatalf("log: %v", strs(got))
 	}
+}
+
+type won struct {
+	l   *Leader
+	err error
+}
+
+// campaignAsync campaigns in the background; the channel tells when it won.
+func campaignAsync(ctx context.Context, opts Options) <-chan won {
+	ch := make(chan won, 1)
+	go func() {
+		l, err := Campaign(ctx, opts)
+		ch <- won{l, err}
+	}()
+	return ch
 }
 
 func withID(o Options, id string) Options {

@@ -265,7 +265,7 @@ func Recover(ctx context.Context, opts Options) (*Recovered, error) {
 		size := binary.LittleEndian.Uint64(head.Value[8:])
 		sum := binary.LittleEndian.Uint32(head.Value[16:])
 		prefix := []byte(fmt.Sprintf("%ssnap/%020d/", opts.Prefix, seq))
-		parts, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), 0)
+		parts, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), etcdkv.RangeOptions{})
 		if err != nil {
 			return nil, err
 		}

@@ -18,11 +18,8 @@ import (
 func TestStandbyTakesOverWithEveryAcknowledgedObject(t *testing.T) {
 	cl := etcdtest.Start(t, 3)
 	start := func() (*Server, error) {
-		o := parse(t, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--log_level=error",
-			"--enable_ha", "--etcd_endpoints="+fmt.Sprint(cl.Endpoints()[0], ";", cl.Endpoints()[1], ";", cl.Endpoints()[2]),
-			"--cluster_id=t1", "--client_ttl=60")
-		o.HALeaseTTL = 2 * time.Second
-		return Start(o)
+		return Start(parse(t, append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1",
+			"--log_level=error", "--client_ttl=60"}, cl.MasterFlags("t1")...)...))
 	}
 	a, err := start()
 	if err != nil {
