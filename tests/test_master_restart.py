@@ -212,3 +212,40 @@ def test_a_full_state_disk_refuses_writes_and_loses_nothing_acknowledged(launche
         for mm in launcher.masters:
             mm.kill()
         subprocess.run(["umount", str(state)], capture_output=True)
+
+
+def test_after_a_reboot_restored_segments_take_new_objects_only_after_the_quarantine(launcher, tmp_path):
+    """The journal directory names the boot of the machine that last wrote
+    it. Found under another boot (here: the file rewritten, as a reboot
+    would leave it), the space of puts answered before their sync may be
+    unknown, so restored segments take no new object until
+    --put_start_discard_timeout_sec after the journal's last write; reads
+    serve at once. After a plain kill -9 (same boot) nothing waits."""
+    state = str(tmp_path / "state")
+    flags = {"put_start_discard_timeout_sec": 5}
+    m = launcher.master(snapshot_backup_dir=state, **flags)
+    a, b = launcher.peer(m), launcher.peer(m)
+    for i in range(6):
+        assert a.put_pattern(f"boot/{i}", 4096, seed=i) == 0
+    with open(os.path.join(state, "boot")) as f:
+        assert f.read().strip()  # this boot, written at start
+    m.kill()
+    with open(os.path.join(state, "boot"), "w") as f:
+        f.write("a-boot-before-the-crash")
+    m2 = launcher.master(snapshot_backup_dir=state, rpc_port=m.rpc_port, **flags)
+    assert "the machine restarted since the journal was last written" in m2.log()
+    wait_until(lambda: b.check_pattern("boot/1", 4096, 1), timeout=30, what="a read through the restarted master")
+    refused = b.call("put_pattern", key="boot/new", size=4096, seed=1)["rc"]
+    assert refused != 0, "a restored segment took a new object inside the quarantine"
+    assert not b.check_pattern("boot/new", 4096, 1)
+    wait_until(lambda: b.put_pattern("boot/new", 4096, seed=1) == 0, timeout=30, interval=0.2,
+               what="a put once the quarantine is over")
+    for i in range(6):
+        assert b.check_pattern(f"boot/{i}", 4096, i)
+
+    # The same boot again: a crash of the process only, no quarantine.
+    m3 = _restart(launcher, m2, state, **flags)
+    assert "the machine restarted" not in m3.log()
+    wait_until(lambda: a.put_pattern("boot/after-kill", 4096, seed=2) == 0, timeout=30, interval=0.2,
+               what="a put after a plain restart")
+    assert b.check_pattern("boot/after-kill", 4096, 2)

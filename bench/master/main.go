@@ -282,7 +282,7 @@ func journalCost(d time.Duration) ([]journalRow, float64) {
 		addr, stop := startServer(args...)
 		ctx := context.Background()
 		var written atomic.Int64
-		for _, shape := range []struct{ batch, callers int }{{1, 1}, {1, 16}, {128, 4}} {
+		for _, shape := range []struct{ batch, callers int }{{1, 1}, {1, 16}, {32, 1}, {128, 4}} {
 			cls := make([]*rpc.Client, shape.callers)
 			for i := range cls {
 				cls[i] = rpc.NewClientWith(addr, rpc.ClientOptions{})

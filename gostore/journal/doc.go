@@ -5,7 +5,8 @@
 // # What it owns
 //
 // A Journal owns its directory: log files (log-<first seq>.wal) and
-// snapshot files (snap-<seq>.gsnap), nothing else. Records and snapshots
+// snapshot files (snap-<seq>.gsnap), and the boot file (boot: the boot of
+// the machine that last opened it), nothing else. Records and snapshots
 // are opaque bytes here; what they mean is the master's business. Every
 // record gets the next sequence number (1, 2, ...); a snapshot names the
 // last sequence number it includes.
@@ -30,6 +31,12 @@
 //   - With Options.AckBeforeSync, Append returns once the record is
 //     written, and the writer syncs at least every Options.SyncInterval:
 //     a crash loses at most that window.
+//   - WaitWritten returns once a record is written, before its sync: it
+//     survives a crash of the process, not necessarily of the machine.
+//     The writer syncs when a Wait needs it (so records only written share
+//     the next waited record's sync) and at least every SyncInterval.
+//     Open says which may have happened (Recovered.Rebooted: another boot
+//     id than the one that last opened the directory).
 //   - Open recovers the newest valid snapshot and every record after it,
 //     in order, with no gap. A torn frame at the end of the last log file
 //     (a crash mid-write: short, or the file's last frame failing its

@@ -57,6 +57,9 @@ type Options struct {
 	// that window.
 	AckBeforeSync bool
 	SyncInterval  time.Duration
+	// BootID names this boot of the machine (default: Linux's
+	// /proc/sys/kernel/random/boot_id); see Recovered.Rebooted.
+	BootID string
 }
 
 // Recovered is what Open found: the newest snapshot and every record
@@ -65,6 +68,14 @@ type Recovered struct {
 	Snapshot    []byte // nil when there is none
 	SnapshotSeq uint64 // the last record the snapshot includes (0: none)
 	Records     [][]byte
+	// Rebooted: the machine may have restarted since the directory was
+	// last open (another boot id, or none known). Records that were only
+	// written, never synced (WaitWritten, AckBeforeSync), may then be
+	// lost; after a process crash they are not (the kernel still had them).
+	Rebooted bool
+	// LastWrite is when the newest log file was last written (zero when
+	// there is none).
+	LastWrite time.Time
 }
 
 // LastSeq is the sequence number of the last record recovered.
@@ -93,9 +104,13 @@ type Journal struct {
 	pending [][]byte // appended, not yet written; the first is seq written+1
 	written uint64   // last sequence number written to the file
 	synced  uint64   // last sequence number synced
-	err     error    // the first write or sync failure: the journal is failed
-	closed  bool
-	stats   Stats
+	// wanted: the last sequence number a Wait needs synced. The writer
+	// syncs on demand, so records only written (WaitWritten) share the
+	// sync of the next record someone waits for.
+	wanted uint64
+	err    error // the first write or sync failure: the journal is failed
+	closed bool
+	stats  Stats
 
 	wake    chan struct{}
 	stop    chan struct{}
@@ -110,6 +125,7 @@ type Journal struct {
 	files   []logFile // oldest first; the last is the one written
 
 	beforeFlush func() // tests: runs in the writer before it takes a batch
+	beforeSync  func() // tests: runs in the writer before it syncs
 }
 
 // Open recovers dir (creating it when missing) and opens it for appending.
@@ -128,6 +144,9 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	}
 	rec, files, err := recoverDir(opts.Dir)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkBoot(opts, rec, files); err != nil {
 		return nil, nil, err
 	}
 	j := &Journal{opts: opts, files: files, wake: make(chan struct{}, 1), stop: make(chan struct{}),
@@ -172,11 +191,15 @@ func (j *Journal) Enqueue(rec []byte) (uint64, error) {
 	j.next++
 	j.pending = append(j.pending, rec)
 	j.stats.Records++
+	j.wakeWriter()
+	return seq, nil
+}
+
+func (j *Journal) wakeWriter() {
 	select {
 	case j.wake <- struct{}{}:
 	default:
 	}
-	return seq, nil
 }
 
 // Wait returns once every record up to seq is durable (see
@@ -184,10 +207,34 @@ func (j *Journal) Enqueue(rec []byte) (uint64, error) {
 func (j *Journal) Wait(seq uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if seq > j.wanted && seq > j.synced && !j.opts.AckBeforeSync {
+		j.wanted = seq
+		if j.written >= seq { // nothing left to write: wake the writer to sync
+			j.wakeWriter()
+		}
+	}
 	for j.err == nil && !j.done(seq) && seq < j.next { // Close's last flush writes all enqueued
 		j.cond.Wait()
 	}
 	if j.done(seq) {
+		return nil
+	}
+	if j.err != nil {
+		return j.err
+	}
+	return ErrClosed
+}
+
+// WaitWritten returns once every record up to seq is written to its file,
+// synced or not: such a record survives a crash of the process (the
+// kernel holds it) but maybe not of the machine (see Recovered.Rebooted).
+func (j *Journal) WaitWritten(seq uint64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.err == nil && j.written < seq && seq < j.next {
+		j.cond.Wait()
+	}
+	if j.written >= seq {
 		return nil
 	}
 	if j.err != nil {
@@ -245,12 +292,9 @@ func (j *Journal) Close() error {
 
 func (j *Journal) run() {
 	defer close(j.stopped)
-	var tick <-chan time.Time
-	if j.opts.AckBeforeSync {
-		t := time.NewTicker(j.opts.SyncInterval)
-		defer t.Stop()
-		tick = t.C
-	}
+	t := time.NewTicker(j.opts.SyncInterval) // records nobody waits for are synced too
+	defer t.Stop()
+	tick := t.C
 	for {
 		select {
 		case <-j.wake:
@@ -264,8 +308,8 @@ func (j *Journal) run() {
 	}
 }
 
-// flush writes the pending records as one batch and syncs them (unless
-// acknowledging before sync, when only forceSync syncs).
+// flush writes the pending records as one batch and syncs them when a
+// Wait needs it or forceSync (the ticker, Close) asks.
 func (j *Journal) flush(forceSync bool) {
 	if j.beforeFlush != nil {
 		j.beforeFlush()
@@ -277,33 +321,47 @@ func (j *Journal) flush(forceSync bool) {
 	if failed {
 		return
 	}
-	var err error
-	var n int64
 	if len(batch) > 0 {
-		n, err = j.writeBatch(first, batch)
-	}
-	syncs := uint64(0)
-	if err == nil && j.dirty && (forceSync || !j.opts.AckBeforeSync) {
-		if err = j.file.Sync(); err == nil {
-			j.dirty = false
-			syncs = 1
+		// Written records are published before the sync: WaitWritten's
+		// callers go on while the disk works.
+		n, err := j.writeBatch(first, batch)
+		j.mu.Lock()
+		j.stats.Bytes += uint64(n)
+		if err != nil {
+			j.fail(err)
+			j.mu.Unlock()
+			return
 		}
+		j.stats.Batches++
+		j.written += uint64(len(batch))
+		j.cond.Broadcast()
+		j.mu.Unlock()
 	}
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.stats.Bytes += uint64(n)
-	j.stats.Syncs += syncs
-	if err != nil {
-		j.err = fmt.Errorf("journal: %w", err)
-	} else {
-		if len(batch) > 0 {
-			j.stats.Batches++
-		}
-		j.written += uint64(len(batch))
-		if !j.dirty {
-			j.synced = j.written
-		}
+	wanted := j.wanted > j.synced
+	j.mu.Unlock()
+	if !j.dirty || !(forceSync || wanted) {
+		return
 	}
+	if j.beforeSync != nil {
+		j.beforeSync()
+	}
+	err := j.file.Sync()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err != nil {
+		j.fail(err)
+		return
+	}
+	j.dirty = false
+	j.stats.Syncs++
+	j.synced = j.written // only this goroutine writes: nothing unsynced since
+	j.cond.Broadcast()
+}
+
+// fail stops the journal with err; j.mu is held.
+func (j *Journal) fail(err error) {
+	j.err = fmt.Errorf("journal: %w", err)
 	j.cond.Broadcast()
 }
 
@@ -420,12 +478,6 @@ func (j *Journal) Snapshot(seq uint64, state []byte) error {
 }
 
 func writeSnapshot(dir string, seq uint64, state []byte) error {
-	final := filepath.Join(dir, snapName(seq))
-	tmp := final + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
 	buf := make([]byte, 0, snapHeaderSize+4+len(state))
 	buf = append(buf, snapMagic...)
 	buf = binary.LittleEndian.AppendUint16(buf, formatVersion)
@@ -433,21 +485,10 @@ func writeSnapshot(dir string, seq uint64, state []byte) error {
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(state)))
 	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(state, castagnoli))
 	buf = append(buf, state...)
-	_, err = f.Write(buf)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, final)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := writeSynced(filepath.Join(dir, snapName(seq)), buf); err != nil {
 		return fmt.Errorf("journal: snapshot: %w", err)
 	}
-	return syncDir(dir)
+	return nil
 }
 
 func syncDir(dir string) error {

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 func rec(i int) []byte {
@@ -313,4 +314,85 @@ func TestFullFileSystemFailsAppendsAndLosesNothingAcknowledged(t *testing.T) {
 		t.Fatalf("%d acknowledged, %d recovered", acked, len(r.Records))
 	}
 	wantRecords(t, r, 1, len(r.Records))
+}
+
+func TestWrittenRecordsShareTheNextWaitedSync(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir, SyncInterval: time.Hour})
+	held, err := j.Enqueue(rec(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.WaitWritten(held); err != nil {
+		t.Fatal(err)
+	}
+	if st := j.Stats(); st.Syncs != 0 || st.Batches != 1 {
+		t.Fatalf("a record only written was synced, or not written: %+v", st)
+	}
+	seq, err := j.Append(rec(2)) // waits for its sync, which carries record 1
+	if err != nil || seq != 2 {
+		t.Fatal(seq, err)
+	}
+	if st := j.Stats(); st.Syncs != 1 || st.Batches != 2 {
+		t.Fatalf("want one sync for both records: %+v", st)
+	}
+	if err := j.Wait(held); err != nil { // synced already: no second sync
+		t.Fatal(err)
+	}
+	if st := j.Stats(); st.Syncs != 1 {
+		t.Fatalf("%+v", st)
+	}
+	j.Close()
+	_, r := open(t, Options{Dir: dir})
+	wantRecords(t, r, 1, 2)
+}
+
+func TestARecordNobodyWaitsForIsSyncedWithinTheInterval(t *testing.T) {
+	j, _ := open(t, Options{Dir: t.TempDir(), SyncInterval: time.Millisecond})
+	synced := make(chan struct{})
+	var once sync.Once
+	j.beforeSync = func() { once.Do(func() { close(synced) }) }
+	if _, err := j.Enqueue(rec(1)); err != nil {
+		t.Fatal(err)
+	}
+	<-synced // the ticker's sync, with no Wait asking
+}
+
+func TestOpenTellsAProcessCrashFromAReboot(t *testing.T) {
+	dir := t.TempDir()
+	j, r := open(t, Options{Dir: dir, BootID: "boot-a"})
+	if r.Rebooted {
+		t.Fatal("an empty directory counts as rebooted")
+	}
+	if _, err := j.Append(rec(1)); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	for _, c := range []struct {
+		boot     string
+		rebooted bool
+	}{
+		{"boot-a", false}, // the same boot: the process restarted
+		{"boot-b", true},  // another boot: the machine restarted
+		{"boot-b", false}, // and now this boot is the directory's
+		{"boot-a", true},
+	} {
+		j, r := open(t, Options{Dir: dir, BootID: c.boot})
+		if r.Rebooted != c.rebooted || r.LastWrite.IsZero() {
+			t.Fatalf("boot %s: rebooted %v (want %v), last write %v", c.boot, r.Rebooted, c.rebooted, r.LastWrite)
+		}
+		wantRecords(t, r, 1, 1)
+		j.Close()
+	}
+	// A directory whose boot file is gone (an older gostore, or damage)
+	// cannot tell: it counts as rebooted.
+	os.Remove(filepath.Join(dir, bootFile))
+	j, r = open(t, Options{Dir: dir, BootID: "boot-a"})
+	if !r.Rebooted {
+		t.Fatal("no boot file, yet not counted as rebooted")
+	}
+	j.Close()
+	if got, _ := os.ReadFile(filepath.Join(dir, bootFile)); string(got) != "boot-a" {
+		t.Fatalf("boot file holds %q", got)
+	}
 }

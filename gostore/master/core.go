@@ -64,6 +64,10 @@ type Config struct {
 	Rand *rand.Rand
 }
 
+// DefaultPutStartDiscardTimeout is Config.PutStartDiscardTimeout's default
+// (Mooncake's put_start_discard_timeout_sec).
+const DefaultPutStartDiscardTimeout = 30 * time.Second
+
 func (c *Config) fill() {
 	if c.DefaultKVLeaseTTL == 0 {
 		c.DefaultKVLeaseTTL = 10 * time.Second
@@ -81,7 +85,7 @@ func (c *Config) fill() {
 		c.HighWatermark = 0.90
 	}
 	if c.PutStartDiscardTimeout == 0 {
-		c.PutStartDiscardTimeout = 30 * time.Second
+		c.PutStartDiscardTimeout = DefaultPutStartDiscardTimeout
 	}
 	if c.PutStartReleaseTimeout == 0 {
 		c.PutStartReleaseTimeout = 600 * time.Second

@@ -36,4 +36,7 @@
 //     under the lock that made it, so replaying the reports gives the live
 //     durable state (a property test checks it after every step of a
 //     random workload). A new mutation of those needs its report.
+//   - A range goes back to its segment only after the report that lets it
+//     go (object.release, then free): a server acknowledging a new write
+//     in its range has the release in its log before it.
 package master

@@ -55,6 +55,12 @@ type Change struct {
 	Storage string            `msgpack:"st,omitempty"`
 	Keys    []string          `msgpack:"ks,omitempty"`
 	Hold    *DurableHold      `msgpack:"h,omitempty"`
+	// OnlyHolds (not journaled): the change only keeps ranges out of use
+	// (a hold, or a new write's ranges where its key had nothing they
+	// could damage). Losing it loses no stored byte, only the guard against
+	// handing those ranges out again while their writer copies, so a
+	// server may answer before it is synced (see the server's durability).
+	OnlyHolds bool `msgpack:"-"`
 }
 
 // DurableObject is what of an object survives a restart: its size, the
@@ -169,7 +175,7 @@ func (c *Core) holdRanges(reps []replica, size uint64, releaseAt int64) uint64 {
 		return 0
 	}
 	h := heldOf(c.holds.Add(1), reps, size, releaseAt)
-	c.cfg.OnChange(Change{Kind: RangesHeld, Hold: &h})
+	c.cfg.OnChange(Change{Kind: RangesHeld, Hold: &h, OnlyHolds: true})
 	return h.ID
 }
 
@@ -224,12 +230,23 @@ func durable(o *object) (DurableObject, bool) {
 // record reports key's durable state after a change (o nil: the key is
 // gone). The caller holds key's shard lock.
 func (c *Core) record(key string, o *object) {
+	c.report(key, o, false)
+}
+
+// recordNewWrite reports a new object being written under key (Change.OnlyHolds):
+// the key's previous state was nothing, or ranges already held (a write
+// taken over, replicas discarded by an upsert), so its ranges are fresh.
+func (c *Core) recordNewWrite(key string, o *object) {
+	c.report(key, o, true)
+}
+
+func (c *Core) report(key string, o *object, onlyHolds bool) {
 	if c.cfg.OnChange == nil {
 		return
 	}
 	if o != nil {
 		if d, ok := durable(o); ok {
-			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d})
+			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d, OnlyHolds: onlyHolds})
 			return
 		}
 	}

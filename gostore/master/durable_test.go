@@ -66,6 +66,27 @@ func TestReportedChangesReplayToTheLiveState(t *testing.T) {
 			c, clk, replay := journaled(t, Config{DefaultKVLeaseTTL: time.Millisecond, ClientTTL: time.Hour,
 				EnableOffload: true, HighWatermark: 0.7, PutStartDiscardTimeout: 20 * time.Millisecond,
 				PutStartReleaseTimeout: 60 * time.Millisecond})
+			// A range goes back to its segment only once the change that
+			// let it go is reported: no object or hold still names it.
+			var early []string
+			testHookFree = func(s *segment, off, size uint64) {
+				claimed := func(r DurableReplica) bool { return r.SegID == s.desc.ID && r.Offset == off }
+				for k, o := range replay.Objects {
+					for _, r := range append(append([]DurableReplica(nil), o.Replicas...), o.Writing...) {
+						if claimed(r) {
+							early = append(early, fmt.Sprintf("range %d@%d freed while the journal gives it to %q", off, s.desc.ID, k))
+						}
+					}
+				}
+				for id, h := range replay.Held {
+					for _, r := range h.Ranges {
+						if claimed(r) {
+							early = append(early, fmt.Sprintf("range %d@%d freed while the journal holds it (hold %d)", off, s.desc.ID, id))
+						}
+					}
+				}
+			}
+			t.Cleanup(func() { testHookFree = nil })
 			rng := rand.New(rand.NewPCG(seed, 99))
 			clients := []string{"a", "b", "c"}
 			seg := func(cl string, gen int) string { return fmt.Sprintf("%s-seg%d", cl, gen) }
@@ -171,6 +192,9 @@ func TestReportedChangesReplayToTheLiveState(t *testing.T) {
 						clk.Advance(c.Config().PutStartDiscardTimeout)
 					}
 					c.Tick()
+				}
+				if len(early) > 0 {
+					t.Fatalf("step %d (op %d): %v", step, what, early)
 				}
 				sameDurable(t, fmt.Sprintf("step %d (op %d)", step, what), c.DurableState(nil), replay)
 			}

@@ -74,8 +74,8 @@ func (c *Core) releaseDiscarded(now int64) {
 	c.discarded.list = slices.Delete(c.discarded.list, 0, n)
 	c.discarded.Unlock()
 	for _, d := range due {
+		c.releaseHold(d.hold) // reported first: see object.release
 		freeRanges(d.replicas, d.size, &c.stats)
-		c.releaseHold(d.hold)
 	}
 	c.stats.DiscardedReleased.Add(int64(len(due)))
 }
@@ -100,14 +100,16 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 		sh.mu.Lock()
 		for key, o := range sh.objects {
 			if dead[o.writer] && o.unfinished() {
-				o.release(&c.stats)
+				f := o.release()
 				n++
 				if o.disk == nil || dead[o.disk.client] {
 					delete(sh.objects, key)
 					c.record(key, nil)
+					f.free(&c.stats)
 					continue
 				} // a rewrite that never ended: the disk keeps the last value
 				c.record(key, o)
+				f.free(&c.stats)
 			}
 			if disks && o.disk != nil && dead[o.disk.client] {
 				o.disk = nil
@@ -311,8 +313,9 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 				continue
 			}
 			bytes.Add(int64(o.size) * int64(len(o.replicas)))
-			o.release(&c.stats)
+			f := o.release()
 			c.settle(sh, key, o) // with a disk copy it lives on in the SSD tier
+			f.free(&c.stats)
 			objects.Add(1)
 		}
 	})

@@ -89,11 +89,24 @@ func (o *object) touch(now int64, cfg *Config) {
 	}
 }
 
-// release returns every replica's range to its segment.
-func (o *object) release(st *Stats) {
-	freeRanges(o.replicas, o.size, st)
+// release takes every replica away from o; the caller frees them
+// (freed.free) once it has reported the change. A range is free only after
+// the change that let it go is in the journal: were it free first, a
+// writer could be handed it, and copy into it, while a restart would bring
+// the old object back on those bytes.
+func (o *object) release() freed {
+	f := freed{o.replicas, o.size}
 	o.replicas = nil
+	return f
 }
+
+// freed is ranges taken from an object, to return to their segments.
+type freed struct {
+	reps []replica
+	size uint64
+}
+
+func (f freed) free(st *Stats) { freeRanges(f.reps, f.size, st) }
 
 // freeRanges returns each replica's range of size bytes to its segment.
 func freeRanges(reps []replica, size uint64, st *Stats) {
@@ -116,11 +129,18 @@ func (o *object) dropReplicasOn(s *segment) bool {
 	return dropped
 }
 
+// testHookFree, when set (tests), sees every range returned to a live
+// segment, before it is.
+var testHookFree func(s *segment, off, size uint64)
+
 func (s *segment) free(off, size uint64, st *Stats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
 		return
+	}
+	if testHookFree != nil {
+		testHookFree(s, off, size)
 	}
 	if err := s.alloc.Free(off, size); err != nil {
 		// A broken bookkeeping invariant; counted rather than crashing the
@@ -190,7 +210,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 	o := &object{size: size, replicas: reps, hardPin: hardPin}
 	c.startWrite(o, now, clientID, cfg)
 	sh.objects[key] = o
-	c.record(key, o) // its ranges, held across a restart while the writer copies
+	c.recordNewWrite(key, o) // its ranges, held across a restart while the writer copies
 	return writeResult(o)
 }
 
@@ -260,8 +280,9 @@ func (c *Core) PutRevoke(clientID string, keys []string, epochs []uint64) []wire
 		case !o.unfinished():
 			out[i] = wire.ErrInvalidWrite
 		default:
-			o.release(&c.stats)
+			f := o.release()
 			c.deleteObject(sh, key, o)
+			f.free(&c.stats)
 		}
 		sh.mu.Unlock()
 	}
@@ -405,8 +426,9 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 		if !ok {
 			out[i] = wire.ErrObjectNotFound
 		} else if out[i] = removable(o, now, force); out[i] == wire.OK {
-			o.release(&c.stats)
+			f := o.release()
 			c.deleteObject(sh, key, o)
+			f.free(&c.stats)
 			c.stats.Removes.Add(1)
 		}
 		sh.mu.Unlock()
@@ -437,8 +459,9 @@ func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 		sh.mu.Lock()
 		for key, o := range sh.objects {
 			if match(key) && removable(o, now, force) == wire.OK {
-				o.release(&c.stats)
+				f := o.release()
 				c.deleteObject(sh, key, o)
+				f.free(&c.stats)
 				n++
 			}
 		}
@@ -520,15 +543,17 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 		switch {
 		case !ok || o.writer != clientID || o.leased(now) || o.unfinished() || o.tasks > 0:
 		case seg == nil:
-			o.release(&c.stats)
+			f := o.release()
 			c.deleteObject(sh, key, o)
+			f.free(&c.stats)
 			c.stats.Removes.Add(1)
 			cleared = append(cleared, key)
 		case o.hasReplicaOn(seg):
-			kept := o.replicas[:0]
+			f := freed{size: o.size}
+			kept := make([]replica, 0, len(o.replicas))
 			for _, r := range o.replicas {
 				if r.seg == seg {
-					r.seg.free(r.offset, o.size, &c.stats)
+					f.reps = append(f.reps, r)
 				} else {
 					kept = append(kept, r)
 				}
@@ -540,6 +565,7 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 			} else {
 				c.record(key, o)
 			}
+			f.free(&c.stats)
 			cleared = append(cleared, key)
 		}
 		sh.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -47,11 +48,17 @@ type durability struct {
 	// caller gets failCode instead of hanging (reads keep being served).
 	limit    time.Duration
 	failCode wire.Code
+	// mustSync is the last record that is more than a hold (see
+	// master.Change.OnlyHolds): writeOps answer once it is synced and
+	// their own holds are only written.
+	mustSync atomic.Uint64
 }
 
-// openState opens dir's journal and reads the state it holds.
-func openState(dir string, ackBeforeSync bool, log *slog.Logger) (*durability, *master.State, error) {
-	j, rec, err := journal.Open(journal.Options{Dir: dir, AckBeforeSync: ackBeforeSync})
+// openState opens the state directory's journal and reads the state it
+// holds; it sets opts.RestoreQuarantine for what it found.
+func openState(opts *Options, log *slog.Logger) (*durability, *master.State, error) {
+	dir := opts.StateDir
+	j, rec, err := journal.Open(journal.Options{Dir: dir, AckBeforeSync: opts.AckBeforeSync})
 	if err != nil {
 		return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
@@ -62,7 +69,33 @@ func openState(dir string, ackBeforeSync bool, log *slog.Logger) (*durability, *
 	}
 	log.Info("state directory read", "dir", dir, "snapshot", rec.SnapshotSeq, "records", len(rec.Records),
 		"objects", len(st.Objects), "segments", len(st.Segments))
+	if q := restoreQuarantine(*opts, rec.Rebooted, rec.LastWrite, time.Now()); q != opts.RestoreQuarantine {
+		log.Warn("the machine restarted since the journal was last written: restored segments take no new "+
+			"object for a while (writers answered before their ranges were synced may still be copying)",
+			"last_write", rec.LastWrite.Format(time.RFC3339Nano), "quarantine", q)
+		opts.RestoreQuarantine = q
+	}
 	return &durability{j: j, log: log}, st, nil
+}
+
+// restoreQuarantine is how long restored segments take no new object.
+// After a crash of the process the journal holds every record it wrote,
+// synced or not, and it is what opts asks (usually nothing). After a
+// restart of the machine, records only written may be gone: the ranges
+// of writes answered before their sync (writeOps; every change with
+// --journal_ack_before_sync), whose writers on other hosts may still be
+// copying. The segments then stay closed until PutStartDiscardTimeout
+// after the journal's last write, when the master would take such a write
+// over anyway; a writer still copying after that is the window left open.
+func restoreQuarantine(opts Options, rebooted bool, lastWrite, now time.Time) time.Duration {
+	if !rebooted {
+		return opts.RestoreQuarantine
+	}
+	discard := opts.PutStartDiscardTimeout
+	if discard <= 0 {
+		discard = master.DefaultPutStartDiscardTimeout
+	}
+	return max(opts.RestoreQuarantine, lastWrite.Add(discard).Sub(now), 0)
 }
 
 // campaign waits until this master leads the cluster on etcd, following
@@ -83,8 +116,7 @@ func campaign(opts Options, addr string, log *slog.Logger) (*durability, *master
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	behind := f.last
-	st, last, err := f.finish(ctx)
+	st, behind, last, err := f.finish(ctx)
 	if err != nil {
 		leader.Resign(context.Background())
 		return nil, nil, nil, fmt.Errorf("reading the log on etcd: %w", err)
@@ -162,12 +194,14 @@ func (f *follower) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// finish stops following and catches up once more: the state to lead with.
-func (f *follower) finish(ctx context.Context) (*master.State, uint64, error) {
+// finish stops following and catches up once more: the state to lead
+// with, and the last record before and after that catch-up.
+func (f *follower) finish(ctx context.Context) (st *master.State, before, last uint64, err error) {
 	close(f.stop)
 	<-f.done
-	err := f.catchUp(ctx)
-	return f.st, f.last, err
+	before = f.last
+	err = f.catchUp(ctx)
+	return f.st, before, f.last, err
 }
 
 // stateOf is the state a snapshot and the records after it hold.
@@ -213,8 +247,14 @@ func fill(st *master.State) {
 // durableOps).
 func (d *durability) record(ch master.Change) {
 	b, err := master.EncodeChange(make([]byte, 0, 64+len(ch.Key)), ch)
+	var seq uint64
 	if err == nil {
-		_, err = d.j.Enqueue(b)
+		seq, err = d.j.Enqueue(b)
+	}
+	for !ch.OnlyHolds && err == nil {
+		if last := d.mustSync.Load(); last >= seq || d.mustSync.CompareAndSwap(last, seq) {
+			break
+		}
 	}
 	if err != nil {
 		// The journal has failed: every durable RPC now answers an error
@@ -226,14 +266,34 @@ func (d *durability) record(ch master.Change) {
 // wait returns once every change up to seq is durable; an error code when
 // the log cannot make it so (in time, for the log on etcd).
 func (d *durability) wait(seq uint64) error {
+	return d.await(d.j.Wait, seq)
+}
+
+// waitHeld returns once every change up to seq is durable, except that the
+// holds after the last other change need only be written: they then
+// survive a crash of the process, and one of the machine is covered by the
+// quarantine after a reboot (see restoreQuarantine). The log on etcd has no
+// such middle state: there it is wait.
+func (d *durability) waitHeld(seq uint64) error {
+	w, ok := d.j.(interface{ WaitWritten(uint64) error })
+	if !ok {
+		return d.wait(seq)
+	}
+	if err := d.wait(min(d.mustSync.Load(), seq)); err != nil {
+		return err
+	}
+	return d.await(w.WaitWritten, seq)
+}
+
+func (d *durability) await(wait func(uint64) error, seq uint64) error {
 	if d.limit <= 0 {
-		if err := d.j.Wait(seq); err != nil {
+		if err := wait(seq); err != nil {
 			return wire.Errorf(wire.ErrFileWriteFail, "the master's journal: %v", err)
 		}
 		return nil
 	}
 	done := make(chan error, 1)
-	go func() { done <- d.j.Wait(seq) }()
+	go func() { done <- wait(seq) }()
 	t := time.NewTimer(d.limit)
 	defer t.Stop()
 	select {
@@ -268,25 +328,35 @@ func (d *durability) snapshot(core *master.Core) error {
 // copy into them, so a restart holds them instead of giving them away).
 var durableOps = []wire.Op{
 	wire.OpClientLeave, wire.OpMountSegment, wire.OpUnmountSegment, wire.OpUnmountLocalDisk,
-	wire.OpPutStart, wire.OpPutEnd, wire.OpPutRevoke, wire.OpRemove, wire.OpReplicaClear,
-	wire.OpRemoveByRegex, wire.OpRemoveAll, wire.OpUpsertStart, wire.OpCreateTask, wire.OpTaskDone,
+	wire.OpPutEnd, wire.OpPutRevoke, wire.OpRemove, wire.OpReplicaClear,
+	wire.OpRemoveByRegex, wire.OpRemoveAll, wire.OpCreateTask, wire.OpTaskDone,
 	wire.OpOffloadHeartbeat, wire.OpNotifyOffloaded, wire.OpEvictUntil, wire.OpRecoverDisk,
 	wire.OpEvictDiskReplicas,
 }
 
+// writeOps start writes: their answers wait for the disk as durableOps'
+// do, except that the new writes' ranges need only be written (waitHeld).
+// The sync then happens while the writer copies, and a put costs one
+// fsync (its end's), not two.
+var writeOps = []wire.Op{wire.OpPutStart, wire.OpUpsertStart}
+
 // waitForDisk wraps the handlers of r that must wait for the journal.
 func (d *durability) waitForDisk(r *rpc.Server) {
-	for _, op := range durableOps {
-		r.Wrap(op, func(h rpc.Handler) rpc.Handler {
-			return func(body []byte) (any, error) {
-				resp, err := h(body)
-				if werr := d.wait(d.j.LastSeq()); werr != nil {
-					return nil, werr
+	wrap := func(ops []wire.Op, wait func(uint64) error) {
+		for _, op := range ops {
+			r.Wrap(op, func(h rpc.Handler) rpc.Handler {
+				return func(body []byte) (any, error) {
+					resp, err := h(body)
+					if werr := wait(d.j.LastSeq()); werr != nil {
+						return nil, werr
+					}
+					return resp, err
 				}
-				return resp, err
-			}
-		})
+			})
+		}
 	}
+	wrap(durableOps, d.wait)
+	wrap(writeOps, d.waitHeld)
 }
 
 // snapshotLoop takes a snapshot every interval until stop closes, then a

@@ -388,7 +388,7 @@ var specs = []flagSpec{
 		help: "with --snapshot_backup_dir: answer once a change is written, before its fsync (a machine crash loses at most the last 100 ms of changes)",
 		set:  to(func(o *Options) *bool { return &o.AckBeforeSync }, asBool)},
 	{name: "restore_quarantine_ms", unit: time.Millisecond, def: "0",
-		help: "after a restart on --snapshot_backup_dir, how long restored segments take no new objects at all (the ranges of writes in flight are held anyway; milliseconds, or 5s)",
+		help: "after a restart on --snapshot_backup_dir, how long restored segments take no new objects at all (the ranges of writes in flight are held anyway; after a reboot at least until put_start_discard_timeout_sec after the journal's last write; milliseconds, or 5s)",
 		set:  to(func(o *Options) *time.Duration { return &o.RestoreQuarantine }, asDuration)},
 	{name: "log_level", gtype: "string", def: "info",
 		help: "debug, info, warn or error",

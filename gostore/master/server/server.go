@@ -72,7 +72,7 @@ func Start(opts Options) (*Server, error) {
 	case opts.EnableHA:
 		state, saved, leader, err = campaign(opts, dialable(rpcLn.Addr()), log)
 	case opts.StateDir != "":
-		state, saved, err = openState(opts.StateDir, opts.AckBeforeSync, log)
+		state, saved, err = openState(&opts, log)
 	}
 	if err != nil {
 		rpcLn.Close()
