@@ -144,19 +144,75 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
             "etcd_log_bytes_per_object": log_bytes / objects}
 
 
-def put_rate(master: str, objects: int, size: int) -> float:
-    """Puts per second of a client writing objects in batches of 64."""
+def put_rate(master: str, objects: int, size: int, batch: int = 64) -> float:
+    """Puts per second of a client writing objects in batches (over TCP),
+    values made before the clock starts; the keys are removed after."""
     from gostore import MooncakeDistributedStore
 
     s = MooncakeDistributedStore()
     assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", master) == 0
+    batches = [([f"rate/{lo + j}" for j in range(min(batch, objects - lo))],
+                [value(lo + j, size) for j in range(min(batch, objects - lo))]) for lo in range(0, objects, batch)]
     t0 = time.monotonic()
-    for lo in range(0, objects, 64):
-        n = min(64, objects - lo)
-        assert s.put_batch([f"rate/{lo + j}" for j in range(n)], [value(lo + j, size) for j in range(n)]) == 0
+    for keys, values in batches:
+        assert s.put_batch(keys, values) == 0
     rate = objects / (time.monotonic() - t0)
+    s.remove_all()
     s.close()
     return rate
+
+
+def fsync_rate(directory: str, seconds: float = 0.5) -> float:
+    """4 KiB append+fsync round trips per second in directory: the floor
+    of a synced journal's one sequential writer."""
+    path = os.path.join(directory, "fsync-probe")
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        n, t0, block = 0, time.monotonic(), b"\0" * 4096
+        while time.monotonic() - t0 < seconds:
+            os.write(fd, block)
+            os.fsync(fd)
+            n += 1
+        return n / (time.monotonic() - t0)
+    finally:
+        os.close(fd)
+        os.remove(path)
+
+
+def log_cost(rounds: int = 3) -> dict:
+    """The change log's cost on batched puts: one client, batches of 32,
+    against masters with no log, a local journal, one acknowledging before
+    the sync, and (with etcd) the log on etcd, measured in turns, each
+    figure the median of its rounds, beside the disk's fsync rate."""
+    base = tempfile.mkdtemp(prefix="gostore-logcost-bench-")
+    etcd = []
+    masters = {}
+    try:
+        masters["no log"] = start_master("--rpc_port=0")
+        masters["journal"] = start_master("--rpc_port=0", f"--snapshot_backup_dir={base}/j")
+        masters["journal, ack before sync"] = start_master(
+            "--rpc_port=0", f"--snapshot_backup_dir={base}/ja", "--journal_ack_before_sync")
+        if shutil.which("etcd"):
+            etcd, endpoints = start_etcd(base)
+            m = start_master("--rpc_port=0", "--enable_ha", f"--etcd_endpoints={endpoints}")
+            masters["log on etcd"] = m
+            m.client_addr = "etcd://" + endpoints  # type: ignore[attr-defined]
+        fsyncs = fsync_rate(base)
+        shapes = [(16 << 10, 1024), (1 << 20, 128)]
+        rates: dict = {f"{size}": {name: [] for name in masters} for size, _ in shapes}
+        for _ in range(rounds):
+            for size, objects in shapes:
+                for name, m in masters.items():
+                    addr = getattr(m, "client_addr", m.rpc_addr)
+                    rates[f"{size}"][name].append(put_rate(addr, objects, size, batch=32))
+        return {"batch": 32, "rounds": rounds, "fsyncs_per_s": fsyncs,
+                "puts_per_s": {size: {name: sorted(v)[len(v) // 2] for name, v in by.items()}
+                               for size, by in rates.items()}}
+    finally:
+        for p in list(masters.values()) + etcd:
+            p.kill()
+            p.wait()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def etcd_log_bytes(endpoint: str) -> int:
@@ -229,6 +285,7 @@ def main() -> int:
     ha = None
     if shutil.which("etcd"):
         ha = failover(args.objects, args.size, args.lease_ms)
+    cost = log_cost()
 
     print(f"\nputs of {args.size} bytes in batches of 64, one client: no journal {off_rate:8.0f} /s, "
           f"local journal {journal_rate:8.0f} /s ({100 * journal_rate / off_rate:.0f}%)"
@@ -250,12 +307,21 @@ def main() -> int:
         print(f"  kill -> first new put              {ha['kill_to_first_put_ms']:8.0f} ms")
         print(f"  objects lost                       {ha['objects_lost']:8d} (must be 0)")
         print(f"  bytes on etcd per object written   {ha['etcd_log_bytes_per_object']:8.0f} (the log: start and end records)")
+    names = list(next(iter(cost["puts_per_s"].values())))
+    print(f"\nthe change log's cost on batched puts: one client, batches of {cost['batch']}, tcp, median of "
+          f"{cost['rounds']} rounds in turns; this disk does {cost['fsyncs_per_s']:.0f} 4 KiB write+fsync/s")
+    print(f"{'value':>8} " + " ".join(f"{n:>26}" for n in names))
+    for size, by in cost["puts_per_s"].items():
+        off = by["no log"]
+        cells = [f"{v:10.0f} /s ({100 * v / off:3.0f}%)" for v in by.values()]
+        print(f"{int(size) >> 10:>5} KiB " + " ".join(f"{c:>26}" for c in cells))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"objects": args.objects, "size": args.size, "bare_start_ms": start_s * 1000,
                        "kill_to_listening_ms": listening_s * 1000, "kill_to_first_get_ms": first_get_s * 1000,
                        "kill_to_first_put_ms": first_put_s * 1000, "objects_lost": lost, "failover": ha,
-                       "puts_per_s_no_journal": off_rate, "puts_per_s_local_journal": journal_rate}, f, indent=2)
+                       "puts_per_s_no_journal": off_rate, "puts_per_s_local_journal": journal_rate,
+                       "log_cost": cost}, f, indent=2)
     return 0
 
 
