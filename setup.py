@@ -20,6 +20,7 @@ import sys
 
 from setuptools import Distribution, find_packages, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 GO_FLAGS = ["-trimpath", "-ldflags=-checklinkname=0"]
@@ -103,7 +104,25 @@ class GoBuildExt(build_ext):
         return files
 
 
-cmdclass = {"build_ext": GoBuildExt}
+# The opt-in hook that lets GOSTORE_AS_MOONCAKE=1 make ``mooncake.store``
+# resolve to gostore in every process (gostore/mooncake_alias.py): a .pth
+# file at the root of site-packages, which does nothing without the variable.
+ALIAS_PTH = "gostore-mooncake-alias.pth"
+
+
+class BuildPyWithAliasHook(build_py):
+    """build_py, plus the alias hook's .pth at the root of the build."""
+
+    def run(self):
+        super().run()
+        self.copy_file(os.path.join(ROOT, "python", ALIAS_PTH), os.path.join(self.build_lib, ALIAS_PTH),
+                       preserve_mode=0)
+
+    def get_outputs(self, include_bytecode=1):
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, ALIAS_PTH)]
+
+
+cmdclass = {"build_ext": GoBuildExt, "build_py": BuildPyWithAliasHook}
 
 # The library is loaded with ctypes, not imported as a CPython extension, so
 # the wheel works with any Python 3 on this platform: tag it py3-none-<plat>.
