@@ -35,7 +35,7 @@ gotest:
 	go test -race $(GOLD) -count=1 ./...
 
 pytest: install
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/engines tests
 
 bench: install
 	$(PY) bench/bench.py --json bench/results.json

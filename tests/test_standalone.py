@@ -303,3 +303,25 @@ def test_many_threads_share_one_session(master, client_process_factory, store_fa
     assert errors == []
     reader = store_factory(master)
     assert reader.get("mt-3-19") == _pattern(319, 100_019)
+
+
+def test_host_allocator_memory_registers_and_moves_bytes(master, client_process_factory):
+    """Memory from MooncakeHostMemAllocator (a memfd, as Mooncake's) can be
+    registered in standalone mode: it is shared with gostore-client, outside
+    the pool's budget, and zero-copy puts and gets go through it (SGLang's
+    standalone_storage allocates its host KV pool so)."""
+    from gostore import MooncakeHostMemAllocator
+
+    srv = client_process_factory(master)
+    writer, reader = _dummy(srv.server_address, pool=MiB), _dummy(srv.server_address, pool=MiB)
+    alloc = MooncakeHostMemAllocator()
+    size = 3 * MiB  # more than either pool: not counted against it
+    src, dst = alloc.alloc(size), alloc.alloc(size)
+    value = _pattern(5, size)
+    ctypes.memmove(src, value, size)
+    assert writer.register_buffer(src + MiB, 2 * MiB) == 0  # a part of an allocation
+    assert reader.register_buffer(dst, size) == 0
+    assert writer.put_from("hostmem/k", src + MiB, 2 * MiB) == 0
+    assert reader.get_into("hostmem/k", dst, size) == 2 * MiB
+    assert ctypes.string_at(dst, 2 * MiB) == value[MiB:3 * MiB]
+    assert alloc.free(src) == 0 and alloc.free(dst) == 0

@@ -51,7 +51,7 @@ def mapped(addr: int, size: int) -> bool:
 class Region:
     """One memfd of ``size`` bytes mapped at ``addr`` in this process."""
 
-    __slots__ = ("fd", "addr", "size")
+    __slots__ = ("fd", "addr", "size", "owned")
 
     def __init__(self, size: int, name: str = "gostore") -> None:
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
@@ -61,13 +61,20 @@ class Region:
         except BaseException:
             os.close(fd)
             raise
-        self.fd, self.size = fd, size
+        self.fd, self.size, self.owned = fd, size, True
+
+    @classmethod
+    def borrowed(cls, fd: int, addr: int, size: int) -> "Region":
+        """A memfd mapping someone else owns (close() leaves it alone)."""
+        r = cls.__new__(cls)
+        r.fd, r.addr, r.size, r.owned = fd, addr, size, False
+        return r
 
     def contains(self, addr: int, size: int) -> bool:
         return self.addr <= addr and addr + size <= self.addr + self.size
 
     def close(self) -> None:
-        if self.fd >= 0:
+        if self.fd >= 0 and self.owned:
             unmap(self.addr, self.size)
             os.close(self.fd)
             self.fd = -1

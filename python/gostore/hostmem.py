@@ -1,8 +1,9 @@
 """Host memory for zero-copy transfers, and NUMA placement of the caller.
 
 - :class:`MooncakeHostMemAllocator`: ``alloc(size)`` maps ``size`` bytes of
-  shared, zero-filled, page-aligned memory (``mmap(MAP_SHARED |
-  MAP_ANONYMOUS)``) and returns its address; ``free(addr)`` unmaps it (``0``),
+  shared, zero-filled, page-aligned memory (a ``memfd``, as Mooncake's, so a
+  store in standalone mode can hand it to its ``gostore-client``) and
+  returns its address; ``free(addr)`` unmaps it (``0``),
   or returns ``-1`` for an address it did not hand out. Register the memory
   with a store (``register_buffer``) before the zero-copy calls use it.
 - :func:`get_alloc_func_addr` / :func:`get_free_func_addr`: addresses of C
@@ -31,7 +32,7 @@ import os
 import platform
 import threading
 import warnings
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Set, Tuple
 
 from ._args import _u64_int
 
@@ -73,25 +74,43 @@ def unmap_memory(addr: int, size: int) -> None:
         raise RuntimeError(f"munmap(0x{addr:x}, {size}) failed: {os.strerror(err)}")
 
 
-# addr -> size of every mapping handed out by alloc (shared by all allocators)
-_live: Dict[int, int] = {}
+# addr -> (size, memfd) of every mapping handed out by alloc (shared by all
+# allocators)
+_live: Dict[int, Tuple[int, int]] = {}
 _live_lock = threading.Lock()
 
 
 def _host_alloc(size: int) -> int:
-    addr = map_memory(size)
+    fd = os.memfd_create("gostore-hostmem", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+        addr = map_memory(size, fd)
+    except BaseException:
+        os.close(fd)
+        raise
     with _live_lock:
-        _live[addr] = size
+        _live[addr] = (size, fd)
     return addr
 
 
 def _host_free(addr: int) -> int:
     with _live_lock:
-        size = _live.pop(addr, None)
-    if size is None:
+        entry = _live.pop(addr, None)
+    if entry is None:
         return -1
-    unmap_memory(addr, size)
+    unmap_memory(addr, entry[0])
+    os.close(entry[1])
     return 0
+
+
+def mapping_of(addr: int, size: int) -> Optional[Tuple[int, int, int]]:
+    """The allocation holding ``[addr, addr+size)``: (its address, its size,
+    its memfd), or None when no allocator handed it out."""
+    with _live_lock:
+        for base, (n, fd) in _live.items():
+            if base <= addr and addr + size <= base + n:
+                return base, n, fd
+    return None
 
 
 

@@ -35,7 +35,7 @@ import weakref
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _shm
+from . import _shm, hostmem
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
@@ -266,11 +266,26 @@ class RemoteLibrary:
     def gs_register_buffer(self, h: int, ptr: int, size: int) -> int:
         if self._region_of(ptr, size) is not None:
             return 0
-        _log.error(
-            "gostore: register_buffer(0x%x, %d): in standalone mode only memory from "
-            "alloc_from_mem_pool can be registered", ptr, size,
-        )
-        return _INTERNAL
+        # Memory from MooncakeHostMemAllocator is a memfd too: share it
+        # with gostore-client as alloc_from_mem_pool's regions are shared
+        # (outside the pool's budget, as Mooncake's dummy client does).
+        held = hostmem.mapping_of(ptr, size)
+        if held is None:
+            _log.error(
+                "gostore: register_buffer(0x%x, %d): in standalone mode only memory from "
+                "alloc_from_mem_pool or MooncakeHostMemAllocator can be registered", ptr, size,
+            )
+            return _INTERNAL
+        r = _shm.Region.borrowed(held[2], held[0], held[1])
+        try:
+            self._share(self._conn(), r)
+        except (OSError, _ServerError, P.FrameError) as e:
+            _log.error("gostore: register_buffer(0x%x, %d): gostore-client refused the region: %s", ptr, size, e)
+            self._drop_conn()
+            return _INTERNAL
+        with self._lock:
+            self._pool.append(r)
+        return 0
 
     def gs_unregister_buffer(self, h: int, ptr: int) -> int:
         return 0 if self._region_of(ptr, 1) is not None else _INTERNAL
