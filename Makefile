@@ -13,7 +13,7 @@ GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
 
-.PHONY: run test bench vet gotest pytest install clean etcd
+.PHONY: run test test-engines bench vet gotest pytest install clean etcd
 
 run: install
 	$(PY) -m gostore.demo
@@ -33,6 +33,11 @@ vet:
 
 gotest:
 	go test -race $(GOLD) -count=1 ./...
+
+# SGLang, LMCache: each in its own virtualenv (GBs; see docs/engines.md),
+# driven through its own Mooncake integration (tools/test_engines.sh).
+test-engines: install
+	tools/test_engines.sh $(ENGINES)
 
 pytest: install
 	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/engines tests
