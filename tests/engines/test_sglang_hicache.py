@@ -45,15 +45,15 @@ def storage_config(master_addr: str, *, mla: bool = False, tp_rank: int = 0, tp_
                       "global_segment_size": 32 << 20, **extra})
 
 
-def mha_host_pool(**kw) -> MHATokenToKVPoolHost:
+def mha_host_pool(heads: int = HEADS, **kw) -> MHATokenToKVPoolHost:
     """SGLang's MHA host pool over CPU device buffers, page_first."""
-    k = tuple(torch.zeros(DEVICE_TOKENS, HEADS, HEAD_DIM) for _ in range(LAYERS))
-    v = tuple(torch.zeros(DEVICE_TOKENS, HEADS, HEAD_DIM) for _ in range(LAYERS))
+    k = tuple(torch.zeros(DEVICE_TOKENS, heads, HEAD_DIM) for _ in range(LAYERS))
+    v = tuple(torch.zeros(DEVICE_TOKENS, heads, HEAD_DIM) for _ in range(LAYERS))
     info = MHABufferInfo(
         buffers=KVBuffers(k=k, v=v, k_data_ptrs=torch.tensor([t.data_ptr() for t in k], dtype=torch.uint64),
                           v_data_ptrs=torch.tensor([t.data_ptr() for t in v], dtype=torch.uint64),
                           layout=KVBufferLayout.NHD),
-        page_size=PAGE, head_num=HEADS, head_dim=HEAD_DIM, v_head_dim=HEAD_DIM, dtype=torch.float32,
+        page_size=PAGE, head_num=heads, head_dim=HEAD_DIM, v_head_dim=HEAD_DIM, dtype=torch.float32,
         device=torch.device("cpu"))
     return MHATokenToKVPoolHost(info, host_to_device_ratio=2.0, host_size=0, page_size=PAGE, layout="page_first",
                                 pin_memory=False, device="cpu", device_capacity_tokens=DEVICE_TOKENS,

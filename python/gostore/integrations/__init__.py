@@ -1,0 +1,11 @@
+"""Native gostore connectors for serving engines (see docs/engines.md).
+
+Each module imports its engine and is meant to be loaded by that engine's
+own plugin mechanism:
+
+* :mod:`gostore.integrations.sglang`: an SGLang ``HiCacheStorage``
+  (``--hicache-storage-backend dynamic``).
+
+They read Mooncake's configuration names (:mod:`._config`), so a
+deployment switches from Mooncake's integration by naming the class.
+"""
