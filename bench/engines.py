@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""SGLang's HiCache L3 on gostore: its Mooncake backend (through
+GOSTORE_AS_MOONCAKE) against gostore's own backend, on SGLang's real host
+pool (page_first, bf16), one writer and one reader engine on this host.
+
+Run in the SGLang virtualenv that `make test-engines` makes:
+
+    GOSTORE_AS_MOONCAKE=1 .venv-engines/sglang/bin/python bench/engines.py [--json PATH]
+
+Per backend: pages written per second (batch_set_v1, new pages), pages
+read per second (batch_get_v1 into another engine's pool), objects per
+page; beside the memcpy rate of a page-sized copy measured in the same
+run (the limit). Each figure is the median of the rounds, taken in turns.
+It never fails on a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "engines"))
+os.environ.setdefault("GOSTORE_AS_MOONCAKE", "1")
+
+import torch  # noqa: E402
+from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo  # noqa: E402
+from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig  # noqa: E402
+from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
+from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore  # noqa: E402
+
+import gostore  # noqa: E402
+
+LAYERS, HEADS, HEAD_DIM, PAGE = 8, 8, 128, 16
+PAGES = 64  # a batch: one prefix of 1024 tokens
+
+
+def pool() -> MHATokenToKVPoolHost:
+    tokens = 2 * PAGES * PAGE
+    k = tuple(torch.zeros(tokens, HEADS, HEAD_DIM, dtype=torch.bfloat16) for _ in range(LAYERS))
+    v = tuple(torch.zeros(tokens, HEADS, HEAD_DIM, dtype=torch.bfloat16) for _ in range(LAYERS))
+    info = MHABufferInfo(
+        buffers=KVBuffers(k=k, v=v, k_data_ptrs=torch.tensor([t.data_ptr() for t in k], dtype=torch.uint64),
+                          v_data_ptrs=torch.tensor([t.data_ptr() for t in v], dtype=torch.uint64),
+                          layout=KVBufferLayout.NHD),
+        page_size=PAGE, head_num=HEADS, head_dim=HEAD_DIM, v_head_dim=HEAD_DIM, dtype=torch.bfloat16,
+        device=torch.device("cpu"))
+    p = MHATokenToKVPoolHost(info, host_to_device_ratio=1.0, host_size=0, page_size=PAGE, layout="page_first",
+                             pin_memory=False, device="cpu", device_capacity_tokens=tokens,
+                             start_layer=0, end_layer=LAYERS - 1)
+    p.kv_buffer.view(torch.uint8).copy_(torch.randint(0, 256, p.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8))
+    return p
+
+
+def config(master: str, native: bool) -> HiCacheStorageConfig:
+    extra = {"master_server_address": master, "protocol": "tcp", "local_hostname": "127.0.0.1",
+             "global_segment_size": 1 << 30}
+    if native:
+        extra.update(backend_name="gostore", module_path="gostore.integrations.sglang",
+                     class_name="GostoreHiCacheStorage", interface_v1=1)
+    return HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
+                                is_mla_model=False, enable_storage_metrics=False, is_page_first_layout=True,
+                                model_name="bench/model", extra_config=extra)
+
+
+def make(master: str, native: bool, p):
+    cfg = config(master, native)
+    b = StorageBackendFactory.create_backend("dynamic", cfg, p) if native else MooncakeStore(cfg, p)
+    b.register_mem_pool_host(p)
+    return b
+
+
+def page_bytes(p) -> int:
+    _, sizes = p.get_page_buffer_meta(torch.arange(0, PAGE))
+    return sum(sizes)
+
+
+def memcpy_rate(nbytes: int, seconds: float = 0.5) -> float:
+    a = torch.empty(nbytes, dtype=torch.uint8)
+    b = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a.copy_(b)
+        n += 1
+    return n * nbytes / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    master = gostore.EmbeddedMaster(rpc_port=0, metrics_port=-1, log_level="warn")
+    pools = {}
+    backends = {}
+    for name, native in (("SGLang's Mooncake backend", False), ("gostore's backend", True)):
+        w, r = pool(), pool()
+        backends[name] = (make(master.address, native, w), make(master.address, native, r), w, r)
+    nbytes = PAGES * page_bytes(next(iter(backends.values()))[2])
+    limit = memcpy_rate(nbytes)
+    results = {name: {"set": [], "get": []} for name in backends}
+    for rnd in range(args.rounds):
+        for name, (writer, reader, wp, rp) in backends.items():
+            keys = [f"r{rnd}-p{i}" for i in range(PAGES)]
+            src, dst = torch.arange(0, PAGES * PAGE), torch.arange(PAGES * PAGE, 2 * PAGES * PAGE)
+            t0 = time.perf_counter()
+            ok = writer.batch_set_v1(keys, src)
+            t1 = time.perf_counter()
+            got = reader.batch_get_v1(keys, dst)
+            t2 = time.perf_counter()
+            if not all(ok) or not all(got):
+                print(f"{name}: round {rnd} failed: set {ok.count(True)}/{PAGES}, get {got.count(True)}/{PAGES}")
+                continue
+            results[name]["set"].append(nbytes / (t1 - t0))
+            results[name]["get"].append(nbytes / (t2 - t1))
+            writer.clear() if hasattr(writer, "clear") else None
+    print(f"\nSGLang HiCache L3 on gostore: batches of {PAGES} pages of {nbytes // PAGES >> 10} KiB "
+          f"({LAYERS} layers, {HEADS} heads x {HEAD_DIM}, {PAGE} tokens, bf16), tcp, one host, "
+          f"median of {args.rounds} rounds")
+    print(f"limit: memcpy of a batch ({nbytes >> 20} MiB) in this run: {limit / 1e9:.2f} GB/s")
+    print(f"{'backend':<28} {'set GB/s':>9} {'get GB/s':>9} {'set % limit':>12} {'get % limit':>12}")
+    out = {"pages": PAGES, "page_bytes": nbytes // PAGES, "memcpy_gbps": limit / 1e9, "backends": {}}
+    for name, r in results.items():
+        if not r["set"]:
+            continue
+        s, g = statistics.median(r["set"]), statistics.median(r["get"])
+        print(f"{name:<28} {s / 1e9:9.2f} {g / 1e9:9.2f} {100 * s / limit:11.0f}% {100 * g / limit:11.0f}%")
+        out["backends"][name] = {"set_gbps": s / 1e9, "get_gbps": g / 1e9}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+    master.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
