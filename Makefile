@@ -49,6 +49,9 @@ bench: install
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
+	@if [ -x .venv-engines/sglang/bin/python ]; then \
+		GOSTORE_AS_MOONCAKE=1 .venv-engines/sglang/bin/python -W ignore bench/engines.py --json bench/engines-results.json; \
+	else echo "bench/engines.py: SGLang is not installed here (make test-engines installs it)"; fi
 
 install: $(STAMP)
 
