@@ -17,8 +17,8 @@ if [ "${1:-}" = "--ci" ]; then ci=1; shift; fi
 engines=("$@")
 if [ ${#engines[@]} -eq 0 ]; then
 	engines=()
-	for r in tests/engines/requirements-*.txt; do
-		n=${r#tests/engines/requirements-}; engines+=("${n%.txt}")
+	for r in tests/engines/requirements-*.txt tests/engines/install-*.sh; do
+		n=${r#tests/engines/*-}; engines+=("${n%.*}")
 	done
 fi
 NEED_GB=${GOSTORE_ENGINES_NEED_GB:-14}   # the largest venv (SGLang) and room to unpack
@@ -31,7 +31,10 @@ wheel=$(ls "$wheel_dir"/gostore-*.whl)
 
 failed=()
 for e in "${engines[@]}"; do
+	# How an engine installs: a pinned requirements file, or a script
+	# (given the virtualenv) where pip alone cannot resolve it.
 	req=tests/engines/requirements-$e.txt
+	[ -e "$req" ] || req=tests/engines/install-$e.sh
 	venv=.venv-engines/$e
 	stamp=$venv/.installed-$(sha1sum "$req" | cut -c1-12)
 	start=$(date +%s)
@@ -42,8 +45,10 @@ for e in "${engines[@]}"; do
 			[ $ci = 1 ] && continue || exit 1
 		fi
 		rm -rf "$venv"
+		if [ "${req##*.}" = sh ]; then install=("$req" "$venv"); else install=("$venv/bin/pip" install -q -r "$req"); fi
+		mkdir -p build
 		if ! { $PY -m venv "$venv" && "$venv/bin/pip" install -q --upgrade pip &&
-			"$venv/bin/pip" install -q -r "$req"; } > "build/engines-$e-install.log" 2>&1; then
+			"${install[@]}"; } > "build/engines-$e-install.log" 2>&1; then
 			echo "engines: $e could not be installed (build/engines-$e-install.log):"
 			tail -5 "build/engines-$e-install.log"
 			rm -rf "$venv"
