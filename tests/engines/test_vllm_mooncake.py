@@ -63,11 +63,24 @@ class _CompletedEvent:
 @pytest.fixture
 def vllm_pair(master, tmp_path, monkeypatch):
     """vLLM's connector, scheduler and worker halves, on gostore."""
+    yield from _pair(master, tmp_path, monkeypatch, "64MB")
+
+
+@pytest.fixture
+def vllm_pair_small(master, tmp_path, monkeypatch):
+    """The same with a segment of 4 KiB, the pool's only one: room for one
+    block of this model's KV (2 KiB) beside the others, not three, and
+    puts that do not wait for room."""
+    monkeypatch.setenv("GOSTORE_PUT_SPACE_WAIT_MS", "0")
+    yield from _pair(master, tmp_path, monkeypatch, "4KB")
+
+
+def _pair(master, tmp_path, monkeypatch, segment: str):
     import vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.worker as worker_mod
 
     cfg = tmp_path / "mooncake.json"
     cfg.write_text(json.dumps({"metadata_server": "P2PHANDSHAKE", "master_server_address": master.addr,
-                               "protocol": "tcp", "device_name": "", "global_segment_size": "64MB",
+                               "protocol": "tcp", "device_name": "", "global_segment_size": segment,
                                "local_buffer_size": "16MB"}))
     monkeypatch.setenv("MOONCAKE_CONFIG_PATH", str(cfg))
     monkeypatch.setenv("MOONCAKE_REQUESTER_LOCAL_HOSTNAME", "127.0.0.1")
@@ -165,3 +178,31 @@ def test_a_prefix_saved_by_one_request_is_loaded_by_the_next(vllm_pair):
             assert torch.equal(p.kv[name][blocks[i].block_id], p.kv[name][blocks2[i].block_id]), (name, i)
     # The block after the stored prefix was not loaded over.
     assert not torch.equal(p.kv[LAYER_NAMES[0]][blocks[3].block_id], p.kv[LAYER_NAMES[0]][blocks2[3].block_id])
+
+
+def test_no_space_is_back_pressure_not_an_error(vllm_pair_small):
+    """gostore answers -200 (no space) to a save that cannot fit: vLLM's
+    connector reads it as back-pressure (it skips the request's saves while
+    the store is under pressure), and still releases the request's blocks."""
+    p = vllm_pair_small
+    prompt = list(range(1, 3 * BLOCK + 5))
+    r1 = _request("big", prompt)
+    blocks = p.pool.get_new_blocks(4)
+    p.sched.update_state_after_alloc(r1, KVCacheBlocks((blocks,)), 0)
+    ids = ([b.block_id for b in blocks],)
+    so = SchedulerOutput.make_empty()
+    so.scheduled_new_reqs = [NewRequestData.from_request(r1, ids)]
+    so.num_scheduled_tokens = {"big": len(prompt)}
+    so.total_num_scheduled_tokens = len(prompt)
+    so.kv_connector_block_state = KVConnectorBlockState(req_ids={"big"}, resolve_block_ids=lambda rid: ids,
+                                                        boundary_state_offloads={})
+    _step(p, p.sched.build_connector_meta(so))
+    sender = p.worker.connector_worker.kv_send_thread
+    wait_until(lambda: sender._store_pressure_active, what="vLLM to see gostore's -200 as back-pressure")
+    assert "big" in sender._skip_store_requests
+
+    def released():
+        _step(p, p.sched.build_connector_meta(SchedulerOutput.make_empty()))
+        return not p.sched.has_pending_push_work()
+
+    wait_until(released, what="the request's blocks released after the refused save")
