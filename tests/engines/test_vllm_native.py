@@ -1,0 +1,42 @@
+"""gostore's own vLLM KV connector (gostore.integrations.vllm): loaded by
+vLLM's own connector factory through kv_connector_module_path, and end to
+end: real vLLM engine runs on CPU (a tiny Llama with vLLM's dummy
+weights, token-id prompts) sharing a prefix through a real gostore-master.
+The second engine, in a new process, reports the prefix as cached (from
+gostore: its own prefix cache is empty) and generates exactly the tokens
+of a run without any cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed here: `make test-engines` installs it")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROMPT = 100  # three whole blocks of 32, and 4 tokens
+
+
+def _engine_run(*args: str) -> dict:
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    r = subprocess.run([sys.executable, os.path.join(HERE, "vllm_run.py"), *args], env=env, capture_output=True,
+                       text=True, timeout=600)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and lines, f"vLLM run failed ({r.returncode}):\n{r.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_two_engines_share_a_prefix_and_generate_the_same_tokens(master, client_process_factory):
+    client_process_factory(master, segment="64MB")  # a storage node: the pool's memory
+    alone = _engine_run(str(PROMPT))
+    assert alone["cached"] == 0
+    first = _engine_run("--master", master.addr, str(PROMPT))
+    assert first["tokens"] == alone["tokens"]
+    assert master.metric("master_key_count") >= 3  # the prompt's three full blocks
+    second = _engine_run("--master", master.addr, str(PROMPT))
+    assert second["cached"] == 3 * 32, second  # loaded from gostore
+    assert second["tokens"] == alone["tokens"]
