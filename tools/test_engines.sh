@@ -21,7 +21,7 @@ if [ ${#engines[@]} -eq 0 ]; then
 		n=${r#tests/engines/*-}; engines+=("${n%.*}")
 	done
 fi
-NEED_GB=${GOSTORE_ENGINES_NEED_GB:-14}   # the largest venv (SGLang) and room to unpack
+NEED_GB=${GOSTORE_ENGINES_NEED_GB:-14}   # the largest venv (SGLang: 11 GB) and room to unpack
 PY=${PYTHON:-python3}
 wheel_dir=build/engines-wheel
 
