@@ -172,7 +172,7 @@ func strs(b [][]byte) []string {
 // its waiters with ErrDeposed.
 func TestLogSnapshotAndRecovery(t *testing.T) {
 	cl := etcdtest.Start(t, 3)
-	opts := Options{Endpoints: cl.Endpoints(), TTL: 2 * time.Second}
+	opts := Options{Endpoints: cl.Endpoints(), TTL: 4 * time.Second} // keepalives at TTL/3 must get through a loaded 2-core CI machine
 	ctx := ctxT(t, 60*time.Second)
 	a, err := Campaign(ctx, withID(opts, "a:1"))
 	if err != nil {
