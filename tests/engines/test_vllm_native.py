@@ -40,3 +40,15 @@ def test_two_engines_share_a_prefix_and_generate_the_same_tokens(master, client_
     second = _engine_run("--master", master.addr, str(PROMPT))
     assert second["cached"] == 3 * 32, second  # loaded from gostore
     assert second["tokens"] == alone["tokens"]
+
+
+def test_a_prompt_prefilled_in_steps_saves_every_block(master, client_process_factory):
+    """Chunked prefill: a prompt of 300 tokens prefilled 64 tokens a step
+    saves all nine of its full blocks, and the next engine loads them."""
+    client_process_factory(master, segment="64MB")
+    alone = _engine_run("--chunk", "64", "300")
+    first = _engine_run("--master", master.addr, "--chunk", "64", "300")
+    assert first["tokens"] == alone["tokens"]
+    second = _engine_run("--master", master.addr, "--chunk", "64", "300")
+    assert second["cached"] == 9 * 32, second
+    assert second["tokens"] == alone["tokens"]

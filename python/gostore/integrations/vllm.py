@@ -94,6 +94,8 @@ class GostoreConnector(KVConnectorBase_V1):
         # Scheduler side.
         self._hashes: Dict[str, List[str]] = {}  # req_id -> hex block hashes of the prompt's full blocks
         self._hit_blocks: Dict[str, int] = {}
+        self._block_ids: Dict[str, List[int]] = {}  # req_id -> its blocks, in order
+        self._saved: Dict[str, int] = {}  # req_id -> leading blocks stored (or found stored)
         self._to_load: Dict[str, Tuple[List[str], List[int]]] = {}
         # Worker side.
         self.rank = 0
@@ -143,21 +145,39 @@ class GostoreConnector(KVConnectorBase_V1):
             if keys:
                 meta.loads.append(_Transfer(rid, keys, ids))
         self._to_load.clear()
+        scheduled = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
-            hashes = self._hashes.get(new.req_id)
-            if not hashes:
+            if new.req_id in self._hashes:
+                self._block_ids[new.req_id] = list(new.block_ids[0])
+                self._saved[new.req_id] = self._hit_blocks.get(new.req_id, 0)
+                self._save_done(meta, new.req_id, new.num_computed_tokens + scheduled.get(new.req_id, 0))
+        # A prompt prefilled over several steps (chunked prefill) saves
+        # the blocks each step completes.
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            if rid not in self._block_ids:
                 continue
-            # The blocks this step computes in full and the store lacks.
-            done = new.num_computed_tokens + scheduler_output.num_scheduled_tokens.get(new.req_id, 0)
-            first = self._hit_blocks.get(new.req_id, 0)
-            last = min(len(hashes), done // self.block_size)
-            if last > first:
-                meta.saves.append(_Transfer(new.req_id, hashes[first:last], list(new.block_ids[0][first:last])))
+            more = cached.new_block_ids[i]
+            if more is not None:
+                if rid in cached.resumed_req_ids:
+                    self._block_ids[rid] = list(more[0])  # resumed: all its blocks, anew
+                else:
+                    self._block_ids[rid].extend(more[0])
+            self._save_done(meta, rid, cached.num_computed_tokens[i] + scheduled.get(rid, 0))
         return meta
 
+    def _save_done(self, meta: GostoreConnectorMetadata, rid: str, done_tokens: int) -> None:
+        """Save the prompt blocks of rid complete after this step that the
+        store lacks."""
+        hashes, first = self._hashes[rid], self._saved[rid]
+        last = min(len(hashes), done_tokens // self.block_size, len(self._block_ids[rid]))
+        if last > first:
+            meta.saves.append(_Transfer(rid, hashes[first:last], self._block_ids[rid][first:last]))
+            self._saved[rid] = last
+
     def request_finished(self, request: "Request", block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        self._hashes.pop(request.request_id, None)
-        self._hit_blocks.pop(request.request_id, None)
+        for d in (self._hashes, self._hit_blocks, self._block_ids, self._saved):
+            d.pop(request.request_id, None)
         return False, None
 
     # ---- worker side --------------------------------------------------------
