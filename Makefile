@@ -49,9 +49,12 @@ bench: install
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
-	@if [ -x .venv-engines/sglang/bin/python ]; then \
-		GOSTORE_AS_MOONCAKE=1 .venv-engines/sglang/bin/python -W ignore bench/engines.py --json bench/engines-results.json; \
-	else echo "bench/engines.py: SGLang is not installed here (make test-engines installs it)"; fi
+	@for e in sglang lmcache; do \
+		if [ -x .venv-engines/$$e/bin/python ]; then \
+			GOSTORE_AS_MOONCAKE=1 .venv-engines/$$e/bin/python -W ignore bench/engines.py --engine $$e \
+				--rounds 9 --json bench/engines-$$e-results.json; \
+		else echo "bench/engines.py: $$e is not installed here (make test-engines installs it)"; fi; \
+	done
 
 install: $(STAMP)
 
