@@ -21,8 +21,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = 100  # three whole blocks of 32, and 4 tokens
 
 
-def _engine_run(*args: str) -> dict:
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+def _engine_run(tmp_path, *args: str) -> dict:
+    # vLLM leaves its IPC sockets behind: in the test's directory, not /tmp.
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_RPC_BASE_PATH=str(tmp_path))
     r = subprocess.run([sys.executable, os.path.join(HERE, "vllm_run.py"), *args], env=env, capture_output=True,
                        text=True, timeout=600)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -30,25 +31,25 @@ def _engine_run(*args: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def test_two_engines_share_a_prefix_and_generate_the_same_tokens(master, client_process_factory):
+def test_two_engines_share_a_prefix_and_generate_the_same_tokens(master, client_process_factory, tmp_path):
     client_process_factory(master, segment="64MB")  # a storage node: the pool's memory
-    alone = _engine_run(str(PROMPT))
+    alone = _engine_run(tmp_path, str(PROMPT))
     assert alone["cached"] == 0
-    first = _engine_run("--master", master.addr, str(PROMPT))
+    first = _engine_run(tmp_path, "--master", master.addr, str(PROMPT))
     assert first["tokens"] == alone["tokens"]
     assert master.metric("master_key_count") >= 3  # the prompt's three full blocks
-    second = _engine_run("--master", master.addr, str(PROMPT))
+    second = _engine_run(tmp_path, "--master", master.addr, str(PROMPT))
     assert second["cached"] == 3 * 32, second  # loaded from gostore
     assert second["tokens"] == alone["tokens"]
 
 
-def test_a_prompt_prefilled_in_steps_saves_every_block(master, client_process_factory):
+def test_a_prompt_prefilled_in_steps_saves_every_block(master, client_process_factory, tmp_path):
     """Chunked prefill: a prompt of 300 tokens prefilled 64 tokens a step
     saves all nine of its full blocks, and the next engine loads them."""
     client_process_factory(master, segment="64MB")
-    alone = _engine_run("--chunk", "64", "300")
-    first = _engine_run("--master", master.addr, "--chunk", "64", "300")
+    alone = _engine_run(tmp_path, "--chunk", "64", "300")
+    first = _engine_run(tmp_path, "--master", master.addr, "--chunk", "64", "300")
     assert first["tokens"] == alone["tokens"]
-    second = _engine_run("--master", master.addr, "--chunk", "64", "300")
+    second = _engine_run(tmp_path, "--master", master.addr, "--chunk", "64", "300")
     assert second["cached"] == 9 * 32, second
     assert second["tokens"] == alone["tokens"]
