@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 
+# SGLang's host pool, built as the engine tests build it.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "engines"))
 os.environ.setdefault("GOSTORE_AS_MOONCAKE", "1")
 
@@ -35,21 +36,10 @@ PAGES = 64  # a batch: one prefix of 1024 tokens
 
 
 def pool():
-    from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo
-    from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
+    from sglang_pools import mha_host_pool
 
-    tokens = 2 * PAGES * PAGE
-    k = tuple(torch.zeros(tokens, HEADS, HEAD_DIM, dtype=torch.bfloat16) for _ in range(LAYERS))
-    v = tuple(torch.zeros(tokens, HEADS, HEAD_DIM, dtype=torch.bfloat16) for _ in range(LAYERS))
-    info = MHABufferInfo(
-        buffers=KVBuffers(k=k, v=v, k_data_ptrs=torch.tensor([t.data_ptr() for t in k], dtype=torch.uint64),
-                          v_data_ptrs=torch.tensor([t.data_ptr() for t in v], dtype=torch.uint64),
-                          layout=KVBufferLayout.NHD),
-        page_size=PAGE, head_num=HEADS, head_dim=HEAD_DIM, v_head_dim=HEAD_DIM, dtype=torch.bfloat16,
-        device=torch.device("cpu"))
-    p = MHATokenToKVPoolHost(info, host_to_device_ratio=1.0, host_size=0, page_size=PAGE, layout="page_first",
-                             pin_memory=False, device="cpu", device_capacity_tokens=tokens,
-                             start_layer=0, end_layer=LAYERS - 1)
+    p = mha_host_pool(layers=LAYERS, heads=HEADS, head_dim=HEAD_DIM, page=PAGE, device_tokens=2 * PAGES * PAGE,
+                      dtype=torch.bfloat16)
     p.kv_buffer.view(torch.uint8).copy_(torch.randint(0, 256, p.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8))
     return p
 
@@ -106,11 +96,6 @@ def main() -> int:
 
 
 def bench_sglang(master, rounds: int) -> dict:
-    class args:  # noqa: N801
-        pass
-
-    args.rounds = rounds
-    pools = {}
     backends = {}
     for name, native in (("SGLang's Mooncake backend", False), ("gostore's backend", True)):
         w, r = pool(), pool()
@@ -118,7 +103,7 @@ def bench_sglang(master, rounds: int) -> dict:
     nbytes = PAGES * page_bytes(next(iter(backends.values()))[2])
     limit = memcpy_rate(nbytes)
     results = {name: {"set": [], "get": []} for name in backends}
-    for rnd in range(args.rounds):
+    for rnd in range(rounds):
         for name, (writer, reader, wp, rp) in backends.items():
             keys = [f"r{rnd}-p{i}" for i in range(PAGES)]
             src, dst = torch.arange(0, PAGES * PAGE), torch.arange(PAGES * PAGE, 2 * PAGES * PAGE)
@@ -132,10 +117,10 @@ def bench_sglang(master, rounds: int) -> dict:
                 continue
             results[name]["set"].append(nbytes / (t1 - t0))
             results[name]["get"].append(nbytes / (t2 - t1))
-            writer.clear() if hasattr(writer, "clear") else None
+            writer.clear()
     print(f"\nSGLang HiCache L3 on gostore: batches of {PAGES} pages of {nbytes // PAGES >> 10} KiB "
           f"({LAYERS} layers, {HEADS} heads x {HEAD_DIM}, {PAGE} tokens, bf16), tcp, one host, "
-          f"median of {args.rounds} rounds")
+          f"median of {rounds} rounds")
     print(f"limit: memcpy of a batch ({nbytes >> 20} MiB) in this run: {limit / 1e9:.2f} GB/s")
     print(f"{'backend':<28} {'set GB/s':>9} {'get GB/s':>9} {'set % limit':>12} {'get % limit':>12}")
     out = {"pages": PAGES, "page_bytes": nbytes // PAGES, "memcpy_gbps": limit / 1e9, "backends": {}}

@@ -321,32 +321,35 @@ func (j *Journal) flush(forceSync bool) {
 	if failed {
 		return
 	}
+	var n int64
+	var err error
 	if len(batch) > 0 {
-		// Written records are published before the sync: WaitWritten's
-		// callers go on while the disk works.
-		n, err := j.writeBatch(first, batch)
-		j.mu.Lock()
-		j.stats.Bytes += uint64(n)
-		if err != nil {
-			j.fail(err)
-			j.mu.Unlock()
-			return
-		}
+		n, err = j.writeBatch(first, batch)
+	}
+	// Written records are published before the sync: WaitWritten's callers
+	// go on while the disk works. A Wait that comes after this sees them
+	// written and wakes the writer to sync.
+	j.mu.Lock()
+	j.stats.Bytes += uint64(n)
+	if err != nil {
+		j.fail(err)
+		j.mu.Unlock()
+		return
+	}
+	if len(batch) > 0 {
 		j.stats.Batches++
 		j.written += uint64(len(batch))
 		j.cond.Broadcast()
-		j.mu.Unlock()
 	}
-	j.mu.Lock()
-	wanted := j.wanted > j.synced
+	needSync := j.dirty && (forceSync || j.wanted > j.synced)
 	j.mu.Unlock()
-	if !j.dirty || !(forceSync || wanted) {
+	if !needSync {
 		return
 	}
 	if j.beforeSync != nil {
 		j.beforeSync()
 	}
-	err := j.file.Sync()
+	err = j.file.Sync()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err != nil {

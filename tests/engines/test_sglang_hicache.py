@@ -18,13 +18,14 @@ import pytest
 sglang = pytest.importorskip("sglang", reason="SGLang is not installed here: `make test-engines` installs it")
 torch = pytest.importorskip("torch")
 
-from sglang.srt.mem_cache.device_pool_info import KVBufferLayout, KVBuffers, MHABufferInfo, MLABufferInfo  # noqa: E402
+from sglang.srt.mem_cache.device_pool_info import MLABufferInfo  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig  # noqa: E402
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost  # noqa: E402
 from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore  # noqa: E402
 
 import gostore  # noqa: E402
+import sglang_pools  # noqa: E402
 from conftest import wait_until  # noqa: E402
 
 LAYERS, HEADS, HEAD_DIM, PAGE = 2, 2, 8, 4
@@ -47,17 +48,8 @@ def storage_config(master_addr: str, *, mla: bool = False, tp_rank: int = 0, tp_
 
 def mha_host_pool(heads: int = HEADS, **kw) -> MHATokenToKVPoolHost:
     """SGLang's MHA host pool over CPU device buffers, page_first."""
-    k = tuple(torch.zeros(DEVICE_TOKENS, heads, HEAD_DIM) for _ in range(LAYERS))
-    v = tuple(torch.zeros(DEVICE_TOKENS, heads, HEAD_DIM) for _ in range(LAYERS))
-    info = MHABufferInfo(
-        buffers=KVBuffers(k=k, v=v, k_data_ptrs=torch.tensor([t.data_ptr() for t in k], dtype=torch.uint64),
-                          v_data_ptrs=torch.tensor([t.data_ptr() for t in v], dtype=torch.uint64),
-                          layout=KVBufferLayout.NHD),
-        page_size=PAGE, head_num=heads, head_dim=HEAD_DIM, v_head_dim=HEAD_DIM, dtype=torch.float32,
-        device=torch.device("cpu"))
-    return MHATokenToKVPoolHost(info, host_to_device_ratio=2.0, host_size=0, page_size=PAGE, layout="page_first",
-                                pin_memory=False, device="cpu", device_capacity_tokens=DEVICE_TOKENS,
-                                start_layer=0, end_layer=LAYERS - 1, **kw)
+    return sglang_pools.mha_host_pool(layers=LAYERS, heads=heads, head_dim=HEAD_DIM, page=PAGE,
+                                      device_tokens=DEVICE_TOKENS, ratio=2.0, **kw)
 
 
 def fill_pages(pool, first_page: int, pages: int, seed: int) -> None:

@@ -119,6 +119,24 @@ def _request(rid: str, prompt):
                    block_hasher=get_request_block_hasher(BLOCK, sha256))
 
 
+def _prefill(p, request, prompt):
+    """The scheduler allocates four blocks for a new request with nothing
+    cached and schedules its whole prompt; one worker step runs it. The
+    blocks are returned."""
+    blocks = p.pool.get_new_blocks(4)
+    p.sched.update_state_after_alloc(request, KVCacheBlocks((blocks,)), 0)
+    ids = ([b.block_id for b in blocks],)
+    rid = request.request_id
+    so = SchedulerOutput.make_empty()
+    so.scheduled_new_reqs = [NewRequestData.from_request(request, ids)]
+    so.num_scheduled_tokens = {rid: len(prompt)}
+    so.total_num_scheduled_tokens = len(prompt)
+    so.kv_connector_block_state = KVConnectorBlockState(req_ids={rid}, resolve_block_ids=lambda _: ids,
+                                                        boundary_state_offloads={})
+    _step(p, p.sched.build_connector_meta(so))
+    return blocks
+
+
 def _step(p, meta):
     """One model-runner step of the worker half, then the scheduler's view."""
     w = p.worker
@@ -146,19 +164,10 @@ def test_a_prefix_saved_by_one_request_is_loaded_by_the_next(vllm_pair):
     prompt = list(range(1, 3 * BLOCK + 5))  # three whole blocks and a bit
     r1 = _request("r1", prompt)
     assert p.sched.get_num_new_matched_tokens(r1, 0) == (0, False)  # nothing stored yet
-    blocks = p.pool.get_new_blocks(4)
-    p.sched.update_state_after_alloc(r1, KVCacheBlocks((blocks,)), 0)
-    ids = ([b.block_id for b in blocks],)
-    so = SchedulerOutput.make_empty()
-    so.scheduled_new_reqs = [NewRequestData.from_request(r1, ids)]
-    so.num_scheduled_tokens = {"r1": len(prompt)}
-    so.total_num_scheduled_tokens = len(prompt)
-    so.kv_connector_block_state = KVConnectorBlockState(req_ids={"r1"}, resolve_block_ids=lambda rid: ids,
-                                                        boundary_state_offloads={})
-    _step(p, p.sched.build_connector_meta(so))
+    blocks = _prefill(p, r1, prompt)
     # The save runs on the connector's sending thread: wait for its objects.
     wait_until(lambda: p.master.metric("master_key_count") >= 3, what="the save of three blocks")
-    assert p.sched.request_finished(r1, ids[0]) == (False, None)
+    assert p.sched.request_finished(r1, [b.block_id for b in blocks]) == (False, None)
 
     r2 = _request("r2", prompt)
     hit, load_async = p.sched.get_num_new_matched_tokens(r2, 0)
@@ -186,17 +195,7 @@ def test_no_space_is_back_pressure_not_an_error(vllm_pair_small):
     the store is under pressure), and still releases the request's blocks."""
     p = vllm_pair_small
     prompt = list(range(1, 3 * BLOCK + 5))
-    r1 = _request("big", prompt)
-    blocks = p.pool.get_new_blocks(4)
-    p.sched.update_state_after_alloc(r1, KVCacheBlocks((blocks,)), 0)
-    ids = ([b.block_id for b in blocks],)
-    so = SchedulerOutput.make_empty()
-    so.scheduled_new_reqs = [NewRequestData.from_request(r1, ids)]
-    so.num_scheduled_tokens = {"big": len(prompt)}
-    so.total_num_scheduled_tokens = len(prompt)
-    so.kv_connector_block_state = KVConnectorBlockState(req_ids={"big"}, resolve_block_ids=lambda rid: ids,
-                                                        boundary_state_offloads={})
-    _step(p, p.sched.build_connector_meta(so))
+    _prefill(p, _request("big", prompt), prompt)
     sender = p.worker.connector_worker.kv_send_thread
     wait_until(lambda: sender._store_pressure_active, what="vLLM to see gostore's -200 as back-pressure")
     assert "big" in sender._skip_store_requests

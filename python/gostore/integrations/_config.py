@@ -1,13 +1,15 @@
-"""Mooncake's client configuration, read the way the engines' Mooncake
-integrations read it, for gostore's connectors: explicit keys (the
-engine's extra config) first, then a JSON file named by an environment
-variable, then ``MOONCAKE_*`` variables, then defaults."""
+"""What gostore's engine connectors share: Mooncake's client
+configuration, read the way the engines' Mooncake integrations read it
+(explicit keys, the engine's extra config, first; then a JSON file named by
+an environment variable; then ``MOONCAKE_*`` variables; then defaults), the
+store set up from it, and the length of a stored prefix."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from ..store import MooncakeDistributedStore
 
@@ -90,3 +92,9 @@ def open_store(cfg: Mapping[str, Any], segment_share: int = 1) -> MooncakeDistri
     if rc != 0:
         raise RuntimeError(f"gostore: setting up the store failed ({rc}); configuration {dict(cfg)}")
     return store
+
+
+def leading(hits: Iterable[bool]) -> int:
+    """How many of ``hits`` are true before the first false: the prefix an
+    engine can use (a KV prefix is only as long as its first miss)."""
+    return sum(1 for _ in itertools.takewhile(bool, hits))

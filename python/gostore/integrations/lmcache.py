@@ -250,12 +250,7 @@ class GostoreConnector(RemoteConnector):
     async def batched_async_contains(self, lookup_id: str, keys: List[CacheEngineKey], pin: bool = False) -> int:
         """How many leading chunks of keys the store holds (one call)."""
         codes = await asyncio.to_thread(self.store.batch_is_exist, [k.to_string() for k in keys])
-        n = 0
-        for c in codes:
-            if c != 1:
-                break
-            n += 1
-        return n
+        return _config.leading(c == 1 for c in codes)
 
     async def list(self) -> List[str]:
         return []

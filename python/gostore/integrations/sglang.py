@@ -92,17 +92,17 @@ class GostoreHiCacheStorage(HiCacheStorage):
                 raise RuntimeError(f"gostore: register_buffer of the host KV pool ({size} bytes) failed: {rc}")
 
     def _pages(self, keys: List[str], host_indices: torch.Tensor):
-        """Each page's pointers and sizes in the host pool, and whether a
-        page has one part or several."""
+        """Each page's parts in the host pool: their pointers and sizes,
+        one list per page (an MHA page has K and V, an MLA page one part)."""
         ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         n = len(keys)
-        if n == 0 or len(ptrs) % n:
+        if len(ptrs) % n:
             raise ValueError(f"{len(ptrs)} buffer parts for {n} pages")
         per = len(ptrs) // n
-        if per == 1:
-            return ptrs, sizes, False
-        return ([ptrs[i * per:(i + 1) * per] for i in range(n)],
-                [sizes[i * per:(i + 1) * per] for i in range(n)], True)
+        return [ptrs[i * per:(i + 1) * per] for i in range(n)], [sizes[i * per:(i + 1) * per] for i in range(n)]
+
+    def _pool_empty(self) -> bool:
+        return self.mem_pool_host is None or self.mem_pool_host.kv_buffer is None
 
     def _keys(self, keys: List[str]) -> List[str]:
         return [self.key_prefix + k for k in keys]
@@ -110,41 +110,21 @@ class GostoreHiCacheStorage(HiCacheStorage):
     # ---- the v1 interface (zero copy, host indices) -------------------------
 
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
-        if self.mem_pool_host is None or self.mem_pool_host.kv_buffer is None:
+        if self._pool_empty() or not keys:
             return [True] * len(keys)
-        if not keys:
-            return []
-        ptrs, sizes, multi = self._pages(keys, host_indices)
-        if multi:
-            codes = self.store.batch_put_from_multi_buffers(self._keys(keys), ptrs, sizes)
-        else:
-            codes = self.store.batch_put_from(self._keys(keys), ptrs, sizes)
-        return [c == 0 for c in codes]
+        ptrs, sizes = self._pages(keys, host_indices)
+        return [c == 0 for c in self.store.batch_put_from_multi_buffers(self._keys(keys), ptrs, sizes)]
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor, extra_info: Any = None) -> List[bool]:
-        if self.mem_pool_host is None or self.mem_pool_host.kv_buffer is None:
+        if self._pool_empty() or not keys:
             return [True] * len(keys)
-        if not keys:
-            return []
-        ptrs, sizes, multi = self._pages(keys, host_indices)
-        if multi:
-            got = self.store.batch_get_into_multi_buffers(self._keys(keys), ptrs, sizes)
-            want = [sum(s) for s in sizes]
-        else:
-            got = self.store.batch_get_into(self._keys(keys), ptrs, sizes)
-            want = sizes
-        return [g == w for g, w in zip(got, want)]
+        ptrs, sizes = self._pages(keys, host_indices)
+        got = self.store.batch_get_into_multi_buffers(self._keys(keys), ptrs, sizes)
+        return [g == sum(s) for g, s in zip(got, sizes)]
 
     def batch_exists(self, keys: List[str], extra_info: Any = None) -> int:
         """How many leading pages of ``keys`` the store holds."""
-        if not keys:
-            return 0
-        n = 0
-        for code in self.store.batch_is_exist(self._keys(keys)):
-            if code != 1:
-                break
-            n += 1
-        return n
+        return _config.leading(c == 1 for c in self.store.batch_is_exist(self._keys(keys))) if keys else 0
 
     # ---- the base interface (explicit locations) ----------------------------
 
@@ -161,12 +141,7 @@ class GostoreHiCacheStorage(HiCacheStorage):
         if target_locations is None or target_sizes is None:
             raise ValueError("gostore's HiCache backend reads into target_locations (zero copy)")
         got = self.store.batch_get_into(self._keys(keys), list(target_locations), list(target_sizes))
-        n = 0
-        for g, w in zip(got, target_sizes):
-            if g != w:
-                break
-            n += 1
-        return n
+        return _config.leading(g == w for g, w in zip(got, target_sizes))
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         if target_location is None or target_sizes is None:

@@ -121,11 +121,8 @@ class GostoreConnector(KVConnectorBase_V1):
             return 0, False
         keys = [self._key(h, r) for h in hashes[:usable] for r in range(self.tp_size)]
         codes = self.store.batch_is_exist(keys)
-        hit = 0
-        for b in range(usable):
-            if any(c != 1 for c in codes[b * self.tp_size:(b + 1) * self.tp_size]):
-                break
-            hit += 1
+        hit = _config.leading(all(c == 1 for c in codes[b * self.tp_size:(b + 1) * self.tp_size])
+                              for b in range(usable))
         self._hit_blocks[request.request_id] = hit
         return max(0, hit * self.block_size - num_computed_tokens), False
 
