@@ -13,7 +13,7 @@ GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
 
-.PHONY: run test test-engines bench vet gotest pytest install clean etcd
+.PHONY: run test test-engines bench bench-peers vet gotest pytest install clean etcd
 
 run: install
 	$(PY) -m gostore.demo
@@ -49,12 +49,26 @@ bench: install
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
-	@for e in sglang lmcache; do \
+	@for e in sglang lmcache vllm; do \
 		if [ -x .venv-engines/$$e/bin/python ]; then \
-			GOSTORE_AS_MOONCAKE=1 .venv-engines/$$e/bin/python -W ignore bench/engines.py --engine $$e \
+			.venv-engines/$$e/bin/python -W ignore bench/engines.py --engine $$e \
 				--rounds 9 --json bench/engines-$$e-results.json; \
 		else echo "bench/engines.py: $$e is not installed here (make test-engines installs it)"; fi; \
 	done
+
+# Mooncake 0.3.13's wheel, for the Mooncake columns of bench/engines.py:
+# pip --target without its dependencies, so an engine's virtualenv can put
+# it on PYTHONPATH (the engines bring what it imports). It needs Debian's
+# libibverbs1 even without RDMA.
+PEERS := .venv-peers/mooncake-wheel
+bench-peers: $(PEERS)/mooncake/mooncake_master
+
+$(PEERS)/mooncake/mooncake_master: | $(PY)
+	@ldconfig -p | grep -q libibverbs.so.1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get install -y -q libibverbs1 >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libibverbs1 >/dev/null 2>&1)) ; } || \
+		echo "libibverbs1 could not be installed: Mooncake's wheel will not load"
+	$(PIP) install -q --no-deps --target $(PEERS) mooncake-transfer-engine-non-cuda==0.3.13.post1
 
 install: $(STAMP)
 

@@ -16,6 +16,9 @@ import sys
 import pytest
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed here: `make test-engines` installs it")
+torch = pytest.importorskip("torch")
+
+import vllm_harness as vh  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = 100  # three whole blocks of 32, and 4 tokens
@@ -53,3 +56,38 @@ def test_a_prompt_prefilled_in_steps_saves_every_block(master, client_process_fa
     second = _engine_run(tmp_path, "--master", master.addr, "--chunk", "64", "300")
     assert second["cached"] == 9 * 32, second
     assert second["tokens"] == alone["tokens"]
+
+
+def test_one_workers_blocks_are_loaded_by_another(master, tmp_path, monkeypatch):
+    """gostore's connector made by vLLM's factory (kv_connector_module_path)
+    and driven step by step as vLLM drives it: a prefill on one worker
+    saves the prompt's full blocks; another worker's scheduler finds them
+    (synchronously: no async load) and its worker loads them byte for byte;
+    a prompt that differs in its first block finds nothing."""
+    def pair(tag):
+        d = tmp_path / tag
+        d.mkdir()
+        return vh.open_pair(master.addr, str(d), native=True, segment="64MB", lookup_port=0,
+                            patch=monkeypatch.setattr, setenv=monkeypatch.setenv, block=16, blocks=12, layers=3)
+
+    saver, loader = pair("saver"), pair("loader")
+    try:
+        prompt = list(range(1, 4 * 16 + 2))  # four whole blocks and one token
+        lookup, sblocks = vh.prefill(saver, vh.make_request("a", prompt, 16), prompt)
+        assert lookup == (0, False)
+        assert master.metric("master_key_count") == 4  # stored before wait_for_save returned
+
+        second = vh.make_request("b", prompt, 16)
+        hit, load_async, lblocks, meta = vh.allocate_hit(loader, second, 5)
+        assert (hit, load_async) == (4 * 16, False)
+        vh.load(loader, second, meta, load_async)
+        for name in saver.layers:
+            for i in range(4):
+                assert torch.equal(saver.kv[name][sblocks[i].block_id], loader.kv[name][lblocks[i].block_id])
+            assert not torch.equal(saver.kv[name][sblocks[4].block_id], loader.kv[name][lblocks[4].block_id])
+
+        other = [99] + prompt[1:]
+        assert loader.sched.get_num_new_matched_tokens(vh.make_request("c", other, 16), 0) == (0, False)
+    finally:
+        vh.close_pair(saver)
+        vh.close_pair(loader)
