@@ -13,7 +13,7 @@ GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
 
-.PHONY: run test test-engines bench bench-peers vet gotest pytest install clean etcd
+.PHONY: run test test-engines fuzz bench bench-peers vet gotest pytest install clean etcd
 
 run: install
 	$(PY) -m gostore.demo
@@ -38,6 +38,12 @@ gotest:
 # driven through its own Mooncake integration (tools/test_engines.sh).
 test-engines: install
 	tools/test_engines.sh $(ENGINES)
+
+# Every Go fuzz target beyond its seed corpus (which make test replays):
+# FUZZTIME each (default 10s), one worker. A crash's input lands in the
+# package's testdata/fuzz/ to be kept as a regression test.
+fuzz:
+	tools/fuzz.sh
 
 pytest: install
 	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/engines tests

@@ -76,9 +76,13 @@ func recoverDir(dir string) (*Recovered, []logFile, error) {
 		// (checked below, by the gap test).
 	}
 	next := rec.SnapshotSeq + 1
+	var tornAt int64 // where the last file's torn tail starts (0: none)
 	for i, lf := range ls.logs {
 		last := i == len(ls.logs)-1
-		records, first, err := readLog(lf, last)
+		records, first, cut, err := readLog(lf, last)
+		if last {
+			tornAt = cut
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -97,6 +101,13 @@ func recoverDir(dir string) (*Recovered, []logFile, error) {
 	}
 	if len(ls.snaps) > 0 && rec.Snapshot == nil && (len(ls.logs) == 0 || ls.logs[0].first > 1) {
 		return nil, nil, corrupt("no snapshot in %s can be read and the log does not reach back to record 1", dir)
+	}
+	// Only a directory recovered whole is changed: a refused one stays as
+	// it was found, for whoever looks into it.
+	if tornAt > 0 {
+		if err := cutTail(ls.logs[len(ls.logs)-1].path, tornAt); err != nil {
+			return nil, nil, err
+		}
 	}
 	return rec, ls.logs, nil
 }
@@ -134,51 +145,66 @@ func readSnapshot(s snapFile) ([]byte, error) {
 }
 
 // readLog returns the records of one log file and its first sequence
-// number. In the last file a torn or corrupt tail is cut off (a crash
-// mid-write); anywhere else it is corruption.
-func readLog(lf logFile, last bool) ([][]byte, uint64, error) {
-	f, err := os.OpenFile(lf.path, os.O_RDWR, 0)
+// number. In the last file a torn or corrupt tail (a crash mid-write) is
+// left out, and cut says where it starts (0: there is none), for the
+// caller to cut off once the whole directory proves recoverable; anywhere
+// else it is corruption.
+func readLog(lf logFile, last bool) (records [][]byte, first uint64, cut int64, err error) {
+	f, err := os.Open(lf.path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("journal: %w", err)
+		return nil, 0, 0, fmt.Errorf("journal: %w", err)
 	}
 	defer f.Close()
 	var head [logHeaderSize]byte
 	if _, err := io.ReadFull(f, head[:]); err != nil {
 		if last {
 			// Created, header not yet whole: nothing was written after it.
-			return nil, lf.first, nil
+			return nil, lf.first, 0, nil
 		}
-		return nil, 0, corrupt("%s: short header", lf.path)
+		return nil, 0, 0, corrupt("%s: short header", lf.path)
 	}
 	if string(head[:6]) != logMagic || binary.LittleEndian.Uint16(head[6:]) != formatVersion {
-		return nil, 0, corrupt("%s: not a version-%d log file", lf.path, formatVersion)
+		return nil, 0, 0, corrupt("%s: not a version-%d log file", lf.path, formatVersion)
 	}
-	first := binary.LittleEndian.Uint64(head[8:])
+	first = binary.LittleEndian.Uint64(head[8:])
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("journal: %w", err)
+	}
 	r := bufio.NewReaderSize(f, 1<<20)
-	var records [][]byte
 	good := int64(logHeaderSize)
 	for {
-		payload, err := readFrame(r)
+		payload, err := readFrame(r, st.Size()-good)
 		if err == io.EOF {
-			return records, first, nil
+			return records, first, 0, nil
 		}
 		if err != nil {
 			_, more := r.Peek(1)
 			if !last || (errors.Is(err, errBadSum) && more == nil) {
 				// Damage with whole records after it is no torn write.
-				return nil, 0, corrupt("%s: record %d: %v", lf.path, first+uint64(len(records)), err)
+				return nil, 0, 0, corrupt("%s: record %d: %v", lf.path, first+uint64(len(records)), err)
 			}
-			if terr := f.Truncate(good); terr != nil {
-				return nil, 0, fmt.Errorf("journal: cutting the torn tail of %s: %w", lf.path, terr)
-			}
-			if serr := f.Sync(); serr != nil {
-				return nil, 0, fmt.Errorf("journal: %w", serr)
-			}
-			return records, first, nil
+			return records, first, good, nil
 		}
 		records = append(records, payload)
 		good += int64(frameHeader + len(payload))
 	}
+}
+
+// cutTail cuts the log file at path to its first size bytes, synced.
+func cutTail(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("journal: cutting the torn tail of %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
 }
 
 var (
@@ -186,7 +212,9 @@ var (
 	errBadSum = errors.New("checksum mismatch")
 )
 
-func readFrame(r *bufio.Reader) ([]byte, error) {
+// readFrame reads the next frame; room is what the file holds from the
+// frame's start on.
+func readFrame(r *bufio.Reader, room int64) ([]byte, error) {
 	var h [frameHeader]byte
 	n, err := io.ReadFull(r, h[:])
 	if err == io.EOF {
@@ -198,6 +226,11 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	size := binary.LittleEndian.Uint32(h[:4])
 	if size > MaxRecord {
 		return nil, fmt.Errorf("length %d over the limit", size)
+	}
+	if int64(size) > room-frameHeader {
+		// The payload would run past the end of the file: torn (or a
+		// damaged length), and nothing is allocated for what is not there.
+		return nil, errTorn
 	}
 	payload := make([]byte, size)
 	if _, err := io.ReadFull(r, payload); err != nil {

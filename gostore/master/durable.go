@@ -132,8 +132,21 @@ func NewState() *State {
 		Drops: map[string]map[string]bool{}, Held: map[uint64]DurableHold{}}
 }
 
-// Apply replays one change.
+// Apply replays one change. A State decoded from a snapshot may lack
+// maps (a snapshot written before they existed): Apply makes them.
 func (st *State) Apply(ch Change) {
+	if st.Segments == nil {
+		st.Segments = map[uint64]wire.SegmentDesc{}
+	}
+	if st.Objects == nil {
+		st.Objects = map[string]DurableObject{}
+	}
+	if st.Drops == nil {
+		st.Drops = map[string]map[string]bool{}
+	}
+	if st.Held == nil {
+		st.Held = map[uint64]DurableHold{}
+	}
 	switch ch.Kind {
 	case ObjectSet:
 		st.Objects[ch.Key] = ch.Object
@@ -330,6 +343,11 @@ type RestoreReport struct {
 	// HeldRanges: ranges restored out of use until their quarantine ends
 	// (writes and tasks in progress at the stop, taken-over puts).
 	HeldRanges int
+	// BadSegments: segments refused as no mount could have made them (an
+	// id other than the one they are stored under, no name or client, a
+	// size MountSegment refuses, a name another segment has): a damaged
+	// state. Their replicas are dropped as if the segment were missing.
+	BadSegments int
 }
 
 // Restore installs a saved state into a core that has served nothing yet.
@@ -338,7 +356,8 @@ type RestoreReport struct {
 // any silent client's do); the clients are not told they are known, so
 // their next ping has them mount again, which finds their segment as it
 // was. Every replica's range is allocated again; a replica whose range is
-// impossible or taken is dropped. The ranges of writes and tasks in
+// impossible or taken is dropped, and so is a segment no mount could have
+// made (RestoreReport.BadSegments). The ranges of writes and tasks in
 // progress at the stop, and of taken-over puts, stay allocated but out of
 // use until PutStartReleaseTimeout (their clients may still be copying);
 // the objects being written are not restored. With Config.RestoreQuarantine
@@ -350,10 +369,12 @@ func (c *Core) Restore(st *State) RestoreReport {
 	c.segs.Lock()
 	defer c.segs.Unlock()
 	// Every range the state names, per segment: COMPLETE replicas, ranges
-	// of writes in progress and held ranges. An owner's index -1 marks a
-	// range that is only held (not part of an object).
+	// of writes in progress and held ranges. An owner with no key is a
+	// range only held (not part of an object): its hold's id tells whose,
+	// so a range refused to one hold is not taken from another.
 	type owner struct {
 		key     string
+		hold    uint64
 		j       int
 		writing bool
 	}
@@ -371,10 +392,10 @@ func (c *Core) Restore(st *State) RestoreReport {
 	for _, k := range keys {
 		o := st.Objects[k]
 		for j, r := range o.Replicas {
-			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, j, false})
+			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, 0, j, false})
 		}
 		for j, r := range o.Writing {
-			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, j, true})
+			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, 0, j, true})
 		}
 	}
 	holdIDs := make([]uint64, 0, len(st.Held))
@@ -385,7 +406,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 	for _, id := range holdIDs {
 		h := st.Held[id]
 		for j, r := range h.Ranges {
-			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: h.Size}, owner{"", j, false})
+			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: h.Size}, owner{"", id, j, false})
 		}
 	}
 	refused := map[owner]bool{}
@@ -398,6 +419,11 @@ func (c *Core) Restore(st *State) RestoreReport {
 	c.clients.Lock()
 	for _, id := range ids {
 		d := st.Segments[id]
+		if _, taken := c.segs.byName[d.Name]; d.ID != id || id == 0 || d.Name == "" || d.ClientID == "" ||
+			d.Size < allocAlign || d.Size > maxSegmentSize || taken || c.segs.byID[id] != nil {
+			rep.BadSegments++
+			continue
+		}
 		a, bad := alloc.Restore(d.Size, allocAlign, ranges[id])
 		for _, i := range bad {
 			refused[owners[id][i]] = true
@@ -415,6 +441,9 @@ func (c *Core) Restore(st *State) RestoreReport {
 	}
 	c.clients.Unlock()
 	c.segs.nextID = max(c.segs.nextID, st.NextSegID)
+	if n := len(ids); n > 0 {
+		c.segs.nextID = max(c.segs.nextID, ids[n-1]) // a new mount must not take a restored id
+	}
 	if c.epochs.Load() < st.Epoch {
 		c.epochs.Store(st.Epoch)
 	}
@@ -437,7 +466,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 		h := st.Held[id]
 		var reps []replica
 		for j, r := range h.Ranges {
-			if s := segs[r.SegID]; s != nil && !refused[owner{"", j, false}] {
+			if s := segs[r.SegID]; s != nil && !refused[owner{"", id, j, false}] {
 				reps = append(reps, replica{seg: s, offset: r.Offset})
 			}
 		}
@@ -450,7 +479,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 			o.softPin = now + int64(c.cfg.SoftPinTTL)
 		}
 		for j, r := range d.Replicas {
-			if s := segs[r.SegID]; s != nil && !refused[owner{k, j, false}] {
+			if s := segs[r.SegID]; s != nil && !refused[owner{k, 0, j, false}] {
 				o.replicas = append(o.replicas, replica{seg: s, offset: r.Offset, status: replicaComplete})
 			}
 		}
@@ -458,7 +487,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 		// out the quarantine, as a taken-over put's do.
 		var writing []replica
 		for j, r := range d.Writing {
-			if s := segs[r.SegID]; s != nil && !refused[owner{k, j, true}] {
+			if s := segs[r.SegID]; s != nil && !refused[owner{k, 0, j, true}] {
 				writing = append(writing, replica{seg: s, offset: r.Offset})
 			}
 		}
@@ -576,11 +605,24 @@ func DecodeChange(b []byte) (Change, error) {
 		o.Writing = r.replicas()
 	case SegmentMounted, SegmentRemoved, DropAdded, DropsDone, RangesHeld, RangesReleased:
 		kind := ch.Kind
+		// msgpack allocates what a length claims before it reads the
+		// elements: bytes from a disk are vetted first, and must be the
+		// record's one value.
+		if n, err := wire.CheckValue(b); err != nil {
+			return ch, err
+		} else if n != len(b) {
+			return ch, fmt.Errorf("change of kind %d: %d bytes after its value", kind, len(b)-n)
+		}
 		if err := msgpack.Unmarshal(b, &ch); err != nil {
 			return ch, err
 		}
 		if ch.Kind != kind {
 			return ch, fmt.Errorf("change of kind %d holds kind %d", kind, ch.Kind)
+		}
+		// Apply would pass over a change without what it names: a record
+		// the core never made, refused rather than lost without a word.
+		if kind == SegmentMounted && ch.Segment == nil || kind == RangesHeld && ch.Hold == nil {
+			return ch, fmt.Errorf("change of kind %d without its subject", kind)
 		}
 		return ch, nil
 	default:
@@ -619,10 +661,13 @@ func (r *reader) uvarint() uint64 {
 // replicas reads a count, then that many (segment id, offset) pairs.
 func (r *reader) replicas() []DurableReplica {
 	n := r.uvarint()
-	if r.err == nil && n > uint64(len(r.b)) { // every replica takes at least two bytes
+	if r.err == nil && n > uint64(len(r.b))/2 { // every replica takes at least two bytes
 		r.err = errors.New("replica count past the record")
 	}
 	var out []DurableReplica
+	if r.err == nil && n > 0 {
+		out = make([]DurableReplica, 0, n)
+	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		out = append(out, DurableReplica{SegID: r.uvarint(), Offset: r.uvarint()})
 	}

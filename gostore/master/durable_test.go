@@ -299,24 +299,7 @@ func keysN(n int) []string {
 // The stored form gives every change back as it was, and nothing else:
 // cut or altered bytes are an error, never a panic.
 func TestChangesRoundTripAndRefuseDamage(t *testing.T) {
-	seg := wire.SegmentDesc{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, ShmPath: "/dev/shm/x", IPC: []byte{1, 2}}
-	changes := []Change{
-		{Kind: ObjectSet, Key: "k/1", Object: DurableObject{Size: 4096, Epoch: 99, Writer: "w", HardPin: true,
-			Replicas: []DurableReplica{{SegID: 7, Offset: 8192}, {SegID: 9, Offset: 0}}}},
-		{Kind: ObjectSet, Key: "disk-only", Object: DurableObject{Size: 1, Epoch: 1, SoftPin: true,
-			Disk: &DurableDisk{Client: "c", Endpoint: "h:2", Storage: "/ssd"}}},
-		{Kind: ObjectGone, Key: "k/1"},
-		{Kind: ObjectGone, Key: ""},
-		{Kind: SegmentMounted, Segment: &seg},
-		{Kind: SegmentRemoved, SegID: 7},
-		{Kind: DropAdded, Storage: "/ssd", Key: "k/2"},
-		{Kind: DropsDone, Storage: "/ssd", Keys: []string{"a", "b"}},
-		{Kind: RangesHeld, Hold: &DurableHold{ID: 3, Size: 4096, Ranges: []DurableReplica{{SegID: 7, Offset: 64}},
-			ReleaseAt: 12345}},
-		{Kind: RangesReleased, SegID: 3},
-		{Kind: ObjectSet, Key: "writing", Object: DurableObject{Size: 10, Epoch: 5, Writer: "w",
-			Writing: []DurableReplica{{SegID: 7, Offset: 128}}}},
-	}
+	changes := kindChanges()
 	for _, ch := range changes {
 		b, err := EncodeChange(nil, ch)
 		if err != nil {

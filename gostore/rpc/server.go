@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -32,6 +33,7 @@ type Server struct {
 	handlers [64]Handler
 	log      *slog.Logger
 	observe  Observer
+	panics   atomic.Uint64 // handler panics recovered (see Panics)
 
 	mu struct {
 		sync.Mutex
@@ -52,6 +54,12 @@ func NewServer(log *slog.Logger, observe Observer) *Server {
 	return s
 }
 
+// Panics is the number of handler panics the server recovered since it
+// was created. Each cost its caller an INTERNAL_ERROR and is a bug (a
+// request a handler or decoder did not expect): tests and fuzz targets
+// require it to stay 0, and metrics may export it.
+func (s *Server) Panics() uint64 { return s.panics.Load() }
+
 // Handle registers h for op.
 func (s *Server) Handle(op wire.Op, h Handler) {
 	if int(op) >= len(s.handlers) {
@@ -69,9 +77,14 @@ func (s *Server) Wrap(op wire.Op, wrap func(Handler) Handler) {
 	s.handlers[op] = wrap(s.handlers[op])
 }
 
-// HandleFunc registers a typed handler: the body is decoded into a fresh Req.
+// HandleFunc registers a typed handler: the body is decoded into a fresh Req,
+// once wire.CheckBody has found its lengths and nesting sane (msgpack
+// trusts them: see there).
 func HandleFunc[Req any, Resp any](s *Server, op wire.Op, f func(*Req) (*Resp, error)) {
 	s.Handle(op, func(body []byte) (any, error) {
+		if err := wire.CheckBody(body); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrGarbage, op, err)
+		}
 		req := new(Req)
 		if err := msgpack.Unmarshal(body, req); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrGarbage, op, err)
@@ -146,6 +159,10 @@ func (s *Server) serveConn(c net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 64<<10)
+	// Answers wait in w while more requests are buffered; whatever ends
+	// the connection (a bad frame after good ones, the peer's EOF in the
+	// middle of a frame), the requests already run get their answers.
+	defer w.Flush()
 	var body []byte
 	var out []byte
 	for {
@@ -191,7 +208,7 @@ func (s *Server) dispatch(op wire.Op, body []byte) (any, wire.Code, error) {
 	if int(op) >= len(s.handlers) || s.handlers[op] == nil {
 		return nil, 0, fmt.Errorf("unknown opcode %d", uint16(op))
 	}
-	resp, err := safeCall(s.handlers[op], body)
+	resp, err := s.safeCall(s.handlers[op], body)
 	if err == nil {
 		return resp, wire.OK, nil
 	}
@@ -208,9 +225,10 @@ func (s *Server) dispatch(op wire.Op, body []byte) (any, wire.Code, error) {
 
 // safeCall turns a handler panic into an internal error so one bad request
 // cannot crash the master; the panic is a bug and is reported as such.
-func safeCall(h Handler, body []byte) (resp any, err error) {
+func (s *Server) safeCall(h Handler, body []byte) (resp any, err error) {
 	defer func() {
 		if p := recover(); p != nil {
+			s.panics.Add(1)
 			err = fmt.Errorf("handler panic: %v", p)
 		}
 	}()

@@ -285,6 +285,16 @@ func (c *tconn) readLoop() {
 		var err error
 		switch {
 		case status != wire.OK && n == 0:
+			if !status.Known() {
+				// Not a contract code (a peer of another version, or
+				// garbage): it must not reach the caller, and Python, as
+				// if it were one.
+				c.pool.e.log.Warn("transfer: peer answered with a status outside the contract",
+					"peer", c.pool.addr, "status", int32(status), "offset", r.off, "length", r.n)
+				r.call.finish(r.opIdx, transferErr("peer %s, range [%d,+%d): unknown status %d",
+					c.pool.addr, r.off, r.n, int32(status)), false)
+				continue
+			}
 			r.call.finish(r.opIdx, wire.Errorf(status, "peer %s, range [%d,+%d)", c.pool.addr, r.off, r.n), false)
 			continue
 		case r.op == opRead && status == wire.OK && n == r.n:
