@@ -1,3 +1,5 @@
+// frame.go: the RPC frame, its header and how a body is read.
+
 package wire
 
 import (
@@ -49,8 +51,15 @@ func ParseHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
+// growStep is the most of a body ReadFrame allocates before its bytes
+// arrive: past it, the buffer grows (doubling) as they do.
+const growStep = 1 << 20
+
 // ReadFrame reads one frame from r. buf is reused for the body when large
-// enough; the returned body aliases it (the caller owns both).
+// enough; the returned body aliases it (the caller owns both). A body
+// larger than buf and growStep is allocated as it arrives, so a header
+// that announces 64 MiB and sends nothing costs a peer's connection
+// 1 MiB, not 64.
 func ReadFrame(r io.Reader, buf []byte) (Header, []byte, error) {
 	var hb [HeaderSize]byte
 	if _, err := io.ReadFull(r, hb[:]); err != nil {
@@ -60,10 +69,27 @@ func ReadFrame(r io.Reader, buf []byte) (Header, []byte, error) {
 	if err != nil {
 		return h, nil, err
 	}
-	if cap(buf) < int(h.Len) {
-		buf = make([]byte, h.Len)
+	n := int(h.Len)
+	if cap(buf) < n && n > growStep {
+		buf = make([]byte, 0, growStep)
+		for len(buf) < n {
+			if len(buf) == cap(buf) {
+				grown := make([]byte, len(buf), min(2*cap(buf), n))
+				copy(grown, buf)
+				buf = grown
+			}
+			part := buf[len(buf):min(cap(buf), n)]
+			if _, err := io.ReadFull(r, part); err != nil {
+				return h, nil, fmt.Errorf("truncated frame body: %w", err)
+			}
+			buf = buf[:len(buf)+len(part)]
+		}
+		return h, buf, nil
 	}
-	body := buf[:h.Len]
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	body := buf[:n]
 	if _, err := io.ReadFull(r, body); err != nil {
 		return h, nil, fmt.Errorf("truncated frame body: %w", err)
 	}

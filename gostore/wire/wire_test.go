@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"testing"
+
+	"github.com/gostore/gostore/gostore/internal/fuzzkit"
 )
 
 func TestCodes(t *testing.T) {
@@ -60,5 +62,33 @@ func TestFrameRejectsOversizeAndTruncation(t *testing.T) {
 	}
 	if Op(0).Valid() || !OpRemoveAll.Valid() || opEnd.Valid() {
 		t.Fatal("op validity")
+	}
+}
+
+// A header that announces a large body and sends little of it costs the
+// reader about what arrived, not what was announced; a large body that
+// does arrive is read whole, byte for byte.
+func TestReadFrameAllocatesABodyAsItArrives(t *testing.T) {
+	announced := make([]byte, HeaderSize)
+	PutHeader(announced, Header{Len: MaxBody, ID: 1, Op: OpPutStart})
+	stream := append(announced, make([]byte, 3<<20)...) // 3 MiB of the 64 announced
+	var err error
+	n := fuzzkit.Allocated(func() { _, _, err = ReadFrame(bytes.NewReader(stream), nil) })
+	if err == nil {
+		t.Fatal("a body cut short read as whole")
+	}
+	if n > 16<<20 {
+		t.Fatalf("reading 3 MiB of a body announced as %d MiB allocated %d MiB", MaxBody>>20, n>>20)
+	}
+
+	for _, size := range []int{0, 5, growStep - 1, growStep, growStep + 1, 3*growStep + 7} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i * 7)
+		}
+		h, got, err := ReadFrame(bytes.NewReader(AppendFrame(nil, 9, OpExist, OK, body)), nil)
+		if err != nil || h.Len != uint32(size) || !bytes.Equal(got, body) {
+			t.Fatalf("a body of %d bytes: len %d, err %v, equal %v", size, len(got), err, bytes.Equal(got, body))
+		}
 	}
 }

@@ -99,6 +99,10 @@ func Start(opts Options) (*Server, error) {
 		rep := core.Restore(saved)
 		log.Info("state restored", "segments", rep.Segments, "objects", rep.Objects, "dropped", rep.Dropped,
 			"held_ranges", rep.HeldRanges)
+		if rep.BadSegments > 0 {
+			log.Warn("restored state held segments no mount could have made: dropped, with their replicas",
+				"bad_segments", rep.BadSegments)
+		}
 		// The restore itself is no change in the journal: a snapshot makes
 		// it the new starting point (the ranges it holds included).
 		if err := state.snapshot(core); err != nil {
