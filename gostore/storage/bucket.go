@@ -850,6 +850,16 @@ func (b *bucketBackend) openBucket(id uint64, haveData bool) (*bucketFile, []*bu
 		mf.Close()
 		return nil, nil, err
 	}
+	// Each entry of a meta stands for a record of the data file at least as
+	// long, so a meta longer than its data file (and its own header) is no
+	// meta of this bucket: refused before its length is allocated.
+	if ds, err := os.Stat(b.path(id, bucketDataExt)); err != nil {
+		mf.Close()
+		return nil, nil, err
+	} else if st.Size() > ds.Size()+bucketMetaHdrLen+4 {
+		mf.Close()
+		return nil, nil, fmt.Errorf("meta %s is %d bytes, longer than its data file (%d)", metaPath, st.Size(), ds.Size())
+	}
 	raw := make([]byte, st.Size())
 	err = b.eng.ReadAt(mf, raw, 0)
 	mf.Close()

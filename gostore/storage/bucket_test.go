@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/fuzzkit"
 	"github.com/gostore/gostore/gostore/storage/fileio"
 )
 
@@ -518,6 +519,38 @@ func TestBucketTornMeta(t *testing.T) {
 		bucketCheck(t, b, map[string][]byte{"k00": want["k00"], "k01": want["k01"], "k02": want["k02"]})
 		bucketMustOffload(t, b, []string{"k03"}, [][]byte{want["k03"]})
 		bucketCheck(t, b, map[string][]byte{"k03": want["k03"]})
+	})
+}
+
+// A meta file longer than its bucket's data file could be (a foreign or
+// damaged file; here 1 GiB, sparse) is refused without reading it into
+// memory; the other buckets serve as before.
+func TestBucketOversizedMetaIsRefusedUnread(t *testing.T) {
+	bucketEngines(t, func(t *testing.T, eng fileio.Engine) {
+		dir := t.TempDir()
+		cfg := Config{Path: dir, Engine: eng}
+		b := bucketOpen(t, cfg)
+		want := map[string][]byte{}
+		for i := 0; i < 2; i++ {
+			keys, vals := bucketBatch(3*i, 3, 500)
+			bucketMustOffload(t, b, keys, vals)
+			for j := range keys {
+				want[keys[j]] = vals[j]
+			}
+		}
+		b.Close()
+		metas := bucketFiles(t, dir, ".meta")
+		if err := os.Truncate(metas[0], 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		allocated := fuzzkit.Allocated(func() { b = bucketOpen(t, cfg) })
+		if allocated > 64<<20 {
+			t.Fatalf("opening allocated %d MiB for a 1 GiB meta", allocated>>20)
+		}
+		if err := bucketLoadErr(b, "k00", 500); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("k00 from the refused bucket: %v", err)
+		}
+		bucketCheck(t, b, map[string][]byte{"k03": want["k03"], "k05": want["k05"]})
 	})
 }
 
