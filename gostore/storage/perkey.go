@@ -377,10 +377,15 @@ func (b *perkeyBackend) loadChunk(keys []string, dsts [][]byte, errs []error, pa
 		}
 	}
 	for i, key := range keys {
-		if files[i] == nil || errs[i] != nil {
+		if files[i] == nil {
 			continue
 		}
-		errs[i] = perkeyVerify(heads[i][:perkeyHdrLen+len(key)], key, dsts[i])
+		if errs[i] == nil {
+			errs[i] = perkeyVerify(heads[i][:perkeyHdrLen+len(key)], key, dsts[i])
+		}
+		if errs[i] != nil {
+			clear(dsts[i]) // whatever was read into it is not key's value: never hand out wrong bytes
+		}
 	}
 }
 
@@ -400,7 +405,6 @@ func perkeyVerify(head []byte, key string, val []byte) error {
 	}
 	crc := crc32.Update(crc32.Checksum(head[perkeyHdrLen:], kvCRCTable), kvCRCTable, val)
 	if crc != h.crc {
-		clear(val) // never hand out wrong bytes
 		return fmt.Errorf("%w: %q", ErrCorrupt, key)
 	}
 	return nil

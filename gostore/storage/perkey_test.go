@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
 	"maps"
 	"os"
@@ -75,6 +76,38 @@ func TestPerKeyCorruption(t *testing.T) {
 		}
 		delete(want, "bad")
 		perkeyCheck(t, b, want)
+	})
+}
+
+// A key's file that holds another key's record (a hash collision, or a
+// file replaced after the open) is a miss, and the other key's bytes,
+// read into the destination, are cleared from it: never handed out.
+func TestPerKeyFileOfAnotherKeyLeavesNoBytes(t *testing.T) {
+	perkeyEngines(t, func(t *testing.T, eng fileio.Engine) {
+		dir := t.TempDir()
+		b := perkeyOpen(t, dir, eng, 16<<20, 0)
+		defer b.Close()
+		want := map[string][]byte{"mine": perkeyVal(1, 5000), "other": perkeyVal(2, 5000)}
+		perkeyPut(t, b, want)
+		path := func(key string) string {
+			h := perkeyHash(key)
+			return filepath.Join(dir, h[:2], h[2:4], h)
+		}
+		raw, err := os.ReadFile(path("other"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path("mine"), raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, 5000)
+		if err := b.BatchLoad([]string{"mine"}, [][]byte{dst})[0]; !errors.Is(err, ErrNotFound) {
+			t.Fatalf("mine, from a file holding other: %v", err)
+		}
+		if !bytes.Equal(dst, make([]byte, 5000)) {
+			t.Fatal("the other key's bytes were left in the destination")
+		}
+		perkeyCheck(t, b, map[string][]byte{"other": want["other"]})
 	})
 }
 
