@@ -569,8 +569,8 @@ func FuzzOffsetRecord(f *testing.F) {
 		if fixCRC {
 			fuzzOffsetFixCRC(rec)
 		}
-		found, ok := offsetCheck(rec, kl, vl)
-		if !ok {
+		found, err := offsetCheck(rec, kl, vl)
+		if err != nil {
 			return
 		}
 		val := rec[valOff : valOff+uint64(vl)]
@@ -616,8 +616,8 @@ func offsetRecordAt(p []byte, at uint64) (span uint64, ok bool) {
 	if at+span > uint64(len(p)) {
 		return 0, false
 	}
-	_, ok = offsetCheck(p[at:at+span], kl, vl)
-	return span, ok
+	_, err = offsetCheck(p[at:at+span], kl, vl)
+	return span, err == nil
 }
 
 // newRecords reports whether the file image p holds, at any block, a

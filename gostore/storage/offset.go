@@ -707,6 +707,7 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 	fd := int(b.f.Fd())
 	buf := fileio.AlignedBuffer(offsetScanBuf, fileio.Alignment)
 	defer fileio.FreeAligned(buf)
+	var long []byte // the value of a record longer than buf, read in turns
 	pos := uint64(0)
 	for pos < capacity {
 		// Skip holes (never-written space of a sparse file).
@@ -738,22 +739,15 @@ func (b *offsetBackend) scan(capacity uint64) (byKey map[string]offsetFound, sta
 					"offset", at, "span", span)
 				continue
 			}
-			var rec []byte
+			var found offsetFound
 			if o+span <= n {
-				rec = chunk[o : o+span]
+				found, err = offsetCheck(chunk[o:o+span], kl, vl)
 			} else {
-				rec = fileio.AlignedBuffer(int(span), fileio.Alignment)
-				err = b.eng.ReadAt(b.f, rec, int64(at))
-			}
-			found, ok := offsetFound{}, false
-			if err == nil {
-				found, ok = offsetCheck(rec, kl, vl)
-				if !ok {
-					err = errors.New("checksum mismatch")
+				if long == nil {
+					long = fileio.AlignedBuffer(offsetScanBuf, fileio.Alignment)
+					defer fileio.FreeAligned(long)
 				}
-			}
-			if o+span > n {
-				fileio.FreeAligned(rec)
+				found, err = b.checkLong(at, kl, vl, long)
 			}
 			if err != nil {
 				slog.Error("storage: offset_allocator: recovery: skipping corrupt or torn record",
@@ -819,18 +813,49 @@ func (b *offsetBackend) rebuild(capacity uint64, recs []offsetFound) error {
 }
 
 // offsetCheck verifies a whole record whose header gave kl and vl.
-func offsetCheck(rec []byte, kl, vl uint32) (offsetFound, bool) {
+func offsetCheck(rec []byte, kl, vl uint32) (offsetFound, error) {
 	valOff, _ := offsetLayout(uint64(kl), uint64(vl))
 	end := valOff + uint64(vl)
 	if end > uint64(len(rec)) {
-		return offsetFound{}, false
+		return offsetFound{}, errors.New("record longer than its span")
 	}
 	if offsetCRC(rec, kl, rec[valOff:end]) != binary.LittleEndian.Uint32(rec[4:]) {
-		return offsetFound{}, false
+		return offsetFound{}, errors.New("checksum mismatch")
 	}
+	return offsetFoundIn(rec, kl, vl), nil
+}
+
+func offsetFoundIn(head []byte, kl, vl uint32) offsetFound {
 	return offsetFound{
-		key:  string(rec[offsetHdrLen : offsetHdrLen+kl]),
+		key:  string(head[offsetHdrLen : offsetHdrLen+kl]),
 		size: uint64(vl),
-		seq:  binary.LittleEndian.Uint64(rec[16:]),
-	}, true
+		seq:  binary.LittleEndian.Uint64(head[16:]),
+	}
+}
+
+// checkLong is offsetCheck for a record that runs past the scan buffer:
+// its head (key at most 1 MiB) is read whole and its value through buf in
+// turns, so a length a damaged header claims (up to 4 GiB) costs reads,
+// never its size in memory.
+func (b *offsetBackend) checkLong(at uint64, kl, vl uint32, buf []byte) (offsetFound, error) {
+	valOff, _ := offsetLayout(uint64(kl), uint64(vl))
+	head := fileio.AlignedBuffer(int(valOff), fileio.Alignment)
+	defer fileio.FreeAligned(head)
+	if err := b.eng.ReadAt(b.f, head, int64(at)); err != nil {
+		return offsetFound{}, err
+	}
+	crc := crc32.Checksum(head[8:offsetHdrLen+kl], kvCRCTable)
+	for done := uint64(0); done < uint64(vl); {
+		part := buf[:min(uint64(len(buf)), roundUpAlign(uint64(vl)-done))]
+		if err := b.eng.ReadAt(b.f, part, int64(at+valOff+done)); err != nil {
+			return offsetFound{}, err
+		}
+		use := min(uint64(len(part)), uint64(vl)-done)
+		crc = crc32.Update(crc, kvCRCTable, part[:use])
+		done += use
+	}
+	if crc != binary.LittleEndian.Uint32(head[4:]) {
+		return offsetFound{}, errors.New("checksum mismatch")
+	}
+	return offsetFoundIn(head, kl, vl), nil
 }

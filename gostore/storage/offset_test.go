@@ -1,10 +1,12 @@
 package storage
 
 import (
+	"encoding/binary"
 	"errors"
 	"maps"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gostore/gostore/gostore/storage/fileio"
@@ -113,6 +115,57 @@ func TestOffsetCorruption(t *testing.T) {
 			t.Fatalf("ScanMeta = %v", got)
 		}
 		perkeyCheck(t, b, map[string][]byte{"good": want["good"]})
+	})
+}
+
+// maxReadEngine records the largest single read through it.
+type maxReadEngine struct {
+	fileio.Engine
+	max atomic.Int64
+}
+
+func (e *maxReadEngine) ReadAt(f *os.File, p []byte, off int64) error {
+	for n := int64(len(p)); ; {
+		m := e.max.Load()
+		if n <= m || e.max.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	return e.Engine.ReadAt(f, p, off)
+}
+
+// A record header whose value length was damaged to 48 MiB (the file is
+// that large, sparse) is checked by reading the claimed value in turns of
+// the scan buffer, not into one buffer of the claimed size: no recovery
+// read is larger than 2 MiB. The record is skipped, the others served.
+func TestOffsetDamagedLengthIsCheckedInTurns(t *testing.T) {
+	perkeyEngines(t, func(t *testing.T, eng fileio.Engine) {
+		dir := t.TempDir()
+		b := offsetOpen(t, dir, eng, 64<<20, 0)
+		want := map[string][]byte{"long": perkeyVal(1, 9000), "kept": perkeyVal(2, 9000)}
+		perkeyPut(t, b, want)
+		at := int64(offsetPos(t, b, "long"))
+		b.Close()
+		f, err := os.OpenFile(filepath.Join(dir, offsetFile), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vl [4]byte
+		binary.LittleEndian.PutUint32(vl[:], 48<<20)
+		if _, err := f.WriteAt(vl[:], at+12); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		counting := &maxReadEngine{Engine: eng}
+		b = offsetOpen(t, dir, counting, 64<<20, 0)
+		defer b.Close()
+		if m := counting.max.Load(); m > 2<<20 {
+			t.Fatalf("recovery read %d MiB at once for a length a damaged header claims", m>>20)
+		}
+		if got := perkeyScan(t, b); !maps.Equal(got, map[string]uint64{"kept": 9000}) {
+			t.Fatalf("ScanMeta = %v", got)
+		}
+		perkeyCheck(t, b, map[string][]byte{"kept": want["kept"]})
 	})
 }
 
