@@ -476,19 +476,27 @@ func TestBucketCorruptData(t *testing.T) {
 	})
 }
 
+// bucketFill offloads n batches of three 500-byte values (keys k00 on),
+// one bucket each, and returns what it wrote.
+func bucketFill(t *testing.T, b Backend, n int) map[string][]byte {
+	t.Helper()
+	want := map[string][]byte{}
+	for i := 0; i < n; i++ {
+		keys, vals := bucketBatch(3*i, 3, 500)
+		bucketMustOffload(t, b, keys, vals)
+		for j := range keys {
+			want[keys[j]] = vals[j]
+		}
+	}
+	return want
+}
+
 func TestBucketTornMeta(t *testing.T) {
 	bucketEngines(t, func(t *testing.T, eng fileio.Engine) {
 		dir := t.TempDir()
 		cfg := Config{Path: dir, Engine: eng}
 		b := bucketOpen(t, cfg)
-		want := map[string][]byte{}
-		for i := 0; i < 4; i++ {
-			keys, vals := bucketBatch(3*i, 3, 500)
-			bucketMustOffload(t, b, keys, vals)
-			for j := range keys {
-				want[keys[j]] = vals[j]
-			}
-		}
+		want := bucketFill(t, b, 4)
 		b.Close()
 		metas, datas := bucketFiles(t, dir, ".meta"), bucketFiles(t, dir, ".bucket")
 		if len(metas) != 4 {
@@ -530,14 +538,7 @@ func TestBucketOversizedMetaIsRefusedUnread(t *testing.T) {
 		dir := t.TempDir()
 		cfg := Config{Path: dir, Engine: eng}
 		b := bucketOpen(t, cfg)
-		want := map[string][]byte{}
-		for i := 0; i < 2; i++ {
-			keys, vals := bucketBatch(3*i, 3, 500)
-			bucketMustOffload(t, b, keys, vals)
-			for j := range keys {
-				want[keys[j]] = vals[j]
-			}
-		}
+		want := bucketFill(t, b, 2)
 		b.Close()
 		metas := bucketFiles(t, dir, ".meta")
 		if err := os.Truncate(metas[0], 1<<30); err != nil {
