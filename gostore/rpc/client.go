@@ -121,22 +121,17 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 // Client uses it; so may other clients of the protocol (the benchmark's
 // pipelined one), so that every caller reads replies alike.
 func DecodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
-	// A reply is vetted as a request is (wire.CheckBody): msgpack would
+	// A reply is vetted as a request is (wire.Unmarshal): msgpack would
 	// allocate what its lengths claim.
 	if status != wire.OK {
 		var msg string
-		if wire.CheckBody(body) == nil {
-			_ = msgpack.Unmarshal(body, &msg)
-		}
+		_ = wire.Unmarshal(body, &msg)
 		return &wire.Error{Code: status, Msg: msg}
 	}
 	if resp == nil {
 		return nil
 	}
-	if err := wire.CheckBody(body); err != nil {
-		return wire.Errorf(wire.ErrRPCFail, "%s: undecodable reply: %v", op, err)
-	}
-	if err := msgpack.Unmarshal(body, resp); err != nil {
+	if err := wire.Unmarshal(body, resp); err != nil {
 		return wire.Errorf(wire.ErrRPCFail, "%s: undecodable reply: %v", op, err)
 	}
 	return nil

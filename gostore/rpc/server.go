@@ -77,16 +77,12 @@ func (s *Server) Wrap(op wire.Op, wrap func(Handler) Handler) {
 	s.handlers[op] = wrap(s.handlers[op])
 }
 
-// HandleFunc registers a typed handler: the body is decoded into a fresh Req,
-// once wire.CheckBody has found its lengths and nesting sane (msgpack
-// trusts them: see there).
+// HandleFunc registers a typed handler: the body is decoded into a fresh Req
+// (by wire.Unmarshal, which vets it first).
 func HandleFunc[Req any, Resp any](s *Server, op wire.Op, f func(*Req) (*Resp, error)) {
 	s.Handle(op, func(body []byte) (any, error) {
-		if err := wire.CheckBody(body); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrGarbage, op, err)
-		}
 		req := new(Req)
-		if err := msgpack.Unmarshal(body, req); err != nil {
+		if err := wire.Unmarshal(body, req); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrGarbage, op, err)
 		}
 		return f(req)

@@ -5,6 +5,8 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // MaxDepth bounds how deeply a body's arrays and maps may nest. The
@@ -29,6 +31,16 @@ const MaxDepth = 32
 func CheckBody(b []byte) error {
 	_, err := CheckValue(b)
 	return err
+}
+
+// Unmarshal decodes msgpack that another process or a disk produced into
+// v, once CheckBody has found its lengths and nesting sane: the one way to
+// decode untrusted msgpack.
+func Unmarshal(b []byte, v any) error {
+	if err := CheckBody(b); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
 }
 
 // CheckValue is CheckBody that also returns the length of the value.

@@ -209,10 +209,7 @@ func stateOf(snapshot []byte, snapSeq uint64, records [][]byte) (*master.State, 
 	st := master.NewState()
 	if snapshot != nil {
 		var env snapshotEnvelope
-		if err := wire.CheckBody(snapshot); err != nil { // before msgpack trusts its lengths
-			return nil, fmt.Errorf("snapshot %d cannot be read: %v", snapSeq, err)
-		}
-		if err := msgpack.Unmarshal(snapshot, &env); err != nil || env.State == nil {
+		if err := wire.Unmarshal(snapshot, &env); err != nil || env.State == nil {
 			return nil, fmt.Errorf("snapshot %d cannot be read: %v", snapSeq, err)
 		}
 		if env.Version != stateVersion {
