@@ -25,12 +25,32 @@ for file in $(grep -rl --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' "${d
 	pkg=./$(dirname "$file")
 	for t in $(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(.*/\1/p' "$file"); do
 		echo "fuzz: $pkg $t ($fuzztime)"
-		if ! go test $gold -run='^$' -fuzz="^${t}\$" -fuzztime="$fuzztime" -fuzzminimizetime=5s -parallel=1 "$pkg" >"$out" 2>&1; then
+		corpus="$pkg/testdata/fuzz/$t"
+		for try in 1 2; do
+			before=$(ls "$corpus" 2>/dev/null | sort || true)
+			if go test $gold -run='^$' -fuzz="^${t}\$" -fuzztime="$fuzztime" -fuzzminimizetime=5s -parallel=1 "$pkg" >"$out" 2>&1; then
+				grep -E '^(ok|PASS)' "$out" | tail -n 1
+				break
+			fi
+			after=$(ls "$corpus" 2>/dev/null | sort || true)
+			# Go before 1.27 (golang/go#75804) can fail a target with a bare
+			# "context deadline exceeded" when -fuzztime ends while a worker
+			# is mid-call: no input is written and nothing reproduces. That
+			# is the coordinator's race, not a finding; run the target once
+			# more. Anything else, or a written input, is a failure.
+			if [ "$before" = "$after" ] && grep -qx '    context deadline exceeded' "$out" &&
+				! grep -qE 'panic|Failing input|fuzz_test.go:[0-9]+:' "$out"; then
+				if [ "$try" = 1 ]; then
+					echo "fuzz: $pkg $t: Go's fuzz coordinator stopped late (golang/go#75804), no input written; once more"
+					continue
+				fi
+				echo "fuzz: $pkg $t: the coordinator's late stop again, no input written; not a finding"
+				break
+			fi
 			cat "$out"
-			echo "fuzz: $pkg $t FAILED: the input is in $pkg/testdata/fuzz/$t/; keep it with the fix"
+			echo "fuzz: $pkg $t FAILED: the input is in $corpus/; keep it with the fix"
 			exit 1
-		fi
-		grep -E '^(ok|PASS)' "$out" | tail -n 1
+		done
 		n=$((n + 1))
 	done
 done
