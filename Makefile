@@ -52,6 +52,7 @@ bench: install
 	$(PY) bench/bench.py --json bench/results.json
 	go run $(GOLD) ./bench/master --json bench/master-results.json
 	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
+	go run $(GOLD) ./bench/auth --json bench/auth-results.json
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json

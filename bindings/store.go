@@ -221,6 +221,17 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
 	}
 	cfg.SysfsRoot = getenv("GOSTORE_SYSFS_ROOT")
+	// Authentication: what setup did not name, the environment may (so an
+	// engine that calls setup itself needs no change).
+	if !cfg.Auth.Enabled() {
+		cfg.Auth.SecretFile = getenv("GOSTORE_AUTH_SECRET_FILE")
+		cfg.Auth.CAFile = getenv("GOSTORE_TLS_CA_FILE")
+		cfg.Auth.CertFile = getenv("GOSTORE_TLS_CERT_FILE")
+		cfg.Auth.KeyFile = getenv("GOSTORE_TLS_KEY_FILE")
+	}
+	if v := getenv("GOSTORE_ALLOW_INSECURE"); v != "" && !cfg.AllowInsecure {
+		cfg.AllowInsecure = asLenientBool("GOSTORE_ALLOW_INSECURE", v)
+	}
 	cfg.Getenv = lookupenv
 	cfg.RPC.Netpoll = masterHere.Load()
 	s.mu.Lock()
@@ -277,6 +288,16 @@ func parseSetup(b []byte) (client.Config, setupEdge, error) {
 			if path, err = asString(k, v); err == nil && path != "" {
 				logger.Info("ipc_socket_path has no effect: it belongs to Mooncake's standalone (dummy) client mode, which gostore does not have", "ipc_socket_path", path)
 			}
+		case "auth_secret_file":
+			cfg.Auth.SecretFile, err = asString(k, v)
+		case "tls_ca_file":
+			cfg.Auth.CAFile, err = asString(k, v)
+		case "tls_cert_file":
+			cfg.Auth.CertFile, err = asString(k, v)
+		case "tls_key_file":
+			cfg.Auth.KeyFile, err = asString(k, v)
+		case "allow_insecure":
+			cfg.AllowInsecure = asLenientBool(k, v)
 		case "enable_client_http_server":
 			httpOn = asLenientBool(k, v)
 		case "client_http_port":

@@ -139,6 +139,18 @@ class Master:
                 v = "true" if v else "false"
             args.append(f"--{k}={v}")
         self.args = args
+        # What an authenticated HTTP request to this master carries.
+        self.bearer: Optional[str] = None
+        self.ssl_context = None
+        if flags.get("auth_secret_file"):
+            with open(str(flags["auth_secret_file"])) as f:
+                self.bearer = f.read().strip()
+        if flags.get("tls_cert_file"):
+            import ssl
+            ctx = ssl.create_default_context(cafile=str(flags["tls_ca_file"]))
+            ctx.check_hostname = False
+            ctx.load_cert_chain(str(flags["tls_cert_file"]), str(flags["tls_key_file"]))
+            self.ssl_context = ctx
         fd, self.log_path = _tempfile(logdir, "master")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=fd, text=True,
                                      preexec_fn=_die_with_parent)
@@ -179,10 +191,22 @@ class Master:
             self.proc.kill()
         self.proc.wait()
 
-    def http(self, path: str, timeout: float = 5.0):
-        """``(status, body_text)`` of ``GET http://<http_addr><path>``."""
+    def http(self, path: str, timeout: float = 5.0, authenticate: bool = True):
+        """``(status, body_text)`` of ``GET http://<http_addr><path>``
+        (https with the master's own certificate under mutual TLS; with
+        its shared secret as the bearer token; neither when not
+        ``authenticate``)."""
+        scheme = "https" if self.ssl_context else "http"
+        req = urllib.request.Request(f"{scheme}://{self.http_addr}{path}")
+        ctx = self.ssl_context
+        if authenticate and self.bearer:
+            req.add_header("Authorization", f"Bearer {self.bearer}")
+        if ctx is not None and not authenticate:
+            import ssl
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         try:
-            with urllib.request.urlopen(f"http://{self.http_addr}{path}", timeout=timeout) as r:
+            with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
                 return r.status, r.read().decode("utf-8", "replace")
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode("utf-8", "replace")

@@ -62,32 +62,43 @@ def hosts():
     subprocess.run(["ip", "link", "del", bridge], capture_output=True)
 
 
-def _peer(launcher, master, host):
+@pytest.fixture
+def secret(tmp_path):
+    """The pool's shared secret: every port here listens beyond loopback,
+    so the master and the clients authenticate (docs/security.md)."""
+    p = tmp_path / "pool-secret"
+    p.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+    return str(p)
+
+
+def _peer(launcher, master, host, secret):
     # TCP between hosts: the namespaces share the machine's shared memory,
     # which a real second host would not.
-    return launcher.peer(master.addr, hostname=host["ip"], transport="tcp", wrap=host["wrap"])
+    return launcher.peer(master.addr, hostname=host["ip"], transport="tcp", wrap=host["wrap"],
+                         env={"GOSTORE_AUTH_SECRET_FILE": secret})
 
 
-def test_a_restarted_master_serves_objects_held_on_other_hosts(launcher, hosts, tmp_path):
+def test_a_restarted_master_serves_objects_held_on_other_hosts(launcher, hosts, secret, tmp_path):
     state = str(tmp_path / "state")
     h0, h1, h2 = hosts
-    m = launcher.master(wrap=h0["wrap"], address=h0["ip"], snapshot_backup_dir=state)
+    m = launcher.master(wrap=h0["wrap"], address=h0["ip"], snapshot_backup_dir=state, auth_secret_file=secret)
     assert m.rpc_host == h0["ip"]
-    a, b = _peer(launcher, m, h1), _peer(launcher, m, h2)
+    a, b = _peer(launcher, m, h1, secret), _peer(launcher, m, h2, secret)
     for i in range(20):
         assert (a, b)[i % 2].put_pattern(f"hosts/{i}", 50_000 + i, seed=i) == 0
     m.kill()
-    m2 = launcher.master(wrap=h0["wrap"], address=h0["ip"], snapshot_backup_dir=state, rpc_port=m.rpc_port)
+    m2 = launcher.master(wrap=h0["wrap"], address=h0["ip"], snapshot_backup_dir=state, rpc_port=m.rpc_port,
+                          auth_secret_file=secret)
     wait_until(lambda: b.check_pattern("hosts/0", 50_000, 0), timeout=30, what="a read after the restart")
     for i in range(20):
         assert (b, a)[i % 2].check_pattern(f"hosts/{i}", 50_000 + i, i), i  # from the other host
     assert m2.alive()
 
 
-def test_a_host_cut_off_and_healed(launcher, hosts):
+def test_a_host_cut_off_and_healed(launcher, hosts, secret):
     h0, h1, h2 = hosts
-    m = launcher.master(wrap=h0["wrap"], address=h0["ip"], client_ttl=2)
-    a, b = _peer(launcher, m, h1), _peer(launcher, m, h2)
+    m = launcher.master(wrap=h0["wrap"], address=h0["ip"], client_ttl=2, auth_secret_file=secret)
+    a, b = _peer(launcher, m, h1, secret), _peer(launcher, m, h2, secret)
     assert a.put_pattern("cut/a", 40_000, seed=1, preferred_segment=a.hostname) == 0
     assert b.put_pattern("cut/b", 40_000, seed=2, preferred_segment=b.hostname) == 0
     _run("ip", "link", "set", h1["veth"], "down")  # h1 cut off

@@ -178,10 +178,27 @@ def test_master_binds_only_the_rpc_address_and_logs_it(tmp_path):
         proc.stdout.close()
 
 
+def test_master_listens_on_loopback_by_default(tmp_path):
+    log = tmp_path / "master.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([master_binary(), "--rpc_port=0", "--metrics_port=0"],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        proc.stdout.readline()
+        wait_until(lambda: "master serving" in log.read_text(), what="the master's start line")
+        serving = next(x for x in log.read_text().splitlines() if "master serving" in x)
+        assert re.search(r"rpc_listen=127\.0\.0\.1:\d+ http_listen=127\.0\.0\.1:\d+", serving), serving
+        assert "auth=off" in serving, serving
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
 def test_master_logs_a_wildcard_as_a_wildcard(tmp_path):
     log = tmp_path / "master.log"
     with open(log, "wb") as err:
-        proc = subprocess.Popen([master_binary(), "--rpc_address=0.0.0.0", "--rpc_port=0",
+        proc = subprocess.Popen([master_binary(), "--rpc_address=0.0.0.0", "--allow_insecure", "--rpc_port=0",
                                  "--metrics_port=-1"], stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         line = proc.stdout.readline()

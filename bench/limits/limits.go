@@ -38,8 +38,22 @@ func MemcpyGBps(size uint64, iters int) float64 {
 // messages of size bytes, a receiver reads them; timed from the first write
 // to the last byte read, after one warm-up message. 0 on error.
 func LoopbackStreamGBps(size uint64, iters int) float64 {
+	return LoopbackStreamGBpsOver(size, iters, nil, nil)
+}
+
+// LoopbackStreamGBpsOver is LoopbackStreamGBps through what accept and
+// dial turn each end of the connection into (nil: the socket itself), as
+// a TLS connection: the limit of a path that encrypts.
+func LoopbackStreamGBpsOver(size uint64, iters int, accept, dial func(net.Conn) (net.Conn, error)) float64 {
 	if size == 0 || iters <= 0 {
 		return 0
+	}
+	same := func(c net.Conn) (net.Conn, error) { return c, nil }
+	if accept == nil {
+		accept = same
+	}
+	if dial == nil {
+		dial = same
 	}
 	lc := net.ListenConfig{Control: setSockBufs}
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -49,13 +63,18 @@ func LoopbackStreamGBps(size uint64, iters int) float64 {
 	defer ln.Close()
 	got := make(chan error, 1)
 	go func() {
-		c, err := ln.Accept()
+		raw, err := ln.Accept()
 		if err != nil {
 			got <- err
 			return
 		}
-		defer c.Close()
-		tuneConn(c)
+		defer raw.Close()
+		tuneConn(raw)
+		c, err := accept(raw)
+		if err != nil {
+			got <- err
+			return
+		}
 		buf := make([]byte, size)
 		for i := 0; i <= iters; i++ {
 			if _, err := io.ReadFull(c, buf); err != nil {
@@ -69,12 +88,16 @@ func LoopbackStreamGBps(size uint64, iters int) float64 {
 		got <- nil
 	}()
 	d := net.Dialer{Control: setSockBufs}
-	c, err := d.Dial("tcp", ln.Addr().String())
+	raw, err := d.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		return 0
 	}
-	defer c.Close()
-	tuneConn(c)
+	defer raw.Close()
+	tuneConn(raw)
+	c, err := dial(raw)
+	if err != nil {
+		return 0
+	}
 	buf := make([]byte, size)
 	for i := range buf {
 		buf[i] = byte(i)

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
@@ -20,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/clientmetrics"
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
@@ -84,6 +86,13 @@ type Config struct {
 	// RPC tunes the connections to the master and to disk holders (the
 	// bindings set Netpoll once the process runs a master itself).
 	RPC rpc.ClientOptions `json:"-"`
+	// Auth names the files the client authenticates with, to the master
+	// and to peers, and that peers must authenticate to it with (the
+	// same secret, or certificates of the same CA); none: off, which
+	// New allows only for a transfer server on loopback unless
+	// AllowInsecure.
+	Auth          auth.Options `json:"-"`
+	AllowInsecure bool         `json:"-"`
 }
 
 // DefaultPutSpaceWait is Config.PutSpaceWait's default.
@@ -127,6 +136,7 @@ type Client struct {
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
+	auth   *auth.Auth         // nil: off; every server above and every dial uses it
 	ssd    *ssdtier.Tier      // nil without enable_ssd_offload
 	disk   *ssdtier.Reader    // reads disk copies, ours or other clients'
 	plans  *planclient.Client // the plan API (Plans)
@@ -184,6 +194,12 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		log.Warn("transport", "requested", t.Requested, "protocol", t.Protocol, "rdma_devices", t.RDMADevices,
 			"unknown_devices", t.Unknown, "reason", t.Reason)
 	}
+	guard, err := auth.New(cfg.Auth)
+	if err != nil {
+		log.Error("setup rejected", "err", err)
+		return nil, err
+	}
+	c.auth, cfg.RPC.Auth = guard, guard
 	c.id = newClientID()
 	if rest, ok := strings.CutPrefix(cfg.MasterServerAddr, "etcd://"); ok {
 		// An HA cluster: every new connection goes to the current leader,
@@ -203,7 +219,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		}
 	}
 	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
-	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{},
+	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{}, Auth: guard,
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport})
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
@@ -237,13 +253,20 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
 	}
+	if h := localHost(cfg.LocalHostname); cfg.GlobalSegmentSize > 0 || cfg.EnableSSDOffload {
+		if err := auth.Check(guard, "the transfer server", h, cfg.AllowInsecure); err != nil {
+			err = fmt.Errorf("%w (setup's auth_secret_file or tls_*_file, a loopback local_hostname, or allow_insecure)", err)
+			c.log.Error("setup rejected", "err", err)
+			return nil, err
+		}
+	}
 	host, ln, err := listenTransfer(cfg.LocalHostname, c.log)
 	if err != nil {
 		return nil, err
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	if cfg.EnableSSDOffload {
-		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: host}
+		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: host, Auth: guard}
 		if c.ssd, err = ssdtier.Open(clientHost{c}, tcfg, c.log); err != nil {
 			ln.Close()
 			c.log.Error("SSD tier rejected", "err", err)
@@ -349,6 +372,7 @@ func (c *Client) newSegment(ln net.Listener) error {
 			return wire.Errorf(wire.ErrInternal, "segment of %d bytes: %v", size, err)
 		}
 		c.server = transfer.NewServer(ln, c.seg.Bytes(), c.log)
+		c.server.SetAuth(c.auth)
 		return nil
 	}
 	if info := gpu.Probe(); !info.Available {
@@ -359,6 +383,7 @@ func (c *Client) newSegment(ln net.Listener) error {
 		return wire.Errorf(wire.ErrInvalidParams, "a segment of %d bytes on cuda:%d: %v", size, dev, err)
 	}
 	c.server = transfer.NewDeviceServer(ln, c.devSeg, c.log)
+	c.server.SetAuth(c.auth)
 	return nil
 }
 
@@ -392,15 +417,24 @@ func newClientID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// localHost is the host part of local_hostname, where the transfer
+// server listens.
+func localHost(local string) string {
+	if host, _, err := net.SplitHostPort(local); err == nil {
+		return host
+	}
+	return local
+}
+
 // listenTransfer opens the transfer server's listener: on the given port, or
 // on a free port of 12300–14300 when local_hostname has none. A given port
 // that another process (or client) holds is not fatal: Mooncake's setup
 // succeeds there too, so the client takes a free port and says so in the
 // log; its segment is named by the port it got.
 func listenTransfer(local string, log *slog.Logger) (string, net.Listener, error) {
-	host, port, err := net.SplitHostPort(local)
-	if err != nil {
-		host, port = local, ""
+	host, port := localHost(local), ""
+	if _, p, err := net.SplitHostPort(local); err == nil {
+		port = p
 	}
 	if port != "" {
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))

@@ -32,17 +32,11 @@ type blockingConn struct {
 	deadline time.Time
 }
 
-// dialBlocking connects like net.Dialer and then takes the socket out of the
-// netpoller: the descriptor is duplicated, the net.Conn closed, and the
-// duplicate switched to blocking mode.
-func dialBlocking(addr string, timeout time.Duration) (*blockingConn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	tc := c.(*net.TCPConn)
-	tc.SetNoDelay(true)
+// toBlocking takes a connected socket out of the netpoller: the
+// descriptor is duplicated, tc closed, and the duplicate switched to
+// blocking mode.
+func toBlocking(tc *net.TCPConn) (*blockingConn, error) {
+	defer tc.Close()
 	raw, err := tc.SyscallConn()
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -61,6 +62,11 @@ type ClientOptions struct {
 	// (the leader of an HA cluster, which changes): the address given to
 	// NewClientWith then only labels errors.
 	Resolve func(ctx context.Context) (string, error)
+	// Auth, when set, runs its handshake on every new connection before
+	// the first call. With a shared secret the connection stays a plain
+	// one (and blocking, unless Netpoll); with mutual TLS it is read
+	// through the netpoller.
+	Auth *auth.Auth
 }
 
 type clientConn struct {
@@ -192,20 +198,26 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		}
 		addr = a
 	}
-	var conn conn
-	var err error
-	if c.opt.Netpoll {
-		var nc net.Conn
-		nc, err = net.DialTimeout("tcp", addr, timeout)
-		if err == nil {
-			nc.(*net.TCPConn).SetNoDelay(true)
-			conn = nc
-		}
-	} else {
-		conn, err = dialBlocking(addr, timeout)
-	}
+	nc, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
+	}
+	nc.(*net.TCPConn).SetNoDelay(true)
+	if c.opt.Auth != nil {
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		sc, err := c.opt.Auth.Client(hctx, nc)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, wire.Errorf(wire.ErrRPCFail, "authenticating to %s (%s): %v", addr, c.opt.Auth.Mode(), err)
+		}
+		nc = sc
+	}
+	var conn conn = nc
+	if !c.opt.Netpoll && !c.opt.Auth.Encrypts() {
+		if conn, err = toBlocking(nc.(*net.TCPConn)); err != nil {
+			return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
+		}
 	}
 	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -33,7 +34,8 @@ type Server struct {
 	handlers [64]Handler
 	log      *slog.Logger
 	observe  Observer
-	panics   atomic.Uint64 // handler panics recovered (see Panics)
+	auth     atomic.Pointer[auth.Auth] // nil: connections are served as accepted
+	panics   atomic.Uint64             // handler panics recovered (see Panics)
 
 	mu struct {
 		sync.Mutex
@@ -53,6 +55,10 @@ func NewServer(log *slog.Logger, observe Observer) *Server {
 	s.mu.conns = make(map[net.Conn]struct{})
 	return s
 }
+
+// SetAuth makes every connection accepted from now on pass a's handshake
+// before its first request; one that fails it is logged and closed.
+func (s *Server) SetAuth(a *auth.Auth) { s.auth.Store(a) }
 
 // Panics is the number of handler panics the server recovered since it
 // was created. Each cost its caller an INTERNAL_ERROR and is a bug (a
@@ -145,14 +151,23 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
-func (s *Server) serveConn(c net.Conn) {
+func (s *Server) serveConn(raw net.Conn) {
 	defer func() {
-		c.Close()
+		raw.Close()
 		s.mu.Lock()
-		delete(s.mu.conns, c)
+		delete(s.mu.conns, raw)
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
+	c := raw // the authenticated connection once the handshake passed
+	if a := s.auth.Load(); a != nil {
+		sc, err := a.Server(raw)
+		if err != nil {
+			s.log.Warn("rpc: peer refused", "remote", raw.RemoteAddr().String(), "auth", a.Mode(), "err", err)
+			return
+		}
+		c = sc
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 64<<10)
 	// Answers wait in w while more requests are buffered; whatever ends

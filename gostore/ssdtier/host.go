@@ -6,6 +6,7 @@ package ssdtier
 import (
 	"context"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -44,4 +45,7 @@ type Config struct {
 	// ListenHost is the address the staging server and the RPC endpoint
 	// listen on (the client's host).
 	ListenHost string
+	// Auth secures the staging server and the RPC endpoint as the
+	// client's own servers are (nil: off).
+	Auth *auth.Auth
 }

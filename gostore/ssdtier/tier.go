@@ -125,6 +125,7 @@ func Open(host Host, cfg Config, log *slog.Logger) (*Tier, error) {
 		return nil, wire.Errorf(wire.ErrInternal, "SSD staging listener on %s: %v", cfg.ListenHost, err)
 	}
 	t.stageSrv = transfer.NewServer(ln, t.staging.Bytes(), log)
+	t.stageSrv.SetAuth(cfg.Auth)
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -140,6 +141,7 @@ func Open(host Host, cfg Config, log *slog.Logger) (*Tier, error) {
 	}
 	t.endpoint = rln.Addr().String()
 	t.rpc = rpc.NewServer(t.log, nil)
+	t.rpc.SetAuth(cfg.Auth)
 	rpc.HandleFunc(t.rpc, wire.OpStageOffloaded, t.serveStage)
 	rpc.HandleFunc(t.rpc, wire.OpReleaseStaged, t.serveRelease)
 	t.wg.Add(1)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -69,7 +70,10 @@ type Options struct {
 	SliceSize int
 	// DialTimeout bounds connecting to a peer (on top of the ctx).
 	DialTimeout time.Duration
-	Log         *slog.Logger
+	// Auth, when set, runs its handshake on every TCP connection to a
+	// peer's Server (which must have the same Auth: SetAuth).
+	Auth *auth.Auth
+	Log  *slog.Logger
 	// Driver reaches GPUs: device parts of ops, same-host GPU segments over
 	// IPC, page-locking. nil: no GPU (ops with device parts fail, GPU
 	// segments go over TCP).
@@ -100,6 +104,7 @@ type Engine struct {
 	streams  int
 	slice    uint64
 	dialTO   time.Duration
+	auth     *auth.Auth
 	log      *slog.Logger
 	host     string
 	driver   Driver
@@ -135,6 +140,7 @@ func NewEngine(opt Options) *Engine {
 		streams:  opt.StreamsPerPeer,
 		slice:    uint64(opt.SliceSize),
 		dialTO:   opt.DialTimeout,
+		auth:     opt.Auth,
 		log:      opt.Log,
 		host:     HostID(),
 		driver:   opt.Driver,

@@ -58,6 +58,14 @@ func (p *peerPool) get(ctx context.Context, slot int) (*tconn, error) {
 		return nil, transferErr("dial %s: %v", p.addr, err)
 	}
 	tuneConn(nc)
+	if a := p.e.auth; a != nil {
+		sc, err := a.Client(ctx, nc)
+		if err != nil {
+			nc.Close()
+			return nil, transferErr("authenticating to %s (%s): %v", p.addr, a.Mode(), err)
+		}
+		nc = sc
+	}
 	c := newTConn(nc, p, slot)
 	p.conns[slot] = c
 	return c, nil

@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -58,6 +60,9 @@ type Server struct {
 	seg []byte
 	dev DeviceMemory // instead of seg for a GPU segment
 	log *slog.Logger
+	// auth, when set, is the handshake every connection passes before
+	// its first request (SetAuth).
+	auth atomic.Pointer[auth.Auth]
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -132,6 +137,11 @@ func (s *Server) readDevice(w io.Writer, out []byte, off, n uint64, stage []byte
 	}
 	return nil
 }
+
+// SetAuth makes every connection accepted from now on pass a's handshake
+// before its first request; one that fails it is logged and closed, and
+// has touched nothing.
+func (s *Server) SetAuth(a *auth.Auth) { s.auth.Store(a) }
 
 // Addr returns the listener's address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
@@ -208,16 +218,25 @@ func putRespHdr(out []byte, id uint64, status wire.Code, n uint64) []byte {
 
 // handle serves one connection until it fails, the peer leaves or it sends
 // something that is not a request.
-func (s *Server) handle(c net.Conn) {
+func (s *Server) handle(raw net.Conn) {
 	defer s.wg.Done()
 	defer func() {
-		c.Close()
+		raw.Close()
 		s.mu.Lock()
-		delete(s.conns, c)
+		delete(s.conns, raw)
 		s.mu.Unlock()
 	}()
-	tuneConn(c)
-	remote := c.RemoteAddr().String()
+	c := raw // the authenticated connection once the handshake passed
+	tuneConn(raw)
+	remote := raw.RemoteAddr().String()
+	if a := s.auth.Load(); a != nil {
+		sc, err := a.Server(c)
+		if err != nil {
+			s.log.Warn("transfer: peer refused", "remote", remote, "auth", a.Mode(), "err", err)
+			return
+		}
+		c = sc
+	}
 	br := bufio.NewReaderSize(c, ioBufSize)
 	out := make([]byte, 0, ioBufSize) // response headers and small read payloads not yet sent
 	flush := func() error {

@@ -108,7 +108,15 @@ _SETUP_EXTRA_KWARGS = (
     "segment_location",
     "log_level",
     "put_space_wait_ms",
+    "auth_secret_file",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "allow_insecure",
 )
+
+# The extensions that name files: strings, checked by Go.
+_AUTH_FILE_KEYS = ("auth_secret_file", "tls_ca_file", "tls_cert_file", "tls_key_file")
 
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -197,9 +205,11 @@ def _setup_int32(x: Any, what: str) -> int:
 
 def _add_extra_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
     """The gostore extensions of setup(); Go checks their values."""
-    for k in ("segment_location", "log_level"):
+    for k in ("segment_location", "log_level", *_AUTH_FILE_KEYS):
         if src.get(k) is not None:
             params[k] = _str_arg(src[k], k)
+    if src.get("allow_insecure") is not None:
+        params["allow_insecure"] = _setup_bool(src["allow_insecure"], "allow_insecure")
     if src.get("put_space_wait_ms") is not None:
         wait = src["put_space_wait_ms"]
         if isinstance(wait, bool) or not isinstance(wait, int):
@@ -502,6 +512,13 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         process. ``put_space_wait_ms`` (else ``$GOSTORE_PUT_SPACE_WAIT_MS``,
         default 5000; 0 = never wait) bounds how long a put waits for room
         the master says is being freed before it returns -200.
+        ``auth_secret_file`` (else ``$GOSTORE_AUTH_SECRET_FILE``) or
+        ``tls_ca_file``, ``tls_cert_file`` and ``tls_key_file`` (else
+        ``$GOSTORE_TLS_CA_FILE``, ``..._CERT_FILE``, ``..._KEY_FILE``)
+        authenticate this client to the master and to its peers, and its
+        peers to it (docs/security.md); without them setup refuses a
+        ``local_hostname`` other hosts can reach (-600) unless
+        ``allow_insecure=True`` (or ``$GOSTORE_ALLOW_INSECURE=1``).
         """
         params = _setup_params(args, kwargs)  # all TypeErrors before native code
         for k in ("global_segment_size", "local_buffer_size"):

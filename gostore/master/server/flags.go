@@ -12,6 +12,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -66,6 +67,12 @@ type Options struct {
 	// flag reads. Start warns about both in one line.
 	Unimplemented []string
 	IgnoredKeys   []string
+
+	// Auth names the files every RPC connection and the HTTP endpoints
+	// (but /metrics and /health) authenticate with; none: off, which
+	// Start allows only on loopback unless AllowInsecure.
+	Auth          auth.Options
+	AllowInsecure bool
 
 	Log *slog.Logger // nil: a text logger on stderr at LogLevel
 }

@@ -1,6 +1,6 @@
 // flagtable.go lists every flag the master accepts: Mooncake 0.3.13's
 // master flags (its own, gflags' and glog's), whether this master acts on
-// each, and gostore's own five.
+// each, and gostore's own.
 
 package server
 
@@ -300,8 +300,8 @@ var specs = []flagSpec{
 		set:  to(func(o *Options) *time.Duration { return &o.PutStartReleaseTimeout }, asDuration)},
 	mc("quota_bytes", "uint64", "0"),
 	mc("root_fs_dir", "string", ""),
-	{name: "rpc_address", gtype: "string", def: "0.0.0.0",
-		help: "the address the RPC listener binds to (and the HTTP one, without --metrics_host)",
+	{name: "rpc_address", gtype: "string", def: "127.0.0.1",
+		help: "the address the RPC listener binds to (and the HTTP one, without --metrics_host); another than loopback needs authentication or --allow_insecure",
 		set:  to(func(o *Options) *string { return &o.RPCAddress }, asString)},
 	mc("rpc_conn_timeout_seconds", "int32", "0"),
 	// Go sets TCP_NODELAY on every connection: true is what happens.
@@ -393,6 +393,21 @@ var specs = []flagSpec{
 	{name: "log_level", gtype: "string", def: "info",
 		help: "debug, info, warn or error",
 		set:  to(func(o *Options) *string { return &o.LogLevel }, asString)},
+	{name: "auth_secret_file", gtype: "string", def: "",
+		help: "a file holding the shared secret (16 bytes or more) every client proves it holds; HTTP endpoints but /metrics and /health then want 'Authorization: Bearer <secret>'",
+		set:  to(func(o *Options) *string { return &o.Auth.SecretFile }, asString)},
+	{name: "tls_ca_file", gtype: "string", def: "",
+		help: "mutual TLS: the CA (PEM) every client's certificate must chain to; with --tls_cert_file and --tls_key_file",
+		set:  to(func(o *Options) *string { return &o.Auth.CAFile }, asString)},
+	{name: "tls_cert_file", gtype: "string", def: "",
+		help: "mutual TLS: the master's certificate (PEM), signed by --tls_ca_file's CA",
+		set:  to(func(o *Options) *string { return &o.Auth.CertFile }, asString)},
+	{name: "tls_key_file", gtype: "string", def: "",
+		help: "mutual TLS: the private key (PEM) of --tls_cert_file",
+		set:  to(func(o *Options) *string { return &o.Auth.KeyFile }, asString)},
+	{name: "allow_insecure", gtype: "bool", def: "false",
+		help: "serve without authentication on an address other than loopback (otherwise refused)",
+		set:  to(func(o *Options) *bool { return &o.AllowInsecure }, asBool)},
 }
 
 func gflag(name, gtype, def string) flagSpec {

@@ -99,6 +99,10 @@ func (m *metrics) observe(op wire.Op, code wire.Code, took time.Duration) {
 	m.opLatency[op].Observe(took.Seconds())
 }
 
+// openHTTP names the endpoints served without authentication: numbers
+// and liveness, nothing that names a key or a client.
+func openHTTP(path string) bool { return path == "/metrics" || path == "/health" }
+
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))

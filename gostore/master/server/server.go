@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/master/ha"
 	"github.com/gostore/gostore/gostore/rpc"
@@ -58,6 +59,22 @@ func Start(opts Options) (*Server, error) {
 		opts.TickInterval = 100 * time.Millisecond
 	}
 	warnIgnored(log, opts)
+	guard, err := auth.New(opts.Auth)
+	if err != nil {
+		return nil, err
+	}
+	if err := auth.Check(guard, "the master's RPC port", opts.RPCAddress, opts.AllowInsecure); err != nil {
+		return nil, fmt.Errorf("%w (--auth_secret_file, --tls_ca_file/--tls_cert_file/--tls_key_file, --rpc_address, --allow_insecure)", err)
+	}
+	if opts.MetricsPort >= 0 && opts.MetricsHost != "" {
+		if err := auth.Check(guard, "the master's HTTP port", opts.MetricsHost, opts.AllowInsecure); err != nil {
+			return nil, fmt.Errorf("%w (--auth_secret_file, --tls_ca_file/--tls_cert_file/--tls_key_file, --metrics_host, --allow_insecure)", err)
+		}
+	}
+	if guard == nil && !auth.Loopback(opts.RPCAddress) {
+		log.Warn("serving without authentication on an address other hosts reach (--allow_insecure)",
+			"rpc_address", opts.RPCAddress)
+	}
 	// The RPC port is bound first: a master under HA advertises it while
 	// it campaigns.
 	network := listenNetwork(opts.RPCAddress)
@@ -115,6 +132,7 @@ func Start(opts Options) (*Server, error) {
 		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
 	s.metrics = newMetrics(core)
 	s.rpc = rpc.NewServer(log, s.metrics.observe)
+	s.rpc.SetAuth(guard)
 	s.register()
 	if state != nil {
 		state.waitForDisk(s.rpc)
@@ -133,7 +151,8 @@ func Start(opts Options) (*Server, error) {
 			}
 			return nil, err
 		}
-		s.http = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.httpLn = guard.HTTPListener(s.httpLn)
+		s.http = &http.Server{Handler: guard.Guard(s.httpHandler(), openHTTP, log), ReadHeaderTimeout: 5 * time.Second}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -179,7 +198,7 @@ func Start(opts Options) (*Server, error) {
 	// The addresses the sockets are bound to, as the kernel reports them
 	// (a wildcard stays a wildcard), then where a local client dials.
 	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
-		"rpc", s.Addr(), "http", s.HTTPAddr(), "offload", opts.EnableOffload,
+		"rpc", s.Addr(), "http", s.HTTPAddr(), "auth", guard.Mode(), "offload", opts.EnableOffload,
 		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
 	return s, nil
 }

@@ -112,7 +112,7 @@ func TestSilentClientExpiresThroughTickLoop(t *testing.T) {
 }
 
 func TestMetricsHost(t *testing.T) {
-	o := parse(t, "--rpc_address=0.0.0.0", "--rpc_port=0", "--metrics_host=127.0.0.1", "--metrics_port=0", "--log_level=error")
+	o := parse(t, "--rpc_address=0.0.0.0", "--allow_insecure", "--rpc_port=0", "--metrics_host=127.0.0.1", "--metrics_port=0", "--log_level=error")
 	s, err := Start(o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,57 @@
+// auth_test.go checks that a Server with SetAuth moves bytes only for
+// engines that pass its handshake, and that a refused peer changes none.
+
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/auth/authtest"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+func TestAuthenticatedTransfers(t *testing.T) {
+	dir := t.TempDir()
+	ca := authtest.NewCA(t, dir, "pool")
+	for mode, m := range map[string]struct{ server, client, stranger auth.Options }{
+		"secret": {authtest.Secret(t, dir, "s", "0123456789abcdef-pool"), authtest.Secret(t, dir, "s", "0123456789abcdef-pool"),
+			authtest.Secret(t, dir, "other", "0123456789abcdef-other")},
+		"mtls": {ca.Issue(t, "owner"), ca.Issue(t, "reader"), authtest.NewCA(t, dir, "rogue").Issue(t, "x")},
+	} {
+		t.Run(mode, func(t *testing.T) {
+			const size = 8 << 20
+			tp := newTCPPeer(t, size)
+			tp.srv.SetAuth(authtest.Must(t, m.server))
+			ctx := context.Background()
+			e := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: authtest.Must(t, m.client), SliceSize: 1 << 20})
+			defer e.Close()
+			data := pattern(42, 5<<20+17)
+			mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: scatter(data, 4096, 1<<20), Write: true}}))
+			dst := make([]byte, len(data))
+			mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: [][]byte{dst}}}))
+			if d := firstDiff(dst, data); d != "" {
+				t.Fatal(d)
+			}
+			before := bytes.Clone(tp.seg.Bytes())
+			for name, a := range map[string]*auth.Auth{"none": nil, "stranger": authtest.Must(t, m.stranger)} {
+				se := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: a})
+				errs := se.Do(ctx, []Op{
+					{Peer: tp.peer, Offset: 0, Bufs: [][]byte{bytes.Repeat([]byte{0xee}, 1<<20)}, Write: true},
+					{Peer: tp.peer, Offset: 100, Bufs: [][]byte{make([]byte, 4096)}},
+				})
+				se.Close()
+				for _, err := range errs {
+					wantCode(t, err, wire.ErrTransferFail)
+				}
+				if !bytes.Equal(tp.seg.Bytes(), before) {
+					t.Fatalf("%s peer changed the segment", name)
+				}
+			}
+			// The owner's engine still works after the refusals.
+			mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: [][]byte{dst}}}))
+		})
+	}
+}
