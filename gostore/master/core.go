@@ -59,6 +59,12 @@ type Config struct {
 	// space takes no new replica (default 0: the journal names every range
 	// a writer was given, and Restore holds exactly those).
 	RestoreQuarantine time.Duration
+	// Limits on one request (limits.go): the longest key, the most keys
+	// and the largest object, the master's --max_key_bytes,
+	// --max_batch_keys and --max_object_bytes; zero takes the default.
+	MaxKeyBytes    int
+	MaxBatchKeys   int
+	MaxObjectBytes uint64
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -89,6 +95,15 @@ func (c *Config) fill() {
 	}
 	if c.PutStartReleaseTimeout == 0 {
 		c.PutStartReleaseTimeout = 600 * time.Second
+	}
+	if c.MaxKeyBytes == 0 {
+		c.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if c.MaxBatchKeys == 0 {
+		c.MaxBatchKeys = DefaultMaxBatchKeys
+	}
+	if c.MaxObjectBytes == 0 {
+		c.MaxObjectBytes = DefaultMaxObjectBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -39,4 +39,8 @@
 //   - A range goes back to its segment only after the report that lets it
 //     go (object.release, then free): a server acknowledging a new write
 //     in its range has the release in its log before it.
+//   - A request over one of Config's limits (limits.go: key length, keys
+//     per batch, object size) changes nothing: it is refused whole before
+//     any key is looked at. Restore applies no limit, so lowering one
+//     across a restart loses nothing stored.
 package master

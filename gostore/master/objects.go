@@ -151,6 +151,7 @@ func (s *segment) free(off, size uint64, st *Stats) {
 
 // PutStart allocates replicas for each key: result i is OK with the ranges
 // to write, ErrObjectAlreadyExists, ErrNoAvailableHandle or ErrInvalidParams.
+// A batch over a limit (CheckRequest) is refused whole, with an error.
 //
 // hostID is the writer's host; with cfg.SameNode, segments there come first.
 func (c *Core) PutStart(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig) ([]wire.PutStartResult, error) {
@@ -165,6 +166,9 @@ type startOne func(now int64, clientID, key string, size uint64, cfg wire.Replic
 func (c *Core) startWrites(clientID, hostID string, keys []string, sizes []uint64, cfg wire.ReplicaConfig, one startOne) ([]wire.PutStartResult, error) {
 	if len(keys) != len(sizes) {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "%d keys but %d sizes", len(keys), len(sizes))
+	}
+	if err := c.CheckRequest(keys, sizes); err != nil {
+		return nil, err
 	}
 	now := c.now()
 	c.touch(clientID)

@@ -200,11 +200,13 @@ func (c *Core) tierOf(clientID, storage string) {
 // should write to its SSD tier (complete, without a disk copy, with a
 // memory replica on one of its segments), and up to max keys whose disk
 // copies in its directory (storage) it should delete. With offload
-// disabled it returns nothing.
+// disabled it returns nothing. max is capped at MaxBatchKeys, which bounds
+// every batch (and so every answer) the master handles.
 func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []string, sizes []uint64, drop []string) {
 	if !c.cfg.EnableOffload || max <= 0 || c.diskUnmounted(clientID) {
 		return nil, nil, nil
 	}
+	max = min(max, c.cfg.MaxBatchKeys)
 	c.touch(clientID)
 	if storage != "" {
 		c.tierOf(clientID, storage)

@@ -52,6 +52,9 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	case req.Kind != wire.TaskCopy && req.Kind != wire.TaskMove:
 		return plan, wire.Errorf(wire.ErrInvalidParams, "unknown task kind %d", req.Kind)
 	}
+	if err := c.checkKey(0, req.Key); err != nil {
+		return plan, err
+	}
 	now := c.now()
 	c.touch(req.ClientID)
 	targets, source, segErr := c.taskSegments(req)

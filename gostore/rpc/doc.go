@@ -7,6 +7,25 @@
 // closes that connection only (and is logged): a peer can never take the
 // server down.
 //
+// ServerOptions bound what one peer may ask (limits.go): the largest
+// request body (a larger one within wire.MaxBody is dropped and answered
+// INVALID_PARAMS, the connection goes on), the connections from one IP
+// address (one more has its first request answered RPC_FAIL, then is
+// closed) and the requests in flight from one IP address (one more waits
+// for a slot: backpressure, not an error). Admit lets the master vet each
+// decoded request against its own limits before the handler runs. Every
+// refusal names the limit and the setting behind it, and each kind logs
+// one line per 10 s at most.
+//
+// Invariants
+//   - A connection runs one request at a time: it reads the next frame
+//     only once the last one's answer is written (buffered).
+//   - A request holds one of its address's in-flight slots from before its
+//     body is read until its handler returns; nothing holding a slot waits
+//     for another slot, so every wait ends.
+//   - An address is counted (Server.mu.peers) exactly while it has a served
+//     connection; a refused connection is never counted.
+//
 // Client keeps a pool of connections and runs one call at a time on each.
 // By default it reads replies with blocking system calls on the calling
 // thread (blocking.go), the lowest latency for a call from Python; a

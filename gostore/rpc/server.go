@@ -16,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -33,26 +34,42 @@ type Observer func(op wire.Op, code wire.Code, took time.Duration)
 type Server struct {
 	handlers [64]Handler
 	log      *slog.Logger
-	observe  Observer
+	opt      ServerOptions
 	auth     atomic.Pointer[auth.Auth] // nil: connections are served as accepted
 	panics   atomic.Uint64             // handler panics recovered (see Panics)
+	closing  chan struct{}             // closed by Close: requests waiting for a slot give up
+
+	// One line per refusal kind per refusalLogEvery (see limits.go).
+	bodyLog, connLog, waitLog, admitLog burstlog.Every
 
 	mu struct {
 		sync.Mutex
 		listeners []net.Listener
 		conns     map[net.Conn]struct{}
+		peers     map[string]*peer // by remote address (peerKey), while it has connections
 		closed    bool
 	}
 	wg sync.WaitGroup
 }
 
-// NewServer returns a server that logs to log (slog.Default() if nil).
+// NewServer returns a server that logs to log (slog.Default() if nil),
+// with no limits but wire.MaxBody.
 func NewServer(log *slog.Logger, observe Observer) *Server {
+	return NewServerWith(log, ServerOptions{Observe: observe})
+}
+
+// NewServerWith returns a server that logs to log (slog.Default() if nil),
+// configured by opt.
+func NewServerWith(log *slog.Logger, opt ServerOptions) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{log: log, observe: observe}
+	s := &Server{log: log, opt: opt, closing: make(chan struct{})}
+	for _, e := range []*burstlog.Every{&s.bodyLog, &s.connLog, &s.waitLog, &s.admitLog} {
+		e.Interval = refusalLogEvery
+	}
 	s.mu.conns = make(map[net.Conn]struct{})
+	s.mu.peers = make(map[string]*peer)
 	return s
 }
 
@@ -84,12 +101,18 @@ func (s *Server) Wrap(op wire.Op, wrap func(Handler) Handler) {
 }
 
 // HandleFunc registers a typed handler: the body is decoded into a fresh Req
-// (by wire.Unmarshal, which vets it first).
+// (by wire.Unmarshal, which vets it first), which ServerOptions.Admit, when
+// set, vets before f runs.
 func HandleFunc[Req any, Resp any](s *Server, op wire.Op, f func(*Req) (*Resp, error)) {
 	s.Handle(op, func(body []byte) (any, error) {
 		req := new(Req)
 		if err := wire.Unmarshal(body, req); err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrGarbage, op, err)
+		}
+		if s.opt.Admit != nil {
+			if err := s.opt.Admit(req); err != nil {
+				return nil, &refusal{err}
+			}
 		}
 		return f(req)
 	})
@@ -131,8 +154,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		s.mu.conns[c] = struct{}{}
 		s.wg.Add(1)
+		p, ok := s.admitConnLocked(c)
 		s.mu.Unlock()
-		go s.serveConn(c)
+		if !ok {
+			go s.refuseConn(c)
+			continue
+		}
+		go s.serveConn(c, p)
 	}
 }
 
@@ -140,6 +168,9 @@ func (s *Server) Serve(ln net.Listener) error {
 // connection goroutines to finish.
 func (s *Server) Close() {
 	s.mu.Lock()
+	if !s.mu.closed {
+		close(s.closing)
+	}
 	s.mu.closed = true
 	for _, ln := range s.mu.listeners {
 		ln.Close()
@@ -151,11 +182,13 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
-func (s *Server) serveConn(raw net.Conn) {
+func (s *Server) serveConn(raw net.Conn, p *peer) {
+	addr := raw.RemoteAddr().String()
 	defer func() {
 		raw.Close()
 		s.mu.Lock()
 		delete(s.mu.conns, raw)
+		s.leaveLocked(p)
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
@@ -163,7 +196,7 @@ func (s *Server) serveConn(raw net.Conn) {
 	if a := s.auth.Load(); a != nil {
 		sc, err := a.Server(raw)
 		if err != nil {
-			s.log.Warn("rpc: peer refused", "remote", raw.RemoteAddr().String(), "auth", a.Mode(), "err", err)
+			s.log.Warn("rpc: peer refused", "remote", addr, "auth", a.Mode(), "err", err)
 			return
 		}
 		c = sc
@@ -177,24 +210,45 @@ func (s *Server) serveConn(raw net.Conn) {
 	var body []byte
 	var out []byte
 	for {
-		h, b, err := wire.ReadFrame(r, body)
+		h, err := wire.ReadHeader(r)
 		if err != nil {
 			if err != io.EOF && !errors.Is(err, net.ErrClosed) {
-				s.log.Warn("rpc: closing connection after a bad frame", "peer", c.RemoteAddr().String(), "err", err)
+				s.log.Warn("rpc: closing connection after a bad frame", "peer", addr, "err", err)
 			}
 			return
 		}
-		if cap(b) > cap(body) && cap(b) <= 1<<20 {
-			body = b // keep a grown buffer, but not a huge one
-		}
+		var resp any
+		var code wire.Code
 		start := time.Now()
-		resp, code, err := s.dispatch(h.Op, b)
-		if err != nil {
-			s.log.Warn("rpc: closing connection after a bad request", "peer", c.RemoteAddr().String(), "op", uint16(h.Op), "err", err)
-			return
+		if int64(h.Len) > s.maxBody() {
+			// Too large for this server: dropped and answered, if a
+			// peer could mean it (see ServerOptions.MaxBody).
+			if resp, code, err = s.refuseBody(r, h, addr); err != nil {
+				s.log.Warn("rpc: closing connection after a bad frame", "peer", addr, "op", uint16(h.Op), "err", err)
+				return
+			}
+		} else {
+			if !s.enter(p, w, addr) {
+				return // closing
+			}
+			b, err := wire.ReadBody(r, int(h.Len), body)
+			if err != nil {
+				p.leave()
+				s.log.Warn("rpc: closing connection after a bad frame", "peer", addr, "err", err)
+				return
+			}
+			if cap(b) > cap(body) && cap(b) <= 1<<20 {
+				body = b // keep a grown buffer, but not a huge one
+			}
+			resp, code, err = s.dispatch(h.Op, b, addr)
+			p.leave()
+			if err != nil {
+				s.log.Warn("rpc: closing connection after a bad request", "peer", addr, "op", uint16(h.Op), "err", err)
+				return
+			}
 		}
-		if s.observe != nil {
-			s.observe(h.Op, code, time.Since(start))
+		if s.opt.Observe != nil {
+			s.opt.Observe(h.Op, code, time.Since(start))
 		}
 		if out, err = encodeResponse(out[:0], h, code, resp); err != nil {
 			s.log.Error("rpc: cannot encode a response", "op", h.Op.String(), "err", err)
@@ -215,8 +269,8 @@ func (s *Server) serveConn(raw net.Conn) {
 }
 
 // dispatch runs the handler; a non-nil error means "close the connection".
-func (s *Server) dispatch(op wire.Op, body []byte) (any, wire.Code, error) {
-	if int(op) >= len(s.handlers) || s.handlers[op] == nil {
+func (s *Server) dispatch(op wire.Op, body []byte, peer string) (any, wire.Code, error) {
+	if s.handler(op) == nil {
 		return nil, 0, fmt.Errorf("unknown opcode %d", uint16(op))
 	}
 	resp, err := s.safeCall(s.handlers[op], body)
@@ -226,12 +280,27 @@ func (s *Server) dispatch(op wire.Op, body []byte) (any, wire.Code, error) {
 	if errors.Is(err, ErrGarbage) {
 		return nil, 0, err
 	}
+	var ref *refusal
+	if errors.As(err, &ref) {
+		s.admitLog.Fail(time.Now(), func(others int) {
+			s.log.Warn("rpc: request refused", "peer", peer, "op", op.String(), "err", ref.err,
+				"refusals_not_logged", others)
+		})
+	}
 	var we *wire.Error
 	if errors.As(err, &we) {
 		return we.Msg, we.Code, nil
 	}
 	s.log.Error("rpc: handler failed", "op", op.String(), "err", err)
 	return err.Error(), wire.ErrInternal, nil
+}
+
+// handler is op's handler, nil for an opcode this server does not serve.
+func (s *Server) handler(op wire.Op) Handler {
+	if int(op) >= len(s.handlers) {
+		return nil
+	}
+	return s.handlers[op]
 }
 
 // safeCall turns a handler panic into an internal error so one bad request

@@ -3,15 +3,21 @@
 // failure's line, with the reason, says it all; the others are counted
 // and reported when a success ends the burst.
 //
+// Some failures have no success to end their burst: a client that keeps
+// breaking one of the master's limits while everyone else is served. Every
+// logs those at most once an interval, with the count of the others.
+//
 // It owns only the burst's state; callers pass the logging as closures, so
 // the line's wording and fields stay theirs. A Log is safe for concurrent
 // use, and a success outside a burst costs one atomic load, so callers may
-// report every success on a hot path.
+// report every success on a hot path. So is an Every; the caller reads the
+// clock and passes it in.
 package burstlog
 
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Log is one kind of failure's burst state. The zero value is ready.
@@ -57,4 +63,30 @@ func (b *Log) OK(logEnd func(more int)) {
 		logEnd(b.more)
 	}
 	b.more = 0
+}
+
+// Every logs one line per Interval of a failure that repeats. The zero
+// value logs every failure; set Interval before use.
+type Every struct {
+	Interval time.Duration
+	mu       sync.Mutex
+	last     time.Time // when the last line was logged
+	logged   bool
+	more     int // failures since that line
+}
+
+// Fail records one failure at now; log runs (under the lock) when no line
+// was logged within Interval before now, with the count of the failures
+// not logged since the last line.
+func (e *Every) Fail(now time.Time, log func(others int)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.logged && now.Sub(e.last) < e.Interval {
+		e.more++
+		return
+	}
+	e.logged, e.last = true, now
+	others := e.more
+	e.more = 0
+	log(others)
 }

@@ -21,4 +21,13 @@
 // before it serves. Under HA, Start campaigns first (a standby following
 // the log until it leads) and the server steps down (Done closes) when
 // its leadership is lost.
+//
+// # Limits
+//
+// The limit flags reach the core (master.Config: key length, keys per
+// request, object size) and the RPC server (rpc.ServerOptions: request
+// bytes, connections and requests in flight per IP address). Before a
+// handler runs, admit checks every request that names keys (wire.Keyed)
+// against the core's limits, so a refusal leaves the core untouched; the
+// RPC server answers and logs it (docs/operations.md, "Limits").
 package server

@@ -13,7 +13,16 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/wire"
+)
+
+// minRequestBytes and maxRequestBytes bound --rpc_max_request_bytes: below
+// 64 KiB a client's ordinary requests (a mount, a small batch) would be
+// refused; above 1 GiB a request is no metadata request.
+const (
+	minRequestBytes = 64 << 10
+	maxRequestBytes = 1 << 30
 )
 
 // Options configure a master server. ParseFlags fills them from the command
@@ -53,6 +62,19 @@ type Options struct {
 	EtcdEndpoints []string
 	ClusterID     string
 	HALeaseTTL    time.Duration // default 5 s
+
+	// Limits on one request (master.Config's): the longest key, the most
+	// keys in one request, the largest object. Zero takes the core's
+	// default.
+	MaxKeyBytes    int
+	MaxBatchKeys   int
+	MaxObjectBytes uint64
+	// Limits on one peer (rpc.ServerOptions'): the largest request body
+	// (0: wire.MaxBody), the connections and the requests in flight from
+	// one IP address (0: no limit).
+	RPCMaxRequestBytes     int
+	RPCMaxConnectionsPerIP int
+	RPCMaxInflightPerIP    int
 
 	// TickInterval is how often time-driven work runs: client expiry,
 	// quarantine release, orphaned tasks, eviction.
@@ -223,6 +245,18 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--enable_ha needs --etcd_endpoints")
 	case o.EnableHA && o.StateDir != "":
 		return fmt.Errorf("--enable_ha keeps the master's state on etcd: give no --snapshot_backup_dir")
+	case o.MaxKeyBytes < 1 || o.MaxKeyBytes > master.MaxKeyBytesLimit:
+		return fmt.Errorf("--max_key_bytes %d: from 1 to %d (the longest key the SSD tier stores)",
+			o.MaxKeyBytes, master.MaxKeyBytesLimit)
+	case o.MaxBatchKeys < master.MinMaxBatchKeys:
+		return fmt.Errorf("--max_batch_keys %d: at least %d (a client's own batches send that many)",
+			o.MaxBatchKeys, master.MinMaxBatchKeys)
+	case o.MaxObjectBytes < 1:
+		return fmt.Errorf("--max_object_bytes must be positive")
+	case o.RPCMaxRequestBytes < minRequestBytes || o.RPCMaxRequestBytes > maxRequestBytes:
+		return fmt.Errorf("--rpc_max_request_bytes %d: from %d to %d", o.RPCMaxRequestBytes, minRequestBytes, maxRequestBytes)
+	case o.RPCMaxConnectionsPerIP < 1 || o.RPCMaxInflightPerIP < 1:
+		return fmt.Errorf("--rpc_max_connections_per_ip and --rpc_max_inflight_per_ip must be positive")
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		return err

@@ -47,12 +47,12 @@ var ourDefaults = map[string]string{
 	"rpc_address":  "127.0.0.1", // loopback unless an address is given: no unauthenticated port reachable by default
 }
 
-// ourFlags are gostore's own flags, not Mooncake's.
-var ourFlags = map[string]bool{
-	"tick_interval_ms": true, "log_level": true, "restore_quarantine_ms": true, "journal_ack_before_sync": true,
-	"ha_lease_ttl_ms": true, "auth_secret_file": true, "tls_ca_file": true, "tls_cert_file": true, "tls_key_file": true,
-	"allow_insecure": true,
-}
+// ourFlags are gostore's own, not Mooncake's.
+var ourFlags = map[string]bool{"tick_interval_ms": true, "log_level": true, "restore_quarantine_ms": true,
+	"journal_ack_before_sync": true, "ha_lease_ttl_ms": true, "max_key_bytes": true, "max_batch_keys": true,
+	"max_object_bytes": true, "rpc_max_request_bytes": true, "rpc_max_connections_per_ip": true,
+	"rpc_max_inflight_per_ip": true, "auth_secret_file": true, "tls_ca_file": true, "tls_cert_file": true,
+	"tls_key_file": true, "allow_insecure": true}
 
 func TestFlagTableMatchesMooncake(t *testing.T) {
 	wheel := map[string]bool{}
@@ -353,4 +353,31 @@ func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 		!strings.Contains(warns[0], "config_keys=bogus") {
 		t.Errorf("warnings: %q", warns)
 	}
+}
+
+// The limits' flags: their defaults, their values at the edges of their
+// ranges, and the values refused.
+func TestLimitFlags(t *testing.T) {
+	o := parse(t)
+	if o.MaxKeyBytes != 4096 || o.MaxBatchKeys != 1<<18 || o.MaxObjectBytes != 64<<30 ||
+		o.RPCMaxRequestBytes != wire.MaxBody || o.RPCMaxConnectionsPerIP != 1024 || o.RPCMaxInflightPerIP != 256 {
+		t.Fatalf("defaults %+v", o)
+	}
+	o = parse(t, "--max_key_bytes=1048576", "--max_batch_keys=4096", "--max_object_bytes=1", "--rpc_max_request_bytes=65536",
+		"--rpc_max_connections_per_ip=1", "--rpc_max_inflight_per_ip=1")
+	if o.MaxKeyBytes != 1<<20 || o.MaxBatchKeys != 4096 || o.MaxObjectBytes != 1 || o.RPCMaxRequestBytes != 65536 ||
+		o.RPCMaxConnectionsPerIP != 1 || o.RPCMaxInflightPerIP != 1 {
+		t.Fatalf("at the edges %+v", o)
+	}
+	if o := parse(t, "--rpc_max_request_bytes=1073741824"); o.RPCMaxRequestBytes != 1<<30 {
+		t.Fatalf("the largest request bound: %d", o.RPCMaxRequestBytes)
+	}
+	parseFails(t, "--max_key_bytes 0", "--max_key_bytes=0")
+	parseFails(t, "--max_key_bytes 1048577", "--max_key_bytes=1048577")
+	parseFails(t, "--max_batch_keys 4095: at least 4096", "--max_batch_keys=4095")
+	parseFails(t, "--max_object_bytes must be positive", "--max_object_bytes=0")
+	parseFails(t, "--rpc_max_request_bytes 65535", "--rpc_max_request_bytes=65535")
+	parseFails(t, "--rpc_max_request_bytes 1073741825", "--rpc_max_request_bytes=1073741825")
+	parseFails(t, "must be positive", "--rpc_max_connections_per_ip=0")
+	parseFails(t, "must be positive", "--rpc_max_inflight_per_ip=-1")
 }

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // flagSpec is one flag. Values reach set in canonical form (see canonical),
@@ -123,6 +126,7 @@ func (f *flagSpec) key() string {
 func asString(v string) (string, error) { return v, nil }
 func asBool(v string) (bool, error)     { return strconv.ParseBool(v) }
 func asInt(v string) (int, error)       { return strconv.Atoi(v) }
+func asUint64(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) }
 func asFloat(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
 func asDuration(v string) (time.Duration, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
@@ -408,6 +412,27 @@ var specs = []flagSpec{
 	{name: "allow_insecure", gtype: "bool", def: "false",
 		help: "serve without authentication on an address other than loopback (otherwise refused)",
 		set:  to(func(o *Options) *bool { return &o.AllowInsecure }, asBool)},
+
+	// gostore's limits on what one request or one peer may ask
+	// (docs/master-flags.md says why each default).
+	{name: "max_key_bytes", gtype: "int32", def: strconv.Itoa(master.DefaultMaxKeyBytes),
+		help: "the longest key a request may name, in bytes (1 to 1048576); a longer one is refused INVALID_KEY",
+		set:  to(func(o *Options) *int { return &o.MaxKeyBytes }, asInt)},
+	{name: "max_batch_keys", gtype: "int32", def: strconv.Itoa(master.DefaultMaxBatchKeys),
+		help: "the most keys one request may name (at least 4096); a larger batch is refused INVALID_PARAMS",
+		set:  to(func(o *Options) *int { return &o.MaxBatchKeys }, asInt)},
+	{name: "max_object_bytes", gtype: "uint64", def: strconv.FormatUint(master.DefaultMaxObjectBytes, 10),
+		help: "the largest object a write may store, in bytes; a larger one is refused INVALID_PARAMS",
+		set:  to(func(o *Options) *uint64 { return &o.MaxObjectBytes }, asUint64)},
+	{name: "rpc_max_request_bytes", gtype: "int32", def: strconv.Itoa(wire.MaxBody),
+		help: "the largest RPC request body, in bytes (65536 to 1073741824); a larger one is answered INVALID_PARAMS",
+		set:  to(func(o *Options) *int { return &o.RPCMaxRequestBytes }, asInt)},
+	{name: "rpc_max_connections_per_ip", gtype: "int32", def: "1024",
+		help: "the most RPC connections from one IP address; one more is answered RPC_FAIL and closed",
+		set:  to(func(o *Options) *int { return &o.RPCMaxConnectionsPerIP }, asInt)},
+	{name: "rpc_max_inflight_per_ip", gtype: "int32", def: "256",
+		help: "the most RPC requests from one IP address read and running at once; more wait for a slot",
+		set:  to(func(o *Options) *int { return &o.RPCMaxInflightPerIP }, asInt)},
 }
 
 func gflag(name, gtype, def string) flagSpec {

@@ -388,7 +388,7 @@ func fuzzMaster(offload bool, clk *clock, log *slog.Logger, m *metrics) (*Server
 	if s.metrics == nil {
 		s.metrics = newMetrics(core)
 	}
-	s.rpc = rpc.NewServer(log, s.metrics.observe)
+	s.rpc = s.newRPCServer()
 	s.register()
 	ln := fuzzkit.NewListener()
 	go s.rpc.Serve(ln)

@@ -107,6 +107,9 @@ func Start(opts Options) (*Server, error) {
 		EnableOffload:          opts.EnableOffload,
 		OffloadOnEvict:         opts.OffloadOnEvict,
 		RestoreQuarantine:      opts.RestoreQuarantine,
+		MaxKeyBytes:            opts.MaxKeyBytes,
+		MaxBatchKeys:           opts.MaxBatchKeys,
+		MaxObjectBytes:         opts.MaxObjectBytes,
 	}
 	if state != nil {
 		cfg.OnChange = state.record
@@ -131,7 +134,7 @@ func Start(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
 		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
 	s.metrics = newMetrics(core)
-	s.rpc = rpc.NewServer(log, s.metrics.observe)
+	s.rpc = s.newRPCServer()
 	s.rpc.SetAuth(guard)
 	s.register()
 	if state != nil {
@@ -238,6 +241,35 @@ func warnIgnored(log *slog.Logger, opts Options) {
 	if len(attrs) > 0 {
 		log.Warn("ignoring Mooncake master settings this master does not implement", attrs...)
 	}
+}
+
+// newRPCServer is the RPC server with the master's limits: its own on
+// each peer, and Admit checking every request that names keys against the
+// core's before its handler runs.
+func (s *Server) newRPCServer() *rpc.Server {
+	o := s.opts
+	return rpc.NewServerWith(s.log, rpc.ServerOptions{
+		Observe:       s.metrics.observe,
+		MaxBody:       rpc.Limit{N: o.RPCMaxRequestBytes, Flag: "rpc_max_request_bytes"},
+		ConnsPerIP:    rpc.Limit{N: o.RPCMaxConnectionsPerIP, Flag: "rpc_max_connections_per_ip"},
+		InflightPerIP: rpc.Limit{N: o.RPCMaxInflightPerIP, Flag: "rpc_max_inflight_per_ip"},
+		Admit:         s.admit,
+	})
+}
+
+// admit refuses a request whose keys (wire.Keyed), or whose objects (a
+// write's sizes), break the core's limits; the RPC server answers and logs
+// the refusal.
+func (s *Server) admit(req any) error {
+	k, ok := req.(wire.Keyed)
+	if !ok {
+		return nil
+	}
+	var sizes []uint64
+	if w, ok := req.(*wire.PutStartReq); ok {
+		sizes = w.Sizes
+	}
+	return s.core.CheckRequest(k.KeyList(), sizes)
 }
 
 // Core exposes the metadata core (tests and introspection).
