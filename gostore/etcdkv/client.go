@@ -91,7 +91,12 @@ func (c *Client) call(ctx context.Context, path string, req, resp any) error {
 			Error   string `json:"error"`
 			Message string `json:"message"`
 		}
-		if json.Unmarshal(raw, &e) == nil && (e.Error != "" || hresp.StatusCode >= 400) {
+		// A 4xx is an error whatever its body holds (even an "error" that
+		// is not a string).
+		if json.Unmarshal(raw, &e) == nil && e.Error != "" || hresp.StatusCode >= 400 {
+			if e.Error == "" && e.Message == "" {
+				e.Error = hresp.Status
+			}
 			return fmt.Errorf("etcd %s: %s%s", path, e.Error, e.Message)
 		}
 		return json.Unmarshal(raw, resp)

@@ -374,22 +374,29 @@ def send_frame(sock: Any, data: bytes, fds: Sequence[int] = ()) -> None:
 
 def check_lengths(call: Call, args: List[Any], pending: Dict[int, int]) -> Optional[str]:
     """Why ``args`` (arrays decoded) break the call's length rules, or None."""
-    for i in call.array_order:
-        a = call.args[i]
-        assert a.length is not None
-        if a.kind == OUT:
-            continue
-        want = a.length.of(args, pending)
-        if want < 0:
-            return f"argument {i}: unknown get handle"
-        v = args[i]
-        if not isinstance(v, array) or v.typecode != a.typecode or len(v) != want:
-            return f"argument {i}: want {want} entries of {a.typecode!r}"
+    # Types first: the lengths below read integer arguments.
     for i, a in enumerate(call.args):
         if a.kind in (INT, FLAGS) and not isinstance(args[i], int):
             return f"argument {i}: want an integer"
         if a.kind == BYTES and not (args[i] is None or isinstance(args[i], bytes)):
             return f"argument {i}: want bytes"
+    out_bytes = 0
+    for i in call.array_order:
+        a = call.args[i]
+        assert a.length is not None
+        want = a.length.of(args, pending)
+        if want < 0:
+            return f"argument {i}: unknown get handle" if a_kind(a) == "pending" else f"argument {i}: {want} entries"
+        if a.kind == OUT:
+            # The server allocates what the call fills, and sends it back
+            # in one frame: a length the peer names is bounded by that.
+            out_bytes += want * ITEMSIZE[a.typecode]
+            if out_bytes > MAX_FRAME - 4096:  # room for the reply's other values
+                return f"argument {i}: {want} entries to fill do not fit a frame"
+            continue
+        v = args[i]
+        if not isinstance(v, array) or v.typecode != a.typecode or len(v) != want:
+            return f"argument {i}: want {want} entries of {a.typecode!r}"
     # A char* followed by its length, or by the lengths of the keys packed
     # in it: together they may not exceed the bytes sent.
     for i, a in enumerate(call.args[:-1]):

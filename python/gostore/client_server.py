@@ -163,22 +163,20 @@ class StandaloneServer:
         pending: Dict[int, int] = {}
         try:
             while True:
-                fds: List[int] = []
+                fds: List[int] = []  # what came with the frame: closed unless taken
                 try:
-                    kind, body = P.read_frame(sock, fds)
-                except ConnectionError:
-                    break
-                try:
+                    try:
+                        kind, body = P.read_frame(sock, fds)
+                    except ConnectionError:
+                        break
                     if kind == P.HELLO:
                         session = self._hello(sock, body, session)
                     elif session is None:
                         raise P.FrameError("no session: send HELLO first")
                     elif kind == P.REGION:
-                        self._region(sock, session, body, fds)
-                        fds = []
+                        self._region(sock, session, body, fds)  # takes the fds out of the list
                     elif kind == P.CALL:
-                        self._call(sock, session, pending, body, fds)
-                        fds = []
+                        self._call(sock, session, pending, body, fds)  # takes the fd it uses
                     else:
                         raise P.FrameError(f"unknown frame kind {kind}")
                 finally:
@@ -200,6 +198,8 @@ class StandaloneServer:
 
     def _hello(self, sock: socket.socket, body: memoryview, current: Optional[Session]) -> Optional[Session]:
         (token,) = P.get_values(body, 1)
+        if token is not None and not isinstance(token, bytes):
+            raise P.FrameError("a hello names a session token")
         if current is not None:
             self._leave(current)
         with self._lock:
@@ -226,6 +226,8 @@ class StandaloneServer:
         s.regions, s.starts = [], []
 
     def _map(self, app: int, size: int, fd: int) -> _Region:
+        if not isinstance(app, int) or not isinstance(size, int):
+            raise P.FrameError("a region is an address and a size")
         if not (0 < size <= self.max_region_bytes) or app <= 0:
             raise P.FrameError(f"region of {size} bytes at 0x{app:x} refused")
         st = os.fstat(fd)
@@ -245,15 +247,17 @@ class StandaloneServer:
 
     def _region(self, sock: socket.socket, s: Session, body: memoryview, fds: List[int]) -> None:
         app, size = P.get_values(body, 2)
-        if len(fds) != 1:
-            for fd in fds:
+        taken = list(fds)
+        fds.clear()  # closed here, once, whatever happens
+        if len(taken) != 1:
+            for fd in taken:
                 os.close(fd)
             self._send_error(sock, _INVALID, "a region comes with one file descriptor")
             return
         try:
-            r = self._map(app, size, fds[0])
+            r = self._map(app, size, taken[0])
         except (OSError, P.FrameError) as e:
-            os.close(fds[0])
+            os.close(taken[0])
             _log.error("gostore-client: refused a shared region: %s", e)
             self._send_error(sock, _INVALID, str(e))
             return
@@ -278,14 +282,19 @@ class StandaloneServer:
         first = args[1] if len(args) > 1 else None  # n, or a get handle
         temp: Optional[_Region] = None
         if temp_addr is not None:
-            if len(fds) != 1:
-                raise P.FrameError("a call's own region comes with one file descriptor")
-            temp = self._map(temp_addr, temp_size, fds.pop())
+            if len(fds) != 1 or not isinstance(temp_addr, int) or not isinstance(temp_size, int):
+                raise P.FrameError("a call's own region is an address, a size and one file descriptor")
+            fd = fds.pop()
+            try:
+                temp = self._map(temp_addr, temp_size, fd)
+            except BaseException:
+                os.close(fd)
+                raise
         try:
             why = None if len(args) == len(call.args) else f"{len(args)} arguments, {len(call.args)} wanted"
+            why = why or P.check_lengths(call, args, pending)
             if not why and call.ends_pending and first not in pending:
                 why = "a get handle this connection does not hold"
-            why = why or P.check_lengths(call, args, pending)
             why = why or self._translate(call, s, temp, args)
             if why:
                 _log.error("gostore-client: refused %s: %s", name, why)
@@ -322,6 +331,8 @@ class StandaloneServer:
         """Point the call's data pointers at this process's mapping of the
         application's memory; why not, when one lies outside it."""
         for holder, j, p, size, use in P.data_pointers(call, args):
+            if p < 0 or size < 0:
+                return f"pointer 0x{p:x} (+{size}) is not an address and a size"
             r = temp if temp is not None and temp.app <= p and p + size <= temp.app + temp.size else s.find(p, size)
             if r is None:
                 if use == P.PROBE:
