@@ -13,7 +13,7 @@ GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
 
-.PHONY: run test test-engines fuzz bench bench-peers vet gotest pytest install clean etcd
+.PHONY: run test test-engines fuzz soak bench bench-peers vet gotest pytest install clean etcd
 
 run: install
 	$(PY) -m gostore.demo
@@ -44,6 +44,15 @@ test-engines: install
 # package's testdata/fuzz/ to be kept as a regression test.
 fuzz:
 	tools/fuzz.sh
+
+# Chaos soak (tools/soak.py, docs/operations.md#chaos-soak): a master on a
+# state directory, storage clients, writers and readers on loopback, and
+# random kill -9 / SIGSTOP of clients and kill -9 of the master for
+# SOAK_MINUTES of load (default 10; then a final phase of up to a minute);
+# every byte read is checked. SOAK_ARGS adds flags (--seed N, --json FILE).
+SOAK_MINUTES ?= 10
+soak: install
+	$(PY) tools/soak.py --duration $(SOAK_MINUTES)m $(SOAK_ARGS)
 
 pytest: install
 	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/engines tests
