@@ -10,8 +10,10 @@ package main
 import "C"
 
 import (
+	"encoding/binary"
 	"encoding/json"
 
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -19,7 +21,11 @@ import (
 // Layout of the uint64 arrays describing a WritePlan and an ObjMeta.
 const (
 	planFields = 10 // key_hash, dst_rank, seg_id, header_off, payload_base, page_bytes, n_pages, bytes_total, epoch, writable address (0: none)
-	metaFields = 9  // key_hash, owner_rank, seg_id, header_off, payload_off, bytes_total, page_bytes, n_pages, epoch
+	// metaFields: key_hash, owner_rank, seg_id, header_off, payload_off,
+	// bytes_total, page_bytes, n_pages, epoch, then the read grant's
+	// grant.Size bytes as grantWords words (all zero: none).
+	metaFields = 9 + grantWords
+	grantWords = grant.Size / 8
 )
 
 //export gs_plan_join
@@ -134,11 +140,28 @@ func gs_plan_commit(h C.int64_t, key *C.char, keyLen C.int) (ret C.int) {
 func putMeta(o []uint64, m *planclient.ObjMeta) {
 	copy(o, []uint64{m.KeyHash, uint64(int64(m.OwnerRank)), m.SegID, m.HeaderOff, m.PayloadOff,
 		m.Bytes, uint64(m.PageBytes), uint64(m.NPages), m.Epoch})
+	g := o[9:metaFields]
+	clear(g)
+	if len(m.Grant) == grant.Size {
+		for i := range g {
+			g[i] = binary.LittleEndian.Uint64(m.Grant[8*i:])
+		}
+	}
 }
 
 func getMeta(o []uint64) *planclient.ObjMeta {
-	return &planclient.ObjMeta{KeyHash: o[0], OwnerRank: int(int64(o[1])), SegID: o[2], HeaderOff: o[3],
+	m := &planclient.ObjMeta{KeyHash: o[0], OwnerRank: int(int64(o[1])), SegID: o[2], HeaderOff: o[3],
 		PayloadOff: o[4], Bytes: o[5], PageBytes: uint32(o[6]), NPages: uint32(o[7]), Epoch: o[8]}
+	for _, w := range o[9:metaFields] {
+		if w != 0 {
+			m.Grant = make([]byte, grant.Size)
+			for i, w := range o[9:metaFields] {
+				binary.LittleEndian.PutUint64(m.Grant[8*i:], w)
+			}
+			break
+		}
+	}
+	return m
 }
 
 // gs_plan_flush returns once the master has heard of every commit this

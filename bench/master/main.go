@@ -100,9 +100,17 @@ func main() {
 func newCore() *master.Core {
 	c := master.New(master.Config{ClientTTL: time.Hour})
 	for i := range 4 {
-		c.MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30})
+		c.MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30}, grantKey(i))
 	}
 	return c
+}
+
+// grantKey is segment i's grant key: with one, the master signs a grant
+// for every replica it hands out, as it does for real clients.
+func grantKey(i int) []byte {
+	k := make([]byte, 32)
+	k[0] = byte(i + 1)
+	return k
 }
 
 // keys returns n distinct keys of a realistic shape.
@@ -195,7 +203,7 @@ func serve() {
 		panic(err)
 	}
 	for i := range 4 {
-		srv.Core().MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30})
+		srv.Core().MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30}, grantKey(i))
 	}
 	fmt.Println(srv.Addr())
 	io.Copy(io.Discard, os.Stdin) // until the parent closes our stdin

@@ -480,12 +480,17 @@ func (c *Client) mount(ctx context.Context) error {
 		mem = c.seg.Bytes()
 		desc.Base = uint64(addrOf(mem))
 	}
+	// A remount may bring a new id, which the master's grants name before
+	// the answer arrives here: the server takes grants for any id of this
+	// segment (its key is this segment's alone) until it knows.
+	c.server.SetSegID(0)
 	var resp wire.MountResp
-	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc}, &resp); err != nil {
+	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp); err != nil {
 		c.log.Error("mount segment failed", "name", c.hostname, "err", err)
 		return err
 	}
 	desc.ID = resp.SegID
+	c.server.SetSegID(desc.ID)
 	c.peers.setOwn(desc, mem, dev)
 	return nil
 }

@@ -14,6 +14,13 @@
 // GPU memory directly where it can and stages it where it cannot
 // (gostore/transfer).
 //
+// Grants: every op the client hands the engine carries the grant
+// (gostore/grant) its range came with: the master's, in the replicas of
+// PutStart, GetReplicas and a task's plan, or an SSD holder's for what it
+// staged. The client's own segments are served by transfer servers whose
+// keys go to the master at each mount (mount, mountAtMaster), and which
+// learn the segment's id from the answer.
+//
 // Invariants: a put returns only after PutEnd (visible) or PutRevoke
 // (never half-visible); a get reports bytes only from a transfer that
 // ended inside the object's lease; a segment whose transfer failed is

@@ -235,7 +235,8 @@ func (c *Client) readReplicas(ctx context.Context, wants []*readWant, ids []uint
 				next = append(next, w)
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset + w.off, Bufs: w.bufs, Device: w.dev})
+			// The grant covers the whole replica: a range of it reads under it too.
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset + w.off, Bufs: w.bufs, Device: w.dev, Grant: rep.Grant})
 			opWant = append(opWant, w)
 		}
 		if len(ops) > 0 {

@@ -178,7 +178,8 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 				out[i] = wire.ErrSegmentNotFound
 				continue
 			}
-			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: items[i].Parts, Device: items[i].Device, Write: true})
+			ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset, Bufs: items[i].Parts, Device: items[i].Device,
+				Write: true, Grant: rep.Grant})
 			opItem = append(opItem, i)
 		}
 	}

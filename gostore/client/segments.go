@@ -320,17 +320,20 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 	return nil
 }
 
-// mountAtMaster mounts s at the master and returns its ID there.
+// mountAtMaster mounts s at the master, with its server's grant key, and
+// returns its ID there (which the server then expects grants to name).
 func (c *Client) mountAtMaster(ctx context.Context, s *extraSeg) (uint64, error) {
 	desc := wire.SegmentDesc{Name: s.name, ClientID: c.id, HostID: transfer.HostID(),
 		TransferAddr: s.server.Addr().String(), Size: s.size, Base: uint64(addrOf(s.mem))}
 	if s.local != nil {
 		desc.ShmPath = s.local.ShmPath()
 	}
+	s.server.SetSegID(0) // a remount may bring a new id: see Client.mount
 	var resp wire.MountResp
-	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc}, &resp); err != nil {
+	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: s.server.GrantKey()}, &resp); err != nil {
 		return 0, err
 	}
+	s.server.SetSegID(resp.SegID)
 	return resp.SegID, nil
 }
 

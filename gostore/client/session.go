@@ -138,7 +138,8 @@ func (c *Client) PutSessionWrite(keys []string, parts [][]RangePart) []int64 {
 			}
 			for _, p := range parts[i] {
 				if len(p.Buf) > 0 {
-					ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset + p.Off, Bufs: [][]byte{p.Buf}, Write: true})
+					ops = append(ops, transfer.Op{Peer: peer, Offset: rep.Offset + p.Off, Bufs: [][]byte{p.Buf}, Write: true,
+						Grant: rep.Grant})
 					opKey = append(opKey, i)
 				}
 			}

@@ -85,7 +85,7 @@ func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
 		if !ok {
 			return wire.ErrSegmentNotFound
 		}
-		ops = append(ops, transfer.Op{Peer: peer, Offset: t.Offset, Bufs: [][]byte{buf}, Write: true})
+		ops = append(ops, transfer.Op{Peer: peer, Offset: t.Offset, Bufs: [][]byte{buf}, Write: true, Grant: t.Grant})
 	}
 	for _, err := range c.engine.Do(ctx, ops) {
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/alloc"
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -65,6 +66,10 @@ type Config struct {
 	MaxKeyBytes    int
 	MaxBatchKeys   int
 	MaxObjectBytes uint64
+	// GrantSlack is added to the lifetime of every grant the master mints
+	// (grants.go): clock skew between the master and the segments' owners,
+	// and the RPC's time on the way.
+	GrantSlack time.Duration
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -104,6 +109,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxObjectBytes == 0 {
 		c.MaxObjectBytes = DefaultMaxObjectBytes
+	}
+	if c.GrantSlack == 0 {
+		c.GrantSlack = DefaultGrantSlack
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -216,6 +224,16 @@ type segment struct {
 	// quarantineUntil: a restored segment's free space takes no new
 	// replica before then (ns on the core's clock; see Restore).
 	quarantineUntil int64
+	// key signs the segment's grants (nil: its owner gave none, and its
+	// ranges come without grants). A remount may replace it.
+	key atomic.Pointer[segmentKey]
+}
+
+// segmentKey is a segment's grant key: as the owner sent it (for the
+// durable state) and ready to sign.
+type segmentKey struct {
+	secret []byte
+	signer *grant.Key
 }
 
 // New returns an empty core.
@@ -267,11 +285,23 @@ func (c *Core) Ping(clientID string) bool {
 }
 
 // MountSegment adds a client's memory to the pool and returns its new ID.
-// Mounting a name the same client already mounted returns the existing ID
-// (a retried RPC must not fail); another client's name is -102.
-func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
+// grantKey is the key the owner verifies the segment's grants with
+// (grant.KeySize bytes; nil from an owner that checks none: its ranges get
+// no grants). Mounting a name the same client already mounted returns the
+// existing ID (a retried RPC must not fail, and an owner remounting after
+// a restart finds its segment), taking the key it brings; another client's
+// name is -102.
+func (c *Core) MountSegment(d wire.SegmentDesc, grantKey []byte) (uint64, error) {
 	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign || d.Size > maxSegmentSize {
 		return 0, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
+	}
+	var key *segmentKey
+	if grantKey != nil {
+		signer, ok := grant.NewKey(grantKey)
+		if !ok {
+			return 0, wire.Errorf(wire.ErrInvalidParams, "a grant key of %d bytes, not %d", len(grantKey), grant.KeySize)
+		}
+		key = &segmentKey{secret: append([]byte(nil), grantKey...), signer: signer}
 	}
 	c.touch(d.ClientID)
 	c.segs.Lock()
@@ -291,6 +321,12 @@ func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
 	}
 	if old, ok := c.segs.byName[d.Name]; ok {
 		if old.desc.ClientID == d.ClientID && old.desc.Size == d.Size && old.desc.ShmPath == d.ShmPath {
+			if key != nil && !old.hasKey(key.secret) {
+				// A segment restored without its key (a state written
+				// before grants), or an owner that made a new one.
+				old.key.Store(key)
+				c.recordSegment(old, true)
+			}
 			return old.desc.ID, nil
 		}
 		return 0, wire.Errorf(wire.ErrSegmentAlreadyExists, "segment %q is mounted by another client", d.Name)
@@ -298,6 +334,7 @@ func (c *Core) MountSegment(d wire.SegmentDesc) (uint64, error) {
 	c.segs.nextID++
 	d.ID = c.segs.nextID
 	s := &segment{desc: d, alloc: alloc.New(d.Size, allocAlign)}
+	s.key.Store(key)
 	c.segs.byID[d.ID] = s
 	c.segs.byName[d.Name] = s
 	c.segs.list = append(c.segs.list, s)

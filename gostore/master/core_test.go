@@ -33,7 +33,7 @@ func newTestCore(t *testing.T) (*Core, *fakeClock) {
 
 func mount(t *testing.T, c *Core, client, name string, size uint64) uint64 {
 	t.Helper()
-	id, err := c.MountSegment(wire.SegmentDesc{Name: name, ClientID: client, Size: size, ShmPath: "/x/" + name})
+	id, err := c.MountSegment(wire.SegmentDesc{Name: name, ClientID: client, Size: size, ShmPath: "/x/" + name}, nil)
 	if err != nil {
 		t.Fatalf("mount %s: %v", name, err)
 	}
@@ -76,7 +76,7 @@ func TestPutLifecycle(t *testing.T) {
 	}
 	c.PutEnd("w", []string{"k"}, nil)
 	g := c.GetReplicas([]string{"k"}, false)
-	if g[0].Code != wire.OK || g[0].Size != 100 || g[0].Replicas[0] != res[0].Replicas[0] {
+	if g[0].Code != wire.OK || g[0].Size != 100 || at(g[0].Replicas[0]) != at(res[0].Replicas[0]) {
 		t.Fatalf("get = %+v", g[0])
 	}
 	if r := c.PutRevoke("w", []string{"k"}, nil); r[0] != wire.ErrInvalidWrite {
@@ -246,13 +246,13 @@ func TestMountRules(t *testing.T) {
 	if again := mount(t, c, "a", "seg", 1<<20); again != id {
 		t.Fatalf("retried mount got id %d, want %d", again, id)
 	}
-	if _, err := c.MountSegment(wire.SegmentDesc{Name: "seg", ClientID: "b", Size: 1 << 20}); wire.CodeOf(err) != wire.ErrSegmentAlreadyExists {
+	if _, err := c.MountSegment(wire.SegmentDesc{Name: "seg", ClientID: "b", Size: 1 << 20}, nil); wire.CodeOf(err) != wire.ErrSegmentAlreadyExists {
 		t.Fatalf("name taken by another client: %v", err)
 	}
-	if _, err := c.MountSegment(wire.SegmentDesc{Name: "tiny", ClientID: "b", Size: 1}); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := c.MountSegment(wire.SegmentDesc{Name: "tiny", ClientID: "b", Size: 1}, nil); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("tiny segment: %v", err)
 	}
-	if _, err := c.MountSegment(wire.SegmentDesc{Name: "huge", ClientID: "b", Size: 1 << 63}); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := c.MountSegment(wire.SegmentDesc{Name: "huge", ClientID: "b", Size: 1 << 63}, nil); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("implausible segment size accepted: %v", err)
 	}
 	c.UnmountSegment("a", "seg")
@@ -338,7 +338,7 @@ func TestSameNodeFirst(t *testing.T) {
 		if i == 2 {
 			host = "near"
 		}
-		c.MountSegment(wire.SegmentDesc{Name: fmt.Sprint("s", i), ClientID: fmt.Sprint("c", i), Size: 1 << 20, HostID: host})
+		c.MountSegment(wire.SegmentDesc{Name: fmt.Sprint("s", i), ClientID: fmt.Sprint("c", i), Size: 1 << 20, HostID: host}, nil)
 	}
 	for i := range 20 {
 		res, _ := c.PutStart("w", "near", []string{fmt.Sprint("k", i)}, []uint64{64}, wire.ReplicaConfig{SameNode: true})

@@ -43,4 +43,12 @@
 //     per batch, object size) changes nothing: it is refused whole before
 //     any key is looked at. Restore applies no limit, so lowering one
 //     across a restart loses nothing stored.
+//   - Every range the core hands out comes with a grant (grants.go) signed
+//     with its segment's key, for the direction and time it is the
+//     caller's by the injected clock: a write's replicas until
+//     PutStartDiscardTimeout, a read's until its lease, a task's for two
+//     discard timeouts, each plus GrantSlack; a peek gets none. A segment
+//     whose owner sent no key gets none either. The key is part of the
+//     segment's durable state (SegmentMounted, State.GrantKeys) and is
+//     never in a SegmentDesc: other clients receive those.
 package master

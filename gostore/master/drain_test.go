@@ -72,7 +72,7 @@ func step(t *testing.T, c *Core, clk *fakeClock, f []string) string {
 	}
 	switch f[0] {
 	case "mount":
-		_, err := c.MountSegment(wire.SegmentDesc{Name: f[2], ClientID: f[1], Size: num(f[3])})
+		_, err := c.MountSegment(wire.SegmentDesc{Name: f[2], ClientID: f[1], Size: num(f[3])}, nil)
 		return errText(err)
 	case "drain":
 		return errText(c.DrainSegment(f[1], f[2], dur(f[3])))

@@ -13,6 +13,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/alloc"
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -55,6 +56,10 @@ type Change struct {
 	Storage string            `msgpack:"st,omitempty"`
 	Keys    []string          `msgpack:"ks,omitempty"`
 	Hold    *DurableHold      `msgpack:"h,omitempty"`
+	// GrantKey (SegmentMounted) is the segment's grant key, nil for none.
+	// Not part of the msgpack body (whose field count older records fix):
+	// EncodeChange stores it after the body.
+	GrantKey []byte `msgpack:"-"`
 	// OnlyHolds (not journaled): the change only keeps ranges out of use
 	// (a hold, or a new write's ranges where its key had nothing they
 	// could damage). Losing it loses no stored byte, only the guard against
@@ -124,12 +129,16 @@ type State struct {
 	// segment ids and write epochs above them.
 	NextSegID uint64 `msgpack:"nid"`
 	Epoch     uint64 `msgpack:"ep"`
+	// GrantKeys are the segments' grant keys, by segment id (a segment
+	// without one: a state written before grants, or an owner that sent
+	// none). The state directory is as secret as the keys.
+	GrantKeys map[uint64][]byte `msgpack:"gk,omitempty"`
 }
 
 // NewState is an empty State.
 func NewState() *State {
 	return &State{Segments: map[uint64]wire.SegmentDesc{}, Objects: map[string]DurableObject{},
-		Drops: map[string]map[string]bool{}, Held: map[uint64]DurableHold{}}
+		Drops: map[string]map[string]bool{}, Held: map[uint64]DurableHold{}, GrantKeys: map[uint64][]byte{}}
 }
 
 // Apply replays one change. A State decoded from a snapshot may lack
@@ -147,6 +156,9 @@ func (st *State) Apply(ch Change) {
 	if st.Held == nil {
 		st.Held = map[uint64]DurableHold{}
 	}
+	if st.GrantKeys == nil {
+		st.GrantKeys = map[uint64][]byte{}
+	}
 	switch ch.Kind {
 	case ObjectSet:
 		st.Objects[ch.Key] = ch.Object
@@ -157,9 +169,15 @@ func (st *State) Apply(ch Change) {
 		if ch.Segment != nil {
 			st.Segments[ch.Segment.ID] = *ch.Segment
 			st.NextSegID = max(st.NextSegID, ch.Segment.ID)
+			if ch.GrantKey != nil {
+				st.GrantKeys[ch.Segment.ID] = ch.GrantKey
+			} else {
+				delete(st.GrantKeys, ch.Segment.ID)
+			}
 		}
 	case SegmentRemoved:
 		delete(st.Segments, ch.SegID)
+		delete(st.GrantKeys, ch.SegID)
 	case DropAdded:
 		if st.Drops[ch.Storage] == nil {
 			st.Drops[ch.Storage] = map[string]bool{}
@@ -274,7 +292,7 @@ func (c *Core) recordSegment(s *segment, mounted bool) {
 	}
 	if mounted {
 		d := s.desc
-		c.cfg.OnChange(Change{Kind: SegmentMounted, Segment: &d})
+		c.cfg.OnChange(Change{Kind: SegmentMounted, Segment: &d, GrantKey: s.keySecret()})
 	} else {
 		c.cfg.OnChange(Change{Kind: SegmentRemoved, SegID: s.desc.ID})
 	}
@@ -300,6 +318,9 @@ func (c *Core) DurableState(fn func()) *State {
 	st.Epoch = c.epochs.Load()
 	for _, s := range c.segs.list {
 		st.Segments[s.desc.ID] = s.desc
+		if k := s.keySecret(); k != nil {
+			st.GrantKeys[s.desc.ID] = k
+		}
 	}
 	for i := range c.shards {
 		for key, o := range c.shards[i].objects {
@@ -429,6 +450,12 @@ func (c *Core) Restore(st *State) RestoreReport {
 			refused[owners[id][i]] = true
 		}
 		s := &segment{desc: d, alloc: a}
+		if k, ok := grant.NewKey(st.GrantKeys[id]); ok {
+			// Without it (a state written before grants, or a damaged
+			// key) the segment's ranges get no grants, which its owner
+			// refuses, until the owner's remount brings the key again.
+			s.key.Store(&segmentKey{secret: append([]byte(nil), st.GrantKeys[id]...), signer: k})
+		}
 		if c.cfg.RestoreQuarantine > 0 {
 			s.quarantineUntil = now + int64(c.cfg.RestoreQuarantine)
 		}
@@ -533,7 +560,10 @@ func (c *Core) endQuarantines(now int64) {
 //	            [disk client | endpoint | storage]
 //	ObjectGone: kind | key
 //
-// Strings are a uvarint length then the bytes; numbers are uvarints.
+// Strings are a uvarint length then the bytes; numbers are uvarints. A
+// SegmentMounted change with a grant key has the key after its msgpack
+// body, as a second msgpack value (bin): records written before grants
+// end after the body, and read back without a key.
 
 // EncodeChange appends ch's stored form to buf.
 func EncodeChange(buf []byte, ch Change) ([]byte, error) {
@@ -576,7 +606,13 @@ func EncodeChange(buf []byte, ch Change) ([]byte, error) {
 		return buf, nil
 	}
 	body, err := msgpack.Marshal(&ch)
-	return append(buf, body...), err
+	buf = append(buf, body...)
+	if err == nil && ch.Kind == SegmentMounted && ch.GrantKey != nil {
+		var key []byte
+		key, err = msgpack.Marshal(ch.GrantKey)
+		buf = append(buf, key...)
+	}
+	return buf, err
 }
 
 // DecodeChange reads one stored Change; an error for anything that is not
@@ -608,12 +644,26 @@ func DecodeChange(b []byte) (Change, error) {
 		// msgpack allocates what a length claims before it reads the
 		// elements: bytes from a disk are vetted first, and must be the
 		// record's one value.
-		if n, err := wire.CheckValue(b); err != nil {
+		n, err := wire.CheckValue(b)
+		if err != nil {
 			return ch, err
+		}
+		if rest := b[n:]; kind == SegmentMounted && len(rest) > 0 {
+			if m, err := wire.CheckValue(rest); err != nil {
+				return ch, err
+			} else if m != len(rest) {
+				return ch, fmt.Errorf("change of kind %d: %d bytes after its grant key", kind, len(rest)-m)
+			}
+			if err := msgpack.Unmarshal(rest, &ch.GrantKey); err != nil {
+				return ch, fmt.Errorf("grant key of a mounted segment: %w", err)
+			}
+			if ch.GrantKey == nil {
+				return ch, fmt.Errorf("change of kind %d: a grant key that is no key", kind)
+			}
 		} else if n != len(b) {
 			return ch, fmt.Errorf("change of kind %d: %d bytes after its value", kind, len(b)-n)
 		}
-		if err := msgpack.Unmarshal(b, &ch); err != nil {
+		if err := msgpack.Unmarshal(b[:n], &ch); err != nil {
 			return ch, err
 		}
 		if ch.Kind != kind {

@@ -262,7 +262,7 @@ func TestRestoreServesTheSameObjects(t *testing.T) {
 	}
 	// Segment ids continue above the restored ones; the same client
 	// mounting its segment again gets it back as it was.
-	if id, err := r.MountSegment(wire.SegmentDesc{Name: "sa", ClientID: "a", Size: 1 << 20, ShmPath: "/x/sa"}); err != nil || id != before[0].Replicas[0].SegID && id != before[0].Replicas[1].SegID {
+	if id, err := r.MountSegment(wire.SegmentDesc{Name: "sa", ClientID: "a", Size: 1 << 20, ShmPath: "/x/sa"}, nil); err != nil || id != before[0].Replicas[0].SegID && id != before[0].Replicas[1].SegID {
 		t.Fatalf("remount of sa: id %d, %v", id, err)
 	}
 	if id := mount(t, r, "c", "sc", 1<<20); id <= 2 {

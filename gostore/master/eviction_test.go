@@ -149,7 +149,7 @@ func TestAbandonedPutIsTakenOverAndQuarantined(t *testing.T) {
 	}
 	clk.Advance(2 * time.Second)
 	second, _ := c.PutStart("fast", "", []string{"k"}, []uint64{4096}, wire.ReplicaConfig{})
-	if second[0].Code != wire.OK || second[0].Replicas[0] == first[0].Replicas[0] {
+	if second[0].Code != wire.OK || at(second[0].Replicas[0]) == at(first[0].Replicas[0]) {
 		t.Fatalf("takeover: %+v (old %+v)", second[0], first[0])
 	}
 	if used := c.Segments()[0].Used; used != 2*4096 {

@@ -42,6 +42,7 @@ func kindChanges() []Change {
 		{Kind: ObjectGone, Key: "k/1"},
 		{Kind: ObjectGone, Key: ""},
 		{Kind: SegmentMounted, Segment: &seg},
+		{Kind: SegmentMounted, Segment: &seg, GrantKey: bytes.Repeat([]byte{0xa5}, 32)},
 		{Kind: SegmentRemoved, SegID: 7},
 		{Kind: DropAdded, Storage: "/ssd", Key: "k/2"},
 		{Kind: DropsDone, Storage: "/ssd", Keys: []string{"a", "b"}},
@@ -73,7 +74,11 @@ func workload(tb testing.TB, seed uint64, steps int) [][]byte {
 	gens := map[string]int{}
 	seg := func(cl string) string { return fmt.Sprintf("%s-seg%d", cl, gens[cl]) }
 	mountSeg := func(cl string) {
-		if _, err := c.MountSegment(wire.SegmentDesc{Name: seg(cl), ClientID: cl, Size: 1 << 18, ShmPath: "/x/" + seg(cl)}); err != nil {
+		var key []byte // client a's segments have grant keys, b's none (an older client)
+		if cl == "a" {
+			key = bytes.Repeat([]byte{byte(gens[cl])}, 32)
+		}
+		if _, err := c.MountSegment(wire.SegmentDesc{Name: seg(cl), ClientID: cl, Size: 1 << 18, ShmPath: "/x/" + seg(cl)}, key); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -381,7 +386,7 @@ func FuzzReplayChanges(f *testing.F) {
 		c.GetReplicas(keys, true)
 		c.PeekReplicas(keys)
 		c.Exist(keys)
-		newID, err := c.MountSegment(wire.SegmentDesc{Name: "fuzz-new", ClientID: "fuzz", Size: 1 << 20, ShmPath: "/x/n"})
+		newID, err := c.MountSegment(wire.SegmentDesc{Name: "fuzz-new", ClientID: "fuzz", Size: 1 << 20, ShmPath: "/x/n"}, nil)
 		if err == nil {
 			c.segs.RLock()
 			s, n, ids := c.segs.byID[newID], len(c.segs.list), len(c.segs.byID)

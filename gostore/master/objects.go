@@ -215,7 +215,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 	c.startWrite(o, now, clientID, cfg)
 	sh.objects[key] = o
 	c.recordNewWrite(key, o) // its ranges, held across a restart while the writer copies
-	return writeResult(o)
+	return c.writeResult(o, now)
 }
 
 // startWrite makes clientID the object's writer under a fresh epoch.
@@ -228,10 +228,13 @@ func (c *Core) startWrite(o *object, now int64, clientID string, cfg wire.Replic
 	}
 }
 
-func writeResult(o *object) wire.PutStartResult {
+// writeResult is the answer to the write that just started on o: its
+// replicas, each with the grant to write it.
+func (c *Core) writeResult(o *object, now int64) wire.PutStartResult {
 	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, len(o.replicas)), Epoch: o.epoch}
+	expiry := c.writeGrantExpiry(now)
 	for j, r := range o.replicas {
-		res.Replicas[j] = wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset}
+		res.Replicas[j] = wireReplica(r, o.size, true, expiry)
 	}
 	return res
 }
@@ -336,7 +339,7 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 			// header check, whose epoch guards against reuse.
 			out[i].Size, out[i].Epoch = o.size, o.epoch
 			for _, r := range o.replicas {
-				out[i].Replicas = append(out[i].Replicas, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+				out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 			}
 		default:
 			if o.disk != nil {
@@ -357,13 +360,23 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
 			for _, r := range o.replicas {
 				if r.status == replicaComplete {
-					out[i].Replicas = append(out[i].Replicas, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+					out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 				}
 			}
 		}
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// readReplica is r as a reader sees it: with a grant to read it while the
+// lease runs when the lookup uses the object, without one for a peek (the
+// SSD tier reads its own segment's memory directly).
+func (c *Core) readReplica(r replica, size uint64, now int64, use bool) wire.Replica {
+	if !use {
+		return wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset}
+	}
+	return wireReplica(r, size, false, c.readGrantExpiry(now))
 }
 
 // ReadDone ends reads counted by GetReplicas(forRead). epochs[i] is the

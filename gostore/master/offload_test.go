@@ -18,7 +18,7 @@ func offloadCore(t *testing.T, onEvict bool) (*Core, *fakeClock) {
 // mountTier mounts a segment whose owner runs an SSD tier.
 func mountTier(t *testing.T, c *Core, client, name string, size uint64) uint64 {
 	t.Helper()
-	id, err := c.MountSegment(wire.SegmentDesc{Name: name, ClientID: client, Size: size, ShmPath: "/x/" + name, Offload: true})
+	id, err := c.MountSegment(wire.SegmentDesc{Name: name, ClientID: client, Size: size, ShmPath: "/x/" + name, Offload: true}, nil)
 	if err != nil {
 		t.Fatalf("mount %s: %v", name, err)
 	}

@@ -107,11 +107,12 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	}
 	o.tasks++
 	t.hold = c.holdRanges(t.targets, o.size, 0) // under the shard lock: before any TaskDone
+	expiry := c.taskGrantExpiry(now)
 	for _, r := range o.replicas {
-		plan.Sources = append(plan.Sources, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+		plan.Sources = append(plan.Sources, wireReplica(r, o.size, false, expiry))
 	}
 	for _, r := range t.targets {
-		plan.Targets = append(plan.Targets, wire.Replica{SegID: r.seg.desc.ID, Offset: r.offset})
+		plan.Targets = append(plan.Targets, wireReplica(r, o.size, true, expiry))
 	}
 	plan.ID = c.addTask(t)
 	c.stats.TasksCreated.Add(1)

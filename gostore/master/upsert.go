@@ -57,7 +57,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		// Durable before the writer overwrites the bytes in place: a
 		// restart must not bring back an object half rewritten.
 		c.record(key, o)
-		return writeResult(o)
+		return c.writeResult(o, now)
 	}
 	c.discard(o.replicas, o.size, now)
 	c.deleteObject(sh, key, o)

@@ -50,7 +50,7 @@ func TestUpsertCases(t *testing.T) {
 
 	// Case B: same size rewrites in place, unreadable until the end.
 	b := upsert(t, c, "w2", "k", 1000, wire.ReplicaConfig{})
-	if b.Code != wire.OK || b.Replicas[0] != a.Replicas[0] || b.Epoch == a.Epoch {
+	if b.Code != wire.OK || at(b.Replicas[0]) != at(a.Replicas[0]) || b.Epoch == a.Epoch {
 		t.Fatalf("case B: %+v (was %+v)", b, a)
 	}
 	if g := c.GetReplicas([]string{"k"}, true); g[0].Code != wire.ErrReplicaIsNotReady {
@@ -86,7 +86,7 @@ func TestUpsertCases(t *testing.T) {
 
 	// Case C: another size allocates anew; the old range is quarantined.
 	cc := upsert(t, c, "w", "k", 5000, wire.ReplicaConfig{})
-	if cc.Code != wire.OK || cc.Replicas[0] == a.Replicas[0] {
+	if cc.Code != wire.OK || at(cc.Replicas[0]) == at(a.Replicas[0]) {
 		t.Fatalf("case C: %+v", cc)
 	}
 	if info, _ := c.QueryKey("k"); !info.HardPin || info.Size != 5000 {
@@ -99,7 +99,7 @@ func TestUpsertCases(t *testing.T) {
 	// Preemption of an unfinished write: its ranges are quarantined, the
 	// new upsert allocates (nothing complete remained).
 	pre := upsert(t, c, "w3", "k", 5000, wire.ReplicaConfig{})
-	if pre.Code != wire.OK || pre.Replicas[0] == cc.Replicas[0] {
+	if pre.Code != wire.OK || at(pre.Replicas[0]) == at(cc.Replicas[0]) {
 		t.Fatalf("preempting upsert: %+v", pre)
 	}
 	if r := c.PutEnd("w", []string{"k"}, []uint64{cc.Epoch}); r[0] != wire.ErrObjectNotFound {

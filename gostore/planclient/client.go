@@ -32,6 +32,11 @@ type WritePlan struct {
 	Epoch     uint64
 	mem       []byte // the owner's segment, mapped here (nil: over TCP)
 	peer      transfer.Peer
+	// Over TCP: the grant to write the object (header and payload) and
+	// the header as this producer last wrote it. The grant allows no
+	// read, so header changes are made to the copy, then written.
+	grant []byte
+	hdr   headerScratch
 }
 
 // ObjMeta locates a READY object for readers (the seed's fields).
@@ -45,6 +50,10 @@ type ObjMeta struct {
 	PageBytes  uint32
 	NPages     uint32
 	Epoch      uint64
+	// Grant lets a reader on another host read the object over TCP (the
+	// master's read grant, good for the lease plus slack); nil where none
+	// came (the owner is mapped here, or the meta was made by hand).
+	Grant []byte
 }
 
 // Stats are the plan API's counters in this process (seed §11).
@@ -218,7 +227,7 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 	rep := r.Replicas[0]
 	p := &WritePlan{Key: key, KeyHash: plan.KeyHash(key), DstRank: -1, SegID: rep.SegID, HeaderOff: rep.Offset,
 		Payload: rep.Offset + plan.HeaderSize, PageBytes: pageBytes, NPages: plan.Pages(bytes, pageBytes),
-		Bytes: bytes, Epoch: r.Epoch}
+		Bytes: bytes, Epoch: r.Epoch, grant: rep.Grant}
 	if rep.SegID == owner.Seg.ID {
 		p.DstRank = owner.Rank
 	}
@@ -247,38 +256,53 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 }
 
 // writeHeader applies op to the plan's header: in place where the owner's
-// memory is mapped here, else on a copy that is then written over TCP
-// (for a TCP owner a remote CAS is not possible; the producer is the only
-// writer of a header it reserved, so a plain write is enough).
+// memory is mapped here, else on the producer's copy of it, which is then
+// written over TCP (for a TCP owner a remote CAS is not possible; the
+// producer is the only writer of a header it reserved, so a plain write
+// is enough, and its write grant allows no read: the copy is the header
+// as it last wrote it). The copy changes only once the write landed.
 func (c *Client) writeHeader(ctx context.Context, p *WritePlan, op func([]byte) error) error {
-	var scratch headerScratch
-	h, err := c.headerAt(ctx, p.mem, p.peer, p.HeaderOff, &scratch)
-	if err != nil {
+	if p.mem != nil {
+		h, err := c.headerAt(ctx, p.mem, p.peer, p.HeaderOff, nil, nil)
+		if err != nil {
+			return err
+		}
+		return op(h)
+	}
+	next := p.hdr
+	h := next.view()
+	if err := op(h); err != nil {
 		return err
 	}
-	if err := op(h); err != nil || p.mem != nil {
+	if err := c.host.Transfer(ctx, transfer.Op{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{h}, Write: true, Grant: p.grant}); err != nil {
 		return err
 	}
-	return c.host.Transfer(ctx, transfer.Op{Peer: p.peer, Offset: p.HeaderOff, Bufs: [][]byte{h}, Write: true})
+	p.hdr = next
+	return nil
 }
 
-// headerScratch holds a header read over TCP: 64 bytes at an 8-byte
-// aligned address inside it (plan's atomics need the alignment).
-type headerScratch [plan.HeaderSize + 8]byte
+// headerScratch holds a header read or written over TCP: 64 bytes, 8-byte
+// aligned as words always are (plan's atomics need the alignment), so a
+// copy of one is aligned too.
+type headerScratch [plan.HeaderSize / 8]uint64
+
+// view returns the header's 64 bytes.
+func (s *headerScratch) view() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), plan.HeaderSize)
+}
 
 // headerAt returns the plan header at off in a segment: a view of mem
-// where the segment is mapped here, else a copy read over TCP into
-// scratch.
-func (c *Client) headerAt(ctx context.Context, mem []byte, peer transfer.Peer, off uint64, scratch *headerScratch) ([]byte, error) {
+// where the segment is mapped here, else a copy read over TCP (with
+// grant, the reader's) into scratch.
+func (c *Client) headerAt(ctx context.Context, mem []byte, peer transfer.Peer, off uint64, grant []byte, scratch *headerScratch) ([]byte, error) {
 	if mem != nil {
 		if off > uint64(len(mem)) || uint64(len(mem))-off < plan.HeaderSize {
 			return nil, wire.Errorf(wire.ErrInvalidParams, "plan header at %d outside its %d-byte segment", off, len(mem))
 		}
 		return mem[off : off+plan.HeaderSize : off+plan.HeaderSize], nil
 	}
-	skip := (8 - int(uintptr(unsafe.Pointer(&scratch[0]))%8)) % 8
-	buf := scratch[skip : skip+plan.HeaderSize : skip+plan.HeaderSize]
-	return buf, c.host.Transfer(ctx, transfer.Op{Peer: peer, Offset: off, Bufs: [][]byte{buf}})
+	buf := scratch.view()
+	return buf, c.host.Transfer(ctx, transfer.Op{Peer: peer, Offset: off, Bufs: [][]byte{buf}, Grant: grant})
 }
 
 // OpenPlan is this process's open (uncommitted) plan for key, or nil.
@@ -313,7 +337,7 @@ func (c *Client) Write(p *WritePlan, off uint64, data []byte) error {
 	} else {
 		ctx, cancel := c.host.CallContext()
 		defer cancel()
-		if err := c.host.Transfer(ctx, transfer.Op{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true}); err != nil {
+		if err := c.host.Transfer(ctx, transfer.Op{Peer: p.peer, Offset: p.Payload + off, Bufs: [][]byte{data}, Write: true, Grant: p.grant}); err != nil {
 			return err
 		}
 	}
@@ -432,10 +456,10 @@ func (c *Client) locatePlan(ctx context.Context, key string, read bool) (*ObjMet
 		return fail(err)
 	}
 	meta := &ObjMeta{KeyHash: plan.KeyHash(key), OwnerRank: -1, SegID: rep.SegID, HeaderOff: rep.Offset,
-		PayloadOff: rep.Offset + plan.HeaderSize, Bytes: r.Size - plan.HeaderSize, Epoch: r.Epoch}
+		PayloadOff: rep.Offset + plan.HeaderSize, Bytes: r.Size - plan.HeaderSize, Epoch: r.Epoch, Grant: rep.Grant}
 	var scratch headerScratch
 	var h plan.Header
-	hb, err := c.headerAt(ctx, mem, peer, rep.Offset, &scratch)
+	hb, err := c.headerAt(ctx, mem, peer, rep.Offset, meta.Grant, &scratch)
 	if err == nil {
 		h, err = plan.Load(hb)
 	}
@@ -517,7 +541,7 @@ func (c *Client) readPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 		return 0, err
 	}
 	var scratch headerScratch
-	h, err := c.headerAt(ctx, mem, peer, meta.HeaderOff, &scratch)
+	h, err := c.headerAt(ctx, mem, peer, meta.HeaderOff, meta.Grant, &scratch)
 	if err != nil {
 		return 0, err
 	}
@@ -545,11 +569,11 @@ func (c *Client) copyPayload(ctx context.Context, meta *ObjMeta, dst []byte) (in
 			return 0, wire.Errorf(wire.ErrInvalidParams, "object outside its segment")
 		}
 		copy(dst, mem[meta.PayloadOff:meta.PayloadOff+meta.Bytes])
-	} else if err := c.host.Transfer(ctx, transfer.Op{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}}); err != nil {
+	} else if err := c.host.Transfer(ctx, transfer.Op{Peer: peer, Offset: meta.PayloadOff, Bufs: [][]byte{dst}, Grant: meta.Grant}); err != nil {
 		return 0, err
 	}
 	var scratch headerScratch
-	h, err := c.headerAt(ctx, mem, peer, meta.HeaderOff, &scratch)
+	h, err := c.headerAt(ctx, mem, peer, meta.HeaderOff, meta.Grant, &scratch)
 	if err != nil {
 		return 0, err
 	}
@@ -602,8 +626,12 @@ func (c *Client) Remove(key string) error {
 	}
 	r := res[0]
 	if (r.Code == wire.OK || r.Code == wire.ErrReplicaIsNotReady) && len(r.Replicas) > 0 {
-		if mem, peer, err := c.host.SegmentMemory(ctx, r.Replicas[0].SegID); err == nil {
-			at := &WritePlan{HeaderOff: r.Replicas[0].Offset, mem: mem, peer: peer}
+		// Killed in place where the owner is mapped here. Over TCP this
+		// process holds no grant to write another's header: readers of
+		// the slot find its epoch changed once it is reused, and their
+		// grants end with their leases.
+		if mem, _, err := c.host.SegmentMemory(ctx, r.Replicas[0].SegID); err == nil && mem != nil {
+			at := &WritePlan{HeaderOff: r.Replicas[0].Offset, mem: mem}
 			_ = c.writeHeader(ctx, at, func(b []byte) error { plan.Kill(b, uint32(r.Epoch)); return nil })
 		}
 	}

@@ -79,6 +79,16 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 			if n, err := reader.Plans().ReadAt(meta, dst); err != nil || !bytes.Equal(dst[:n], v) {
 				t.Fatalf("one-hop read: %d %v", n, err)
 			}
+			if tcp {
+				// Over TCP the meta's read grant is what the owner serves:
+				// the same meta without it is refused, and reads nothing.
+				bare := *meta
+				bare.Grant = nil
+				clear(dst)
+				if _, err := reader.Plans().ReadAt(&bare, dst); wire.CodeOf(err) != wire.ErrIllegalClient || bytes.Contains(dst, v[:64]) {
+					t.Fatalf("one-hop read without the grant: %v", err)
+				}
+			}
 			// A plan object is an object: the regular API sees it (once
 			// the master has heard of the commit).
 			producer.Plans().FlushCommits()

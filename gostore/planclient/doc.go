@@ -24,6 +24,15 @@
 //     expected epoch both before and after its copy (a seqlock): a slot
 //     reclaimed or reused meanwhile gives an error and a cleared
 //     destination, never another object's bytes.
+//   - Over TCP every transfer carries its grant: a producer the write
+//     grant PutStart gave it for the whole object (header and payload),
+//     a reader the read grant of its lookup (ObjMeta.Grant, good for the
+//     lease plus slack: a meta read over TCP later, or one made by hand,
+//     is refused). A producer's grant allows no read, so it keeps the
+//     header it last wrote and changes that copy. A Remove of another
+//     process's plan kills the header only where the owner is mapped
+//     here; over TCP its readers see the epoch change once the slot is
+//     reused.
 //   - The package never reaches the store client itself: all it needs is
 //     the Host interface.
 //

@@ -30,6 +30,10 @@
 //     master told, and the reader gets ErrChecksumMismatch.
 //   - Staged bytes are held under a lease; a reader whose pull outlived it
 //     discards the result (ErrLeaseExpired) rather than trust the bytes.
+//   - The staging buffer's transfer server serves a reader on another host
+//     only what it staged for it: the tier signs a read grant per staged
+//     object with the server's key (StageResp.Grants), for the lease plus
+//     slack. A reader on the same host maps the buffer instead.
 //   - The package never reaches the client itself: all it needs from its
 //     host is the Host interface.
 //

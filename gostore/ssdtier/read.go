@@ -184,7 +184,11 @@ func (r *Reader) stageAndPull(ctx context.Context, peer *rpc.Client, keys []stri
 			out[w.Item] = int64(resp.Codes[j])
 			continue
 		}
-		ops = append(ops, transfer.Op{Peer: buf, Offset: resp.Offsets[j], Bufs: w.Bufs})
+		var g []byte
+		if j < len(resp.Grants) {
+			g = resp.Grants[j] // the holder's invitation to read that object
+		}
+		ops = append(ops, transfer.Op{Peer: buf, Offset: resp.Offsets[j], Bufs: w.Bufs, Grant: g})
 		opWant = append(opWant, w)
 	}
 	if len(ops) == 0 {

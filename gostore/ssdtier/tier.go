@@ -135,6 +135,7 @@ func Open(host Host, cfg Config, log *slog.Logger) (*Tier, error) {
 		ID: stagingSegID(), Name: "ssd-staging:" + cfg.Segment, ClientID: host.ClientID(), Size: t.staging.Size(),
 		HostID: transfer.HostID(), ShmPath: t.staging.ShmPath(), TransferAddr: ln.Addr().String(),
 	}
+	t.stageSrv.SetSegID(t.bufDesc.ID) // the id the tier's own grants name
 	rln, err := net.Listen("tcp", net.JoinHostPort(cfg.ListenHost, "0"))
 	if err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "SSD RPC listener on %s: %v", cfg.ListenHost, err)
@@ -581,20 +582,30 @@ func (t *Tier) evicted(keys []string) {
 	}
 }
 
+// stageGrantSlack is added to the staging lease in the grants a reader
+// gets: the reader's clock may run ahead of this host's.
+const stageGrantSlack = 10 * time.Second
+
 // serveStage answers a reader: the objects are read into the staging
-// buffer under one lease.
+// buffer under one lease, each with a grant to read it.
 func (t *Tier) serveStage(req *wire.StageReq) (*wire.StageResp, error) {
 	if len(req.Keys) != len(req.Sizes) || len(req.Keys) > maxStageKeys {
 		return nil, wire.Errorf(wire.ErrInvalidParams, "stage: %d keys, %d sizes (at most %d)", len(req.Keys), len(req.Sizes), maxStageKeys)
 	}
 	id, offs, errs := t.fs.Stage(req.Keys, req.Sizes)
+	ttl := t.fs.Buffer().TTL()
 	resp := &wire.StageResp{BatchID: id, Codes: make([]wire.Code, len(errs)), Offsets: offs,
-		Buffer: t.bufDesc, GCTTLMS: t.fs.Buffer().TTL().Milliseconds()}
+		Buffer: t.bufDesc, GCTTLMS: ttl.Milliseconds(), Grants: make([][]byte, len(errs))}
+	// The reader pulls the bytes from the staging buffer: each object's
+	// grant lets it read that object, for the lease (plus slack for the
+	// clocks; a pull that outlives the lease is discarded anyway).
+	expiry := time.Now().Add(ttl + stageGrantSlack)
 	var corrupt []string
 	for i, err := range errs {
 		resp.Codes[i] = wire.CodeOf(err)
 		if err == nil {
 			t.stats.staged.Add(1)
+			resp.Grants[i] = t.stageSrv.Mint(offs[i], req.Sizes[i], false, expiry)
 			continue
 		}
 		t.stats.stageFailed.Add(1)

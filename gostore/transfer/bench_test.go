@@ -22,11 +22,11 @@ func benchShm(b *testing.B, write bool) {
 	buf := make([]byte, mib16)
 	copy(buf, pattern(1, mib16))
 	ops := []Op{{Peer: p, Offset: 4096, Bufs: [][]byte{buf}, Write: write}}
-	mustOK(b, e.Do(context.Background(), ops))
+	mustOK(b, grantDo(e, context.Background(), ops))
 	b.SetBytes(mib16)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := e.Do(context.Background(), ops)[0]; err != nil {
+		if err := grantDo(e, context.Background(), ops)[0]; err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -44,11 +44,11 @@ func benchTCP(b *testing.B, write bool, opt Options) {
 	buf := make([]byte, mib16)
 	copy(buf, pattern(1, mib16))
 	ops := []Op{{Peer: tp.peer, Offset: 4096, Bufs: [][]byte{buf}, Write: write}}
-	mustOK(b, e.Do(context.Background(), ops))
+	mustOK(b, grantDo(e, context.Background(), ops))
 	b.SetBytes(mib16)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := e.Do(context.Background(), ops)[0]; err != nil {
+		if err := grantDo(e, context.Background(), ops)[0]; err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -69,11 +69,11 @@ func benchBatch(b *testing.B, write bool) {
 	for i := range ops {
 		ops[i] = Op{Peer: tp.peer, Offset: uint64(i) * 8192, Bufs: [][]byte{pattern(uint64(i), 4096)}, Write: write}
 	}
-	mustOK(b, e.Do(context.Background(), ops))
+	mustOK(b, grantDo(e, context.Background(), ops))
 	b.SetBytes(32 * 4096)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for k, err := range e.Do(context.Background(), ops) {
+		for k, err := range grantDo(e, context.Background(), ops) {
 			if err != nil {
 				b.Fatalf("op %d: %v", k, err)
 			}

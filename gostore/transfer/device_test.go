@@ -131,6 +131,7 @@ func newDevicePeer(t *testing.T, dev *fakeDevice) Peer {
 	go srv.Serve()
 	t.Cleanup(func() { srv.Close() })
 	nextSegID++
+	serveGranted(srv, nextSegID)
 	return Peer{SegID: nextSegID, HostID: "elsewhere", TransferAddr: ln.Addr().String(), Size: dev.Size(), Location: "cuda:0"}
 }
 
@@ -145,7 +146,7 @@ func TestDeviceSegmentOverTCP(t *testing.T) {
 		t.Fatalf("a device segment elsewhere goes %s", e.Route(peer))
 	}
 	v := pattern(7, 3<<20+123)
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: peer, Offset: 4096, Bufs: scatter(v, 1<<20, 77), Write: true}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: peer, Offset: 4096, Bufs: scatter(v, 1<<20, 77), Write: true}}))
 	dev.mu.Lock()
 	d := firstDiff(dev.mem[4096:4096+len(v)], v)
 	dev.mu.Unlock()
@@ -153,15 +154,15 @@ func TestDeviceSegmentOverTCP(t *testing.T) {
 		t.Fatal(d)
 	}
 	back := make([]byte, len(v))
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: peer, Offset: 4096, Bufs: scatter(back, 999, 1<<20)}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: peer, Offset: 4096, Bufs: scatter(back, 999, 1<<20)}}))
 	if d := firstDiff(back, v); d != "" {
 		t.Fatal(d)
 	}
 	peer.Size = 0 // let the server judge the range
-	wantCode(t, e.Do(context.Background(), []Op{{Peer: peer, Offset: 8<<20 - 10, Bufs: [][]byte{make([]byte, 20)}}})[0], wire.ErrInvalidParams)
+	wantCode(t, grantDo(e, context.Background(), []Op{{Peer: peer, Offset: 8<<20 - 10, Bufs: [][]byte{make([]byte, 20)}}})[0], wire.ErrInvalidParams)
 	// A device that fails its copies fails the op, never hands out bytes.
 	dev.broken.Store(true)
-	if err := e.Do(context.Background(), []Op{{Peer: peer, Offset: 0, Bufs: [][]byte{make([]byte, 4096)}}})[0]; err == nil {
+	if err := grantDo(e, context.Background(), []Op{{Peer: peer, Offset: 0, Bufs: [][]byte{make([]byte, 4096)}}})[0]; err == nil {
 		t.Fatal("a read from a failing device succeeded")
 	}
 }
@@ -188,10 +189,10 @@ func TestDeviceSegmentOverIPC(t *testing.T) {
 	}
 	v := pattern(9, 1<<20+5)
 	for range 3 {
-		mustOK(t, e.Do(context.Background(), []Op{{Peer: peer, Offset: 100, Bufs: scatter(v, 4096, 333), Write: true}}))
+		mustOK(t, grantDo(e, context.Background(), []Op{{Peer: peer, Offset: 100, Bufs: scatter(v, 4096, 333), Write: true}}))
 	}
 	back := make([]byte, len(v))
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: peer, Offset: 100, Bufs: [][]byte{back}}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: peer, Offset: 100, Bufs: [][]byte{back}}}))
 	if d := firstDiff(back, v); d != "" || opened.Load() != 1 || mapped.copies.Load() == 0 || dev.copies.Load() != 0 {
 		t.Fatalf("ipc: %s, opened %d, mapped copies %d, server copies %d", d, opened.Load(), mapped.copies.Load(), dev.copies.Load())
 	}
@@ -202,7 +203,7 @@ func TestDeviceSegmentOverIPC(t *testing.T) {
 	// An IPC handle that cannot be opened: the same op goes over TCP.
 	bad := peer
 	bad.SegID, bad.IPC = peer.SegID+5000, []byte("stale")
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: bad, Offset: 0, Bufs: [][]byte{v[:4096]}, Write: true}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: bad, Offset: 0, Bufs: [][]byte{v[:4096]}, Write: true}}))
 	if e.Route(bad).String() != "tcp" || dev.copies.Load() == 0 {
 		t.Fatalf("after a failed open: path %s, server copies %d", e.Route(bad), dev.copies.Load())
 	}

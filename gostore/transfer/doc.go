@@ -32,12 +32,35 @@
 // The GPU is reached only through the Driver the caller supplies: this
 // package links no driver, and tests supply a fake.
 //
+// # Grants
+//
+// A Server serves a request only inside a grant (gostore/grant) made
+// under its key (NewServer draws it at random; the owner gives it to the
+// master at mount, GrantKey) for the segment it serves (SetSegID), the
+// request's range and direction, before the grant's expiry. Op.Grant
+// carries it; the TCP route sends it after each request's header, and
+// the server verifies a connection's token once, then only checks ranges
+// and expiry for the slices that repeat it. A request without a valid
+// grant is answered ErrIllegalClient (ErrLeaseExpired for an expired one),
+// touches nothing (a write's payload is drained, or the connection closed
+// past maxDiscard), and is logged: the first of a burst, with the remote
+// and the range. Server.Mint is the owner's own grant, for a peer it
+// invites into its memory.
+//
+// The local routes are not policed: the own segment is this process's,
+// and a same-host peer maps the owner's memfd (/proc/<pid>/fd/<n>) or
+// opens its GPU memory from an IPC handle, which takes ptrace rights over
+// the owner (its user, or root): rights to read and write its memory
+// anyway.
+//
 // # Invariants and the caller's duties
 //
 //   - Do returns one error per op, carrying a wire.Code (ErrInvalidParams
-//     for a bad range or device parts, refused before anything moves;
-//     ErrTransferFail for I/O, cancellation included). When Do returns the
-//     caller's memory is no longer used, also after ctx ended.
+//     for a bad range, device parts or a grant that cannot cover the op,
+//     refused before anything moves; ErrIllegalClient or ErrLeaseExpired
+//     from a server that refused the grant; ErrTransferFail for I/O,
+//     cancellation included). When Do returns the caller's memory is no
+//     longer used, also after ctx ended.
 //   - The caller keeps its memory valid until Do returns, and never hands
 //     an op a range it does not own.
 //   - A mapping or connection that failed is dropped by Forget (the client
@@ -48,11 +71,16 @@
 //
 // Little endian, on each connection a stream of requests answered in order:
 //
-//	request:  u8 op (1 write, 2 read) | u64 id | u64 offset | u64 length | write payload
+//	request:  u8 op | u64 id | u64 offset | u64 length | [grant] | write payload
 //	response: u64 id | i32 status (0 or a wire.Code) | u64 length | read payload
 //
-// The response length is the number of payload bytes that follow it: the
-// requested length for a successful read, zero otherwise. Write payloads are
-// read straight into the segment and read payloads are written straight from
-// it. A request with an unknown op closes the connection.
+// Ops 3 (write) and 4 (read) are followed by a grant (grant.Size bytes);
+// ops 1 (write) and 2 (read), the protocol's first version, carry none and
+// are refused (ErrIllegalClient), their write payloads drained. The
+// response length is the number of payload bytes that follow it: the
+// requested length for a successful read, zero otherwise. A range outside
+// the segment is ErrInvalidParams, checked before the grant. Write
+// payloads are read straight into the segment and read payloads are
+// written straight from it. A request with an unknown op, or a header or
+// grant cut short, closes the connection.
 package transfer

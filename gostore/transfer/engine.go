@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -50,12 +51,20 @@ func PeerFromDesc(d wire.SegmentDesc) Peer {
 // moves every part, len(Bufs[i]) or DevicePart.Size bytes each, in order.
 // The caller owns the memory; it must stay valid until Do returns and is
 // not touched after.
+//
+// Grant is the capability (gostore/grant, grant.Size bytes) the peer's
+// transfer server asks for: from the master (the replicas of a put, a get
+// or a task) or the segment's owner (an invitation into its memory). It
+// must cover [Offset, Offset+len) in the op's direction; the TCP route
+// sends it with every request, the local routes need none (the own
+// segment is this process's; a same-host mapping cannot be policed).
 type Op struct {
 	Peer   Peer
 	Offset uint64
 	Bufs   [][]byte
 	Device []DevicePart
 	Write  bool
+	Grant  []byte
 }
 
 // Options tune an Engine. Zero values mean the defaults.
@@ -327,6 +336,30 @@ func (e *Engine) pool(addr string, segIDs []uint64) (*peerPool, error) {
 	return p, nil
 }
 
+// checkGrant refuses, before anything moves, an op whose grant cannot
+// cover it: the TCP route frames a grant by its size (another length
+// would put the stream out of step), and the server checks each slice of
+// an op on its own, so an op only partly inside its grant would land in
+// part. (Whether the grant is authentic, current and for the segment is
+// the server's to say.)
+func checkGrant(op *Op, total uint64) error {
+	if len(op.Grant) == 0 {
+		return nil
+	}
+	if op.Offset+total < op.Offset {
+		return wire.Errorf(wire.ErrInvalidParams, "range [%d,+%d) wraps", op.Offset, total) // a bad range, grant or not
+	}
+	f, err := grant.Decode(op.Grant)
+	if err != nil {
+		return wire.Errorf(wire.ErrInvalidParams, "a grant of %d bytes: %v", len(op.Grant), err)
+	}
+	f.Expiry = math.MaxInt64
+	if err := grant.Allows(f, grant.Request{Offset: op.Offset, N: total, Write: op.Write}, 0); err != nil {
+		return wire.Errorf(wire.CodeOf(err), "range [%d,+%d) of segment %d: %v", op.Offset, total, op.Peer.SegID, err)
+	}
+	return nil
+}
+
 // opLen returns the total length of op's parts, host and device; false on
 // overflow.
 func opLen(op *Op) (uint64, bool) {
@@ -399,6 +432,10 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 			continue
 		}
 		if err := e.checkDevice(op); err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := checkGrant(op, total); err != nil {
 			errs[i] = err
 			continue
 		}

@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/internal/fuzzkit"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -67,19 +68,41 @@ func fuzzServerModel(in, seg []byte, device bool) (out []byte, exact bool) {
 		}
 		op, id, off, n := in[0], le.Uint64(in[1:]), le.Uint64(in[9:]), le.Uint64(in[17:])
 		in = in[reqHdrSize:]
+		var tok []byte
 		switch op {
-		case opWrite:
-			if !inRange(off, n, size) {
-				out = putRespHdr(out, id, wire.ErrInvalidParams, 0)
-				if n > maxDiscard {
-					return out, true // refused, then closed
-				}
-				if uint64(len(in)) < n {
-					return out, false // closed while draining, answers pending
-				}
-				in = in[n:]
+		case opWrite, opRead:
+		case opGrantedWrite, opGrantedRead:
+			if len(in) < grant.Size {
+				return out, true // a torn grant: closed after answering
+			}
+			tok, in = in[:grant.Size], in[grant.Size:]
+		default:
+			return out, true // unknown op: answered what came before, closed
+		}
+		write := isWrite(op)
+		status := wire.OK
+		if !inRange(off, n, size) {
+			status = wire.ErrInvalidParams
+		} else {
+			_, err := grant.Verify(fuzzKey, tok, grant.Request{Offset: off, N: n, Write: write}, time.Now().UnixNano())
+			status = wire.CodeOf(err)
+		}
+		if status != wire.OK {
+			out = putRespHdr(out, id, status, 0)
+			if !write {
 				continue
 			}
+			if n > maxDiscard {
+				return out, true // refused, then closed
+			}
+			if uint64(len(in)) < n {
+				return out, false // closed while draining, answers pending
+			}
+			in = in[n:]
+			continue
+		}
+		switch {
+		case write:
 			got := min(n, uint64(len(in)))
 			if device {
 				for done := uint64(0); done < n; done += deviceChunk {
@@ -97,17 +120,30 @@ func fuzzServerModel(in, seg []byte, device bool) (out []byte, exact bool) {
 				return out, true // payload cut short: answers were flushed first
 			}
 			out = putRespHdr(out, id, wire.OK, 0)
-		case opRead:
-			if !inRange(off, n, size) {
-				out = putRespHdr(out, id, wire.ErrInvalidParams, 0)
-				continue
-			}
+		default:
 			out = putRespHdr(out, id, wire.OK, n)
 			out = append(out, seg[off:off+n]...)
-		default:
-			return out, true // unknown op: answered what came before, closed
 		}
 	}
+}
+
+// fuzzKey is the fuzzed servers' grant key: fixed, so that an input
+// holding a grant the fuzzer found means the same in every run.
+var fuzzSecret = bytes.Repeat([]byte{0x42}, grant.KeySize)
+var fuzzKey, _ = grant.NewKey(fuzzSecret)
+
+// fuzzGrant is a grant under fuzzKey; far in the future or long past.
+func fuzzGrant(off, n uint64, write, expired bool) []byte {
+	exp := time.Now().Add(100 * 365 * 24 * time.Hour)
+	if expired {
+		exp = time.Unix(1, 0)
+	}
+	return grant.Mint(nil, fuzzKey, grant.Fields{Offset: off, Length: n, Write: write, Expiry: exp.UnixNano()})
+}
+
+// useFuzzKey gives s the fuzz key (before it serves).
+func useFuzzKey(s *Server) {
+	s.secret, s.key = fuzzSecret, fuzzKey
 }
 
 // fuzzServerSeeds are request streams built with the protocol's header
@@ -115,7 +151,20 @@ func fuzzServerModel(in, seg []byte, device bool) (out []byte, exact bool) {
 func fuzzServerSeeds() [][]byte {
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	payload := bytes.Repeat([]byte("w"), 100)
+	rAll, wAll := fuzzGrant(0, fuzzSegSize, false, false), fuzzGrant(0, fuzzSegSize, true, false)
+	w100 := fuzzGrant(100, 100, true, false)
+	forged := bytes.Clone(w100)
+	forged[len(forged)-1] ^= 1
 	return [][]byte{
+		cat(reqHdr(opGrantedRead, 1, 0, 16), rAll),
+		cat(reqHdr(opGrantedWrite, 2, 100, 100), w100, payload, reqHdr(opGrantedRead, 3, 90, 120), rAll),
+		cat(reqHdr(opGrantedWrite, 2, 100, 100), w100, payload, reqHdr(opGrantedWrite, 3, 150, 50), w100, payload[:50]), // a cached grant
+		cat(reqHdr(opGrantedWrite, 4, 99, 100), w100, payload, reqHdr(opGrantedRead, 5, 100, 1), w100),                  // outside the grant; a write grant read
+		cat(reqHdr(opGrantedWrite, 6, 100, 100), forged, payload, reqHdr(opGrantedRead, 7, 0, 4), rAll),                 // forged
+		cat(reqHdr(opGrantedWrite, 8, 100, 100), fuzzGrant(100, 100, true, true), payload),                              // expired
+		cat(reqHdr(opGrantedRead, 9, 0, 16), wAll[:30]),                                                                 // torn grant
+		cat(reqHdr(opGrantedWrite, 10, 0, 1<<62), wAll, payload),                                                        // huge: refused, closed
+		cat(reqHdr(opGrantedWrite, 11, 10, 100), wAll, payload[:50]),                                                    // payload cut short
 		cat(reqHdr(opRead, 1, 0, 16)),
 		cat(reqHdr(opWrite, 2, 100, 100), payload, reqHdr(opRead, 3, 90, 120)),
 		cat(reqHdr(opWrite, 4, fuzzSegSize-10, 100), payload, reqHdr(opRead, 5, 0, 4)),           // refused, drained
@@ -139,6 +188,9 @@ func fuzzServerSeeds() [][]byte {
 // connection is in memory (fuzzkit.Conn): the Server's own Serve and handle
 // run, without TCP's resets and timing. Properties:
 //   - no panic, and the server ends the connection within 10s;
+//   - a request without a grant (ops 1 and 2), or with one that is not
+//     the fixed key's for its range, direction and time, is refused and
+//     changes nothing; the model checks grants with the grant package;
 //   - the answers are exactly fuzzServerModel's (a prefix of them where the
 //     model says answers may be left unsent): ids, statuses, lengths and
 //     read payloads, which reflect the writes before them;
@@ -152,6 +204,8 @@ func FuzzTransferServer(f *testing.F) {
 	lnHost, lnDev := fuzzkit.NewListener(), fuzzkit.NewListener()
 	srvHost := NewServer(lnHost, host, quietLog())
 	srvDev := NewDeviceServer(lnDev, dev, quietLog())
+	useFuzzKey(srvHost)
+	useFuzzKey(srvDev)
 	go srvHost.Serve()
 	go srvDev.Serve()
 	f.Cleanup(func() {
@@ -187,7 +241,7 @@ func FuzzTransferServer(f *testing.F) {
 		}
 
 		// The server still serves.
-		got := exchange(t, ln, reqHdr(opRead, 99, 0, fuzzSegSize))
+		got := exchange(t, ln, append(reqHdr(opGrantedRead, 99, 0, fuzzSegSize), fuzzGrant(0, fuzzSegSize, false, false)...))
 		if w := append(putRespHdr(nil, 99, wire.OK, fuzzSegSize), want...); !bytes.Equal(got, w) {
 			k := min(len(got), len(w))
 			t.Fatalf("whole-segment read after the stream: %d bytes, %s", len(got), firstDiff(got[:k], w[:k]))
@@ -200,11 +254,17 @@ func FuzzTransferServer(f *testing.F) {
 // a 300-byte write) and 5 (op 2, a 7-byte read), in that order.
 func fuzzClientOps(p Peer) []Op {
 	return []Op{
-		{Peer: p, Offset: 100, Bufs: scatter(make([]byte, 10000), 3000, 5000)},
-		{Peer: p, Offset: 20000, Bufs: [][]byte{pattern(5, 300)}, Write: true},
-		{Peer: p, Offset: 7, Bufs: [][]byte{make([]byte, 7)}},
+		{Peer: p, Offset: 100, Bufs: scatter(make([]byte, 10000), 3000, 5000), Grant: fuzzClientGrant(0)},
+		{Peer: p, Offset: 20000, Bufs: [][]byte{pattern(5, 300)}, Write: true, Grant: fuzzClientGrant(1)},
+		{Peer: p, Offset: 7, Bufs: [][]byte{make([]byte, 7)}, Grant: fuzzClientGrant(2)},
 	}
 }
+
+// fuzzClientGrants are the ops' grants, each for its op's range: the
+// engine sends them as they are with every slice.
+var fuzzClientGrants = [][]byte{fuzzGrant(100, 10000, false, false), fuzzGrant(20000, 300, true, false), fuzzGrant(7, 7, false, false)}
+
+func fuzzClientGrant(i int) []byte { return fuzzClientGrants[i] }
 
 type fuzzReq struct {
 	op    byte
@@ -214,10 +274,10 @@ type fuzzReq struct {
 
 // fuzzClientReqs are the requests of fuzzClientOps by id (index 0 unused),
 // and the bytes they take on the wire.
-var fuzzClientReqs = []fuzzReq{{}, {opRead, 4096, 0}, {opRead, 4096, 0}, {opRead, 10000 - 8192, 0},
-	{opWrite, 300, 1}, {opRead, 7, 2}}
+var fuzzClientReqs = []fuzzReq{{}, {opGrantedRead, 4096, 0}, {opGrantedRead, 4096, 0}, {opGrantedRead, 10000 - 8192, 0},
+	{opGrantedWrite, 300, 1}, {opGrantedRead, 7, 2}}
 
-const fuzzClientReqBytes = 5*reqHdrSize + 300
+const fuzzClientReqBytes = 5*(reqHdrSize+grant.Size) + 300
 
 // fuzzClientModel is what a correct client makes of the answers in: per
 // op, nil or the code of its error, and the bytes a successful read op
@@ -260,14 +320,14 @@ answers:
 				c = wire.ErrTransferFail
 			}
 			fail(r.opIdx, c, false)
-		case r.op == opRead && status == wire.OK && n == r.n:
+		case !isWrite(r.op) && status == wire.OK && n == r.n:
 			if uint64(len(in)) < n {
 				fail(r.opIdx, wire.ErrTransferFail, true)
 				break answers
 			}
 			reads[r.opIdx] = append(reads[r.opIdx], in[:n]...)
 			in = in[n:]
-		case r.op == opWrite && status == wire.OK && n == 0:
+		case isWrite(r.op) && status == wire.OK && n == 0:
 		default:
 			fail(r.opIdx, wire.ErrTransferFail, true)
 			break answers
@@ -352,8 +412,8 @@ func (s *fuzzClientServer) serve() {
 	}
 }
 
-// FuzzTransferClient runs a batch of three ops (fuzzClientOps: five
-// requests on one stream) through a real Engine against a stand-in server
+// FuzzTransferClient runs a batch of three granted ops (fuzzClientOps:
+// five requests on one stream, each followed by its op's grant) through a real Engine against a stand-in server
 // that answers with arbitrary bytes, then closes. Properties:
 //   - no panic, and Do returns (the answers end with the connection);
 //   - the requests on the wire are the ones the batch makes (ids 1-5,
@@ -373,9 +433,11 @@ func FuzzTransferClient(f *testing.F) {
 	go srv.serve()
 	f.Cleanup(func() { ln.Close() })
 	peer := Peer{SegID: 1, HostID: "elsewhere", TransferAddr: ln.Addr().String(), Size: 1 << 20}
+	g0, g1, g2 := fuzzClientGrant(0), fuzzClientGrant(1), fuzzClientGrant(2)
 	wantReqs := bytes.Join([][]byte{
-		reqHdr(opRead, 1, 100, 4096), reqHdr(opRead, 2, 100+4096, 4096), reqHdr(opRead, 3, 100+8192, 1808),
-		reqHdr(opWrite, 4, 20000, 300), pattern(5, 300), reqHdr(opRead, 5, 7, 7)}, nil)
+		reqHdr(opGrantedRead, 1, 100, 4096), g0, reqHdr(opGrantedRead, 2, 100+4096, 4096), g0,
+		reqHdr(opGrantedRead, 3, 100+8192, 1808), g0,
+		reqHdr(opGrantedWrite, 4, 20000, 300), g1, pattern(5, 300), reqHdr(opGrantedRead, 5, 7, 7), g2}, nil)
 	for _, s := range fuzzClientSeeds() {
 		f.Add(s)
 	}

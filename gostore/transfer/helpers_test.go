@@ -5,11 +5,15 @@ package transfer
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -88,6 +92,7 @@ func newTCPPeer(t testing.TB, size uint64) *tcpPeer {
 	srv := NewServer(ln, seg.Bytes(), quietLog())
 	go srv.Serve()
 	nextSegID++
+	serveGranted(srv, nextSegID)
 	p := &tcpPeer{seg: seg, srv: srv, peer: Peer{
 		SegID: nextSegID, HostID: "elsewhere", TransferAddr: ln.Addr().String(), Size: size,
 	}}
@@ -135,3 +140,34 @@ func wantCode(t testing.TB, err error, c wire.Code) {
 		t.Fatalf("error %v, want code %d (%v)", err, c, c)
 	}
 }
+
+// testServers are the servers of the tests' TCP peers, by address: the
+// owners whose grants grantDo mints.
+var testServers sync.Map // string → *Server
+
+// serveGranted makes srv the server of segment id, for grantDo.
+func serveGranted(srv *Server, id uint64) {
+	srv.SetSegID(id)
+	testServers.Store(srv.Addr().String(), srv)
+}
+
+// granted returns a copy of ops in which every op bound for a test server
+// without a grant has one for exactly its range and direction, as the
+// master would mint it (for the segment the server serves: some tests
+// give one server's bytes several names).
+func granted(ops []Op) []Op {
+	out := slices.Clone(ops)
+	for i := range out {
+		op := &out[i]
+		v, ok := testServers.Load(op.Peer.TransferAddr)
+		if !ok || op.Grant != nil {
+			continue
+		}
+		n, _ := opLen(op)
+		op.Grant = v.(*Server).Mint(op.Offset, n, op.Write, time.Now().Add(time.Hour))
+	}
+	return out
+}
+
+// grantDo is e.Do with the ops granted.
+func grantDo(e *Engine, ctx context.Context, ops []Op) []error { return e.Do(ctx, granted(ops)) }

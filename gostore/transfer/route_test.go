@@ -101,12 +101,12 @@ func TestDevicePartsEveryRoute(t *testing.T) {
 		v := pattern(uint64(40+i), 3<<20+i) // larger than the arena: a loan of its own
 		before := e.StagedParts()
 		w, _ := mixedOp(r.peer, 4096, v, true)
-		mustOK(t, e.Do(context.Background(), []Op{w}))
+		mustOK(t, grantDo(e, context.Background(), []Op{w}))
 		if d := firstDiff(r.mem[4096:4096+len(v)], v); d != "" {
 			t.Fatalf("%v: segment after a mixed write: %s", r.route, d)
 		}
 		rd, dev := mixedOp(r.peer, 4096, v, false)
-		mustOK(t, e.Do(context.Background(), []Op{rd}))
+		mustOK(t, grantDo(e, context.Background(), []Op{rd}))
 		if d := firstDiff(joinMixed(rd, dev), v); d != "" {
 			t.Fatalf("%v: mixed read back: %s", r.route, d)
 		}
@@ -140,26 +140,26 @@ func TestDevicePartsRefusedAndStaged(t *testing.T) {
 	defer e.Close()
 	v := pattern(5, 30000)
 	w, _ := mixedOp(p, 0, v, true)
-	mustOK(t, e.Do(context.Background(), []Op{w}))
+	mustOK(t, grantDo(e, context.Background(), []Op{w}))
 	rd, dev := mixedOp(p, 0, v, false)
-	mustOK(t, e.Do(context.Background(), []Op{rd}))
+	mustOK(t, grantDo(e, context.Background(), []Op{rd}))
 	if d := firstDiff(joinMixed(rd, dev), v); d != "" || e.StagedParts() != 2 {
 		t.Fatalf("unpinnable mapping: %s, staged parts %d", d, e.StagedParts())
 	}
 
 	drv.failCopies.Store(true)
 	w, _ = mixedOp(p, 0, pattern(6, 30000), true)
-	wantCode(t, e.Do(context.Background(), []Op{w})[0], wire.ErrTransferFail)
+	wantCode(t, grantDo(e, context.Background(), []Op{w})[0], wire.ErrTransferFail)
 	drv.failCopies.Store(false)
 
 	noDriver := NewEngine(Options{Log: quietLog()})
 	defer noDriver.Close()
 	clear(seg.Bytes())
 	w, _ = mixedOp(p, 0, v, true)
-	wantCode(t, noDriver.Do(context.Background(), []Op{w})[0], wire.ErrInvalidParams)
+	wantCode(t, grantDo(noDriver, context.Background(), []Op{w})[0], wire.ErrInvalidParams)
 	bad := w
 	bad.Device = []DevicePart{{Index: 0, Ptr: w.Device[0].Ptr, Size: 10}} // part 0 is host memory
-	wantCode(t, e.Do(context.Background(), []Op{bad})[0], wire.ErrInvalidParams)
+	wantCode(t, grantDo(e, context.Background(), []Op{bad})[0], wire.ErrInvalidParams)
 	for _, b := range seg.Bytes()[:len(v)] {
 		if b != 0 {
 			t.Fatal("a refused op wrote the segment")
@@ -306,7 +306,7 @@ func TestFakeTransport(t *testing.T) {
 	}})
 	defer e.Close()
 	v := pattern(3, 8192)
-	errs := e.Do(context.Background(), []Op{
+	errs := grantDo(e, context.Background(), []Op{
 		{Peer: shm, Offset: 0, Bufs: [][]byte{v}, Write: true},
 		{Peer: broken, Offset: 0, Bufs: [][]byte{v}, Write: true},
 		{Peer: dropped, Offset: 8192, Bufs: [][]byte{v}, Write: true},
@@ -322,7 +322,7 @@ func TestFakeTransport(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err = e.Do(ctx, []Op{{Peer: slow, Offset: 0, Bufs: [][]byte{v}, Write: true}})[0]
+	err = grantDo(e, ctx, []Op{{Peer: slow, Offset: 0, Bufs: [][]byte{v}, Write: true}})[0]
 	if wire.CodeOf(err) != wire.ErrTransferFail || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("held op: %v", err)
 	}

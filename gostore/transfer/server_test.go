@@ -69,7 +69,13 @@ func TestServerRobustness(t *testing.T) {
 	// An engine connection opened before the attacks must survive them.
 	e := NewEngine(Options{ForceTCP: true, StreamsPerPeer: 1, Log: quietLog()})
 	defer e.Close()
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{make([]byte, 10)}}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{make([]byte, 10)}}}))
+
+	// Grants to read and write the whole segment, as the master mints them.
+	far := time.Now().Add(time.Hour)
+	rtok, wtok := tp.srv.Mint(0, size, false, far), tp.srv.Mint(0, size, true, far)
+	rd := func(id, off, n uint64) []byte { return append(reqHdr(opGrantedRead, id, off, n), rtok...) }
+	wr := func(id, off, n uint64) []byte { return append(reqHdr(opGrantedWrite, id, off, n), wtok...) }
 
 	// Garbage: unknown op.
 	c := dial()
@@ -78,7 +84,7 @@ func TestServerRobustness(t *testing.T) {
 
 	// A valid request followed by an unknown op: answered, then closed.
 	c = dial()
-	c.Write(append(reqHdr(opRead, 1, 0, 4), reqHdr(0x77, 2, 0, 0)...))
+	c.Write(append(rd(1, 0, 4), reqHdr(0x77, 2, 0, 0)...))
 	if r := readResp(t, c); r.id != 1 || r.status != wire.OK || r.n != 4 {
 		t.Fatalf("response %+v", r)
 	}
@@ -90,18 +96,24 @@ func TestServerRobustness(t *testing.T) {
 	c.(*net.TCPConn).CloseWrite()
 	expectClosed(t, c, "truncated header")
 
+	// A grant cut short.
+	c = dial()
+	c.Write(wr(3, 0, 100)[:reqHdrSize+20])
+	c.(*net.TCPConn).CloseWrite()
+	expectClosed(t, c, "truncated grant")
+
 	// Header announcing a write payload it never finishes. The payload goes
 	// straight into the segment, so the bytes that did arrive land there
 	// (the same bytes as before here); the rest stays untouched.
 	c = dial()
-	c.Write(reqHdr(opWrite, 4, 0, 1000))
+	c.Write(wr(4, 0, 1000))
 	c.Write(before[:10])
 	c.(*net.TCPConn).CloseWrite()
 	expectClosed(t, c, "truncated payload")
 
 	// Huge length, out of range: refused, then closed, nothing written.
 	c = dial()
-	c.Write(reqHdr(opWrite, 5, 0, 1<<62))
+	c.Write(wr(5, 0, 1<<62))
 	c.Write(make([]byte, 4096))
 	if r := readResp(t, c); r.id != 5 || r.status != wire.ErrInvalidParams || r.n != 0 {
 		t.Fatalf("huge write: response %+v", r)
@@ -112,11 +124,11 @@ func TestServerRobustness(t *testing.T) {
 	// Then overflowing read ranges, then a good read on the same connection.
 	c = dial()
 	payload := make([]byte, 64)
-	msg := append(reqHdr(opWrite, 6, size-10, 64), payload...)
-	msg = append(msg, reqHdr(opRead, 7, ^uint64(0)-1, 4)...)
-	msg = append(msg, reqHdr(opRead, 8, 8, ^uint64(0)-4)...)
-	msg = append(msg, reqHdr(opWrite, 9, ^uint64(0), 0)...)
-	msg = append(msg, reqHdr(opRead, 10, 100, 16)...)
+	msg := append(wr(6, size-10, 64), payload...)
+	msg = append(msg, rd(7, ^uint64(0)-1, 4)...)
+	msg = append(msg, rd(8, 8, ^uint64(0)-4)...)
+	msg = append(msg, wr(9, ^uint64(0), 0)...)
+	msg = append(msg, rd(10, 100, 16)...)
 	c.Write(msg)
 	for _, id := range []uint64{6, 7, 8, 9} {
 		if r := readResp(t, c); r.id != id || r.status != wire.ErrInvalidParams || r.n != 0 {
@@ -146,9 +158,9 @@ func TestServerRobustness(t *testing.T) {
 	// The server still serves, on the old engine connection and new ones.
 	for _, eng := range []*Engine{e, NewEngine(Options{ForceTCP: true, Log: quietLog()})} {
 		data := pattern(6, 300000)
-		mustOK(t, eng.Do(context.Background(), []Op{{Peer: tp.peer, Offset: 4321, Bufs: scatter(data, 1000, 100000), Write: true}}))
+		mustOK(t, grantDo(eng, context.Background(), []Op{{Peer: tp.peer, Offset: 4321, Bufs: scatter(data, 1000, 100000), Write: true}}))
 		back := make([]byte, len(data))
-		mustOK(t, eng.Do(context.Background(), []Op{{Peer: tp.peer, Offset: 4321, Bufs: [][]byte{back}}}))
+		mustOK(t, grantDo(eng, context.Background(), []Op{{Peer: tp.peer, Offset: 4321, Bufs: [][]byte{back}}}))
 		if d := firstDiff(back, data); d != "" {
 			t.Fatal(d)
 		}
@@ -195,7 +207,7 @@ func TestClientRejectsBadResponses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	buf := make([]byte, 100)
-	errs := e.Do(ctx, []Op{{Peer: Peer{SegID: 1, TransferAddr: ln.Addr().String()}, Bufs: [][]byte{buf}}})
+	errs := grantDo(e, ctx, []Op{{Peer: Peer{SegID: 1, TransferAddr: ln.Addr().String()}, Bufs: [][]byte{buf}}})
 	wantCode(t, errs[0], wire.ErrTransferFail)
 	if ctx.Err() != nil {
 		t.Fatal("hung until the deadline")

@@ -48,7 +48,7 @@ func TestShmWriteReadScatter(t *testing.T) {
 	for _, o := range objs {
 		ops = append(ops, Op{Peer: p, Offset: o.off, Bufs: scatter(o.data, o.lens...), Write: true})
 	}
-	mustOK(t, e.Do(ctx, ops))
+	mustOK(t, grantDo(e, ctx, ops))
 	for i, o := range objs {
 		if d := firstDiff(seg.Bytes()[o.off:o.off+uint64(len(o.data))], o.data); d != "" {
 			t.Fatalf("object %d in segment: %s", i, d)
@@ -61,7 +61,7 @@ func TestShmWriteReadScatter(t *testing.T) {
 		dsts = append(dsts, dst)
 		ops = append(ops, Op{Peer: p, Offset: o.off, Bufs: dst})
 	}
-	mustOK(t, e.Do(ctx, ops))
+	mustOK(t, grantDo(e, ctx, ops))
 	for i, o := range objs {
 		if d := firstDiff(join(dsts[i]), o.data); d != "" {
 			t.Fatalf("object %d read back: %s", i, d)
@@ -74,7 +74,7 @@ func TestShmWriteReadScatter(t *testing.T) {
 	unknown := p
 	unknown.Size = 0
 	for _, peer := range []Peer{p, unknown} {
-		errs := e.Do(ctx, []Op{
+		errs := grantDo(e, ctx, []Op{
 			{Peer: peer, Offset: size - 10, Bufs: [][]byte{make([]byte, 5), make([]byte, 15)}, Write: true},
 			{Peer: peer, Offset: ^uint64(0) - 2, Bufs: [][]byte{make([]byte, 8)}, Write: true},
 			{Peer: peer, Offset: size, Bufs: [][]byte{make([]byte, 1)}},
@@ -125,7 +125,7 @@ func TestShmForgetWhileCopying(t *testing.T) {
 			off := uint64(g) * (size / goroutines)
 			for it := 0; it < iters; it++ {
 				data := pattern(uint64(g*1000+it), size/goroutines)
-				errs := e.Do(ctx, []Op{{Peer: p, Offset: off, Bufs: scatter(data, 4096, 5000), Write: true}})
+				errs := grantDo(e, ctx, []Op{{Peer: p, Offset: off, Bufs: scatter(data, 4096, 5000), Write: true}})
 				if errs[0] != nil {
 					if !strings.Contains(errs[0].Error(), "forgotten") {
 						errc <- errs[0]
@@ -134,7 +134,7 @@ func TestShmForgetWhileCopying(t *testing.T) {
 					continue
 				}
 				got := make([]byte, len(data))
-				errs = e.Do(ctx, []Op{{Peer: p, Offset: off, Bufs: [][]byte{got}}})
+				errs = grantDo(e, ctx, []Op{{Peer: p, Offset: off, Bufs: [][]byte{got}}})
 				if errs[0] != nil {
 					if !strings.Contains(errs[0].Error(), "forgotten") {
 						errc <- errs[0]
@@ -177,7 +177,7 @@ func TestShmFallbackToTCP(t *testing.T) {
 		t.Fatalf("PathFor before = %q", e.Route(p))
 	}
 	data := pattern(3, 10000)
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: p, Offset: 777, Bufs: [][]byte{data}, Write: true}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: p, Offset: 777, Bufs: [][]byte{data}, Write: true}}))
 	if d := firstDiff(tp.seg.Bytes()[777:777+10000], data); d != "" {
 		t.Fatal(d)
 	}
@@ -202,7 +202,7 @@ func TestMixedBatch(t *testing.T) {
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
 	a, b := pattern(4, 300000), pattern(5, 300001)
-	mustOK(t, e.Do(context.Background(), []Op{
+	mustOK(t, grantDo(e, context.Background(), []Op{
 		{Peer: sp, Offset: 5, Bufs: scatter(a, 1000), Write: true},
 		{Peer: tp.peer, Offset: 6, Bufs: scatter(b, 70000), Write: true},
 	}))
@@ -254,14 +254,14 @@ func TestCrossProcessShm(t *testing.T) {
 		t.Fatalf("PathFor = %q (child host %q, ours %q)", e.Route(p), p.HostID, HostID())
 	}
 	got := make([]byte, size)
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: p, Offset: 0, Bufs: scatter(got, 1<<20)}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: p, Offset: 0, Bufs: scatter(got, 1<<20)}}))
 	if d := firstDiff(got, pattern(77, size)); d != "" {
 		t.Fatalf("child's bytes: %s", d)
 	}
 	if e.Route(p).String() != "shm" {
 		t.Fatal("fell back to TCP")
 	}
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: p, Offset: 4096, Bufs: [][]byte{pattern(78, 8192)}, Write: true}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: p, Offset: 4096, Bufs: [][]byte{pattern(78, 8192)}, Write: true}}))
 	fmt.Fprintln(stdin, "CHECK")
 	line, err := r.ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "CHILD OK" {
@@ -274,7 +274,7 @@ func TestCrossProcessShm(t *testing.T) {
 	// The owner is gone: the cached mapping still works until Forget, and a
 	// fresh mapping attempt fails and falls back to TCP (no address: -800).
 	e.Forget(p.SegID)
-	errs := e.Do(context.Background(), []Op{{Peer: p, Offset: 0, Bufs: [][]byte{got[:10]}}})
+	errs := grantDo(e, context.Background(), []Op{{Peer: p, Offset: 0, Bufs: [][]byte{got[:10]}}})
 	wantCode(t, errs[0], wire.ErrTransferFail)
 	if e.Route(p).String() != "tcp" {
 		t.Fatal("dead owner's segment still reported as shm")

@@ -23,6 +23,7 @@ type tcpReq struct {
 	off   uint64
 	n     uint64
 	bufs  [][]byte // write payload or read destination, n bytes in all
+	grant []byte   // sent after the header (opGranted*), nil for none
 	call  *call
 	opIdx int
 }
@@ -253,7 +254,10 @@ func (c *tconn) writeLoop() {
 		iov = iov[:0]
 		for _, r := range q {
 			iov = append(iov, r.hdr[:])
-			if r.op == opWrite {
+			if r.grant != nil {
+				iov = append(iov, r.grant)
+			}
+			if isWrite(r.op) {
 				iov = append(iov, r.bufs...)
 			}
 		}
@@ -305,14 +309,14 @@ func (c *tconn) readLoop() {
 			}
 			r.call.finish(r.opIdx, wire.Errorf(status, "peer %s, range [%d,+%d)", c.pool.addr, r.off, r.n), false)
 			continue
-		case r.op == opRead && status == wire.OK && n == r.n:
+		case !isWrite(r.op) && status == wire.OK && n == r.n:
 			for _, b := range r.bufs {
 				if _, err = io.ReadFull(br, b); err != nil {
 					err = transferErr("read from %s: %v", c.pool.addr, err)
 					break
 				}
 			}
-		case r.op == opWrite && status == wire.OK && n == 0:
+		case isWrite(r.op) && status == wire.OK && n == 0:
 		default:
 			err = transferErr("%s answered request %d (op %d, %d bytes) with status %d and %d bytes",
 				c.pool.addr, id, r.op, r.n, status, n)
@@ -468,12 +472,10 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 					bo += len(b)
 				}
 				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
-					bufs: pieces[start:len(pieces):len(pieces)]})
+					bufs: pieces[start:len(pieces):len(pieces)], op: reqOp(op)})
 				r := &slab[len(slab)-1]
-				if op.Write {
-					r.op = opWrite
-				} else {
-					r.op = opRead
+				if len(op.Grant) > 0 {
+					r.grant = op.Grant // every slice carries the op's grant
 				}
 				slot := (base + cum/e.slice) % uint64(e.streams)
 				perSlot[slot] = append(perSlot[slot], r)
@@ -506,3 +508,19 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 	}
 	return c
 }
+
+// reqOp is the request code of op's slices: granted, or (no grant) the
+// protocol's first version, which a server refuses.
+func reqOp(op *Op) byte {
+	switch {
+	case len(op.Grant) > 0 && op.Write:
+		return opGrantedWrite
+	case len(op.Grant) > 0:
+		return opGrantedRead
+	case op.Write:
+		return opWrite
+	}
+	return opRead
+}
+
+func isWrite(op byte) bool { return op == opWrite || op == opGrantedWrite }

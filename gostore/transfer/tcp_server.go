@@ -5,6 +5,7 @@ package transfer
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -16,12 +17,19 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
 const (
+	// Requests without a grant: refused (the protocol's first version;
+	// kept so that an older peer gets an answer, not a closed stream).
 	opWrite = 1
 	opRead  = 2
+	// Requests followed by a grant (gostore/grant) for their range.
+	opGrantedWrite = 3
+	opGrantedRead  = 4
 
 	reqHdrSize  = 1 + 8 + 8 + 8 // op, id, offset, length
 	respHdrSize = 8 + 4 + 8     // id, status, length
@@ -54,7 +62,8 @@ func inRange(off, n, size uint64) bool { return off <= size && n <= size-off }
 
 // Server answers transfer requests against one segment: host memory it
 // reads and writes in place, or device memory (NewDeviceServer) it copies
-// through a buffer per connection.
+// through a buffer per connection. It serves only requests that carry a
+// grant, made under its key, for their segment, range and direction.
 type Server struct {
 	ln  net.Listener
 	seg []byte
@@ -64,14 +73,30 @@ type Server struct {
 	// its first request (SetAuth).
 	auth atomic.Pointer[auth.Auth]
 
+	secret []byte     // the grant key (grant.KeySize random bytes), never changed
+	key    *grant.Key // secret, ready to verify and mint
+	// segID is the segment's id at the master, which grants must name;
+	// 0 (not mounted yet, or remounting) accepts any.
+	segID atomic.Uint64
+	// refused rate-limits the log of refused requests: the first of a
+	// burst is logged, the rest counted until a request is served at
+	// least refusedQuiet after the burst began (burstAt, unix ns).
+	refused burstlog.Log
+	burstAt atomic.Int64
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup // connection handlers
 }
 
-// NewServer returns a server for seg on ln; call Serve to accept. A nil log
-// means slog.Default(). seg must stay mapped until Close returns.
+// refusedQuiet is the shortest burst of refused requests: at most one
+// line a second whatever a peer sends.
+const refusedQuiet = time.Second
+
+// NewServer returns a server for seg on ln, with a new random grant key;
+// call Serve to accept. A nil log means slog.Default(). seg must stay
+// mapped until Close returns.
 func NewServer(ln net.Listener, seg []byte, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
@@ -83,7 +108,27 @@ func NewServer(ln net.Listener, seg []byte, log *slog.Logger) *Server {
 			_ = setSockBufs("", "", rc)
 		}
 	}
-	return &Server{ln: ln, seg: seg, log: log, conns: map[net.Conn]struct{}{}}
+	secret := make([]byte, grant.KeySize)
+	rand.Read(secret) // never fails (crypto/rand panics rather than return weak bytes)
+	key, _ := grant.NewKey(secret)
+	return &Server{ln: ln, seg: seg, log: log, conns: map[net.Conn]struct{}{}, secret: secret, key: key}
+}
+
+// GrantKey returns the server's grant key (a copy): the owner sends it to
+// the master at mount, and nobody else may see it.
+func (s *Server) GrantKey() []byte { return append([]byte(nil), s.secret...) }
+
+// SetSegID tells the server its segment's id at the master, which every
+// grant must name from now on; 0 accepts any (while mounting: a remount
+// may bring a new id, which grants name before the owner learns it).
+func (s *Server) SetSegID(id uint64) { s.segID.Store(id) }
+
+// Mint returns a grant, under the server's key, to read (write false) or
+// write length bytes of its segment from off until expiry: how the owner
+// invites a peer into its own memory (the SSD tier's staging buffer).
+func (s *Server) Mint(off, length uint64, write bool, expiry time.Time) []byte {
+	return grant.Mint(nil, s.key, grant.Fields{SegID: s.segID.Load(), Offset: off, Length: length, Write: write,
+		Expiry: expiry.UnixNano()})
 }
 
 // NewDeviceServer returns a server for a GPU segment: payloads pass
@@ -253,9 +298,11 @@ func (s *Server) handle(raw net.Conn) {
 		stage = make([]byte, deviceChunk)
 	}
 	var hdr [reqHdrSize]byte
+	var tok [grant.Size]byte
+	var seen grantCache
 	for {
 		// Answer what is done before any read that may block.
-		if br.Buffered() < reqHdrSize {
+		if br.Buffered() < reqHdrSize+grant.Size {
 			if flush() != nil {
 				return
 			}
@@ -267,21 +314,52 @@ func (s *Server) handle(raw net.Conn) {
 			return
 		}
 		op, id, off, n := hdr[0], le.Uint64(hdr[1:]), le.Uint64(hdr[9:]), le.Uint64(hdr[17:])
+		var write bool
+		var token []byte // nil: an ungranted request
 		switch op {
-		case opWrite:
-			if !inRange(off, n, size) {
-				out = putRespHdr(out, id, wire.ErrInvalidParams, 0)
+		case opWrite, opRead:
+			write = op == opWrite
+		case opGrantedWrite, opGrantedRead:
+			write = op == opGrantedWrite
+			if _, err := io.ReadFull(br, tok[:]); err != nil {
+				if err == io.ErrUnexpectedEOF {
+					s.log.Warn("transfer: truncated grant, closing connection", "remote", remote)
+				}
+				return
+			}
+			token = tok[:]
+		default:
+			s.log.Warn("transfer: unknown op, closing connection", "remote", remote, "op", op)
+			_ = flush()
+			return
+		}
+		status := wire.OK
+		if !inRange(off, n, size) {
+			status = wire.ErrInvalidParams
+		} else if err := s.allow(&seen, token, off, n, write); err != nil {
+			status = wire.CodeOf(err)
+			s.noteRefused(remote, write, off, n, err)
+		} else if s.refused.On() {
+			s.endRefusals()
+		}
+		if status != wire.OK {
+			// Nothing of the segment is touched: a write's payload is
+			// drained (or the connection closed, for one too long to).
+			out = putRespHdr(out, id, status, 0)
+			if write {
 				if n > maxDiscard {
 					_ = flush()
-					s.log.Warn("transfer: write out of range with oversized payload, closing connection",
+					s.log.Warn("transfer: refused write with oversized payload, closing connection",
 						"remote", remote, "offset", off, "length", n, "segment", size)
 					return
 				}
 				if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
 					return
 				}
-				continue
 			}
+			continue
+		}
+		if write {
 			if uint64(br.Buffered()) < n && flush() != nil {
 				return
 			}
@@ -293,47 +371,92 @@ func (s *Server) handle(raw net.Conn) {
 					return
 				}
 				out = putRespHdr(out, id, wire.OK, 0)
-				break
+			} else {
+				// Straight into the segment: bufio hands large reads to the socket.
+				if _, err := io.ReadFull(br, s.seg[off:off+n]); err != nil {
+					s.log.Debug("transfer: write payload cut short", "remote", remote, "err", err)
+					return
+				}
+				out = putRespHdr(out, id, wire.OK, 0)
 			}
-			// Straight into the segment: bufio hands large reads to the socket.
-			if _, err := io.ReadFull(br, s.seg[off:off+n]); err != nil {
-				s.log.Debug("transfer: write payload cut short", "remote", remote, "err", err)
-				return
-			}
-			out = putRespHdr(out, id, wire.OK, 0)
-		case opRead:
-			if !inRange(off, n, size) {
-				out = putRespHdr(out, id, wire.ErrInvalidParams, 0)
-				break
-			}
+		} else {
 			out = putRespHdr(out, id, wire.OK, n)
-			if s.dev != nil {
+			switch {
+			case s.dev != nil:
 				err := s.readDevice(c, out, off, n, stage)
 				out = out[:0]
 				if err != nil {
 					s.log.Warn("transfer: read from the device segment failed, closing connection", "remote", remote, "err", err)
 					return
 				}
-				break
-			}
-			if n <= smallRead {
+			case n <= smallRead:
 				out = append(out, s.seg[off:off+n]...)
-				break
+			default:
+				// Pending headers and the payload in one writev, straight from the segment.
+				bufs := net.Buffers{out, s.seg[off : off+n]}
+				_, err := bufs.WriteTo(c)
+				out = out[:0]
+				if err != nil {
+					return
+				}
 			}
-			// Pending headers and the payload in one writev, straight from the segment.
-			bufs := net.Buffers{out, s.seg[off : off+n]}
-			_, err := bufs.WriteTo(c)
-			out = out[:0]
-			if err != nil {
-				return
-			}
-		default:
-			s.log.Warn("transfer: unknown op, closing connection", "remote", remote, "op", op)
-			_ = flush()
-			return
 		}
 		if len(out) >= ioBufSize/2 && flush() != nil {
 			return
 		}
 	}
+}
+
+// grantCache is the last authentic grant a connection presented: the
+// slices of one op carry the same token, and only the first pays for its
+// MAC. (An authentic token that allows nothing is cached too: it is still
+// the key's own.)
+type grantCache struct {
+	tok [grant.Size]byte
+	f   grant.Fields
+	ok  bool
+}
+
+// allow checks that token grants the request [off, off+n) in its
+// direction, now; nil when it does.
+func (s *Server) allow(seen *grantCache, token []byte, off, n uint64, write bool) error {
+	if len(token) == 0 {
+		return grant.ErrMissing
+	}
+	r := grant.Request{SegID: s.segID.Load(), Offset: off, N: n, Write: write}
+	now := time.Now().UnixNano()
+	if seen.ok && [grant.Size]byte(token) == seen.tok {
+		return grant.Allows(seen.f, r, now)
+	}
+	f, err := grant.Authentic(s.key, token)
+	if err != nil {
+		return err
+	}
+	seen.tok, seen.f, seen.ok = [grant.Size]byte(token), f, true
+	return grant.Allows(f, r, now)
+}
+
+// noteRefused logs a refused request: the first of a burst, by its remote
+// and range; the others are counted.
+func (s *Server) noteRefused(remote string, write bool, off, n uint64, why error) {
+	s.refused.Fail(1, func(int) {
+		s.burstAt.Store(time.Now().UnixNano())
+		dir := "read"
+		if write {
+			dir = "write"
+		}
+		s.log.Warn("transfer: request refused: no valid grant for the range; further refusals are counted",
+			"remote", remote, "op", dir, "offset", off, "length", n, "segment", s.segID.Load(), "why", why)
+	})
+}
+
+// endRefusals ends a burst of refusals that lasted refusedQuiet, reporting
+// how many went unlogged.
+func (s *Server) endRefusals() {
+	if time.Now().UnixNano()-s.burstAt.Load() < int64(refusedQuiet) {
+		return
+	}
+	s.refused.OK(func(more int) {
+		s.log.Warn("transfer: requests refused without a valid grant since the last logged one", "count", more)
+	})
 }

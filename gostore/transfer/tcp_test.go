@@ -40,12 +40,12 @@ func TestTCPSizesScatter(t *testing.T) {
 					}
 					seed++
 					data := pattern(seed, n)
-					mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: off, Bufs: scatter(data, lens...), Write: true}}))
+					mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: off, Bufs: scatter(data, lens...), Write: true}}))
 					if d := firstDiff(tp.seg.Bytes()[off:off+uint64(n)], data); d != "" {
 						t.Fatalf("write %d bytes at %d, lens %v: %s", n, off, lens, d)
 					}
 					dst := scatter(make([]byte, n), append(lens, 7777)...)
-					mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: off, Bufs: dst}}))
+					mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: off, Bufs: dst}}))
 					if d := firstDiff(join(dst), data); d != "" {
 						t.Fatalf("read %d bytes at %d, lens %v: %s", n, off, lens, d)
 					}
@@ -72,12 +72,12 @@ func TestTCPBatch32(t *testing.T) {
 			want = append(want, data)
 			ops = append(ops, Op{Peer: tp.peer, Offset: uint64(i*4096*3 + round), Bufs: scatter(data, 1000), Write: true})
 		}
-		mustOK(t, e.Do(ctx, ops))
+		mustOK(t, grantDo(e, ctx, ops))
 		reads := make([]Op, 32)
 		for i := range reads {
 			reads[i] = Op{Peer: tp.peer, Offset: ops[i].Offset, Bufs: scatter(make([]byte, 4096), 3000)}
 		}
-		mustOK(t, e.Do(ctx, reads))
+		mustOK(t, grantDo(e, ctx, reads))
 		for i := range reads {
 			if d := firstDiff(tp.seg.Bytes()[ops[i].Offset:ops[i].Offset+4096], want[i]); d != "" {
 				t.Fatalf("round %d op %d in segment: %s", round, i, d)
@@ -110,7 +110,7 @@ func TestTCPConcurrent(t *testing.T) {
 					small[k] = pattern(uint64(g*100+it+k*7), 4096)
 					ops = append(ops, Op{Peer: tp.peer, Offset: base + region/2 + 4096 + uint64(k*5000), Bufs: [][]byte{small[k]}, Write: true})
 				}
-				for i, err := range e.Do(ctx, ops) {
+				for i, err := range grantDo(e, ctx, ops) {
 					if err != nil {
 						errc <- fmt.Errorf("goroutine %d write op %d: %w", g, i, err)
 						return
@@ -121,7 +121,7 @@ func TestTCPConcurrent(t *testing.T) {
 					n := len(join(ops[i].Bufs))
 					reads[i] = Op{Peer: tp.peer, Offset: ops[i].Offset, Bufs: scatter(make([]byte, n), 50000)}
 				}
-				for i, err := range e.Do(ctx, reads) {
+				for i, err := range grantDo(e, ctx, reads) {
 					if err != nil {
 						errc <- fmt.Errorf("goroutine %d read op %d: %w", g, i, err)
 						return
@@ -151,7 +151,7 @@ func TestTCPOutOfRange(t *testing.T) {
 	unknown := tp.peer
 	unknown.Size = 0 // the server has to catch it
 	for _, p := range []Peer{tp.peer, unknown} {
-		errs := e.Do(ctx, []Op{
+		errs := grantDo(e, ctx, []Op{
 			{Peer: p, Offset: size - 10, Bufs: [][]byte{pattern(1, 11)}, Write: true},
 			{Peer: p, Offset: ^uint64(0), Bufs: [][]byte{pattern(2, 2)}, Write: true},
 			{Peer: p, Offset: size + 1, Bufs: [][]byte{make([]byte, 10)}},
@@ -171,7 +171,7 @@ func TestTCPOutOfRange(t *testing.T) {
 	// A multi-slice write crossing the end, checked by the server only
 	// (size unknown): every slice is refused.
 	big := make([]byte, 2<<20)
-	errs := e.Do(ctx, []Op{{Peer: unknown, Offset: size - 1000, Bufs: [][]byte{big}, Write: true}})
+	errs := grantDo(e, ctx, []Op{{Peer: unknown, Offset: size - 1000, Bufs: [][]byte{big}, Write: true}})
 	wantCode(t, errs[0], wire.ErrInvalidParams)
 	if d := firstDiff(tp.seg.Bytes(), before); d != "" {
 		t.Fatalf("segment changed by a rejected write: %s", d)
@@ -181,10 +181,10 @@ func TestTCPOutOfRange(t *testing.T) {
 func TestEngineClosed(t *testing.T) {
 	tp := newTCPPeer(t, 1<<20)
 	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: tp.peer, Bufs: [][]byte{make([]byte, 10)}}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Bufs: [][]byte{make([]byte, 10)}}}))
 	e.Close()
 	e.Close()
-	errs := e.Do(context.Background(), []Op{{Peer: tp.peer, Bufs: [][]byte{make([]byte, 10)}}})
+	errs := grantDo(e, context.Background(), []Op{{Peer: tp.peer, Bufs: [][]byte{make([]byte, 10)}}})
 	wantCode(t, errs[0], wire.ErrTransferFail)
 }
 
@@ -201,7 +201,7 @@ func TestTCPHungServerDeadline(t *testing.T) {
 		ctx := newDeadlineCtx()
 		done := make(chan []error, 1)
 		go func() {
-			done <- e.Do(ctx, []Op{
+			done <- grantDo(e, ctx, []Op{
 				{Peer: hung, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}, Write: write},
 				{Peer: hung, Offset: 8 << 20, Bufs: [][]byte{make([]byte, 4096)}, Write: write},
 			})
@@ -223,7 +223,7 @@ func TestTCPHungServerDeadline(t *testing.T) {
 	}
 	tp := newTCPPeer(t, 1<<20)
 	data := pattern(9, 5000)
-	mustOK(t, e.Do(context.Background(), []Op{{Peer: tp.peer, Offset: 1, Bufs: [][]byte{data}, Write: true}}))
+	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 1, Bufs: [][]byte{data}, Write: true}}))
 	if d := firstDiff(tp.seg.Bytes()[1:5001], data); d != "" {
 		t.Fatal(d)
 	}
@@ -325,7 +325,7 @@ func TestTCPServerDropsConnections(t *testing.T) {
 	defer e.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	errs := e.Do(ctx, []Op{
+	errs := grantDo(e, ctx, []Op{
 		{Peer: p, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}, Write: true},
 		{Peer: p, Offset: 0, Bufs: [][]byte{make([]byte, 8<<20)}},
 	})
@@ -354,6 +354,7 @@ func TestTCPServerClosedMidFlight(t *testing.T) {
 	addr := ln.Addr().String()
 	srv := NewServer(ln, seg.Bytes(), quietLog())
 	go srv.Serve()
+	serveGranted(srv, 11)
 	p := Peer{SegID: 11, HostID: "x", TransferAddr: addr, Size: size}
 	e := NewEngine(Options{ForceTCP: true, SliceSize: 256 << 10, Log: quietLog()})
 	defer e.Close()
@@ -370,7 +371,7 @@ func TestTCPServerClosedMidFlight(t *testing.T) {
 			defer wg.Done()
 			buf := make([]byte, 8<<20)
 			for it := 0; ; it++ {
-				errs := e.Do(ctx, []Op{{Peer: p, Offset: uint64(g) * (8 << 20), Bufs: [][]byte{buf}, Write: it%2 == 0}})
+				errs := grantDo(e, ctx, []Op{{Peer: p, Offset: uint64(g) * (8 << 20), Bufs: [][]byte{buf}, Write: it%2 == 0}})
 				if it == 0 {
 					started <- struct{}{}
 				}
@@ -406,8 +407,9 @@ func TestTCPServerClosedMidFlight(t *testing.T) {
 	srv2 := NewServer(ln2, seg.Bytes(), quietLog())
 	go srv2.Serve()
 	defer srv2.Close()
+	serveGranted(srv2, 11) // a new owner's key
 	data := pattern(11, 3<<20)
-	mustOK(t, e.Do(ctx, []Op{{Peer: p, Offset: 12345, Bufs: scatter(data, 1<<20), Write: true}}))
+	mustOK(t, grantDo(e, ctx, []Op{{Peer: p, Offset: 12345, Bufs: scatter(data, 1<<20), Write: true}}))
 	if d := firstDiff(seg.Bytes()[12345:12345+len(data)], data); d != "" {
 		t.Fatal(d)
 	}

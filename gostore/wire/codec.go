@@ -231,32 +231,85 @@ func (m *PutStartReq) DecodeMsgpack(d *msgpack.Decoder) error {
 	return skipRest(d, n, 5)
 }
 
+var (
+	_ msgpack.CustomEncoder = (*Replica)(nil)
+	_ msgpack.CustomDecoder = (*Replica)(nil)
+	_ msgpack.CustomDecoder = (*MountReq)(nil)
+)
+
+// EncodeMsgpack writes a replica as three fields; Grant came later, and an
+// empty one is written as nil.
+func (r *Replica) EncodeMsgpack(e *msgpack.Encoder) error {
+	if err := e.EncodeArrayLen(3); err != nil {
+		return err
+	}
+	if err := e.EncodeUint(r.SegID); err != nil {
+		return err
+	}
+	if err := e.EncodeUint(r.Offset); err != nil {
+		return err
+	}
+	if len(r.Grant) == 0 {
+		return e.EncodeNil()
+	}
+	return e.EncodeBytes(r.Grant)
+}
+
+// DecodeMsgpack reads a replica of two fields (an older master's: no
+// grant) or more.
+func (r *Replica) DecodeMsgpack(d *msgpack.Decoder) error {
+	m, err := arrayOf(d, 2)
+	if err != nil {
+		return err
+	}
+	if r.SegID, err = d.DecodeUint64(); err != nil {
+		return err
+	}
+	if r.Offset, err = d.DecodeUint64(); err != nil {
+		return err
+	}
+	r.Grant = nil
+	if m < 3 {
+		return nil
+	}
+	if r.Grant, err = d.DecodeBytes(); err != nil {
+		return err
+	}
+	if len(r.Grant) == 0 {
+		r.Grant = nil // one form for "none", so values survive a round trip
+	}
+	return skipRest(d, m, 3)
+}
+
 func encodeReplicas(e *msgpack.Encoder, rs []Replica) error {
-	return encodeList(e, rs, func(r Replica) error {
-		if err := e.EncodeArrayLen(2); err != nil {
-			return err
-		}
-		if err := e.EncodeUint(r.SegID); err != nil {
-			return err
-		}
-		return e.EncodeUint(r.Offset)
-	})
+	return encodeList(e, rs, func(r Replica) error { return r.EncodeMsgpack(e) })
 }
 
 func decodeReplicas(d *msgpack.Decoder) ([]Replica, error) {
-	return decodeList(d, func(r *Replica) error {
-		m, err := arrayOf(d, 2)
-		if err != nil {
-			return err
-		}
-		if r.SegID, err = d.DecodeUint64(); err != nil {
-			return err
-		}
-		if r.Offset, err = d.DecodeUint64(); err != nil {
-			return err
-		}
-		return skipRest(d, m, 2)
-	})
+	return decodeList(d, func(r *Replica) error { return r.DecodeMsgpack(d) })
+}
+
+// DecodeMsgpack reads a MountReq of one field (an older client's: no
+// grant key) or more. It is encoded by reflection.
+func (m *MountReq) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := arrayOf(d, 1)
+	if err != nil {
+		return err
+	}
+	if err := d.Decode(&m.Seg); err != nil {
+		return err
+	}
+	m.GrantKey = nil
+	if n < 2 {
+		return nil
+	}
+	if m.GrantKey, err = d.DecodeBytes(); err != nil {
+		return err
+	}
+	if len(m.GrantKey) == 0 {
+		m.GrantKey = nil
+	}
+	return skipRest(d, n, 2)
 }
 
 // A response is a one-field array holding its list of results.

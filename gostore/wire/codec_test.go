@@ -20,7 +20,7 @@ type (
 
 func TestHandWrittenCodecsMatchReflection(t *testing.T) {
 	cfg := ReplicaConfig{ReplicaNum: 2, SoftPin: true, Preferred: []string{"a:1", "b:2"}, SameNode: true}
-	reps := []Replica{{SegID: 1, Offset: 1 << 40}, {SegID: 7, Offset: 64}}
+	reps := []Replica{{SegID: 1, Offset: 1 << 40, Grant: []byte("token")}, {SegID: 7, Offset: 64}}
 	// Both layouts must decode into each other: the hand-written encoder
 	// writes compact integers where reflection writes fixed-width ones,
 	// which msgpack readers accept either way.
@@ -120,5 +120,33 @@ func TestHandWrittenDecodersDoNotTrustLengths(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: a truncated huge list decoded", name)
 		}
+	}
+}
+
+// Older peers send replicas without a grant and MountReqs without a key:
+// they still decode, with none.
+func TestOlderLayoutsDecode(t *testing.T) {
+	type oldReplica struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		SegID    uint64
+		Offset   uint64
+	}
+	type oldMount struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Seg      SegmentDesc
+	}
+	b, _ := msgpack.Marshal([]oldReplica{{SegID: 3, Offset: 64}})
+	var reps []Replica
+	if err := msgpack.Unmarshal(b, &reps); err != nil || len(reps) != 1 || reps[0].SegID != 3 || reps[0].Offset != 64 || reps[0].Grant != nil {
+		t.Fatalf("%+v %v", reps, err)
+	}
+	b, _ = msgpack.Marshal(&oldMount{Seg: SegmentDesc{Name: "n", Size: 4096}})
+	var m MountReq
+	if err := msgpack.Unmarshal(b, &m); err != nil || m.Seg.Name != "n" || m.GrantKey != nil {
+		t.Fatalf("%+v %v", m, err)
+	}
+	b, _ = msgpack.Marshal(&MountReq{Seg: SegmentDesc{Name: "n"}, GrantKey: []byte("k")})
+	if err := msgpack.Unmarshal(b, &m); err != nil || string(m.GrantKey) != "k" {
+		t.Fatalf("%+v %v", m, err)
 	}
 }

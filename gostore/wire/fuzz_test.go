@@ -165,7 +165,7 @@ var messages = []message{
 // with the package's own encoders as the fuzzer's starting points.
 func messageSeeds() []any {
 	cfg := ReplicaConfig{ReplicaNum: 2, SoftPin: true, Preferred: []string{"a:1", "b:2"}, SameNode: true}
-	reps := []Replica{{SegID: 1, Offset: 1 << 40}, {SegID: 7, Offset: 64}}
+	reps := []Replica{{SegID: 1, Offset: 1 << 40, Grant: bytes.Repeat([]byte{7}, 56)}, {SegID: 7, Offset: 64}}
 	seg := SegmentDesc{ID: 3, Name: "10.0.0.1:12345", ClientID: "c1", Size: 1 << 30, HostID: "h",
 		ShmPath: "/proc/1/fd/3", TransferAddr: "10.0.0.1:7000", Offload: true, Location: "cuda:0",
 		IPC: []byte{1, 2, 3}, GPUPCI: "0000:3b:00.0", Base: 1 << 44}
@@ -180,7 +180,7 @@ func messageSeeds() []any {
 		&CodesResp{Codes: []Code{OK, ErrObjectHasLease, ErrUnableOffload}},
 		&PingReq{ClientID: "c1"},
 		&LeaveReq{ClientID: "c1"},
-		&MountReq{Seg: seg},
+		&MountReq{Seg: seg, GrantKey: bytes.Repeat([]byte{9}, 32)},
 		&UnmountReq{ClientID: "c1", Name: seg.Name, GraceMs: 1000},
 		&UnmountLocalDiskReq{ClientID: "c1"},
 		&QuerySegmentsReq{IDs: []uint64{1, 2, 1 << 60}},

@@ -115,6 +115,12 @@ type Replica struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	SegID    uint64
 	Offset   uint64
+	// Grant is the capability (gostore/grant) the segment's transfer
+	// server asks for: to write the replica (PutStart, UpsertStart, a
+	// task's targets) or read it (GetReplicas, a task's sources). nil
+	// where the master grants nothing (Peek; a segment whose owner has
+	// not given it a key yet).
+	Grant []byte
 }
 
 type PingReq struct {
@@ -139,6 +145,11 @@ type PingResp struct {
 type MountReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Seg      SegmentDesc
+	// GrantKey is the segment's key (gostore/grant), which the master
+	// signs the segment's grants with. It is not part of Seg: other
+	// clients receive SegmentDescs, and nobody but the owner and the
+	// master may hold the key.
+	GrantKey []byte
 }
 
 type MountResp struct {
@@ -431,6 +442,9 @@ type StageResp struct {
 	Offsets  []uint64
 	Buffer   SegmentDesc
 	GCTTLMS  int64
+	// Grants[i] lets the caller read the object at Offsets[i] from the
+	// staging buffer (the holder mints them with the buffer's key).
+	Grants [][]byte
 }
 
 type ReleaseStagedReq struct {

@@ -43,7 +43,7 @@ from .store import MooncakeDistributedStore
 __all__ = ["NanoKVCache", "WritePlan", "ObjMeta", "PlanError", "PlanNotReady", "plan_address"]
 
 _PLAN_FIELDS = 10
-_META_FIELDS = 9
+_META_FIELDS = 16  # 9 fields, then the read grant (7 words, zero: none)
 
 
 class PlanError(RuntimeError):
@@ -89,11 +89,16 @@ class ObjMeta:
     n_pages: int
     epoch: int
     segment_id: int
+    # The master's grant to read the object over TCP (56 bytes, good for
+    # the lease plus slack); empty for a meta made by hand, which a reader
+    # on another host is refused with.
+    grant: bytes = b""
 
     def _native(self) -> array:
+        g = array("Q", self.grant.ljust(56, b"\0")[:56])  # all zero: no grant
         return array("Q", [self.key_hash, self.owner_rank & 0xFFFFFFFFFFFFFFFF, self.segment_id,
                            self.header_off, self.payload_off, self.bytes_total, self.page_bytes,
-                           self.n_pages, self.epoch])
+                           self.n_pages, self.epoch]) + g
 
 
 def plan_address(plan: WritePlan) -> int:
@@ -271,7 +276,9 @@ class NanoKVCache:
         self._raise_missing(key, rc)
         if rc < 0:
             raise PlanError(f"get_location({key!r})", rc)
-        return ObjMeta(out[0], _signed(out[1]), out[3], out[4], out[5], out[6], out[7], out[8], out[2])
+        grant = out[9:].tobytes()
+        return ObjMeta(out[0], _signed(out[1]), out[3], out[4], out[5], out[6], out[7], out[8], out[2],
+                       b"" if not any(grant) else grant)
 
     @staticmethod
     def _raise_missing(key: str, rc: int) -> None:

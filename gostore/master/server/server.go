@@ -410,7 +410,7 @@ func (s *Server) register() {
 		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
-		id, err := c.MountSegment(r.Seg)
+		id, err := c.MountSegment(r.Seg, r.GrantKey)
 		mc.mount.call(err)
 		if err == nil {
 			s.log.Info("segment mounted", "name", r.Seg.Name, "id", id, "size", r.Seg.Size, "client", r.Seg.ClientID)

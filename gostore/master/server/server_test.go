@@ -99,7 +99,7 @@ func TestSilentClientExpiresThroughTickLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Core().MountSegment(wire.SegmentDesc{Name: "n", ClientID: "quiet", Size: 1 << 20}); err != nil {
+	if _, err := s.Core().MountSegment(wire.SegmentDesc{Name: "n", ClientID: "quiet", Size: 1 << 20}, nil); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
