@@ -1,7 +1,14 @@
-"""What the chaos soak (tools/soak.py) found, each reduced to a test.
+"""What the chaos soak (tools/soak.py) found, each reduced to a test that
+failed before its fix:
 
-Both are known product bugs, marked strict xfail: once fixed, the test
-passes, the run fails, and the mark goes.
+- A new process on a dead client's host:port served reads and took writes
+  meant for the dead client's segment (the TCP requests named no
+  segment). Fixed by bounded writes: every request carries a grant signed
+  with the segment's own key, which the new process does not hold.
+- A client kept a same-host peer's segment mapped after the master dropped
+  it, so every peer that ever left stayed allocated in every process that
+  had read from it. Fixed by the heartbeat's pruning of the peer cache
+  (gostore/client/peers.go, prunePeers).
 """
 
 import os
@@ -37,10 +44,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the TCP transfer protocol names no segment (op, id, offset, length): after a kill -9, a new "
-    "process on the same host:port serves reads (and takes writes) meant for the dead one's "
-    "segment while the master still lists it; gets return its bytes as the value"))
 def test_a_new_process_on_a_dead_clients_port_serves_none_of_its_objects(master_factory, peer_factory, logdir):
     master = master_factory(client_ttl=10)
     hostname = f"127.0.0.1:{_free_port()}"
@@ -65,9 +68,6 @@ def test_a_new_process_on_a_dead_clients_port_serves_none_of_its_objects(master_
         impostor.wait()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a client keeps a same-host peer's segment mapped after the master dropped it (the peer was "
-    "killed or closed): each dead peer's segment stays allocated in every process that read from it"))
 @pytest.mark.parametrize("leave", ["kill", "close"])
 def test_a_dead_peers_segment_is_unmapped(master_factory, peer_factory, leave):
     master = master_factory(client_ttl=1)

@@ -501,6 +501,7 @@ func (c *Client) heartbeat() {
 	defer c.wg.Done()
 	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-c.stop:
@@ -512,6 +513,10 @@ func (c *Client) heartbeat() {
 		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &resp)
 		if err == nil && !resp.Known && !c.closed.Load() {
 			err = c.rejoin(ctx)
+		}
+		if err == nil && time.Since(lastPrune) >= peerPruneInterval {
+			lastPrune = time.Now()
+			c.prunePeers(ctx)
 		}
 		cancel()
 		if err == nil && resp.OffloadWork && c.ssd != nil {

@@ -5,6 +5,7 @@ package client
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
@@ -100,6 +101,44 @@ func (c *Client) resolve(ctx context.Context, ids []uint64) error {
 	}
 	c.peers.mu.Unlock()
 	return nil
+}
+
+// peerPruneInterval is how often the heartbeat asks the master which of
+// the cached segments it still knows (prunePeers).
+const peerPruneInterval = 2 * time.Second
+
+// prunePeers forgets the cached segments the master no longer knows: a
+// dead or departed peer's, dropped after client_ttl or its unmount. A
+// same-host peer's memory is mapped into this process, and no transfer
+// fails over shared memory to tell us it is gone: without this, each peer
+// that ever left kept its whole segment allocated here. The own segment
+// is never forgotten. An error (the master unreachable) prunes nothing.
+func (c *Client) prunePeers(ctx context.Context) {
+	c.peers.mu.RLock()
+	ids := make([]uint64, 0, len(c.peers.byID))
+	for id := range c.peers.byID {
+		if id != c.peers.ownID {
+			ids = append(ids, id)
+		}
+	}
+	c.peers.mu.RUnlock()
+	if len(ids) == 0 {
+		return
+	}
+	var resp wire.QuerySegmentsResp
+	if err := c.master.Call(ctx, wire.OpQuerySegments, &wire.QuerySegmentsReq{IDs: ids}, &resp); err != nil {
+		return
+	}
+	known := make(map[uint64]bool, len(resp.Segs))
+	for _, d := range resp.Segs {
+		known[d.ID] = true
+	}
+	for _, id := range ids {
+		if !known[id] {
+			c.log.Debug("forgetting a segment the master dropped", "segment", id)
+			c.failed(id)
+		}
+	}
 }
 
 // opFailed forgets segment id when an op on it failed in transfer: the
