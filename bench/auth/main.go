@@ -120,7 +120,8 @@ func main() {
 	}
 }
 
-// measure serves a fresh segment with server's auth and moves bytes to it
+// measure serves a fresh segment (every op carrying its grant, as the
+// master would mint it) with server's auth and moves bytes to it
 // and back with an engine using client's, for per each: write GB/s, read
 // GB/s, and the p50 of a single 4 KiB read in µs.
 func measure(server, client *auth.Auth, per time.Duration) (float64, float64, float64) {
@@ -135,6 +136,7 @@ func measure(server, client *auth.Auth, per time.Duration) (float64, float64, fl
 	}
 	srv := transfer.NewServer(ln, seg.Bytes(), nil)
 	srv.SetAuth(server)
+	srv.SetSegID(1)
 	go srv.Serve()
 	defer srv.Close()
 	e := transfer.NewEngine(transfer.Options{ForceTCP: true, Auth: client})
@@ -147,7 +149,9 @@ func measure(server, client *auth.Auth, per time.Duration) (float64, float64, fl
 	ops := func(write bool) []transfer.Op {
 		out := make([]transfer.Op, batch)
 		for i := range out {
-			out[i] = transfer.Op{Peer: peer, Offset: uint64(i * opBytes), Bufs: [][]byte{buf[i*opBytes : (i+1)*opBytes]}, Write: write}
+			off := uint64(i * opBytes)
+			out[i] = transfer.Op{Peer: peer, Offset: off, Bufs: [][]byte{buf[i*opBytes : (i+1)*opBytes]}, Write: write,
+				Grant: srv.Mint(off, opBytes, write, time.Now().Add(time.Hour))}
 		}
 		return out
 	}
@@ -163,7 +167,8 @@ func measure(server, client *auth.Auth, per time.Duration) (float64, float64, fl
 		return float64(n*batch*opBytes) / time.Since(start).Seconds() / 1e9
 	}
 	w, r := rate(true), rate(false)
-	small := []transfer.Op{{Peer: peer, Offset: 4096, Bufs: [][]byte{make([]byte, 4096)}}}
+	small := []transfer.Op{{Peer: peer, Offset: 4096, Bufs: [][]byte{make([]byte, 4096)},
+		Grant: srv.Mint(4096, 4096, false, time.Now().Add(time.Hour))}}
 	var lat []float64
 	start := time.Now()
 	for time.Since(start) < per/2 || len(lat) < 100 {

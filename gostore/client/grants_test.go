@@ -1,3 +1,7 @@
+// grants_test.go runs a misbehaving second client against a real client's
+// transfer server: what it crafts for another's range is refused and the
+// bytes there stay as written.
+
 package client
 
 import (

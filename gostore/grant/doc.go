@@ -1,3 +1,5 @@
+// doc.go defines the package documentation of grant.
+
 // Package grant owns the capabilities that bound what a peer may do to a
 // segment over the network: a grant names one byte range of one segment,
 // one direction (read or write) and an expiry, and carries a MAC under the

@@ -1,3 +1,6 @@
+// grant_test.go checks Mint and Verify by tables: every field a request
+// or a token may get wrong, and the decoder's fuzz target.
+
 package grant
 
 import (

@@ -1,3 +1,7 @@
+// grants_test.go checks the grants the core mints, by its injected clock:
+// which ranges, which direction, until when, and that keys survive the
+// journal and snapshots.
+
 package master
 
 import (

@@ -13,7 +13,7 @@ import (
 // hashes with a prefix (tens to a few hundred bytes), and a key is held in
 // the master's memory and journal with every object; 4 KiB is PATH_MAX, far
 // above any of them.
-const DefaultMaxKeyBytes = 4096
+const DefaultMaxKeyBytes = 16 << 10
 
 // MaxKeyBytesLimit is the most MaxKeyBytes may be: the SSD tier's backends
 // store keys of at most 1 MiB.

@@ -1,3 +1,6 @@
+// limits_test.go checks each of the core's request limits at its edge and
+// one past it, and that a refused request changes nothing.
+
 package master
 
 import (

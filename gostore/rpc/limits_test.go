@@ -1,3 +1,6 @@
+// limits_test.go checks the RPC server's per-peer limits at their edges:
+// body size, connections and requests in flight from one address.
+
 package rpc
 
 import (

@@ -29,16 +29,16 @@ func TestAuthenticatedTransfers(t *testing.T) {
 			e := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: authtest.Must(t, m.client), SliceSize: 1 << 20})
 			defer e.Close()
 			data := pattern(42, 5<<20+17)
-			mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: scatter(data, 4096, 1<<20), Write: true}}))
+			mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: scatter(data, 4096, 1<<20), Write: true}}))
 			dst := make([]byte, len(data))
-			mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: [][]byte{dst}}}))
+			mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: [][]byte{dst}}}))
 			if d := firstDiff(dst, data); d != "" {
 				t.Fatal(d)
 			}
 			before := bytes.Clone(tp.seg.Bytes())
 			for name, a := range map[string]*auth.Auth{"none": nil, "stranger": authtest.Must(t, m.stranger)} {
 				se := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: a})
-				errs := se.Do(ctx, []Op{
+				errs := grantDo(se, ctx, []Op{
 					{Peer: tp.peer, Offset: 0, Bufs: [][]byte{bytes.Repeat([]byte{0xee}, 1<<20)}, Write: true},
 					{Peer: tp.peer, Offset: 100, Bufs: [][]byte{make([]byte, 4096)}},
 				})
@@ -51,7 +51,7 @@ func TestAuthenticatedTransfers(t *testing.T) {
 				}
 			}
 			// The owner's engine still works after the refusals.
-			mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: [][]byte{dst}}}))
+			mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: [][]byte{dst}}}))
 		})
 	}
 }

@@ -1,3 +1,7 @@
+// grants_test.go attacks a real transfer server over raw TCP and through
+// an engine: every request without a valid grant for its segment, range
+// and direction is refused, logged, and changes no byte.
+
 package transfer
 
 import (

@@ -1,3 +1,6 @@
+// limits_test.go checks every limit flag on a real master at its edge and
+// one past it, and that the master still serves after each refusal.
+
 package server
 
 import (
