@@ -359,7 +359,7 @@ func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 // ranges, and the values refused.
 func TestLimitFlags(t *testing.T) {
 	o := parse(t)
-	if o.MaxKeyBytes != 4096 || o.MaxBatchKeys != 1<<18 || o.MaxObjectBytes != 64<<30 ||
+	if o.MaxKeyBytes != 16384 || o.MaxBatchKeys != 1<<18 || o.MaxObjectBytes != 64<<30 ||
 		o.RPCMaxRequestBytes != wire.MaxBody || o.RPCMaxConnectionsPerIP != 1024 || o.RPCMaxInflightPerIP != 256 {
 		t.Fatalf("defaults %+v", o)
 	}
