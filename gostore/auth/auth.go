@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -162,19 +163,20 @@ func (a *Auth) Server(c net.Conn) (net.Conn, error) {
 	if a == nil {
 		return c, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
-	defer cancel()
-	if a.server != nil {
-		tc := tls.Server(c, a.server)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, describeTLS(err)
-		}
-		return tc, nil
+	return a.handshake(context.Background(), c, tls.Server, a.server, a.secretServer)
+}
+
+// Accept is Server for a connection just accepted by a server named who
+// ("rpc", "transfer"): a failure is logged in one line, "<who>: peer
+// refused", with the peer's address and why, and ok is false (the caller
+// closes c). A nil Auth returns c.
+func (a *Auth) Accept(c net.Conn, log *slog.Logger, who string) (net.Conn, bool) {
+	sc, err := a.Server(c)
+	if err != nil {
+		log.Warn(who+": peer refused", "remote", c.RemoteAddr().String(), "auth", a.Mode(), "err", err)
+		return nil, false
 	}
-	if err := a.withDeadline(ctx, c, func() error { return a.secretServer(c) }); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return sc, true
 }
 
 // Client runs the dialling side's handshake on c and returns the
@@ -184,16 +186,24 @@ func (a *Auth) Client(ctx context.Context, c net.Conn) (net.Conn, error) {
 	if a == nil {
 		return c, nil
 	}
+	return a.handshake(ctx, c, tls.Client, a.client, a.secretClient)
+}
+
+// handshake runs one side's handshake on c within the handshake timeout:
+// TLS through side (tls.Server or tls.Client) when cfg is set, else the
+// shared-secret exchange secret.
+func (a *Auth) handshake(ctx context.Context, c net.Conn, side func(net.Conn, *tls.Config) *tls.Conn,
+	cfg *tls.Config, secret func(net.Conn) error) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
-	if a.client != nil {
-		tc := tls.Client(c, a.client)
+	if cfg != nil {
+		tc := side(c, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return nil, describeTLS(err)
 		}
 		return tc, nil
 	}
-	if err := a.withDeadline(ctx, c, func() error { return a.secretClient(c) }); err != nil {
+	if err := a.withDeadline(ctx, c, func() error { return secret(c) }); err != nil {
 		return nil, err
 	}
 	return c, nil

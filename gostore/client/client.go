@@ -253,7 +253,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
 	}
-	if h := localHost(cfg.LocalHostname); cfg.GlobalSegmentSize > 0 || cfg.EnableSSDOffload {
+	if h, _ := splitLocal(cfg.LocalHostname); cfg.GlobalSegmentSize > 0 || cfg.EnableSSDOffload {
 		if err := auth.Check(guard, "the transfer server", h, cfg.AllowInsecure); err != nil {
 			err = fmt.Errorf("%w (setup's auth_secret_file or tls_*_file, a loopback local_hostname, or allow_insecure)", err)
 			c.log.Error("setup rejected", "err", err)
@@ -417,13 +417,13 @@ func newClientID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// localHost is the host part of local_hostname, where the transfer
-// server listens.
-func localHost(local string) string {
-	if host, _, err := net.SplitHostPort(local); err == nil {
-		return host
+// splitLocal splits local_hostname into the host the transfer server
+// listens on and its port ("" when none is given).
+func splitLocal(local string) (host, port string) {
+	if host, port, err := net.SplitHostPort(local); err == nil {
+		return host, port
 	}
-	return local
+	return local, ""
 }
 
 // listenTransfer opens the transfer server's listener: on the given port, or
@@ -432,10 +432,7 @@ func localHost(local string) string {
 // succeeds there too, so the client takes a free port and says so in the
 // log; its segment is named by the port it got.
 func listenTransfer(local string, log *slog.Logger) (string, net.Listener, error) {
-	host, port := localHost(local), ""
-	if _, p, err := net.SplitHostPort(local); err == nil {
-		port = p
-	}
+	host, port := splitLocal(local)
 	if port != "" {
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 		if err == nil {

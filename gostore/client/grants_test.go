@@ -11,33 +11,15 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
-
-// lockedBuf is a log destination tests read while clients write to it.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A client that goes around the API — its own transfer engine, the
 // owner's transfer address, requests it crafts — can touch only what the
@@ -46,7 +28,7 @@ func (l *lockedBuf) String() string {
 func TestMisbehavingPeerIsRefused(t *testing.T) {
 	forceTCP(t)
 	m := testkit.StartMaster(t)
-	var logs lockedBuf
+	var logs testbase.LogBuffer
 	owner, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
 		GlobalSegmentSize: 1 << 20, LocalBufferSize: 1 << 20}), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {

@@ -271,10 +271,7 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 			s.release()
 		}
 	}()
-	host, _, splitErr := net.SplitHostPort(c.hostname)
-	if splitErr != nil {
-		host = c.hostname
-	}
+	host, _ := splitLocal(c.hostname)
 	h, ln, err := listenTransfer(host, c.log)
 	if err != nil {
 		return err

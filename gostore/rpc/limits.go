@@ -140,7 +140,6 @@ func (s *Server) leaveLocked(p *peer) {
 // bare close, tells the client why in its own error; the request is not
 // run.
 func (s *Server) refuseConn(raw net.Conn) {
-	c := raw
 	defer func() {
 		raw.Close()
 		s.mu.Lock()
@@ -148,19 +147,16 @@ func (s *Server) refuseConn(raw net.Conn) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	addr, key, lim := c.RemoteAddr().String(), peerKey(c.RemoteAddr()), s.opt.ConnsPerIP
+	addr, key, lim := raw.RemoteAddr().String(), peerKey(raw.RemoteAddr()), s.opt.ConnsPerIP
 	s.connLog.Fail(time.Now(), func(others int) {
 		s.log.Warn("rpc: connection refused: its address is at its limit of connections", "peer", addr,
 			"limit", lim.String(), "refusals_not_logged", others)
 	})
-	if a := s.auth.Load(); a != nil {
-		// The peer hears why only once it has authenticated, as on any
-		// other connection.
-		sc, err := a.Server(c)
-		if err != nil {
-			return
-		}
-		c = sc
+	// The peer hears why only once it has authenticated, as on any other
+	// connection.
+	c, ok := s.auth.Load().Accept(raw, s.log, "rpc")
+	if !ok {
+		return
 	}
 	c.SetDeadline(time.Now().Add(refusedConnDeadline))
 	r := bufio.NewReader(c)

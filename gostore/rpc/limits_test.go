@@ -17,13 +17,14 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
 // startLimited serves the echo handler (and those more registers) with opt.
-func startLimited(t *testing.T, opt ServerOptions, more func(*Server)) (*Server, string, *lockedWriter) {
+func startLimited(t *testing.T, opt ServerOptions, more func(*Server)) (*Server, string, *testbase.LogBuffer) {
 	t.Helper()
-	logs := &lockedWriter{}
+	logs := &testbase.LogBuffer{}
 	s := NewServerWith(slog.New(slog.NewTextHandler(logs, nil)), opt)
 	HandleFunc(s, wire.OpPing, func(r *echoReq) (*echoResp, error) { return &echoResp{S: r.S + "!"}, nil })
 	if more != nil {
@@ -52,7 +53,7 @@ func echoOfSize(t *testing.T, n int) *echoReq {
 }
 
 // lines counts the log lines holding msg.
-func lines(logs *lockedWriter, msg string) int { return strings.Count(logs.String(), msg) }
+func lines(logs *testbase.LogBuffer, msg string) int { return strings.Count(logs.String(), msg) }
 
 func idleConns(c *Client) int {
 	c.mu.Lock()
@@ -148,18 +149,11 @@ func TestConnectionsPerAddress(t *testing.T) {
 		t.Fatalf("a counted connection after the refusals: %v", err)
 	}
 	c1.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testbase.WaitFor(t, "room after a connection closed", func() bool {
 		c4, r4 := dial()
 		_, err := rawCall(c4, r4, 4, "room")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no room after a connection closed: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // Requests up to the limit run at once from one address; one more waits

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -27,9 +28,9 @@ type echoResp struct {
 	S        string
 }
 
-func startEcho(t testing.TB) (*Server, string, *lockedWriter) {
+func startEcho(t testing.TB) (*Server, string, *testbase.LogBuffer) {
 	t.Helper()
-	logs := &lockedWriter{}
+	logs := &testbase.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	s := NewServer(log, nil)
 	HandleFunc(s, wire.OpPing, func(r *echoReq) (*echoResp, error) {
@@ -48,24 +49,6 @@ func startEcho(t testing.TB) (*Server, string, *lockedWriter) {
 	go s.Serve(ln)
 	t.Cleanup(s.Close)
 	return s, ln.Addr().String(), logs
-}
-
-// lockedWriter collects log output written by server goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
 }
 
 // clientModes are the two ways a Client reads replies.

@@ -192,14 +192,9 @@ func (s *Server) serveConn(raw net.Conn, p *peer) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	c := raw // the authenticated connection once the handshake passed
-	if a := s.auth.Load(); a != nil {
-		sc, err := a.Server(raw)
-		if err != nil {
-			s.log.Warn("rpc: peer refused", "remote", addr, "auth", a.Mode(), "err", err)
-			return
-		}
-		c = sc
+	c, ok := s.auth.Load().Accept(raw, s.log, "rpc")
+	if !ok {
+		return
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 64<<10)

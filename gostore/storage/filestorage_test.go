@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/storage/fileio"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -259,30 +259,13 @@ func deref(s *string) string {
 }
 
 // captureLog sends the default slog logger to a buffer for the test.
-func captureLog(t *testing.T) *lockedBuffer {
+func captureLog(t *testing.T) *testbase.LogBuffer {
 	t.Helper()
-	var buf lockedBuffer
+	var buf testbase.LogBuffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	return &buf
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // On a disk that fills below the size cap (a small tmpfs under a large

@@ -14,19 +14,13 @@ import (
 )
 
 func TestAuthenticatedTransfers(t *testing.T) {
-	dir := t.TempDir()
-	ca := authtest.NewCA(t, dir, "pool")
-	for mode, m := range map[string]struct{ server, client, stranger auth.Options }{
-		"secret": {authtest.Secret(t, dir, "s", "0123456789abcdef-pool"), authtest.Secret(t, dir, "s", "0123456789abcdef-pool"),
-			authtest.Secret(t, dir, "other", "0123456789abcdef-other")},
-		"mtls": {ca.Issue(t, "owner"), ca.Issue(t, "reader"), authtest.NewCA(t, dir, "rogue").Issue(t, "x")},
-	} {
+	for mode, m := range authtest.Modes(t, t.TempDir()) {
 		t.Run(mode, func(t *testing.T) {
 			const size = 8 << 20
 			tp := newTCPPeer(t, size)
-			tp.srv.SetAuth(authtest.Must(t, m.server))
+			tp.srv.SetAuth(authtest.Must(t, m.Server))
 			ctx := context.Background()
-			e := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: authtest.Must(t, m.client), SliceSize: 1 << 20})
+			e := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: authtest.Must(t, m.Client), SliceSize: 1 << 20})
 			defer e.Close()
 			data := pattern(42, 5<<20+17)
 			mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 100, Bufs: scatter(data, 4096, 1<<20), Write: true}}))
@@ -36,7 +30,7 @@ func TestAuthenticatedTransfers(t *testing.T) {
 				t.Fatal(d)
 			}
 			before := bytes.Clone(tp.seg.Bytes())
-			for name, a := range map[string]*auth.Auth{"none": nil, "stranger": authtest.Must(t, m.stranger)} {
+			for name, a := range map[string]*auth.Auth{"none": nil, "stranger": authtest.Must(t, m.Stranger)} {
 				se := NewEngine(Options{ForceTCP: true, Log: quietLog(), Auth: a})
 				errs := grantDo(se, ctx, []Op{
 					{Peer: tp.peer, Offset: 0, Bufs: [][]byte{bytes.Repeat([]byte{0xee}, 1<<20)}, Write: true},

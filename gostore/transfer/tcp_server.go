@@ -271,16 +271,11 @@ func (s *Server) handle(raw net.Conn) {
 		delete(s.conns, raw)
 		s.mu.Unlock()
 	}()
-	c := raw // the authenticated connection once the handshake passed
 	tuneConn(raw)
 	remote := raw.RemoteAddr().String()
-	if a := s.auth.Load(); a != nil {
-		sc, err := a.Server(c)
-		if err != nil {
-			s.log.Warn("transfer: peer refused", "remote", remote, "auth", a.Mode(), "err", err)
-			return
-		}
-		c = sc
+	c, ok := s.auth.Load().Accept(raw, s.log, "transfer") // c: the authenticated connection
+	if !ok {
+		return
 	}
 	br := bufio.NewReaderSize(c, ioBufSize)
 	out := make([]byte, 0, ioBufSize) // response headers and small read payloads not yet sent

@@ -99,6 +99,22 @@ func Secret(tb TB, dir, name, secret string) auth.Options {
 	return auth.Options{SecretFile: p}
 }
 
+// Peers are the options of a pool's accepting and dialling members and of
+// a stranger: one holding another secret, or a certificate another CA
+// signed.
+type Peers struct{ Server, Client, Stranger auth.Options }
+
+// Modes makes, under dir, Peers for each mode: "secret" and "mtls".
+func Modes(tb TB, dir string) map[string]Peers {
+	tb.Helper()
+	ca := NewCA(tb, dir, "pool")
+	pool := Secret(tb, dir, "pool-secret", "0123456789abcdef-pool")
+	return map[string]Peers{
+		"secret": {pool, pool, Secret(tb, dir, "other-secret", "0123456789abcdef-other")},
+		"mtls":   {ca.Issue(tb, "server"), ca.Issue(tb, "client"), NewCA(tb, dir, "rogue").Issue(tb, "stranger")},
+	}
+}
+
 // Must is auth.New that fails tb on error.
 func Must(tb TB, o auth.Options) *auth.Auth {
 	tb.Helper()

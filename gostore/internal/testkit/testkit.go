@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/master/server"
 )
 
@@ -40,17 +40,10 @@ func Pattern(seed uint64, n int) []byte {
 	return b
 }
 
-// WaitFor polls cond until it holds, failing the test after 20 s: for
-// states no event announces (a background pass finished, a file appeared).
+// WaitFor is testbase.WaitFor, for the tests that import testkit anyway.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testbase.WaitFor(t, what, cond)
 }
 
 // Samples reads a Prometheus text exposition into "name{labels}" -> value

@@ -5,50 +5,31 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// syncBuffer collects the log lines of a master's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startWithFlags starts a master on loopback with the given flags, its log
 // collected.
-func startWithFlags(t *testing.T, flags ...string) (*Server, *syncBuffer) {
+func startWithFlags(t *testing.T, flags ...string) (*Server, *testbase.LogBuffer) {
 	t.Helper()
 	o, err := ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1"}, flags...), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testbase.LogBuffer{}
 	o.Log = slog.New(slog.NewTextHandler(logs, nil))
 	s, err := Start(o)
 	if err != nil {
@@ -197,17 +178,9 @@ func TestMasterConnectionLimit(t *testing.T) {
 	c1.Close()
 	cl := rpc.NewClient(s.Addr())
 	defer cl.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := cl.Call(context.Background(), wire.OpPing, &wire.PingReq{ClientID: "c2"}, &wire.PingResp{})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no room after a connection closed: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testbase.WaitFor(t, "room after a connection closed", func() bool {
+		return cl.Call(context.Background(), wire.OpPing, &wire.PingReq{ClientID: "c2"}, &wire.PingResp{}) == nil
+	})
 }
 
 // Every request the master serves that names keys is a wire.Keyed, so its

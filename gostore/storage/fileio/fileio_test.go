@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/gostore/gostore/gostore/internal/testbase"
 )
 
 // engines returns both engines; the io_uring one must really be io_uring.
@@ -381,30 +383,13 @@ func TestUseURing(t *testing.T) {
 }
 
 // captureLog redirects the default slog logger to a buffer for the test.
-func captureLog(t *testing.T) *syncBuffer {
+func captureLog(t *testing.T) *testbase.LogBuffer {
 	t.Helper()
-	var buf syncBuffer
+	var buf testbase.LogBuffer
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(old) })
 	return &buf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestProbeFallback(t *testing.T) {
