@@ -207,8 +207,10 @@ def read_key(store, reg: Registered, key: str, log: Log) -> Tuple[int, Optional[
 
 
 def storage(args: argparse.Namespace) -> int:
-    """Set up (retrying while the master still lists a dead predecessor's
-    segment of the same name: -102), say ready, wait for stdin to close."""
+    """Set up, as a supervisor restarting an engine would: retrying while
+    the master still lists a dead predecessor's segment of the same name
+    (-102) or cannot be reached (-900: the schedule may restart this client
+    while the master is down). Then say ready and wait for stdin to close."""
     from gostore import MooncakeDistributedStore
 
     deadline = time.monotonic() + args.retry_s
@@ -219,10 +221,10 @@ def storage(args: argparse.Namespace) -> int:
         if rc == 0:
             break
         store.close()
-        if rc != -102 or time.monotonic() > deadline:
+        if rc not in (-102, -900) or time.monotonic() > deadline:
             say({"ready": False, "rc": rc, "refused": refused})
             return 1
-        refused += 1
+        refused += rc == -102
         time.sleep(0.2)
     say({"ready": True, "hostname": store.get_hostname(), "pid": os.getpid(), "refused": refused})
     for _ in sys.stdin:
@@ -453,7 +455,7 @@ def main() -> int:
             p.add_argument("--port", type=int, required=True)
             p.add_argument("--segment", type=int, required=True)
             p.add_argument("--retry-s", type=float, default=10.0,
-                           help="how long setup retries while the segment's name is taken (-102)")
+                           help="how long setup retries while the segment's name is taken (-102) or the master is down (-900)")
             continue
         p.add_argument("--id", type=int, required=True)
         p.add_argument("--keys", type=int, required=True)
