@@ -183,6 +183,18 @@ def _first_key_in(bucket_file: str, keys) -> str:
     raise AssertionError(f"no key found in {bucket_file}")
 
 
+def bucket_bytes(ssd: str) -> int:
+    """The bytes of the bucket backend's files in ssd, skipping files deleted
+    while they are counted."""
+    used = 0
+    for p in glob.glob(os.path.join(ssd, "*.bucket")) + glob.glob(os.path.join(ssd, "*.meta")):
+        try:
+            used += os.path.getsize(p)
+        except FileNotFoundError:
+            pass
+    return used
+
+
 def test_disk_at_its_limit_evicts_instead_of_failing(master_factory, peer_factory, store_factory,
                                                      tmp_path):
     m = offload_master(master_factory)
@@ -197,8 +209,11 @@ def test_disk_at_its_limit_evicts_instead_of_failing(master_factory, peer_factor
     keys = [f"full/{i}" for i in range(n)]
     for i, k in enumerate(keys):
         put_retrying(writer, k, value(i))  # never fails: the disk makes room
-    used = sum(os.path.getsize(p) for p in glob.glob(os.path.join(ssd, "*.bucket")) +
-               glob.glob(os.path.join(ssd, "*.meta")))
+    # The tier offloads behind the puts: wait until the newest object is on
+    # disk, and count only files that still exist (an evicted bucket's files
+    # may go between the listing and the stat).
+    wait_until(lambda: on_disk(m, keys[-1]), timeout=20, what="the newest object on disk")
+    used = bucket_bytes(ssd)
     assert used <= limit, f"disk tier uses {used} bytes, limit {limit}"
     assert writer.get_offload_rpc_read_count() == 0  # nothing read from a disk yet
     kept = 0
