@@ -16,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -47,7 +48,7 @@ type conn interface {
 // ClientOptions tune a Client. The zero value is NewClient's choice.
 type ClientOptions struct {
 	// Netpoll reads replies through Go's netpoller instead of with
-	// blocking system calls on the calling thread (blockingConn, the
+	// blocking system calls on the calling thread (blockconn.Conn, the
 	// lower-latency choice when the master is another process). A process
 	// that runs the master itself sets it: a thread blocked in a syscall
 	// keeps its P until sysmon takes it back, which starved the in-process
@@ -178,7 +179,7 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		// fail this call; drop it and try the next, or dial. (Retrying
 		// a failed call instead could apply it twice.) The check is a
 		// syscall: it runs outside the pool's lock.
-		if pc, ok := cc.c.(interface{ peerClosed() bool }); ok && pc.peerClosed() {
+		if pc, ok := cc.c.(interface{ PeerClosed() bool }); ok && pc.PeerClosed() {
 			cc.c.Close()
 			continue
 		}
@@ -215,7 +216,7 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 	}
 	var conn conn = nc
 	if !c.opt.Netpoll && !c.opt.Auth.Encrypts() {
-		if conn, err = toBlocking(nc.(*net.TCPConn)); err != nil {
+		if conn, err = blockconn.FromTCP(nc.(*net.TCPConn)); err != nil {
 			return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
 		}
 	}

@@ -28,7 +28,7 @@
 //
 // Client keeps a pool of connections and runs one call at a time on each.
 // By default it reads replies with blocking system calls on the calling
-// thread (blocking.go), the lowest latency for a call from Python; a
+// thread (gostore/internal/blockconn), the lowest latency for a call from Python; a
 // process that runs the master itself asks for the netpoller instead
 // (ClientOptions.Netpoll). The choice is per Client, made by whoever
 // creates it: this package keeps no process-wide setting.

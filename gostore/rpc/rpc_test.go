@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -100,7 +101,7 @@ func TestClientOptionsPickTheConnection(t *testing.T) {
 		c.mu.Lock()
 		conn := c.mu.idle[0].c
 		c.mu.Unlock()
-		if _, blocking := conn.(*blockingConn); blocking == opt.Netpoll {
+		if _, blocking := conn.(*blockconn.Conn); blocking == opt.Netpoll {
 			t.Errorf("%s: the client's connection is a %T", name, conn)
 		}
 	}
@@ -266,11 +267,11 @@ func awaitIdleHangUps(t *testing.T, c *Client) {
 		t.Fatal("the client kept no idle connection")
 	}
 	for _, cc := range idle {
-		bc, ok := cc.c.(*blockingConn)
+		bc, ok := cc.c.(*blockconn.Conn)
 		if !ok {
-			t.Fatalf("idle connection %T, want a *blockingConn", cc.c)
+			t.Fatalf("idle connection %T, want a *blockconn.Conn", cc.c)
 		}
-		fds := []unix.PollFd{{Fd: int32(bc.fd), Events: unix.POLLRDHUP}}
+		fds := []unix.PollFd{{Fd: int32(bc.FD()), Events: unix.POLLRDHUP}}
 		for {
 			n, err := unix.Poll(fds, int(time.Minute/time.Millisecond))
 			if err == unix.EINTR {

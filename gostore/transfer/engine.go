@@ -77,6 +77,10 @@ type Options struct {
 	// SliceSize is the largest request one op is cut into on TCP; slices of
 	// one op are spread over the streams and pipelined.
 	SliceSize int
+	// LaneBytes: a TCP call to one peer of at most this many bytes takes
+	// the lane (tcp_lane.go), on the calling thread; 0 means
+	// DefaultLaneBytes, a negative value turns the lane off.
+	LaneBytes int
 	// DialTimeout bounds connecting to a peer (on top of the ctx).
 	DialTimeout time.Duration
 	// Auth, when set, runs its handshake on every TCP connection to a
@@ -113,14 +117,16 @@ type Engine struct {
 	streams  int
 	slice    uint64
 	dialTO   time.Duration
-	auth     *auth.Auth
-	log      *slog.Logger
-	host     string
-	driver   Driver
-	pins     *Pins
-	bounces  *bouncePool
-	shm      *peerMaps[[]byte]       // same-host segments, mapped
-	ipc      *peerMaps[DeviceMemory] // same-host GPU segments, opened over IPC
+	// laneBytes: Options.LaneBytes resolved; <= 0 turns the lane off.
+	laneBytes int
+	auth      *auth.Auth
+	log       *slog.Logger
+	host      string
+	driver    Driver
+	pins      *Pins
+	bounces   *bouncePool
+	shm       *peerMaps[[]byte]       // same-host segments, mapped
+	ipc       *peerMaps[DeviceMemory] // same-host GPU segments, opened over IPC
 	// beforeDeviceCopy: Options.BeforeDeviceCopy, never nil.
 	beforeDeviceCopy func([]byte)
 	transports       [numRoutes]Transport
@@ -145,22 +151,26 @@ type ownSegment struct {
 // NewEngine returns an Engine with opt's settings.
 func NewEngine(opt Options) *Engine {
 	e := &Engine{
-		forceTCP: opt.ForceTCP,
-		streams:  opt.StreamsPerPeer,
-		slice:    uint64(opt.SliceSize),
-		dialTO:   opt.DialTimeout,
-		auth:     opt.Auth,
-		log:      opt.Log,
-		host:     HostID(),
-		driver:   opt.Driver,
-		pools:    map[string]*peerPool{},
-		segAddr:  map[uint64]string{},
+		forceTCP:  opt.ForceTCP,
+		streams:   opt.StreamsPerPeer,
+		slice:     uint64(opt.SliceSize),
+		dialTO:    opt.DialTimeout,
+		laneBytes: opt.LaneBytes,
+		auth:      opt.Auth,
+		log:       opt.Log,
+		host:      HostID(),
+		driver:    opt.Driver,
+		pools:     map[string]*peerPool{},
+		segAddr:   map[uint64]string{},
 	}
 	if e.streams <= 0 {
 		e.streams = DefaultStreamsPerPeer
 	}
 	if opt.SliceSize <= 0 {
 		e.slice = DefaultSliceSize
+	}
+	if e.laneBytes == 0 {
+		e.laneBytes = DefaultLaneBytes
 	}
 	if e.dialTO <= 0 {
 		e.dialTO = DefaultDialTimeout

@@ -413,7 +413,9 @@ func (s *fuzzClientServer) serve() {
 }
 
 // FuzzTransferClient runs a batch of three granted ops (fuzzClientOps:
-// five requests on one stream, each followed by its op's grant) through a real Engine against a stand-in server
+// five requests on one connection, each followed by its op's grant)
+// through a real Engine, on its streams and then on its lane, against a
+// stand-in server
 // that answers with arbitrary bytes, then closes. Properties:
 //   - no panic, and Do returns (the answers end with the connection);
 //   - the requests on the wire are the ones the batch makes (ids 1-5,
@@ -442,44 +444,52 @@ func FuzzTransferClient(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, answers []byte) {
-		round := &fuzzClientRound{answers: answers, sawReqs: make(chan []byte, 1)}
-		srv.cur.Store(round)
-		defer srv.cur.Store(nil)
-		e := NewEngine(Options{ForceTCP: true, StreamsPerPeer: 1, SliceSize: 4096, Log: quietLog()})
-		defer e.Close()
-		ops := fuzzClientOps(peer)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		errs := e.Do(ctx, ops)
-		if ctx.Err() != nil {
-			t.Fatal("Do hung until its deadline")
-		}
-		select {
-		case reqs := <-round.sawReqs:
-			if !bytes.Equal(reqs, wantReqs) {
-				t.Fatalf("requests on the wire differ from the batch's: %s", firstDiff(reqs, wantReqs))
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the batch never reached the server")
-		}
-		codes, reads := fuzzClientModel(answers)
-		for i, err := range errs {
-			if got := wire.CodeOf(err); got != codes[i] {
-				t.Fatalf("op %d: %v (code %d), want code %d", i, err, got, codes[i])
-			}
-			if err != nil {
-				var we *wire.Error
-				if !errors.As(err, &we) || !we.Code.Known() || we.Code >= 0 {
-					t.Fatalf("op %d failed with %v: not a contract code", i, err)
-				}
-				continue
-			}
-			if ops[i].Write {
-				continue
-			}
-			if d := firstDiff(join(ops[i].Bufs), reads[i]); d != "" {
-				t.Fatalf("op %d read other bytes than the peer sent: %s", i, d)
-			}
+		for _, laneBytes := range []int{-1, 0} { // the streams, then the lane
+			fuzzClientRun(t, srv, peer, answers, wantReqs, laneBytes)
 		}
 	})
+}
+
+// fuzzClientRun is one input of FuzzTransferClient on an engine with
+// Options.LaneBytes laneBytes.
+func fuzzClientRun(t *testing.T, srv *fuzzClientServer, peer Peer, answers, wantReqs []byte, laneBytes int) {
+	round := &fuzzClientRound{answers: answers, sawReqs: make(chan []byte, 1)}
+	srv.cur.Store(round)
+	defer srv.cur.Store(nil)
+	e := NewEngine(Options{ForceTCP: true, StreamsPerPeer: 1, SliceSize: 4096, LaneBytes: laneBytes, Log: quietLog()})
+	defer e.Close()
+	ops := fuzzClientOps(peer)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := e.Do(ctx, ops)
+	if ctx.Err() != nil {
+		t.Fatal("Do hung until its deadline")
+	}
+	select {
+	case reqs := <-round.sawReqs:
+		if !bytes.Equal(reqs, wantReqs) {
+			t.Fatalf("requests on the wire differ from the batch's: %s", firstDiff(reqs, wantReqs))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch never reached the server")
+	}
+	codes, reads := fuzzClientModel(answers)
+	for i, err := range errs {
+		if got := wire.CodeOf(err); got != codes[i] {
+			t.Fatalf("op %d: %v (code %d), want code %d", i, err, got, codes[i])
+		}
+		if err != nil {
+			var we *wire.Error
+			if !errors.As(err, &we) || !we.Code.Known() || we.Code >= 0 {
+				t.Fatalf("op %d failed with %v: not a contract code", i, err)
+			}
+			continue
+		}
+		if ops[i].Write {
+			continue
+		}
+		if d := firstDiff(join(ops[i].Bufs), reads[i]); d != "" {
+			t.Fatalf("op %d read other bytes than the peer sent: %s", i, d)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -36,6 +37,7 @@ type peerPool struct {
 
 	mu     sync.Mutex
 	conns  []*tconn
+	lane   []*blockconn.Conn // idle lane connections (tcp_lane.go)
 	closed bool
 }
 
@@ -53,6 +55,17 @@ func (p *peerPool) get(ctx context.Context, slot int) (*tconn, error) {
 	if c := p.conns[slot]; c != nil && c.alive() {
 		return c, nil
 	}
+	nc, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := newTConn(nc, p, slot)
+	p.conns[slot] = c
+	return c, nil
+}
+
+// dial connects to the peer and runs the handshake of the engine's Auth.
+func (p *peerPool) dial(ctx context.Context) (net.Conn, error) {
 	d := net.Dialer{Timeout: p.e.dialTO, Control: setSockBufs}
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
@@ -67,9 +80,20 @@ func (p *peerPool) get(ctx context.Context, slot int) (*tconn, error) {
 		}
 		nc = sc
 	}
-	c := newTConn(nc, p, slot)
-	p.conns[slot] = c
-	return c, nil
+	return nc, nil
+}
+
+// statusErr is the error of an answer without payload whose status is not
+// OK: the peer's contract code, or (a code outside the contract, from a
+// peer of another version or garbage) a transfer failure that must not
+// reach the caller, and Python, as if it were one.
+func (p *peerPool) statusErr(r *tcpReq, status wire.Code) error {
+	if !status.Known() {
+		p.e.log.Warn("transfer: peer answered with a status outside the contract",
+			"peer", p.addr, "status", int32(status), "offset", r.off, "length", r.n)
+		return transferErr("peer %s, range [%d,+%d): unknown status %d", p.addr, r.off, r.n, int32(status))
+	}
+	return wire.Errorf(status, "peer %s, range [%d,+%d)", p.addr, r.off, r.n)
 }
 
 // setSockBufs sizes the socket buffers before connect, so the window scale
@@ -95,7 +119,12 @@ func (p *peerPool) close() {
 	p.mu.Lock()
 	p.closed = true
 	conns := append([]*tconn(nil), p.conns...)
+	lane := p.lane
+	p.lane = nil
 	p.mu.Unlock()
+	for _, bc := range lane {
+		bc.Close()
+	}
 	for _, c := range conns {
 		if c != nil {
 			c.fail(transferErr("connection to %s closed by the engine", p.addr))
@@ -149,11 +178,7 @@ func (c *tconn) send(rs []*tcpReq) error {
 	}
 	for _, r := range rs {
 		c.nextID++
-		r.id = c.nextID
-		r.hdr[0] = r.op
-		le.PutUint64(r.hdr[1:], r.id)
-		le.PutUint64(r.hdr[9:], r.off)
-		le.PutUint64(r.hdr[17:], r.n)
+		r.frame(c.nextID)
 		c.pending[r.id] = r
 	}
 	c.queue = append(c.queue, rs...)
@@ -163,6 +188,15 @@ func (c *tconn) send(rs []*tcpReq) error {
 	default:
 	}
 	return nil
+}
+
+// frame numbers r id and writes its header.
+func (r *tcpReq) frame(id uint64) {
+	r.id = id
+	r.hdr[0] = r.op
+	le.PutUint64(r.hdr[1:], r.id)
+	le.PutUint64(r.hdr[9:], r.off)
+	le.PutUint64(r.hdr[17:], r.n)
 }
 
 // fail breaks the connection: the goroutines stop and, once both have,
@@ -297,17 +331,7 @@ func (c *tconn) readLoop() {
 		var err error
 		switch {
 		case status != wire.OK && n == 0:
-			if !status.Known() {
-				// Not a contract code (a peer of another version, or
-				// garbage): it must not reach the caller, and Python, as
-				// if it were one.
-				c.pool.e.log.Warn("transfer: peer answered with a status outside the contract",
-					"peer", c.pool.addr, "status", int32(status), "offset", r.off, "length", r.n)
-				r.call.finish(r.opIdx, transferErr("peer %s, range [%d,+%d): unknown status %d",
-					c.pool.addr, r.off, r.n, int32(status)), false)
-				continue
-			}
-			r.call.finish(r.opIdx, wire.Errorf(status, "peer %s, range [%d,+%d)", c.pool.addr, r.off, r.n), false)
+			r.call.finish(r.opIdx, c.pool.statusErr(r, status), false)
 			continue
 		case !isWrite(r.op) && status == wire.OK && n == r.n:
 			for _, b := range r.bufs {
@@ -408,6 +432,7 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 	var addrs []string
 	groups := map[string][]int{}
 	nreq := 0
+	var bytes uint64
 	for _, i := range idx {
 		a := ops[i].Peer.TransferAddr
 		if _, ok := groups[a]; !ok {
@@ -417,7 +442,9 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 		total, _ := opLen(&ops[i])
 		n, _ := e.slices(total)
 		nreq += int(n)
+		bytes += total
 	}
+	lane := len(addrs) == 1 && addrs[0] != "" && e.laneFits(nreq, bytes)
 	slab := make([]tcpReq, 0, nreq)
 	perSlot := make([][]*tcpReq, e.streams)
 	for _, addr := range addrs {
@@ -481,6 +508,14 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 				perSlot[slot] = append(perSlot[slot], r)
 				cum += ln
 			}
+		}
+		if lane { // one peer, one small call: every request is in slab
+			rs := make([]*tcpReq, len(slab))
+			for k := range slab {
+				rs[k] = &slab[k]
+			}
+			pool.laneCall(ctx, c, rs)
+			continue
 		}
 		var dialErr error
 		for slot, rs := range perSlot {

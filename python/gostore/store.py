@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
 from ._buffers import BufferPins, new_bytes
+from ._heap import keep_freed_results
 from .buffer import GostoreBuffer, wrap as _wrap_buffer
 from .config import ReplicateConfig
 from ._args import (
@@ -526,7 +527,10 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
             if isinstance(v, int) and not _u64(v):
                 return _INVALID
         doc = json.dumps(params).encode("utf-8")
-        return self._lib().gs_setup(self._h(), doc, len(doc))
+        rc = self._lib().gs_setup(self._h(), doc, len(doc))
+        if rc == 0:
+            keep_freed_results()
+        return rc
 
     def setup_dummy(
         self, mem_pool_size: int, local_buffer_size: int, server_address: str, ipc_socket_path: str = ""
@@ -565,6 +569,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
             if remote.connect() != 0:
                 return int(ErrorCode.INTERNAL_ERROR)
             self._hobj = _Handle(remote)
+        keep_freed_results()
         return 0
 
     def alloc_from_mem_pool(self, size: int) -> int:

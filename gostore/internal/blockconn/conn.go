@@ -1,0 +1,198 @@
+// conn.go defines Conn and FromTCP.
+
+package blockconn
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrClosedByPeer is the error of a read that met the end of the stream.
+var ErrClosedByPeer = errors.New("connection closed by the peer")
+
+// Conn is a blocking TCP connection; see the package documentation.
+type Conn struct {
+	fd       int
+	mu       sync.Mutex // guards closed against a concurrent Close
+	closed   bool
+	deadline time.Time
+	iov      [][]byte // Writev's scratch
+}
+
+// FromTCP takes a connected socket out of the netpoller: the descriptor is
+// duplicated, tc closed, and the duplicate switched to blocking mode.
+func FromTCP(tc *net.TCPConn) (*Conn, error) {
+	defer tc.Close()
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	var dupErr error
+	if err := raw.Control(func(s uintptr) { fd, dupErr = unix.Dup(int(s)) }); err != nil {
+		return nil, err
+	}
+	if dupErr != nil {
+		return nil, dupErr
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &Conn{fd: fd}, nil
+}
+
+// FD is the socket's descriptor, for tests that poll it.
+func (b *Conn) FD() int { return b.fd }
+
+// PeerClosed reports whether the peer has closed the connection (or reset
+// it) while it sat idle: a restarted server left it behind. It peeks
+// without blocking and consumes nothing.
+func (b *Conn) PeerClosed() bool {
+	var one [1]byte
+	for {
+		n, _, err := unix.Recvfrom(b.fd, one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return false // nothing to read: alive
+		case err != nil || n == 0:
+			return true // EOF or an error: dead
+		}
+		return false // unexpected bytes; the frame check will tell
+	}
+}
+
+// SetDeadline bounds the following reads and writes; zero means none.
+func (b *Conn) SetDeadline(t time.Time) error {
+	if t.Equal(b.deadline) {
+		return nil
+	}
+	b.deadline = t
+	var tv unix.Timeval
+	if !t.IsZero() {
+		d := time.Until(t)
+		if d <= 0 {
+			d = time.Microsecond
+		}
+		tv = unix.NsecToTimeval(d.Nanoseconds())
+	}
+	if err := unix.SetsockoptTimeval(b.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return err
+	}
+	return unix.SetsockoptTimeval(b.fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+}
+
+// Read reads what is there, at least one byte; a timeout is
+// os.ErrDeadlineExceeded, the end of the stream ErrClosedByPeer.
+func (b *Conn) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(b.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return 0, os.ErrDeadlineExceeded
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, ErrClosedByPeer
+		}
+		return n, nil
+	}
+}
+
+// ReadFull fills p.
+func (b *Conn) ReadFull(p []byte) error {
+	for len(p) > 0 {
+		n, err := b.Read(p)
+		if err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// Write writes all of p.
+func (b *Conn) Write(p []byte) (int, error) {
+	written := 0
+	for written < len(p) {
+		n, err := unix.Write(b.fd, p[written:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return written, os.ErrDeadlineExceeded
+		case err != nil:
+			return written, err
+		}
+		written += n
+	}
+	return written, nil
+}
+
+// Writev writes every byte of bufs, in order, with as few system calls as
+// the socket allows (one, when its buffer has room). Empty parts are
+// skipped. bufs is not modified.
+func (b *Conn) Writev(bufs ...[]byte) error {
+	iov := b.iov[:0]
+	for _, p := range bufs {
+		if len(p) > 0 {
+			iov = append(iov, p)
+		}
+	}
+	all := iov
+	defer func() { clear(all); b.iov = all[:0] }()
+	for len(iov) > 0 {
+		n, err := unix.Writev(b.fd, iov[:min(len(iov), maxIov)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return os.ErrDeadlineExceeded
+		case err != nil:
+			return err
+		}
+		for n > 0 {
+			if n < len(iov[0]) {
+				iov[0] = iov[0][n:]
+				break
+			}
+			n -= len(iov[0])
+			iov = iov[1:]
+		}
+	}
+	return nil
+}
+
+// maxIov stays under the kernel's IOV_MAX (1024).
+const maxIov = 1024
+
+// Shutdown ends both directions of the connection: a read or write blocked
+// in another goroutine returns at once. The socket stays open until Close.
+func (b *Conn) Shutdown() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.closed {
+		_ = unix.Shutdown(b.fd, unix.SHUT_RDWR)
+	}
+}
+
+// Close closes the socket once; later calls do nothing.
+func (b *Conn) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	return unix.Close(b.fd)
+}

@@ -1,0 +1,195 @@
+// tcp_lane.go defines the lane: the route of a small TCP call on the
+// calling thread, with no goroutine between the caller and the socket.
+
+package transfer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+
+	"github.com/gostore/gostore/gostore/internal/blockconn"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// The lane exists for latency. A pipelined stream (tconn) hands each
+// request to its writer goroutine and each answer back from its reader
+// goroutine: with the caller's own wait, three thread wake-ups per round
+// trip, most of a 4 KiB get's time on two cores. A call whose requests all
+// go to one peer and carry at most Options.LaneBytes instead takes an idle
+// blocking connection of that peer (or dials one), writes every request
+// with one writev and reads the answers in order on the calling thread;
+// the connection then goes back to the peer's idle list. Larger calls keep
+// the streams, which spread an op's slices over several connections.
+//
+// A lane connection carries one call at a time. Its bytes are the streams' wire format, which the Server cannot
+// tell apart. A call whose ctx ends while it waits has its connection shut
+// down (waking the blocked read); that connection is closed, never reused.
+// Encrypted connections (mutual TLS) cannot be blocking sockets: with them
+// every call takes the streams.
+
+// DefaultLaneBytes is Options.LaneBytes' default.
+const DefaultLaneBytes = 256 << 10
+
+// laneIdleMax is how many idle lane connections a peer keeps; a caller
+// that finds none dials one, and one returned beyond this is closed.
+const laneIdleMax = 8
+
+// laneFits reports whether a call of nreq requests and total bytes to one
+// peer takes the lane.
+func (e *Engine) laneFits(nreq int, total uint64) bool {
+	return e.laneBytes > 0 && !e.auth.Encrypts() && nreq <= laneMaxRequests && total <= uint64(e.laneBytes)
+}
+
+// laneMaxRequests bounds one lane call's requests (and its writev).
+const laneMaxRequests = 256
+
+// laneConn pops an idle lane connection to p's peer, dropping those the
+// peer closed meanwhile (a restart), or dials a new one.
+func (p *peerPool) laneConn(ctx context.Context) (*blockconn.Conn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, transferErr("connections to %s closed", p.addr)
+		}
+		n := len(p.lane)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		bc := p.lane[n-1]
+		p.lane[n-1] = nil
+		p.lane = p.lane[:n-1]
+		p.mu.Unlock()
+		if !bc.PeerClosed() {
+			return bc, nil
+		}
+		bc.Close()
+	}
+	nc, err := p.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return nil, transferErr("lane to %s: a %T is not a TCP connection", p.addr, nc)
+	}
+	bc, err := blockconn.FromTCP(tc)
+	if err != nil {
+		return nil, transferErr("lane to %s: %v", p.addr, err)
+	}
+	return bc, nil
+}
+
+// laneDone returns a healthy lane connection to the idle list.
+func (p *peerPool) laneDone(bc *blockconn.Conn) {
+	p.mu.Lock()
+	if !p.closed && len(p.lane) < laneIdleMax {
+		p.lane = append(p.lane, bc)
+		bc = nil
+	}
+	p.mu.Unlock()
+	if bc != nil {
+		bc.Close()
+	}
+}
+
+// laneCall runs rs (requests of call c to p's peer) on a lane connection
+// and finishes each of them in c, before it returns.
+func (p *peerPool) laneCall(ctx context.Context, c *call, rs []*tcpReq) {
+	c.left.Add(int64(len(rs)))
+	bc, err := p.laneConn(ctx)
+	if err != nil {
+		for _, r := range rs {
+			c.finish(r.opIdx, err, false)
+		}
+		return
+	}
+	// The deadline bounds each system call; cancellation shuts the socket
+	// down, which wakes a blocked read or write at once.
+	deadline, _ := ctx.Deadline()
+	var cancelled bool
+	stop := func() bool { return true }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { bc.Shutdown() })
+	}
+	done := make([]bool, len(rs)) // finished by an answer
+	err = bc.SetDeadline(deadline)
+	if err == nil {
+		err = p.laneExchange(bc, c, rs, done)
+	}
+	if !stop() {
+		cancelled = true
+	}
+	switch {
+	case cancelled:
+		err = ctxErr(ctx)
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		err = transferErr("%s did not answer in time: %v", p.addr, err)
+	case err != nil && wire.CodeOf(err) != wire.ErrTransferFail:
+		err = transferErr("lane to %s: %v", p.addr, err)
+	}
+	if err != nil {
+		bc.Close()
+		for k, r := range rs {
+			if !done[k] {
+				c.finish(r.opIdx, err, !cancelled)
+			}
+		}
+		return
+	}
+	p.laneDone(bc)
+}
+
+// laneExchange writes rs and reads their answers, finishing each request
+// as its answer is read (done marks them; answers may come in any order,
+// as on the streams). An error leaves the connection out of step: the
+// caller closes it and fails the requests not done.
+func (p *peerPool) laneExchange(bc *blockconn.Conn, c *call, rs []*tcpReq, done []bool) error {
+	iov := make([][]byte, 0, 3*len(rs))
+	for k, r := range rs {
+		r.frame(uint64(k + 1))
+		iov = append(iov, r.hdr[:])
+		if r.grant != nil {
+			iov = append(iov, r.grant)
+		}
+		if isWrite(r.op) {
+			iov = append(iov, r.bufs...)
+		}
+	}
+	if err := bc.Writev(iov...); err != nil {
+		return err
+	}
+	var h [respHdrSize]byte
+	for range rs {
+		if err := bc.ReadFull(h[:]); err != nil {
+			return err
+		}
+		id, status, n := le.Uint64(h[0:]), wire.Code(int32(le.Uint32(h[8:]))), le.Uint64(h[12:])
+		if id == 0 || id > uint64(len(rs)) || done[id-1] {
+			return transferErr("%s answered unknown request %d", p.addr, id)
+		}
+		r := rs[id-1]
+		var answer error
+		switch {
+		case status != wire.OK && n == 0:
+			answer = p.statusErr(r, status)
+		case !isWrite(r.op) && status == wire.OK && n == r.n:
+			for _, b := range r.bufs {
+				if err := bc.ReadFull(b); err != nil {
+					return err
+				}
+			}
+		case isWrite(r.op) && status == wire.OK && n == 0:
+		default:
+			return transferErr("%s answered request %d (op %d, %d bytes) with status %d and %d bytes",
+				p.addr, id, r.op, r.n, status, n)
+		}
+		done[id-1] = true
+		c.finish(r.opIdx, answer, false)
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+// tcp_lane_test.go tests the lane: which calls take it, that its bytes and
+// codes are those of the streams, and what a dead, restarted or silent peer
+// does to it.
+
+package transfer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/gostore/gostore/gostore/internal/blockconn"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// laneState returns the peer's idle lane connections and whether any
+// stream was dialled to it.
+func laneState(e *Engine, addr string) (idle []*blockconn.Conn, streams bool) {
+	e.mu.Lock()
+	p := e.pools[addr]
+	e.mu.Unlock()
+	if p == nil {
+		return nil, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		streams = streams || c != nil
+	}
+	return append([]*blockconn.Conn(nil), p.lane...), streams
+}
+
+// Small calls (one op, a batch of 4 KiB ops, an op cut into slices) ride
+// one lane connection and no stream, bytes intact; a call over LaneBytes
+// and every call of an engine with the lane off take the streams.
+func TestLaneCarriesSmallCalls(t *testing.T) {
+	tp := newTCPPeer(t, 8<<20)
+	ctx := context.Background()
+	addr := tp.peer.TransferAddr
+	for _, opt := range []Options{{}, {SliceSize: 1000}} {
+		opt.ForceTCP, opt.Log = true, quietLog()
+		e := NewEngine(opt)
+		data := pattern(uint64(opt.SliceSize)+1, 4096)
+		mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 7, Bufs: scatter(data, 1000, 3000), Write: true}}))
+		got := make([]byte, len(data))
+		mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 7, Bufs: scatter(got, 5, 4000)}}))
+		if d := firstDiff(got, data); d != "" {
+			t.Fatalf("slice %d: %s", opt.SliceSize, d)
+		}
+		var batch []Op
+		dsts := make([][]byte, 32)
+		for i := range dsts {
+			dsts[i] = make([]byte, 4096)
+			batch = append(batch, Op{Peer: tp.peer, Offset: uint64(i) * 4096, Bufs: [][]byte{dsts[i]}})
+		}
+		mustOK(t, grantDo(e, ctx, batch))
+		for i, d := range dsts {
+			if diff := firstDiff(d, tp.seg.Bytes()[i*4096:(i+1)*4096]); diff != "" {
+				t.Fatalf("batch op %d: %s", i, diff)
+			}
+		}
+		idle, streams := laneState(e, addr)
+		if len(idle) != 1 || streams {
+			t.Fatalf("slice %d: %d idle lane connections, streams dialled %v; want 1 and none", opt.SliceSize, len(idle), streams)
+		}
+		e.Close()
+	}
+
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	big := pattern(3, DefaultLaneBytes+1)
+	mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{big}, Write: true}}))
+	if idle, streams := laneState(e, addr); len(idle) != 0 || !streams {
+		t.Fatalf("a call of LaneBytes+1: %d idle lane connections, streams %v", len(idle), streams)
+	}
+	off := NewEngine(Options{ForceTCP: true, LaneBytes: -1, Log: quietLog()})
+	defer off.Close()
+	mustOK(t, grantDo(off, ctx, []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{make([]byte, 10)}}}))
+	if idle, streams := laneState(off, addr); len(idle) != 0 || !streams {
+		t.Fatalf("lane off: %d idle lane connections, streams %v", len(idle), streams)
+	}
+}
+
+// A refusal from the server (a range it finds outside its segment) comes
+// back with the server's code, changes nothing, and leaves the connection
+// in step: the next call reuses it.
+func TestLaneRefusalKeepsTheConnection(t *testing.T) {
+	const size = 1 << 20
+	tp := newTCPPeer(t, size)
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := context.Background()
+	unknown := tp.peer
+	unknown.Size = 0 // the server has to catch it
+	before := append([]byte(nil), tp.seg.Bytes()...)
+	data := pattern(5, 3000)
+	errs := grantDo(e, ctx, []Op{
+		{Peer: unknown, Offset: size - 10, Bufs: [][]byte{pattern(4, 100)}, Write: true},
+		{Peer: unknown, Offset: 40, Bufs: [][]byte{data}, Write: true},
+	})
+	wantCode(t, errs[0], wire.ErrInvalidParams)
+	if errs[1] != nil {
+		t.Fatalf("the good op after a refused one: %v", errs[1])
+	}
+	copy(before[40:], data)
+	if d := firstDiff(tp.seg.Bytes(), before); d != "" {
+		t.Fatal(d)
+	}
+	idle, _ := laneState(e, tp.peer.TransferAddr)
+	if len(idle) != 1 {
+		t.Fatalf("%d idle lane connections after a refusal, want 1", len(idle))
+	}
+	got := make([]byte, len(data))
+	mustOK(t, grantDo(e, ctx, []Op{{Peer: unknown, Offset: 40, Bufs: [][]byte{got}}}))
+	if d := firstDiff(got, data); d != "" {
+		t.Fatal(d)
+	}
+	if again, _ := laneState(e, tp.peer.TransferAddr); len(again) != 1 || again[0] != idle[0] {
+		t.Fatal("the call after a refusal did not reuse the lane connection")
+	}
+}
+
+// A peer that takes a request and never answers: the call waits until its
+// context ends (an expiry the test triggers, not a time), then returns -800
+// matching DeadlineExceeded, and the connection is closed, not kept.
+func TestLaneSilentPeer(t *testing.T) {
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	for _, write := range []bool{true, false} {
+		hung, reading := hungServer(t)
+		ctx := newDeadlineCtx()
+		done := make(chan []error, 1)
+		go func() {
+			done <- grantDo(e, ctx, []Op{{Peer: hung, Offset: 0, Bufs: [][]byte{make([]byte, 4096)}, Write: write}})
+		}()
+		await(t, reading, "the silent peer to receive the request")
+		select {
+		case errs := <-done:
+			t.Fatalf("the call returned with no answer and its context alive: %v", errs)
+		default:
+		}
+		ctx.expire()
+		errs := await(t, done, "the call to return once its context ended")
+		wantCode(t, errs[0], wire.ErrTransferFail)
+		if !errors.Is(errs[0], context.DeadlineExceeded) {
+			t.Fatalf("%v does not match DeadlineExceeded", errs[0])
+		}
+		if idle, _ := laneState(e, hung.TransferAddr); len(idle) != 0 {
+			t.Fatalf("a connection abandoned mid-call was kept (%d idle)", len(idle))
+		}
+	}
+}
+
+// The peer restarts at the same address while a lane connection sits
+// idle: the next call notices the dead connection, dials anew, and lands.
+func TestLaneSurvivesAPeerRestart(t *testing.T) {
+	const size = 1 << 20
+	seg, err := NewLocalSegment("lane-restart", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	srv := NewServer(ln, seg.Bytes(), quietLog())
+	go srv.Serve()
+	serveGranted(srv, 21)
+	p := Peer{SegID: 21, HostID: "x", TransferAddr: addr, Size: size}
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := context.Background()
+	mustOK(t, grantDo(e, ctx, []Op{{Peer: p, Offset: 0, Bufs: [][]byte{pattern(1, 100)}, Write: true}}))
+	idle, _ := laneState(e, addr)
+	if len(idle) != 1 {
+		t.Fatalf("%d idle lane connections, want 1", len(idle))
+	}
+	srv.Close()
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", addr, err)
+	}
+	srv2 := NewServer(ln2, seg.Bytes(), quietLog())
+	go srv2.Serve()
+	defer srv2.Close()
+	serveGranted(srv2, 21)
+	data := pattern(2, 4096)
+	mustOK(t, grantDo(e, ctx, []Op{{Peer: p, Offset: 10, Bufs: [][]byte{data}, Write: true}}))
+	if d := firstDiff(seg.Bytes()[10:10+len(data)], data); d != "" {
+		t.Fatal(d)
+	}
+	if again, _ := laneState(e, addr); len(again) != 1 || again[0] == idle[0] {
+		t.Fatal("the dead lane connection was not replaced")
+	}
+}
