@@ -155,6 +155,11 @@ func clientOf(h C.int64_t) *client.Client {
 	return c
 }
 
+// defaultHeapRetainBytes is GOSTORE_HEAP_RETAIN_BYTES' default, as the
+// Python package reads it for malloc (gostore/_heap.py): memory lent by
+// get_buffer beyond the local buffer that stays mapped for the next loan.
+const defaultHeapRetainBytes = 1 << 30
+
 //export gs_store_new
 func gs_store_new() (ret C.int64_t) {
 	defer recoverTo("gs_store_new", &ret)
@@ -217,6 +222,10 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		cfg.PingInterval = time.Duration(min(ms, 1<<31)) * time.Millisecond
 	}
 	cfg.GPUBounceBytes = envUint("GOSTORE_GPU_BOUNCE_BYTES")
+	cfg.LentRetainBytes = defaultHeapRetainBytes
+	if getenv("GOSTORE_HEAP_RETAIN_BYTES") != "" {
+		cfg.LentRetainBytes = envUint("GOSTORE_HEAP_RETAIN_BYTES")
+	}
 	if cfg.SegmentLocation == "" {
 		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
 	}

@@ -117,12 +117,20 @@ func location(dev int) string {
 // staging lends memory to GetBuffers: ranges of the local buffer
 // (local_buffer_size) while it has room, a private mapping per buffer beyond
 // that. The memory is mmap'ed, never Go heap, because Python keeps the
-// address after the call returns.
+// address after the call returns. Private mappings handed back stay mapped
+// (spare, by size class) up to retain bytes in all, so that a batch larger
+// than the local buffer, lent again, lands in pages already faulted in
+// rather than in fresh ones the kernel must zero first.
 type staging struct {
 	mu    sync.Mutex
 	buf   *transfer.LocalSegment
 	alloc *alloc.Allocator
 	lent  map[uintptr]lent
+	// spare holds unlent private mappings by size (a size class of
+	// privateSize); spareBytes is their total, at most retain.
+	spare      map[uint64][]*transfer.LocalSegment
+	spareBytes uint64
+	retain     uint64
 	// closed: the store closed while memory was still lent; the shared
 	// buffer is unmapped when the last loan comes back, never under Python.
 	closed bool
@@ -133,8 +141,8 @@ type lent struct {
 	private *transfer.LocalSegment
 }
 
-func newStaging(size uint64) (*staging, error) {
-	s := &staging{lent: make(map[uintptr]lent)}
+func newStaging(size, retain uint64) (*staging, error) {
+	s := &staging{lent: make(map[uintptr]lent), spare: map[uint64][]*transfer.LocalSegment{}, retain: retain}
 	if size == 0 {
 		return s, nil
 	}
@@ -144,6 +152,17 @@ func newStaging(size uint64) (*staging, error) {
 	}
 	s.buf, s.alloc = buf, alloc.New(size, 64)
 	return s, nil
+}
+
+// privateSize is the size class of a private mapping for size bytes: whole
+// pages, and whole 2 MiB (a huge page) from 2 MiB up, so that spares fit
+// loans of nearby sizes.
+func privateSize(size uint64) uint64 {
+	const page, huge = 4 << 10, 2 << 20
+	if size >= huge {
+		return (size + huge - 1) &^ (huge - 1)
+	}
+	return (size + page - 1) &^ (page - 1)
 }
 
 // get returns size bytes of lent memory.
@@ -160,9 +179,18 @@ func (s *staging) get(size uint64) ([]byte, error) {
 			return b, nil
 		}
 	}
-	m, err := transfer.NewLocalBuffer(size)
-	if err != nil {
-		return nil, wire.Errorf(wire.ErrInternal, "staging %d bytes: %v", size, err)
+	class := privateSize(size)
+	var m *transfer.LocalSegment
+	if list := s.spare[class]; len(list) > 0 {
+		m = list[len(list)-1]
+		list[len(list)-1] = nil
+		s.spare[class] = list[:len(list)-1]
+		s.spareBytes -= class
+	} else {
+		var err error
+		if m, err = transfer.NewLocalBuffer(class); err != nil {
+			return nil, wire.Errorf(wire.ErrInternal, "staging %d bytes: %v", size, err)
+		}
 	}
 	b := m.Bytes()[:size:size]
 	s.lent[addrOf(b)] = lent{private: m}
@@ -178,8 +206,13 @@ func (s *staging) put(addr uintptr) error {
 		return wire.Errorf(wire.ErrInvalidParams, "free_buffer(%#x): not a buffer of this store", addr)
 	}
 	delete(s.lent, addr)
-	if l.private != nil {
-		return l.private.Close()
+	if m := l.private; m != nil {
+		if class := m.Size(); !s.closed && s.spareBytes+class <= s.retain {
+			s.spare[class] = append(s.spare[class], m)
+			s.spareBytes += class
+			return nil
+		}
+		return m.Close()
 	}
 	err := s.alloc.Free(uint64(addr-addrOf(s.buf.Bytes())), l.size)
 	s.releaseIfIdleLocked()
@@ -194,10 +227,18 @@ func (s *staging) releaseIfIdleLocked() {
 	s.buf, s.alloc = nil, nil
 }
 
-// close stops lending; memory already lent stays mapped until it is put back.
+// close stops lending and unmaps the spares; memory already lent stays
+// mapped until it is put back.
 func (s *staging) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	for class, list := range s.spare {
+		for _, m := range list {
+			m.Close()
+		}
+		delete(s.spare, class)
+	}
+	s.spareBytes = 0
 	s.releaseIfIdleLocked()
 }

@@ -79,6 +79,10 @@ type Config struct {
 	// through when no direct copy reaches their replica (0:
 	// transfer.DefaultBounceBytes; GOSTORE_GPU_BOUNCE_BYTES).
 	GPUBounceBytes uint64 `json:"-"`
+	// LentRetainBytes bounds the memory GetBuffers lent beyond the local
+	// buffer that stays mapped once handed back, for the next loan of the
+	// same size class (0: unmapped at once; GOSTORE_HEAP_RETAIN_BYTES).
+	LentRetainBytes uint64 `json:"-"`
 	// WrapTransport, when set, wraps each route of the transfer engine
 	// (transfer.Options.Wrap): how tests put a failing or slow transport
 	// under a real client.
@@ -250,7 +254,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		c.log.Error("setup rejected", "err", err)
 		return nil, err
 	}
-	if c.staging, err = newStaging(cfg.LocalBufferSize); err != nil {
+	if c.staging, err = newStaging(cfg.LocalBufferSize, cfg.LentRetainBytes); err != nil {
 		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
 	}
 	if h, _ := splitLocal(cfg.LocalHostname); cfg.GlobalSegmentSize > 0 || cfg.EnableSSDOffload {
