@@ -222,6 +222,13 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		cfg.PingInterval = time.Duration(min(ms, 1<<31)) * time.Millisecond
 	}
 	cfg.GPUBounceBytes = envUint("GOSTORE_GPU_BOUNCE_BYTES")
+	if v := getenv("GOSTORE_SPIN_US"); v != "" {
+		us := envUint("GOSTORE_SPIN_US")
+		cfg.SpinWait = time.Duration(min(us, 1<<20)) * time.Microsecond
+		if us == 0 {
+			cfg.SpinWait = -1 // never poll
+		}
+	}
 	cfg.LentRetainBytes = defaultHeapRetainBytes
 	if getenv("GOSTORE_HEAP_RETAIN_BYTES") != "" {
 		cfg.LentRetainBytes = envUint("GOSTORE_HEAP_RETAIN_BYTES")

@@ -33,6 +33,13 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
+// readDoneDelay is how often the readsDone sender polls while gets keep
+// ending: one ReadDone RPC per poll for all of them, instead of a goroutine
+// woken (and a master round trip) per get, which on two cores took CPU
+// from the next get's own round trips. A reader count lingers this much
+// longer at the master; this client's own upserts flush it first.
+const readDoneDelay = 200 * time.Microsecond
+
 // Config is what Python's setup() passes.
 type Config struct {
 	LocalHostname     string `json:"local_hostname"`
@@ -83,6 +90,10 @@ type Config struct {
 	// buffer that stays mapped once handed back, for the next loan of the
 	// same size class (0: unmapped at once; GOSTORE_HEAP_RETAIN_BYTES).
 	LentRetainBytes uint64 `json:"-"`
+	// SpinWait is how long a blocking read of a master RPC or a small TCP
+	// transfer polls before it sleeps (0: blockconn.DefaultSpin; negative:
+	// never; GOSTORE_SPIN_US).
+	SpinWait time.Duration `json:"-"`
 	// WrapTransport, when set, wraps each route of the transfer engine
 	// (transfer.Options.Wrap): how tests put a failing or slow transport
 	// under a real client.
@@ -222,12 +233,16 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			return addr, err
 		}
 	}
+	if cfg.RPC.Spin == 0 {
+		cfg.RPC.Spin = cfg.SpinWait
+	}
 	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{}, Auth: guard,
-		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport})
+		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport,
+		LaneSpin: cfg.SpinWait})
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
-	c.readsDone.init(wire.OpReadDone, 0, nil)
+	c.readsDone.init(wire.OpReadDone, readDoneDelay, nil)
 	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -68,6 +68,9 @@ type ClientOptions struct {
 	// one (and blocking, unless Netpoll); with mutual TLS it is read
 	// through the netpoller.
 	Auth *auth.Auth
+	// Spin is how long a blocking read polls before it sleeps (0:
+	// blockconn.DefaultSpin; negative: never polls).
+	Spin time.Duration
 }
 
 type clientConn struct {
@@ -216,9 +219,14 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 	}
 	var conn conn = nc
 	if !c.opt.Netpoll && !c.opt.Auth.Encrypts() {
-		if conn, err = blockconn.FromTCP(nc.(*net.TCPConn)); err != nil {
+		bc, err := blockconn.FromTCP(nc.(*net.TCPConn))
+		if err != nil {
 			return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
 		}
+		if c.opt.Spin != 0 {
+			bc.SetSpin(c.opt.Spin)
+		}
+		conn = bc
 	}
 	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
 }

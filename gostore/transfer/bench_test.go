@@ -81,3 +81,26 @@ func benchBatch(b *testing.B, write bool) {
 	}
 	b.ReportMetric(float64(b.N*32)/b.Elapsed().Seconds(), "ops/s")
 }
+
+// BenchmarkTCPRead4K and BenchmarkTCPWrite4K run one op of 4 KiB per call,
+// on the lane and (LaneBytes -1) on the streams: the latency of a small
+// get or put's transfer.
+func BenchmarkTCPRead4K(b *testing.B)        { benchSmall(b, false, Options{}) }
+func BenchmarkTCPWrite4K(b *testing.B)       { benchSmall(b, true, Options{}) }
+func BenchmarkTCPRead4KStreams(b *testing.B) { benchSmall(b, false, Options{LaneBytes: -1}) }
+
+func benchSmall(b *testing.B, write bool, opt Options) {
+	tp := newTCPPeer(b, 1<<20)
+	opt.ForceTCP, opt.Log = true, quietLog()
+	e := NewEngine(opt)
+	defer e.Close()
+	ops := granted([]Op{{Peer: tp.peer, Offset: 4096, Bufs: [][]byte{pattern(1, 4096)}, Write: write}})
+	mustOK(b, e.Do(context.Background(), ops))
+	b.SetBytes(4096)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := e.Do(context.Background(), ops)[0]; err != nil {
+			b.Fatal(err)
+		}
+	}
+}

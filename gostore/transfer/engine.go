@@ -81,6 +81,9 @@ type Options struct {
 	// the lane (tcp_lane.go), on the calling thread; 0 means
 	// DefaultLaneBytes, a negative value turns the lane off.
 	LaneBytes int
+	// LaneSpin is how long a lane read polls before it sleeps (0:
+	// blockconn.DefaultSpin; negative: never polls).
+	LaneSpin time.Duration
 	// DialTimeout bounds connecting to a peer (on top of the ctx).
 	DialTimeout time.Duration
 	// Auth, when set, runs its handshake on every TCP connection to a
@@ -119,6 +122,7 @@ type Engine struct {
 	dialTO   time.Duration
 	// laneBytes: Options.LaneBytes resolved; <= 0 turns the lane off.
 	laneBytes int
+	laneSpin  time.Duration // Options.LaneSpin as given
 	auth      *auth.Auth
 	log       *slog.Logger
 	host      string
@@ -156,6 +160,7 @@ func NewEngine(opt Options) *Engine {
 		slice:     uint64(opt.SliceSize),
 		dialTO:    opt.DialTimeout,
 		laneBytes: opt.LaneBytes,
+		laneSpin:  opt.LaneSpin,
 		auth:      opt.Auth,
 		log:       opt.Log,
 		host:      HostID(),

@@ -81,6 +81,9 @@ func (p *peerPool) laneConn(ctx context.Context) (*blockconn.Conn, error) {
 	if err != nil {
 		return nil, transferErr("lane to %s: %v", p.addr, err)
 	}
+	if p.e.laneSpin != 0 {
+		bc.SetSpin(p.e.laneSpin)
+	}
 	return bc, nil
 }
 

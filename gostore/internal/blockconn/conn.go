@@ -22,10 +22,23 @@ type Conn struct {
 	closed   bool
 	deadline time.Time
 	iov      [][]byte // Writev's scratch
+	spin     time.Duration
 }
 
+// DefaultSpin is how long a read polls the socket before it sleeps, unless
+// the owner says otherwise (SetSpin). A sleeping thread is woken by the
+// kernel when the answer lands, which on a virtual machine whose idle
+// CPUs halt costs tens of microseconds. Measured on this project's 2-core
+// machine (halt polling off), a 4 KiB get over TCP took 137-152 µs at the
+// median sleeping at once, 91-93 µs polling for up to 40, 60 or 100 µs
+// (the same: an answer that comes at all comes in 40), and 113-116 µs when
+// a fruitless spin turned polling off for the next 8 reads. A reply that
+// takes longer costs one spin of CPU.
+const DefaultSpin = 60 * time.Microsecond
+
 // FromTCP takes a connected socket out of the netpoller: the descriptor is
-// duplicated, tc closed, and the duplicate switched to blocking mode.
+// duplicated, tc closed, and the duplicate switched to blocking mode. Its
+// reads spin for DefaultSpin.
 func FromTCP(tc *net.TCPConn) (*Conn, error) {
 	defer tc.Close()
 	raw, err := tc.SyscallConn()
@@ -45,8 +58,12 @@ func FromTCP(tc *net.TCPConn) (*Conn, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	return &Conn{fd: fd}, nil
+	return &Conn{fd: fd, spin: DefaultSpin}, nil
 }
+
+// SetSpin sets how long each read polls before it sleeps; 0 or less never
+// polls.
+func (b *Conn) SetSpin(d time.Duration) { b.spin = d }
 
 // FD is the socket's descriptor, for tests that poll it.
 func (b *Conn) FD() int { return b.fd }
@@ -91,8 +108,14 @@ func (b *Conn) SetDeadline(t time.Time) error {
 }
 
 // Read reads what is there, at least one byte; a timeout is
-// os.ErrDeadlineExceeded, the end of the stream ErrClosedByPeer.
+// os.ErrDeadlineExceeded, the end of the stream ErrClosedByPeer. It polls
+// for up to the spin first (see DefaultSpin), then sleeps in the kernel.
 func (b *Conn) Read(p []byte) (int, error) {
+	if b.spin > 0 && len(p) > 0 {
+		if n, done, err := b.spinRead(p); done {
+			return n, err
+		}
+	}
 	for {
 		n, err := unix.Read(b.fd, p)
 		switch {
@@ -106,6 +129,27 @@ func (b *Conn) Read(p []byte) (int, error) {
 			return 0, ErrClosedByPeer
 		}
 		return n, nil
+	}
+}
+
+// spinRead polls for data until the spin ends; done is false when none
+// came.
+func (b *Conn) spinRead(p []byte) (n int, done bool, err error) {
+	end := time.Now().Add(b.spin)
+	for {
+		n, _, err := unix.Recvfrom(b.fd, p, unix.MSG_DONTWAIT)
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			if time.Now().Before(end) {
+				continue
+			}
+			return 0, false, nil
+		case err != nil:
+			return 0, true, err
+		case n == 0:
+			return 0, true, ErrClosedByPeer
+		}
+		return n, true, nil
 	}
 }
 

@@ -1,0 +1,119 @@
+// conn_test.go tests Conn against a real loopback peer: reads that spin or
+// sleep, writes of scattered parts, deadlines, shutdown and the peer's end.
+
+package blockconn
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// pair returns a Conn dialled to a fresh listener and the accepted end.
+func pair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	bc, err := FromTCP(nc.(*net.TCPConn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bc.Close() })
+	return bc, peer
+}
+
+// An echo through the peer, with the spin on (the answer may land while
+// the read polls) and off (it always sleeps): the same bytes either way,
+// parts written in order.
+func TestWritevAndReadWithAndWithoutSpin(t *testing.T) {
+	for _, spin := range []time.Duration{DefaultSpin, time.Second, 0} {
+		bc, peer := pair(t)
+		bc.SetSpin(spin)
+		go io.Copy(peer, peer) // echo
+		parts := [][]byte{[]byte("head"), nil, bytes.Repeat([]byte{7}, 100000), []byte("tail")}
+		if err := bc.Writev(parts...); err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.Join(parts, nil)
+		got := make([]byte, len(want))
+		if err := bc.ReadFull(got); err != nil {
+			t.Fatalf("spin %v: %v", spin, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("spin %v: the echo differs", spin)
+		}
+		if parts[0] == nil || len(parts[2]) != 100000 {
+			t.Fatal("Writev changed its arguments")
+		}
+	}
+}
+
+// A peer that never answers: the read returns at the deadline (past any
+// spin) with os.ErrDeadlineExceeded; a peer that closes ends reads with
+// ErrClosedByPeer, and PeerClosed sees it without reading.
+func TestDeadlineAndPeerEnd(t *testing.T) {
+	bc, peer := pair(t)
+	if err := bc.SetDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bc.Read(make([]byte, 10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read from a silent peer: %v, want a deadline error", err)
+	}
+	if bc.PeerClosed() {
+		t.Fatal("PeerClosed on a live connection")
+	}
+	peer.Close()
+	if err := bc.SetDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bc.Read(make([]byte, 10)); !errors.Is(err, ErrClosedByPeer) {
+		t.Fatalf("read after the peer closed: %v", err)
+	}
+	if !bc.PeerClosed() {
+		t.Fatal("PeerClosed missed the peer's end")
+	}
+}
+
+// Shutdown from another goroutine ends a read that is asleep (no
+// deadline): the way a caller's cancelled context frees its thread.
+func TestShutdownWakesASleepingRead(t *testing.T) {
+	bc, _ := pair(t)
+	bc.SetSpin(0)
+	done := make(chan error, 1)
+	go func() {
+		_, err := bc.Read(make([]byte, 10))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the read returned before the shutdown: %v", err)
+	case <-time.After(50 * time.Millisecond): // the read is asleep by now, or about to be
+	}
+	bc.Shutdown()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a shut-down read returned no error")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Shutdown did not wake the read")
+	}
+	bc.Close()
+	bc.Shutdown() // after Close: nothing, no panic
+}
