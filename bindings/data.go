@@ -261,6 +261,15 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		return
 	}
+	if cnt == 1 {
+		// One object into host memory: the client may read it from where
+		// it last found it while it asks the master (client/spots.go).
+		dests, bad, dev := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy, sum32(nparts, cnt))
+		if !bad[0] && (len(dev) == 0 || len(dev[0]) == 0) {
+			res[0] = c.GetIntoOne(ks[0], dests[0])
+			return
+		}
+	}
 	p, err := c.GetStart(ks)
 	if err != nil {
 		for i := range res {
@@ -402,22 +411,15 @@ func gs_get_one(h C.int64_t, key *C.char, keyLen C.int, scratch, capacity C.uint
 		logger.Warn("copying call refused", "err", err)
 		return C.int64_t(wire.CodeOf(err))
 	}
-	p, err := c.GetStart([]string{goString(key, keyLen)})
-	if err != nil {
-		return C.int64_t(wire.CodeOf(err))
-	}
-	size := p.Sizes()[0]
-	*sizeOut = C.int64_t(size)
+	p, got := c.GetOneStart(goString(key, keyLen), mem(uint64(scratch), uint64(capacity)))
 	switch {
-	case size < 0:
-		c.Abort(p)
-		return C.int64_t(size)
-	case uint64(size) > uint64(capacity):
+	case p != nil: // larger than scratch: the caller finishes it
+		*sizeOut = C.int64_t(got)
 		return C.int64_t(newHandle(p))
-	}
-	got := c.GetFinish(p, [][][]byte{{mem(uint64(scratch), uint64(size))}})[0]
-	if got < 0 {
+	case got < 0:
+		*sizeOut = C.int64_t(got)
 		return C.int64_t(got)
 	}
+	*sizeOut = C.int64_t(got)
 	return 0
 }

@@ -137,11 +137,15 @@ type Client struct {
 	peers     peerCache
 	buffers   registry
 	staging   *staging
-	readsDone keyBatch     // ReadDone of ended reads
-	planEnds  keyBatch     // PutEnd of committed plans
-	noSpace   burstlog.Log // puts refused for space
-	sess      sessions     // open put and get sessions
-	diskReads atomic.Int64 // batches read from SSD tiers (DiskReads)
+	readsDone keyBatch // ReadDone of ended reads
+	spots     spots    // where single-key gets last found their objects (spots.go)
+	// specReads counts reads from a spot, specHits those the master's
+	// answer confirmed (for tests and metrics).
+	specReads, specHits atomic.Uint64
+	planEnds            keyBatch     // PutEnd of committed plans
+	noSpace             burstlog.Log // puts refused for space
+	sess                sessions     // open put and get sessions
+	diskReads           atomic.Int64 // batches read from SSD tiers (DiskReads)
 	// spaceStalledAt is 1 + the master's progress count at which a write
 	// last gave up waiting for room that did not come (0: none): later
 	// writes seeing the same count do not wait again.

@@ -103,40 +103,72 @@ func (p *peerPool) laneDone(bc *blockconn.Conn) {
 // laneCall runs rs (requests of call c to p's peer) on a lane connection
 // and finishes each of them in c, before it returns.
 func (p *peerPool) laneCall(ctx context.Context, c *call, rs []*tcpReq) {
+	p.laneStart(ctx, c, rs).finish()
+}
+
+// laneRun is a lane call whose requests are on the wire (or failed to get
+// there): finish reads the answers.
+type laneRun struct {
+	p    *peerPool
+	ctx  context.Context
+	c    *call
+	rs   []*tcpReq
+	bc   *blockconn.Conn // nil once the call failed
+	stop func() bool     // ends the cancellation watch; false if it fired
+	err  error           // why the requests did not all go out
+}
+
+// laneStart takes a lane connection and writes rs on it. Every request of
+// rs is finished in c by the run's finish, whatever happens here.
+func (p *peerPool) laneStart(ctx context.Context, c *call, rs []*tcpReq) *laneRun {
 	c.left.Add(int64(len(rs)))
+	run := &laneRun{p: p, ctx: ctx, c: c, rs: rs, stop: func() bool { return true }}
 	bc, err := p.laneConn(ctx)
 	if err != nil {
-		for _, r := range rs {
-			c.finish(r.opIdx, err, false)
-		}
-		return
+		run.err = err
+		return run
 	}
+	run.bc = bc
 	// The deadline bounds each system call; cancellation shuts the socket
 	// down, which wakes a blocked read or write at once.
 	deadline, _ := ctx.Deadline()
-	var cancelled bool
-	stop := func() bool { return true }
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { bc.Shutdown() })
+		run.stop = context.AfterFunc(ctx, func() { bc.Shutdown() })
+	}
+	if err = bc.SetDeadline(deadline); err == nil {
+		err = p.laneWrite(bc, rs)
+	}
+	run.err = err
+	return run
+}
+
+// finish reads the answers of a run and finishes its requests: answered
+// ones with their answers, the others with the failure, retryable unless
+// the call's ctx ended or the connection could not be had.
+func (run *laneRun) finish() {
+	p, c, rs := run.p, run.c, run.rs
+	if run.bc == nil {
+		for _, r := range rs {
+			c.finish(r.opIdx, run.err, false)
+		}
+		return
 	}
 	done := make([]bool, len(rs)) // finished by an answer
-	err = bc.SetDeadline(deadline)
+	err := run.err
 	if err == nil {
-		err = p.laneExchange(bc, c, rs, done)
+		err = p.laneRead(run.bc, c, rs, done)
 	}
-	if !stop() {
-		cancelled = true
-	}
+	cancelled := !run.stop()
 	switch {
 	case cancelled:
-		err = ctxErr(ctx)
+		err = ctxErr(run.ctx)
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		err = transferErr("%s did not answer in time: %v", p.addr, err)
 	case err != nil && wire.CodeOf(err) != wire.ErrTransferFail:
 		err = transferErr("lane to %s: %v", p.addr, err)
 	}
 	if err != nil {
-		bc.Close()
+		run.bc.Close()
 		for k, r := range rs {
 			if !done[k] {
 				c.finish(r.opIdx, err, !cancelled)
@@ -144,14 +176,11 @@ func (p *peerPool) laneCall(ctx context.Context, c *call, rs []*tcpReq) {
 		}
 		return
 	}
-	p.laneDone(bc)
+	p.laneDone(run.bc)
 }
 
-// laneExchange writes rs and reads their answers, finishing each request
-// as its answer is read (done marks them; answers may come in any order,
-// as on the streams). An error leaves the connection out of step: the
-// caller closes it and fails the requests not done.
-func (p *peerPool) laneExchange(bc *blockconn.Conn, c *call, rs []*tcpReq, done []bool) error {
+// laneWrite numbers rs 1, 2, ... and writes them with one writev.
+func (p *peerPool) laneWrite(bc *blockconn.Conn, rs []*tcpReq) error {
 	iov := make([][]byte, 0, 3*len(rs))
 	for k, r := range rs {
 		r.frame(uint64(k + 1))
@@ -163,9 +192,14 @@ func (p *peerPool) laneExchange(bc *blockconn.Conn, c *call, rs []*tcpReq, done 
 			iov = append(iov, r.bufs...)
 		}
 	}
-	if err := bc.Writev(iov...); err != nil {
-		return err
-	}
+	return bc.Writev(iov...)
+}
+
+// laneRead reads the answers to rs, finishing each request as its answer
+// is read (done marks them; answers may come in any order, as on the
+// streams). An error leaves the connection out of step: the caller closes
+// it and fails the requests not done.
+func (p *peerPool) laneRead(bc *blockconn.Conn, c *call, rs []*tcpReq, done []bool) error {
 	var h [respHdrSize]byte
 	for range rs {
 		if err := bc.ReadFull(h[:]); err != nil {
@@ -195,4 +229,56 @@ func (p *peerPool) laneExchange(bc *blockconn.Conn, c *call, rs []*tcpReq, done 
 		c.finish(r.opIdx, answer, false)
 	}
 	return nil
+}
+
+// Begun is one op whose request Engine.Begin put on the wire; Wait reads
+// its answer.
+type Begun struct {
+	run *laneRun
+	c   *call
+}
+
+// Begin sends op's request over the lane and returns without waiting for
+// the answer, for a caller with something else to do meanwhile (the
+// client asks the master while a read it expects to be valid is in
+// flight). It returns nil, having sent nothing, when op cannot go that
+// way: another route than TCP, device parts, more than one slice or
+// LaneBytes, no lane (mutual TLS, LaneBytes < 0), a range or grant Do
+// would refuse, or the engine closed. The caller must Wait exactly once,
+// and must not touch op's buffers before.
+func (e *Engine) Begin(ctx context.Context, op Op) *Begun {
+	total, ok := opLen(&op)
+	switch {
+	case !ok || total == 0 || len(op.Device) > 0 || e.isClosed() || ctx.Err() != nil:
+		return nil
+	case op.Peer.TransferAddr == "" || e.Route(op.Peer) != RouteTCP:
+		return nil
+	case total > e.slice || !e.laneFits(1, total):
+		return nil
+	case op.Peer.Size != 0 && !inRange(op.Offset, total, op.Peer.Size):
+		return nil
+	case checkGrant(&op, total) != nil:
+		return nil
+	}
+	pool, err := e.pool(op.Peer.TransferAddr, []uint64{op.Peer.SegID})
+	if err != nil {
+		return nil
+	}
+	c := &call{done: make(chan struct{}), idx: []int{0}, errs: map[int]error{}, noRetry: map[int]bool{}}
+	r := &tcpReq{call: c, opIdx: 0, off: op.Offset, n: total, bufs: op.Bufs, op: reqOp(&op)}
+	if len(op.Grant) > 0 {
+		r.grant = op.Grant
+	}
+	return &Begun{run: pool.laneStart(ctx, c, []*tcpReq{r}), c: c}
+}
+
+// Wait reads the answer of the op Begin sent and returns its error (as
+// Do would, without Do's retry on a fresh connection: the caller that
+// began speculatively goes the usual way instead). The op's buffers are
+// the caller's again once it returns.
+func (b *Begun) Wait() error {
+	b.run.finish()
+	errs := make([]error, 1)
+	b.c.wait(b.run.ctx, errs, nil)
+	return errs[0]
 }

@@ -196,3 +196,83 @@ func TestLaneSurvivesAPeerRestart(t *testing.T) {
 		t.Fatal("the dead lane connection was not replaced")
 	}
 }
+
+// Begin puts a read on the wire and returns; Wait brings its bytes. Ops
+// the lane cannot take come back nil with nothing sent.
+func TestBeginThenWait(t *testing.T) {
+	tp := newTCPPeer(t, 1<<20)
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := context.Background()
+	data := pattern(31, 4096)
+	copy(tp.seg.Bytes()[8192:], data)
+	got := make([]byte, len(data))
+	b := e.Begin(ctx, granted([]Op{{Peer: tp.peer, Offset: 8192, Bufs: [][]byte{got}}})[0])
+	if b == nil {
+		t.Fatal("Begin refused a 4 KiB read over TCP")
+	}
+	// Meanwhile, another call on the same engine (it takes another lane
+	// connection: the first one is busy).
+	other := pattern(32, 100)
+	mustOK(t, grantDo(e, ctx, []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{other}, Write: true}}))
+	if err := b.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if d := firstDiff(got, data); d != "" {
+		t.Fatal(d)
+	}
+	if d := firstDiff(tp.seg.Bytes()[:100], other); d != "" {
+		t.Fatal(d)
+	}
+	// A refusal from the peer comes back from Wait with its code.
+	unknown := tp.peer
+	unknown.Size = 0
+	b = e.Begin(ctx, granted([]Op{{Peer: unknown, Offset: 1<<20 - 10, Bufs: [][]byte{make([]byte, 100)}}})[0])
+	if b == nil {
+		t.Fatal("Begin refused a read only the server can judge")
+	}
+	wantCode(t, b.Wait(), wire.ErrInvalidParams)
+
+	seg, err := NewLocalSegment("begin-shm", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	shmE := NewEngine(Options{Log: quietLog()})
+	defer shmE.Close()
+	for name, c := range map[string]struct {
+		e  *Engine
+		op Op
+	}{
+		"shared memory":   {shmE, Op{Peer: shmPeer(seg), Offset: 0, Bufs: [][]byte{make([]byte, 10)}}},
+		"past LaneBytes":  {e, Op{Peer: tp.peer, Offset: 0, Bufs: [][]byte{make([]byte, DefaultLaneBytes+1)}}},
+		"outside segment": {e, Op{Peer: tp.peer, Offset: 1 << 20, Bufs: [][]byte{make([]byte, 10)}}},
+		"no grant":        {e, Op{Peer: tp.peer, Offset: 0, Bufs: [][]byte{make([]byte, 10)}, Grant: []byte("short")}},
+	} {
+		if b := c.e.Begin(ctx, c.op); b != nil {
+			b.Wait()
+			t.Errorf("%s: Begin sent the op", name)
+		}
+	}
+}
+
+// A silent peer: Wait returns -800 once the context ends.
+func TestBeginOnASilentPeer(t *testing.T) {
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	hung, reading := hungServer(t)
+	ctx := newDeadlineCtx()
+	b := e.Begin(ctx, granted([]Op{{Peer: hung, Offset: 0, Bufs: [][]byte{make([]byte, 4096)}}})[0])
+	if b == nil {
+		t.Fatal("Begin refused the op")
+	}
+	await(t, reading, "the silent peer to receive the request")
+	done := make(chan error, 1)
+	go func() { done <- b.Wait() }()
+	ctx.expire()
+	err := await(t, done, "Wait to return once the context ended")
+	wantCode(t, err, wire.ErrTransferFail)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v does not match DeadlineExceeded", err)
+	}
+}

@@ -1,0 +1,194 @@
+// spots.go defines the speculative single-object read: where a key's
+// object was last found, and a get that reads it from there while it asks
+// the master.
+
+package client
+
+import (
+	"sync"
+	"time"
+
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// A get of one object over TCP is two round trips in a row: GetReplicas to
+// the master, then the read from the owner. When this client read the
+// same key a moment ago, it knows where the object was (a spot) and the
+// read can go out first, answered while the master answers; the bytes are
+// kept only when the master's answer shows that nothing changed:
+//
+//   - the same epoch: no write of the key began since the spot was taken
+//     (an upsert in place takes a new epoch when it begins), and none can
+//     begin before this read ends, as this client is now a counted reader;
+//   - the spot's replica (segment and offset) still among the object's:
+//     no move or copy task took it away; and
+//   - the read ended inside the lease the spot was taken under: a range a
+//     task or a removal gives up is reused only after the leases on it run
+//     out, so the bytes read were this object's.
+//
+// Otherwise the bytes are discarded and the object is read as any get
+// reads it, from the master's fresh answer: one more round trip, only for
+// keys that changed. A put that returned before this get began is seen,
+// since the master's answer is taken after the get began. Spots are kept
+// only while their lease lasts (maxSpots at most); shared memory and the
+// own segment gain nothing from them (a local read is no round trip).
+
+// maxSpots bounds the spots kept; past it, expired ones are dropped first,
+// then all.
+const maxSpots = 4096
+
+// spot is where one key's object was found: the replica a get reads
+// first, and what the master's answer must repeat for a read from it to
+// count.
+type spot struct {
+	rep   wire.Replica // grant included: the owner checks it
+	size  uint64
+	epoch uint64
+	until time.Time // the end of the lease it was found under
+}
+
+type spots struct {
+	mu sync.Mutex
+	m  map[string]spot
+}
+
+func (s *spots) get(key string, now time.Time) (spot, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sp, ok := s.m[key]
+	if ok && !now.Before(sp.until) {
+		delete(s.m, key)
+		return spot{}, false
+	}
+	return sp, ok
+}
+
+func (s *spots) put(key string, sp spot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]spot{}
+	}
+	if _, ok := s.m[key]; !ok && len(s.m) >= maxSpots {
+		now := time.Now()
+		for k, old := range s.m {
+			if !now.Before(old.until) {
+				delete(s.m, k)
+			}
+		}
+		if len(s.m) >= maxSpots {
+			clear(s.m)
+		}
+	}
+	s.m[key] = sp
+}
+
+func (s *spots) drop(key string) {
+	s.mu.Lock()
+	delete(s.m, key)
+	s.mu.Unlock()
+}
+
+// remember records where p found its single key, when that is a replica
+// a TCP read would go to first; anything else forgets the key.
+func (c *Client) remember(p *Pending) {
+	key, r := p.keys[0], p.res[0]
+	if r.Code != wire.OK || r.LeaseMS <= 0 || len(r.Replicas) == 0 {
+		c.spots.drop(key)
+		return
+	}
+	c.orderReplicas(r.Replicas) // as the read will
+	rep := r.Replicas[0]
+	peer, ok := c.peers.get(rep.SegID)
+	if !ok || len(rep.Grant) == 0 || c.engine.Route(peer) != transfer.RouteTCP {
+		c.spots.drop(key)
+		return
+	}
+	c.spots.put(key, spot{rep: rep, size: r.Size, epoch: r.Epoch,
+		until: p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)})
+}
+
+// confirms reports whether the master's answer r keeps a read from sp.
+func (sp spot) confirms(r wire.GetResult) bool {
+	if r.Code != wire.OK || r.Epoch != sp.epoch || r.Size != sp.size {
+		return false
+	}
+	for _, rep := range r.Replicas {
+		if rep.SegID == sp.rep.SegID && rep.Offset == sp.rep.Offset {
+			return true
+		}
+	}
+	return false
+}
+
+// GetIntoOne reads one object into dest (host memory the caller owns): the
+// bytes read or a negative code, as GetInto for one key. When this client
+// has a spot for the key, the read from it goes out while the master is
+// asked (see the top of this file).
+func (c *Client) GetIntoOne(key string, dest [][]byte) int64 {
+	leave, err := c.enter()
+	if err != nil {
+		return int64(wire.CodeOf(err))
+	}
+	defer leave()
+	got, _ := c.getOne(key, dest, false)
+	return got
+}
+
+// GetOneStart reads one object into scratch when it fits there and
+// returns (nil, its size); an object larger than scratch comes back
+// unread, as (its lookup, its size), for the caller to finish into memory
+// of that size (GetFinish) or Abort. A miss or an error is (nil, code).
+func (c *Client) GetOneStart(key string, scratch []byte) (*Pending, int64) {
+	leave, err := c.enter()
+	if err != nil {
+		return nil, int64(wire.CodeOf(err))
+	}
+	defer leave()
+	got, p := c.getOne(key, [][]byte{scratch}, true)
+	return p, got
+}
+
+// getOne is GetIntoOne and GetOneStart: with large set, an object larger
+// than dest is returned unread with its Pending, else the Pending is nil.
+func (c *Client) getOne(key string, dest [][]byte, large bool) (int64, *Pending) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	var begun *transfer.Begun
+	sp, ok := c.spots.get(key, time.Now())
+	if ok && capacity(dest) >= sp.size {
+		if peer, known := c.peers.get(sp.rep.SegID); known {
+			if bufs, _, err := transfer.Trim(dest, nil, sp.size); err == nil {
+				begun = c.engine.Begin(ctx, transfer.Op{Peer: peer, Offset: sp.rep.Offset, Bufs: bufs, Grant: sp.rep.Grant})
+			}
+		}
+	}
+	began := time.Now()
+	p, err := c.GetStart([]string{key})
+	var spec error
+	if begun != nil {
+		spec = begun.Wait()
+		c.specReads.Add(1)
+	}
+	if err != nil {
+		return int64(wire.CodeOf(err)), nil
+	}
+	if begun != nil && spec == nil && sp.confirms(p.res[0]) && time.Now().Before(sp.until) {
+		c.specHits.Add(1)
+		out := []int64{int64(sp.size)}
+		c.remember(p)
+		c.noteRead(p, out, began)
+		c.endReads(p)
+		return out[0], nil
+	}
+	if spec != nil {
+		c.log.Debug("get: the read from the last known spot failed; reading as the master says", "key", key, "err", spec)
+	}
+	if n := p.Sizes()[0]; large && n > 0 && uint64(n) > capacity(dest) {
+		return n, p
+	}
+	got := c.finish(p, [][][]byte{dest}, nil)[0]
+	c.remember(p) // after the read: it resolves the replicas' segments
+	return got, nil
+}

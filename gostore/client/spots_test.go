@@ -1,0 +1,158 @@
+// spots_test.go tests the speculative single-object read: a re-read goes
+// to the last known spot while the master is asked, and its bytes count
+// only when the master's answer shows nothing changed.
+
+package client
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/internal/testkit"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// spotCluster is a master, an owner holding every object, a reader with
+// no memory of its own and a writer, all over TCP.
+func spotCluster(t *testing.T, masterFlags ...string) (reader, writer *Client) {
+	t.Helper()
+	forceTCP(t)
+	m := testkit.StartMaster(t, masterFlags...)
+	newClient(t, m.Addr(), 8<<20) // the owner
+	return newClient(t, m.Addr(), 0), newClient(t, m.Addr(), 0)
+}
+
+func mustPut(t *testing.T, c *Client, key string, v []byte, upsert bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f := c.PutBatch
+		if upsert {
+			f = c.UpsertBatch
+		}
+		code := f([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+		// Another client's ended reads reach the master in the background:
+		// an upsert right after them may see -714 for a moment.
+		if code == wire.ErrObjectReplicaBusy && time.Now().Before(deadline) {
+			continue
+		}
+		if code != wire.OK {
+			t.Fatalf("put %s: %v", key, code)
+		}
+		return
+	}
+}
+
+func readOne(t *testing.T, c *Client, key string, n int) []byte {
+	t.Helper()
+	dst := make([]byte, n+100)
+	got := c.GetIntoOne(key, [][]byte{dst})
+	if got < 0 {
+		t.Fatalf("get %s: %d", key, got)
+	}
+	return dst[:got]
+}
+
+// The first read of a key asks the master first; a re-read reads the spot
+// while it asks, and the master's answer confirms it.
+func TestARereadComesFromTheSpot(t *testing.T) {
+	reader, writer := spotCluster(t)
+	v := testkit.Pattern(1, 4096)
+	mustPut(t, writer, "k", v, false)
+	if got := readOne(t, reader, "k", len(v)); !bytes.Equal(got, v) {
+		t.Fatal("first read: wrong bytes")
+	}
+	if reader.specReads.Load() != 0 {
+		t.Fatal("a first read went to a spot")
+	}
+	for i := range 3 {
+		if got := readOne(t, reader, "k", len(v)); !bytes.Equal(got, v) {
+			t.Fatalf("re-read %d: wrong bytes", i)
+		}
+	}
+	if r, h := reader.specReads.Load(), reader.specHits.Load(); r != 3 || h != 3 {
+		t.Fatalf("%d reads from the spot, %d confirmed; want 3 and 3", r, h)
+	}
+	// GetOneStart: into scratch when it fits (from the spot too), else the
+	// lookup comes back unread.
+	scratch := make([]byte, 8192)
+	p, got := reader.GetOneStart("k", scratch)
+	if p != nil || got != int64(len(v)) || !bytes.Equal(scratch[:got], v) {
+		t.Fatalf("GetOneStart into scratch: pending %v, %d", p != nil, got)
+	}
+	p, got = reader.GetOneStart("k", make([]byte, 100))
+	if p == nil || got != int64(len(v)) {
+		t.Fatalf("GetOneStart of an object larger than scratch: pending %v, %d", p != nil, got)
+	}
+	dst := make([]byte, len(v))
+	if n := reader.GetFinish(p, [][][]byte{{dst}})[0]; n != int64(len(v)) || !bytes.Equal(dst, v) {
+		t.Fatalf("finishing the pending get: %d", n)
+	}
+}
+
+// Whatever another client did to the key since the spot was taken, the
+// read returns what the master says now: an upsert in place (same range,
+// new epoch), a removal, a new object under the key. The spot's read is
+// discarded each time.
+func TestAChangedObjectIsNeverServedFromItsSpot(t *testing.T) {
+	reader, writer := spotCluster(t)
+	v1, v2, v3 := testkit.Pattern(1, 4096), testkit.Pattern(2, 4096), testkit.Pattern(3, 4096)
+	mustPut(t, writer, "k", v1, false)
+	readOne(t, reader, "k", 4096) // the spot
+	hits := func() uint64 { return reader.specHits.Load() }
+
+	tried := func(want uint64) {
+		t.Helper()
+		if got := reader.specReads.Load(); got != want {
+			t.Fatalf("%d reads from a spot, want %d", got, want)
+		}
+	}
+	mustPut(t, writer, "k", v2, true) // in place: the same range, a new epoch
+	if got := readOne(t, reader, "k", 4096); !bytes.Equal(got, v2) {
+		t.Fatal("after an upsert in place the read returned other bytes than the upsert's")
+	}
+	tried(1)
+	if hits() != 0 {
+		t.Fatal("the spot of the replaced object was confirmed")
+	}
+	if code := writer.Remove([]string{"k"}, true)[0]; code != wire.OK {
+		t.Fatalf("remove: %v", code)
+	}
+	if got := reader.GetIntoOne("k", [][]byte{make([]byte, 4096)}); got != int64(wire.ErrObjectNotFound) {
+		t.Fatalf("a read after the removal = %d, want -704", got)
+	}
+	tried(2)
+	mustPut(t, writer, "k", v3, false)
+	readOne(t, reader, "k", 4096) // a new spot
+	if code := writer.Remove([]string{"k"}, true)[0]; code != wire.OK {
+		t.Fatalf("remove: %v", code)
+	}
+	mustPut(t, writer, "k", v1, false) // likely the same range, certainly a new epoch
+	if got := readOne(t, reader, "k", 4096); !bytes.Equal(got, v1) {
+		t.Fatal("a new object under the key: the read returned the old one's bytes")
+	}
+	tried(3)
+	if hits() != 0 {
+		t.Fatalf("%d reads from a stale spot were confirmed", hits())
+	}
+}
+
+// A spot is used only inside the lease it was found under.
+func TestASpotPastItsLeaseIsNotUsed(t *testing.T) {
+	reader, writer := spotCluster(t, "--default_kv_lease_ttl=50")
+	v := testkit.Pattern(4, 4096)
+	mustPut(t, writer, "k", v, false)
+	readOne(t, reader, "k", 4096)
+	sp, ok := reader.spots.get("k", time.Now())
+	if !ok {
+		t.Fatal("no spot after a read over TCP")
+	}
+	testkit.WaitFor(t, "the spot's lease to end", func() bool { return time.Now().After(sp.until) })
+	if got := readOne(t, reader, "k", 4096); !bytes.Equal(got, v) {
+		t.Fatal("wrong bytes")
+	}
+	if reader.specReads.Load() != 0 {
+		t.Fatal("a spot past its lease was read")
+	}
+}
