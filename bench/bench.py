@@ -34,6 +34,16 @@ Honesty rules: every put writes fresh keys (a re-put of an existing key returns
 printed; gets read keys written before and a sample of every value read (its
 per-put stamp and three windows of its pattern) is verified after the call.
 
+The Mooncake column: when Mooncake's wheel is there (``make bench-peers`` puts
+it in ``.venv-peers/mooncake-wheel``, or GOSTORE_BENCH_MOONCAKE_WHEEL names a
+``pip install --target`` of it; the same discovery as bench/engines.py), the
+tcp pass is followed by the same cells on Mooncake: its own ``mooncake_master``,
+a storage peer and a worker that are this script again (``--store mooncake``)
+with the wheel first on PYTHONPATH, so that ``mooncake.store`` is the real
+one and the timed loops, stamps and checks are the very code gostore's cells
+run. Mooncake's wheel moves bytes between processes over TCP here (no RDMA),
+so its cells are set beside gostore's tcp rows ("gostore vs Mooncake").
+
 The script prints; it never fails on a number (exit 1 only when it could not
 run at all). ``--json PATH`` writes every cell, the limits, the targets and
 the machine. ``--quick`` is a ~30 s smoke run.
@@ -54,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -88,6 +98,14 @@ STAMP = 8
 WIN = 16  # verified window length
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+STORES = ["gostore", "mooncake"]
+# The worker's local_buffer_size. gostore's copying calls do not need theirs
+# to hold a batch. Mooncake's copying calls stage every value in its local
+# buffer, and its get_batch returns empty values for whatever does not fit
+# (counted as errors): 1 GiB holds a batch of 32 x 16 MiB (512 MiB) with room.
+LOCAL_BUFFER = {"gostore": 64 * MiB, "mooncake": 1 * GiB}
 
 
 def log(msg: str) -> None:
@@ -197,12 +215,39 @@ def _readline_timeout(proc: subprocess.Popen, timeout: float) -> str:
     return out[0] if out else ""
 
 
-def child_env(transport: str) -> Dict[str, str]:
+def mooncake_wheel() -> Optional[str]:
+    """Mooncake's unpacked wheel, found as bench/engines.py finds it, or None."""
+    d = os.environ.get("GOSTORE_BENCH_MOONCAKE_WHEEL") or os.path.join(ROOT, ".venv-peers", "mooncake-wheel")
+    return d if os.path.exists(os.path.join(d, "mooncake", "mooncake_master")) else None
+
+
+def mooncake_version(wheel: str) -> str:
+    """The wheel's version from its dist-info directory (no import needed)."""
+    for name in sorted(os.listdir(wheel)):
+        if name.startswith("mooncake_transfer_engine") and name.endswith(".dist-info"):
+            return name[:-len(".dist-info")].rsplit("-", 1)[-1]
+    return "unknown"
+
+
+def child_env(transport: str, store: str = "gostore") -> Dict[str, str]:
     env = dict(os.environ, GOSTORE_LOG_LEVEL="warn")
-    if transport == "tcp":
+    if transport == "tcp" and store == "gostore":
         env["GOSTORE_TRANSPORT"] = "tcp"
     else:
         env.pop("GOSTORE_TRANSPORT", None)
+    if store == "mooncake":
+        wheel = mooncake_wheel()
+        if wheel is None:
+            raise RuntimeError("Mooncake's wheel is not there (make bench-peers)")
+        # The wheel first on the path: ``mooncake.store`` is the real one. The
+        # alias hook would make it gostore's, so it must stay off.
+        path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != wheel]
+        env["PYTHONPATH"] = os.pathsep.join([wheel] + path)
+        env["GOSTORE_BENCH_MOONCAKE_WHEEL"] = wheel
+        env.pop("GOSTORE_AS_MOONCAKE", None)
+        # Mooncake's INFO lines (a dozen per setup) would bury the progress
+        # lines; warnings and errors still show.
+        env.setdefault("MC_LOG_LEVEL", "WARNING")
     return env
 
 
@@ -229,16 +274,58 @@ def start_master(transport: str) -> subprocess.Popen:
     return proc
 
 
-def start_peer(master: str, segment: int, transport: str) -> subprocess.Popen:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_mooncake_master() -> subprocess.Popen:
+    """Mooncake's own ``mooncake_master`` from the wheel, on free ports, its
+    HTTP metadata server off (the clients use P2PHANDSHAKE), its log in a
+    file that is kept only when the pass fails."""
+    import socket
+
+    wheel = mooncake_wheel()
+    assert wheel is not None
+    port = _free_port()
+    fd, log_path = tempfile.mkstemp(prefix="gostore-bench-mooncake-master-", suffix=".log")
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--peer", master, "--segment", str(segment)],
+        [os.path.join(wheel, "mooncake", "mooncake_master"), f"--rpc_port={port}",
+         f"--metrics_port={_free_port()}", "--enable_http_metadata_server=false"],
+        stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env=child_env("tcp", "mooncake"), preexec_fn=_pdeathsig,
+    )
+    os.close(fd)
+    proc.log_path = log_path  # type: ignore[attr-defined]
+    # It prints nothing we could wait for: wait until its RPC port answers.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                kill(proc)
+                raise RuntimeError(f"mooncake_master did not start: see {log_path}")
+            time.sleep(0.05)
+    proc.rpc_addr = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
+    return proc
+
+
+def start_peer(master: str, segment: int, transport: str, store: str = "gostore") -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--peer", master, "--segment", str(segment),
+         "--store", store],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=child_env(transport), preexec_fn=_pdeathsig,
+        env=child_env(transport, store), preexec_fn=_pdeathsig,
     )
     line = _readline_timeout(proc, 60)
     if not line.startswith("ready"):
         kill(proc)
-        raise RuntimeError(f"storage peer did not start: {line!r}")
+        raise RuntimeError(f"{store} storage peer did not start: {line!r}")
     proc.hostname = line.split()[1]  # type: ignore[attr-defined]
     return proc
 
@@ -289,12 +376,28 @@ def kill(proc: Optional[subprocess.Popen], grace: float = 5.0) -> None:
         pass
 
 
-def peer_main(master: str, segment: int) -> int:
-    """Peer role: the demo's storage client (contributes a segment until
-    stdin closes)."""
-    from gostore.demo import storage_main
+def peer_main(master: str, segment: int, store: str) -> int:
+    """Peer role: contribute the cluster's only segment until stdin closes.
+    gostore's is the demo's storage client; Mooncake's does the same on the
+    wheel (same protocol on stdout: ``ready HOST:PORT`` or ``error CODE``)."""
+    if store == "gostore":
+        from gostore.demo import storage_main
 
-    return storage_main(master, segment)
+        return storage_main(master, segment)
+    from mooncake.store import MooncakeDistributedStore as MooncakeStore
+
+    st = MooncakeStore()
+    rc = st.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master)
+    if rc != 0:
+        print(f"error {rc}", flush=True)
+        return 1
+    print(f"ready {st.get_hostname()}", flush=True)
+    try:
+        sys.stdin.read()  # the worker closes our stdin to stop us
+    except KeyboardInterrupt:
+        pass
+    st.close()
+    return 0
 
 
 # --------------------------------------------------------------------------
@@ -404,6 +507,33 @@ class Echo:
         kill(self.proc)
 
 
+def listening_ports(pid: int) -> Set[int]:
+    """The TCP ports process pid listens on (its socket inodes in /proc/net)."""
+    inodes: Set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        return set()
+    ports: Set[int] = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A" and parts[9] in inodes:  # LISTEN
+                        ports.add(int(parts[1].split(":")[1], 16))
+        except OSError:
+            pass
+    return ports
+
+
 # --------------------------------------------------------------------------
 # memory arenas
 
@@ -448,7 +578,8 @@ def windows(size: int) -> List[int]:
 
 
 class Cell:
-    def __init__(self, transport: str, op: str, api: str, batch: int, size: int) -> None:
+    def __init__(self, store: str, transport: str, op: str, api: str, batch: int, size: int) -> None:
+        self.store = store
         self.transport, self.op, self.api, self.batch, self.size = transport, op, api, batch, size
         self.method = METHOD[(op, api, batch > 1)]
         self.lat_ns: List[int] = []
@@ -477,6 +608,7 @@ class Cell:
         p50 = pct(lat, 50) / 1e3 if lat else float("nan")
         p99 = pct(lat, 99) / 1e3 if lat else float("nan")
         return {
+            "store": self.store,
             "transport": self.transport,
             "op": self.op,
             "api": self.api,
@@ -532,7 +664,8 @@ class Budget:
 
 
 class Worker:
-    def __init__(self, transport: str, quick: bool, segment: int) -> None:
+    def __init__(self, transport: str, quick: bool, segment: int, store: str = "gostore") -> None:
+        self.store_kind = store  # whose MooncakeDistributedStore, master and peer: gostore or mooncake
         self.transport = transport
         self.quick = quick
         self.segment = segment
@@ -610,8 +743,10 @@ class Worker:
         ctypes.memset(self.dst.addr, 0, self.dst.size)
 
     def limit_for(self, size: int) -> Tuple[str, float]:
+        """The cell's limit; 0 when this pass measured none (Mooncake's pass:
+        the parent fills in the tcp pass's figures)."""
         name = "tcp_stream" if self.transport == "tcp" else "memcpy"
-        return name, self.limits[name][str(size)]["gbps"]
+        return name, self.limits[name].get(str(size), {}).get("gbps", 0.0)
 
     def wait_prefault(self) -> float:
         """The engine maps a same-host peer segment on first use and faults
@@ -646,10 +781,14 @@ class Worker:
                 break
         return time.perf_counter() - t0
 
-    def check_path(self, peer_host: str) -> Dict[str, Any]:
+    def check_path(self, peer_host: str, peer_pid: int) -> Dict[str, Any]:
         """Which path the data actually took: TCP connections to the peer's
-        transfer port, and whether a memfd segment is mapped here."""
-        port = int(peer_host.rsplit(":", 1)[1])
+        transfer port, and whether a memfd segment is mapped here. Mooncake's
+        peer moves bytes on a port of its own, not the one in its hostname
+        (the handshake's), so there every port the peer listens on counts."""
+        ports = {int(peer_host.rsplit(":", 1)[1])}
+        if self.store_kind == "mooncake":
+            ports |= listening_ports(peer_pid)
         conns = 0
         for name in ("/proc/net/tcp", "/proc/net/tcp6"):
             try:
@@ -658,7 +797,7 @@ class Worker:
                     for line in f:
                         parts = line.split()
                         rem_port = int(parts[2].split(":")[1], 16)
-                        if rem_port == port and parts[3] == "01":  # ESTABLISHED
+                        if rem_port in ports and parts[3] == "01":  # ESTABLISHED
                             conns += 1
             except OSError:
                 pass
@@ -675,7 +814,7 @@ class Worker:
     def run_put(self, api: str, batch: int, size: int) -> Tuple[Cell, List[List[Tuple[str, int, bytes]]]]:
         """Timed puts with fresh keys. Returns the cell and the groups of
         (key, slot, stamp) still stored afterwards (for the get cell)."""
-        cell = Cell(self.transport, "put", api, batch, size)
+        cell = Cell(self.store_kind, self.transport, "put", api, batch, size)
         st, src = self.store, self.src
         assert src is not None
         prefix = f"{self.run_id}/{self.transport[0]}/{api[0]}{batch}/{size}/"
@@ -744,7 +883,7 @@ class Worker:
         return cell, live
 
     def run_get(self, api: str, batch: int, size: int, groups: List[List[Tuple[str, int, bytes]]]) -> Cell:
-        cell = Cell(self.transport, "get", api, batch, size)
+        cell = Cell(self.store_kind, self.transport, "get", api, batch, size)
         st, dst = self.store, self.dst
         assert dst is not None
         if not groups:
@@ -827,10 +966,13 @@ class Worker:
         echo: Optional[Echo] = None
         cells: List[Dict[str, Any]] = []
         t_start = time.perf_counter()
+        tag = self.transport if self.store_kind == "gostore" else "mooncake"  # of the progress lines
+        failed = True
         try:
             # Children first: nothing may fork after the Go runtime is loaded.
-            master = start_master(self.transport)
-            peer = start_peer(master.rpc_addr, self.segment, self.transport)
+            on_mooncake = self.store_kind == "mooncake"
+            master = start_mooncake_master() if on_mooncake else start_master(self.transport)
+            peer = start_peer(master.rpc_addr, self.segment, self.transport, self.store_kind)
             self.info.update(master=master.rpc_addr, peer=peer.hostname,
                              master_pid=master.pid, peer_pid=peer.pid)
             echo = Echo()  # also a child: started before the Go runtime loads
@@ -839,19 +981,36 @@ class Worker:
                 self.data_pid = client.pid
                 self.info.update(client_pid=client.pid)
             self.info["rtt_start"] = echo.rtt(1000 if self.quick else 4000)
-            from gostore import MooncakeDistributedStore
+            if on_mooncake:
+                from mooncake.store import MooncakeDistributedStore
+
+                # Refuse to label gostore's figures as Mooncake's.
+                wheel = mooncake_wheel()
+                module = sys.modules["mooncake.store"].__file__ or ""
+                if not wheel or not os.path.abspath(module).startswith(os.path.abspath(wheel) + os.sep):
+                    raise RuntimeError(f"mooncake.store is {module}, not from the wheel {wheel}")
+                self.info.update(mooncake_store_module=module, mooncake_version=mooncake_version(wheel))
+            else:
+                from gostore import MooncakeDistributedStore
 
             mon = CpuMon([os.getpid(), master.pid, peer.pid] + ([client.pid] if client else []))
-            self.measure_limits()
+            if on_mooncake:
+                # The probes are gostore's library: loading its Go runtime
+                # into Mooncake's process could disturb what is measured.
+                log("  [mooncake] limits: the tcp pass's, measured in its own process")
+            else:
+                self.measure_limits()
             arena = BATCH * max(SIZES)
             self.store = st = MooncakeDistributedStore()
+            local_buffer = LOCAL_BUFFER[self.store_kind]
+            self.info["local_buffer_size"] = local_buffer
             if client is not None:
                 rc = st.setup_dummy(2 * arena, 64 * MiB, client.server_address)
                 at = [st.alloc_from_mem_pool(arena) for _ in range(2)]
                 if rc != 0 or not all(at):
                     raise RuntimeError(f"setup_dummy failed: {rc}, pool {at}")
             else:
-                rc = st.setup("127.0.0.1", "P2PHANDSHAKE", 0, 64 * MiB, "tcp", "", master.rpc_addr)
+                rc = st.setup("127.0.0.1", "P2PHANDSHAKE", 0, local_buffer, "tcp", "", master.rpc_addr)
                 at = [0, 0]
                 if rc != 0:
                     raise RuntimeError(f"setup failed: {rc}")
@@ -863,17 +1022,22 @@ class Worker:
                 rc = st.register_buffer(a.addr, a.size)
                 if rc != 0:
                     raise RuntimeError(f"register_buffer failed: {rc}")
-            # Warm-up: maps the peer segment / opens the connections.
+            # Warm-up: maps the peer segment / opens the connections. At most
+            # the arena: with --sizes 4K it is 128 KiB, and a 16 MiB warm-up
+            # would read past it (gostore refuses the range, Mooncake's TCP
+            # transport fails with EFAULT and stalls 30 s).
             t0 = time.perf_counter()
             wk = f"{self.run_id}/warmup"
-            rc1 = st.put_from(wk, self.src.addr, 16 * MiB)
-            rc2 = st.get_into(wk, self.dst.addr, 16 * MiB)
+            wsize = min(16 * MiB, arena)
+            rc1 = st.put_from(wk, self.src.addr, wsize)
+            rc2 = st.get_into(wk, self.dst.addr, wsize)
             self.info["warmup_s"] = time.perf_counter() - t0
             self.info["warmup_codes"] = [rc1, rc2]
+            self.info["warmup_bytes"] = wsize
             self.info["prefault_wait_s"] = self.wait_prefault()
-            self.info["path"] = self.check_path(peer.hostname)
+            self.info["path"] = self.check_path(peer.hostname, peer.pid)
             path = self.info["path"]
-            log(f"  [{self.transport}] warm-up {self.info['warmup_s'] * 1e3:.0f} ms (put {rc1}, get {rc2}), "
+            log(f"  [{tag}] warm-up {self.info['warmup_s'] * 1e3:.0f} ms (put {rc1}, get {rc2}), "
                 f"prefault wait {self.info['prefault_wait_s']:.2f} s; "
                 f"tcp connections to peer: {path['tcp_conns_to_peer']}, "
                 f"peer memfd mapped: {path['peer_memfd_mapped']}")
@@ -896,12 +1060,13 @@ class Worker:
                         for c in (pc, gc):
                             r = c.result(lname, lgbps)
                             cells.append(r)
-                            log(f"  [{self.transport}] {r['method']:<15}{batch:>3} x {fmt_size(size):>7}: "
+                            log(f"  [{tag}] {r['method']:<15}{batch:>3} x {fmt_size(size):>7}: "
                                 f"{r['gbps']:7.2f} GB/s {r['keys_per_s']:>10.0f} keys/s "
                                 f"p50 {r['p50_us']:9.1f} us  ({r['calls']} calls, {r['errors']} errors, "
                                 f"{r['verify_failures']} bad, background cpu {100 * c.load['foreign']:.0f}%)")
             self.reset_segment()
             self.info["rtt_end"] = echo.rtt(1000 if self.quick else 4000)
+            failed = False
         finally:
             if self.store is not None:
                 try:
@@ -913,10 +1078,16 @@ class Worker:
             kill(master)
             if echo is not None:
                 echo.close()
+            master_log = getattr(master, "log_path", None)  # mooncake_master's
+            if master_log and failed:
+                log(f"  mooncake_master's log: {master_log}")
+            elif master_log:
+                os.unlink(master_log)
         left = [p.pid for p in (client, peer, master, echo.proc if echo else None) if p is not None and p.poll() is None]
         self.info["children_left_running"] = left
         self.info["pass_s"] = time.perf_counter() - t_start
-        return {"transport": self.transport, "limits": self.limits, "cells": cells, "info": self.info}
+        return {"store": self.store_kind, "transport": self.transport, "limits": self.limits, "cells": cells,
+                "info": self.info}
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -926,10 +1097,10 @@ def worker_main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_term)
     os.environ["GOSTORE_LOG_LEVEL"] = "warn"
     is_tcp = (os.environ.get("GOSTORE_TRANSPORT") or "").lower() == "tcp"
-    if is_tcp != (args.transport == "tcp"):
+    if args.store == "gostore" and is_tcp != (args.transport == "tcp"):
         log(f"worker: GOSTORE_TRANSPORT={os.environ.get('GOSTORE_TRANSPORT')!r} does not match --transport")
         return 1
-    w = Worker(args.transport, args.quick, args.segment)
+    w = Worker(args.transport, args.quick, args.segment, args.store)
     try:
         out = w.run()
     except KeyboardInterrupt:
@@ -943,16 +1114,16 @@ def worker_main(args: argparse.Namespace) -> int:
 # orchestration, report
 
 
-def run_pass(transport: str, args: argparse.Namespace) -> Dict[str, Any]:
-    fd, out = tempfile.mkstemp(prefix=f"gostore-bench-{transport}-", suffix=".json")
+def run_pass(transport: str, args: argparse.Namespace, store: str = "gostore") -> Dict[str, Any]:
+    fd, out = tempfile.mkstemp(prefix=f"gostore-bench-{store}-{transport}-", suffix=".json")
     os.close(fd)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--transport", transport,
-           "--out", out, "--segment", str(args.segment)]
+           "--out", out, "--segment", str(args.segment), "--store", store]
     if args.quick:
         cmd.append("--quick")
     if args.sizes:
         cmd += ["--sizes", args.sizes]
-    proc = subprocess.Popen(cmd, env=child_env(transport), preexec_fn=_pdeathsig)
+    proc = subprocess.Popen(cmd, env=child_env(transport, store), preexec_fn=_pdeathsig)
     try:
         rc = proc.wait()
     except BaseException:
@@ -965,7 +1136,7 @@ def run_pass(transport: str, args: argparse.Namespace) -> Dict[str, Any]:
         raise
     try:
         if rc != 0:
-            raise RuntimeError(f"{transport} pass failed (exit {rc})")
+            raise RuntimeError(f"{transport if store == 'gostore' else store} pass failed (exit {rc})")
         with open(out) as f:
             return json.load(f)
     finally:
@@ -979,18 +1150,54 @@ def find(cells: List[Dict[str, Any]], transport: str, method: str, batch: int, s
     return None
 
 
-def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str]) -> List[Dict[str, Any]]:
+def attach_tcp_limits(mc_cells: List[Dict[str, Any]], tcp_limits: Optional[Dict[str, Any]]) -> None:
+    """Mooncake's pass measures no limits of its own (the probes are gostore's
+    library): give its cells the raw TCP stream that the tcp pass measured
+    in this run, at the cell's value size."""
+    for c in mc_cells:
+        lim = ((tcp_limits or {}).get("tcp_stream") or {}).get(str(c["size"]))
+        if lim and lim["gbps"] > 0:
+            c["limit"] = "tcp_stream (measured in the tcp pass)"
+            c["limit_gbps"] = lim["gbps"]
+            c["pct_of_limit"] = 100.0 * c["gbps"] / lim["gbps"]
+
+
+def compare_mooncake(cells: List[Dict[str, Any]], mc_cells: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per Mooncake cell beside gostore's tcp cell of the same
+    method, batch and size. ``ratio`` is gostore's verified keys/s over
+    Mooncake's (a batch moves the same 32 keys on both, so it is also the
+    ratio of calls/s); a failed key counts on neither side."""
+    out: List[Dict[str, Any]] = []
+    for m in mc_cells:
+        g = find(cells, "tcp", m["method"], m["batch"], m["size"])
+        row: Dict[str, Any] = {k: m[k] for k in ("op", "api", "method", "batch", "size")}
+        for side, c in (("gostore", g), ("mooncake", m)):
+            row.update({f"{side}_{k}": (c[k] if c else None)
+                        for k in ("keys_per_s", "gbps", "p50_us", "p99_us", "verified_keys")})
+            row[f"{side}_errors"] = (c["errors"] + c["verify_failures"]) if c else None
+        row["ratio"] = (g["keys_per_s"] / m["keys_per_s"]) if g and m["keys_per_s"] > 0 else None
+        out.append(row)
+    return out
+
+
+def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
+                     mc_cells: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+    """Targets, evaluated on this run's cells. ``mc_cells``: Mooncake's (None
+    when its pass did not run)."""
     out: List[Dict[str, Any]] = []
 
     def add(name: str, cell: Optional[Dict[str, Any]], measured: Optional[float], unit: str,
-            op: str, target: float, detail: str) -> None:
+            op: str, target: float, detail: str, also: Optional[Dict[str, Any]] = None) -> None:
+        """``also``: a second gostore cell the figure depends on; its
+        failures, like ``cell``'s, keep the verdict from PASS."""
         if cell is None or measured is None:
             out.append({"target": name, "verdict": "N/A", "detail": "cell not run"})
             return
         ok = measured >= target if op == ">=" else measured <= target
-        if cell["errors"] or cell["verify_failures"]:
-            ok = False
-            detail += f"; {cell['errors']} errors, {cell['verify_failures']} verify failures"
+        for c in (cell, also):
+            if c is not None and (c["errors"] or c["verify_failures"]):
+                ok = False
+                detail += f"; {c['method']}: {c['errors']} errors, {c['verify_failures']} verify failures"
         out.append({"target": name, "verdict": "PASS" if ok else "BELOW", "measured": measured,
                     "unit": unit, "op": op, "threshold": target, "detail": detail})
 
@@ -1016,6 +1223,40 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str]) -> List
         if c is not None:
             add(f"{tr}: get 4 KiB p50 <= 60 us", c, c["p50_us"], "us", "<=", 60.0,
                 f"p50 {c['p50_us']:.1f} us, p99 {c['p99_us']:.1f} us")
+        # Copying batch reads should cost little more than zero-copy ones.
+        for size in SIZES:
+            cb, zb = find(cells, tr, "get_batch", BATCH, size), find(cells, tr, "batch_get_into", BATCH, size)
+            if cb is not None and zb is not None:
+                share = 100.0 * cb["gbps"] / zb["gbps"] if zb["gbps"] > 0 else None
+                add(f"{tr}: get_batch 32x{fmt_size(size)} >= 80% of batch_get_into", cb, share,
+                    "% of zero-copy", ">=", 80.0,
+                    f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%)", also=zb)
+
+    # The issue's targets on the TCP path (Mooncake's wheel moves bytes over
+    # TCP here, so its cells compare with the tcp rows).
+    if "tcp" in transports:
+        for m in ("get", "get_into"):
+            c = find(cells, "tcp", m, 1, 4 * KiB)
+            if c is not None:
+                add(f"tcp: {m} 4 KiB p50 <= 100 us", c, c["p50_us"], "us", "<=", 100.0,
+                    f"p50 {c['p50_us']:.1f} us, p99 {c['p99_us']:.1f} us")
+        for m in ("put_from", "get_into"):
+            name = f"tcp: {m} 4 KiB >= 3x Mooncake's keys/s (same run)"
+            g = find(cells, "tcp", m, 1, 4 * KiB)
+            mc = find(mc_cells or [], "tcp", m, 1, 4 * KiB)
+            if mc_cells is None:
+                out.append({"target": name, "verdict": "N/A", "detail": "the Mooncake column did not run"})
+            elif g is None or mc is None:
+                out.append({"target": name, "verdict": "N/A", "detail": "cell not run"})
+            elif mc["errors"] or mc["verify_failures"] or mc["keys_per_s"] <= 0:
+                # A Mooncake figure cut by failures would flatter gostore.
+                out.append({"target": name, "verdict": "N/A",
+                            "detail": f"Mooncake's cell failed: {mc['errors']} errors, "
+                                      f"{mc['verify_failures']} verify failures"})
+            else:
+                add(name, g, g["keys_per_s"] / mc["keys_per_s"], "x", ">=", 3.0,
+                    f"{g['keys_per_s']:.0f} vs {mc['keys_per_s']:.0f} keys/s "
+                    f"({g['keys_per_s'] / mc['keys_per_s']:.2f}x), p50 {g['p50_us']:.1f} vs {mc['p50_us']:.1f} us")
     return out
 
 
@@ -1069,14 +1310,65 @@ def print_report(doc: Dict[str, Any]) -> None:
             print(f"  ! other processes used up to {100 * max(bgs):.0f}% of the machine during this pass "
                   f"(mean {100 * sum(bgs) / len(bgs):.0f}%): its numbers are disturbed")
         print(f"   path check: {info.get('path')}; pass took {info.get('pass_s', 0):.1f} s")
+    print_vs_mooncake(doc)
     print()
     print("== targets (reported, never enforced)")
     for t in doc["targets"]:
         if t["verdict"] == "N/A":
-            print(f"  N/A    {t['target']}")
+            print(f"  N/A    {t['target']}" + (f" ({t['detail']})" if t.get("detail") != "cell not run" else ""))
         else:
             print(f"  {t['verdict']:<6} {t['target']}: {t['detail']}"
                   + (f" ({t['measured']:.0f}% of limit)" if t["unit"] == "%" else ""))
+
+
+def print_vs_mooncake(doc: Dict[str, Any]) -> None:
+    mc = doc["config"]["mooncake"]
+    print()
+    if mc.get("skipped"):
+        print(f"Mooncake column skipped: {mc['skipped']}")
+        return
+    info = doc["passes"].get("mooncake") or {}
+    print(f"== gostore vs Mooncake {mc['version'].split('.post')[0]} (same run)")
+    print(f"   Mooncake {mc['version']} from {mc['wheel']}, with its own mooncake_master; its wheel moves bytes "
+          "between processes over TCP here (no RDMA), so each cell is set beside gostore's tcp row")
+    print(f"   same loops, keys, stamps and checks; worker local_buffer_size: gostore "
+          f"{fmt_size(LOCAL_BUFFER['gostore'])}, Mooncake {fmt_size(LOCAL_BUFFER['mooncake'])} (Mooncake's "
+          "copying calls stage values in it and its get_batch returns empty values past it: counted as errors)")
+    print("   ratio = gostore keys/s / Mooncake keys/s (verified keys); p50 per call")
+
+    def rtt(i: Dict[str, Any]) -> str:
+        return (f"{(i.get('rtt_start') or {}).get('p50_us', float('nan')):.1f} -> "
+                f"{(i.get('rtt_end') or {}).get('p50_us', float('nan')):.1f} us")
+
+    # On a VM that is slow to wake an idle vCPU, small calls are faster while
+    # other work keeps the CPUs busy: this reference tells whether the two
+    # passes saw the machine alike.
+    print(f"   loopback ping-pong RTT p50 (start -> end of pass): gostore tcp pass "
+          f"{rtt(doc['passes'].get('tcp') or {})}, Mooncake pass {rtt(info)}")
+    hdr = (f"{'method':<15} {'batch':>5} {'size':>7} {'gostore keys/s':>14} {'Mooncake keys/s':>15} {'ratio':>7} "
+           f"{'gostore p50':>11} {'Mooncake p50':>12} {'gostore GB/s':>12} {'Mooncake GB/s':>13} {'errors g/M':>10}")
+    print(hdr)
+    print("-" * len(hdr))
+
+    def num(v: Optional[float], f: str) -> str:
+        return format(v, f) if v is not None else "-"
+
+    for r in doc["vs_mooncake"]:
+        ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+        errs = f"{num(r['gostore_errors'], 'd')}/{r['mooncake_errors']}"
+        print(f"{r['method']:<15} {r['batch']:>5} {fmt_size(r['size']):>7} {num(r['gostore_keys_per_s'], '.0f'):>14} "
+              f"{r['mooncake_keys_per_s']:>15.0f} {ratio:>7} {num(r['gostore_p50_us'], '.1f'):>8} us "
+              f"{r['mooncake_p50_us']:>9.1f} us {num(r['gostore_gbps'], '.2f'):>12} {r['mooncake_gbps']:>13.2f} "
+              f"{errs:>10}")
+    for c in doc["mooncake"]:
+        if c["errors"] or c["verify_failures"] or c["notes"]:
+            print(f"  ! Mooncake {c['method']} {c['batch']}x{fmt_size(c['size'])}: codes {c['error_codes']}, "
+                  f"{c['verify_failures']} verify failures; {'; '.join(c['notes'])}")
+    bgs = [c["background_cpu"] for c in doc["mooncake"] if c.get("background_cpu") is not None]
+    if bgs and max(bgs) > 0.10:
+        print(f"  ! other processes used up to {100 * max(bgs):.0f}% of the machine during Mooncake's pass: "
+              "its numbers are disturbed")
+    print(f"   Mooncake path check: {info.get('path')}; pass took {info.get('pass_s', 0):.1f} s")
 
 
 def parse_size(text: str) -> int:
@@ -1095,6 +1387,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--segment", type=int, default=2 * GiB, help="peer segment bytes (default 2 GiB)")
     ap.add_argument("--sizes", metavar="LIST",
                     help="value sizes to run, e.g. 4K,1M (default: 4K,1M,16M); limits stay measured")
+    ap.add_argument("--no-mooncake", action="store_true",
+                    help="skip the Mooncake column (it runs with the tcp pass when Mooncake's wheel is there)")
+    ap.add_argument("--store", choices=STORES, default="gostore", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--peer", metavar="MASTER", help=argparse.SUPPRESS)
@@ -1107,19 +1402,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.echo:
         return echo_main()
     if args.peer:
-        return peer_main(args.peer, args.segment)
+        return peer_main(args.peer, args.segment, args.store)
     if args.worker:
         return worker_main(args)
 
     transports = {"all": TRANSPORTS, "both": ["shm", "tcp"]}.get(args.transport, [args.transport])
+    wheel = mooncake_wheel()
+    mc_conf: Dict[str, Any] = {"wheel": wheel, "version": mooncake_version(wheel) if wheel else None,
+                               "local_buffer_size": LOCAL_BUFFER["mooncake"], "skipped": None}
+    if args.no_mooncake:
+        mc_conf["skipped"] = "--no-mooncake"
+    elif "tcp" not in transports:
+        mc_conf["skipped"] = "it runs with the tcp pass (its cells compare with the tcp rows)"
+    elif wheel is None:
+        mc_conf["skipped"] = ("Mooncake's wheel is not installed (`make bench-peers` puts it in "
+                              ".venv-peers/mooncake-wheel, and needs Debian's libibverbs1; or set "
+                              "GOSTORE_BENCH_MOONCAKE_WHEEL to a `pip install --target` of it)")
     doc: Dict[str, Any] = {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
         "config": {"quick": args.quick, "segment": args.segment, "batch": BATCH, "sizes": SIZES,
                    "transports": transports, "python": sys.executable,
                    "GOSTORE_LIB": os.environ.get("GOSTORE_LIB"),
-                   "GOSTORE_MASTER_BIN": os.environ.get("GOSTORE_MASTER_BIN")},
-        "limits": {}, "cells": [], "passes": {}, "targets": [],
+                   "GOSTORE_MASTER_BIN": os.environ.get("GOSTORE_MASTER_BIN"), "mooncake": mc_conf},
+        "limits": {}, "cells": [], "passes": {}, "targets": [], "mooncake": [], "vs_mooncake": [],
     }
     t0 = time.perf_counter()
     failed = []
@@ -1134,7 +1440,24 @@ def main(argv: Optional[List[str]] = None) -> int:
         doc["limits"][tr] = res["limits"]
         doc["cells"].extend(res["cells"])
         doc["passes"][tr] = res["info"]
-    doc["targets"] = evaluate_targets(doc["cells"], [t for t in transports if t not in failed])
+        if tr == "tcp" and not mc_conf["skipped"]:
+            # Right after gostore's tcp pass, so that both see the machine alike.
+            log("== Mooncake pass (tcp)")
+            try:
+                mc = run_pass("tcp", args, store="mooncake")
+            except RuntimeError as e:
+                log(f"  {e}")
+                mc_conf["skipped"] = f"its pass failed ({e})"
+            else:
+                attach_tcp_limits(mc["cells"], res["limits"])
+                doc["mooncake"] = mc["cells"]
+                doc["passes"]["mooncake"] = mc["info"]
+                doc["limits"]["mooncake"] = mc["limits"]
+                doc["vs_mooncake"] = compare_mooncake(doc["cells"], mc["cells"])
+    if "tcp" in failed and not mc_conf["skipped"]:
+        mc_conf["skipped"] = "gostore's tcp pass failed"
+    doc["targets"] = evaluate_targets(doc["cells"], [t for t in transports if t not in failed],
+                                      None if mc_conf["skipped"] else doc["mooncake"])
     doc["total_s"] = time.perf_counter() - t0
     print_report(doc)
     print(f"\ntotal {doc['total_s']:.1f} s" + (f"; FAILED passes: {failed}" if failed else ""))
