@@ -33,6 +33,15 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
+// readDoneLinger is how long an ended read waits to ride on this client's
+// next GetReplicas before it is sent on its own (a ReadDone RPC). Sending
+// each at once woke a goroutine per get and raced the next get's round
+// trips on two cores (20 us of a 4 KiB get over TCP); polling for them
+// instead, every 200 us or 2 ms, cost 16 MiB copies over shared memory
+// 15-20 % (the sender's RPC landing beside the copy). Carried, they cost
+// neither; another client's upsert may see this reader a moment longer.
+const readDoneLinger = 5 * time.Millisecond
+
 // Config is what Python's setup() passes.
 type Config struct {
 	LocalHostname     string `json:"local_hostname"`
@@ -239,13 +248,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		LaneSpin: cfg.SpinWait})
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
-	// ReadDone is sent as soon as a read ends (a goroutine woken per get).
-	// Polling instead (one RPC per poll for every read that ended) took
-	// 10 us off a 4 KiB get over TCP but cost 16 MiB copies over shared
-	// memory 15-20 %, at 200 us and at 2 ms alike: the sender's timer
-	// beside the copy. Carrying ended reads on the next GetReplicas would
-	// have neither cost; not done yet.
-	c.readsDone.init(wire.OpReadDone, 0, nil)
+	c.readsDone.initLinger(wire.OpReadDone, readDoneLinger)
 	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

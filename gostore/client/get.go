@@ -74,7 +74,11 @@ func (c *Client) locate(keys []string, read, peek bool) (*Pending, error) {
 		return p, nil
 	}
 	var resp wire.GetReplicasResp
-	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek}, &resp); err != nil {
+	req := &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek}
+	if !peek {
+		c.readsDone.attach(req) // reads that ended ride along
+	}
+	if err := c.master.Call(ctx, wire.OpGetReplicas, req, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Results) != len(q) {
