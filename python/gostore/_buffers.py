@@ -19,6 +19,7 @@ shared with every other module of the process.
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any, List, Tuple
 
 __all__ = ["BufferPins", "pin_buffer", "new_bytes", "Py_buffer"]
@@ -149,14 +150,32 @@ class pin_buffer:
         self._pins.release()
 
 
+# Where a bytes object's data starts, from the object's address (CPython:
+# the header, then ob_sval); checked against the C API once, at import.
+_BYTES_DATA = sys.getsizeof(b"") - 1
+_probe = _PyBytes_FromStringAndSize(None, 16)
+if _PyBytes_AsString(_probe) != id(_probe) + _BYTES_DATA:  # not the layout assumed
+    _BYTES_DATA = -1
+del _probe
+
+# Up to this size ``bytes(n)`` (zero-filled, one interpreter call) is
+# cheaper than a ctypes call: 0.1 us against 0.5 us for 4 KiB, 13 us of a
+# 32-object get_batch. Above it the zero-filling costs more than it saves.
+_SMALL_BYTES = 64 << 10
+
+
 def new_bytes(n: int) -> Tuple[bytes, int]:
     """An uninitialized ``bytes`` of ``n`` > 0 bytes and its data address.
 
     The object is new and private to the caller, so filling it in place
     before handing it out is safe (``n == 0`` would return the shared empty
-    singleton, hence the check).
+    singleton, hence the check; ``bytes(n)`` is used only from 2 bytes up,
+    where CPython never shares the object).
     """
     if n <= 0:
         raise ValueError("new_bytes needs n > 0")
-    obj = _PyBytes_FromStringAndSize(None, n)
-    return obj, _PyBytes_AsString(obj)
+    if _BYTES_DATA < 0:
+        obj = _PyBytes_FromStringAndSize(None, n)
+        return obj, _PyBytes_AsString(obj)
+    obj = bytes(n) if 2 <= n <= _SMALL_BYTES else _PyBytes_FromStringAndSize(None, n)
+    return obj, id(obj) + _BYTES_DATA
