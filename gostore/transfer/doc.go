@@ -17,10 +17,14 @@
 // own segment (SetOwn) is copied to directly; a same-host host segment is
 // mapped once and copied with copy(); a same-host GPU segment is opened
 // from its IPC handle and copied by the driver; anything else, or what
-// cannot be opened, goes over pooled, pipelined TCP streams to the peer's
-// Server. Each route is a Transport; Options.Wrap puts a test's fake in
-// front of any of them. TCP starts first so the network works while the
-// caller's goroutine copies the local routes.
+// cannot be opened, goes over TCP to the peer's Server: a small call to
+// one peer (Options.LaneBytes) on the lane, written and answered on the
+// calling thread (tcp_lane.go), anything larger over pooled, pipelined
+// streams. Engine.Begin puts one small read on the lane and returns, for a
+// caller with something to do before the answer. Each route is a
+// Transport; Options.Wrap puts a test's fake in front of any of them. TCP
+// starts first so the network works while the caller's goroutine copies
+// the local routes.
 //
 // # Where the caller's memory lives
 //

@@ -19,15 +19,16 @@ import (
 // trip, most of a 4 KiB get's time on two cores. A call whose requests all
 // go to one peer and carry at most Options.LaneBytes instead takes an idle
 // blocking connection of that peer (or dials one), writes every request
-// with one writev and reads the answers in order on the calling thread;
-// the connection then goes back to the peer's idle list. Larger calls keep
-// the streams, which spread an op's slices over several connections.
+// with one writev and reads the answers on the calling thread; the
+// connection then goes back to the peer's idle list. Larger calls keep the
+// streams, which spread an op's slices over several connections.
 //
-// A lane connection carries one call at a time. Its bytes are the streams' wire format, which the Server cannot
-// tell apart. A call whose ctx ends while it waits has its connection shut
-// down (waking the blocked read); that connection is closed, never reused.
-// Encrypted connections (mutual TLS) cannot be blocking sockets: with them
-// every call takes the streams.
+// A lane connection carries one call at a time. Its bytes are the
+// streams' wire format, which the Server cannot tell apart. A call whose
+// ctx ends while it waits has its connection shut down (waking the
+// blocked read); that connection is closed, never reused. Encrypted
+// connections (mutual TLS) cannot be blocking sockets: with them every
+// call takes the streams.
 
 // DefaultLaneBytes is Options.LaneBytes' default.
 const DefaultLaneBytes = 256 << 10
