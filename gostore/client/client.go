@@ -33,15 +33,6 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// readDoneLinger is how long an ended read waits to ride on this client's
-// next GetReplicas before it is sent on its own (a ReadDone RPC). Sending
-// each at once woke a goroutine per get and raced the next get's round
-// trips on two cores (20 us of a 4 KiB get over TCP); polling for them
-// instead, every 200 us or 2 ms, cost 16 MiB copies over shared memory
-// 15-20 % (the sender's RPC landing beside the copy). Carried, they cost
-// neither; another client's upsert may see this reader a moment longer.
-const readDoneLinger = 5 * time.Millisecond
-
 // Config is what Python's setup() passes.
 type Config struct {
 	LocalHostname     string `json:"local_hostname"`
@@ -248,7 +239,15 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		LaneSpin: cfg.SpinWait})
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
-	c.readsDone.initLinger(wire.OpReadDone, readDoneLinger)
+	// ReadDone goes out as a read ends, written by the reading thread on
+	// the master client's notify connection (rpc.Client.Notify: no answer
+	// awaited); readsDone sends what that could not take. Measured
+	// alternatives: a goroutine woken per get cost a 4 KiB get over TCP
+	// ~20 us; a sender polling for ended reads (every 200 us or 2 ms) cost
+	// 16 MiB copies over shared memory 15-20 %; carrying them on the next
+	// GetReplicas kept a continuously read object busy for good, starving
+	// upserts (the reader count never reached 0 between two gets).
+	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -599,7 +598,7 @@ func (c *Client) Close() error {
 	// counting this client as expired a client_ttl later. Committed plans
 	// and ended reads are told first, while their objects still exist.
 	c.planEnds.flush(c.master, c.id, c.log)
-	c.readsDone.flush(c.master, c.id, c.log)
+	c.flushReadEnds()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	err := c.master.Call(ctx, wire.OpClientLeave, &wire.LeaveReq{ClientID: c.id}, nil)
 	cancel()

@@ -85,4 +85,4 @@ func (h clientHost) Remove(keys []string, force bool) []wire.Code { return h.c.R
 
 func (h clientHost) QueueCommitEnd(key string, epoch uint64) { h.c.planEnds.add(key, epoch) }
 func (h clientHost) FlushCommitEnds()                        { h.c.planEnds.flush(h.c.master, h.c.id, h.c.log) }
-func (h clientHost) FlushReadEnds()                          { h.c.readsDone.flush(h.c.master, h.c.id, h.c.log) }
+func (h clientHost) FlushReadEnds()                          { h.c.flushReadEnds() }

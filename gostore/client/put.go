@@ -92,7 +92,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	}
 	if start == wire.OpUpsertStart {
 		// This client's finished reads must not make its own upsert busy.
-		c.readsDone.flush(c.master, c.id, c.log)
+		c.flushReadEnds()
 	}
 	wait := spaceWait{c: c}
 	for len(round) > 0 {

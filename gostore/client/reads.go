@@ -34,18 +34,9 @@ type keyBatch struct {
 	// polled), so only the first add after a quiet spell pays it.
 	delay time.Duration
 
-	// linger, when not 0, makes add neither wake the sender nor poll: the
-	// keys wait to ride on the owner's next request of another kind
-	// (attach; ended reads go with the next GetReplicas), and a timer
-	// wakes the sender for those that waited linger in vain.
-	linger time.Duration
-
 	mu       sync.Mutex
 	pending  wire.KeysReq // Keys and Epochs waiting
 	sleeping bool         // the sender waits for a wake (polling sender only)
-	oldest   time.Time    // when the oldest pending key came (lingering only)
-	timer    *time.Timer  // armed while keys linger
-	armed    bool
 	wake     chan struct{}
 	sending  sync.Mutex // held while a batch is on the wire
 }
@@ -60,24 +51,10 @@ func (r *keyBatch) init(op wire.Op, delay time.Duration, done func(*wire.KeysReq
 	r.sleeping = true
 }
 
-// initLinger makes r a lingering batch (see keyBatch.linger) of op.
-func (r *keyBatch) initLinger(op wire.Op, linger time.Duration) {
-	r.init(op, 0, nil)
-	r.linger = linger
-}
-
 func (r *keyBatch) add(key string, epoch uint64) {
 	r.mu.Lock()
-	if r.linger > 0 && len(r.pending.Keys) == 0 {
-		r.oldest = time.Now()
-	}
 	r.pending.Keys = append(r.pending.Keys, key)
 	r.pending.Epochs = append(r.pending.Epochs, epoch)
-	if r.linger > 0 {
-		r.armLocked(r.linger)
-		r.mu.Unlock()
-		return
-	}
 	wake := r.delay == 0 || r.sleeping
 	r.sleeping = false
 	r.mu.Unlock()
@@ -86,61 +63,6 @@ func (r *keyBatch) add(key string, epoch uint64) {
 		case r.wake <- struct{}{}:
 		default:
 		}
-	}
-}
-
-// armLocked starts the linger timer (to fire in d) unless it runs.
-func (r *keyBatch) armLocked(d time.Duration) {
-	if r.armed {
-		return
-	}
-	r.armed = true
-	if r.timer == nil {
-		r.timer = time.AfterFunc(d, r.lingered)
-	} else {
-		r.timer.Reset(d)
-	}
-}
-
-// lingered runs when the linger timer fires: keys that waited linger go
-// to the sender; younger ones (they came after a request carried the
-// older away) wait out the rest of theirs.
-func (r *keyBatch) lingered() {
-	r.mu.Lock()
-	r.armed = false
-	if len(r.pending.Keys) == 0 {
-		r.mu.Unlock()
-		return
-	}
-	if left := r.linger - time.Since(r.oldest); left > 0 {
-		r.armLocked(left)
-		r.mu.Unlock()
-		return
-	}
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// attach moves up to keyBatchMax waiting keys into req's DoneKeys and
-// DoneEpochs, to ride on it. If req fails, they are lost, as a ReadDone
-// that fails is: the master counts those readers until their leases end
-// (sending them again could end a read of another client's).
-func (r *keyBatch) attach(req *wire.KeysReq) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := min(len(r.pending.Keys), keyBatchMax)
-	if n == 0 {
-		return
-	}
-	req.DoneKeys, req.DoneEpochs = r.pending.Keys[:n:n], r.pending.Epochs[:n:n]
-	r.pending.Keys, r.pending.Epochs = r.pending.Keys[n:], r.pending.Epochs[n:]
-	if len(r.pending.Keys) == 0 {
-		r.pending = wire.KeysReq{}
-	} else {
-		r.oldest = time.Now() // a fresh spell for what is left
 	}
 }
 

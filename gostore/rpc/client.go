@@ -36,7 +36,21 @@ type Client struct {
 		idle   []*clientConn
 		closed bool
 	}
+	// notifyMu guards the notify connection and its count of answers not
+	// read yet (Notify, NotifyFlush).
+	notifyMu  sync.Mutex
+	notifyCC  *clientConn
+	notifyOut int
 }
+
+// ErrNotifyUnavailable is Notify's answer when it sent nothing because it
+// cannot send at once (another caller holds the notify connection, or this
+// client's connections are not blocking ones): send the request another way.
+var ErrNotifyUnavailable = errors.New("rpc: no notify connection free")
+
+// notifyBacklog is how many answers of notifications are left unread
+// before a Notify reads them (they came long before).
+const notifyBacklog = 64
 
 type conn interface {
 	Read([]byte) (int, error)
@@ -262,6 +276,102 @@ func (c *Client) put(cc *clientConn) {
 	c.mu.Unlock()
 }
 
+// Notify sends req as op on a connection of its own and returns without
+// waiting for the answer: one write on the calling thread, for requests
+// whose answers the caller does not need (ReadDone), where handing the
+// request to another goroutine would cost a thread wake-up. The master
+// handles one connection's requests in order and answers each; Notify
+// reads those answers in batches, and NotifyFlush waits for all of them.
+//
+// ErrNotifyUnavailable means nothing was sent: another caller holds the
+// connection, or this client's connections are not blocking ones (Netpoll,
+// mutual TLS). After any other error the request may or may not have
+// reached the master.
+func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
+	if !c.notifyMu.TryLock() {
+		return ErrNotifyUnavailable
+	}
+	defer c.notifyMu.Unlock()
+	cc, err := c.notifyConnLocked(ctx)
+	if err != nil {
+		return err
+	}
+	if c.notifyOut >= notifyBacklog {
+		if err := c.readNotifiesLocked(ctx); err != nil {
+			return err
+		}
+	}
+	body, err := msgpack.Marshal(req)
+	if err != nil {
+		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
+	}
+	cc.out = wire.AppendFrame(cc.out[:0], c.nextID.Add(1), op, wire.OK, body)
+	if _, err := cc.c.Write(cc.out); err != nil {
+		c.dropNotifyLocked()
+		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
+	}
+	c.notifyOut++
+	return nil
+}
+
+// NotifyFlush returns once the master has handled every request Notify
+// sent (it has answered them all), or ctx ends.
+func (c *Client) NotifyFlush(ctx context.Context) error {
+	c.notifyMu.Lock()
+	defer c.notifyMu.Unlock()
+	if c.notifyCC == nil || c.notifyOut == 0 {
+		return nil
+	}
+	return c.readNotifiesLocked(ctx)
+}
+
+// notifyConnLocked returns the notify connection, taking a blocking one
+// from the pool (or dialling) the first time and after a failure.
+func (c *Client) notifyConnLocked(ctx context.Context) (*clientConn, error) {
+	if c.notifyCC != nil {
+		return c.notifyCC, nil
+	}
+	cc, err := c.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := cc.c.(*blockconn.Conn); !ok {
+		c.put(cc)
+		return nil, ErrNotifyUnavailable
+	}
+	c.notifyCC, c.notifyOut = cc, 0
+	return cc, nil
+}
+
+// readNotifiesLocked reads (and drops) the answers of every notification
+// sent; a failure drops the connection.
+func (c *Client) readNotifiesLocked(ctx context.Context) error {
+	cc := c.notifyCC
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(DefaultCallTimeout)
+	}
+	cc.c.SetDeadline(deadline)
+	for ; c.notifyOut > 0; c.notifyOut-- {
+		_, b, err := wire.ReadFrame(cc.r, cc.in)
+		if err != nil {
+			c.dropNotifyLocked()
+			return wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
+		}
+		if cap(b) <= 1<<20 {
+			cc.in = b
+		}
+	}
+	return nil
+}
+
+func (c *Client) dropNotifyLocked() {
+	if c.notifyCC != nil {
+		c.notifyCC.c.Close()
+	}
+	c.notifyCC, c.notifyOut = nil, 0
+}
+
 // Close closes idle connections; calls in flight finish and then close theirs.
 func (c *Client) Close() {
 	c.mu.Lock()
@@ -272,4 +382,7 @@ func (c *Client) Close() {
 	for _, cc := range idle {
 		cc.c.Close()
 	}
+	c.notifyMu.Lock()
+	c.dropNotifyLocked()
+	c.notifyMu.Unlock()
 }

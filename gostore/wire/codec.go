@@ -102,7 +102,7 @@ var (
 )
 
 func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
-	if err := e.EncodeArrayLen(7); err != nil {
+	if err := e.EncodeArrayLen(5); err != nil {
 		return err
 	}
 	if err := e.EncodeString(m.ClientID); err != nil {
@@ -117,13 +117,7 @@ func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := e.EncodeBool(m.ForRead); err != nil {
 		return err
 	}
-	if err := e.EncodeBool(m.Peek); err != nil {
-		return err
-	}
-	if err := encodeStrings(e, m.DoneKeys); err != nil {
-		return err
-	}
-	return encodeUints(e, m.DoneEpochs)
+	return e.EncodeBool(m.Peek)
 }
 
 func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -149,15 +143,6 @@ func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
 			return err
 		}
 		used++
-	}
-	if n > 6 { // and the ended reads later still
-		if m.DoneKeys, err = decodeStrings(d); err != nil {
-			return err
-		}
-		if m.DoneEpochs, err = decodeUints(d); err != nil {
-			return err
-		}
-		used += 2
 	}
 	return skipRest(d, n, used)
 }

@@ -261,12 +261,6 @@ type KeysReq struct {
 	// Peek (GetReplicas): locate the replicas without using the object
 	// (no lease, no reader, no recency): the SSD tier's reads.
 	Peek bool
-	// DoneKeys and DoneEpochs (GetReplicas): reads this client ended since
-	// it last said so, as a ReadDone's Keys and Epochs; the master ends
-	// them before the lookup. They ride on the next get instead of an RPC
-	// of their own.
-	DoneKeys   []string
-	DoneEpochs []uint64
 }
 
 // ReplicaClearReq asks the master to drop replicas of objects ClientID

@@ -269,12 +269,6 @@ func (s *Server) admit(req any) error {
 	if w, ok := req.(*wire.PutStartReq); ok {
 		sizes = w.Sizes
 	}
-	if r, ok := req.(*wire.KeysReq); ok && len(r.DoneKeys) > 0 {
-		// The ended reads a get carries are keys too.
-		if err := s.core.CheckRequest(r.DoneKeys, nil); err != nil {
-			return err
-		}
-	}
 	return s.core.CheckRequest(k.KeyList(), sizes)
 }
 
@@ -462,9 +456,6 @@ func (s *Server) register() {
 		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
-		if len(r.DoneKeys) > 0 { // reads that ended, carried by this get
-			c.ReadDone(r.DoneKeys, r.DoneEpochs)
-		}
 		if r.Peek {
 			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
 		}
