@@ -66,6 +66,8 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+import mooncake_wheel as mooncake_wheel_mod  # bench/ is this script's directory
+
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
@@ -216,9 +218,8 @@ def _readline_timeout(proc: subprocess.Popen, timeout: float) -> str:
 
 
 def mooncake_wheel() -> Optional[str]:
-    """Mooncake's unpacked wheel, found as bench/engines.py finds it, or None."""
-    d = os.environ.get("GOSTORE_BENCH_MOONCAKE_WHEEL") or os.path.join(ROOT, ".venv-peers", "mooncake-wheel")
-    return d if os.path.exists(os.path.join(d, "mooncake", "mooncake_master")) else None
+    """Mooncake's unpacked wheel, or None (bench/mooncake_wheel.py)."""
+    return mooncake_wheel_mod.wheel_dir()
 
 
 def mooncake_version(wheel: str) -> str:
@@ -274,44 +275,14 @@ def start_master(transport: str) -> subprocess.Popen:
     return proc
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_mooncake_master() -> subprocess.Popen:
-    """Mooncake's own ``mooncake_master`` from the wheel, on free ports, its
-    HTTP metadata server off (the clients use P2PHANDSHAKE), its log in a
-    file that is kept only when the pass fails."""
-    import socket
-
+    """Mooncake's own ``mooncake_master`` (bench/mooncake_wheel.py), its
+    log kept only when the pass fails."""
     wheel = mooncake_wheel()
     assert wheel is not None
-    port = _free_port()
-    fd, log_path = tempfile.mkstemp(prefix="gostore-bench-mooncake-master-", suffix=".log")
-    proc = subprocess.Popen(
-        [os.path.join(wheel, "mooncake", "mooncake_master"), f"--rpc_port={port}",
-         f"--metrics_port={_free_port()}", "--enable_http_metadata_server=false"],
-        stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env=child_env("tcp", "mooncake"), preexec_fn=_pdeathsig,
-    )
-    os.close(fd)
+    proc, addr, log_path = mooncake_wheel_mod.start_master(wheel, child_env("tcp", "mooncake"), preexec_fn=_pdeathsig)
+    proc.rpc_addr = addr  # type: ignore[attr-defined]
     proc.log_path = log_path  # type: ignore[attr-defined]
-    # It prints nothing we could wait for: wait until its RPC port answers.
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                kill(proc)
-                raise RuntimeError(f"mooncake_master did not start: see {log_path}")
-            time.sleep(0.05)
-    proc.rpc_addr = f"127.0.0.1:{port}"  # type: ignore[attr-defined]
     return proc
 
 
@@ -380,24 +351,13 @@ def peer_main(master: str, segment: int, store: str) -> int:
     """Peer role: contribute the cluster's only segment until stdin closes.
     gostore's is the demo's storage client; Mooncake's does the same on the
     wheel (same protocol on stdout: ``ready HOST:PORT`` or ``error CODE``)."""
-    if store == "gostore":
-        from gostore.demo import storage_main
+    from gostore.demo import storage_main
 
+    if store == "gostore":
         return storage_main(master, segment)
     from mooncake.store import MooncakeDistributedStore as MooncakeStore
 
-    st = MooncakeStore()
-    rc = st.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master)
-    if rc != 0:
-        print(f"error {rc}", flush=True)
-        return 1
-    print(f"ready {st.get_hostname()}", flush=True)
-    try:
-        sys.stdin.read()  # the worker closes our stdin to stop us
-    except KeyboardInterrupt:
-        pass
-    st.close()
-    return 0
+    return storage_main(master, segment, store_class=MooncakeStore)
 
 
 # --------------------------------------------------------------------------
@@ -507,6 +467,25 @@ class Echo:
         kill(self.proc)
 
 
+def tcp_sockets() -> List[List[str]]:
+    """The rows of /proc/net/tcp and tcp6, each split into its fields:
+    [1] local and [2] remote address (hex ``IP:PORT``), [3] the state
+    (01 ESTABLISHED, 0A LISTEN), [9] the inode."""
+    rows: List[List[str]] = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                rows.extend(line.split() for line in f)
+        except OSError:
+            pass
+    return rows
+
+
+def hex_port(addr: str) -> int:
+    return int(addr.split(":")[1], 16)
+
+
 def listening_ports(pid: int) -> Set[int]:
     """The TCP ports process pid listens on (its socket inodes in /proc/net)."""
     inodes: Set[str] = set()
@@ -520,18 +499,7 @@ def listening_ports(pid: int) -> Set[int]:
                 inodes.add(target[8:-1])
     except OSError:
         return set()
-    ports: Set[int] = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if parts[3] == "0A" and parts[9] in inodes:  # LISTEN
-                        ports.add(int(parts[1].split(":")[1], 16))
-        except OSError:
-            pass
-    return ports
+    return {hex_port(r[1]) for r in tcp_sockets() if r[3] == "0A" and r[9] in inodes}
 
 
 # --------------------------------------------------------------------------
@@ -789,18 +757,7 @@ class Worker:
         ports = {int(peer_host.rsplit(":", 1)[1])}
         if self.store_kind == "mooncake":
             ports |= listening_ports(peer_pid)
-        conns = 0
-        for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-            try:
-                with open(name) as f:
-                    next(f)
-                    for line in f:
-                        parts = line.split()
-                        rem_port = int(parts[2].split(":")[1], 16)
-                        if rem_port in ports and parts[3] == "01":  # ESTABLISHED
-                            conns += 1
-            except OSError:
-                pass
+        conns = sum(1 for r in tcp_sockets() if r[3] == "01" and hex_port(r[2]) in ports)
         memfd = False
         try:
             with open(f"/proc/{self.data_pid}/maps") as f:

@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "engines"))  # the engines' harne
 ON_MOONCAKE = os.environ.get("GOSTORE_BENCH_PEER") == "mooncake"
 STORE = "Mooncake" if ON_MOONCAKE else "gostore"
 
+import mooncake_wheel  # noqa: E402  (bench/, this script's directory)
 import torch  # noqa: E402
 
 if not ON_MOONCAKE:
@@ -306,7 +306,7 @@ def vllm(master: str) -> Tuple[dict, Dict[str, Round], Tuple[int, List[int]]]:
     import vllm_harness as vh
 
     tmp = tempfile.mkdtemp(prefix="gostore-bench-vllm-")
-    ports = iter(range(_free_port(), 65535))
+    ports = iter(range(mooncake_wheel.free_port(), 65535))
     prompt_len = VL_BLOCKS * VL_BLOCK + 1  # the last token is computed, never loaded
 
     def pair(native: bool, tag: str):
@@ -371,17 +371,6 @@ def make_kinds(engine: str, master: str) -> Tuple[dict, Dict[str, Round]]:
 
 # ---- the Mooncake peer -------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def mooncake_wheel() -> Optional[str]:
-    d = os.environ.get("GOSTORE_BENCH_MOONCAKE_WHEEL") or os.path.join(ROOT, ".venv-peers", "mooncake-wheel")
-    return d if os.path.exists(os.path.join(d, "mooncake", "mooncake_master")) else None
-
-
 class Peer:
     """This script in a second process on Mooncake's wheel: it sets up the
     engine's Mooncake integration and the raw batch, and runs a round when
@@ -417,32 +406,18 @@ class Peer:
 def serve(engine: str) -> int:
     """The peer's side: Mooncake's own master, then rounds on request."""
     wheel = os.path.dirname(os.path.dirname(__import__("mooncake").__file__))
-    port = _free_port()
-    log = tempfile.NamedTemporaryFile(prefix="mooncake-master-", suffix=".log", delete=False)
-    master = subprocess.Popen([os.path.join(wheel, "mooncake", "mooncake_master"), f"--rpc_port={port}",
-                               f"--metrics_port={_free_port()}", "--enable_http_metadata_server=false"],
-                              stdout=log, stderr=subprocess.STDOUT)
+    master, addr, log_name = mooncake_wheel.start_master(wheel)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 1).close()
-                break
-            except OSError:
-                if master.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"mooncake_master did not start: see {log.name}")
-                time.sleep(0.05)
-        addr = f"127.0.0.1:{port}"
         kinds = make_kinds(engine, addr)[1]
         print("BENCH " + json.dumps({"kinds": list(kinds)}), flush=True)
         for line in sys.stdin:
             r = int(line)
             print("BENCH " + json.dumps({"results": {k: fn(r) for k, fn in kinds.items()}}), flush=True)
     except BaseException:
-        print(f"the Mooncake peer failed; mooncake_master's log: {log.name}", file=sys.stderr)
+        print(f"the Mooncake peer failed; mooncake_master's log: {log_name}", file=sys.stderr)
         raise
     else:
-        os.unlink(log.name)
+        os.unlink(log_name)
     finally:
         close_all()
         master.terminate()
@@ -464,7 +439,7 @@ def main() -> int:
 
     master = gostore.EmbeddedMaster(rpc_port=0, metrics_port=-1, log_level="warn")
     info, kinds = make_kinds(args.engine, master.address)
-    wheel = mooncake_wheel()
+    wheel = mooncake_wheel.wheel_dir()
     peer = Peer(args.engine, wheel) if wheel else None
     limit = memcpy_rate(info["bytes"])
     results: Dict[Tuple[str, str], Dict[str, list]] = {}

@@ -288,7 +288,9 @@ func (c *Client) put(cc *clientConn) {
 // mutual TLS). After any other error the request may or may not have
 // reached the master.
 func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
-	if !c.notifyMu.TryLock() {
+	// Without blocking connections there is nothing to write on: say so
+	// before taking (or dialling) a connection, on every read's path.
+	if c.opt.Netpoll || c.opt.Auth.Encrypts() || !c.notifyMu.TryLock() {
 		return ErrNotifyUnavailable
 	}
 	defer c.notifyMu.Unlock()

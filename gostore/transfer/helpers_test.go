@@ -171,3 +171,48 @@ func granted(ops []Op) []Op {
 
 // grantDo is e.Do with the ops granted.
 func grantDo(e *Engine, ctx context.Context, ops []Op) []error { return e.Do(ctx, granted(ops)) }
+
+// movablePeer is a LocalSegment served as segment id at a fixed address
+// by a server the test can close and start again there (a restarted
+// owner, with a new grant key).
+type movablePeer struct {
+	seg  *LocalSegment
+	srv  *Server
+	peer Peer
+}
+
+func newMovablePeer(t *testing.T, name string, size, id uint64) *movablePeer {
+	t.Helper()
+	seg, err := NewLocalSegment(name, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { seg.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &movablePeer{seg: seg, peer: Peer{SegID: id, HostID: "x", TransferAddr: ln.Addr().String(), Size: size}}
+	m.serve(t, ln)
+	return m
+}
+
+func (m *movablePeer) serve(t *testing.T, ln net.Listener) {
+	srv := NewServer(ln, m.seg.Bytes(), quietLog())
+	go srv.Serve()
+	serveGranted(srv, m.peer.SegID)
+	t.Cleanup(func() { srv.Close() })
+	m.srv = srv
+}
+
+// restart closes the server and serves the segment at the same address
+// again; the test is skipped if the port was taken meanwhile.
+func (m *movablePeer) restart(t *testing.T) {
+	t.Helper()
+	m.srv.Close()
+	ln, err := net.Listen("tcp", m.peer.TransferAddr)
+	if err != nil {
+		t.Skipf("cannot listen on %s again: %v", m.peer.TransferAddr, err)
+	}
+	m.serve(t, ln)
+}

@@ -7,7 +7,6 @@ package transfer
 import (
 	"context"
 	"errors"
-	"net"
 	"testing"
 
 	"github.com/gostore/gostore/gostore/internal/blockconn"
@@ -155,21 +154,8 @@ func TestLaneSilentPeer(t *testing.T) {
 // The peer restarts at the same address while a lane connection sits
 // idle: the next call notices the dead connection, dials anew, and lands.
 func TestLaneSurvivesAPeerRestart(t *testing.T) {
-	const size = 1 << 20
-	seg, err := NewLocalSegment("lane-restart", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	srv := NewServer(ln, seg.Bytes(), quietLog())
-	go srv.Serve()
-	serveGranted(srv, 21)
-	p := Peer{SegID: 21, HostID: "x", TransferAddr: addr, Size: size}
+	mp := newMovablePeer(t, "lane-restart", 1<<20, 21)
+	p, addr := mp.peer, mp.peer.TransferAddr
 	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
 	defer e.Close()
 	ctx := context.Background()
@@ -178,18 +164,10 @@ func TestLaneSurvivesAPeerRestart(t *testing.T) {
 	if len(idle) != 1 {
 		t.Fatalf("%d idle lane connections, want 1", len(idle))
 	}
-	srv.Close()
-	ln2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen on %s again: %v", addr, err)
-	}
-	srv2 := NewServer(ln2, seg.Bytes(), quietLog())
-	go srv2.Serve()
-	defer srv2.Close()
-	serveGranted(srv2, 21)
+	mp.restart(t)
 	data := pattern(2, 4096)
 	mustOK(t, grantDo(e, ctx, []Op{{Peer: p, Offset: 10, Bufs: [][]byte{data}, Write: true}}))
-	if d := firstDiff(seg.Bytes()[10:10+len(data)], data); d != "" {
+	if d := firstDiff(mp.seg.Bytes()[10:10+len(data)], data); d != "" {
 		t.Fatal(d)
 	}
 	if again, _ := laneState(e, addr); len(again) != 1 || again[0] == idle[0] {

@@ -341,21 +341,8 @@ func TestTCPServerDropsConnections(t *testing.T) {
 // success), and after a new server starts at the same address the engine
 // works again with its pooled connections replaced.
 func TestTCPServerClosedMidFlight(t *testing.T) {
-	const size = 32 << 20
-	seg, err := NewLocalSegment("midflight", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	srv := NewServer(ln, seg.Bytes(), quietLog())
-	go srv.Serve()
-	serveGranted(srv, 11)
-	p := Peer{SegID: 11, HostID: "x", TransferAddr: addr, Size: size}
+	mp := newMovablePeer(t, "midflight", 32<<20, 11)
+	p := mp.peer
 	e := NewEngine(Options{ForceTCP: true, SliceSize: 256 << 10, Log: quietLog()})
 	defer e.Close()
 
@@ -390,7 +377,7 @@ func TestTCPServerClosedMidFlight(t *testing.T) {
 	for g := 0; g < 4; g++ {
 		<-started
 	}
-	srv.Close()
+	mp.srv.Close()
 	wg.Wait()
 	if ctx.Err() != nil {
 		t.Fatal("transfers hung until the deadline")
@@ -399,18 +386,12 @@ func TestTCPServerClosedMidFlight(t *testing.T) {
 		t.Fatalf("%d goroutines saw a failure, want 4", failures)
 	}
 
-	// A new server at the same address: the engine recovers.
-	ln2, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen on %s again: %v", addr, err)
-	}
-	srv2 := NewServer(ln2, seg.Bytes(), quietLog())
-	go srv2.Serve()
-	defer srv2.Close()
-	serveGranted(srv2, 11) // a new owner's key
+	// A new server at the same address (a new owner's key): the engine
+	// recovers.
+	mp.restart(t)
 	data := pattern(11, 3<<20)
 	mustOK(t, grantDo(e, ctx, []Op{{Peer: p, Offset: 12345, Bufs: scatter(data, 1<<20), Write: true}}))
-	if d := firstDiff(seg.Bytes()[12345:12345+len(data)], data); d != "" {
+	if d := firstDiff(mp.seg.Bytes()[12345:12345+len(data)], data); d != "" {
 		t.Fatal(d)
 	}
 }

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 # The Go runtime reads its environment when the library loads: set the log
 # level before anything here can load it.
@@ -29,12 +29,13 @@ from . import MooncakeDistributedStore, ReplicateConfig, master_binary_path  # n
 MiB = 1 << 20
 
 
-def storage_main(master: str, segment: int, ssd: Optional[str] = None) -> int:
+def storage_main(master: str, segment: int, ssd: Optional[str] = None, store_class: Optional[Callable[[], Any]] = None) -> int:
     """Storage-client role (the demo's and the benchmark's peers): contribute
     a segment of ``segment`` bytes (with an SSD tier in ``ssd`` if given)
     until stdin closes. Prints ``ready HOST:PORT`` once set up, or ``error
-    CODE``."""
-    store = MooncakeDistributedStore()
+    CODE``. ``store_class`` (default gostore's MooncakeDistributedStore)
+    lets the benchmark run the same role on Mooncake's wheel."""
+    store = (store_class or MooncakeDistributedStore)()
     tier = {} if ssd is None else {"enable_ssd_offload": True, "ssd_offload_path": ssd}
     rc = store.setup("127.0.0.1", "P2PHANDSHAKE", segment, 16 * MiB, "tcp", "", master, **tier)
     if rc != 0:
