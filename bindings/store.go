@@ -112,6 +112,19 @@ func envUint(name string) uint64 {
 	return n
 }
 
+// envSpin reads a polling time in microseconds (a client.Config spin):
+// unset is 0 (the client's default), "0" is -1 (never poll).
+func envSpin(name string) time.Duration {
+	if getenv(name) == "" {
+		return 0
+	}
+	us := envUint(name)
+	if us == 0 {
+		return -1
+	}
+	return time.Duration(min(us, 1<<20)) * time.Microsecond
+}
+
 // defaultPutSpaceWaitMS is how long a put waits for room being freed when
 // neither put_space_wait_ms nor GOSTORE_PUT_SPACE_WAIT_MS says.
 const defaultPutSpaceWaitMS = 5000
@@ -222,13 +235,8 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		cfg.PingInterval = time.Duration(min(ms, 1<<31)) * time.Millisecond
 	}
 	cfg.GPUBounceBytes = envUint("GOSTORE_GPU_BOUNCE_BYTES")
-	if v := getenv("GOSTORE_SPIN_US"); v != "" {
-		us := envUint("GOSTORE_SPIN_US")
-		cfg.SpinWait = time.Duration(min(us, 1<<20)) * time.Microsecond
-		if us == 0 {
-			cfg.SpinWait = -1 // never poll
-		}
-	}
+	cfg.SpinWait = envSpin("GOSTORE_SPIN_US")
+	cfg.ServeSpin = envSpin("GOSTORE_SERVE_SPIN_US")
 	cfg.LentRetainBytes = defaultHeapRetainBytes
 	if getenv("GOSTORE_HEAP_RETAIN_BYTES") != "" {
 		cfg.LentRetainBytes = envUint("GOSTORE_HEAP_RETAIN_BYTES")

@@ -87,6 +87,10 @@ type Config struct {
 	// transfer polls before it sleeps (0: blockconn.DefaultSpin; negative:
 	// never; GOSTORE_SPIN_US).
 	SpinWait time.Duration `json:"-"`
+	// ServeSpin is how long this client's transfer servers poll a hot
+	// connection for its next request after an answer (0:
+	// blockconn.DefaultServerSpin; negative: never; GOSTORE_SERVE_SPIN_US).
+	ServeSpin time.Duration `json:"-"`
 	// WrapTransport, when set, wraps each route of the transfer engine
 	// (transfer.Options.Wrap): how tests put a failing or slow transport
 	// under a real client.
@@ -240,8 +244,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
 	// ReadDone goes out as a read ends, written by the reading thread on
-	// the master client's notify connection (rpc.Client.Notify: no answer
-	// awaited); readsDone sends what that could not take. Measured
+	// the master connection the next call will take (rpc.Client.Notify:
+	// no answer awaited; the master polls that connection for this
+	// client's next request); readsDone sends what that could not take. Measured
 	// alternatives: a goroutine woken per get cost a 4 KiB get over TCP
 	// ~20 us; a sender polling for ended reads (every 200 us or 2 ms) cost
 	// 16 MiB copies over shared memory 15-20 %; carrying them on the next
@@ -395,8 +400,7 @@ func (c *Client) newSegment(ln net.Listener) error {
 		if c.seg, err = transfer.NewLocalSegment(c.hostname, size); err != nil {
 			return wire.Errorf(wire.ErrInternal, "segment of %d bytes: %v", size, err)
 		}
-		c.server = transfer.NewServer(ln, c.seg.Bytes(), c.log)
-		c.server.SetAuth(c.auth)
+		c.server = c.serving(transfer.NewServer(ln, c.seg.Bytes(), c.log))
 		return nil
 	}
 	if info := gpu.Probe(); !info.Available {
@@ -406,9 +410,21 @@ func (c *Client) newSegment(ln net.Listener) error {
 	if c.devSeg, err = gpu.NewSegment(dev, size); err != nil {
 		return wire.Errorf(wire.ErrInvalidParams, "a segment of %d bytes on cuda:%d: %v", size, dev, err)
 	}
-	c.server = transfer.NewDeviceServer(ln, c.devSeg, c.log)
-	c.server.SetAuth(c.auth)
+	c.server = c.serving(transfer.NewDeviceServer(ln, c.devSeg, c.log))
 	return nil
+}
+
+// serving readies a new transfer server of this client's: its handshake,
+// and how long it polls for a hot connection's next request.
+func (c *Client) serving(s *transfer.Server) *transfer.Server {
+	s.SetAuth(c.auth)
+	switch {
+	case c.cfg.ServeSpin < 0:
+		s.SetSpin(0)
+	case c.cfg.ServeSpin > 0:
+		s.SetSpin(c.cfg.ServeSpin)
+	}
+	return s
 }
 
 // openPeerDevice maps a same-host peer's GPU segment from its IPC handle,

@@ -284,8 +284,7 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 		}
 		s.mem = s.local.Bytes()
 	}
-	s.server = transfer.NewServer(ln, s.mem, c.log)
-	s.server.SetAuth(c.auth)
+	s.server = c.serving(transfer.NewServer(ln, s.mem, c.log))
 	s.handle = newSegmentHandle()
 	ctx, cancel := c.ctx()
 	defer cancel()

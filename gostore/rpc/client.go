@@ -35,21 +35,24 @@ type Client struct {
 		sync.Mutex
 		idle   []*clientConn
 		closed bool
+		// Notifications (Notify) ride the pooled connections: their
+		// answers are read by the next call on the same connection, ahead
+		// of its own, or by NotifyFlush. sent numbers them; owing holds
+		// the connections with answers unread; settled is signalled when
+		// one has none left (or is closed) and when one goes back idle.
+		sent    uint64
+		owing   map[*clientConn]struct{}
+		settled sync.Cond
 	}
-	// notifyMu guards the notify connection and its count of answers not
-	// read yet (Notify, NotifyFlush).
-	notifyMu  sync.Mutex
-	notifyCC  *clientConn
-	notifyOut int
 }
 
 // ErrNotifyUnavailable is Notify's answer when it sent nothing because it
-// cannot send at once (another caller holds the notify connection, or this
-// client's connections are not blocking ones): send the request another way.
-var ErrNotifyUnavailable = errors.New("rpc: no notify connection free")
+// cannot send at once (every connection is in use, or this client's
+// connections are not blocking ones): send the request another way.
+var ErrNotifyUnavailable = errors.New("rpc: no connection free to notify on")
 
-// notifyBacklog is how many answers of notifications are left unread
-// before a Notify reads them (they came long before).
+// notifyBacklog is how many answers of notifications one connection
+// leaves unread before a Notify on it reads them.
 const notifyBacklog = 64
 
 type conn interface {
@@ -92,6 +95,11 @@ type clientConn struct {
 	r   *bufio.Reader
 	out []byte
 	in  []byte
+	// unread is the answers of notifications sent on the connection and
+	// not read yet, firstOwed the number (Client.mu.sent) of the oldest.
+	// Both change under Client.mu; the connection's holder reads them.
+	unread    int
+	firstOwed uint64
 }
 
 // NewClient returns a client for addr with the default ClientOptions;
@@ -100,7 +108,12 @@ func NewClient(addr string) *Client { return NewClientWith(addr, ClientOptions{}
 
 // NewClientWith returns a client for addr with opt; connections are made
 // on demand.
-func NewClientWith(addr string, opt ClientOptions) *Client { return &Client{addr: addr, opt: opt} }
+func NewClientWith(addr string, opt ClientOptions) *Client {
+	c := &Client{addr: addr, opt: opt}
+	c.mu.owing = map[*clientConn]struct{}{}
+	c.mu.settled.L = &c.mu.Mutex
+	return c
+}
 
 // Addr is the master address this client calls.
 func (c *Client) Addr() string { return c.addr }
@@ -123,12 +136,9 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 	if err != nil {
 		return err
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(DefaultCallTimeout)
-	}
-	cc.c.SetDeadline(deadline)
+	setDeadline(ctx, cc)
 	h, body, err := cc.roundTrip(c.nextID.Add(1), op, req)
+	c.settle(cc) // the notifications' answers were read ahead of the reply, or are lost
 	if err != nil {
 		cc.c.Close()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -170,6 +180,9 @@ func (cc *clientConn) roundTrip(id uint64, op wire.Op, req any) (wire.Header, []
 	if _, err := cc.c.Write(cc.out); err != nil {
 		return wire.Header{}, nil, err
 	}
+	if err := cc.readOwed(); err != nil {
+		return wire.Header{}, nil, err
+	}
 	h, b, err := wire.ReadFrame(cc.r, cc.in)
 	if err != nil {
 		return h, nil, err
@@ -197,6 +210,7 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		// a failed call instead could apply it twice.) The check is a
 		// syscall: it runs outside the pool's lock.
 		if pc, ok := cc.c.(interface{ PeerClosed() bool }); ok && pc.PeerClosed() {
+			c.settle(cc)
 			cc.c.Close()
 			continue
 		}
@@ -268,97 +282,149 @@ func (c *Client) put(cc *clientConn) {
 	}
 	c.mu.Lock()
 	if c.mu.closed || len(c.mu.idle) >= maxIdle {
+		c.settleLocked(cc) // its notifications' answers will not be read
 		c.mu.Unlock()
 		cc.c.Close()
 		return
 	}
 	c.mu.idle = append(c.mu.idle, cc)
+	if cc.unread > 0 {
+		c.mu.settled.Broadcast() // a flush may read its answers now
+	}
 	c.mu.Unlock()
 }
 
-// Notify sends req as op on a connection of its own and returns without
-// waiting for the answer: one write on the calling thread, for requests
-// whose answers the caller does not need (ReadDone), where handing the
-// request to another goroutine would cost a thread wake-up. The master
-// handles one connection's requests in order and answers each; Notify
-// reads those answers in batches, and NotifyFlush waits for all of them.
+// Notify sends req as op and returns without waiting for the answer: one
+// write on the calling thread, for requests whose answers the caller does
+// not need (ReadDone), where handing the request to another goroutine
+// would cost a thread wake-up. It writes on the idle connection the next
+// call will take, so the master handles it before that call, on the
+// connection the master already polls for this client's next request;
+// that call reads the answer ahead of its own (or NotifyFlush does).
 //
-// ErrNotifyUnavailable means nothing was sent: another caller holds the
-// connection, or this client's connections are not blocking ones (Netpoll,
+// ErrNotifyUnavailable means nothing was sent: every connection is in
+// use, or this client's connections are not blocking ones (Netpoll,
 // mutual TLS). After any other error the request may or may not have
 // reached the master.
 func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 	// Without blocking connections there is nothing to write on: say so
-	// before taking (or dialling) a connection, on every read's path.
-	if c.opt.Netpoll || c.opt.Auth.Encrypts() || !c.notifyMu.TryLock() {
+	// before taking a connection, on every read's path.
+	if c.opt.Netpoll || c.opt.Auth.Encrypts() {
 		return ErrNotifyUnavailable
 	}
-	defer c.notifyMu.Unlock()
-	cc, err := c.notifyConnLocked(ctx)
+	cc, err := c.popIdle()
 	if err != nil {
 		return err
 	}
-	if c.notifyOut >= notifyBacklog {
-		if err := c.readNotifiesLocked(ctx); err != nil {
-			return err
-		}
+	if cc == nil {
+		return ErrNotifyUnavailable
 	}
 	body, err := msgpack.Marshal(req)
 	if err != nil {
+		c.put(cc)
 		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
+	}
+	setDeadline(ctx, cc)
+	if cc.unread >= notifyBacklog {
+		err := cc.readOwed()
+		c.settle(cc)
+		if err != nil {
+			cc.c.Close()
+			return wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
+		}
 	}
 	cc.out = wire.AppendFrame(cc.out[:0], c.nextID.Add(1), op, wire.OK, body)
 	if _, err := cc.c.Write(cc.out); err != nil {
-		c.dropNotifyLocked()
+		c.settle(cc)
+		cc.c.Close()
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
-	c.notifyOut++
+	c.mu.Lock()
+	c.mu.sent++
+	if cc.unread == 0 {
+		cc.firstOwed = c.mu.sent
+		c.mu.owing[cc] = struct{}{}
+	}
+	cc.unread++
+	c.mu.Unlock()
+	c.put(cc)
 	return nil
 }
 
 // NotifyFlush returns once the master has handled every request Notify
-// sent (it has answered them all), or ctx ends.
+// sent before it was called (it has answered them all), reading the
+// answers of idle connections itself and waiting for the calls on busy
+// ones to read theirs. A connection that fails counts as flushed: what it
+// carried may or may not have been handled, and the error says so.
 func (c *Client) NotifyFlush(ctx context.Context) error {
-	c.notifyMu.Lock()
-	defer c.notifyMu.Unlock()
-	if c.notifyCC == nil || c.notifyOut == 0 {
-		return nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	target := c.mu.sent
+	var failed error
+	for {
+		cc, busy := c.owedLocked(target)
+		switch {
+		case cc == nil && !busy:
+			return failed
+		case cc == nil:
+			c.mu.settled.Wait() // a busy connection's call reads its answers
+			continue
+		}
+		c.mu.Unlock()
+		setDeadline(ctx, cc)
+		err := cc.readOwed()
+		c.settle(cc)
+		if err != nil {
+			cc.c.Close()
+			failed = wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
+		} else {
+			c.put(cc)
+		}
+		c.mu.Lock()
 	}
-	return c.readNotifiesLocked(ctx)
 }
 
-// notifyConnLocked returns the notify connection, taking a blocking one
-// from the pool (or dialling) the first time and after a failure.
-func (c *Client) notifyConnLocked(ctx context.Context) (*clientConn, error) {
-	if c.notifyCC != nil {
-		return c.notifyCC, nil
+// owedLocked takes out of the pool an idle connection owing an answer to a
+// notification numbered target or less; busy reports whether a connection
+// in use owes one.
+func (c *Client) owedLocked(target uint64) (idle *clientConn, busy bool) {
+	for cc := range c.mu.owing {
+		if cc.firstOwed > target {
+			continue
+		}
+		for i, ic := range c.mu.idle {
+			if ic == cc {
+				c.mu.idle = append(c.mu.idle[:i], c.mu.idle[i+1:]...)
+				return cc, false
+			}
+		}
+		busy = true
 	}
-	cc, err := c.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := cc.c.(*blockconn.Conn); !ok {
-		c.put(cc)
-		return nil, ErrNotifyUnavailable
-	}
-	c.notifyCC, c.notifyOut = cc, 0
-	return cc, nil
+	return nil, busy
 }
 
-// readNotifiesLocked reads (and drops) the answers of every notification
-// sent; a failure drops the connection.
-func (c *Client) readNotifiesLocked(ctx context.Context) error {
-	cc := c.notifyCC
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(DefaultCallTimeout)
+// settle records that cc owes no answer any more: they were read, or
+// will never be (the connection failed).
+func (c *Client) settle(cc *clientConn) {
+	c.mu.Lock()
+	c.settleLocked(cc)
+	c.mu.Unlock()
+}
+
+func (c *Client) settleLocked(cc *clientConn) {
+	if cc.unread > 0 {
+		cc.unread = 0
+		delete(c.mu.owing, cc)
+		c.mu.settled.Broadcast()
 	}
-	cc.c.SetDeadline(deadline)
-	for ; c.notifyOut > 0; c.notifyOut-- {
+}
+
+// readOwed reads (and drops) the answers of the notifications sent on cc.
+func (cc *clientConn) readOwed() error {
+	for n := cc.unread; n > 0; n-- {
 		_, b, err := wire.ReadFrame(cc.r, cc.in)
 		if err != nil {
-			c.dropNotifyLocked()
-			return wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
+			return err
 		}
 		if cap(b) <= 1<<20 {
 			cc.in = b
@@ -367,11 +433,14 @@ func (c *Client) readNotifiesLocked(ctx context.Context) error {
 	return nil
 }
 
-func (c *Client) dropNotifyLocked() {
-	if c.notifyCC != nil {
-		c.notifyCC.c.Close()
+// setDeadline bounds cc's reads and writes by ctx (DefaultCallTimeout
+// without a deadline).
+func setDeadline(ctx context.Context, cc *clientConn) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(DefaultCallTimeout)
 	}
-	c.notifyCC, c.notifyOut = nil, 0
+	cc.c.SetDeadline(deadline)
 }
 
 // Close closes idle connections; calls in flight finish and then close theirs.
@@ -382,9 +451,7 @@ func (c *Client) Close() {
 	c.mu.idle = nil
 	c.mu.Unlock()
 	for _, cc := range idle {
+		c.settle(cc)
 		cc.c.Close()
 	}
-	c.notifyMu.Lock()
-	c.dropNotifyLocked()
-	c.notifyMu.Unlock()
 }

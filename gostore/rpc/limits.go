@@ -21,6 +21,11 @@ type ServerOptions struct {
 	// Observe, when set, is told about every answered call (for metrics).
 	Observe Observer
 
+	// Spin is how long a connection's read of the next request polls the
+	// socket, after an answer, before it parks (blockconn.Polled); 0 never
+	// polls.
+	Spin time.Duration
+
 	// MaxBody bounds a request body (N 0: wire.MaxBody). A request over
 	// it but within max(N, wire.MaxBody) is read, dropped and answered
 	// INVALID_PARAMS with a message naming the limit; the connection goes

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/wire"
@@ -41,16 +43,24 @@ func startRecorder(t *testing.T) (string, func() []string) {
 	}
 }
 
-// More notifications than the backlog (so Notify reads answers on the
-// way), then a flush: the server has handled every one, in order, and
-// calls on the same client still work.
+// Notifications ride the connection the next call takes. More of them
+// than the backlog (so Notify reads answers on the way), then a flush: the
+// server has handled every one, in order, and calls on the same client
+// still work, on the same connection.
 func TestNotifyThenFlush(t *testing.T) {
 	addr, seen := startRecorder(t)
 	c := NewClient(addr)
 	defer c.Close()
 	ctx := context.Background()
+	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "early"}); !errors.Is(err, ErrNotifyUnavailable) {
+		t.Fatalf("Notify with no connection idle: %v", err)
+	}
+	var first echoResp
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "0"}, &first); err != nil {
+		t.Fatal(err)
+	}
 	const n = 3*notifyBacklog + 5
-	for i := range n {
+	for i := 1; i < n; i++ {
 		if err := c.Notify(ctx, wire.OpPing, &echoReq{S: strconv.Itoa(i)}); err != nil {
 			t.Fatalf("notify %d: %v", i, err)
 		}
@@ -73,6 +83,89 @@ func TestNotifyThenFlush(t *testing.T) {
 	}
 	if err := c.NotifyFlush(ctx); err != nil {
 		t.Fatal("a flush with nothing sent:", err)
+	}
+	if idle := idleConns(c); idle != 1 {
+		t.Fatalf("%d idle connections: notifications took one of their own", idle)
+	}
+}
+
+// A call reads the answers of the notifications sent on its connection
+// ahead of its own reply: the server handled them first, and the call
+// gets its own answer, not theirs.
+func TestCallReadsNotifyAnswersFirst(t *testing.T) {
+	addr, seen := startRecorder(t)
+	c := NewClient(addr)
+	defer c.Close()
+	ctx := context.Background()
+	var resp echoResp
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"b", "c"} {
+		if err := c.Notify(ctx, wire.OpPing, &echoReq{S: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "d"}, &resp); err != nil || resp.S != "d" {
+		t.Fatalf("the call after two notifications: %v, answer %q", err, resp.S)
+	}
+	if got := strings.Join(seen(), ""); got != "abcd" {
+		t.Fatalf("the server handled %q", got)
+	}
+	c.mu.Lock()
+	owing := len(c.mu.owing)
+	c.mu.Unlock()
+	if owing != 0 {
+		t.Fatalf("%d connections still owe answers after the call read them", owing)
+	}
+}
+
+// A flush waits for a busy connection's call to read the answers it owes:
+// with the notifications' connection taken by a call the server holds,
+// NotifyFlush returns only after that call ends.
+func TestNotifyFlushWaitsForABusyConnection(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	s := NewServer(slog.New(slog.NewTextHandler(&testbase.LogBuffer{}, nil)), nil)
+	HandleFunc(s, wire.OpPing, func(r *echoReq) (*echoResp, error) {
+		if r.S == "hold" {
+			entered <- struct{}{}
+			<-release
+		}
+		return &echoResp{S: r.S}, nil
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(s.Close)
+	c := NewClient(ln.Addr().String())
+	defer c.Close()
+	ctx := context.Background()
+	var resp echoResp
+	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "warm"}, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan error, 1)
+	go func() { held <- c.Call(ctx, wire.OpPing, &echoReq{S: "hold"}, &echoResp{}) }()
+	<-entered // the call holds the connection that owes the answer
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.NotifyFlush(ctx) }()
+	select {
+	case err := <-flushed:
+		t.Fatalf("NotifyFlush returned (%v) while the connection owing an answer was busy", err)
+	case <-time.After(50 * time.Millisecond): // the flush must still be waiting
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -192,7 +193,7 @@ func (s *Server) serveConn(raw net.Conn, p *peer) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	c, ok := s.auth.Load().Accept(raw, s.log, "rpc")
+	c, ok := s.auth.Load().Accept(s.polled(raw), s.log, "rpc")
 	if !ok {
 		return
 	}
@@ -262,6 +263,24 @@ func (s *Server) serveConn(raw net.Conn, p *peer) {
 		}
 	}
 }
+
+// polled is raw, reading the next request after an answer by polling
+// for ServerOptions.Spin first (blockconn.Polled), when raw is TCP.
+func (s *Server) polled(raw net.Conn) net.Conn {
+	tc, ok := raw.(*net.TCPConn)
+	if !ok || s.opt.Spin <= 0 {
+		return raw
+	}
+	p, err := blockconn.NewPolled(tc, s.opt.Spin, serverSpinGate)
+	if err != nil {
+		return raw
+	}
+	return p
+}
+
+// serverSpinGate bounds the polling reads of every RPC server in the
+// process together.
+var serverSpinGate = blockconn.NewSpinGate(0)
 
 // dispatch runs the handler; a non-nil error means "close the connection".
 func (s *Server) dispatch(op wire.Op, body []byte, peer string) (any, wire.Code, error) {

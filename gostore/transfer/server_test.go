@@ -1,5 +1,6 @@
-// server_test.go tests that the Server survives what a peer may send:
-// garbage, truncated headers, bad ranges, huge lengths.
+// server_test.go tests that the Server survives what a peer may send
+// (garbage, truncated headers, bad ranges, huge lengths) and that it polls
+// a looping client's connection.
 
 package transfer
 
@@ -211,5 +212,36 @@ func TestClientRejectsBadResponses(t *testing.T) {
 	wantCode(t, errs[0], wire.ErrTransferFail)
 	if ctx.Err() != nil {
 		t.Fatal("hung until the deadline")
+	}
+}
+
+// The server polls a hot connection for its next request (SetSpin,
+// blockconn.Polled): small reads in a loop are served by the poll, with
+// their bytes right; SetSpin(0) never polls.
+func TestServerPollsForALoopingClient(t *testing.T) {
+	for _, spin := range []time.Duration{time.Second, 0} {
+		tp := newTCPPeer(t, 1<<20)
+		tp.srv.SetSpin(spin) // before any connection: each reads it at accept
+		e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+		want := pattern(uint64(spin)+5, 4096)
+		mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{want}, Write: true}}))
+		polls0, hits0 := serverSpinGate.Counts()
+		const n = 100
+		for i := range n {
+			got := make([]byte, 4096)
+			mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{got}}}))
+			if d := firstDiff(got, want); d != "" {
+				t.Fatalf("spin %v read %d: %s", spin, i, d)
+			}
+		}
+		e.Close()
+		polls, hits := serverSpinGate.Counts()
+		// Other tests' servers may poll too: they only add.
+		if spin > 0 && hits-hits0 < n/2 {
+			t.Fatalf("spin %v: %d of %d reads served by the poll", spin, hits-hits0, n)
+		}
+		if spin == 0 && polls != polls0 {
+			t.Fatalf("no spin, yet %d reads polled", polls-polls0)
+		}
 	}
 }

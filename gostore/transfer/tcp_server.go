@@ -18,6 +18,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -84,11 +85,48 @@ type Server struct {
 	refused burstlog.Log
 	burstAt atomic.Int64
 
+	// spin is how long a connection polls for the next request after an
+	// answer (blockconn.Polled), in ns; 0 never polls.
+	spin atomic.Int64
+
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup // connection handlers
 }
+
+// SetSpin sets how long each connection accepted from now on polls for its
+// peer's next request after an answer before it sleeps (default
+// blockconn.DefaultServerSpin; 0 or less never polls).
+func (s *Server) SetSpin(d time.Duration) { s.spin.Store(int64(d)) }
+
+// polled is raw, reading the next request after an answer by polling for
+// the spin first, when raw is TCP.
+func (s *Server) polled(raw net.Conn) net.Conn {
+	spin := time.Duration(s.spin.Load())
+	tc, ok := raw.(*net.TCPConn)
+	if !ok || spin <= 0 {
+		return raw
+	}
+	p, err := blockconn.NewPolled(tc, spin, serverSpinGate)
+	if err != nil {
+		return raw
+	}
+	return p
+}
+
+// writeBuffers writes bufs to c with one writev where c allows it (a TCP
+// connection, polled or not).
+func writeBuffers(c net.Conn, bufs *net.Buffers) (int64, error) {
+	if p, ok := c.(*blockconn.Polled); ok {
+		return p.WriteBuffers(bufs)
+	}
+	return bufs.WriteTo(c)
+}
+
+// serverSpinGate bounds the polling reads of every transfer server in the
+// process together.
+var serverSpinGate = blockconn.NewSpinGate(0)
 
 // refusedQuiet is the shortest burst of refused requests: at most one
 // line a second whatever a peer sends.
@@ -111,7 +149,9 @@ func NewServer(ln net.Listener, seg []byte, log *slog.Logger) *Server {
 	secret := make([]byte, grant.KeySize)
 	rand.Read(secret) // never fails (crypto/rand panics rather than return weak bytes)
 	key, _ := grant.NewKey(secret)
-	return &Server{ln: ln, seg: seg, log: log, conns: map[net.Conn]struct{}{}, secret: secret, key: key}
+	s := &Server{ln: ln, seg: seg, log: log, conns: map[net.Conn]struct{}{}, secret: secret, key: key}
+	s.SetSpin(blockconn.DefaultServerSpin)
+	return s
 }
 
 // GrantKey returns the server's grant key (a copy): the owner sends it to
@@ -273,7 +313,7 @@ func (s *Server) handle(raw net.Conn) {
 	}()
 	tuneConn(raw)
 	remote := raw.RemoteAddr().String()
-	c, ok := s.auth.Load().Accept(raw, s.log, "transfer") // c: the authenticated connection
+	c, ok := s.auth.Load().Accept(s.polled(raw), s.log, "transfer") // c: the authenticated connection
 	if !ok {
 		return
 	}
@@ -389,7 +429,7 @@ func (s *Server) handle(raw net.Conn) {
 			default:
 				// Pending headers and the payload in one writev, straight from the segment.
 				bufs := net.Buffers{out, s.seg[off : off+n]}
-				_, err := bufs.WriteTo(c)
+				_, err := writeBuffers(c, &bufs)
 				out = out[:0]
 				if err != nil {
 					return

@@ -141,6 +141,7 @@ func (b *Conn) spinRead(p []byte) (n int, done bool, err error) {
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
 			if time.Now().Before(end) {
+				yield()
 				continue
 			}
 			return 0, false, nil

@@ -25,6 +25,10 @@ const (
 	maxRequestBytes = 1 << 30
 )
 
+// maxSpinMicros bounds --rpc_spin_us: a poll longer than 10 ms would hold a
+// CPU through what is an idle client, not a burst.
+const maxSpinMicros = 10000
+
 // Options configure a master server. ParseFlags fills them from the command
 // line of gostore-master, and the embedded master (bindings) uses the same
 // parser, so both accept exactly the same flags.
@@ -75,6 +79,9 @@ type Options struct {
 	RPCMaxRequestBytes     int
 	RPCMaxConnectionsPerIP int
 	RPCMaxInflightPerIP    int
+	// RPCSpinMicros is how long a connection polls for its client's next
+	// request after an answer (rpc.ServerOptions.Spin); 0 never polls.
+	RPCSpinMicros int
 
 	// TickInterval is how often time-driven work runs: client expiry,
 	// quarantine release, orphaned tasks, eviction.
@@ -257,6 +264,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--rpc_max_request_bytes %d: from %d to %d", o.RPCMaxRequestBytes, minRequestBytes, maxRequestBytes)
 	case o.RPCMaxConnectionsPerIP < 1 || o.RPCMaxInflightPerIP < 1:
 		return fmt.Errorf("--rpc_max_connections_per_ip and --rpc_max_inflight_per_ip must be positive")
+	case o.RPCSpinMicros < 0 || o.RPCSpinMicros > maxSpinMicros:
+		return fmt.Errorf("--rpc_spin_us %d: from 0 to %d", o.RPCSpinMicros, maxSpinMicros)
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		return err

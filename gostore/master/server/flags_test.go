@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -52,7 +53,7 @@ var ourFlags = map[string]bool{"tick_interval_ms": true, "log_level": true, "res
 	"journal_ack_before_sync": true, "ha_lease_ttl_ms": true, "max_key_bytes": true, "max_batch_keys": true,
 	"max_object_bytes": true, "rpc_max_request_bytes": true, "rpc_max_connections_per_ip": true,
 	"rpc_max_inflight_per_ip": true, "auth_secret_file": true, "tls_ca_file": true, "tls_cert_file": true,
-	"tls_key_file": true, "allow_insecure": true}
+	"tls_key_file": true, "allow_insecure": true, "rpc_spin_us": true}
 
 func TestFlagTableMatchesMooncake(t *testing.T) {
 	wheel := map[string]bool{}
@@ -380,4 +381,17 @@ func TestLimitFlags(t *testing.T) {
 	parseFails(t, "--rpc_max_request_bytes 1073741825", "--rpc_max_request_bytes=1073741825")
 	parseFails(t, "must be positive", "--rpc_max_connections_per_ip=0")
 	parseFails(t, "must be positive", "--rpc_max_inflight_per_ip=-1")
+}
+
+func TestSpinFlag(t *testing.T) {
+	if o := parse(t); o.RPCSpinMicros != 200 {
+		t.Fatalf("default --rpc_spin_us %d", o.RPCSpinMicros)
+	}
+	for _, v := range []int{0, 10000} {
+		if o := parse(t, fmt.Sprintf("--rpc_spin_us=%d", v)); o.RPCSpinMicros != v {
+			t.Fatalf("--rpc_spin_us=%d read as %d", v, o.RPCSpinMicros)
+		}
+	}
+	parseFails(t, "--rpc_spin_us -1: from 0 to 10000", "--rpc_spin_us=-1")
+	parseFails(t, "--rpc_spin_us 10001: from 0 to 10000", "--rpc_spin_us=10001")
 }

@@ -433,6 +433,9 @@ var specs = []flagSpec{
 	{name: "rpc_max_inflight_per_ip", gtype: "int32", def: "256",
 		help: "the most RPC requests from one IP address read and running at once; more wait for a slot",
 		set:  to(func(o *Options) *int { return &o.RPCMaxInflightPerIP }, asInt)},
+	{name: "rpc_spin_us", gtype: "int32", def: "200",
+		help: "how long, in microseconds, a connection polls for its client's next request after an answer before it sleeps (0: never); see docs/operations.md",
+		set:  to(func(o *Options) *int { return &o.RPCSpinMicros }, asInt)},
 }
 
 func gflag(name, gtype, def string) flagSpec {

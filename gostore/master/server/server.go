@@ -253,6 +253,7 @@ func (s *Server) newRPCServer() *rpc.Server {
 		MaxBody:       rpc.Limit{N: o.RPCMaxRequestBytes, Flag: "rpc_max_request_bytes"},
 		ConnsPerIP:    rpc.Limit{N: o.RPCMaxConnectionsPerIP, Flag: "rpc_max_connections_per_ip"},
 		InflightPerIP: rpc.Limit{N: o.RPCMaxInflightPerIP, Flag: "rpc_max_inflight_per_ip"},
+		Spin:          time.Duration(o.RPCSpinMicros) * time.Microsecond,
 		Admit:         s.admit,
 	})
 }

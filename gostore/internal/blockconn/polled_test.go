@@ -1,0 +1,229 @@
+// polled_test.go tests Polled on real loopback connections: a hot
+// connection served by its poll, a cold one never polling, payloads that
+// do not poll, the end of the stream, Close and deadlines during a poll,
+// and the gate that bounds polling reads.
+
+package blockconn
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// polledPair returns a Polled server end (spin, gate) and its client end.
+func polledPair(t *testing.T, spin time.Duration, gate *SpinGate) (*Polled, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolled(sc.(*net.TCPConn), spin, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, client
+}
+
+// serveEcho answers each 8-byte request with its bytes reversed until the
+// stream ends, then reports the read error.
+func serveEcho(p *Polled) chan error {
+	done := make(chan error, 1)
+	go func() {
+		var req [8]byte
+		for {
+			if _, err := io.ReadFull(p, req[:]); err != nil {
+				done <- err
+				return
+			}
+			var ans [8]byte
+			for i := range req {
+				ans[i] = req[7-i]
+			}
+			if _, err := p.Write(ans[:]); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// ask sends one request and checks its answer.
+func ask(t *testing.T, c net.Conn, i int) {
+	t.Helper()
+	req := []byte{byte(i), 1, 2, 3, 4, 5, 6, byte(i >> 8)}
+	if _, err := c.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	var ans [8]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
+		t.Fatal(err)
+	}
+	for k := range req {
+		if ans[k] != req[7-k] {
+			t.Fatalf("request %d: answer % x to % x", i, ans, req)
+		}
+	}
+}
+
+// A client asking in a loop is served by the poll: after the first two
+// requests (the first answer has no gap to judge, the second heats the
+// connection) the reads poll, and with a spin of a second nearly all of
+// them find their request while polling. The stream's end met while
+// polling is io.EOF, as net.Conn says it.
+func TestPolledServesAHotConnectionByPolling(t *testing.T) {
+	gate := NewSpinGate(1)
+	p, c := polledPair(t, time.Second, gate)
+	done := serveEcho(p)
+	const n = 200
+	for i := range n {
+		ask(t, c, i)
+	}
+	c.Close()
+	if err := <-done; err != io.EOF {
+		t.Fatalf("the end of the stream read as %v, want io.EOF", err)
+	}
+	polls, hits := gate.Counts()
+	// A request later than hotGap after its answer (a descheduled test
+	// under -race) cools the connection for one read: most must still poll.
+	if polls < n/2 || hits < polls-2 {
+		t.Fatalf("%d requests: %d reads polled, %d served by the poll", n, polls, hits)
+	}
+}
+
+// Requests that come more than hotGap after their answers never poll: a
+// connection that pings now and then costs no CPU.
+func TestPolledColdConnectionNeverPolls(t *testing.T) {
+	gate := NewSpinGate(1)
+	p, c := polledPair(t, time.Second, gate)
+	serveEcho(p)
+	for i := range 6 {
+		ask(t, c, i)
+		time.Sleep(3 * hotGap) // the gap under test, not a wait for an event
+	}
+	if polls, _ := gate.Counts(); polls != 0 {
+		t.Fatalf("a connection asking every %v polled %d times", 3*hotGap, polls)
+	}
+}
+
+// Only the first read after an answer polls: the payload that follows a
+// header is read by the netpoller.
+func TestPolledPayloadDoesNotPoll(t *testing.T) {
+	gate := NewSpinGate(1)
+	p, c := polledPair(t, time.Second, gate)
+	p.hot = true // as after a request that came at once
+	p.Write([]byte("ok"))
+	io.ReadFull(c, make([]byte, 2))
+	got := make(chan []byte, 1)
+	go func() {
+		var hdr [4]byte
+		io.ReadFull(p, hdr[:])
+		payload := make([]byte, 3<<10)
+		io.ReadFull(p, payload)
+		got <- append(hdr[:], payload...)
+	}()
+	want := append([]byte("head"), bytes.Repeat([]byte{9}, 3<<10)...)
+	c.Write(want[:4])
+	for k := 0; k < 3; k++ {
+		c.Write(want[4+k<<10 : 4+(k+1)<<10])
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatal("the payload read differs from the one sent")
+	}
+	if polls, _ := gate.Counts(); polls != 1 {
+		t.Fatalf("a header and its payload: %d reads polled, want 1 (the header's)", polls)
+	}
+}
+
+// A read that polled and parked still ends at its deadline, and at Close.
+func TestPolledDeadlineAndCloseEndAPoll(t *testing.T) {
+	gate := NewSpinGate(1)
+	p, c := polledPair(t, time.Millisecond, gate)
+	p.hot = true // as after a request that came at once
+	p.Write([]byte("x"))
+	io.ReadFull(c, make([]byte, 1))
+	p.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := p.Read(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a read past its deadline: %v", err)
+	}
+	if polls, hits := gate.Counts(); polls != 1 || hits != 0 {
+		t.Fatalf("polls %d hits %d, want one fruitless poll", polls, hits)
+	}
+	p.SetReadDeadline(time.Time{})
+	p.hot = true
+	p.Write([]byte("y"))
+	ended := make(chan error, 1)
+	go func() {
+		_, err := p.Read(make([]byte, 8))
+		ended <- err
+	}()
+	io.ReadFull(c, make([]byte, 1)) // the answer left: the read is under way
+	p.Close()
+	if err := <-ended; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a read when its connection closed: %v", err)
+	}
+}
+
+// The gate lets max reads poll at once: while one connection polls, a
+// second one reads through the netpoller and gets its bytes all the same.
+func TestSpinGateBoundsPollingReads(t *testing.T) {
+	gate := NewSpinGate(1)
+	a, ca := polledPair(t, time.Hour, gate)
+	b, cb := polledPair(t, time.Hour, gate)
+	for _, p := range []*Polled{a, b} {
+		p.hot = true
+		p.Write([]byte("z"))
+	}
+	io.ReadFull(ca, make([]byte, 1))
+	io.ReadFull(cb, make([]byte, 1))
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(a, make([]byte, 1))
+		aDone <- err
+	}()
+	// Wait until a holds the gate.
+	for gate.busy.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cb.Write([]byte("b"))
+	var one [1]byte
+	if _, err := b.Read(one[:]); err != nil || one[0] != 'b' {
+		t.Fatalf("the second connection's read: %q %v", one, err)
+	}
+	if polls, _ := gate.Counts(); polls != 1 {
+		t.Fatalf("%d reads polled, want the first connection's alone: the second polled past a full gate", polls)
+	}
+	ca.Write([]byte("a"))
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	if polls, hits := gate.Counts(); polls != 1 || hits != 1 {
+		t.Fatalf("polls %d hits %d, want the first connection's one, served by its poll", polls, hits)
+	}
+	if gate.busy.Load() != 0 {
+		t.Fatalf("the gate holds %d after the polls ended", gate.busy.Load())
+	}
+}
+
+// NewSpinGate(0) sizes itself from GOMAXPROCS: at least 1, at most 4.
+func TestSpinGateDefaultSize(t *testing.T) {
+	if g := NewSpinGate(0); g.max < 1 || g.max > 4 {
+		t.Fatalf("default gate %d", g.max)
+	}
+}
