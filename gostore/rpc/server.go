@@ -271,16 +271,12 @@ func (s *Server) polled(raw net.Conn) net.Conn {
 	if !ok || s.opt.Spin <= 0 {
 		return raw
 	}
-	p, err := blockconn.NewPolled(tc, s.opt.Spin, serverSpinGate)
+	p, err := blockconn.NewPolled(tc, s.opt.Spin, blockconn.SharedGate())
 	if err != nil {
 		return raw
 	}
 	return p
 }
-
-// serverSpinGate bounds the polling reads of every RPC server in the
-// process together.
-var serverSpinGate = blockconn.NewSpinGate(0)
 
 // dispatch runs the handler; a non-nil error means "close the connection".
 func (s *Server) dispatch(op wire.Op, body []byte, peer string) (any, wire.Code, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -19,7 +20,7 @@ func TestSpinServesALoopingClientByPolling(t *testing.T) {
 	for _, spin := range []time.Duration{time.Second, 0} {
 		_, addr, _ := startLimited(t, ServerOptions{Spin: spin}, nil)
 		c := NewClient(addr)
-		polls0, hits0 := serverSpinGate.Counts()
+		polls0, hits0 := blockconn.SharedGate().Counts()
 		const n = 100
 		for i := range n {
 			var resp echoResp
@@ -29,7 +30,7 @@ func TestSpinServesALoopingClientByPolling(t *testing.T) {
 			}
 		}
 		c.Close()
-		polls, hits := serverSpinGate.Counts()
+		polls, hits := blockconn.SharedGate().Counts()
 		// Other tests' servers may poll too: they only add.
 		if spin > 0 && hits-hits0 < n/2 {
 			t.Fatalf("spin %v: %d of %d calls served by the poll", spin, hits-hits0, n)

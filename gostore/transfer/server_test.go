@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -225,7 +226,7 @@ func TestServerPollsForALoopingClient(t *testing.T) {
 		e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
 		want := pattern(uint64(spin)+5, 4096)
 		mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{want}, Write: true}}))
-		polls0, hits0 := serverSpinGate.Counts()
+		polls0, hits0 := blockconn.SharedGate().Counts()
 		const n = 100
 		for i := range n {
 			got := make([]byte, 4096)
@@ -235,7 +236,7 @@ func TestServerPollsForALoopingClient(t *testing.T) {
 			}
 		}
 		e.Close()
-		polls, hits := serverSpinGate.Counts()
+		polls, hits := blockconn.SharedGate().Counts()
 		// Other tests' servers may poll too: they only add.
 		if spin > 0 && hits-hits0 < n/2 {
 			t.Fatalf("spin %v: %d of %d reads served by the poll", spin, hits-hits0, n)

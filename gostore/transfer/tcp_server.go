@@ -108,7 +108,7 @@ func (s *Server) polled(raw net.Conn) net.Conn {
 	if !ok || spin <= 0 {
 		return raw
 	}
-	p, err := blockconn.NewPolled(tc, spin, serverSpinGate)
+	p, err := blockconn.NewPolled(tc, spin, blockconn.SharedGate())
 	if err != nil {
 		return raw
 	}
@@ -123,10 +123,6 @@ func writeBuffers(c net.Conn, bufs *net.Buffers) (int64, error) {
 	}
 	return bufs.WriteTo(c)
 }
-
-// serverSpinGate bounds the polling reads of every transfer server in the
-// process together.
-var serverSpinGate = blockconn.NewSpinGate(0)
 
 // refusedQuiet is the shortest burst of refused requests: at most one
 // line a second whatever a peer sends.

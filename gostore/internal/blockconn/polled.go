@@ -29,24 +29,26 @@ const DefaultServerSpin = 200 * time.Microsecond
 // Polling costs CPU only where it pays:
 //   - only the first read after an answer polls: a payload that streams
 //     in behind its header is read as any netpoller read is;
-//   - only on a hot connection, whose previous request came within
-//     hotGap of its answer: a connection that sends a heartbeat a second
-//     never polls, and a burst pays one parked read to heat it;
+//   - only on a hot connection, whose last two requests each came within
+//     the spin of the answer before: a poll that would not be met is not
+//     repeated (a client calling every millisecond, or pinging every
+//     second, is never polled for, nor one whose requests alternate a
+//     short and a long wait, as a large read and the note that ends it
+//     do), and a burst pays two parked reads to heat its connection;
 //   - each poll yields the CPU (sched_yield) to any thread that can run,
 //     so it keeps an idle CPU awake rather than taking a busy one;
-//   - at most a few reads of a process poll at once (SpinGate).
+//   - at most a few reads of a process poll at once (SharedGate).
 type Polled struct {
 	tc       *net.TCPConn
 	raw      syscall.RawConn
 	spin     time.Duration
 	gate     *SpinGate
 	answered time.Time // when the last answer was written; zero once a read began
-	hot      bool      // the previous request came within hotGap of its answer
+	streak   int       // requests in a row that came within the spin of their answers
 }
 
-// hotGap is how soon after an answer a connection's next request must come
-// for the one after it to be polled for.
-const hotGap = time.Millisecond
+// hot is the streak from which a connection is polled for.
+const hot = 2
 
 // NewPolled wraps tc; spin 0 or less, or a nil gate, never polls.
 func NewPolled(tc *net.TCPConn, spin time.Duration, gate *SpinGate) (*Polled, error) {
@@ -81,12 +83,16 @@ func (p *Polled) Read(b []byte) (int, error) {
 	p.answered = time.Time{}
 	var n int
 	var err error
-	if p.hot && p.spin > 0 && p.gate != nil && p.gate.enter() {
+	if p.streak >= hot && p.spin > 0 && p.gate != nil && p.gate.enter() {
 		n, err = p.pollRead(b)
 	} else {
 		n, err = p.tc.Read(b)
 	}
-	p.hot = time.Since(since) < hotGap
+	if time.Since(since) < p.spin {
+		p.streak = min(p.streak+1, hot)
+	} else {
+		p.streak = 0
+	}
 	return n, err
 }
 
@@ -154,9 +160,14 @@ func (p *Polled) SetDeadline(t time.Time) error      { return p.tc.SetDeadline(t
 func (p *Polled) SetReadDeadline(t time.Time) error  { return p.tc.SetReadDeadline(t) }
 func (p *Polled) SetWriteDeadline(t time.Time) error { return p.tc.SetWriteDeadline(t) }
 
-// SpinGate bounds how many reads of a process poll at once: a polling
-// read holds a thread and its P, and a server with many idle connections
-// must not spend its cores on them.
+// SharedGate is the gate of every server in the process (a process may
+// run a master and transfer servers): a polling read holds a thread and
+// its P, and the process must keep one free.
+func SharedGate() *SpinGate { return sharedGate }
+
+var sharedGate = NewSpinGate(0)
+
+// SpinGate bounds how many reads poll at once.
 type SpinGate struct {
 	busy  atomic.Int32
 	max   int32

@@ -82,8 +82,8 @@ func ask(t *testing.T, c net.Conn, i int) {
 	}
 }
 
-// A client asking in a loop is served by the poll: after the first two
-// requests (the first answer has no gap to judge, the second heats the
+// A client asking in a loop is served by the poll: after the first three
+// requests (the first answer has no gap to judge, the next two heat the
 // connection) the reads poll, and with a spin of a second nearly all of
 // them find their request while polling. The stream's end met while
 // polling is io.EOF, as net.Conn says it.
@@ -100,25 +100,45 @@ func TestPolledServesAHotConnectionByPolling(t *testing.T) {
 		t.Fatalf("the end of the stream read as %v, want io.EOF", err)
 	}
 	polls, hits := gate.Counts()
-	// A request later than hotGap after its answer (a descheduled test
-	// under -race) cools the connection for one read: most must still poll.
+	// A request later than the spin after its answer (a test descheduled
+	// for a second) cools the connection for one read: most must still poll.
 	if polls < n/2 || hits < polls-2 {
 		t.Fatalf("%d requests: %d reads polled, %d served by the poll", n, polls, hits)
 	}
 }
 
-// Requests that come more than hotGap after their answers never poll: a
-// connection that pings now and then costs no CPU.
+// Requests that come later than the spin after their answers are never
+// polled for: a poll that would not be met is not repeated.
 func TestPolledColdConnectionNeverPolls(t *testing.T) {
 	gate := NewSpinGate(1)
-	p, c := polledPair(t, time.Second, gate)
+	const spin = 2 * time.Millisecond
+	p, c := polledPair(t, spin, gate)
 	serveEcho(p)
 	for i := range 6 {
 		ask(t, c, i)
-		time.Sleep(3 * hotGap) // the gap under test, not a wait for an event
+		time.Sleep(5 * spin) // the gap under test, not a wait for an event
 	}
 	if polls, _ := gate.Counts(); polls != 0 {
-		t.Fatalf("a connection asking every %v polled %d times", 3*hotGap, polls)
+		t.Fatalf("a connection asking every %v polled %d times with a spin of %v", 5*spin, polls, spin)
+	}
+}
+
+// A client whose requests alternate a short and a long wait (a large read,
+// then the note that ends it) is never polled for: half the polls would
+// be missed.
+func TestPolledAlternatingConnectionNeverPolls(t *testing.T) {
+	gate := NewSpinGate(1)
+	const spin = 2 * time.Millisecond
+	p, c := polledPair(t, spin, gate)
+	serveEcho(p)
+	for i := range 8 {
+		ask(t, c, i)
+		if i%2 == 0 {
+			time.Sleep(5 * spin) // the gap under test, not a wait for an event
+		}
+	}
+	if polls, _ := gate.Counts(); polls != 0 {
+		t.Fatalf("a connection alternating short and %v waits polled %d times", 5*spin, polls)
 	}
 }
 
@@ -127,7 +147,7 @@ func TestPolledColdConnectionNeverPolls(t *testing.T) {
 func TestPolledPayloadDoesNotPoll(t *testing.T) {
 	gate := NewSpinGate(1)
 	p, c := polledPair(t, time.Second, gate)
-	p.hot = true // as after a request that came at once
+	p.streak = hot // as after a request that came at once
 	p.Write([]byte("ok"))
 	io.ReadFull(c, make([]byte, 2))
 	got := make(chan []byte, 1)
@@ -155,7 +175,7 @@ func TestPolledPayloadDoesNotPoll(t *testing.T) {
 func TestPolledDeadlineAndCloseEndAPoll(t *testing.T) {
 	gate := NewSpinGate(1)
 	p, c := polledPair(t, time.Millisecond, gate)
-	p.hot = true // as after a request that came at once
+	p.streak = hot // as after a request that came at once
 	p.Write([]byte("x"))
 	io.ReadFull(c, make([]byte, 1))
 	p.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
@@ -166,7 +186,7 @@ func TestPolledDeadlineAndCloseEndAPoll(t *testing.T) {
 		t.Fatalf("polls %d hits %d, want one fruitless poll", polls, hits)
 	}
 	p.SetReadDeadline(time.Time{})
-	p.hot = true
+	p.streak = hot
 	p.Write([]byte("y"))
 	ended := make(chan error, 1)
 	go func() {
@@ -187,7 +207,7 @@ func TestSpinGateBoundsPollingReads(t *testing.T) {
 	a, ca := polledPair(t, time.Hour, gate)
 	b, cb := polledPair(t, time.Hour, gate)
 	for _, p := range []*Polled{a, b} {
-		p.hot = true
+		p.streak = hot
 		p.Write([]byte("z"))
 	}
 	io.ReadFull(ca, make([]byte, 1))
