@@ -36,8 +36,8 @@ type Client struct {
 		idle   []*clientConn
 		closed bool
 		// Notifications (Notify) ride the pooled connections: their
-		// answers are read by the next call on the same connection, ahead
-		// of its own, or by NotifyFlush. sent numbers them; owing holds
+		// answers are read by the next call to take the connection,
+		// before it sends (get), or by NotifyFlush. sent numbers them; owing holds
 		// the connections with answers unread; settled is signalled when
 		// one has none left (or is closed) and when one goes back idle.
 		sent    uint64
@@ -138,7 +138,6 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 	}
 	setDeadline(ctx, cc)
 	h, body, err := cc.roundTrip(c.nextID.Add(1), op, req)
-	c.settle(cc) // the notifications' answers were read ahead of the reply, or are lost
 	if err != nil {
 		cc.c.Close()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -180,9 +179,6 @@ func (cc *clientConn) roundTrip(id uint64, op wire.Op, req any) (wire.Header, []
 	if _, err := cc.c.Write(cc.out); err != nil {
 		return wire.Header{}, nil, err
 	}
-	if err := cc.readOwed(); err != nil {
-		return wire.Header{}, nil, err
-	}
 	h, b, err := wire.ReadFrame(cc.r, cc.in)
 	if err != nil {
 		return h, nil, err
@@ -207,8 +203,19 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		}
 		// An idle connection whose master went away (a restart) would
 		// fail this call; drop it and try the next, or dial. (Retrying
-		// a failed call instead could apply it twice.) The check is a
-		// syscall: it runs outside the pool's lock.
+		// a failed call instead could apply it twice.) The answers its
+		// notifications are owed come first: a master that answered them
+		// and then went away left them ahead of its end of the stream.
+		// The checks are syscalls: they run outside the pool's lock.
+		if cc.unread > 0 {
+			setDeadline(ctx, cc)
+			err := cc.readOwed()
+			c.settle(cc)
+			if err != nil {
+				cc.c.Close()
+				continue
+			}
+		}
 		if pc, ok := cc.c.(interface{ PeerClosed() bool }); ok && pc.PeerClosed() {
 			c.settle(cc)
 			cc.c.Close()
@@ -300,7 +307,7 @@ func (c *Client) put(cc *clientConn) {
 // would cost a thread wake-up. It writes on the idle connection the next
 // call will take, so the master handles it before that call, on the
 // connection the master already polls for this client's next request;
-// that call reads the answer ahead of its own (or NotifyFlush does).
+// that call reads the answer before it sends (or NotifyFlush does).
 //
 // ErrNotifyUnavailable means nothing was sent: every connection is in
 // use, or this client's connections are not blocking ones (Netpoll,
@@ -353,8 +360,8 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 
 // NotifyFlush returns once the master has handled every request Notify
 // sent before it was called (it has answered them all), reading the
-// answers of idle connections itself and waiting for the calls on busy
-// ones to read theirs. A connection that fails counts as flushed: what it
+// answers of idle connections itself and waiting for a connection another
+// caller holds (a Notify, a flush) to come back. A connection that fails counts as flushed: what it
 // carried may or may not have been handled, and the error says so.
 func (c *Client) NotifyFlush(ctx context.Context) error {
 	c.mu.Lock()
