@@ -1,9 +1,19 @@
 // doc.go defines the package documentation of blockconn.
 
-// Package blockconn holds Conn: a connected TCP socket taken out of Go's
+// Package blockconn holds the two ways gostore keeps thread wake-ups off a
+// small request's path, one per side of a connection; it imports nothing of
+// gostore.
+//
+// Conn, the client side: a connected TCP socket taken out of Go's
 // netpoller and read and written with blocking system calls on the calling
 // thread. The master's RPC client and the transfer engine's lane for single
-// small requests both use it; it imports nothing of gostore.
+// small requests both use it.
+//
+// Polled, the server side: a connection that stays in the netpoller but,
+// once it has answered a client that keeps calling, polls for the next
+// request before it parks (polled.go says when it polls and what bounds
+// it). The master's RPC server and the transfer servers use it, all of a
+// process's under one SharedGate.
 //
 // Why: a call from Python arrives through cgo on a goroutine locked to the
 // Python thread. When a net.Conn read would block, that goroutine parks,
@@ -14,10 +24,11 @@
 // woken once, directly, as a C client would be. The Go runtime lets other
 // goroutines run meanwhile (the thread is in a system call).
 //
-// Invariants: a Conn is used by one goroutine at a time (its owner
-// serialises calls); only Close may come from another goroutine. Deadlines
-// are SO_RCVTIMEO/SO_SNDTIMEO: they bound each system call, not a whole
-// frame, so a frame read of k calls may take up to k deadlines.
+// Invariants: a Conn or a Polled is used by one goroutine at a time (its
+// owner serialises calls); only Close may come from another goroutine. A
+// Conn's deadlines are SO_RCVTIMEO/SO_SNDTIMEO: they bound each system
+// call, not a whole frame, so a frame read of k calls may take up to k
+// deadlines. A Polled's are the netpoller's, noticed once a poll ends.
 //
 // Caller's duties: set a deadline before each exchange (SetDeadline is
 // free when it did not move), and close the Conn after any error: its
