@@ -37,9 +37,10 @@ type Client struct {
 		closed bool
 		// Notifications (Notify) ride the pooled connections: their
 		// answers are read by the next call to take the connection,
-		// before it sends (get), or by NotifyFlush. sent numbers them; owing holds
-		// the connections with answers unread; settled is signalled when
-		// one has none left (or is closed) and when one goes back idle.
+		// before it sends (get), or by NotifyFlush. sent numbers them;
+		// owing holds the connections with answers unread; settled is
+		// signalled when one has none left (or is closed) and when one
+		// goes back idle.
 		sent    uint64
 		owing   map[*clientConn]struct{}
 		settled sync.Cond
@@ -207,17 +208,10 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		// notifications are owed come first: a master that answered them
 		// and then went away left them ahead of its end of the stream.
 		// The checks are syscalls: they run outside the pool's lock.
-		if cc.unread > 0 {
-			setDeadline(ctx, cc)
-			err := cc.readOwed()
-			c.settle(cc)
-			if err != nil {
-				cc.c.Close()
-				continue
-			}
+		if cc.unread > 0 && c.drain(ctx, cc) != nil {
+			continue
 		}
 		if pc, ok := cc.c.(interface{ PeerClosed() bool }); ok && pc.PeerClosed() {
-			c.settle(cc)
 			cc.c.Close()
 			continue
 		}
@@ -331,15 +325,12 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 		c.put(cc)
 		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
 	}
-	setDeadline(ctx, cc)
 	if cc.unread >= notifyBacklog {
-		err := cc.readOwed()
-		c.settle(cc)
-		if err != nil {
-			cc.c.Close()
+		if err := c.drain(ctx, cc); err != nil {
 			return wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
 		}
 	}
+	setDeadline(ctx, cc)
 	cc.out = wire.AppendFrame(cc.out[:0], c.nextID.Add(1), op, wire.OK, body)
 	if _, err := cc.c.Write(cc.out); err != nil {
 		c.settle(cc)
@@ -361,8 +352,9 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 // NotifyFlush returns once the master has handled every request Notify
 // sent before it was called (it has answered them all), reading the
 // answers of idle connections itself and waiting for a connection another
-// caller holds (a Notify, a flush) to come back. A connection that fails counts as flushed: what it
-// carried may or may not have been handled, and the error says so.
+// caller holds (a Notify, a flush) to come back. A connection that fails
+// counts as flushed: what it carried may or may not have been handled,
+// and the error says so.
 func (c *Client) NotifyFlush(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -374,15 +366,11 @@ func (c *Client) NotifyFlush(ctx context.Context) error {
 		case cc == nil && !busy:
 			return failed
 		case cc == nil:
-			c.mu.settled.Wait() // a busy connection's call reads its answers
+			c.mu.settled.Wait() // its holder (a Notify, a flush) puts it back or settles it
 			continue
 		}
 		c.mu.Unlock()
-		setDeadline(ctx, cc)
-		err := cc.readOwed()
-		c.settle(cc)
-		if err != nil {
-			cc.c.Close()
+		if err := c.drain(ctx, cc); err != nil {
 			failed = wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
 		} else {
 			c.put(cc)
@@ -424,6 +412,18 @@ func (c *Client) settleLocked(cc *clientConn) {
 		delete(c.mu.owing, cc)
 		c.mu.settled.Broadcast()
 	}
+}
+
+// drain reads (and drops) the answers cc owes, within ctx, and settles
+// it; after a failure cc is closed and must not be used again.
+func (c *Client) drain(ctx context.Context, cc *clientConn) error {
+	setDeadline(ctx, cc)
+	err := cc.readOwed()
+	c.settle(cc)
+	if err != nil {
+		cc.c.Close()
+	}
+	return err
 }
 
 // readOwed reads (and drops) the answers of the notifications sent on cc.

@@ -20,8 +20,9 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// A server that records what it was told, in order.
-func startRecorder(t *testing.T) (string, func() []string) {
+// A server that records what it was told, in order; hook, when set, runs
+// on each request after it is recorded (a test holds one there).
+func startRecorder(t *testing.T, hook func(s string)) (string, func() []string) {
 	t.Helper()
 	var mu sync.Mutex
 	var seen []string
@@ -30,6 +31,9 @@ func startRecorder(t *testing.T) (string, func() []string) {
 		mu.Lock()
 		seen = append(seen, r.S)
 		mu.Unlock()
+		if hook != nil {
+			hook(r.S)
+		}
 		return &echoResp{S: r.S}, nil
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -50,7 +54,7 @@ func startRecorder(t *testing.T) (string, func() []string) {
 // server has handled every one, in order, and calls on the same client
 // still work, on the same connection.
 func TestNotifyThenFlush(t *testing.T) {
-	addr, seen := startRecorder(t)
+	addr, seen := startRecorder(t, nil)
 	c := NewClient(addr)
 	defer c.Close()
 	ctx := context.Background()
@@ -98,29 +102,16 @@ func TestNotifyThenFlush(t *testing.T) {
 func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	var mu sync.Mutex
-	var seen []string
-	s := NewServer(slog.New(slog.NewTextHandler(&testbase.LogBuffer{}, nil)), nil)
-	HandleFunc(s, wire.OpPing, func(r *echoReq) (*echoResp, error) {
-		mu.Lock()
-		seen = append(seen, r.S)
-		mu.Unlock()
-		if r.S == "hold" {
+	addr, seen := startRecorder(t, func(s string) {
+		if s == "hold" {
 			entered <- struct{}{}
 			<-release
 		}
-		return &echoResp{S: r.S}, nil
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(s.Close)
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // runs before s.Close: the held handler must end
-	c := NewClient(ln.Addr().String())
+	t.Cleanup(free) // runs before the server's Close: the held handler must end
+	c := NewClient(addr)
 	defer c.Close()
 	ctx := context.Background()
 	var resp echoResp
@@ -148,10 +139,7 @@ func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	got := strings.Join(seen, "")
-	mu.Unlock()
-	if got != "abcdehold" {
+	if got := strings.Join(seen(), ""); got != "abcdehold" {
 		t.Fatalf("the server handled %q", got)
 	}
 	c.mu.Lock()
@@ -207,7 +195,7 @@ func TestCallAfterTheMasterWentAwayBehindANotification(t *testing.T) {
 // A netpoll client has no blocking connection to write on: Notify sends
 // nothing and says so.
 func TestNotifyUnavailable(t *testing.T) {
-	addr, seen := startRecorder(t)
+	addr, seen := startRecorder(t, nil)
 	c := NewClientWith(addr, ClientOptions{Netpoll: true})
 	defer c.Close()
 	if err := c.Notify(context.Background(), wire.OpPing, &echoReq{S: "x"}); !errors.Is(err, ErrNotifyUnavailable) {

@@ -193,7 +193,7 @@ func (s *Server) serveConn(raw net.Conn, p *peer) {
 		s.mu.Unlock()
 		s.wg.Done()
 	}()
-	c, ok := s.auth.Load().Accept(s.polled(raw), s.log, "rpc")
+	c, ok := s.auth.Load().Accept(blockconn.Poll(raw, s.opt.Spin), s.log, "rpc")
 	if !ok {
 		return
 	}
@@ -262,20 +262,6 @@ func (s *Server) serveConn(raw net.Conn, p *peer) {
 			out = nil
 		}
 	}
-}
-
-// polled is raw, reading the next request after an answer by polling
-// for ServerOptions.Spin first (blockconn.Polled), when raw is TCP.
-func (s *Server) polled(raw net.Conn) net.Conn {
-	tc, ok := raw.(*net.TCPConn)
-	if !ok || s.opt.Spin <= 0 {
-		return raw
-	}
-	p, err := blockconn.NewPolled(tc, s.opt.Spin, blockconn.SharedGate())
-	if err != nil {
-		return raw
-	}
-	return p
 }
 
 // dispatch runs the handler; a non-nil error means "close the connection".

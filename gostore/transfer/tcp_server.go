@@ -100,21 +100,6 @@ type Server struct {
 // blockconn.DefaultServerSpin; 0 or less never polls).
 func (s *Server) SetSpin(d time.Duration) { s.spin.Store(int64(d)) }
 
-// polled is raw, reading the next request after an answer by polling for
-// the spin first, when raw is TCP.
-func (s *Server) polled(raw net.Conn) net.Conn {
-	spin := time.Duration(s.spin.Load())
-	tc, ok := raw.(*net.TCPConn)
-	if !ok || spin <= 0 {
-		return raw
-	}
-	p, err := blockconn.NewPolled(tc, spin, blockconn.SharedGate())
-	if err != nil {
-		return raw
-	}
-	return p
-}
-
 // writeBuffers writes bufs to c with one writev where c allows it (a TCP
 // connection, polled or not).
 func writeBuffers(c net.Conn, bufs *net.Buffers) (int64, error) {
@@ -309,7 +294,7 @@ func (s *Server) handle(raw net.Conn) {
 	}()
 	tuneConn(raw)
 	remote := raw.RemoteAddr().String()
-	c, ok := s.auth.Load().Accept(s.polled(raw), s.log, "transfer") // c: the authenticated connection
+	c, ok := s.auth.Load().Accept(blockconn.Poll(raw, time.Duration(s.spin.Load())), s.log, "transfer") // c: the authenticated connection
 	if !ok {
 		return
 	}

@@ -135,24 +135,38 @@ func (b *Conn) Read(p []byte) (int, error) {
 // spinRead polls for data until the spin ends; done is false when none
 // came.
 func (b *Conn) spinRead(p []byte) (n int, done bool, err error) {
-	end := time.Now().Add(b.spin)
+	n, err, done = recvUntil(b.fd, p, time.Now().Add(b.spin))
+	if done && err == nil && n == 0 {
+		err = ErrClosedByPeer
+	}
+	return n, done, err
+}
+
+// recvUntil reads what socket fd holds into p without blocking, trying
+// again until end and giving the CPU to any thread that can run between
+// tries (a zero end tries once); got is false when nothing came by then.
+// With got, n 0 and a nil err is the end of the stream. Both sides' polls
+// run on it: Conn's reply reads and Polled's request reads.
+func recvUntil(fd int, p []byte, end time.Time) (n int, err error, got bool) {
 	for {
-		n, _, err := unix.Recvfrom(b.fd, p, unix.MSG_DONTWAIT)
+		n, _, err := unix.Recvfrom(fd, p, unix.MSG_DONTWAIT)
 		switch {
-		case err == unix.EAGAIN || err == unix.EINTR:
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
 			if time.Now().Before(end) {
 				yield()
 				continue
 			}
-			return 0, false, nil
+			return 0, nil, false
 		case err != nil:
-			return 0, true, err
-		case n == 0:
-			return 0, true, ErrClosedByPeer
+			return 0, err, true
 		}
-		return n, true, nil
+		return n, nil, true
 	}
 }
+
+func yield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // ReadFull fills p.
 func (b *Conn) ReadFull(p []byte) error {

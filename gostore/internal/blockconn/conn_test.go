@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// pair returns a Conn dialled to a fresh listener and the accepted end.
-func pair(t *testing.T) (*Conn, net.Conn) {
+// loopback returns the two ends of a fresh loopback TCP connection: the
+// dialled one and the accepted one, each closed when the test ends.
+func loopback(t *testing.T) (dialled, accepted *net.TCPConn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -25,12 +26,20 @@ func pair(t *testing.T) (*Conn, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { nc.Close() })
 	peer, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { peer.Close() })
-	bc, err := FromTCP(nc.(*net.TCPConn))
+	return nc.(*net.TCPConn), peer.(*net.TCPConn)
+}
+
+// pair returns a Conn dialled to a fresh listener and the accepted end.
+func pair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	nc, peer := loopback(t)
+	bc, err := FromTCP(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // DefaultServerSpin is how long a server's connection polls for the next
@@ -57,6 +55,20 @@ func NewPolled(tc *net.TCPConn, spin time.Duration, gate *SpinGate) (*Polled, er
 		return nil, err
 	}
 	return &Polled{tc: tc, raw: raw, spin: spin, gate: gate}, nil
+}
+
+// Poll is raw made a Polled under SharedGate, for a server to read its
+// requests through: raw itself when it is not TCP or spin is 0 or less.
+func Poll(raw net.Conn, spin time.Duration) net.Conn {
+	tc, ok := raw.(*net.TCPConn)
+	if !ok || spin <= 0 {
+		return raw
+	}
+	p, err := NewPolled(tc, spin, sharedGate)
+	if err != nil {
+		return raw
+	}
+	return p
 }
 
 // Write writes b: an answer, after which the next read may poll.
@@ -105,35 +117,27 @@ func (p *Polled) pollRead(b []byte) (int, error) {
 	var n int
 	var rerr error
 	err := p.raw.Read(func(fd uintptr) bool {
-		for {
-			m, _, e := unix.Recvfrom(int(fd), b, unix.MSG_DONTWAIT)
-			switch {
-			case e == unix.EINTR:
-				continue
-			case e == unix.EAGAIN:
-				if polling && time.Now().Before(end) {
-					yield()
-					continue
-				}
-				if polling {
-					polling = false
-					p.gate.leave()
-				}
-				return false // park until the netpoller says readable
-			case e != nil:
-				rerr = e
-			case m == 0:
-				rerr = io.EOF
-			default:
-				n = m
-			}
-			return true
+		var until time.Time // after the poll: one try per wake-up
+		if polling {
+			until = end
 		}
+		m, e, got := recvUntil(int(fd), b, until)
+		if polling {
+			polling = false
+			p.gate.leave()
+			if got {
+				p.gate.hits.Add(1)
+			}
+		}
+		if !got {
+			return false // park until the netpoller says readable
+		}
+		n, rerr = m, e
+		if e == nil && m == 0 {
+			rerr = io.EOF
+		}
+		return true
 	})
-	if polling {
-		p.gate.leave()
-		p.gate.hits.Add(1)
-	}
 	if err != nil {
 		return 0, err
 	}
@@ -179,23 +183,16 @@ type SpinGate struct {
 // served by the poll.
 func (g *SpinGate) Counts() (polls, hits uint64) { return g.polls.Load(), g.hits.Load() }
 
-// NewSpinGate allows max polling reads at once; max 0 or less means
+// NewSpinGate allows n polling reads at once; n 0 or less means
 // GOMAXPROCS-1, at least 1 and at most 4. A polling goroutine keeps its P
 // (its system calls are too short to lose it), so at least one P must stay
 // free for what the netpoller wakes: with every P polling, a request on
 // another connection waited out a whole spin.
-func NewSpinGate(max int) *SpinGate {
-	if max <= 0 {
-		max = min(4, max1(runtime.GOMAXPROCS(0)-1))
+func NewSpinGate(n int) *SpinGate {
+	if n <= 0 {
+		n = min(4, max(1, runtime.GOMAXPROCS(0)-1))
 	}
-	return &SpinGate{max: int32(max)}
-}
-
-func max1(n int) int {
-	if n < 1 {
-		return 1
-	}
-	return n
+	return &SpinGate{max: int32(n)}
 }
 
 func (g *SpinGate) enter() bool {
@@ -211,5 +208,3 @@ func (g *SpinGate) enter() bool {
 }
 
 func (g *SpinGate) leave() { g.busy.Add(-1) }
-
-func yield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

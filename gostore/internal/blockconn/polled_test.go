@@ -1,6 +1,6 @@
 // polled_test.go tests Polled on real loopback connections: a hot
-// connection served by its poll, a cold one never polling, payloads that
-// do not poll, the end of the stream, Close and deadlines during a poll,
+// connection served by its poll, cold and alternating ones never polling,
+// payloads that do not poll, the end of the stream, Close and deadlines during a poll,
 // and the gate that bounds polling reads.
 
 package blockconn
@@ -18,26 +18,20 @@ import (
 // polledPair returns a Polled server end (spin, gate) and its client end.
 func polledPair(t *testing.T, spin time.Duration, gate *SpinGate) (*Polled, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	client, sc := loopback(t)
+	p, err := NewPolled(sc, spin, gate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := NewPolled(sc.(*net.TCPConn), spin, gate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
 	return p, client
+}
+
+// answeredHot makes p a hot connection that has just answered (one byte,
+// read by its client c): its next read polls.
+func answeredHot(p *Polled, c net.Conn) {
+	p.streak = hot // as after requests that came at once
+	p.Write([]byte("!"))
+	io.ReadFull(c, make([]byte, 1))
 }
 
 // serveEcho answers each 8-byte request with its bytes reversed until the
@@ -107,38 +101,27 @@ func TestPolledServesAHotConnectionByPolling(t *testing.T) {
 	}
 }
 
-// Requests that come later than the spin after their answers are never
-// polled for: a poll that would not be met is not repeated.
-func TestPolledColdConnectionNeverPolls(t *testing.T) {
-	gate := NewSpinGate(1)
+// Requests that miss the spin are not polled for: a poll that would not be
+// met is not repeated. Neither every request coming late, nor every other
+// (a large read, then the note that ends it: half the polls would miss).
+func TestPolledNeverPollsForRequestsThatMissTheSpin(t *testing.T) {
 	const spin = 2 * time.Millisecond
-	p, c := polledPair(t, spin, gate)
-	serveEcho(p)
-	for i := range 6 {
-		ask(t, c, i)
-		time.Sleep(5 * spin) // the gap under test, not a wait for an event
-	}
-	if polls, _ := gate.Counts(); polls != 0 {
-		t.Fatalf("a connection asking every %v polled %d times with a spin of %v", 5*spin, polls, spin)
-	}
-}
-
-// A client whose requests alternate a short and a long wait (a large read,
-// then the note that ends it) is never polled for: half the polls would
-// be missed.
-func TestPolledAlternatingConnectionNeverPolls(t *testing.T) {
-	gate := NewSpinGate(1)
-	const spin = 2 * time.Millisecond
-	p, c := polledPair(t, spin, gate)
-	serveEcho(p)
-	for i := range 8 {
-		ask(t, c, i)
-		if i%2 == 0 {
-			time.Sleep(5 * spin) // the gap under test, not a wait for an event
+	for name, late := range map[string]func(i int) bool{
+		"every request late": func(int) bool { return true },
+		"every other late":   func(i int) bool { return i%2 == 0 },
+	} {
+		gate := NewSpinGate(1)
+		p, c := polledPair(t, spin, gate)
+		serveEcho(p)
+		for i := range 8 {
+			ask(t, c, i)
+			if late(i) {
+				time.Sleep(5 * spin) // the gap under test, not a wait for an event
+			}
 		}
-	}
-	if polls, _ := gate.Counts(); polls != 0 {
-		t.Fatalf("a connection alternating short and %v waits polled %d times", 5*spin, polls)
+		if polls, _ := gate.Counts(); polls != 0 {
+			t.Fatalf("%s (%v after a spin of %v): polled %d times", name, 5*spin, spin, polls)
+		}
 	}
 }
 
@@ -147,9 +130,7 @@ func TestPolledAlternatingConnectionNeverPolls(t *testing.T) {
 func TestPolledPayloadDoesNotPoll(t *testing.T) {
 	gate := NewSpinGate(1)
 	p, c := polledPair(t, time.Second, gate)
-	p.streak = hot // as after a request that came at once
-	p.Write([]byte("ok"))
-	io.ReadFull(c, make([]byte, 2))
+	answeredHot(p, c)
 	got := make(chan []byte, 1)
 	go func() {
 		var hdr [4]byte
@@ -171,13 +152,26 @@ func TestPolledPayloadDoesNotPoll(t *testing.T) {
 	}
 }
 
+// The peer's end met while polling is one read of (0, io.EOF), as
+// net.Conn says it: not a read of nothing that a caller would retry.
+func TestPolledEndOfStreamWhilePolling(t *testing.T) {
+	gate := NewSpinGate(1)
+	p, c := polledPair(t, time.Second, gate)
+	answeredHot(p, c)
+	c.Close()
+	if n, err := p.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("the end of the stream read as (%d, %v), want (0, io.EOF)", n, err)
+	}
+	if polls, hits := gate.Counts(); polls != 1 || hits != 1 {
+		t.Fatalf("polls %d hits %d, want the end found by the poll", polls, hits)
+	}
+}
+
 // A read that polled and parked still ends at its deadline, and at Close.
 func TestPolledDeadlineAndCloseEndAPoll(t *testing.T) {
 	gate := NewSpinGate(1)
 	p, c := polledPair(t, time.Millisecond, gate)
-	p.streak = hot // as after a request that came at once
-	p.Write([]byte("x"))
-	io.ReadFull(c, make([]byte, 1))
+	answeredHot(p, c)
 	p.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	if _, err := p.Read(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a read past its deadline: %v", err)
@@ -186,14 +180,12 @@ func TestPolledDeadlineAndCloseEndAPoll(t *testing.T) {
 		t.Fatalf("polls %d hits %d, want one fruitless poll", polls, hits)
 	}
 	p.SetReadDeadline(time.Time{})
-	p.streak = hot
-	p.Write([]byte("y"))
+	answeredHot(p, c)
 	ended := make(chan error, 1)
 	go func() {
 		_, err := p.Read(make([]byte, 8))
 		ended <- err
 	}()
-	io.ReadFull(c, make([]byte, 1)) // the answer left: the read is under way
 	p.Close()
 	if err := <-ended; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("a read when its connection closed: %v", err)
@@ -206,12 +198,8 @@ func TestSpinGateBoundsPollingReads(t *testing.T) {
 	gate := NewSpinGate(1)
 	a, ca := polledPair(t, time.Hour, gate)
 	b, cb := polledPair(t, time.Hour, gate)
-	for _, p := range []*Polled{a, b} {
-		p.streak = hot
-		p.Write([]byte("z"))
-	}
-	io.ReadFull(ca, make([]byte, 1))
-	io.ReadFull(cb, make([]byte, 1))
+	answeredHot(a, ca)
+	answeredHot(b, cb)
 	aDone := make(chan error, 1)
 	go func() {
 		_, err := io.ReadFull(a, make([]byte, 1))
