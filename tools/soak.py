@@ -161,6 +161,8 @@ class Soak:
         self.drops: List[dict] = []  # segment drops no fault explains
         self.master_kills: List[float] = []
         self.evicted = 0.0
+        self.metrics_lock = threading.Lock()
+        self.metrics_t = time.monotonic()  # the start of the last read of the eviction counter
         self.evictions = 0  # polls that saw the evicted-object count rise
         self.max_used = 0.0  # the highest used/capacity the metrics showed
         self.rss: Dict[Child, List[Tuple[float, int, int, int]]] = defaultdict(list)  # (t, anon, rss, shmem)
@@ -260,11 +262,14 @@ class Soak:
         except (OSError, ValueError):
             return None
 
-    def segments(self) -> Optional[Dict[str, str]]:
-        """name -> ClientID of the segments the master lists (None: no answer)."""
+    def segments(self) -> Optional[Dict[str, Tuple[str, int]]]:
+        """name -> (ClientID, segment ID) of the segments the master lists
+        (None: no answer). The ID tells a segment its client remounted
+        after the master dropped it (same client, new ID) from the one it
+        had: the drop lost what the old one held."""
         body = self.get("/get_all_segments")
         try:
-            return None if body is None else {s["Name"]: s["ClientID"] for s in json.loads(body)}
+            return None if body is None else {s["Name"]: (s["ClientID"], s["ID"]) for s in json.loads(body)}
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -281,36 +286,50 @@ class Soak:
 
     def monitor(self) -> None:
         """Every POLL_S: which segments the master lists (a segment gone, or
-        mounted by another client, is a loss event; matched to the fault
-        that caused it, it measures the reclaim); every 4th: metrics
+        mounted again under another ID, is a loss event; matched to the
+        fault that caused it, it measures the reclaim); every 4th: metrics
         (evictions) and every process's RSS."""
-        seen: Dict[str, str] = {}
-        seen_t = metrics_t = time.monotonic()
+        seen: Dict[str, Tuple[str, int]] = {}
+        seen_t = time.monotonic()
         n = 0
         while not self.stop_monitor.wait(POLL_S):
             n += 1
             now = time.monotonic()
             cur = self.segments()
             if cur is not None:
-                for name, cid in seen.items():
-                    if cur.get(name) != cid:
+                for name, ident in seen.items():
+                    if cur.get(name) != ident:
                         self.dropped(name, seen_t, time.monotonic())
                 seen, seen_t = cur, now
             if n % 4:
                 continue
-            m = self.read_metrics()
-            if m is not None:
-                ev = m.get("evicted_object_total", 0.0)
-                # a restarted master counts from 0: any count is new then
-                if ev > self.evicted or 0 < ev < self.evicted:
-                    with self.lock:
-                        self.losses.add_eviction(metrics_t, time.monotonic())
-                        self.evictions += 1
-                self.evicted = ev
-                metrics_t = now
-                if m.get("capacity_bytes"):
-                    self.max_used = max(self.max_used, m.get("used_bytes", 0) / m["capacity_bytes"])
+            self.check_evictions()
             self.sample_rss(now)
+
+    def check_evictions(self) -> bool:
+        """Read the master's eviction counter: objects it evicted since the
+        last read were lost between that read's start and this one's end.
+        Reports whether the counter moved."""
+        with self.metrics_lock:  # the monitor's and a master kill's reads, one at a time
+            return self._check_evictions()
+
+    def _check_evictions(self) -> bool:
+        start = time.monotonic()
+        m = self.read_metrics()
+        if m is None:
+            return False
+        with self.lock:
+            ev = m.get("evicted_object_total", 0.0)
+            # a restarted master counts from 0: any count is new then
+            moved = ev > self.evicted or 0 < ev < self.evicted
+            if moved:
+                self.losses.add_eviction(self.metrics_t, time.monotonic())
+                self.evictions += 1
+            self.evicted = ev
+            self.metrics_t = start
+            if m.get("capacity_bytes"):
+                self.max_used = max(self.max_used, m.get("used_bytes", 0) / m["capacity_bytes"])
+        return moved
 
     def dropped(self, name: str, last_seen: float, now: float) -> None:
         with self.lock:
@@ -365,6 +384,10 @@ class Soak:
             c = self.storage[a.target]
             os.kill(c.pid, signal.SIGCONT)
             c.stopped = False
+            with self.lock:
+                f = self.pending.get(c.name)
+                if f is not None and f["kind"] == "SIGSTOP":
+                    f["until"] = now
         elif a.kind == "restart":
             old = self.storage[a.target]
             port = int(old.name.rsplit(":", 1)[1]) if a.same_name else free_port()
@@ -372,8 +395,17 @@ class Soak:
             self.fault("restart client, same host:port" if a.same_name else "restart client, new port",
                        self.storage[a.target].name)
         elif a.kind == "kill_master":
+            # The restarted master counts evictions from 0: read what this
+            # one evicted first. While it is evicting, what it evicts
+            # between that read and its death is never counted: that
+            # short span is an eviction span.
+            evicting = self.check_evictions()
             m = self.master
             m.killed = True
+            now = time.monotonic()
+            if evicting:
+                with self.lock:
+                    self.losses.add_eviction(self.metrics_t, now)
             with self.lock:
                 self.master_kills.append(now)
             m.kill()
@@ -487,7 +519,6 @@ class Soak:
     def report(self, load0: float, load_end: float, final0: float, end: float, writer_done: List[dict],
                final_metrics: Dict[str, float], emptied: bool, empty_s: float) -> dict:
         a = self.args
-        ops: Dict[str, Dict[int, model.Op]] = defaultdict(dict)
         key_ops: Dict[str, List[model.Op]] = defaultdict(list)
         reads: List[Tuple[str, model.Read, int, str]] = []
         counts: Dict[str, Counter] = defaultdict(Counter)
@@ -538,7 +569,10 @@ class Soak:
             if v.kind in ("stale", "phantom"):  # a whole version, of the wrong one
                 wrong_bytes += r.rc
             if v.kind in ("corrupt", "stale", "phantom", "unexplained_miss"):
-                samples[v.kind].append(f"{op} {r.key} at {self.rel(r.t0):.2f}-{self.rel(r.t1):.2f}s: {v.detail}")
+                line = f"{op} {r.key} at {self.rel(r.t0):.2f}-{self.rel(r.t1):.2f}s: {v.detail}"
+                if v.kind == "unexplained_miss":
+                    line += self.miss_context(r, key_ops.get(r.key, []))
+                samples[v.kind].append(line)
             if r.t0 < load_end and op != "query_key":
                 read_events[r.key].append((r.t0, r.rc > 0 or r.rc == model.NOT_FOUND))
 
@@ -555,8 +589,13 @@ class Soak:
 
         kills = [r for r in self.reclaims if not r["across_master_restart"]]
         secs = [r["seconds"] for r in kills]
+        # A master restarted while a client was stopped counts the client's
+        # silence from its restart (it cannot know how long it was): a
+        # client continued within client_ttl of that keeps its segment.
+        kept = [f for f in self.pending.values() if f["kind"] == "SIGSTOP"
+                and any(f["t"] <= k <= f.get("until", end) for k in self.master_kills)]
         unreclaimed = [dict(f, seconds=end - f["t"]) for f in self.pending.values()
-                       if end - f["t"] > a.client_ttl + 5]
+                       if end - f["t"] > a.client_ttl + 5 and f not in kept]
 
         # RSS growth: anonymous memory of each process from the warm-up's end
         # (the load's first fifth, at least 15 s; 10 s after its start for a
@@ -617,7 +656,8 @@ class Soak:
             "reclaim": {"measured": len(secs), "within_client_ttl": sum(1 for s in secs if s <= a.client_ttl),
                         "within_client_ttl_plus_1s": sum(1 for s in secs if s <= a.client_ttl + 1),
                         "max_s": max(secs, default=None), "mean_s": sum(secs) / len(secs) if secs else None,
-                        "across_master_restart": len(self.reclaims) - len(kills), "unreclaimed": unreclaimed},
+                        "across_master_restart": len(self.reclaims) - len(kills), "unreclaimed": unreclaimed,
+                        "kept_across_master_restart": len(kept)},
             "unexpected_segment_drops": self.drops,
             "master": {"eviction_polls": self.evictions, "max_used_ratio": self.max_used, "free_error_total": final_metrics.get("free_error_total"),
                        "emptied_after_removal_s": empty_s if emptied else None,
@@ -630,6 +670,20 @@ class Soak:
             "t0_monotonic": self.t0,
             "writers": writer_done,
         }
+
+    def miss_context(self, r: model.Read, ops: List[model.Op]) -> str:
+        """What an unexplained miss needs to be understood: the key's
+        writes that may be what the read should have seen (when, where the
+        master put them) and the loss events of those segments."""
+        out = []
+        for v in sorted(model.possible_states(ops, r.t0, r.t1) - {model.ABSENT}):
+            op = next((o for o in ops if not o.remove and o.version == v), None)
+            if op is None:
+                continue
+            spans = {seg: [f"{self.rel(lo):.2f}-{self.rel(hi):.2f}" for lo, hi in self.losses.by_segment.get(seg, [])]
+                     for seg in op.segs or []}
+            out.append(f"v{v} written {self.rel(op.t0):.2f}-{self.rel(op.t1):.2f}s on {op.segs}, losses {spans}")
+        return "; " + "; ".join(out) if out else ""
 
     def close(self) -> None:
         """Every child killed (stopped ones too), the directory removed
@@ -684,7 +738,8 @@ def print_report(r: dict) -> None:
     print(f"\nspace of a dead client reclaimed (segment dropped by the master; client_ttl {r['config']['client_ttl_s']} s)")
     print(f"  measured {rc['measured']}, within client_ttl {rc['within_client_ttl']}, within client_ttl + 1 s "
           f"{rc['within_client_ttl_plus_1s']}, mean {mean} s, max {mx} s; across a master restart "
-          f"{rc['across_master_restart']}; not reclaimed {len(rc['unreclaimed'])}")
+          f"{rc['across_master_restart']}; not reclaimed {len(rc['unreclaimed'])} "
+          f"(and {rc['kept_across_master_restart']} kept: stopped past client_ttl across a master restart)")
     print(f"  segments dropped without a fault: {len(r['unexpected_segment_drops'])}")
     m = r["master"]
     print(f"  pool use up to {100 * m['max_used_ratio']:.0f}%; evictions seen by {m['eviction_polls']} polls of the "
@@ -697,6 +752,11 @@ def print_report(r: dict) -> None:
         flags = ("  ANON GREW" if row.get("too_much") else "") + ("  SHMEM PAST LIVE POOL" if row["shmem_past_live_pool"] else "")
         print(f"  {row['process']:<30} {row['samples']:7d} {row['max_rss_mib']:8.1f} {row['shmem_at_load_end_mib']:8.1f} "
               f"{mib(row.get('base_anon_mib'))} {mib(row.get('last_anon_mib'))} {mib(row.get('growth_mib'))}{flags}")
+    if r["failures"]:
+        print("\nfault timeline (--seed {} schedules it again):".format(r["seed"]))
+        for line in r["timeline"]:
+            print(f"  {line}")
+    # Last, so that the tail of a log (a CI's) shows what failed.
     for kind, lines in r["samples"].items():
         print(f"\n{kind}:")
         for line in lines:
@@ -706,10 +766,6 @@ def print_report(r: dict) -> None:
             print(f"\n{title}:")
             for line in lines:
                 print(f"  {line[:600]}")
-    if r["failures"]:
-        print("\nfault timeline (--seed {} schedules it again):".format(r["seed"]))
-        for line in r["timeline"]:
-            print(f"  {line}")
     print("\nresult: " + ("PASS" if not r["failures"] else "FAIL: " + "; ".join(r["failures"])))
 
 
