@@ -272,6 +272,24 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         kind, body = P.read_frame(s)
         assert kind == P.ERROR
 
+        # A region shared, then taken back: reads into it are refused again,
+        # and taking back what is not shared is an error.
+        fd = os.memfd_create("taken-back")
+        os.ftruncate(fd, 1 << 20)
+        P.send_frame(s, P.frame(P.REGION, [0x7E0000000000, 1 << 20]), [fd])
+        os.close(fd)
+        assert P.read_frame(s)[0] == P.REPLY
+        into = ("gs_get_into_batch", 1, 1, b"sr-key", array("I", [6]), array("Q", [0x7E0000000000]),
+                array("Q", [4096]), array("I", [1]), 1, None)
+        assert call(*into) == (P.REPLY, [None, array("q", [4096])])  # a void call; 4096 bytes read
+        P.send_frame(s, P.frame(P.UNREGION, [0x7E0000000000]))
+        assert P.read_frame(s)[0] == P.REPLY
+        kind, vals = call(*into)
+        assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
+        P.send_frame(s, P.frame(P.UNREGION, [0x7E0000000000]))
+        kind, body = P.read_frame(s)
+        assert kind == P.ERROR and b"no region shared" in P.get_values(body, 2)[1]
+
     assert srv.alive()
     assert "not in memory shared" in srv.log()
     # The server still serves an application, and the object is intact.
@@ -325,3 +343,66 @@ def test_host_allocator_memory_registers_and_moves_bytes(master, client_process_
     assert reader.get_into("hostmem/k", dst, size) == 2 * MiB
     assert ctypes.string_at(dst, 2 * MiB) == value[MiB:3 * MiB]
     assert alloc.free(src) == 0 and alloc.free(dst) == 0
+
+
+def test_large_staged_calls_reuse_one_overflow_region(master, client_process_factory, store_factory, monkeypatch):
+    """Calls larger than the local buffer stage through one region shared
+    once and kept (a region per call cost page faults on both sides), grown
+    to the largest call, and let go once it went unused long enough."""
+    from gostore import standalone
+
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=1 * MiB)
+    reader = store_factory(master)
+    lib = app._lib()
+    values = {f"ov-{i}": _pattern(20 + i, 3 * MiB + i) for i in range(4)}
+    for k, v in values.items():
+        assert reader.put(k, v) == 0
+    keys = list(values)
+    assert app.get_batch(keys[:2]) == [values[k] for k in keys[:2]]
+    first = lib._overflow
+    assert first is not None and first.size >= 2 * 3 * MiB and not lib._overflow_busy
+    for _ in range(3):  # the same region every time, bytes right every time
+        assert app.get_batch(keys[:2]) == [values[k] for k in keys[:2]]
+        assert app.get(keys[2]) == values[keys[2]]
+        assert lib._overflow is first
+    # A larger call grows it (the old one is taken back from the server).
+    assert app.get_batch(keys) == [values[k] for k in keys]
+    grown = lib._overflow
+    assert grown is not first and grown.size >= 4 * 3 * MiB and first.fd == -1
+    # Writes stage through it too.
+    assert app.put("ov-put", values[keys[3]]) == 0
+    assert reader.get("ov-put") == values[keys[3]]
+    # Unused past OVERFLOW_IDLE_S: the next call lets it go.
+    monkeypatch.setattr(standalone, "OVERFLOW_IDLE_S", 0.0)
+    assert app.get_size(keys[0]) == len(values[keys[0]])
+    assert lib._overflow is None and grown.fd == -1
+    assert app.get_batch(keys[:1]) == [values[keys[0]]]
+    assert srv.alive()
+
+
+def test_get_buffer_copies_live_in_the_local_buffer(master, client_process_factory, store_factory):
+    """batch_get_buffer's copies take the local buffer while it has room
+    (the server reads straight into them) and give it back when freed;
+    past its room they live in the application's memory."""
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=4 * MiB)
+    reader = store_factory(master)
+    lib = app._lib()
+    values = [_pattern(40 + i, MiB + 17 * i) for i in range(5)]
+    keys = [f"gb-{i}" for i in range(len(values))]
+    for k, v in zip(keys, values):
+        assert reader.put(k, v) == 0
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == values
+    staging = lib._staging
+    inside = [staging.contains(b.ptr(), b.size()) for b in bufs]
+    assert inside == [True, True, True, False, False]  # 3 MiB and a bit fill 4 MiB
+    assert lib._arena.alloc(MiB) is None
+    del bufs
+    import gc
+
+    gc.collect()
+    off = lib._arena.alloc(4 * MiB)  # every copy gave its room back
+    assert off == 0
+    lib._arena.free(off, 4 * MiB)

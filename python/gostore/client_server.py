@@ -37,7 +37,7 @@ import struct
 import sys
 import threading
 from array import array
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _native, _shm
 from . import _standalone_calls as P
@@ -53,10 +53,12 @@ _MAY_BE_DEVICE = 2
 
 
 class _Region:
-    __slots__ = ("app", "size", "local", "fd")
+    __slots__ = ("app", "size", "local", "fd", "users", "gone")
 
     def __init__(self, app: int, size: int, local: int, fd: int) -> None:
         self.app, self.size, self.local, self.fd = app, size, local, fd
+        self.users = 0  # calls in flight with pointers into it
+        self.gone = False  # unshared: unmapped once its last user is done
 
 
 class Session:
@@ -70,13 +72,39 @@ class Session:
         self.lock = threading.Lock()
 
     def find(self, addr: int, size: int) -> Optional[_Region]:
+        """The region holding [addr, addr+size), counted as used by the
+        caller until :meth:`release`."""
         with self.lock:
             i = bisect.bisect_right(self.starts, addr) - 1
             if i >= 0:
                 r = self.regions[i]
                 if addr + size <= r.app + r.size:
+                    r.users += 1
                     return r
         return None
+
+    def release(self, used: List[_Region]) -> List[_Region]:
+        """End the uses :meth:`find` counted; the regions now to unmap."""
+        done = []
+        with self.lock:
+            for r in used:
+                r.users -= 1
+                if r.gone and r.users == 0:
+                    done.append(r)
+        return done
+
+    def remove(self, app: int) -> Tuple[bool, Optional[_Region]]:
+        """Unshare the region the application mapped at ``app``: whether
+        there was one, and the region to unmap now (None while a call
+        still uses it: its release does)."""
+        with self.lock:
+            i = bisect.bisect_left(self.starts, app)
+            if i == len(self.starts) or self.starts[i] != app:
+                return False, None
+            r = self.regions.pop(i)
+            del self.starts[i]
+            r.gone = True
+            return True, (r if r.users == 0 else None)
 
     def overlaps(self, addr: int, size: int) -> bool:
         with self.lock:
@@ -175,6 +203,8 @@ class StandaloneServer:
                         raise P.FrameError("no session: send HELLO first")
                     elif kind == P.REGION:
                         self._region(sock, session, body, fds)  # takes the fds out of the list
+                    elif kind == P.UNREGION:
+                        self._unregion(sock, session, body)
                     elif kind == P.CALL:
                         self._call(sock, session, pending, body, fds)  # takes the fd it uses
                     else:
@@ -268,6 +298,18 @@ class StandaloneServer:
         s.add(r)
         P.send_frame(sock, P.frame(P.REPLY, [0]))
 
+    def _unregion(self, sock: socket.socket, s: Session, body: memoryview) -> None:
+        (app,) = P.get_values(body, 1)
+        if not isinstance(app, int):
+            raise P.FrameError("an unregion names an address")
+        found, r = s.remove(app)
+        if not found:
+            self._send_error(sock, _INVALID, f"no region shared at 0x{app:x}")
+            return
+        if r is not None:
+            self._drop_region(r)
+        P.send_frame(sock, P.frame(P.REPLY, [0]))
+
     def _call(self, sock: socket.socket, s: Session, pending: Dict[int, int], body: memoryview,
               fds: List[int]) -> None:
         vals = P.get_values(body)
@@ -290,12 +332,13 @@ class StandaloneServer:
             except BaseException:
                 os.close(fd)
                 raise
+        used: List[_Region] = []  # shared regions the call's pointers lie in
         try:
             why = None if len(args) == len(call.args) else f"{len(args)} arguments, {len(call.args)} wanted"
             why = why or P.check_lengths(call, args, pending)
             if not why and call.ends_pending and first not in pending:
                 why = "a get handle this connection does not hold"
-            why = why or self._translate(call, s, temp, args)
+            why = why or self._translate(call, s, temp, args, used)
             if why:
                 _log.error("gostore-client: refused %s: %s", name, why)
                 self._send_error(sock, _INVALID, f"{name}: {why}")
@@ -319,6 +362,8 @@ class StandaloneServer:
         finally:
             if temp is not None:
                 self._drop_region(temp)
+            for r in s.release(used):
+                self._drop_region(r)
         if call.opens == "pending" and isinstance(ret, int) and ret > 0:
             pending[ret] = int(first)
         elif call.opens == "one" and isinstance(ret, int) and ret > 0:
@@ -327,13 +372,20 @@ class StandaloneServer:
             pending.pop(int(first), None)
         P.send_frame(sock, P.frame(P.REPLY, [ret] + outs))
 
-    def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any]) -> Optional[str]:
+    def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any],
+                   used: List[_Region]) -> Optional[str]:
         """Point the call's data pointers at this process's mapping of the
-        application's memory; why not, when one lies outside it."""
+        application's memory (the shared regions they lie in are added to
+        ``used``); why not, when one lies outside it."""
         for holder, j, p, size, use in P.data_pointers(call, args):
             if p < 0 or size < 0:
                 return f"pointer 0x{p:x} (+{size}) is not an address and a size"
-            r = temp if temp is not None and temp.app <= p and p + size <= temp.app + temp.size else s.find(p, size)
+            if temp is not None and temp.app <= p and p + size <= temp.app + temp.size:
+                r: Optional[_Region] = temp
+            else:
+                r = s.find(p, size)
+                if r is not None:
+                    used.append(r)
             if r is None:
                 if use == P.PROBE:
                     holder[j] = 0

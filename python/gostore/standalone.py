@@ -12,7 +12,12 @@ master connection. Bytes never cross the socket: they lie in shared memory
   pointers into it go to the server as they are (zero-copy);
 * any other memory a call reads or writes is staged through the *local
   buffer* region (``local_buffer_size`` bytes), or, when that is full or
-  absent, through a region made for the one call.
+  absent, through the *overflow* region: shared once and kept for the
+  next large call (a region made and mapped for each call cost page
+  faults on both sides, several times the copy), grown to the largest
+  call up to ``OVERFLOW_MAX`` bytes, and let go at the first call after
+  ``OVERFLOW_IDLE_S`` seconds unused. A call it cannot serve (in use by
+  another thread, or larger) gets a region of its own.
 
 One connection per thread, all attached to one server-side session that
 holds the regions; the server drops them when the last connection closes.
@@ -31,6 +36,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import weakref
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -39,11 +45,13 @@ from . import _shm, hostmem
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
-__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S"]
+__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S"]
 
 _log = logging.getLogger("gostore.standalone")
 
 HELLO_TIMEOUT_S = 5.0
+OVERFLOW_MAX = 1 << 30  # the largest overflow region kept between calls
+OVERFLOW_IDLE_S = 30.0  # an overflow region unused this long is let go
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
@@ -97,7 +105,9 @@ class RemoteLibrary:
         self.local_buffer_size = local_buffer_size
         self._pool_used = 0
         self._pool: List[_shm.Region] = []  # alloc_from_mem_pool regions
-        self._buffers: Dict[int, Any] = {}  # get_buffer copies, by address
+        # get_buffer copies by address: (local buffer offset or -1, size,
+        # the ctypes memory of one outside it)
+        self._buffers: Dict[int, Tuple[int, int, Any]] = {}
         self._closed = False
         self._reset()
         _live.add(self)
@@ -105,12 +115,21 @@ class RemoteLibrary:
     def _reset(self) -> None:
         """Fresh per-process state (at creation and in a forked child)."""
         self._pid = os.getpid()
+        # get_buffer copies in the local buffer are the parent's (its
+        # arena's) in a forked child: forgotten here, their memory mapped
+        # and shared with the parent as any region inherited.
+        self._buffers = {a: b for a, b in self._buffers.items() if b[0] < 0}
         self._lock = threading.Lock()
         self._tls = threading.local()
         self._conns: List[_Connection] = []
         self._token = b""
         self._staging: Optional[_shm.Region] = None
         self._arena = _shm.Arena(0)
+        # The overflow region (see the module text): None or shared with
+        # the session; busy while a call stages through it.
+        self._overflow: Optional[_shm.Region] = None
+        self._overflow_busy = False
+        self._overflow_used = 0.0
 
     def _after_fork(self) -> None:
         for c in self._conns:  # our copies of the parent's sockets; its own stay open
@@ -163,7 +182,8 @@ class RemoteLibrary:
         if self._staging is None and self.local_buffer_size > 0:
             self._staging = _shm.Region(self.local_buffer_size, "gostore-staging")
             self._arena = _shm.Arena(self.local_buffer_size)
-        for r in ([self._staging] if self._staging else []) + self._pool:
+        overflow = [self._overflow] if self._overflow else []
+        for r in ([self._staging] if self._staging else []) + overflow + self._pool:
             self._share(c, r)
 
     def _share(self, c: _Connection, r: _shm.Region) -> None:
@@ -301,12 +321,20 @@ class RemoteLibrary:
             out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
         if pending <= 0:
             return
-        bufs: List[Any] = [None] * n
+        # Each copy lives in the local buffer when it has room (lent until
+        # gs_free_buffer, as the library lends its own: the server reads
+        # straight into it), else in this process's memory (staged).
+        bufs: List[Any] = [None] * n  # (address, arena offset or -1, ctypes memory or None)
         ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
         for i, size in enumerate(sizes):
             if size > 0:
-                bufs[i] = (ctypes.c_char * size)()
-                ptrs.append(ctypes.addressof(bufs[i]))
+                off = self._arena.alloc(size) if self._staging is not None else None
+                if off is not None:
+                    bufs[i] = (self._staging.addr + off, off, None)  # type: ignore[union-attr]
+                else:
+                    mem = (ctypes.c_char * size)()
+                    bufs[i] = (ctypes.addressof(mem), -1, mem)
+                ptrs.append(bufs[i][0])
                 lens_.append(size)
                 nparts[i] = 1
         results = array("q", bytes(8 * n))
@@ -314,16 +342,21 @@ class RemoteLibrary:
                            nparts.buffer_info()[0], 0, results.buffer_info()[0])
         for i in range(n):
             if bufs[i] is not None and results[i] == sizes[i]:
-                addr = ctypes.addressof(bufs[i])
-                self._buffers[addr] = bufs[i]
+                addr = bufs[i][0]
+                self._buffers[addr] = (bufs[i][1], sizes[i], bufs[i][2])
                 out_p[i] = addr
-            elif results[i] < 0:
+                continue
+            if bufs[i] is not None and bufs[i][1] >= 0:
+                self._arena.free(bufs[i][1], sizes[i])
+            if results[i] < 0:
                 out_s[i] = results[i]
             elif sizes[i] >= 0:  # read short of its size
                 out_s[i] = int(ErrorCode.INVALID_READ)
 
     def gs_free_buffer(self, h: int, ptr: int) -> None:
-        self._buffers.pop(ptr, None)
+        held = self._buffers.pop(ptr, None)
+        if held is not None and held[0] >= 0:
+            self._arena.free(held[0], held[1])
 
     def _unavailable(self, name: str) -> Callable[..., Any]:
         def call(*_args: Any) -> int:
@@ -362,8 +395,9 @@ class RemoteLibrary:
             staged: List[Tuple[int, int, int]] = []  # (caller address, staging address, size)
             spans: List[Tuple[int, int]] = []  # staging allocations to free
             temp: Optional[_shm.Region] = None
+            overflow = False
             try:
-                temp = self._place_data(call, args, staged, spans)
+                temp, overflow = self._place_data(c, call, args, staged, spans)
                 frame_vals: List[Any] = [enc_name, temp.addr if temp else None, temp.size if temp else 0]
                 frame_vals.extend(args)
                 kind, body = self._roundtrip(c, P.frame(P.CALL, frame_vals), [temp.fd] if temp else ())
@@ -381,8 +415,11 @@ class RemoteLibrary:
             finally:
                 for off, n in spans:
                     self._arena.free(off, n)
-                if temp is not None:
+                if overflow:
+                    self._overflow_busy = False  # a plain store: only its holder writes it
+                elif temp is not None:
                     temp.close()
+                    self._expire_overflow(c)
             if call.opens == "pending" and isinstance(ret, int) and ret > 0:
                 c.pending[ret] = int(cargs[1])
             elif call.opens == "one" and isinstance(ret, int) and ret > 0:
@@ -403,11 +440,13 @@ class RemoteLibrary:
 
         return P.fail_results(name, call, cargs, code, write)
 
-    def _place_data(self, call: P.Call, args: List[Any], staged: List[Tuple[int, int, int]],
-                    spans: List[Tuple[int, int]]) -> Optional[_shm.Region]:
+    def _place_data(self, c: _Connection, call: P.Call, args: List[Any], staged: List[Tuple[int, int, int]],
+                    spans: List[Tuple[int, int]]) -> Tuple[Optional[_shm.Region], bool]:
         """Leave pointers into shared regions as they are; point the others
         at staging memory (filled now when the call reads it). Returns the
-        region made for this call when the local buffer could not hold it."""
+        region staged through when the local buffer could not hold the
+        call, and whether it is the overflow region (else it is this
+        call's own: sent with the call, closed after it)."""
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
         for holder, j, p, s, use in P.data_pointers(call, args):
             if self._region_of(p, s) is not None:
@@ -421,14 +460,20 @@ class RemoteLibrary:
                 continue
             todo.append((holder, j, p, s, use))
         if not todo:
-            return None
+            self._expire_overflow(c)
+            return None, False
         total = sum(_shm.round_up(s) for _h, _j, _p, s, _u in todo)
         base_off = self._arena.alloc(total) if self._staging is not None else None
         temp: Optional[_shm.Region] = None
+        overflow = False
         if base_off is None:
-            temp = _shm.Region(total, "gostore-call")
+            temp = self._take_overflow(c, total)
+            overflow = temp is not None
+            if temp is None:
+                temp = _shm.Region(total, "gostore-call")
             base = temp.addr
         else:
+            self._expire_overflow(c)
             spans.append((base_off, total))
             base = self._staging.addr + base_off  # type: ignore[union-attr]
         off = 0
@@ -440,7 +485,59 @@ class RemoteLibrary:
                 staged.append((p, dst, s))
             holder[j] = dst
             off += _shm.round_up(s)
-        return temp
+        return temp, overflow
+
+    def _take_overflow(self, c: _Connection, total: int) -> Optional[_shm.Region]:
+        """The overflow region, at least ``total`` bytes and marked busy;
+        None when another call holds it, the call is larger than
+        OVERFLOW_MAX, or a larger one cannot be made or shared."""
+        with self._lock:
+            if self._overflow_busy or total > OVERFLOW_MAX:
+                return None
+            self._overflow_busy = True
+        r = self._overflow
+        if r is None or r.size < total:
+            self._overflow = None
+            if r is not None:
+                self._unshare(c, r)
+            size = min(OVERFLOW_MAX, max(total, 2 * r.size if r is not None else 0))
+            try:
+                r = _shm.Region(size, "gostore-overflow")
+            except OSError:
+                self._overflow_busy = False
+                return None
+            try:
+                self._share(c, r)
+            except (OSError, _ServerError, P.FrameError) as e:
+                _log.error("gostore: gostore-client refused a staging region of %d bytes: %s", size, e)
+                r.close()
+                self._overflow_busy = False
+                return None
+            self._overflow = r
+        self._overflow_used = time.monotonic()
+        return r
+
+    def _expire_overflow(self, c: _Connection) -> None:
+        """Let the overflow region go when it went unused OVERFLOW_IDLE_S."""
+        r = self._overflow
+        if r is None or time.monotonic() - self._overflow_used < OVERFLOW_IDLE_S:
+            return
+        with self._lock:
+            if self._overflow_busy or self._overflow is not r:
+                return
+            self._overflow = None
+        self._unshare(c, r)
+
+    def _unshare(self, c: _Connection, r: _shm.Region) -> None:
+        """Take a region back from the server, then unmap it here."""
+        try:
+            self._roundtrip(c, P.frame(P.UNREGION, [r.addr]))
+        except (OSError, _ServerError, P.FrameError) as e:
+            # Kept mapped: the server may still map it (its pages stay
+            # shared until its session ends; this address is not reused).
+            _log.error("gostore: gostore-client did not let a staging region go: %s", e)
+            return
+        r.close()
 
 
 def _after_fork_in_child() -> None:
