@@ -418,10 +418,7 @@ func (c *Client) newSegment(ln net.Listener) error {
 // and how long it polls for a hot connection's next request.
 func (c *Client) serving(s *transfer.Server) *transfer.Server {
 	s.SetAuth(c.auth)
-	switch {
-	case c.cfg.ServeSpin < 0:
-		s.SetSpin(0)
-	case c.cfg.ServeSpin > 0:
+	if c.cfg.ServeSpin != 0 { // 0 keeps the server's default; negative never polls
 		s.SetSpin(c.cfg.ServeSpin)
 	}
 	return s

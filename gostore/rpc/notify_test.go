@@ -49,6 +49,18 @@ func startRecorder(t *testing.T, hook func(s string)) (string, func() []string) 
 	}
 }
 
+// pooledClient is a client of addr (closed when the test ends) after one
+// call, "a": it holds an idle connection a notification can ride.
+func pooledClient(t *testing.T, addr string) *Client {
+	t.Helper()
+	c := NewClient(addr)
+	t.Cleanup(c.Close)
+	if err := c.Call(context.Background(), wire.OpPing, &echoReq{S: "a"}, &echoResp{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Notifications ride the connection the next call takes. More of them
 // than the backlog (so Notify reads answers on the way), then a flush: the
 // server has handled every one, in order, and calls on the same client
@@ -111,13 +123,9 @@ func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free) // runs before the server's Close: the held handler must end
-	c := NewClient(addr)
-	defer c.Close()
+	c := pooledClient(t, addr)
 	ctx := context.Background()
 	var resp echoResp
-	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &resp); err != nil {
-		t.Fatal(err)
-	}
 	for _, s := range []string{"b", "c"} {
 		if err := c.Notify(ctx, wire.OpPing, &echoReq{S: s}); err != nil {
 			t.Fatal(err)
@@ -155,13 +163,9 @@ func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 // sees the connection closed, and goes out on a new one.
 func TestCallAfterTheMasterWentAwayBehindANotification(t *testing.T) {
 	s1, addr, _ := startEcho(t)
-	c := NewClient(addr)
-	defer c.Close()
+	c := pooledClient(t, addr)
 	ctx := context.Background()
 	var resp echoResp
-	if err := c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &resp); err != nil {
-		t.Fatal(err)
-	}
 	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "n"}); err != nil {
 		t.Fatal(err)
 	}

@@ -324,37 +324,40 @@ class RemoteLibrary:
         # Each copy lives in the local buffer when it has room (lent until
         # gs_free_buffer, as the library lends its own: the server reads
         # straight into it), else in this process's memory (staged).
-        bufs: List[Any] = [None] * n  # (address, arena offset or -1, ctypes memory or None)
+        addrs = [0] * n
+        held: List[Any] = [None] * n  # what self._buffers keeps of each copy
         ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
         for i, size in enumerate(sizes):
             if size > 0:
                 off = self._arena.alloc(size) if self._staging is not None else None
                 if off is not None:
-                    bufs[i] = (self._staging.addr + off, off, None)  # type: ignore[union-attr]
+                    addrs[i], held[i] = self._staging.addr + off, (off, size, None)  # type: ignore[union-attr]
                 else:
                     mem = (ctypes.c_char * size)()
-                    bufs[i] = (ctypes.addressof(mem), -1, mem)
-                ptrs.append(bufs[i][0])
+                    addrs[i], held[i] = ctypes.addressof(mem), (-1, size, mem)
+                ptrs.append(addrs[i])
                 lens_.append(size)
                 nparts[i] = 1
         results = array("q", bytes(8 * n))
         self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
                            nparts.buffer_info()[0], 0, results.buffer_info()[0])
         for i in range(n):
-            if bufs[i] is not None and results[i] == sizes[i]:
-                addr = bufs[i][0]
-                self._buffers[addr] = (bufs[i][1], sizes[i], bufs[i][2])
-                out_p[i] = addr
+            if held[i] is not None and results[i] == sizes[i]:
+                self._buffers[addrs[i]] = held[i]
+                out_p[i] = addrs[i]
                 continue
-            if bufs[i] is not None and bufs[i][1] >= 0:
-                self._arena.free(bufs[i][1], sizes[i])
+            self._release_copy(held[i])
             if results[i] < 0:
                 out_s[i] = results[i]
             elif sizes[i] >= 0:  # read short of its size
                 out_s[i] = int(ErrorCode.INVALID_READ)
 
     def gs_free_buffer(self, h: int, ptr: int) -> None:
-        held = self._buffers.pop(ptr, None)
+        self._release_copy(self._buffers.pop(ptr, None))
+
+    def _release_copy(self, held: Optional[Tuple[int, int, Any]]) -> None:
+        """Give a get_buffer copy's room in the local buffer back (one in
+        this process's memory goes with its last reference)."""
         if held is not None and held[0] >= 0:
             self._arena.free(held[0], held[1])
 
@@ -419,7 +422,6 @@ class RemoteLibrary:
                     self._overflow_busy = False  # a plain store: only its holder writes it
                 elif temp is not None:
                     temp.close()
-                    self._expire_overflow(c)
             if call.opens == "pending" and isinstance(ret, int) and ret > 0:
                 c.pending[ret] = int(cargs[1])
             elif call.opens == "one" and isinstance(ret, int) and ret > 0:
@@ -447,6 +449,7 @@ class RemoteLibrary:
         region staged through when the local buffer could not hold the
         call, and whether it is the overflow region (else it is this
         call's own: sent with the call, closed after it)."""
+        self._expire_overflow(c)
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
         for holder, j, p, s, use in P.data_pointers(call, args):
             if self._region_of(p, s) is not None:
@@ -460,7 +463,6 @@ class RemoteLibrary:
                 continue
             todo.append((holder, j, p, s, use))
         if not todo:
-            self._expire_overflow(c)
             return None, False
         total = sum(_shm.round_up(s) for _h, _j, _p, s, _u in todo)
         base_off = self._arena.alloc(total) if self._staging is not None else None
@@ -473,7 +475,6 @@ class RemoteLibrary:
                 temp = _shm.Region(total, "gostore-call")
             base = temp.addr
         else:
-            self._expire_overflow(c)
             spans.append((base_off, total))
             base = self._staging.addr + base_off  # type: ignore[union-attr]
         off = 0
@@ -497,24 +498,31 @@ class RemoteLibrary:
             self._overflow_busy = True
         r = self._overflow
         if r is None or r.size < total:
-            self._overflow = None
-            if r is not None:
-                self._unshare(c, r)
-            size = min(OVERFLOW_MAX, max(total, 2 * r.size if r is not None else 0))
-            try:
-                r = _shm.Region(size, "gostore-overflow")
-            except OSError:
-                self._overflow_busy = False
-                return None
-            try:
-                self._share(c, r)
-            except (OSError, _ServerError, P.FrameError) as e:
-                _log.error("gostore: gostore-client refused a staging region of %d bytes: %s", size, e)
-                r.close()
-                self._overflow_busy = False
-                return None
-            self._overflow = r
-        self._overflow_used = time.monotonic()
+            r = self._grow_overflow(c, total)
+        if r is None:
+            self._overflow_busy = False
+        else:
+            self._overflow_used = time.monotonic()
+        return r
+
+    def _grow_overflow(self, c: _Connection, total: int) -> Optional[_shm.Region]:
+        """Replace the overflow region (busy: ours) by one of at least
+        ``total`` bytes, shared with the server; None when it cannot be."""
+        old, self._overflow = self._overflow, None
+        if old is not None:
+            self._unshare(c, old)
+        size = min(OVERFLOW_MAX, max(total, 2 * old.size if old is not None else 0))
+        try:
+            r = _shm.Region(size, "gostore-overflow")
+        except OSError:
+            return None
+        try:
+            self._share(c, r)
+        except (OSError, _ServerError, P.FrameError) as e:
+            _log.error("gostore: gostore-client refused a staging region of %d bytes: %s", size, e)
+            r.close()
+            return None
+        self._overflow = r
         return r
 
     def _expire_overflow(self, c: _Connection) -> None:
