@@ -22,6 +22,13 @@ const (
 	// memMayBeDevice: ranges not registered may be GPU memory; the driver
 	// is asked about each (Python sets it for CUDA tensors).
 	memMayBeDevice = 2
+	// memInProcess: a range whose address carries processTag lies in the
+	// memory of process memFlags>>processShift, at the address without
+	// the tag: gostore-client passes its applications' own memory so, and
+	// the engine moves it with process_vm_readv/writev.
+	memInProcess = 4
+	processShift = 8
+	processTag   = 1 << 62
 )
 
 // scatter turns the flattened (ptrs, sizes, nparts) arrays into one scatter
@@ -73,6 +80,21 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 			if size == 0 {
 				continue
 			}
+			if ptr&processTag != 0 {
+				part, ok := processPart(ptr, size, memFlags, len(parts))
+				if !ok {
+					logger.Warn("memory range of another process rejected: no process named, null or wrapping",
+						"object", i, "ptr", ptr, "size", size)
+					bad[i] = true
+					continue
+				}
+				if dev == nil {
+					dev = make([][]client.DevicePart, n)
+				}
+				dev[i] = append(dev[i], part)
+				parts = append(parts, nil)
+				continue
+			}
 			where, ok := -1, ptr != 0 && ptr+size >= ptr
 			if ok && memFlags&memRegistered != 0 {
 				where, ok = c.MemoryOf(ptr, size)
@@ -103,6 +125,17 @@ func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_
 		}
 	}
 	return out, bad, dev
+}
+
+// processPart is the part at tagged address ptr in the process the flags
+// name (memInProcess), as part index of its object; false when the flags
+// name none or the range is null or wraps.
+func processPart(ptr, size uint64, memFlags C.int, index int) (client.DevicePart, bool) {
+	addr, pid := ptr&^processTag, int(memFlags>>processShift)
+	if memFlags&memInProcess == 0 || pid <= 0 || addr == 0 || addr+size < addr {
+		return client.DevicePart{}, false
+	}
+	return client.DevicePart{Index: index, Ptr: addr, Size: size, Pid: pid}, true
 }
 
 // guard turns a panic in an exported call into a logged internal error with

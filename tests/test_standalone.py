@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from typing import Any, List, Sequence
 
 import pytest
 
@@ -290,6 +291,34 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         kind, body = P.read_frame(s)
         assert kind == P.ERROR and b"no region shared" in P.get_values(body, 2)[1]
 
+        # This process's own memory (PROCESS_TAG): refused before the CROSS
+        # check, and after a check whose nonce was not found here.
+        own = ctypes.create_string_buffer(4096)
+        tagged = ("gs_get_into_batch", 1, 1, b"sr-key", array("I", [6]),
+                  array("Q", [ctypes.addressof(own) | P.PROCESS_TAG]), array("Q", [4096]), array("I", [1]), 1, None)
+        kind, vals = call(*tagged)
+        assert kind == P.ERROR and vals[0] == -600 and b"own memory, not allowed" in vals[1]
+        nonce = ctypes.create_string_buffer(b"0123456789abcdef", 16)
+        P.send_frame(s, P.frame(P.CROSS, [ctypes.addressof(nonce), b"not-what-it-says"]))
+        assert P.get_values(P.read_frame(s)[1]) == [0]
+        assert call(*tagged)[0] == P.ERROR and own.raw == bytes(4096)
+        # After a check that passed: read in place, bytes right...
+        P.send_frame(s, P.frame(P.CROSS, [ctypes.addressof(nonce), b"0123456789abcdef"]))
+        assert P.get_values(P.read_frame(s)[1]) == [1]
+        assert call(*tagged) == (P.REPLY, [None, array("q", [4096])])
+        assert own.raw == _pattern(6, 4096)
+        # ...but only for the calls that take it, and only user-space addresses.
+        kind, vals = call("gs_get_ranges", 1, 1, b"sr-key", array("I", [6]),
+                          array("Q", [ctypes.addressof(own) | P.PROCESS_TAG]), array("Q", [4096]),
+                          array("Q", [0]), array("I", [1]), 1, None)
+        assert kind == P.ERROR and b"own memory, not allowed" in vals[1]
+        kind, vals = call("gs_get_into_batch", 1, 1, b"sr-key", array("I", [6]),
+                          array("Q", [(1 << 60) | P.PROCESS_TAG]), array("Q", [4096]), array("I", [1]), 1, None)
+        assert kind == P.ERROR and b"not the application's memory" in vals[1]
+        # A nonce of a size the check does not take drops the connection.
+        P.send_frame(s, P.frame(P.CROSS, [ctypes.addressof(nonce), b"x"]))
+        assert _closed_by_server(s)
+
     assert srv.alive()
     assert "not in memory shared" in srv.log()
     # The server still serves an application, and the object is intact.
@@ -351,10 +380,12 @@ def test_large_staged_calls_reuse_one_overflow_region(master, client_process_fac
     to the largest call, and let go once it went unused long enough."""
     from gostore import standalone
 
+    monkeypatch.setattr(standalone, "CROSS_MEMORY", False)  # else nothing is staged
     srv = client_process_factory(master)
     app = _dummy(srv.server_address, local=1 * MiB)
     reader = store_factory(master)
     lib = app._lib()
+    assert not lib._cross
     values = {f"ov-{i}": _pattern(20 + i, 3 * MiB + i) for i in range(4)}
     for k, v in values.items():
         assert reader.put(k, v) == 0
@@ -362,10 +393,20 @@ def test_large_staged_calls_reuse_one_overflow_region(master, client_process_fac
     assert app.get_batch(keys[:2]) == [values[k] for k in keys[:2]]
     first = lib._overflow
     assert first is not None and first.size >= 2 * 3 * MiB and not lib._overflow_busy
+    sent_fds: List[int] = []  # descriptors sent with each frame from here on
+    roundtrip = lib._roundtrip
+
+    def counting(c: Any, data: bytes, fds: Sequence[int] = ()) -> Any:
+        sent_fds.append(len(fds))
+        return roundtrip(c, data, fds)
+
+    monkeypatch.setattr(lib, "_roundtrip", counting)
     for _ in range(3):  # the same region every time, bytes right every time
         assert app.get_batch(keys[:2]) == [values[k] for k in keys[:2]]
         assert app.get(keys[2]) == values[keys[2]]
         assert lib._overflow is first
+    # ...and not sent again with the calls: the server maps it once.
+    assert sent_fds and not any(sent_fds)
     # A larger call grows it (the old one is taken back from the server).
     assert app.get_batch(keys) == [values[k] for k in keys]
     grown = lib._overflow
@@ -377,6 +418,55 @@ def test_large_staged_calls_reuse_one_overflow_region(master, client_process_fac
     monkeypatch.setattr(standalone, "OVERFLOW_IDLE_S", 0.0)
     assert app.get_size(keys[0]) == len(values[keys[0]])
     assert lib._overflow is None and grown.fd == -1
+    assert app.get_batch(keys[:1]) == [values[keys[0]]]
+    assert srv.alive()
+
+
+def test_copying_calls_read_and_write_the_applications_memory_in_place(master, client_process_factory,
+                                                                       store_factory, monkeypatch):
+    """Past the local buffer, copying gets and puts move the bytes straight
+    between this process's memory and the owner's segment: the server's
+    library copies them with process_vm_readv/writev (one copy), nothing is
+    staged, no region is shared for them; a forked child is checked again
+    and reads into its own memory."""
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=1 * MiB)
+    reader = store_factory(master)
+    lib = app._lib()
+    values = {f"cm-{i}": _pattern(60 + i, 5 * MiB + 3 * i) for i in range(4)}
+    for k, v in values.items():
+        assert reader.put(k, v) == 0
+    keys = list(values)
+    sent_fds: List[int] = []
+    roundtrip = lib._roundtrip
+
+    def counting(c: Any, data: bytes, fds: Sequence[int] = ()) -> Any:
+        sent_fds.append(len(fds))
+        return roundtrip(c, data, fds)
+
+    monkeypatch.setattr(lib, "_roundtrip", counting)
+    assert app.get_batch(keys) == [values[k] for k in keys]
+    assert lib._cross
+    bufs = app.batch_get_buffer(keys)  # past the 1 MiB buffer: this process's memory
+    assert [bytes(b) for b in bufs] == [values[k] for k in keys]
+    del bufs
+    big = _pattern(70, 9 * MiB + 5)
+    assert app.put("cm-put", big) == 0
+    assert reader.get("cm-put") == big
+    assert app.put_batch(["cm-pb-0", "cm-pb-1"], [big[:3 * MiB], big[1:]]) == 0
+    assert reader.get_batch(["cm-pb-0", "cm-pb-1"]) == [big[:3 * MiB], big[1:]]
+    # Nothing staged: no overflow region, no region of a call's own.
+    assert lib._overflow is None and sent_fds and not any(sent_fds)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a session of its own, checked again
+        ok = app.get_batch(keys[:2]) == [values[k] for k in keys[:2]] and lib._cross
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(r)
     assert app.get_batch(keys[:1]) == [values[keys[0]]]
     assert srv.alive()
 

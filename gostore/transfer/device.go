@@ -1,11 +1,12 @@
-// device.go defines how the Engine reaches GPU memory: DeviceMemory (a
-// segment only a driver copies), DevicePart (a caller's part on a GPU), the
-// Driver the client supplies, the IPC route's maps, and direct copies
-// between device parts and a segment.
+// device.go defines how the Engine reaches memory it cannot slice:
+// DeviceMemory (a segment only a driver copies), DevicePart (a caller's part
+// on a GPU, or in another process), the Driver the client supplies, the IPC
+// route's maps, and direct copies between such parts and a segment.
 
 package transfer
 
 import (
+	"fmt"
 	"log/slog"
 	"unsafe"
 
@@ -28,15 +29,52 @@ type DeviceMemory interface {
 	Close() error
 }
 
-// DevicePart is a part of an op's caller memory on a GPU: part Index of
-// the op's scatter list (a nil placeholder in Op.Bufs) is Size bytes at
-// device address Ptr on GPU Device. An op lists its device parts in
+// DevicePart is a part of an op's caller memory this process cannot
+// slice: part Index of the op's scatter list (a nil placeholder in
+// Op.Bufs) is Size bytes at address Ptr on GPU Device or, when Pid is not
+// 0, in the memory of process Pid (moved with process_vm_readv/writev,
+// procmem.go; Device is then unused). An op lists its device parts in
 // ascending Index order.
 type DevicePart struct {
 	Index  int
 	Ptr    uint64
 	Size   uint64
 	Device int
+	Pid    int
+}
+
+// String names where the part lives, for errors.
+func (d DevicePart) String() string {
+	if d.Pid != 0 {
+		return fmt.Sprintf("process %d at %#x", d.Pid, d.Ptr)
+	}
+	return fmt.Sprintf("cuda:%d at %#x", d.Device, d.Ptr)
+}
+
+// toPart copies host, len(host) = d.Size bytes, onto part d.
+func (e *Engine) toPart(d DevicePart, host []byte) error {
+	if d.Pid != 0 {
+		return copyProcess(d.Pid, d.Ptr, host, true)
+	}
+	return e.driver.CopyToDevice(d.Device, d.Ptr, addrOf(host), d.Size)
+}
+
+// fromPart copies part d into host, len(host) = d.Size bytes.
+func (e *Engine) fromPart(d DevicePart, host []byte) error {
+	if d.Pid != 0 {
+		return copyProcess(d.Pid, d.Ptr, host, false)
+	}
+	return e.driver.CopyToHost(d.Device, addrOf(host), d.Ptr, d.Size)
+}
+
+// onGPU reports whether any of op's device parts is GPU memory.
+func onGPU(op *Op) bool {
+	for _, d := range op.Device {
+		if d.Pid == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Driver is what the Engine needs of a GPU driver. The client supplies one
@@ -102,13 +140,13 @@ func newIPCMaps(open DeviceOpener, log *slog.Logger) *peerMaps[DeviceMemory] {
 	return newPeerMaps("open a same-host device segment", open, func(m DeviceMemory) { _ = m.Close() }, log)
 }
 
-// checkDevice validates op's device parts: a driver to move them, each
-// naming a distinct nil placeholder of Bufs, in ascending order.
+// checkDevice validates op's device parts: a driver to move those on a
+// GPU, each naming a distinct nil placeholder of Bufs, in ascending order.
 func (e *Engine) checkDevice(op *Op) error {
 	if len(op.Device) == 0 {
 		return nil
 	}
-	if e.driver == nil {
+	if e.driver == nil && onGPU(op) {
 		return wire.Errorf(wire.ErrInvalidParams, "device memory given, but no GPU driver is usable here")
 	}
 	last := -1
@@ -123,8 +161,9 @@ func (e *Engine) checkDevice(op *Op) error {
 
 // copyMixed moves op, host and device parts, straight between the
 // caller's memory and a segment the driver reaches: GPU memory (dev) or,
-// when dev is nil, page-locked host memory (host). One copy per part,
-// none through the bounces.
+// when dev is nil, host memory (host), page-locked when op has GPU parts.
+// One copy per part, none through the bounces, but for a part in another
+// process's memory and a GPU segment: the host is between them.
 func (e *Engine) copyMixed(host []byte, dev DeviceMemory, op *Op) error {
 	size := uint64(len(host))
 	if dev != nil {
@@ -147,14 +186,16 @@ func (e *Engine) copyMixed(host []byte, dev DeviceMemory, op *Op) error {
 			n = d.Size
 			switch {
 			case n == 0:
+			case dev != nil && d.Pid != 0:
+				err = e.processViaHost(dev, off, d, op.Write)
 			case dev != nil && op.Write:
 				err = dev.CopyFromDevice(off, d.Ptr, n)
 			case dev != nil:
 				err = dev.CopyToDevice(d.Ptr, off, n)
 			case op.Write:
-				err = e.driver.CopyToHost(d.Device, addrOf(host[off:]), d.Ptr, n)
+				err = e.fromPart(d, host[off:off+n])
 			default:
-				err = e.driver.CopyToDevice(d.Device, d.Ptr, addrOf(host[off:]), n)
+				err = e.toPart(d, host[off:off+n])
 			}
 		case dev == nil:
 			copyPart(host[off:], b, op.Write)
@@ -172,6 +213,26 @@ func (e *Engine) copyMixed(host []byte, dev DeviceMemory, op *Op) error {
 		off += n
 	}
 	return nil
+}
+
+// processViaHost moves part d, in another process's memory, to or from
+// [off, off+d.Size) of GPU segment dev through a bounce.
+func (e *Engine) processViaHost(dev DeviceMemory, off uint64, d DevicePart, write bool) error {
+	b, err := e.bounces.get(d.Size)
+	if err != nil {
+		return err
+	}
+	defer e.bounces.put(b)
+	if write {
+		if err := e.fromPart(d, b.mem); err != nil {
+			return err
+		}
+		return dev.CopyFrom(off, b.mem)
+	}
+	if err := dev.CopyTo(b.mem, off); err != nil {
+		return err
+	}
+	return e.toPart(d, b.mem)
 }
 
 // addrOf is the address of b's first byte (b not empty).

@@ -34,7 +34,11 @@
 // pinned bounce memory (staging.go) on a route that cannot reach the GPU
 // (TCP, a mapping that cannot be locked, Engine.Staged for the SSD tier).
 // The GPU is reached only through the Driver the caller supplies: this
-// package links no driver, and tests supply a fake.
+// package links no driver, and tests supply a fake. A device part may
+// instead name another process's memory (DevicePart.Pid): it moves with
+// process_vm_readv/writev (procmem.go) straight to or from a mapped
+// segment, through plain bounces over TCP; the caller must hold ptrace
+// rights over that process.
 //
 // # Grants
 //

@@ -6,6 +6,10 @@ package transfer
 
 import (
 	"context"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -98,11 +102,14 @@ type mappedTransport[M any] struct {
 
 func (t mappedTransport[M]) Start(_ context.Context, ops []Op, idx []int, errs []error) func() []int {
 	var late []int
-	for _, i := range idx {
+	var mu sync.Mutex // guards late when ops are copied in parallel
+	one := func(i int) {
 		m, useTCP, err := t.maps.acquire(ops[i].Peer)
 		switch {
 		case useTCP:
+			mu.Lock()
 			late = append(late, i)
+			mu.Unlock()
 		case err != nil:
 			errs[i] = err
 		default:
@@ -110,7 +117,46 @@ func (t mappedTransport[M]) Start(_ context.Context, ops []Op, idx []int, errs [
 			m.release()
 		}
 	}
+	workers := copyWorkers(ops, idx)
+	if workers < 2 {
+		for _, i := range idx {
+			one(i)
+		}
+		return func() []int { return late }
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := int(next.Add(1)) - 1; k < len(idx); k = int(next.Add(1)) - 1 {
+				one(idx[k])
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Ints(late) // in the order the ops came, as a serial copy leaves them
 	return func() []int { return late }
+}
+
+// copyWorkers is how many goroutines copy the ops idx of a batch on a
+// mapped route: one per core for several ops of a few MiB in all whose
+// parts are each too small to be split (CopyScatter and copyProcess split
+// a large one themselves), else 1.
+func copyWorkers(ops []Op, idx []int) int {
+	if len(idx) < 2 {
+		return 1
+	}
+	var total uint64
+	for _, i := range idx {
+		n, _ := opLen(&ops[i])
+		if n >= 2*parallelCopyMin {
+			return 1
+		}
+		total += n
+	}
+	return max(1, min(runtime.GOMAXPROCS(0), len(idx), int(total/parallelCopyMin)))
 }
 
 // tcpTransport sends ops to the peers' transfer servers. A broken pooled
@@ -139,7 +185,7 @@ func (t tcpTransport) Start(ctx context.Context, ops []Op, idx []int, errs []err
 // copyShm performs op against host memory mapped here (a peer's shared
 // mapping or the own segment). Device parts go straight between the GPU
 // and the mapping once it is page-locked, or through the bounces when it
-// cannot be.
+// cannot be; parts in another process's memory go straight.
 func (e *Engine) copyShm(mem []byte, op *Op) error {
 	if len(op.Device) == 0 {
 		if err := CopyScatter(mem, op.Offset, op.Bufs, op.Write); err != nil {
@@ -147,7 +193,7 @@ func (e *Engine) copyShm(mem []byte, op *Op) error {
 		}
 		return nil
 	}
-	if e.pins.ensure(mem) {
+	if !onGPU(op) || e.pins.ensure(mem) {
 		return e.copyMixed(mem, nil, op)
 	}
 	return e.stagedCopy(op, func(h *Op) error { return e.copyShm(mem, h) })

@@ -1,7 +1,7 @@
-// staging.go defines how device parts cross a route that cannot reach the
-// GPU (TCP, a mapping that cannot be page-locked, the SSD tier): through
-// pinned host memory lent by a bouncePool, copied off the GPU before a
-// write, onto it after a read.
+// staging.go defines how device parts cross a route that cannot reach
+// them (TCP, a mapping that cannot be page-locked, the SSD tier): through
+// host memory lent by a bouncePool (pinned for GPU parts when a driver is
+// there), copied off the part before a write, onto it after a read.
 
 package transfer
 
@@ -12,9 +12,10 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// bouncePool lends pinned host memory to device parts: ranges of one
-// arena, pinned at first use, and a pinned allocation of its own for a
-// part the arena has no room for.
+// bouncePool lends host memory to device parts: ranges of one arena,
+// made at first use, and an allocation of its own for a part the arena has
+// no room for. With a driver the memory is pinned; without one (only parts
+// in other processes' memory need bounces then) it is plain memory.
 type bouncePool struct {
 	driver Driver
 	size   uint64 // the arena's
@@ -33,7 +34,7 @@ type bounce struct {
 func (p *bouncePool) get(n uint64) (bounce, error) {
 	p.mu.Lock()
 	if p.arena == nil && p.size > 0 {
-		if arena, err := p.driver.NewPinned(p.size); err == nil {
+		if arena, err := p.newMem(p.size); err == nil {
 			p.arena, p.alloc = arena, alloc.New(p.size, 4096)
 		}
 	}
@@ -44,12 +45,26 @@ func (p *bouncePool) get(n uint64) (bounce, error) {
 		}
 	}
 	p.mu.Unlock()
-	own, err := p.driver.NewPinned(n)
+	own, err := p.newMem(n)
 	if err != nil {
 		return bounce{}, wire.Errorf(wire.ErrInternal, "pinned staging of %d bytes for device memory: %v", n, err)
 	}
 	return bounce{mem: own.Bytes()[:n:n], own: own}, nil
 }
+
+// newMem returns n bytes for bounces: pinned by the driver, or plain.
+func (p *bouncePool) newMem(n uint64) (Pinned, error) {
+	if p.driver != nil {
+		return p.driver.NewPinned(n)
+	}
+	return plainMem(make([]byte, n)), nil
+}
+
+// plainMem is bounce memory without a driver.
+type plainMem []byte
+
+func (m plainMem) Bytes() []byte { return m }
+func (plainMem) Close() error    { return nil }
 
 func (p *bouncePool) put(b bounce) {
 	if b.own != nil {
@@ -127,9 +142,9 @@ func (e *Engine) stageOp(op *Op) (Op, []bounce, error) {
 		loans = append(loans, b)
 		bufs[d.Index] = b.mem
 		if op.Write && d.Size > 0 {
-			if err := e.driver.CopyToHost(d.Device, addrOf(b.mem), d.Ptr, d.Size); err != nil {
+			if err := e.fromPart(d, b.mem); err != nil {
 				e.bounces.putAll(loans)
-				return Op{}, nil, wire.Errorf(wire.ErrTransferFail, "copy %d bytes off cuda:%d at %#x: %v", d.Size, d.Device, d.Ptr, err)
+				return Op{}, nil, wire.Errorf(wire.ErrTransferFail, "copy %d bytes off %v: %v", d.Size, d, err)
 			}
 		}
 	}
@@ -145,8 +160,8 @@ func (e *Engine) unstageRead(op *Op, loans []bounce) error {
 		if d.Size == 0 {
 			continue
 		}
-		if err := e.driver.CopyToDevice(d.Device, d.Ptr, addrOf(loans[k].mem), d.Size); err != nil {
-			return wire.Errorf(wire.ErrTransferFail, "copy %d bytes onto cuda:%d at %#x: %v", d.Size, d.Device, d.Ptr, err)
+		if err := e.toPart(d, loans[k].mem); err != nil {
+			return wire.Errorf(wire.ErrTransferFail, "copy %d bytes onto %v: %v", d.Size, d, err)
 		}
 	}
 	return nil

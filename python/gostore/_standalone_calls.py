@@ -11,10 +11,14 @@ rebuilds the arrays in its own memory, checks every length against the same
 rules, translates data pointers into its own mapping of the application's
 shared memory, and calls the library.
 
-Data pointers (the memory a put reads from or a get writes into) must lie in
-memory both processes map. The application side moves what does not through
-a staging area it shares (see ``standalone.py``); the server refuses a
-pointer outside every region the application shared with it.
+Data pointers (the memory a put reads from or a get writes into) lie in
+memory both processes map, or, for the calls marked ``cross_memory`` once
+the session passed the CROSS check, in the application's own memory: such a
+pointer carries ``PROCESS_TAG`` and the server's library reads or writes it
+with ``process_vm_readv``/``writev`` (one copy, no staging). The
+application side moves anything else through a staging area it shares (see
+``standalone.py``); the server refuses a pointer outside every region the
+application shared with it, and a tagged one it may not use.
 
 Frames: ``u32 length`` then ``u8 kind`` then the body. A value is a one-byte
 tag then its bytes: ``i`` int64, ``n`` None, ``b`` u32-length bytes, ``a``
@@ -39,6 +43,14 @@ UNREGION = 3  # app -> server: app_base
 CALL = 4  # app -> server: name, args [, one fd: a region for this call only]
 REPLY = 5  # server -> app: return value, filled arrays
 ERROR = 6  # server -> app: code, message
+# app -> server: (address, nonce) of bytes the server reads out of the
+# application with process_vm_readv; reply: 1 when they matched (the
+# session's cross_memory calls may then carry PROCESS_TAG pointers), else 0
+CROSS = 7
+
+# Bit of a data pointer naming the application's own memory (the address is
+# the rest): above any user-space address, so never a mapped one.
+PROCESS_TAG = 1 << 62
 
 MAX_FRAME = 64 << 20  # a forwarded call never carries bulk data
 
@@ -139,6 +151,9 @@ class Call:
     ends_pending: bool = False
     fail: int = int(ErrorCode.RPC_FAIL)  # what a call that cannot reach the server returns
     returns: bool = True
+    # Its data pointers may name the application's own memory (PROCESS_TAG):
+    # the library takes them as parts in another process (bindings/ABI.md).
+    cross_memory: bool = False
 
     @cached_property
     def array_order(self) -> List[int]:
@@ -173,6 +188,7 @@ _keys_n = (H, I, S, A("I", N(1)))  # h, n, keys, key_lens
 _WRITE_BATCH = Call(
     _keys_n + (A("Q", SUM(6)), A("Q", SUM(6)), A("I", N(1)), Z, I, I, S, I, O("i", N(1))),
     data=(Data(4, 5, READS),),
+    cross_memory=True,
 )
 _RANGES = (A("Q", SUM(7)), A("Q", SUM(7)), A("Q", SUM(7)), A("I", N(1)), Z)
 
@@ -188,6 +204,7 @@ CALLS: Dict[str, Call] = {
         data=(Data(2, 3, WRITES),),
         ends_pending=True,
         returns=False,
+        cross_memory=True,
     ),
     "gs_get_abort": Call((H, I), ends_pending=True, returns=False),
     "gs_get_one": Call((H, S, I, I, I, O("q", ONE())), data=(Data(3, 4, WRITES),), opens="one"),
@@ -195,6 +212,7 @@ CALLS: Dict[str, Call] = {
         _keys_n + (A("Q", SUM(6)), A("Q", SUM(6)), A("I", N(1)), Z, O("q", N(1))),
         data=(Data(4, 5, WRITES),),
         returns=False,
+        cross_memory=True,
     ),
     "gs_exist_batch": Call(_keys_n + (O("i", N(1)),), returns=False),
     "gs_get_size": Call((H, S, I)),

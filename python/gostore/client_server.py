@@ -18,15 +18,21 @@ It listens twice:
 
 Per application session the server maps each shared region, registers it
 with the store (so transfers use it in place), translates the application's
-pointers into its own mapping, and refuses pointers outside them. A session
-ends when its last connection closes: its get handles are aborted and its
-regions unregistered and unmapped.
+pointers into its own mapping, and refuses pointers outside them. An
+application that passed the CROSS check (this process could read its memory
+with ``process_vm_readv``: same user, and under Yama it named this process
+its tracer) may also hand the copying calls pointers into its own memory
+(``PROCESS_TAG``): the library copies those with ``process_vm_readv`` /
+``writev``, for that connection's process only. A session ends when its last
+connection closes: its get handles are aborted and its regions unregistered
+and unmapped.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import ctypes
 import json
 import logging
 import os
@@ -49,7 +55,30 @@ _log = logging.getLogger("gostore.client")
 _INVALID = int(ErrorCode.INVALID_PARAMS)
 _SERVER_MIN_LOCAL_BUFFER = "16MB"
 _ZERO_COPY_REGISTERED = 1  # bits of the data calls' zero_copy argument (ABI.md)
-_MAY_BE_DEVICE = 2
+_IN_PROCESS = 4  # ...tagged ranges are in process (zero_copy >> _PID_SHIFT)'s memory
+_PID_SHIFT = 8
+_USER_SPACE_END = 1 << 57  # no process maps an address past it (5-level paging)
+
+
+class _IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.process_vm_readv.restype = ctypes.c_ssize_t
+_libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
+                                   ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _peek(pid: int, addr: int, n: int) -> bytes:
+    """``n`` bytes at ``addr`` in process ``pid`` (OSError when they cannot be read)."""
+    buf = ctypes.create_string_buffer(n)
+    local, remote = _IOVec(ctypes.addressof(buf), n), _IOVec(addr, n)
+    got = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if got < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return buf.raw[:got]
 
 
 class _Region:
@@ -70,6 +99,9 @@ class Session:
         self.starts: List[int] = []  # their app addresses, for bisect
         self.connections = 0
         self.lock = threading.Lock()
+        # The process that passed the CROSS check: its connections' calls may
+        # name its own memory (PROCESS_TAG); 0 for none.
+        self.cross_pid = 0
 
     def find(self, addr: int, size: int) -> Optional[_Region]:
         """The region holding [addr, addr+size), counted as used by the
@@ -182,7 +214,7 @@ class StandaloneServer:
     # ---- one application connection ------------------------------------------------
 
     def _serve_conn(self, sock: socket.socket) -> None:
-        uid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
         if uid not in (os.getuid(), 0):
             _log.error("gostore-client: refused a connection from uid %d (serving uid %d only)", uid, os.getuid())
             sock.close()
@@ -206,7 +238,9 @@ class StandaloneServer:
                     elif kind == P.UNREGION:
                         self._unregion(sock, session, body)
                     elif kind == P.CALL:
-                        self._call(sock, session, pending, body, fds)  # takes the fd it uses
+                        self._call(sock, session, pending, body, fds, pid)  # takes the fd it uses
+                    elif kind == P.CROSS:
+                        self._cross(sock, session, body, pid)
                     else:
                         raise P.FrameError(f"unknown frame kind {kind}")
                 finally:
@@ -310,8 +344,22 @@ class StandaloneServer:
             self._drop_region(r)
         P.send_frame(sock, P.frame(P.REPLY, [0]))
 
+    def _cross(self, sock: socket.socket, s: Session, body: memoryview, pid: int) -> None:
+        """The CROSS check: can this process read the application's memory?"""
+        addr, nonce = P.get_values(body, 2)
+        if not isinstance(addr, int) or not isinstance(nonce, bytes) or not 8 <= len(nonce) <= 64:
+            raise P.FrameError("a cross-memory check names an address and 8 to 64 bytes")
+        try:
+            ok = pid > 0 and 0 < addr < _USER_SPACE_END and _peek(pid, addr, len(nonce)) == nonce
+        except OSError as e:
+            _log.info("gostore-client: cannot reach process %d's memory (%s): its copying calls are staged", pid, e)
+            ok = False
+        if ok:
+            s.cross_pid = pid
+        P.send_frame(sock, P.frame(P.REPLY, [int(ok)]))
+
     def _call(self, sock: socket.socket, s: Session, pending: Dict[int, int], body: memoryview,
-              fds: List[int]) -> None:
+              fds: List[int], pid: int) -> None:
         vals = P.get_values(body)
         if len(vals) < 3 or not isinstance(vals[0], bytes):
             raise P.FrameError("a call names its function first")
@@ -338,7 +386,8 @@ class StandaloneServer:
             why = why or P.check_lengths(call, args, pending)
             if not why and call.ends_pending and first not in pending:
                 why = "a get handle this connection does not hold"
-            why = why or self._translate(call, s, temp, args, used)
+            cross = call.cross_memory and s.cross_pid == pid and pid > 0
+            why = why or self._translate(call, s, temp, args, used, cross)
             if why:
                 _log.error("gostore-client: refused %s: %s", name, why)
                 self._send_error(sock, _INVALID, f"{name}: {why}")
@@ -355,8 +404,8 @@ class StandaloneServer:
                 elif a.kind in (P.OUT, P.IN):
                     arr = outs[i] if a.kind == P.OUT else args[i]
                     args[i] = arr.buffer_info()[0] if len(arr) else 0
-                elif a.kind == P.FLAGS:
-                    args[i] = (args[i] | _ZERO_COPY_REGISTERED) & ~_MAY_BE_DEVICE
+                elif a.kind == P.FLAGS:  # what the pointers are now, whatever the caller said
+                    args[i] = _ZERO_COPY_REGISTERED | (_IN_PROCESS | pid << _PID_SHIFT if cross else 0)
             outs = [o for o in outs if o is not None]
             ret = getattr(self.lib, name)(*args)
         finally:
@@ -373,13 +422,21 @@ class StandaloneServer:
         P.send_frame(sock, P.frame(P.REPLY, [ret] + outs))
 
     def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any],
-                   used: List[_Region]) -> Optional[str]:
+                   used: List[_Region], cross: bool) -> Optional[str]:
         """Point the call's data pointers at this process's mapping of the
         application's memory (the shared regions they lie in are added to
-        ``used``); why not, when one lies outside it."""
+        ``used``), leaving those into its own memory (PROCESS_TAG) as they
+        are when ``cross``; why not, when one lies outside them."""
         for holder, j, p, size, use in P.data_pointers(call, args):
             if p < 0 or size < 0:
                 return f"pointer 0x{p:x} (+{size}) is not an address and a size"
+            if p & P.PROCESS_TAG:
+                addr = p & ~P.PROCESS_TAG
+                if not cross:
+                    return f"pointer 0x{addr:x} (+{size}) names the application's own memory, not allowed here"
+                if not 0 < addr < addr + size <= _USER_SPACE_END:
+                    return f"pointer 0x{addr:x} (+{size}) is not the application's memory"
+                continue
             if temp is not None and temp.app <= p and p + size <= temp.app + temp.size:
                 r: Optional[_Region] = temp
             else:

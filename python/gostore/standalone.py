@@ -10,6 +10,14 @@ master connection. Bytes never cross the socket: they lie in shared memory
 
 * every ``alloc_from_mem_pool`` is a region of its own, shared at once;
   pointers into it go to the server as they are (zero-copy);
+* this process's own memory (the ``bytes`` of ``get``/``get_batch``, a
+  ``put``'s value) goes to the server as it is, tagged, for the calls that
+  take it (``cross_memory``): the server's library copies it straight to or
+  from the owner's segment with ``process_vm_readv``/``writev``, one copy
+  where staging made two. It must be allowed to: at session start this
+  process names the server its tracer (``PR_SET_PTRACER``, where Yama asks
+  for it) and the server checks it can read a nonce here (the CROSS frame);
+  ``CROSS_MEMORY = False`` turns it off;
 * any other memory a call reads or writes is staged through the *local
   buffer* region (``local_buffer_size`` bytes), or, when that is full or
   absent, through the *overflow* region: shared once and kept for the
@@ -35,6 +43,7 @@ import json
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 import weakref
@@ -45,16 +54,20 @@ from . import _shm, hostmem
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
-__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S"]
+__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S", "CROSS_MEMORY"]
 
 _log = logging.getLogger("gostore.standalone")
 
 HELLO_TIMEOUT_S = 5.0
 OVERFLOW_MAX = 1 << 30  # the largest overflow region kept between calls
 OVERFLOW_IDLE_S = 30.0  # an overflow region unused this long is let go
+CROSS_MEMORY = True  # offer the server this process's memory (see the module text)
+_PR_SET_PTRACER = 0x59616D61
+_YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
@@ -130,6 +143,7 @@ class RemoteLibrary:
         self._overflow: Optional[_shm.Region] = None
         self._overflow_busy = False
         self._overflow_used = 0.0
+        self._cross = False  # the server copies this process's memory itself
 
     def _after_fork(self) -> None:
         for c in self._conns:  # our copies of the parent's sockets; its own stay open
@@ -179,12 +193,35 @@ class RemoteLibrary:
                 pass  # a server that does not know it (restarted): a new session
         kind, body = self._roundtrip(c, P.frame(P.HELLO, [b""]))
         self._token = P.get_values(body, 1)[0]
+        self._cross = CROSS_MEMORY and self._offer_memory(c)
         if self._staging is None and self.local_buffer_size > 0:
             self._staging = _shm.Region(self.local_buffer_size, "gostore-staging")
             self._arena = _shm.Arena(self.local_buffer_size)
         overflow = [self._overflow] if self._overflow else []
         for r in ([self._staging] if self._staging else []) + overflow + self._pool:
             self._share(c, r)
+
+    def _offer_memory(self, c: _Connection) -> bool:
+        """Let the server reach this process's memory, and ask it whether it
+        can (it reads a nonce from here): True when the session's copying
+        calls may name this process's memory."""
+        server_pid = struct.unpack("3i", c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        try:
+            with open(_YAMA_SCOPE) as f:
+                yama = f.read().strip()
+        except OSError:
+            yama = ""  # no Yama: same user is enough
+        if yama == "1" and server_pid > 0:
+            # Yama's "restricted" mode: only a tracer this process names may
+            # read or write its memory.
+            if _libc.prctl(_PR_SET_PTRACER, server_pid, 0, 0, 0) != 0:
+                _log.info("gostore: PR_SET_PTRACER(%d) failed (errno %d): calls are staged",
+                          server_pid, ctypes.get_errno())
+                return False
+        nonce = os.urandom(16)
+        held = ctypes.create_string_buffer(nonce, len(nonce))
+        _kind, body = self._roundtrip(c, P.frame(P.CROSS, [ctypes.addressof(held), nonce]))
+        return P.get_values(body, 1)[0] == 1
 
     def _share(self, c: _Connection, r: _shm.Region) -> None:
         self._roundtrip(c, P.frame(P.REGION, [r.addr, r.size]), [r.fd])
@@ -401,9 +438,12 @@ class RemoteLibrary:
             overflow = False
             try:
                 temp, overflow = self._place_data(c, call, args, staged, spans)
-                frame_vals: List[Any] = [enc_name, temp.addr if temp else None, temp.size if temp else 0]
+                # The overflow region is shared already: only a call's own
+                # region travels with it.
+                own = None if overflow else temp
+                frame_vals: List[Any] = [enc_name, own.addr if own else None, own.size if own else 0]
                 frame_vals.extend(args)
-                kind, body = self._roundtrip(c, P.frame(P.CALL, frame_vals), [temp.fd] if temp else ())
+                kind, body = self._roundtrip(c, P.frame(P.CALL, frame_vals), [own.fd] if own else ())
                 vals = P.get_values(body)
                 ret, filled = vals[0], vals[1:]
                 for (i, addr, n), arr in zip(outs, filled):
@@ -450,6 +490,7 @@ class RemoteLibrary:
         call, and whether it is the overflow region (else it is this
         call's own: sent with the call, closed after it)."""
         self._expire_overflow(c)
+        cross = self._cross and call.cross_memory
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
         for holder, j, p, s, use in P.data_pointers(call, args):
             if self._region_of(p, s) is not None:
@@ -460,8 +501,10 @@ class RemoteLibrary:
             straddles = self._region_of(p, 1) is not None or self._region_of(p + s - 1, 1) is not None
             if use == P.PROBE or straddles or not _shm.mapped(p, s):
                 holder[j] = 0  # not shared / not memory: the server answers per entry
-                continue
-            todo.append((holder, j, p, s, use))
+            elif cross:
+                holder[j] = p | P.PROCESS_TAG  # the server copies it in place
+            else:
+                todo.append((holder, j, p, s, use))
         if not todo:
             return None, False
         total = sum(_shm.round_up(s) for _h, _j, _p, s, _u in todo)
