@@ -374,6 +374,19 @@ def test_host_allocator_memory_registers_and_moves_bytes(master, client_process_
     assert alloc.free(src) == 0 and alloc.free(dst) == 0
 
 
+def _count_fds(lib: Any, monkeypatch: Any) -> List[int]:
+    """How many file descriptors each frame ``lib`` sends from now on carries."""
+    sent: List[int] = []
+    roundtrip = lib._roundtrip
+
+    def counting(c: Any, data: bytes, fds: Sequence[int] = ()) -> Any:
+        sent.append(len(fds))
+        return roundtrip(c, data, fds)
+
+    monkeypatch.setattr(lib, "_roundtrip", counting)
+    return sent
+
+
 def test_large_staged_calls_reuse_one_overflow_region(master, client_process_factory, store_factory, monkeypatch):
     """Calls larger than the local buffer stage through one region shared
     once and kept (a region per call cost page faults on both sides), grown
@@ -393,14 +406,7 @@ def test_large_staged_calls_reuse_one_overflow_region(master, client_process_fac
     assert app.get_batch(keys[:2]) == [values[k] for k in keys[:2]]
     first = lib._overflow
     assert first is not None and first.size >= 2 * 3 * MiB and not lib._overflow_busy
-    sent_fds: List[int] = []  # descriptors sent with each frame from here on
-    roundtrip = lib._roundtrip
-
-    def counting(c: Any, data: bytes, fds: Sequence[int] = ()) -> Any:
-        sent_fds.append(len(fds))
-        return roundtrip(c, data, fds)
-
-    monkeypatch.setattr(lib, "_roundtrip", counting)
+    sent_fds = _count_fds(lib, monkeypatch)
     for _ in range(3):  # the same region every time, bytes right every time
         assert app.get_batch(keys[:2]) == [values[k] for k in keys[:2]]
         assert app.get(keys[2]) == values[keys[2]]
@@ -437,14 +443,7 @@ def test_copying_calls_read_and_write_the_applications_memory_in_place(master, c
     for k, v in values.items():
         assert reader.put(k, v) == 0
     keys = list(values)
-    sent_fds: List[int] = []
-    roundtrip = lib._roundtrip
-
-    def counting(c: Any, data: bytes, fds: Sequence[int] = ()) -> Any:
-        sent_fds.append(len(fds))
-        return roundtrip(c, data, fds)
-
-    monkeypatch.setattr(lib, "_roundtrip", counting)
+    sent_fds = _count_fds(lib, monkeypatch)
     assert app.get_batch(keys) == [values[k] for k in keys]
     assert lib._cross
     bufs = app.batch_get_buffer(keys)  # past the 1 MiB buffer: this process's memory
