@@ -7,8 +7,9 @@ import (
 	"math"
 	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
+
+	"github.com/gostore/gostore/gostore/internal/fanout"
 )
 
 // discardedPut holds the ranges of a put that was taken over. They stay
@@ -343,26 +344,12 @@ func threshold(ages []int64, share float64) (cut int64, below int) {
 // forShards runs f on every shard with its lock held, spreading the shards
 // over GOMAXPROCS goroutines.
 func (c *Core) forShards(f func(i int, sh *shard)) {
-	workers := min(runtime.GOMAXPROCS(0), NumShards)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= NumShards {
-					return
-				}
-				sh := &c.shards[i]
-				sh.mu.Lock()
-				f(i, sh)
-				sh.mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	fanout.Each(NumShards, runtime.GOMAXPROCS(0), func(i int) {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		f(i, sh)
+		sh.mu.Unlock()
+	})
 }
 
 // nthSmallest returns the k-th smallest value of a (0-based), reordering a.

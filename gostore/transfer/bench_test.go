@@ -11,11 +11,7 @@ import (
 const mib16 = 16 << 20
 
 func benchShm(b *testing.B, write bool) {
-	seg, err := NewLocalSegment("bench-shm", 64<<20)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(b, "bench-shm", 64<<20)
 	p := shmPeer(seg)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()

@@ -81,10 +81,7 @@ var nextSegID = uint64(1000)
 
 func newTCPPeer(t testing.TB, size uint64) *tcpPeer {
 	t.Helper()
-	seg, err := NewLocalSegment(t.Name(), size)
-	if err != nil {
-		t.Fatal(err)
-	}
+	seg := localSegment(t, t.Name(), size) // closed after the server (cleanups run last first)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -96,11 +93,20 @@ func newTCPPeer(t testing.TB, size uint64) *tcpPeer {
 	p := &tcpPeer{seg: seg, srv: srv, peer: Peer{
 		SegID: nextSegID, HostID: "elsewhere", TransferAddr: ln.Addr().String(), Size: size,
 	}}
-	t.Cleanup(func() {
-		srv.Close()
-		seg.Close()
-	})
+	t.Cleanup(func() { srv.Close() })
 	return p
+}
+
+// localSegment is a shared-memory segment of size bytes for one test or
+// benchmark, closed when it ends.
+func localSegment(tb testing.TB, name string, size uint64) *LocalSegment {
+	tb.Helper()
+	seg, err := NewLocalSegment(name, size)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { seg.Close() })
+	return seg
 }
 
 // shmPeer describes seg as a same-host peer.
@@ -183,11 +189,7 @@ type movablePeer struct {
 
 func newMovablePeer(t *testing.T, name string, size, id uint64) *movablePeer {
 	t.Helper()
-	seg, err := NewLocalSegment(name, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { seg.Close() })
+	seg := localSegment(t, name, size)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -8,10 +8,9 @@ package transfer
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"unsafe"
 
+	"github.com/gostore/gostore/gostore/internal/fanout"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,25 +20,14 @@ import (
 // shared-memory copies are (parallelCopyMin): the kernel copies on the
 // calling thread.
 func copyProcess(pid int, addr uint64, host []byte, toProcess bool) error {
-	workers := min(runtime.GOMAXPROCS(0), len(host)/parallelCopyMin)
+	workers := copyShares(uint64(len(host)))
 	if workers < 2 {
 		return copyProcessRange(pid, addr, host, toProcess)
 	}
-	share := (len(host) + workers - 1) / workers
 	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*share, min((w+1)*share, len(host))
-		if lo >= hi {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[w] = copyProcessRange(pid, addr+uint64(lo), host[lo:hi], toProcess)
-		}()
-	}
-	wg.Wait()
+	fanout.Ranges(len(host), workers, func(w, lo, hi int) {
+		errs[w] = copyProcessRange(pid, addr+uint64(lo), host[lo:hi], toProcess)
+	})
 	return errors.Join(errs...)
 }
 

@@ -33,11 +33,7 @@ func processParts(bufs [][]byte, k ...int) ([][]byte, []DevicePart) {
 // no driver) and a GPU segment (through the host), bytes verified. A part
 // of 5 MiB is split across threads.
 func TestProcessPartsOnEveryRoute(t *testing.T) {
-	seg, err := NewLocalSegment(t.Name(), 16<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, t.Name(), 16<<20)
 	dev := &fakeDevice{mu: new(sync.Mutex), mem: make([]byte, 16<<20)}
 	devPeer := newDevicePeer(t, dev)
 	devPeer.HostID, devPeer.IPC = HostID(), []byte("handle")
@@ -75,11 +71,7 @@ func TestProcessPartsOnEveryRoute(t *testing.T) {
 // not there) fails its op with ErrTransferFail, a failed write leaves the
 // segment as it was, and the other ops of the batch are done.
 func TestProcessPartThatCannotBeReached(t *testing.T) {
-	seg, err := NewLocalSegment(t.Name(), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, t.Name(), 1<<20)
 	peer := shmPeer(seg)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
@@ -132,11 +124,7 @@ func TestSmallOpsOfABatchCopiedInParallel(t *testing.T) {
 	}
 	segs := make([]Peer, 2)
 	for k := range segs {
-		seg, err := NewLocalSegment(fmt.Sprintf("%s-%d", t.Name(), k), 32<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer seg.Close()
+		seg := localSegment(t, fmt.Sprintf("%s-%d", t.Name(), k), 32<<20)
 		segs[k] = shmPeer(seg)
 	}
 	e := NewEngine(Options{Log: quietLog()})

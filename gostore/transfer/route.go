@@ -6,11 +6,10 @@ package transfer
 
 import (
 	"context"
-	"runtime"
 	"sort"
 	"sync"
-	"sync/atomic"
 
+	"github.com/gostore/gostore/gostore/internal/fanout"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -117,25 +116,7 @@ func (t mappedTransport[M]) Start(_ context.Context, ops []Op, idx []int, errs [
 			m.release()
 		}
 	}
-	workers := copyWorkers(ops, idx)
-	if workers < 2 {
-		for _, i := range idx {
-			one(i)
-		}
-		return func() []int { return late }
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := int(next.Add(1)) - 1; k < len(idx); k = int(next.Add(1)) - 1 {
-				one(idx[k])
-			}
-		}()
-	}
-	wg.Wait()
+	fanout.Each(len(idx), copyWorkers(ops, idx), func(k int) { one(idx[k]) })
 	sort.Ints(late) // in the order the ops came, as a serial copy leaves them
 	return func() []int { return late }
 }
@@ -156,7 +137,7 @@ func copyWorkers(ops []Op, idx []int) int {
 		}
 		total += n
 	}
-	return max(1, min(runtime.GOMAXPROCS(0), len(idx), int(total/parallelCopyMin)))
+	return max(1, min(len(idx), copyShares(total)))
 }
 
 // tcpTransport sends ops to the peers' transfer servers. A broken pooled

@@ -60,16 +60,8 @@ func joinMixed(op Op, dev []byte) []byte {
 // and back.
 func TestDevicePartsEveryRoute(t *testing.T) {
 	const size = 4 << 20
-	shmSeg, err := NewLocalSegment("dev-shm", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shmSeg.Close()
-	ownSeg, err := NewLocalSegment("dev-own", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ownSeg.Close()
+	shmSeg := localSegment(t, "dev-shm", size)
+	ownSeg := localSegment(t, "dev-own", size)
 	tcp := newTCPPeer(t, size)
 	ipcDev := &fakeDevice{mu: new(sync.Mutex), mem: make([]byte, size)}
 	ipc := newDevicePeer(t, ipcDev)
@@ -128,11 +120,7 @@ func TestDevicePartsEveryRoute(t *testing.T) {
 // parts without a driver, or naming a host part, are refused up front
 // and nothing is written.
 func TestDevicePartsRefusedAndStaged(t *testing.T) {
-	seg, err := NewLocalSegment("dev-nopin", 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "dev-nopin", 1<<20)
 	p := shmPeer(seg)
 	drv := &fakeDriver{}
 	drv.refusePin.Store(true)
@@ -281,11 +269,7 @@ func (f *faultyTransport) Start(ctx context.Context, ops []Op, idx []int, errs [
 // op a local route drops goes over TCP; one held past the deadline ends
 // with ErrTransferFail that matches context.DeadlineExceeded.
 func TestFakeTransport(t *testing.T) {
-	seg, err := NewLocalSegment("faulty", 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "faulty", 1<<20)
 	shm := shmPeer(seg)
 	// The same segment served over TCP too, so a dropped op can land.
 	ln := newTCPPeer(t, 1<<20)
@@ -322,7 +306,7 @@ func TestFakeTransport(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err = grantDo(e, ctx, []Op{{Peer: slow, Offset: 0, Bufs: [][]byte{v}, Write: true}})[0]
+	err := grantDo(e, ctx, []Op{{Peer: slow, Offset: 0, Bufs: [][]byte{v}, Write: true}})[0]
 	if wire.CodeOf(err) != wire.ErrTransferFail || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("held op: %v", err)
 	}

@@ -10,11 +10,10 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/gostore/gostore/gostore/internal/fanout"
 	"github.com/gostore/gostore/gostore/wire"
+	"golang.org/x/sys/unix"
 )
 
 // prefaultChunk is how much of a peer mapping is faulted in per step.
@@ -107,7 +106,7 @@ func CopyScatter(mem []byte, off uint64, bufs [][]byte, write bool) error {
 	if !inRange(off, total, uint64(len(mem))) {
 		return fmt.Errorf("range [%d,+%d) outside %d bytes", off, total, len(mem))
 	}
-	workers := min(runtime.GOMAXPROCS(0), int(total/parallelCopyMin))
+	workers := copyShares(total)
 	if workers < 2 {
 		for _, b := range bufs {
 			copyPart(mem[off:], b, write)
@@ -125,6 +124,12 @@ func CopyScatter(mem []byte, off uint64, bufs [][]byte, write bool) error {
 // start-up and hand-off cost more than they save.
 const parallelCopyMin = 2 << 20
 
+// copyShares is how many goroutines a copy of total bytes is worth: one per
+// parallelCopyMin, at most one per core.
+func copyShares(total uint64) int {
+	return int(min(uint64(runtime.GOMAXPROCS(0)), total/parallelCopyMin))
+}
+
 func copyPart(seg, buf []byte, write bool) {
 	if write {
 		copy(seg, buf)
@@ -137,26 +142,15 @@ func copyPart(seg, buf []byte, write bool) {
 // (same total length) with workers goroutines, each taking an equal byte
 // range that may span several buffers.
 func copyParallel(seg []byte, bufs [][]byte, write bool, workers int) {
-	share := (len(seg) + workers - 1) / workers
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		lo, hi := w*share, min((w+1)*share, len(seg))
-		if lo >= hi {
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pos := 0 // offset of the current buffer within seg
-			for _, b := range bufs {
-				end := pos + len(b)
-				if end > lo && pos < hi {
-					from, to := max(lo, pos), min(hi, end)
-					copyPart(seg[from:to], b[from-pos:to-pos], write)
-				}
-				pos = end
+	fanout.Ranges(len(seg), workers, func(_, lo, hi int) {
+		pos := 0 // offset of the current buffer within seg
+		for _, b := range bufs {
+			end := pos + len(b)
+			if end > lo && pos < hi {
+				from, to := max(lo, pos), min(hi, end)
+				copyPart(seg[from:to], b[from-pos:to-pos], write)
 			}
-		}()
-	}
-	wg.Wait()
+			pos = end
+		}
+	})
 }

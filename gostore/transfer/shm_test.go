@@ -21,11 +21,7 @@ import (
 
 func TestShmWriteReadScatter(t *testing.T) {
 	const size = 8 << 20
-	seg, err := NewLocalSegment("shm-peer", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "shm-peer", size)
 	p := shmPeer(seg)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
@@ -95,11 +91,7 @@ func TestShmWriteReadScatter(t *testing.T) {
 // which is allowed, but most must succeed.
 func TestShmForgetWhileCopying(t *testing.T) {
 	const size = 1 << 20
-	seg, err := NewLocalSegment("shm-forget", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "shm-forget", size)
 	p := shmPeer(seg)
 	e := NewEngine(Options{Log: quietLog()})
 	defer e.Close()
@@ -192,11 +184,7 @@ func TestShmFallbackToTCP(t *testing.T) {
 
 // One batch mixing a shared-memory peer and a TCP peer.
 func TestMixedBatch(t *testing.T) {
-	seg, err := NewLocalSegment("mixed", 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "mixed", 1<<20)
 	sp := shmPeer(seg)
 	tp := newTCPPeer(t, 1<<20)
 	e := NewEngine(Options{Log: quietLog()})
@@ -287,11 +275,7 @@ func TestCrossProcessChild(t *testing.T) {
 		t.Skip("runs as the child of TestCrossProcessShm")
 	}
 	const size = 2 << 20
-	seg, err := NewLocalSegment("child", size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "child", size)
 	copy(seg.Bytes(), pattern(77, size))
 	fmt.Printf("SEGMENT %s %s %d\n", HostID(), seg.ShmPath(), size)
 	in := bufio.NewReader(os.Stdin)

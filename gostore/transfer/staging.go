@@ -47,7 +47,7 @@ func (p *bouncePool) get(n uint64) (bounce, error) {
 	p.mu.Unlock()
 	own, err := p.newMem(n)
 	if err != nil {
-		return bounce{}, wire.Errorf(wire.ErrInternal, "pinned staging of %d bytes for device memory: %v", n, err)
+		return bounce{}, wire.Errorf(wire.ErrInternal, "staging %d bytes for a device part: %v", n, err)
 	}
 	return bounce{mem: own.Bytes()[:n:n], own: own}, nil
 }

@@ -211,11 +211,7 @@ func TestBeginThenWait(t *testing.T) {
 	}
 	wantCode(t, b.Wait(), wire.ErrInvalidParams)
 
-	seg, err := NewLocalSegment("begin-shm", 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer seg.Close()
+	seg := localSegment(t, "begin-shm", 1<<20)
 	shmE := NewEngine(Options{Log: quietLog()})
 	defer shmE.Close()
 	for name, c := range map[string]struct {

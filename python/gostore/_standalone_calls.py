@@ -27,6 +27,7 @@ an array (typecode byte, u32-length bytes).
 
 from __future__ import annotations
 
+import socket
 import struct
 from array import array
 from dataclasses import dataclass
@@ -338,6 +339,13 @@ def frame(kind: int, values: Sequence[Any]) -> bytes:
     if len(body) + 1 > MAX_FRAME:
         raise FrameError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
     return _HDR.pack(len(body) + 1, kind) + body
+
+
+def peer_pid_uid(sock: Any) -> Tuple[int, int]:
+    """The process id and user id of the Unix socket's other end (as the
+    kernel saw it at connect; pid 0 when it is not visible here)."""
+    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return pid, uid
 
 
 def read_frame(sock: Any, fds: Optional[List[int]] = None) -> Tuple[int, memoryview]:

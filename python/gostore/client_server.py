@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import ctypes
 import json
 import logging
 import os
 import secrets
 import signal
 import socket
-import struct
 import sys
 import threading
 from array import array
@@ -58,27 +56,6 @@ _ZERO_COPY_REGISTERED = 1  # bits of the data calls' zero_copy argument (ABI.md)
 _IN_PROCESS = 4  # ...tagged ranges are in process (zero_copy >> _PID_SHIFT)'s memory
 _PID_SHIFT = 8
 _USER_SPACE_END = 1 << 57  # no process maps an address past it (5-level paging)
-
-
-class _IOVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.process_vm_readv.restype = ctypes.c_ssize_t
-_libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(_IOVec), ctypes.c_ulong,
-                                   ctypes.POINTER(_IOVec), ctypes.c_ulong, ctypes.c_ulong]
-
-
-def _peek(pid: int, addr: int, n: int) -> bytes:
-    """``n`` bytes at ``addr`` in process ``pid`` (OSError when they cannot be read)."""
-    buf = ctypes.create_string_buffer(n)
-    local, remote = _IOVec(ctypes.addressof(buf), n), _IOVec(addr, n)
-    got = _libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
-    if got < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return buf.raw[:got]
 
 
 class _Region:
@@ -214,7 +191,7 @@ class StandaloneServer:
     # ---- one application connection ------------------------------------------------
 
     def _serve_conn(self, sock: socket.socket) -> None:
-        pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        pid, uid = P.peer_pid_uid(sock)
         if uid not in (os.getuid(), 0):
             _log.error("gostore-client: refused a connection from uid %d (serving uid %d only)", uid, os.getuid())
             sock.close()
@@ -350,7 +327,7 @@ class StandaloneServer:
         if not isinstance(addr, int) or not isinstance(nonce, bytes) or not 8 <= len(nonce) <= 64:
             raise P.FrameError("a cross-memory check names an address and 8 to 64 bytes")
         try:
-            ok = pid > 0 and 0 < addr < _USER_SPACE_END and _peek(pid, addr, len(nonce)) == nonce
+            ok = pid > 0 and 0 < addr < _USER_SPACE_END and _shm.read_process(pid, addr, len(nonce)) == nonce
         except OSError as e:
             _log.info("gostore-client: cannot reach process %d's memory (%s): its copying calls are staged", pid, e)
             ok = False

@@ -43,7 +43,6 @@ import json
 import logging
 import os
 import socket
-import struct
 import threading
 import time
 import weakref
@@ -62,12 +61,9 @@ HELLO_TIMEOUT_S = 5.0
 OVERFLOW_MAX = 1 << 30  # the largest overflow region kept between calls
 OVERFLOW_IDLE_S = 30.0  # an overflow region unused this long is let go
 CROSS_MEMORY = True  # offer the server this process's memory (see the module text)
-_PR_SET_PTRACER = 0x59616D61
-_YAMA_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
@@ -205,19 +201,13 @@ class RemoteLibrary:
         """Let the server reach this process's memory, and ask it whether it
         can (it reads a nonce from here): True when the session's copying
         calls may name this process's memory."""
-        server_pid = struct.unpack("3i", c.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        server_pid, _uid = P.peer_pid_uid(c.sock)
         try:
-            with open(_YAMA_SCOPE) as f:
-                yama = f.read().strip()
-        except OSError:
-            yama = ""  # no Yama: same user is enough
-        if yama == "1" and server_pid > 0:
-            # Yama's "restricted" mode: only a tracer this process names may
-            # read or write its memory.
-            if _libc.prctl(_PR_SET_PTRACER, server_pid, 0, 0, 0) != 0:
-                _log.info("gostore: PR_SET_PTRACER(%d) failed (errno %d): calls are staged",
-                          server_pid, ctypes.get_errno())
-                return False
+            if server_pid > 0:
+                _shm.name_tracer(server_pid)
+        except OSError as e:
+            _log.info("gostore: gostore-client may not reach this process's memory (%s): calls are staged", e)
+            return False
         nonce = os.urandom(16)
         held = ctypes.create_string_buffer(nonce, len(nonce))
         _kind, body = self._roundtrip(c, P.frame(P.CROSS, [ctypes.addressof(held), nonce]))
