@@ -31,16 +31,27 @@ const (
 	processTag   = 1 << 62
 )
 
+// objectParts is the memory of n objects, flattened as the ABI passes it:
+// object i is the next nparts[i] (ptrs, sizes) entries.
+type objectParts struct {
+	ptrs, sizes []uint64
+	nparts      []uint32
+}
+
+// cParts reads the caller's (ptrs, sizes, nparts) arrays for n objects.
+func cParts(n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t) objectParts {
+	total := sum32(nparts, n)
+	return objectParts{ptrs: u64s(ptrs, total), sizes: u64s(sizes, total), nparts: u32s(nparts, n)}
+}
+
 // scatter turns the flattened (ptrs, sizes, nparts) arrays into one scatter
 // list per object. Object i is nil with bad[i] set when its description is
 // invalid: parts beyond the arrays, a null address, or (memRegistered) a
 // range outside every registered buffer. Nothing is touched for such
 // objects. Parts in GPU memory are listed in dev[i] and left nil in the
 // scatter list: no slice is ever formed over device memory.
-func scatter(c *client.Client, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, memFlags C.int, total int) ([][][]byte, []bool, [][]client.DevicePart) {
-	np := u32s(nparts, n)
-	ps := u64s(ptrs, total)
-	ss := u64s(sizes, total)
+func scatter(c *client.Client, n int, objs objectParts, memFlags C.int) ([][][]byte, []bool, [][]client.DevicePart) {
+	np, ps, ss, total := objs.nparts, objs.ptrs, objs.sizes, len(objs.ptrs)
 	out := make([][][]byte, n)
 	bad := make([]bool, n)
 	var dev [][]client.DevicePart
@@ -195,7 +206,7 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	if !ok {
 		return
 	}
-	bufs, bad, dev := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy, sum32(nparts, cnt))
+	bufs, bad, dev := scatter(c, cnt, cParts(cnt, ptrs, sizes, nparts), zeroCopy)
 	items := make([]client.PutItem, 0, cnt)
 	var itemDev [][]client.DevicePart
 	idx := make([]int, 0, cnt)
@@ -252,11 +263,11 @@ func gs_get_finish(h C.int64_t, pending C.int64_t, ptrs, sizes *C.uint64_t, npar
 		fill64(res, wire.ErrInternal)
 		return
 	}
-	finish(c, p, n, ptrs, sizes, nparts, zeroCopy, res)
+	finish(c, p, n, cParts(n, ptrs, sizes, nparts), zeroCopy, res)
 }
 
-func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t, memFlags C.int, res []int64) {
-	dests, bad, dev := scatter(c, n, ptrs, sizes, nparts, memFlags, sum32(nparts, n))
+func finish(c *client.Client, p *client.Pending, n int, objs objectParts, memFlags C.int, res []int64) {
+	dests, bad, dev := scatter(c, n, objs, memFlags)
 	out := c.GetFinishDevice(p, dests, dev)
 	for i := range res {
 		if bad[i] {
@@ -265,6 +276,44 @@ func finish(c *client.Client, p *client.Pending, n int, ptrs, sizes *C.uint64_t,
 			res[i] = out[i]
 		}
 	}
+}
+
+//export gs_get_packed
+func gs_get_packed(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, scratch, capacity C.uint64_t,
+	memFlags C.int, sizesOut, results *C.int64_t) (ret C.int64_t) {
+	cnt := int(n)
+	res := i64s(results, cnt)
+	defer guard("gs_get_packed", func() { fill64(res, wire.ErrInternal); ret = C.int64_t(wire.ErrInternal) })
+	c := clientOf(h)
+	if c == nil {
+		return C.int64_t(wire.ErrInternal)
+	}
+	ks, ok := keyList(keys, keyLens, cnt)
+	if !ok || sizesOut == nil || results == nil || (scratch == 0 && capacity > 0) {
+		return C.int64_t(wire.ErrInvalidParams)
+	}
+	p, err := c.GetStart(ks)
+	if err != nil {
+		return C.int64_t(wire.CodeOf(err))
+	}
+	sizes := p.Sizes()
+	copy(i64s(sizesOut, cnt), sizes)
+	offsets, fits := p.Packed(uint64(capacity))
+	if !fits {
+		return C.int64_t(newHandle(p))
+	}
+	// One part per object found, at its offset in scratch (a tagged
+	// address stays tagged: offsets are far below the tag's bit).
+	objs := objectParts{nparts: make([]uint32, cnt)}
+	for i, size := range sizes {
+		if size > 0 {
+			objs.ptrs = append(objs.ptrs, uint64(scratch)+offsets[i])
+			objs.sizes = append(objs.sizes, uint64(size))
+			objs.nparts[i] = 1
+		}
+	}
+	finish(c, p, cnt, objs, memFlags, res)
+	return 0
 }
 
 //export gs_get_abort
@@ -297,7 +346,7 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	if cnt == 1 {
 		// One object into host memory: the client may read it from where
 		// it last found it while it asks the master (client/spots.go).
-		dests, bad, dev := scatter(c, cnt, ptrs, sizes, nparts, zeroCopy, sum32(nparts, cnt))
+		dests, bad, dev := scatter(c, cnt, cParts(cnt, ptrs, sizes, nparts), zeroCopy)
 		if !bad[0] && (len(dev) == 0 || len(dev[0]) == 0) {
 			res[0] = c.GetIntoOne(ks[0], dests[0])
 			return
@@ -310,7 +359,7 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		return
 	}
-	finish(c, p, cnt, ptrs, sizes, nparts, zeroCopy, res)
+	finish(c, p, cnt, cParts(cnt, ptrs, sizes, nparts), zeroCopy, res)
 }
 
 //export gs_get_buffers

@@ -93,3 +93,54 @@ def test_a_repeated_batch_reuses_freed_memory(small_buffer_reader, call):
     # later call is warm. (The process's other threads fault a little too.)
     later = sorted(faults[3:])
     assert later[len(later) // 2] < pages // 10, f"minor faults per call {faults}, batch of {pages} pages"
+
+
+def _count_native_calls(store, monkeypatch, names):
+    """How often ``store`` calls each of the native functions ``names``
+    from now on (a dict the calls fill)."""
+    lib = store._lib()
+    calls = {}
+
+    class Counting:
+        def __getattr__(self, name):
+            fn = getattr(lib, name)
+            if name not in names:
+                return fn
+
+            def call(*args):
+                calls[name] = calls.get(name, 0) + 1
+                return fn(*args)
+
+            return call
+
+    counting = Counting()
+    monkeypatch.setattr(store, "_lib", lambda: counting)
+    return calls
+
+
+def test_a_batch_of_small_values_is_read_in_the_call_that_finds_them(small_buffer_reader, monkeypatch):
+    """get_batch of values that fit the per-thread scratch buffer together
+    reads them in the call that looks them up (gs_get_packed), back to back
+    in key order; one byte more and the hits are finished into objects of
+    their own. Misses keep their places either way."""
+    from gostore import store as store_module
+
+    _, peer, reader = small_buffer_reader
+    sizes = [1, 4095, 4096, 70_000, 12_345]
+    sizes.append(store_module._PACKED - sum(sizes))  # the batch fills the scratch exactly
+    keys = [f"packed/{i}" for i in range(len(sizes))]
+    for i, (k, n) in enumerate(zip(keys, sizes)):
+        assert peer.put_pattern(k, n, 300 + i) == 0
+    want = [pattern(300 + i, n) for i, n in enumerate(sizes)]
+    calls = _count_native_calls(reader, monkeypatch, {"gs_get_packed", "gs_get_start", "gs_get_finish"})
+    got = reader.get_batch(keys[:3] + ["packed/missing"] + keys[3:])
+    assert got == want[:3] + [b""] + want[3:]
+    assert calls == {"gs_get_packed": 1}
+    # One byte past the scratch: looked up once, finished into new objects.
+    assert peer.put_pattern("packed/one-more", sizes[-1] + 1, 399) == 0
+    got = reader.get_batch(["packed/missing"] + keys[:-1] + ["packed/one-more"])
+    assert got == [b""] + want[:-1] + [pattern(399, sizes[-1] + 1)]
+    assert calls == {"gs_get_packed": 2, "gs_get_finish": 1}
+    # Only misses: nothing to read, nothing left pending.
+    assert reader.get_batch(["packed/missing", "packed/gone"]) == [b"", b""]
+    assert calls == {"gs_get_packed": 3, "gs_get_finish": 1}

@@ -495,3 +495,36 @@ def test_get_buffer_copies_live_in_the_local_buffer(master, client_process_facto
     off = lib._arena.alloc(4 * MiB)  # every copy gave its room back
     assert off == 0
     lib._arena.free(off, 4 * MiB)
+
+
+@pytest.mark.parametrize("cross", [True, False], ids=["cross-memory", "staged"])
+def test_a_batch_of_small_values_comes_back_in_one_round_trip(master, client_process_factory, store_factory,
+                                                               monkeypatch, cross):
+    """get_batch of values that fit the scratch buffer together is one call
+    to the server (gs_get_packed: looked up and read at once), whether the
+    server writes the application's memory itself or through the staging
+    area; a batch past the scratch buffer takes a second call to finish."""
+    from gostore import standalone
+    from gostore import store as store_module
+
+    monkeypatch.setattr(standalone, "CROSS_MEMORY", cross)
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=1 * MiB)
+    reader = store_factory(master)
+    lib = app._lib()
+    sizes = [3, 4096, 4096, 65_537, 777]
+    values = {f"one-rt-{i}": _pattern(80 + i, n) for i, n in enumerate(sizes)}
+    for k, v in values.items():
+        assert reader.put(k, v) == 0
+    keys = list(values)
+    assert app.get_size(keys[0]) == sizes[0]  # the session is up before counting
+    assert lib._cross == cross
+    frames = _count_fds(lib, monkeypatch)
+    assert app.get_batch(keys[:2] + ["one-rt-missing"] + keys[2:]) == (
+        [values[k] for k in keys[:2]] + [b""] + [values[k] for k in keys[2:]])
+    assert len(frames) == 1
+    big = _pattern(90, store_module._PACKED)
+    assert reader.put("one-rt-big", big) == 0
+    assert app.get_batch([keys[0], "one-rt-big"]) == [values[keys[0]], big]
+    assert len(frames) == 3
+    assert srv.alive()

@@ -38,6 +38,25 @@ func (p *Pending) Sizes() []int64 {
 	return out
 }
 
+// Packed lays the objects p found out back to back, in key order, in a
+// buffer of capacity bytes: object i starts at offsets[i] (a miss takes no
+// room). fits is false when they need more than capacity.
+func (p *Pending) Packed(capacity uint64) (offsets []uint64, fits bool) {
+	offsets = make([]uint64, len(p.res))
+	var next uint64
+	for i, r := range p.res {
+		offsets[i] = next
+		if r.Code != wire.OK {
+			continue
+		}
+		if r.Size > capacity-next {
+			return nil, false
+		}
+		next += r.Size
+	}
+	return offsets, true
+}
+
 // GetStart asks the master for the keys' replicas in one RPC (granting
 // leases) and registers this client as their reader until GetFinish or
 // Abort. An error means the whole call failed.

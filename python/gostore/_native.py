@@ -72,6 +72,9 @@ PROTOTYPES = {
     # h, key, key_len, scratch, cap, size_out(int64) -> 0 (in scratch) /
     # pending handle (larger than cap) / negative code
     "gs_get_one": (_i64, [_i64, c_char_p, c_int, c_uint64, c_uint64, _vp]),
+    # h, n, keys, key_lens, scratch, cap, zero_copy, sizes_out(int64),
+    # results(int64) -> 0 (packed in scratch) / pending handle / negative
+    "gs_get_packed": (_i64, [_i64, c_int, c_char_p, _vp, c_uint64, c_uint64, c_int, _vp, _vp]),
     # h, n, keys, key_lens, ptrs, sizes, nparts, zero_copy, results(int64)
     "gs_get_into_batch": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, _vp]),
     # h, n, keys, key_lens, ptrs_out(uint64), sizes_out(int64)

@@ -207,6 +207,12 @@ CALLS: Dict[str, Call] = {
         returns=False,
         cross_memory=True,
     ),
+    "gs_get_packed": Call(
+        _keys_n + (I, I, Z, O("q", N(1)), O("q", N(1))),
+        data=(Data(4, 5, WRITES),),
+        opens="pending",
+        cross_memory=True,
+    ),
     "gs_get_abort": Call((H, I), ends_pending=True, returns=False),
     "gs_get_one": Call((H, S, I, I, I, O("q", ONE())), data=(Data(3, 4, WRITES),), opens="one"),
     "gs_get_into_batch": Call(

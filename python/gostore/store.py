@@ -70,17 +70,22 @@ _DEFAULT_MASTER = "127.0.0.1:50051"
 _DEFAULT_LOCAL_HOSTNAME = "127.0.0.1"
 _DEFAULT_METADATA = "P2PHANDSHAKE"
 
-# get() copies values up to this size through a per-thread scratch buffer.
+# get() copies values up to this size through a per-thread scratch buffer,
+# get_batch() batches of values up to _PACKED bytes in all: one native call
+# (one round trip in standalone mode) and a copy out of the scratch buffer,
+# which costs less than a second call and an object allocated per value.
 _SCRATCH = 64 * 1024
+_PACKED = 256 * 1024
 _MAY_BE_DEVICE = _native.MAY_BE_DEVICE
 _tls = threading.local()
 
 
 def _scratch() -> Tuple[Any, int]:
-    """This thread's scratch buffer for get() and its address."""
+    """This thread's scratch buffer for get() and get_batch() (``_PACKED``
+    bytes) and its address."""
     s = getattr(_tls, "scratch", None)
     if s is None:
-        buf = (ctypes.c_char * _SCRATCH)()
+        buf = (ctypes.c_char * _PACKED)()
         s = _tls.scratch = (buf, ctypes.addressof(buf))
     return s
 
@@ -405,20 +410,50 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         return results.tolist()
 
     def _get_bytes(self, keys: List[bytes]) -> List[bytes]:
-        """One fresh ``bytes`` per hit, ``b""`` otherwise."""
-        return [b"" if v is None else v for v in self._get_fresh(keys, new_bytes)]
+        """One fresh ``bytes`` per hit, ``b""`` otherwise. Hits that fit the
+        scratch buffer together are read into it in the same call that looks
+        them up (gs_get_packed); larger ones are finished into new objects."""
+        lib = self._lib()
+        n = len(keys)
+        blob, lens = _pack_keys(keys)
+        sizes_out = array("q", bytes(8 * n))
+        results = array("q", bytes(8 * n))
+        scratch = _scratch()[1]
+        pending = lib.gs_get_packed(
+            self._h(), n, blob, _addr(lens), scratch, _PACKED, 0, _addr(sizes_out), _addr(results)
+        )
+        if pending < 0:
+            return [b""] * n
+        if pending > 0:
+            return [b"" if v is None else v for v in self._finish_fresh(pending, sizes_out, new_bytes)]
+        out: List[bytes] = []
+        at = scratch
+        for size, got in zip(sizes_out, results):
+            if size <= 0:
+                out.append(b"")
+                continue
+            out.append(ctypes.string_at(at, size) if got == size else b"")
+            at += size
+        return out
 
     def _get_fresh(self, keys: List[bytes], alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
         """gs_get_start, one object from ``alloc(size) -> (obj, address)`` per
         hit, gs_get_finish straight into them; None for misses and errors."""
-        lib = self._lib()
-        h = self._h()
         n = len(keys)
         blob, lens = _pack_keys(keys)
         sizes_out = array("q", bytes(8 * n))
-        pending = lib.gs_get_start(h, n, blob, _addr(lens), _addr(sizes_out))
+        pending = self._lib().gs_get_start(self._h(), n, blob, _addr(lens), _addr(sizes_out))
         if pending <= 0:
             return [None] * n
+        return self._finish_fresh(pending, sizes_out, alloc)
+
+    def _finish_fresh(self, pending: int, sizes_out: array, alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
+        """Finish get ``pending`` (sizes ``sizes_out``) into one object from
+        ``alloc`` per hit; None for misses and errors. Aborts it when an
+        allocation fails."""
+        lib = self._lib()
+        h = self._h()
+        n = len(sizes_out)
         finished = False
         try:
             outs: List[Any] = [None] * n
