@@ -729,6 +729,63 @@ class Worker:
             m.close()
         self.limits["fresh_memory"] = {"gbps": max(samples), "samples": samples, "bytes": n}
 
+    def measure_cross_memory(self) -> None:
+        """Reference only (standalone pass): the copy gostore-client makes
+        into an application's own memory, process_vm_writev, here from one
+        buffer of this process into another (the same kernel path: it pins
+        the destination's pages a few at a time), one thread per core as
+        the server's library does. What copying reads in standalone mode
+        are bound by, where zero-copy ones are bound by memcpy."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        pvm = libc.process_vm_writev
+        pvm.restype = ctypes.c_ssize_t
+        pvm.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                        ctypes.c_ulong]
+
+        class Iovec(ctypes.Structure):
+            _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+        span = 64 * MiB
+        bufs = [mmap.mmap(-1, span) for _ in range(2)]
+        views = [(ctypes.c_char * span).from_buffer(b) for b in bufs]
+        src, dst = (ctypes.addressof(v) for v in views)
+        ctypes.memset(src, 1, span)
+        ctypes.memset(dst, 2, span)
+        pid, workers = os.getpid(), max(1, os.cpu_count() or 1)
+        failed: List[int] = []
+
+        def copy(offs: List[int], size: int) -> None:
+            for off in offs:
+                local, remote = Iovec(src + off, size), Iovec(dst + off, size)
+                if pvm(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) != size:
+                    failed.append(ctypes.get_errno())
+                    return
+
+        out: Dict[str, Any] = {}
+        for size in SIZES:
+            if size < MiB:
+                continue
+            rounds = max(1, (128 if self.quick else 512) * MiB // span)
+            offs = list(range(0, span, size))
+            best = 0.0
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _r in range(rounds):
+                    ts = [threading.Thread(target=copy, args=(offs[w::workers], size)) for w in range(workers)]
+                    for t in ts:
+                        t.start()
+                    for t in ts:
+                        t.join()
+                best = max(best, rounds * span / (time.perf_counter() - t0) / 1e9)
+            out[str(size)] = {"gbps": best, "threads": workers}
+        del views
+        for b in bufs:
+            b.close()
+        if failed:
+            log(f"  cross-memory probe failed (errno {failed[0]}): not measured")
+            return
+        self.limits["cross_memory"] = out
+
     def limit_for(self, size: int) -> Tuple[str, float]:
         """The cell's limit; 0 when this pass measured none (Mooncake's pass:
         the parent fills in the tcp pass's figures)."""
@@ -986,6 +1043,8 @@ class Worker:
             else:
                 self.measure_limits()
                 self.measure_fresh_memory()
+                if client is not None:
+                    self.measure_cross_memory()
             arena = BATCH * max(SIZES)
             self.store = st = MooncakeDistributedStore()
             local_buffer = LOCAL_BUFFER[self.store_kind]
@@ -1167,9 +1226,10 @@ def compare_mooncake(cells: List[Dict[str, Any]], mc_cells: List[Dict[str, Any]]
 
 
 def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
-                     mc_cells: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+                     mc_cells: Optional[List[Dict[str, Any]]] = None,
+                     limits: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """Targets, evaluated on this run's cells. ``mc_cells``: Mooncake's (None
-    when its pass did not run)."""
+    when its pass did not run); ``limits``: each pass's, for the detail lines."""
     out: List[Dict[str, Any]] = []
 
     def add(name: str, cell: Optional[Dict[str, Any]], measured: Optional[float], unit: str,
@@ -1215,10 +1275,13 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
             if cb is not None and zb is not None:
                 share = 100.0 * cb["gbps"] / zb["gbps"] if zb["gbps"] > 0 else None
                 first = ", ".join(f"{t:.1f}" for t in cb.get("first_calls_ms") or [])
+                cross = (((limits or {}).get(tr) or {}).get("cross_memory") or {}).get(str(size))
+                bound = (f"; cross-memory copy limit {cross['gbps']:.2f} GB/s "
+                         f"({100 * cb['gbps'] / cross['gbps']:.0f}% of it)") if cross and cross["gbps"] > 0 else ""
                 add(f"{tr}: get_batch 32x{fmt_size(size)} >= 80% of batch_get_into", cb, share,
                     "% of zero-copy", ">=", 80.0,
                     f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%); first two calls "
-                    f"(fresh memory, warm-up) {first} ms", also=zb)
+                    f"(fresh memory, warm-up) {first} ms{bound}", also=zb)
 
     # The issue's targets on the TCP path (Mooncake's wheel moves bytes over
     # TCP here, so its cells compare with the tcp rows).
@@ -1282,6 +1345,11 @@ def print_report(doc: Dict[str, Any]) -> None:
                   f"{lo:.2f}-{fresh['gbps']:.2f} GB/s in {len(fresh['samples'])} new mappings of "
                   f"{fmt_size(fresh['bytes'])}: {BATCH * max(SIZES) / fresh['gbps'] / 1e6:.0f}-"
                   f"{BATCH * max(SIZES) / lo / 1e6:.0f} ms for {BATCH} x {fmt_size(max(SIZES))} of fresh objects")
+        cross = lim.get("cross_memory")
+        if cross:
+            print("   reference only: cross-memory copy (process_vm_writev, what gostore-client's copying reads "
+                  f"into the application's memory make; {next(iter(cross.values()))['threads']} threads) "
+                  + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in cross.items()) + " GB/s")
         firsts = [c for c in rows if c["op"] == "get" and c["api"] == "copy" and c.get("first_calls_ms")]
         if firsts:
             print("   copying gets' first two calls, warm-up outside the figures (they fault in fresh memory for "
@@ -1458,7 +1526,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "tcp" in failed and not mc_conf["skipped"]:
         mc_conf["skipped"] = "gostore's tcp pass failed"
     doc["targets"] = evaluate_targets(doc["cells"], [t for t in transports if t not in failed],
-                                      None if mc_conf["skipped"] else doc["mooncake"])
+                                      None if mc_conf["skipped"] else doc["mooncake"], doc["limits"])
     doc["total_s"] = time.perf_counter() - t0
     print_report(doc)
     print(f"\ntotal {doc['total_s']:.1f} s" + (f"; FAILED passes: {failed}" if failed else ""))
