@@ -88,6 +88,7 @@ METHOD = {
     ("get", "copy", True): "get_batch",
     ("get", "zero_copy", False): "get_into",
     ("get", "zero_copy", True): "batch_get_into",
+    ("get", "buffer", True): "batch_get_buffer",  # a get cell only, on get_batch's keys
 }
 
 # Value pattern: byte at arena offset a is PAT[a % PERIOD]; a prime period so
@@ -935,7 +936,7 @@ class Worker:
         # reuse what the previous ones freed, see gostore._heap): both are
         # warm-up, their times kept apart as first_calls_ms. A zero-copy
         # read's destination was faulted in before the cell.
-        warmups = 2 if api == "copy" else 1
+        warmups = 1 if api == "zero_copy" else 2
         it = -warmups
         while True:
             if it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls)):
@@ -954,6 +955,14 @@ class Worker:
                 res = [len(v) for v in vals]  # b"" is a miss or an error
                 reads = [bytes(v[:STAMP]) for v in vals], [
                     [bytes(v[w:w + WIN]) for w in wins] for v in vals]
+            elif api == "buffer":
+                t0 = time.perf_counter_ns()
+                vals = st.batch_get_buffer(keys)
+                dt = time.perf_counter_ns() - t0
+                # ptr() and size(): what both stores' buffer handles have.
+                res = [0 if v is None else v.size() for v in vals]
+                reads = [b"" if v is None else ctypes.string_at(v.ptr(), STAMP) for v in vals], [
+                    [b"" if v is None else ctypes.string_at(v.ptr() + w, WIN) for w in wins] for v in vals]
             else:
                 # Poison the sampled bytes of the destination so that a call
                 # that writes nothing cannot pass verification.
@@ -1101,8 +1110,14 @@ class Worker:
                         pc.load = mon.foreign()
                         gc = self.run_get(api, batch, size, groups)
                         gc.load = mon.foreign()
+                        done = [pc, gc]
+                        if api == "copy" and batch > 1:  # the other copying batch read, same keys
+                            mon.snap()
+                            bc = self.run_get("buffer", batch, size, groups)
+                            bc.load = mon.foreign()
+                            done.append(bc)
                         lname, lgbps = self.limit_for(size)
-                        for c in (pc, gc):
+                        for c in done:
                             r = c.result(lname, lgbps)
                             cells.append(r)
                             log(f"  [{tag}] {r['method']:<15}{batch:>3} x {fmt_size(size):>7}: "
@@ -1270,15 +1285,15 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
             add(f"{tr}: get 4 KiB p50 <= 60 us", c, c["p50_us"], "us", "<=", 60.0,
                 f"p50 {c['p50_us']:.1f} us, p99 {c['p99_us']:.1f} us")
         # Copying batch reads should cost little more than zero-copy ones.
-        for size in SIZES:
-            cb, zb = find(cells, tr, "get_batch", BATCH, size), find(cells, tr, "batch_get_into", BATCH, size)
+        for size, copying in ((s, m) for s in SIZES for m in ("get_batch", "batch_get_buffer")):
+            cb, zb = find(cells, tr, copying, BATCH, size), find(cells, tr, "batch_get_into", BATCH, size)
             if cb is not None and zb is not None:
                 share = 100.0 * cb["gbps"] / zb["gbps"] if zb["gbps"] > 0 else None
                 first = ", ".join(f"{t:.1f}" for t in cb.get("first_calls_ms") or [])
                 cross = (((limits or {}).get(tr) or {}).get("cross_memory") or {}).get(str(size))
                 bound = (f"; cross-memory copy limit {cross['gbps']:.2f} GB/s "
                          f"({100 * cb['gbps'] / cross['gbps']:.0f}% of it)") if cross and cross["gbps"] > 0 else ""
-                add(f"{tr}: get_batch 32x{fmt_size(size)} >= 80% of batch_get_into", cb, share,
+                add(f"{tr}: {copying} 32x{fmt_size(size)} >= 80% of batch_get_into", cb, share,
                     "% of zero-copy", ">=", 80.0,
                     f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%); first two calls "
                     f"(fresh memory, warm-up) {first} ms{bound}", also=zb)
@@ -1350,7 +1365,7 @@ def print_report(doc: Dict[str, Any]) -> None:
             print("   reference only: cross-memory copy (process_vm_writev, what gostore-client's copying reads "
                   f"into the application's memory make; {next(iter(cross.values()))['threads']} threads) "
                   + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in cross.items()) + " GB/s")
-        firsts = [c for c in rows if c["op"] == "get" and c["api"] == "copy" and c.get("first_calls_ms")]
+        firsts = [c for c in rows if c["op"] == "get" and c["api"] != "zero_copy" and c.get("first_calls_ms")]
         if firsts:
             print("   copying gets' first two calls, warm-up outside the figures (they fault in fresh memory for "
                   "the objects returned; later calls reuse it): "

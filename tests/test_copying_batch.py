@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import MiB, pattern
+from gostore._buffers import SCRATCH_BYTES
 
 OBJ = 2 * MiB
 N = 12  # 24 MiB per batch against a 4 MiB local buffer
@@ -123,11 +124,9 @@ def test_a_batch_of_small_values_is_read_in_the_call_that_finds_them(small_buffe
     reads them in the call that looks them up (gs_get_packed), back to back
     in key order; one byte more and the hits are finished into objects of
     their own. Misses keep their places either way."""
-    from gostore import store as store_module
-
     _, peer, reader = small_buffer_reader
     sizes = [1, 4095, 4096, 70_000, 12_345]
-    sizes.append(store_module._PACKED - sum(sizes))  # the batch fills the scratch exactly
+    sizes.append(SCRATCH_BYTES - sum(sizes))  # the batch fills the scratch exactly
     keys = [f"packed/{i}" for i in range(len(sizes))]
     for i, (k, n) in enumerate(zip(keys, sizes)):
         assert peer.put_pattern(k, n, 300 + i) == 0
@@ -144,3 +143,26 @@ def test_a_batch_of_small_values_is_read_in_the_call_that_finds_them(small_buffe
     # Only misses: nothing to read, nothing left pending.
     assert reader.get_batch(["packed/missing", "packed/gone"]) == [b"", b""]
     assert calls == {"gs_get_packed": 3, "gs_get_finish": 1}
+
+
+def test_a_batch_of_small_tensors_is_read_in_one_call_into_one_block(small_buffer_reader, monkeypatch):
+    """batch_get_tensor of tensors that fit the scratch buffer together is
+    one native call; the tensors are views of one array holding them all
+    (one allocation, one copy). Past the scratch, each gets its own."""
+    _, peer, reader = small_buffer_reader
+    arrays = [np.arange(n, dtype=dt) * 3 for n, dt in ((5, np.int64), (1000, np.float32), (7, np.uint8))]
+    keys = [f"ptensor/{i}" for i in range(len(arrays))]
+    assert reader.batch_put_tensor(keys, arrays) == [0] * len(arrays)
+    calls = _count_native_calls(reader, monkeypatch, {"gs_get_packed", "gs_get_start", "gs_get_finish"})
+    got = reader.batch_get_tensor([keys[0], "ptensor/missing", keys[1], keys[2]])
+    assert got[1] is None
+    for t, a in zip([got[0], got[2], got[3]], arrays):
+        assert t.dtype == a.dtype and np.array_equal(t, a)
+    assert calls == {"gs_get_packed": 1}
+    assert got[0].base is not None and got[0].base is got[3].base
+    big = np.arange(SCRATCH_BYTES // 8, dtype=np.int64)
+    assert reader.put_tensor("ptensor/big", big) == 0
+    got = reader.batch_get_tensor([keys[1], "ptensor/big"])
+    assert np.array_equal(got[0], arrays[1]) and np.array_equal(got[1], big)
+    assert calls == {"gs_get_packed": 2, "gs_get_finish": 1}
+    assert not np.shares_memory(got[0], got[1])

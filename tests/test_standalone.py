@@ -500,12 +500,13 @@ def test_get_buffer_copies_live_in_the_local_buffer(master, client_process_facto
 @pytest.mark.parametrize("cross", [True, False], ids=["cross-memory", "staged"])
 def test_a_batch_of_small_values_comes_back_in_one_round_trip(master, client_process_factory, store_factory,
                                                                monkeypatch, cross):
-    """get_batch of values that fit the scratch buffer together is one call
-    to the server (gs_get_packed: looked up and read at once), whether the
-    server writes the application's memory itself or through the staging
-    area; a batch past the scratch buffer takes a second call to finish."""
+    """get_batch and batch_get_buffer of values that fit the scratch buffer
+    together are one call to the server (gs_get_packed: looked up and read
+    at once), whether the server writes the application's memory itself or
+    through the staging area; a batch past the scratch buffer takes a
+    second call to finish."""
     from gostore import standalone
-    from gostore import store as store_module
+    from gostore._buffers import SCRATCH_BYTES
 
     monkeypatch.setattr(standalone, "CROSS_MEMORY", cross)
     srv = client_process_factory(master)
@@ -523,8 +524,17 @@ def test_a_batch_of_small_values_comes_back_in_one_round_trip(master, client_pro
     assert app.get_batch(keys[:2] + ["one-rt-missing"] + keys[2:]) == (
         [values[k] for k in keys[:2]] + [b""] + [values[k] for k in keys[2:]])
     assert len(frames) == 1
-    big = _pattern(90, store_module._PACKED)
+    # batch_get_buffer too: one round trip, copies in the local buffer.
+    bufs = app.batch_get_buffer(["one-rt-missing"] + keys)
+    assert bufs[0] is None and [bytes(b) for b in bufs[1:]] == [values[k] for k in keys]
+    assert all(lib._staging.contains(b.ptr(), b.size()) for b in bufs[1:])
+    assert len(frames) == 2
+    del bufs
+    big = _pattern(90, SCRATCH_BYTES)
     assert reader.put("one-rt-big", big) == 0
     assert app.get_batch([keys[0], "one-rt-big"]) == [values[keys[0]], big]
-    assert len(frames) == 3
+    assert len(frames) == 4
+    bufs = app.batch_get_buffer([keys[0], "one-rt-big"])
+    assert [bytes(b) for b in bufs] == [values[keys[0]], big]
+    assert len(frames) == 6
     assert srv.alive()

@@ -50,6 +50,7 @@ from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _shm, hostmem
+from ._buffers import SCRATCH_BYTES, new_bytes, scratch_buffer
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
@@ -339,35 +340,51 @@ class RemoteLibrary:
 
     def gs_get_buffers(self, h: int, n: int, keys: bytes, lens: int, ptrs_out: int, sizes_out: int) -> None:
         """get_buffer: a copy per object in this process's memory, released
-        by gs_free_buffer."""
+        by gs_free_buffer. Objects that fit the thread's scratch buffer
+        together come back in one round trip (read into the scratch, then
+        copied into their rooms); larger ones in two (their sizes, then the
+        read straight into their rooms)."""
         sizes = array("q", bytes(8 * n))
-        pending = self.gs_get_start(h, n, keys, lens, sizes.buffer_info()[0])
+        results = array("q", bytes(8 * n))
+        scratch = scratch_buffer()
+        pending = self.gs_get_packed(h, n, keys, lens, scratch, SCRATCH_BYTES, 0,
+                                     sizes.buffer_info()[0], results.buffer_info()[0])
         out_p = (ctypes.c_uint64 * n).from_address(ptrs_out)
         out_s = (ctypes.c_int64 * n).from_address(sizes_out)
         for i in range(n):
             out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
-        if pending <= 0:
+        if pending < 0:
             return
         # Each copy lives in the local buffer when it has room (lent until
         # gs_free_buffer, as the library lends its own: the server reads
-        # straight into it), else in this process's memory (staged).
+        # straight into it), else in this process's memory.
         addrs = [0] * n
         held: List[Any] = [None] * n  # what self._buffers keeps of each copy
         ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
+        packed = scratch
         for i, size in enumerate(sizes):
-            if size > 0:
-                off = self._arena.alloc(size) if self._staging is not None else None
-                if off is not None:
-                    addrs[i], held[i] = self._staging.addr + off, (off, size, None)  # type: ignore[union-attr]
-                else:
-                    mem = (ctypes.c_char * size)()
-                    addrs[i], held[i] = ctypes.addressof(mem), (-1, size, mem)
+            if size <= 0 or (pending == 0 and results[i] != size):
+                packed += max(size, 0)
+                continue
+            off = self._arena.alloc(size) if self._staging is not None else None
+            if off is not None:
+                addrs[i], held[i] = self._staging.addr + off, (off, size, None)  # type: ignore[union-attr]
+            else:
+                # Uninitialized (a ctypes array is zeroed first: a second
+                # pass over every byte), and from malloc, whose freed
+                # memory the next batch reuses (_heap).
+                mem, addrs[i] = new_bytes(size)
+                held[i] = (-1, size, mem)
+            if pending == 0:
+                ctypes.memmove(addrs[i], packed, size)
+                packed += size
+            else:
                 ptrs.append(addrs[i])
                 lens_.append(size)
                 nparts[i] = 1
-        results = array("q", bytes(8 * n))
-        self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
-                           nparts.buffer_info()[0], 0, results.buffer_info()[0])
+        if pending > 0:
+            self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
+                               nparts.buffer_info()[0], 0, results.buffer_info()[0])
         for i in range(n):
             if held[i] is not None and results[i] == sizes[i]:
                 self._buffers[addrs[i]] = held[i]

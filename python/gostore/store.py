@@ -27,7 +27,7 @@ from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
-from ._buffers import BufferPins, new_bytes
+from ._buffers import SCRATCH_BYTES, BufferPins, new_bytes, scratch_buffer
 from ._heap import keep_freed_results
 from .buffer import GostoreBuffer, wrap as _wrap_buffer
 from .config import ReplicateConfig
@@ -70,24 +70,10 @@ _DEFAULT_MASTER = "127.0.0.1:50051"
 _DEFAULT_LOCAL_HOSTNAME = "127.0.0.1"
 _DEFAULT_METADATA = "P2PHANDSHAKE"
 
-# get() copies values up to this size through a per-thread scratch buffer,
-# get_batch() batches of values up to _PACKED bytes in all: one native call
-# (one round trip in standalone mode) and a copy out of the scratch buffer,
-# which costs less than a second call and an object allocated per value.
+# get() copies values up to this size through the thread's scratch buffer
+# (gostore._buffers.scratch_buffer, whose SCRATCH_BYTES get_batch() fills).
 _SCRATCH = 64 * 1024
-_PACKED = 256 * 1024
 _MAY_BE_DEVICE = _native.MAY_BE_DEVICE
-_tls = threading.local()
-
-
-def _scratch() -> Tuple[Any, int]:
-    """This thread's scratch buffer for get() and get_batch() (``_PACKED``
-    bytes) and its address."""
-    s = getattr(_tls, "scratch", None)
-    if s is None:
-        buf = (ctypes.c_char * _PACKED)()
-        s = _tls.scratch = (buf, ctypes.addressof(buf))
-    return s
 
 
 # setup()'s parameters in Mooncake's positional order: the first seven are
@@ -409,26 +395,31 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         )
         return results.tolist()
 
+    def _get_packed(self, keys: List[bytes]) -> Tuple[int, array, array, int]:
+        """gs_get_packed into this thread's scratch buffer: (0 or a pending
+        get or a negative code, sizes, results, the scratch's address). At
+        0 the hits were read into the scratch back to back, in key order."""
+        n = len(keys)
+        blob, lens = _pack_keys(keys)
+        sizes = array("q", bytes(8 * n))
+        results = array("q", bytes(8 * n))
+        scratch = scratch_buffer()
+        pending = self._lib().gs_get_packed(
+            self._h(), n, blob, _addr(lens), scratch, SCRATCH_BYTES, 0, _addr(sizes), _addr(results)
+        )
+        return pending, sizes, results, scratch
+
     def _get_bytes(self, keys: List[bytes]) -> List[bytes]:
         """One fresh ``bytes`` per hit, ``b""`` otherwise. Hits that fit the
         scratch buffer together are read into it in the same call that looks
-        them up (gs_get_packed); larger ones are finished into new objects."""
-        lib = self._lib()
-        n = len(keys)
-        blob, lens = _pack_keys(keys)
-        sizes_out = array("q", bytes(8 * n))
-        results = array("q", bytes(8 * n))
-        scratch = _scratch()[1]
-        pending = lib.gs_get_packed(
-            self._h(), n, blob, _addr(lens), scratch, _PACKED, 0, _addr(sizes_out), _addr(results)
-        )
+        them up; larger ones are finished into new objects."""
+        pending, sizes, results, at = self._get_packed(keys)
         if pending < 0:
-            return [b""] * n
+            return [b""] * len(keys)
         if pending > 0:
-            return [b"" if v is None else v for v in self._finish_fresh(pending, sizes_out, new_bytes)]
+            return [b"" if v is None else v for v in self._finish_fresh(pending, sizes, new_bytes)]
         out: List[bytes] = []
-        at = scratch
-        for size, got in zip(sizes_out, results):
+        for size, got in zip(sizes, results):
             if size <= 0:
                 out.append(b"")
                 continue
@@ -437,15 +428,31 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         return out
 
     def _get_fresh(self, keys: List[bytes], alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
-        """gs_get_start, one object from ``alloc(size) -> (obj, address)`` per
-        hit, gs_get_finish straight into them; None for misses and errors."""
-        n = len(keys)
-        blob, lens = _pack_keys(keys)
-        sizes_out = array("q", bytes(8 * n))
-        pending = self._lib().gs_get_start(self._h(), n, blob, _addr(lens), _addr(sizes_out))
-        if pending <= 0:
-            return [None] * n
-        return self._finish_fresh(pending, sizes_out, alloc)
+        """One object per hit from ``alloc(size) -> (obj, address)``, None for
+        misses and errors. Hits that fit the scratch buffer together are
+        read with their lookup and copied into one ``alloc(total)`` object,
+        each hit a slice of it (so ``alloc``'s objects must slice into
+        views, as numpy arrays do); larger ones are finished into an object
+        each."""
+        pending, sizes, results, at = self._get_packed(keys)
+        if pending < 0:
+            return [None] * len(keys)
+        if pending > 0:
+            return self._finish_fresh(pending, sizes, alloc)
+        total = sum(s for s in sizes if s > 0)
+        if total == 0:
+            return [None] * len(keys)
+        block, addr = alloc(total)
+        ctypes.memmove(addr, at, total)
+        out: List[Any] = []
+        off = 0
+        for size, got in zip(sizes, results):
+            if size <= 0:
+                out.append(None)
+                continue
+            out.append(block[off:off + size] if got == size else None)
+            off += size
+        return out
 
     def _finish_fresh(self, pending: int, sizes_out: array, alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
         """Finish get ``pending`` (sizes ``sizes_out``) into one object from
@@ -749,13 +756,13 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         # thread's scratch buffer and is copied into the bytes returned; a
         # larger one comes back as a pending get, finished straight into a
         # fresh bytes object (same single RPC either way).
-        scratch = _scratch()
+        scratch = scratch_buffer()
         size = array("q", [0])
         lib = self._lib()
         h = self._h()
-        r = lib.gs_get_one(h, k, len(k), scratch[1], _SCRATCH, _addr(size))
+        r = lib.gs_get_one(h, k, len(k), scratch, _SCRATCH, _addr(size))
         if r == 0:
-            return ctypes.string_at(scratch[1], size[0])
+            return ctypes.string_at(scratch, size[0])
         if r < 0:
             return b""
         return self._finish_one(h, r, size[0])

@@ -72,6 +72,7 @@ CPU where no GPU is.
 from __future__ import annotations
 
 import ast
+import functools
 import struct
 from typing import Any, List, NamedTuple, Optional, Tuple
 
@@ -265,6 +266,10 @@ def _mc_header(kind: int, descr: str, shape: Tuple[int, ...], nbytes: int, flags
     return head + axes + bytes(MC_HEADER_SIZE - len(head) - len(axes))
 
 
+# The dimension slots past a tensor's ndim, as Mooncake fills them (-1).
+_MC_UNUSED = [(-1,) * (_MC_DIMS - ndim) for ndim in range(_MC_DIMS + 1)]
+
+
 def _mc_decode(mv: memoryview, total: int) -> Optional[Header]:
     """The Mooncake-form header at the start of ``mv``, checked as
     Mooncake checks it, or None."""
@@ -276,8 +281,8 @@ def _mc_decode(mv: memoryview, total: int) -> Optional[Header]:
     if (version != MC_VERSION or size != MC_HEADER_SIZE or not 0 <= dtype < len(MC_DTYPES)
             or not 0 <= ndim <= _MC_DIMS or naxes > _MC_AXES or kind > _MC_SHARD
             or not MC_HEADER_SIZE <= offset <= total or nbytes != total - offset
-            or any(n < 0 for n in whole + shape)
-            or any(n != -1 for n in fields[ndim:_MC_DIMS] + fields[_MC_DIMS + ndim:2 * _MC_DIMS])):
+            or (ndim and min(min(whole), min(shape)) < 0)
+            or fields[ndim:_MC_DIMS] != _MC_UNUSED[ndim] or fields[_MC_DIMS + ndim:2 * _MC_DIMS] != _MC_UNUSED[ndim]):
         return None
     count = 1
     for n in shape:
@@ -468,7 +473,10 @@ def decode_header(buf: Any, total: Optional[int] = None) -> Optional[Header]:
     return Header(kind, descr, shape, nbytes, offset, flags, layout)
 
 
+@functools.lru_cache(maxsize=256)
 def _numpy_dtype(descr: str) -> Any:
+    """The numpy dtype a header's ``descr`` names (cached: a batch of
+    tensors names a few dtypes many times)."""
     np = _np()
     spec: Any = ast.literal_eval(descr) if descr.startswith("[") else descr
     return np.lib.format.descr_to_dtype(spec)
