@@ -89,7 +89,14 @@ METHOD = {
     ("get", "zero_copy", False): "get_into",
     ("get", "zero_copy", True): "batch_get_into",
     ("get", "buffer", True): "batch_get_buffer",  # a get cell only, on get_batch's keys
+    ("get", "tensor", True): "batch_get_tensor",  # and the tensor reads, on tensors of their own
+    ("get", "tensor_into", True): "batch_get_tensor_into",
 }
+
+# Room for a tensor object's header in each destination slot of
+# batch_get_tensor_into (gostore's headers and Mooncake's are a few hundred
+# bytes).
+TENSOR_ROOM = 4 * KiB
 
 # Value pattern: byte at arena offset a is PAT[a % PERIOD]; a prime period so
 # that a value read from the wrong offset does not match by accident. The
@@ -1010,6 +1017,82 @@ class Worker:
             it += 1
         return cell
 
+    def run_tensor_gets(self, size: int, mon: "CpuMon") -> List[Cell]:
+        """batch_get_tensor against batch_get_tensor_into, its zero-copy
+        form: BATCH uint8 tensors of ``size`` bytes of the source pattern,
+        stored (untimed) under two groups of fresh keys with
+        batch_put_tensor. Each result must be a tensor of the right length
+        whose sampled bytes are the pattern; batch_get_tensor_into's slots
+        have their first bytes (the header) zeroed before each call, so a
+        call that writes nothing cannot pass."""
+        if self.store_kind == "mooncake":
+            return []  # Mooncake's tensor calls take torch tensors, which this virtualenv lacks
+        import numpy as np
+
+        st, src, dst = self.store, self.src, self.dst
+        assert src is not None and dst is not None
+        cells = [Cell(self.store_kind, self.transport, "get", api, BATCH, size) for api in ("tensor", "tensor_into")]
+        self.reset_segment()
+        tensors = [np.frombuffer(src.view[j * size:(j + 1) * size], dtype=np.uint8) for j in range(BATCH)]
+        groups = []
+        for g in range(2):
+            keys = [f"{self.run_id}/t{size}-{g}/{j}" for j in range(BATCH)]
+            rcs = st.batch_put_tensor(keys, tensors)
+            if any(rcs):
+                for c in cells:
+                    c.notes.append(f"batch_put_tensor failed: {[r for r in rcs if r][:3]}")
+                return cells
+            groups.append(keys)
+        self.used += 2 * BATCH * size
+        slot = size + TENSOR_ROOM
+        ptrs = [dst.addr + j * slot for j in range(BATCH)]
+        wins = [0] + windows(size)
+        for cell in cells:
+            mon.snap()
+            max_calls = self.budget.calls(size, BATCH)
+            min_calls = self.budget.min_calls(size, BATCH)
+            t_end = time.perf_counter() + self.budget.cell_s
+            it = -2 if cell.api == "tensor" else -1  # warm-up, as run_get
+            while True:
+                if it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls)):
+                    break
+                keys = groups[(it + 2) % 2]
+                if cell.api == "tensor":
+                    t0 = time.perf_counter_ns()
+                    out = st.batch_get_tensor(keys)
+                    dt = time.perf_counter_ns() - t0
+                else:
+                    for p in ptrs:
+                        ctypes.memset(p, 0, min(slot, 2 * TENSOR_ROOM))
+                    t0 = time.perf_counter_ns()
+                    out = st.batch_get_tensor_into(keys, ptrs, [slot] * BATCH)
+                    dt = time.perf_counter_ns() - t0
+                bad: List[Any] = []
+                vfail = 0
+                for j, t in enumerate(out):
+                    if t is None or isinstance(t, int):
+                        bad.append("none" if t is None else t)
+                        continue
+                    a = np.asarray(t)
+                    if a.nbytes != size or any(a[w:w + (STAMP if w == 0 else WIN)].tobytes()
+                                               != expected(j * size, w, STAMP if w == 0 else WIN) for w in wins):
+                        vfail += 1
+                if it >= 0:
+                    cell.lat_ns.append(dt)
+                    cell.keys += BATCH
+                    cell.verified += BATCH - len(bad)
+                    cell.verify_failures += vfail
+                    for c in bad:
+                        cell.code(c)
+                else:
+                    cell.first_ns.append(dt)
+                    if bad or vfail:
+                        cell.notes.append(f"warm-up get failed: codes {bad[:3]}, {vfail} verify failures")
+                it += 1
+            out = None
+            cell.load = mon.foreign()
+        return cells
+
     # ---- the pass -------------------------------------------------------------
 
     def run(self) -> Dict[str, Any]:
@@ -1055,12 +1138,13 @@ class Worker:
                 if client is not None:
                     self.measure_cross_memory()
             arena = BATCH * max(SIZES)
+            dst_arena = arena + BATCH * TENSOR_ROOM  # a tensor's header beside its data
             self.store = st = MooncakeDistributedStore()
             local_buffer = LOCAL_BUFFER[self.store_kind]
             self.info["local_buffer_size"] = local_buffer
             if client is not None:
-                rc = st.setup_dummy(2 * arena, 64 * MiB, client.server_address)
-                at = [st.alloc_from_mem_pool(arena) for _ in range(2)]
+                rc = st.setup_dummy(arena + dst_arena + MiB, 64 * MiB, client.server_address)
+                at = [st.alloc_from_mem_pool(n) for n in (arena, dst_arena)]
                 if rc != 0 or not all(at):
                     raise RuntimeError(f"setup_dummy failed: {rc}, pool {at}")
             else:
@@ -1069,7 +1153,7 @@ class Worker:
                 if rc != 0:
                     raise RuntimeError(f"setup failed: {rc}")
             self.src = Arena(arena, fill=True, at=at[0])
-            self.dst = Arena(arena, fill=False, at=at[1])
+            self.dst = Arena(dst_arena, fill=False, at=at[1])
             self.measure_cold_memcpy()
             self.info["load_limits"] = mon.foreign()
             for a in (self.src, self.dst):
@@ -1116,11 +1200,13 @@ class Worker:
                             bc = self.run_get("buffer", batch, size, groups)
                             bc.load = mon.foreign()
                             done.append(bc)
+                        if api == "zero_copy" and batch > 1:
+                            done += self.run_tensor_gets(size, mon)
                         lname, lgbps = self.limit_for(size)
                         for c in done:
                             r = c.result(lname, lgbps)
                             cells.append(r)
-                            log(f"  [{tag}] {r['method']:<15}{batch:>3} x {fmt_size(size):>7}: "
+                            log(f"  [{tag}] {r['method']:<21}{batch:>3} x {fmt_size(size):>7}: "
                                 f"{r['gbps']:7.2f} GB/s {r['keys_per_s']:>10.0f} keys/s "
                                 f"p50 {r['p50_us']:9.1f} us  ({r['calls']} calls, {r['errors']} errors, "
                                 f"{r['verify_failures']} bad, background cpu {100 * c.load['foreign']:.0f}%)")
@@ -1298,6 +1384,16 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
                     f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%); first two calls "
                     f"(fresh memory, warm-up) {first} ms{bound}", also=zb)
 
+        for size in SIZES:
+            cb, zb = find(cells, tr, "batch_get_tensor", BATCH, size), find(cells, tr, "batch_get_tensor_into", BATCH, size)
+            if cb is not None and zb is not None:
+                share = 100.0 * cb["gbps"] / zb["gbps"] if zb["gbps"] > 0 else None
+                first = ", ".join(f"{t:.1f}" for t in cb.get("first_calls_ms") or [])
+                add(f"{tr}: batch_get_tensor 32x{fmt_size(size)} >= 80% of batch_get_tensor_into", cb, share,
+                    "% of zero-copy", ">=", 80.0,
+                    f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%); first two calls "
+                    f"(fresh memory, warm-up) {first} ms", also=zb)
+
     # The issue's targets on the TCP path (Mooncake's wheel moves bytes over
     # TCP here, so its cells compare with the tcp rows).
     if "tcp" in transports:
@@ -1365,7 +1461,8 @@ def print_report(doc: Dict[str, Any]) -> None:
             print("   reference only: cross-memory copy (process_vm_writev, what gostore-client's copying reads "
                   f"into the application's memory make; {next(iter(cross.values()))['threads']} threads) "
                   + ", ".join(f"{fmt_size(int(s))} {v['gbps']:.2f}" for s, v in cross.items()) + " GB/s")
-        firsts = [c for c in rows if c["op"] == "get" and c["api"] != "zero_copy" and c.get("first_calls_ms")]
+        firsts = [c for c in rows if c["op"] == "get" and c["api"] in ("copy", "buffer", "tensor")
+                  and c.get("first_calls_ms")]
         if firsts:
             print("   copying gets' first two calls, warm-up outside the figures (they fault in fresh memory for "
                   "the objects returned; later calls reuse it): "
@@ -1373,7 +1470,7 @@ def print_report(doc: Dict[str, Any]) -> None:
                               + ", ".join(f"{t:.1f}" for t in c["first_calls_ms"]) + " ms" for c in firsts))
         print(f"   the '% limit' column is against the {'raw TCP stream' if tr == 'tcp' else 'Go memcpy probe'}"
               " at the cell's value size; 'bg cpu' is the share of the machine used by other processes")
-        hdr = (f"{'op':<4} {'api':<15} {'batch':>5} {'size':>7} {'GB/s':>8} {'keys/s':>10} "
+        hdr = (f"{'op':<4} {'api':<21} {'batch':>5} {'size':>7} {'GB/s':>8} {'keys/s':>10} "
                f"{'p50 us':>9} {'p99 us':>9} {'limit GB/s':>10} {'% limit':>8} {'errors':>6} {'calls':>6} {'bg cpu':>6}")
         print(hdr)
         print("-" * len(hdr))
@@ -1382,7 +1479,7 @@ def print_report(doc: Dict[str, Any]) -> None:
             pl = f"{c['pct_of_limit']:.0f}%" if c["pct_of_limit"] is not None else "-"
             bg = c.get("background_cpu")
             bgs = f"{100 * bg:.0f}%" if bg is not None else "-"
-            print(f"{c['op']:<4} {c['method']:<15} {c['batch']:>5} {fmt_size(c['size']):>7} "
+            print(f"{c['op']:<4} {c['method']:<21} {c['batch']:>5} {fmt_size(c['size']):>7} "
                   f"{c['gbps']:>8.2f} {c['keys_per_s']:>10.0f} {c['p50_us']:>9.1f} {c['p99_us']:>9.1f} "
                   f"{c['limit_gbps']:>10.2f} {pl:>8} {err:>6} {c['calls']:>6} {bgs:>6}")
         bad = [c for c in rows if c["errors"] or c["verify_failures"] or c["notes"]]
@@ -1429,7 +1526,7 @@ def print_vs_mooncake(doc: Dict[str, Any]) -> None:
     # passes saw the machine alike.
     print(f"   loopback ping-pong RTT p50 (start -> end of pass): gostore tcp pass "
           f"{rtt(doc['passes'].get('tcp') or {})}, Mooncake pass {rtt(info)}")
-    hdr = (f"{'method':<15} {'batch':>5} {'size':>7} {'gostore keys/s':>14} {'Mooncake keys/s':>15} {'ratio':>7} "
+    hdr = (f"{'method':<16} {'batch':>5} {'size':>7} {'gostore keys/s':>14} {'Mooncake keys/s':>15} {'ratio':>7} "
            f"{'gostore p50':>11} {'Mooncake p50':>12} {'gostore GB/s':>12} {'Mooncake GB/s':>13} {'errors g/M':>10}")
     print(hdr)
     print("-" * len(hdr))
@@ -1440,7 +1537,7 @@ def print_vs_mooncake(doc: Dict[str, Any]) -> None:
     for r in doc["vs_mooncake"]:
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
         errs = f"{num(r['gostore_errors'], 'd')}/{r['mooncake_errors']}"
-        print(f"{r['method']:<15} {r['batch']:>5} {fmt_size(r['size']):>7} {num(r['gostore_keys_per_s'], '.0f'):>14} "
+        print(f"{r['method']:<16} {r['batch']:>5} {fmt_size(r['size']):>7} {num(r['gostore_keys_per_s'], '.0f'):>14} "
               f"{r['mooncake_keys_per_s']:>15.0f} {ratio:>7} {num(r['gostore_p50_us'], '.1f'):>8} us "
               f"{r['mooncake_p50_us']:>9.1f} us {num(r['gostore_gbps'], '.2f'):>12} {r['mooncake_gbps']:>13.2f} "
               f"{errs:>10}")
