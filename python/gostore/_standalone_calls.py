@@ -27,12 +27,13 @@ an array (typecode byte, u32-length bytes).
 
 from __future__ import annotations
 
+import operator
 import socket
 import struct
 from array import array
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Container, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import ErrorCode
 
@@ -170,11 +171,14 @@ def a_kind(a: Arg) -> str:
     return a.length.kind if a.length else ""
 
 
-def data_pointers(call: Call, args: List[Any]) -> Iterator[Tuple[Any, int, int, int, str]]:
+def data_pointers(call: Call, args: List[Any], skip: Container[int] = ()) -> Iterator[Tuple[Any, int, int, int, str]]:
     """The call's non-empty data pointers, each as ``(holder, index, ptr,
     size, use)``: ``holder[index] = x`` replaces the pointer (in its u64
-    array, or in ``args`` for a scalar one). Both sides walk them so."""
-    for d in call.data:
+    array, or in ``args`` for a scalar one); those of ``call.data[k]`` for
+    k in ``skip`` are left out. Both sides walk them so."""
+    for k, d in enumerate(call.data):
+        if k in skip:
+            continue
         ps, ss = args[d.ptrs], args[d.sizes]
         if isinstance(ps, array):
             for j in range(len(ps)):
@@ -182,6 +186,19 @@ def data_pointers(call: Call, args: List[Any]) -> Iterator[Tuple[Any, int, int, 
                     yield ps, j, ps[j], ss[j], d.use
         elif ps and ss:
             yield args, d.ptrs, ps, ss, d.use
+
+
+def span(ps: Any, ss: Any) -> Optional[Tuple[int, int]]:
+    """``[lo, hi)`` covering every range of a pointer array of several
+    entries, all non-null and untagged; None otherwise. Both sides check a
+    batch's pointers against one region so, at once (a lookup per pointer
+    was most of their cost), and walk them one by one only when that fails."""
+    if not isinstance(ps, array) or len(ps) < 2:
+        return None
+    lo = min(ps)
+    if lo == 0 or max(ps) >= PROCESS_TAG:
+        return None
+    return lo, max(map(operator.add, ps, ss))
 
 
 _keys_n = (H, I, S, A("I", N(1)))  # h, n, keys, key_lens

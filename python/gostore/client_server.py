@@ -404,7 +404,24 @@ class StandaloneServer:
         application's memory (the shared regions they lie in are added to
         ``used``), leaving those into its own memory (PROCESS_TAG) as they
         are when ``cross``; why not, when one lies outside them."""
-        for holder, j, p, size, use in P.data_pointers(call, args):
+        whole = set()  # call.data entries translated at once
+        for k, d in enumerate(call.data):
+            bounds = P.span(args[d.ptrs], args[d.sizes])
+            if bounds is None:
+                continue
+            lo, hi = bounds
+            if temp is not None and temp.app <= lo and hi <= temp.app + temp.size:
+                r: Optional[_Region] = temp
+            else:
+                r = s.find(lo, hi - lo)
+                if r is None:
+                    continue  # one by one below, which names the pointer outside
+                used.append(r)
+            delta = r.local - r.app
+            ps = args[d.ptrs]
+            ps[:] = array("Q", [p + delta for p in ps])  # in place: the call reads this very array
+            whole.add(k)
+        for holder, j, p, size, use in P.data_pointers(call, args, whole):
             if p < 0 or size < 0:
                 return f"pointer 0x{p:x} (+{size}) is not an address and a size"
             if p & P.PROCESS_TAG:
@@ -415,7 +432,7 @@ class StandaloneServer:
                     return f"pointer 0x{addr:x} (+{size}) is not the application's memory"
                 continue
             if temp is not None and temp.app <= p and p + size <= temp.app + temp.size:
-                r: Optional[_Region] = temp
+                r = temp
             else:
                 r = s.find(p, size)
                 if r is not None:

@@ -499,7 +499,14 @@ class RemoteLibrary:
         self._expire_overflow(c)
         cross = self._cross and call.cross_memory
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
-        for holder, j, p, s, use in P.data_pointers(call, args):
+        # A batch's pointers all in one shared region are left as they are
+        # at once; the others are looked at one by one.
+        whole = set()
+        for k, d in enumerate(call.data):
+            bounds = P.span(args[d.ptrs], args[d.sizes])
+            if bounds is not None and self._region_of(bounds[0], bounds[1] - bounds[0]) is not None:
+                whole.add(k)
+        for holder, j, p, s, use in P.data_pointers(call, args, whole):
             if self._region_of(p, s) is not None:
                 continue
             # A range running past the end of shared memory is a mistake,
