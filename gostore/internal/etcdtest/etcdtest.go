@@ -26,16 +26,46 @@ type Cluster struct {
 	peer    []string
 	dirs    []string
 	procs   []*exec.Cmd
+	exited  []chan struct{} // closed when member i's process has ended
 	initial string
 }
 
-// Start runs an n-member cluster for the test's lifetime.
+// Start runs an n-member cluster for the test's lifetime. The members'
+// ports are picked free just before etcd binds them, so another process
+// may take one first: a member that exits while the cluster comes up
+// gets the whole cluster started again on new ports (a few times).
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		t.Skip("etcd is not installed (apt-get install etcd-server)")
 	}
+	var why string
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		c := newCluster(t, bin, n)
+		t.Cleanup(c.stopAll)
+		for i := range c.names {
+			c.Start(i)
+		}
+		var exited bool
+		if why, exited = c.healthy(); why == "" {
+			return c
+		}
+		c.stopAll()
+		if !exited {
+			break // running but not serving: starting again would not help
+		}
+		t.Logf("etcd cluster, attempt %d of %d: %s", attempt, startAttempts, why)
+	}
+	t.Fatalf("etcd cluster did not start: %s", why)
+	return nil
+}
+
+// startAttempts is how many times Start brings a cluster up when one of its
+// members exits on the way.
+const startAttempts = 3
+
+func newCluster(t testing.TB, bin string, n int) *Cluster {
 	c := &Cluster{t: t, bin: bin}
 	base := t.TempDir()
 	var initial []string
@@ -48,18 +78,14 @@ func Start(t testing.TB, n int) *Cluster {
 	}
 	c.initial = strings.Join(initial, ",")
 	c.procs = make([]*exec.Cmd, n)
-	for i := range c.names {
-		c.Start(i)
-	}
-	t.Cleanup(func() {
-		for i := range c.procs {
-			c.Stop(i)
-		}
-	})
-	for i := range c.names {
-		c.waitHealthy(i)
-	}
+	c.exited = make([]chan struct{}, n)
 	return c
+}
+
+func (c *Cluster) stopAll() {
+	for i := range c.procs {
+		c.Stop(i)
+	}
 }
 
 func freeAddr(t testing.TB) string {
@@ -102,43 +128,79 @@ func (c *Cluster) Start(i int) {
 	if err := cmd.Start(); err != nil {
 		c.t.Fatalf("etcd %s: %v", c.names[i], err)
 	}
-	c.procs[i] = cmd
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		if logf != nil {
+			logf.Close()
+		}
+		close(done)
+	}()
+	c.procs[i], c.exited[i] = cmd, done
 }
 
 // Stop kills member i (SIGKILL).
 func (c *Cluster) Stop(i int) {
 	if p := c.procs[i]; p != nil {
 		p.Process.Kill()
-		p.Wait()
+		<-c.exited[i]
 		c.procs[i] = nil
 	}
 }
 
-// waitHealthy waits for member i to answer /health with a leader.
-func (c *Cluster) waitHealthy(i int) {
+// healthy waits for every running member to answer /health with a
+// leader: "" once they do, else why not (with the member's log), and
+// whether it is because a member exited.
+func (c *Cluster) healthy() (why string, exited bool) {
 	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.client[i]+"/health", nil)
-		resp, err := http.DefaultClient.Do(req)
-		cancel()
-		if err == nil {
-			ok := resp.StatusCode == 200
-			resp.Body.Close()
-			if ok {
-				return
-			}
+	for i, p := range c.procs {
+		if p == nil {
+			continue
 		}
-		time.Sleep(50 * time.Millisecond)
+		for !c.serving(i) {
+			select {
+			case <-c.exited[i]:
+				return fmt.Sprintf("etcd %s exited: %s", c.names[i], c.logTail(i)), true
+			default:
+			}
+			if time.Now().After(deadline) {
+				return fmt.Sprintf("etcd %s did not become healthy: %s", c.names[i], c.logTail(i)), false
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
-	c.t.Fatalf("etcd %s did not become healthy", c.names[i])
+	return "", false
+}
+
+// serving is whether member i answers /health with a leader.
+func (c *Cluster) serving(i int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.client[i]+"/health", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}
+
+// logTail is the end of member i's log, for a failure message.
+func (c *Cluster) logTail(i int) string {
+	b, err := os.ReadFile(c.dirs[i] + ".log")
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // WaitHealthy waits for every running member to be healthy.
 func (c *Cluster) WaitHealthy() {
-	for i, p := range c.procs {
-		if p != nil {
-			c.waitHealthy(i)
-		}
+	c.t.Helper()
+	if why, _ := c.healthy(); why != "" {
+		c.t.Fatal(why)
 	}
 }
