@@ -138,6 +138,12 @@ func (p *Polled) pollRead(b []byte) (int, error) {
 		}
 		return true
 	})
+	if polling {
+		// The read ended before its first try (the connection closed, or
+		// its deadline passed, before it began): the gate is still held.
+		// Kept, it would stop every poll of the process for good.
+		p.gate.leave()
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -192,6 +192,30 @@ func TestPolledDeadlineAndCloseEndAPoll(t *testing.T) {
 	}
 }
 
+// A read that would poll on a connection already closed (or already past
+// its deadline) fails at once, before any try: it must give the gate back,
+// or no read of the process would poll again. (transfer's
+// TestServerPollsForALoopingClient found no poll served in CI when an
+// earlier test's server closed under a hot connection so.)
+func TestPolledReadThatNeverTriesLeavesTheGate(t *testing.T) {
+	gate := NewSpinGate(1)
+	p, c := polledPair(t, time.Second, gate)
+	answeredHot(p, c)
+	p.Close()
+	if _, err := p.Read(make([]byte, 8)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a read on a closed connection: %v", err)
+	}
+	q, d := polledPair(t, time.Second, gate)
+	answeredHot(q, d)
+	go d.Write([]byte("12345678"))
+	if _, err := io.ReadFull(q, make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if polls, hits := gate.Counts(); polls < 1 || hits < 1 {
+		t.Fatalf("polls %d hits %d: the closed connection's read kept the gate", polls, hits)
+	}
+}
+
 // The gate lets max reads poll at once: while one connection polls, a
 // second one reads through the netpoller and gets its bytes all the same.
 func TestSpinGateBoundsPollingReads(t *testing.T) {

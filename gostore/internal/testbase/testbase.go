@@ -46,34 +46,18 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 // checks the poll counters counts reads (a process-wide gate's, as
 // blockconn.SharedGate().Counts): with polling, at least half the calls
 // were served by a poll; without, no read polled. Other tests' servers
-// may poll meanwhile: they only add to the counts. A polling round that
-// falls short is run again, up to pollRounds in all: on a loaded 2-core
-// machine (make test runs packages side by side) a poller descheduled
-// for the length of the round serves none of it, which CI saw once.
+// may poll meanwhile: they only add to the counts.
 func ServedByPolls(t testing.TB, polling bool, n int, counts func() (polls, hits uint64), call func(i int)) {
 	t.Helper()
-	for round := 1; ; round++ {
-		polls0, hits0 := counts()
-		for i := range n {
-			call(i)
-		}
-		polls, hits := counts()
-		if !polling {
-			if polls != polls0 {
-				t.Fatalf("no spin, yet %d reads polled", polls-polls0)
-			}
-			return
-		}
-		if hits-hits0 >= uint64(n/2) {
-			return
-		}
-		if round == pollRounds {
-			t.Fatalf("%d of %d calls served by the poll (round %d of %d)", hits-hits0, n, round, pollRounds)
-		}
-		t.Logf("%d of %d calls served by the poll in round %d; again", hits-hits0, n, round)
+	polls0, hits0 := counts()
+	for i := range n {
+		call(i)
+	}
+	polls, hits := counts()
+	if polling && hits-hits0 < uint64(n/2) {
+		t.Fatalf("%d of %d calls served by the poll", hits-hits0, n)
+	}
+	if !polling && polls != polls0 {
+		t.Fatalf("no spin, yet %d reads polled", polls-polls0)
 	}
 }
-
-// pollRounds is how many rounds ServedByPolls runs before a polling
-// connection that polls too little fails the test.
-const pollRounds = 3
