@@ -64,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import mooncake_wheel as mooncake_wheel_mod  # bench/ is this script's directory
 
@@ -569,6 +569,22 @@ class Cell:
         self.notes: List[str] = []
         self.load: Dict[str, float] = {}
 
+    def record_get(self, dt: int, bad_codes: List[Any], verify_failures: int, warm_up: bool) -> None:
+        """One get call of the cell: ``dt`` ns, the codes of its keys that
+        failed, and how many of the others read wrong bytes. A warm-up
+        call's time is kept apart (first_ns) and its failures noted."""
+        if warm_up:
+            self.first_ns.append(dt)
+            if bad_codes or verify_failures:
+                self.notes.append(f"warm-up get failed: codes {bad_codes[:3]}, {verify_failures} verify failures")
+            return
+        self.lat_ns.append(dt)
+        self.keys += self.batch
+        self.verified += self.batch - len(bad_codes)
+        self.verify_failures += verify_failures
+        for c in bad_codes:
+            self.code(c)
+
     def code(self, c: Any, n: int = 1) -> None:
         self.errors += n
         k = str(c)
@@ -933,21 +949,10 @@ class Worker:
         dptrs = [dst.addr + j * size for j in range(batch)]
         sizes = [size] * batch
         wins = windows(size)
-        max_calls = self.budget.calls(size, batch)
-        min_calls = self.budget.min_calls(size, batch)
-        t_end = time.perf_counter() + self.budget.cell_s
         key_lists = [[k for k, _, _ in g] for g in groups]
-        # Warm-up calls, not recorded. A copying read returns new objects,
-        # and the loop holds one call's results while it makes the next, so
-        # its first two calls fault in fresh memory for them (later calls
-        # reuse what the previous ones freed, see gostore._heap): both are
-        # warm-up, their times kept apart as first_calls_ms. A zero-copy
-        # read's destination was faulted in before the cell.
-        warmups = 1 if api == "zero_copy" else 2
-        it = -warmups
-        while True:
-            if it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls)):
-                break
+        held: List[Any] = [None]  # a copying call's results, alive through the next call, as a caller's
+
+        def one(it: int) -> Tuple[int, List[Any], int]:
             gi = (it + 1) % len(groups)
             group, keys = groups[gi], key_lists[gi]
             if api == "copy":
@@ -959,6 +964,7 @@ class Worker:
                     t0 = time.perf_counter_ns()
                     vals = st.get_batch(keys)
                     dt = time.perf_counter_ns() - t0
+                held[0] = vals
                 res = [len(v) for v in vals]  # b"" is a miss or an error
                 reads = [bytes(v[:STAMP]) for v in vals], [
                     [bytes(v[w:w + WIN]) for w in wins] for v in vals]
@@ -966,6 +972,7 @@ class Worker:
                 t0 = time.perf_counter_ns()
                 vals = st.batch_get_buffer(keys)
                 dt = time.perf_counter_ns() - t0
+                held[0] = vals
                 # ptr() and size(): what both stores' buffer handles have.
                 res = [0 if v is None else v.size() for v in vals]
                 reads = [b"" if v is None else ctypes.string_at(v.ptr(), STAMP) for v in vals], [
@@ -1003,19 +1010,29 @@ class Worker:
                         log(f"    verify failed {key} slot {slot}: stamp {reads[0][j].hex()} want {stamp.hex()}; "
                             + ", ".join(f"@{w} {reads[1][j][wi] == expected(slot * size, w, WIN)}"
                                         for wi, w in enumerate(wins)))
-            if it >= 0:
-                cell.lat_ns.append(dt)
-                cell.keys += batch
-                cell.verified += batch - len(bad_codes)
-                cell.verify_failures += vfail
-                for c in bad_codes:
-                    cell.code(c)
-            else:
-                cell.first_ns.append(dt)
-                if bad_codes or vfail:
-                    cell.notes.append(f"warm-up get failed: codes {bad_codes[:3]}, {vfail} verify failures")
-            it += 1
+            return dt, bad_codes, vfail
+
+        self.timed_gets(cell, one)
         return cell
+
+    def timed_gets(self, cell: Cell, one: Callable[[int], Tuple[int, List[Any], int]]) -> None:
+        """Runs ``one(it)`` (a get call: its ns, failed keys' codes, verify
+        failures) within the cell's budget, recorded in the cell; ``it``
+        counts the timed calls from 0, the warm-up ones before them from
+        below. A copying read returns new objects, and the loop holds one
+        call's results while it makes the next, so its first two calls
+        fault in fresh memory for them (later calls reuse what the previous
+        ones freed, see gostore._heap): both are warm-up, their times kept
+        apart as first_calls_ms. A zero-copy read's destination was faulted
+        in before the cell: one warm-up call."""
+        max_calls = self.budget.calls(cell.size, cell.batch)
+        min_calls = self.budget.min_calls(cell.size, cell.batch)
+        t_end = time.perf_counter() + self.budget.cell_s
+        it = -1 if cell.api in ("zero_copy", "tensor_into") else -2
+        while not (it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls))):
+            dt, bad_codes, vfail = one(it)
+            cell.record_get(dt, bad_codes, vfail, warm_up=it < 0)
+            it += 1
 
     def run_tensor_gets(self, size: int, mon: "CpuMon") -> List[Cell]:
         """batch_get_tensor against batch_get_tensor_into, its zero-copy
@@ -1047,49 +1064,36 @@ class Worker:
         slot = size + TENSOR_ROOM
         ptrs = [dst.addr + j * slot for j in range(BATCH)]
         wins = [0] + windows(size)
+        held: List[Any] = [None]  # the last call's tensors, alive through the next call, as a caller's
+
+        def one(api: str, it: int) -> Tuple[int, List[Any], int]:
+            keys = groups[it % 2]
+            if api == "tensor":
+                t0 = time.perf_counter_ns()
+                out = held[0] = st.batch_get_tensor(keys)
+                dt = time.perf_counter_ns() - t0
+            else:
+                for p in ptrs:
+                    ctypes.memset(p, 0, min(slot, 2 * TENSOR_ROOM))
+                t0 = time.perf_counter_ns()
+                out = st.batch_get_tensor_into(keys, ptrs, [slot] * BATCH)
+                dt = time.perf_counter_ns() - t0
+            bad: List[Any] = []
+            vfail = 0
+            for j, t in enumerate(out):
+                if t is None or isinstance(t, int):
+                    bad.append("none" if t is None else t)
+                    continue
+                a = np.asarray(t)
+                if a.nbytes != size or any(a[w:w + (STAMP if w == 0 else WIN)].tobytes()
+                                           != expected(j * size, w, STAMP if w == 0 else WIN) for w in wins):
+                    vfail += 1
+            return dt, bad, vfail
+
         for cell in cells:
             mon.snap()
-            max_calls = self.budget.calls(size, BATCH)
-            min_calls = self.budget.min_calls(size, BATCH)
-            t_end = time.perf_counter() + self.budget.cell_s
-            it = -2 if cell.api == "tensor" else -1  # warm-up, as run_get
-            while True:
-                if it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls)):
-                    break
-                keys = groups[(it + 2) % 2]
-                if cell.api == "tensor":
-                    t0 = time.perf_counter_ns()
-                    out = st.batch_get_tensor(keys)
-                    dt = time.perf_counter_ns() - t0
-                else:
-                    for p in ptrs:
-                        ctypes.memset(p, 0, min(slot, 2 * TENSOR_ROOM))
-                    t0 = time.perf_counter_ns()
-                    out = st.batch_get_tensor_into(keys, ptrs, [slot] * BATCH)
-                    dt = time.perf_counter_ns() - t0
-                bad: List[Any] = []
-                vfail = 0
-                for j, t in enumerate(out):
-                    if t is None or isinstance(t, int):
-                        bad.append("none" if t is None else t)
-                        continue
-                    a = np.asarray(t)
-                    if a.nbytes != size or any(a[w:w + (STAMP if w == 0 else WIN)].tobytes()
-                                               != expected(j * size, w, STAMP if w == 0 else WIN) for w in wins):
-                        vfail += 1
-                if it >= 0:
-                    cell.lat_ns.append(dt)
-                    cell.keys += BATCH
-                    cell.verified += BATCH - len(bad)
-                    cell.verify_failures += vfail
-                    for c in bad:
-                        cell.code(c)
-                else:
-                    cell.first_ns.append(dt)
-                    if bad or vfail:
-                        cell.notes.append(f"warm-up get failed: codes {bad[:3]}, {vfail} verify failures")
-                it += 1
-            out = None
+            self.timed_gets(cell, lambda it, api=cell.api: one(api, it))
+            held[0] = None
             cell.load = mon.foreign()
         return cells
 
@@ -1371,28 +1375,21 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
             add(f"{tr}: get 4 KiB p50 <= 60 us", c, c["p50_us"], "us", "<=", 60.0,
                 f"p50 {c['p50_us']:.1f} us, p99 {c['p99_us']:.1f} us")
         # Copying batch reads should cost little more than zero-copy ones.
-        for size, copying in ((s, m) for s in SIZES for m in ("get_batch", "batch_get_buffer")):
-            cb, zb = find(cells, tr, copying, BATCH, size), find(cells, tr, "batch_get_into", BATCH, size)
-            if cb is not None and zb is not None:
+        for size in SIZES:
+            for copying, zero in (("get_batch", "batch_get_into"), ("batch_get_buffer", "batch_get_into"),
+                                  ("batch_get_tensor", "batch_get_tensor_into")):
+                cb, zb = find(cells, tr, copying, BATCH, size), find(cells, tr, zero, BATCH, size)
+                if cb is None or zb is None:
+                    continue
                 share = 100.0 * cb["gbps"] / zb["gbps"] if zb["gbps"] > 0 else None
                 first = ", ".join(f"{t:.1f}" for t in cb.get("first_calls_ms") or [])
                 cross = (((limits or {}).get(tr) or {}).get("cross_memory") or {}).get(str(size))
                 bound = (f"; cross-memory copy limit {cross['gbps']:.2f} GB/s "
                          f"({100 * cb['gbps'] / cross['gbps']:.0f}% of it)") if cross and cross["gbps"] > 0 else ""
-                add(f"{tr}: {copying} 32x{fmt_size(size)} >= 80% of batch_get_into", cb, share,
+                add(f"{tr}: {copying} 32x{fmt_size(size)} >= 80% of {zero}", cb, share,
                     "% of zero-copy", ">=", 80.0,
                     f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%); first two calls "
                     f"(fresh memory, warm-up) {first} ms{bound}", also=zb)
-
-        for size in SIZES:
-            cb, zb = find(cells, tr, "batch_get_tensor", BATCH, size), find(cells, tr, "batch_get_tensor_into", BATCH, size)
-            if cb is not None and zb is not None:
-                share = 100.0 * cb["gbps"] / zb["gbps"] if zb["gbps"] > 0 else None
-                first = ", ".join(f"{t:.1f}" for t in cb.get("first_calls_ms") or [])
-                add(f"{tr}: batch_get_tensor 32x{fmt_size(size)} >= 80% of batch_get_tensor_into", cb, share,
-                    "% of zero-copy", ">=", 80.0,
-                    f"{cb['gbps']:.2f} vs {zb['gbps']:.2f} GB/s ({share or 0:.0f}%); first two calls "
-                    f"(fresh memory, warm-up) {first} ms", also=zb)
 
     # The issue's targets on the TCP path (Mooncake's wheel moves bytes over
     # TCP here, so its cells compare with the tcp rows).

@@ -21,9 +21,9 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["BufferPins", "pin_buffer", "new_bytes", "scratch_buffer", "SCRATCH_BYTES", "Py_buffer"]
+__all__ = ["BufferPins", "pin_buffer", "new_bytes", "packed_hits", "scratch_buffer", "SCRATCH_BYTES", "Py_buffer"]
 
 # Flags of PyObject_GetBuffer (Include/pybuffer.h).
 PyBUF_WRITABLE = 0x0001
@@ -179,6 +179,22 @@ def scratch_buffer() -> int:
     if buf is None:
         buf = _tls.scratch = (ctypes.c_char * SCRATCH_BYTES)()
     return ctypes.addressof(buf)
+
+
+def packed_hits(sizes: Sequence[int], results: Sequence[int]) -> List[Optional[Tuple[int, int]]]:
+    """Where ``gs_get_packed`` left each key's value in the scratch buffer,
+    from its ``sizes`` and ``results``: ``(offset, size)`` for a value read
+    whole, None for a miss or a failed read. The values lie back to back
+    in key order; a failed read keeps its room."""
+    out: List[Optional[Tuple[int, int]]] = []
+    off = 0
+    for size, got in zip(sizes, results):
+        if size <= 0:
+            out.append(None)
+            continue
+        out.append((off, size) if got == size else None)
+        off += size
+    return out
 
 
 def new_bytes(n: int) -> Tuple[bytes, int]:

@@ -33,9 +33,11 @@ import struct
 from array import array
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Container, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Container, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from .errors import ErrorCode
+
+R = TypeVar("R")  # a region, whichever side's
 
 # ---- frame kinds ------------------------------------------------------------
 
@@ -188,17 +190,25 @@ def data_pointers(call: Call, args: List[Any], skip: Container[int] = ()) -> Ite
             yield args, d.ptrs, ps, ss, d.use
 
 
-def span(ps: Any, ss: Any) -> Optional[Tuple[int, int]]:
-    """``[lo, hi)`` covering every range of a pointer array of several
-    entries, all non-null and untagged; None otherwise. Both sides check a
-    batch's pointers against one region so, at once (a lookup per pointer
-    was most of their cost), and walk them one by one only when that fails."""
-    if not isinstance(ps, array) or len(ps) < 2:
-        return None
-    lo = min(ps)
-    if lo == 0 or max(ps) >= PROCESS_TAG:
-        return None
-    return lo, max(map(operator.add, ps, ss))
+def arrays_in_one_region(call: Call, args: List[Any], region_of: Callable[[int, int], Optional[R]]) -> Dict[int, R]:
+    """The entries k of ``call.data`` whose pointer array (several entries,
+    all non-null and untagged) lies in one region, as ``region_of(addr,
+    size)`` finds it for the range the array spans: ``{k: region}``. Both
+    sides check a batch's pointers so, at once (a lookup per pointer was
+    most of their cost), and walk the others one by one (data_pointers,
+    skipping these), which names a pointer that is outside."""
+    out: Dict[int, R] = {}
+    for k, d in enumerate(call.data):
+        ps, ss = args[d.ptrs], args[d.sizes]
+        if not isinstance(ps, array) or len(ps) < 2:
+            continue
+        lo = min(ps)
+        if lo == 0 or max(ps) >= PROCESS_TAG:
+            continue
+        r = region_of(lo, max(map(operator.add, ps, ss)) - lo)
+        if r is not None:
+            out[k] = r
+    return out
 
 
 _keys_n = (H, I, S, A("I", N(1)))  # h, n, keys, key_lens

@@ -404,23 +404,21 @@ class StandaloneServer:
         application's memory (the shared regions they lie in are added to
         ``used``), leaving those into its own memory (PROCESS_TAG) as they
         are when ``cross``; why not, when one lies outside them."""
-        whole = set()  # call.data entries translated at once
-        for k, d in enumerate(call.data):
-            bounds = P.span(args[d.ptrs], args[d.sizes])
-            if bounds is None:
-                continue
-            lo, hi = bounds
-            if temp is not None and temp.app <= lo and hi <= temp.app + temp.size:
-                r: Optional[_Region] = temp
-            else:
-                r = s.find(lo, hi - lo)
-                if r is None:
-                    continue  # one by one below, which names the pointer outside
+        def region(addr: int, size: int) -> Optional[_Region]:
+            """The shared region holding [addr, addr+size): the call's own
+            first, else the session's (counted in ``used``)."""
+            if temp is not None and temp.app <= addr and addr + size <= temp.app + temp.size:
+                return temp
+            r = s.find(addr, size)
+            if r is not None:
                 used.append(r)
+            return r
+
+        whole = P.arrays_in_one_region(call, args, region)
+        for k, r in whole.items():
+            ps = args[call.data[k].ptrs]
             delta = r.local - r.app
-            ps = args[d.ptrs]
             ps[:] = array("Q", [p + delta for p in ps])  # in place: the call reads this very array
-            whole.add(k)
         for holder, j, p, size, use in P.data_pointers(call, args, whole):
             if p < 0 or size < 0:
                 return f"pointer 0x{p:x} (+{size}) is not an address and a size"
@@ -431,12 +429,7 @@ class StandaloneServer:
                 if not 0 < addr < addr + size <= _USER_SPACE_END:
                     return f"pointer 0x{addr:x} (+{size}) is not the application's memory"
                 continue
-            if temp is not None and temp.app <= p and p + size <= temp.app + temp.size:
-                r = temp
-            else:
-                r = s.find(p, size)
-                if r is not None:
-                    used.append(r)
+            r = region(p, size)
             if r is None:
                 if use == P.PROBE:
                     holder[j] = 0

@@ -50,7 +50,7 @@ from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _shm, hostmem
-from ._buffers import SCRATCH_BYTES, new_bytes, scratch_buffer
+from ._buffers import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
@@ -361,10 +361,9 @@ class RemoteLibrary:
         addrs = [0] * n
         held: List[Any] = [None] * n  # what self._buffers keeps of each copy
         ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
-        packed = scratch
+        hits = packed_hits(sizes, results) if pending == 0 else None  # read already: in the scratch
         for i, size in enumerate(sizes):
-            if size <= 0 or (pending == 0 and results[i] != size):
-                packed += max(size, 0)
+            if size <= 0 or (hits is not None and hits[i] is None):
                 continue
             off = self._arena.alloc(size) if self._staging is not None else None
             if off is not None:
@@ -375,9 +374,8 @@ class RemoteLibrary:
                 # memory the next batch reuses (_heap).
                 mem, addrs[i] = new_bytes(size)
                 held[i] = (-1, size, mem)
-            if pending == 0:
-                ctypes.memmove(addrs[i], packed, size)
-                packed += size
+            if hits is not None:
+                ctypes.memmove(addrs[i], scratch + hits[i][0], size)  # type: ignore[index]
             else:
                 ptrs.append(addrs[i])
                 lens_.append(size)
@@ -499,13 +497,9 @@ class RemoteLibrary:
         self._expire_overflow(c)
         cross = self._cross and call.cross_memory
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
-        # A batch's pointers all in one shared region are left as they are
-        # at once; the others are looked at one by one.
-        whole = set()
-        for k, d in enumerate(call.data):
-            bounds = P.span(args[d.ptrs], args[d.sizes])
-            if bounds is not None and self._region_of(bounds[0], bounds[1] - bounds[0]) is not None:
-                whole.add(k)
+        # A batch's pointers all in one shared region stay as they are; the
+        # others are looked at one by one.
+        whole = P.arrays_in_one_region(call, args, self._region_of)
         for holder, j, p, s, use in P.data_pointers(call, args, whole):
             if self._region_of(p, s) is not None:
                 continue

@@ -27,7 +27,7 @@ from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
-from ._buffers import SCRATCH_BYTES, BufferPins, new_bytes, scratch_buffer
+from ._buffers import SCRATCH_BYTES, BufferPins, new_bytes, packed_hits, scratch_buffer
 from ._heap import keep_freed_results
 from .buffer import GostoreBuffer, wrap as _wrap_buffer
 from .config import ReplicateConfig
@@ -418,14 +418,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
             return [b""] * len(keys)
         if pending > 0:
             return [b"" if v is None else v for v in self._finish_fresh(pending, sizes, new_bytes)]
-        out: List[bytes] = []
-        for size, got in zip(sizes, results):
-            if size <= 0:
-                out.append(b"")
-                continue
-            out.append(ctypes.string_at(at, size) if got == size else b"")
-            at += size
-        return out
+        return [b"" if hit is None else ctypes.string_at(at + hit[0], hit[1]) for hit in packed_hits(sizes, results)]
 
     def _get_fresh(self, keys: List[bytes], alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
         """One object per hit from ``alloc(size) -> (obj, address)``, None for
@@ -444,15 +437,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
             return [None] * len(keys)
         block, addr = alloc(total)
         ctypes.memmove(addr, at, total)
-        out: List[Any] = []
-        off = 0
-        for size, got in zip(sizes, results):
-            if size <= 0:
-                out.append(None)
-                continue
-            out.append(block[off:off + size] if got == size else None)
-            off += size
-        return out
+        return [None if hit is None else block[hit[0]:hit[0] + hit[1]] for hit in packed_hits(sizes, results)]
 
     def _finish_fresh(self, pending: int, sizes_out: array, alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
         """Finish get ``pending`` (sizes ``sizes_out``) into one object from
