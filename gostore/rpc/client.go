@@ -36,8 +36,9 @@ type Client struct {
 		idle   []*clientConn
 		closed bool
 		// Notifications (Notify) ride the pooled connections: their
-		// answers are read by the next call to take the connection,
-		// before it sends (get), or by NotifyFlush. sent numbers them;
+		// answers are read by the next call to take the connection
+		// (those come before it sends, the rest ahead of its reply), or
+		// by NotifyFlush. sent numbers them;
 		// owing holds the connections with answers unread; settled is
 		// signalled when one has none left (or is closed) and when one
 		// goes back idle.
@@ -138,8 +139,9 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 		return err
 	}
 	setDeadline(ctx, cc)
-	h, body, err := cc.roundTrip(c.nextID.Add(1), op, req)
+	h, body, err := c.roundTrip(cc, c.nextID.Add(1), op, req)
 	if err != nil {
+		c.settle(cc) // what it still owed will never be read
 		cc.c.Close()
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return wire.Errorf(wire.ErrRPCTimeout, "%s to %s: %v", op, c.addr, err)
@@ -171,7 +173,11 @@ func DecodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
 	return nil
 }
 
-func (cc *clientConn) roundTrip(id uint64, op wire.Op, req any) (wire.Header, []byte, error) {
+// roundTrip sends req and reads its reply. The answers cc still owes to
+// notifications come first on the stream (the master handles a
+// connection's requests in order): they are read, and cc settled, after
+// the request has gone out, so the call does not wait for them.
+func (c *Client) roundTrip(cc *clientConn, id uint64, op wire.Op, req any) (wire.Header, []byte, error) {
 	body, err := msgpack.Marshal(req)
 	if err != nil {
 		return wire.Header{}, nil, err
@@ -180,12 +186,12 @@ func (cc *clientConn) roundTrip(id uint64, op wire.Op, req any) (wire.Header, []
 	if _, err := cc.c.Write(cc.out); err != nil {
 		return wire.Header{}, nil, err
 	}
-	h, b, err := wire.ReadFrame(cc.r, cc.in)
+	if err := c.readOwed(cc, false); err != nil {
+		return wire.Header{}, nil, fmt.Errorf("answers of notifications ahead of the reply: %w", err)
+	}
+	h, b, err := cc.readFrame()
 	if err != nil {
 		return h, nil, err
-	}
-	if cap(b) <= 1<<20 {
-		cc.in = b
 	}
 	if h.ID != id || h.Op != op {
 		return h, nil, fmt.Errorf("reply for request %d/%s, want %d/%s", h.ID, h.Op, id, op)
@@ -205,10 +211,14 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		// An idle connection whose master went away (a restart) would
 		// fail this call; drop it and try the next, or dial. (Retrying
 		// a failed call instead could apply it twice.) The answers its
-		// notifications are owed come first: a master that answered them
-		// and then went away left them ahead of its end of the stream.
-		// The checks are syscalls: they run outside the pool's lock.
-		if cc.unread > 0 && c.drain(ctx, cc) != nil {
+		// notifications are owed that have come are read first: a
+		// master that answered them and then went away left them ahead
+		// of its end of the stream. Answers not come yet are read after
+		// this call's request goes out (roundTrip): the master is still
+		// handling the notifications, and the call does not wait for it
+		// before it sends. The checks are syscalls: they run outside the
+		// pool's lock.
+		if cc.unread > 0 && c.readArrived(ctx, cc) != nil {
 			continue
 		}
 		if pc, ok := cc.c.(interface{ PeerClosed() bool }); ok && pc.PeerClosed() {
@@ -301,7 +311,7 @@ func (c *Client) put(cc *clientConn) {
 // would cost a thread wake-up. It writes on the idle connection the next
 // call will take, so the master handles it before that call, on the
 // connection the master already polls for this client's next request;
-// that call reads the answer before it sends (or NotifyFlush does).
+// that call reads the answer ahead of its own reply (or NotifyFlush does).
 //
 // ErrNotifyUnavailable means nothing was sent: every connection is in
 // use, or this client's connections are not blocking ones (Netpoll,
@@ -352,7 +362,8 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 // NotifyFlush returns once the master has handled every request Notify
 // sent before it was called (it has answered them all), reading the
 // answers of idle connections itself and waiting for a connection another
-// caller holds (a Notify, a flush) to come back. A connection that fails
+// caller holds (a Notify, a flush, or a call, which reads them ahead of
+// its reply) to come back or settle. A connection that fails
 // counts as flushed: what it carried may or may not have been handled,
 // and the error says so.
 func (c *Client) NotifyFlush(ctx context.Context) error {
@@ -418,7 +429,7 @@ func (c *Client) settleLocked(cc *clientConn) {
 // it; after a failure cc is closed and must not be used again.
 func (c *Client) drain(ctx context.Context, cc *clientConn) error {
 	setDeadline(ctx, cc)
-	err := cc.readOwed()
+	err := c.readOwed(cc, false)
 	c.settle(cc)
 	if err != nil {
 		cc.c.Close()
@@ -426,18 +437,50 @@ func (c *Client) drain(ctx context.Context, cc *clientConn) error {
 	return err
 }
 
-// readOwed reads (and drops) the answers of the notifications sent on cc.
-func (cc *clientConn) readOwed() error {
-	for n := cc.unread; n > 0; n-- {
-		_, b, err := wire.ReadFrame(cc.r, cc.in)
-		if err != nil {
+// readArrived is drain for the answers that have come: it reads those
+// and leaves cc owing the rest (settled when none is left). After a
+// failure cc is closed and must not be used again.
+func (c *Client) readArrived(ctx context.Context, cc *clientConn) error {
+	setDeadline(ctx, cc)
+	err := c.readOwed(cc, true)
+	if err != nil {
+		c.settle(cc)
+		cc.c.Close()
+	}
+	return err
+}
+
+// readOwed reads (and drops) the answers of the notifications sent on cc,
+// which the caller holds: all of them, or with arrived only those whose
+// first byte has come (a frame is written whole, so the rest of it
+// follows at once). cc is settled when the last one is read.
+func (c *Client) readOwed(cc *clientConn, arrived bool) error {
+	readable, canPeek := cc.c.(interface{ Readable() bool })
+	for cc.unread > 0 {
+		if arrived && cc.r.Buffered() == 0 && (!canPeek || !readable.Readable()) {
+			return nil
+		}
+		if _, _, err := cc.readFrame(); err != nil {
 			return err
 		}
-		if cap(b) <= 1<<20 {
-			cc.in = b
+		c.mu.Lock()
+		if cc.unread--; cc.unread == 0 {
+			delete(c.mu.owing, cc)
+			c.mu.settled.Broadcast()
 		}
+		c.mu.Unlock()
 	}
 	return nil
+}
+
+// readFrame reads the next frame, keeping a grown input buffer unless it
+// is huge.
+func (cc *clientConn) readFrame() (wire.Header, []byte, error) {
+	h, b, err := wire.ReadFrame(cc.r, cc.in)
+	if err == nil && cap(b) <= 1<<20 {
+		cc.in = b
+	}
+	return h, b, err
 }
 
 // setDeadline bounds cc's reads and writes by ctx (DefaultCallTimeout

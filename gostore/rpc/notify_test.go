@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
 	"golang.org/x/sys/unix"
 
 	"github.com/gostore/gostore/gostore/internal/blockconn"
@@ -108,9 +110,10 @@ func TestNotifyThenFlush(t *testing.T) {
 }
 
 // A call reads the answers of the notifications sent on its connection
-// before it sends: the server handled them first, the call gets its own
-// answer, not theirs, and nothing is owed once the call has begun, so a
-// flush beside a call the server holds returns at once.
+// ahead of its own reply: the server handled them first, the call gets its
+// own answer, not theirs, and nothing is owed once it returns. A flush
+// beside a call the server holds returns once that call's answers come
+// (the notification's answer rides ahead of the held reply).
 func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
@@ -140,11 +143,13 @@ func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 	held := make(chan error, 1)
 	go func() { held <- c.Call(ctx, wire.OpPing, &echoReq{S: "hold"}, &echoResp{}) }()
 	<-entered
-	if err := c.NotifyFlush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- c.NotifyFlush(ctx) }()
 	free()
 	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-flushed; err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.Join(seen(), ""); got != "abcdehold" {
@@ -155,6 +160,142 @@ func TestCallReadsNotifyAnswersFirst(t *testing.T) {
 	c.mu.Unlock()
 	if owing != 0 {
 		t.Fatalf("%d connections still owe answers after the calls read them", owing)
+	}
+}
+
+// rawServer accepts one connection at addr's listener and hands it to the
+// test, which speaks the frames itself.
+func rawServer(t *testing.T) (string, <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	conns := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			close(conns)
+			return
+		}
+		t.Cleanup(func() { nc.Close() })
+		conns <- nc
+	}()
+	return ln.Addr().String(), conns
+}
+
+// serveOne reads one request frame from nc and returns it decoded; reply,
+// when set, answers it with that string.
+func serveOne(t *testing.T, nc net.Conn, reply *string) (wire.Header, echoReq) {
+	t.Helper()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	h, b, err := wire.ReadFrame(nc, nil)
+	if err != nil {
+		t.Fatalf("reading a request: %v", err)
+	}
+	var req echoReq
+	if err := wire.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	if reply != nil {
+		body, _ := msgpack.Marshal(&echoResp{S: *reply})
+		if _, err := nc.Write(wire.AppendFrame(nil, h.ID, h.Op, wire.OK, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h, req
+}
+
+// A call on a connection whose notification is not answered yet sends its
+// request without waiting for that answer: the server reads the call's
+// request while it still owes the notification's answer, then answers
+// both, and the call returns its own reply with nothing owed.
+func TestACallDoesNotWaitForOwedAnswers(t *testing.T) {
+	addr, conns := rawServer(t)
+	c := NewClient(addr)
+	defer c.Close()
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
+	nc, ok := <-conns
+	if !ok {
+		t.Fatal("no connection")
+	}
+	a := "a"
+	serveOne(t, nc, &a)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	nh, n := serveOne(t, nc, nil) // handled, not answered yet
+	var resp echoResp
+	called := make(chan error, 1)
+	go func() { called <- c.Call(ctx, wire.OpPing, &echoReq{S: "d"}, &resp) }()
+	dh, d := serveOne(t, nc, nil) // the call's request came while "n" is owed
+	if n.S != "n" || d.S != "d" {
+		t.Fatalf("the server read %q then %q", n.S, d.S)
+	}
+	var out []byte
+	for _, r := range []struct {
+		h wire.Header
+		s string
+	}{{nh, "n?"}, {dh, "d!"}} {
+		body, _ := msgpack.Marshal(&echoResp{S: r.s})
+		out = wire.AppendFrame(out, r.h.ID, r.h.Op, wire.OK, body)
+	}
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-called; err != nil || resp.S != "d!" {
+		t.Fatalf("the call: %v, answer %q (the notification's was %q)", err, resp.S, "n?")
+	}
+	c.mu.Lock()
+	owing := len(c.mu.owing)
+	c.mu.Unlock()
+	if owing != 0 {
+		t.Fatalf("%d connections owe answers after the call read them", owing)
+	}
+	if err := c.NotifyFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A server that goes away with a notification unanswered and the next
+// call's request read fails that call (ErrRPCFail: it may or may not have
+// been handled), and leaves nothing owed: a flush returns, and the
+// connection is not kept for the next call.
+func TestOwedAnswerThatNeverComesFailsOnlyThatCall(t *testing.T) {
+	addr, conns := rawServer(t)
+	c := NewClient(addr)
+	defer c.Close()
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
+	nc := <-conns
+	a := "a"
+	serveOne(t, nc, &a)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	serveOne(t, nc, nil)
+	called := make(chan error, 1)
+	go func() { called <- c.Call(ctx, wire.OpPing, &echoReq{S: "d"}, &echoResp{}) }()
+	serveOne(t, nc, nil)
+	nc.Close()
+	if err := <-called; wire.CodeOf(err) != wire.ErrRPCFail {
+		t.Fatalf("a call whose server went away before answering: %v, want RPC_FAIL", err)
+	}
+	if err := c.NotifyFlush(ctx); err != nil {
+		t.Fatalf("a flush after the failed call: %v", err)
+	}
+	if idle := idleConns(c); idle != 0 {
+		t.Fatalf("%d idle connections after the only one failed", idle)
 	}
 }
 

@@ -72,18 +72,27 @@ func (b *Conn) FD() int { return b.fd }
 // it) while it sat idle: a restarted server left it behind. It peeks
 // without blocking and consumes nothing.
 func (b *Conn) PeerClosed() bool {
+	n, err := b.peek()
+	return err != unix.EAGAIN && (err != nil || n == 0)
+}
+
+// Readable reports whether a read would return at once, because bytes
+// have arrived or the stream has ended. It peeks without blocking and
+// consumes nothing.
+func (b *Conn) Readable() bool {
+	_, err := b.peek()
+	return err != unix.EAGAIN
+}
+
+// peek looks for one byte without blocking: (1, nil) when there is one,
+// (0, nil) at the end of the stream, EAGAIN when nothing has come.
+func (b *Conn) peek() (int, error) {
 	var one [1]byte
 	for {
 		n, _, err := unix.Recvfrom(b.fd, one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return false // nothing to read: alive
-		case err != nil || n == 0:
-			return true // EOF or an error: dead
+		if err != unix.EINTR {
+			return n, err
 		}
-		return false // unexpected bytes; the frame check will tell
 	}
 }
 

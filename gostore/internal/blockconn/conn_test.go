@@ -11,6 +11,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // loopback returns the two ends of a fresh loopback TCP connection: the
@@ -96,6 +98,43 @@ func TestDeadlineAndPeerEnd(t *testing.T) {
 	}
 	if !bc.PeerClosed() {
 		t.Fatal("PeerClosed missed the peer's end")
+	}
+}
+
+// Readable says whether a read would return at once, without consuming
+// anything: not before the peer writes, yes once bytes are there (and they
+// are still there to read), yes at the end of the stream.
+func TestReadableConsumesNothing(t *testing.T) {
+	bc, peer := pair(t)
+	if bc.Readable() {
+		t.Fatal("Readable before the peer wrote anything")
+	}
+	if _, err := peer.Write([]byte("xy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := bc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fd := bc.FD()
+	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000); n != 1 || err != nil {
+		t.Fatalf("the peer's bytes did not come: %d %v", n, err)
+	}
+	if !bc.Readable() || !bc.Readable() {
+		t.Fatal("Readable missed bytes that arrived")
+	}
+	got := make([]byte, 2)
+	if err := bc.ReadFull(got); err != nil || string(got) != "xy" {
+		t.Fatalf("after Readable the bytes read %q, %v", got, err)
+	}
+	if bc.Readable() {
+		t.Fatal("Readable with every byte read")
+	}
+	peer.Close()
+	if n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000); n != 1 || err != nil {
+		t.Fatalf("the peer's end did not come: %d %v", n, err)
+	}
+	if !bc.Readable() {
+		t.Fatal("Readable missed the end of the stream")
 	}
 }
 
