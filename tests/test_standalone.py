@@ -435,6 +435,9 @@ def test_copying_calls_read_and_write_the_applications_memory_in_place(master, c
     library copies them with process_vm_readv/writev (one copy), nothing is
     staged, no region is shared for them; a forked child is checked again
     and reads into its own memory."""
+    # No lend regions: batch_get_buffer's copies past the local buffer go
+    # to this process's memory too.
+    monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", "0")
     srv = client_process_factory(master)
     app = _dummy(srv.server_address, local=1 * MiB)
     reader = store_factory(master)
@@ -470,10 +473,13 @@ def test_copying_calls_read_and_write_the_applications_memory_in_place(master, c
     assert srv.alive()
 
 
-def test_get_buffer_copies_live_in_the_local_buffer(master, client_process_factory, store_factory):
-    """batch_get_buffer's copies take the local buffer while it has room
-    (the server reads straight into them) and give it back when freed;
-    past its room they live in the application's memory."""
+def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory, store_factory, monkeypatch):
+    """batch_get_buffer's copies take the local buffer while it has room,
+    then a lend region shared with the server once and kept (the server
+    reads straight into both, at memcpy speed), and give their room back
+    when freed: the same batch again shares nothing new. A forked child
+    lends from regions of its own, and the parent's copies keep their
+    bytes."""
     srv = client_process_factory(master)
     app = _dummy(srv.server_address, local=4 * MiB)
     reader = store_factory(master)
@@ -482,11 +488,13 @@ def test_get_buffer_copies_live_in_the_local_buffer(master, client_process_facto
     keys = [f"gb-{i}" for i in range(len(values))]
     for k, v in zip(keys, values):
         assert reader.put(k, v) == 0
+    sent_fds = _count_fds(lib, monkeypatch)
     bufs = app.batch_get_buffer(keys)
     assert [bytes(b) for b in bufs] == values
     staging = lib._staging
-    inside = [staging.contains(b.ptr(), b.size()) for b in bufs]
-    assert inside == [True, True, True, False, False]  # 3 MiB and a bit fill 4 MiB
+    assert [staging.contains(b.ptr(), b.size()) for b in bufs] == [True, True, True, False, False]  # 3 MiB and a bit fill 4 MiB
+    assert len(lib._lent) == 1 and all(lib._lent[0][0].contains(b.ptr(), b.size()) for b in bufs[3:])
+    assert sent_fds.count(1) == 1  # the lend region, shared once
     assert lib._arena.alloc(MiB) is None
     del bufs
     import gc
@@ -495,6 +503,44 @@ def test_get_buffer_copies_live_in_the_local_buffer(master, client_process_facto
     off = lib._arena.alloc(4 * MiB)  # every copy gave its room back
     assert off == 0
     lib._arena.free(off, 4 * MiB)
+    sent_fds.clear()
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == values
+    assert len(lib._lent) == 1 and not any(sent_fds)  # the kept region serves again
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's regions are not its to lend from
+        theirs = [reg for reg, _ in lib._lent]
+        got = app.batch_get_buffer(keys)
+        ok = ([bytes(b) for b in got] == values and len(lib._lent) == 1 and lib._lent[0][0] not in theirs
+              and all(lib._lent[0][0].contains(b.ptr(), b.size()) for b in got[3:]))
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert [bytes(b) for b in bufs] == values
+
+
+def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, client_process_factory,
+                                                                      store_factory, monkeypatch):
+    """With GOSTORE_HEAP_RETAIN_BYTES below a lend region, copies past the
+    local buffer are made in this process's own memory (the server writes
+    them with cross memory), and still read right."""
+    monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=2 * MiB)
+    reader = store_factory(master)
+    lib = app._lib()
+    values = [_pattern(80 + i, MiB + 5 * i) for i in range(3)]
+    keys = [f"gbp-{i}" for i in range(len(values))]
+    for k, v in zip(keys, values):
+        assert reader.put(k, v) == 0
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == values
+    assert lib._lent == []
+    assert not any(lib._staging.contains(b.ptr(), b.size()) for b in bufs[1:])
 
 
 @pytest.mark.parametrize("cross", [True, False], ids=["cross-memory", "staged"])

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 
-__all__ = ["keep_freed_results", "DEFAULT_RETAIN_BYTES"]
+__all__ = ["keep_freed_results", "retain_bytes", "DEFAULT_RETAIN_BYTES"]
 
 DEFAULT_RETAIN_BYTES = 1 << 30
 _MMAP_THRESHOLD_MAX = 32 << 20  # glibc: HEAP_MAX_SIZE / 2 on 64-bit
@@ -37,6 +37,18 @@ _lock = threading.Lock()
 _done = False
 
 
+def retain_bytes() -> int:
+    """``GOSTORE_HEAP_RETAIN_BYTES``: how much freed memory of copying reads
+    a process keeps for the next ones (DEFAULT_RETAIN_BYTES when unset;
+    0, logged, when it is not a whole number)."""
+    raw = os.environ.get("GOSTORE_HEAP_RETAIN_BYTES", "")
+    try:
+        return max(0, int(raw)) if raw.strip() else DEFAULT_RETAIN_BYTES
+    except ValueError:
+        _log.error("gostore: GOSTORE_HEAP_RETAIN_BYTES=%r is not a whole number of bytes; nothing is kept", raw)
+        return 0
+
+
 def keep_freed_results() -> int:
     """Apply ``GOSTORE_HEAP_RETAIN_BYTES`` once per process; returns the
     bytes kept (0 when malloc was left alone)."""
@@ -45,12 +57,7 @@ def keep_freed_results() -> int:
         if _done:
             return 0
         _done = True
-        raw = os.environ.get("GOSTORE_HEAP_RETAIN_BYTES", "")
-        try:
-            retain = int(raw) if raw.strip() else DEFAULT_RETAIN_BYTES
-        except ValueError:
-            _log.error("gostore: GOSTORE_HEAP_RETAIN_BYTES=%r is not a whole number of bytes; malloc left as it was", raw)
-            return 0
+        retain = retain_bytes()
         if retain <= 0:
             return 0
         try:

@@ -49,7 +49,7 @@ import weakref
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _shm, hostmem
+from . import _heap, _shm, hostmem
 from ._buffers import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
 from . import _standalone_calls as P
 from .errors import ErrorCode
@@ -62,6 +62,7 @@ HELLO_TIMEOUT_S = 5.0
 OVERFLOW_MAX = 1 << 30  # the largest overflow region kept between calls
 OVERFLOW_IDLE_S = 30.0  # an overflow region unused this long is let go
 CROSS_MEMORY = True  # offer the server this process's memory (see the module text)
+LEND_CHUNK = 64 << 20  # the least a lend region holds (see the module text)
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
@@ -104,6 +105,17 @@ class _ServerError(Exception):
 _live: "weakref.WeakSet[RemoteLibrary]" = weakref.WeakSet()
 
 
+class _Copy:
+    """A get_buffer copy this process lends: ``size`` bytes at ``addr``, in
+    shared memory (``off`` in ``arena``, the local buffer's or a lend
+    region's) or in this process's own memory (``mem`` keeps it)."""
+
+    __slots__ = ("addr", "size", "arena", "off", "mem")
+
+    def __init__(self, addr: int, size: int, arena: Optional[_shm.Arena], off: int, mem: Any = None) -> None:
+        self.addr, self.size, self.arena, self.off, self.mem = addr, size, arena, off, mem
+
+
 class RemoteLibrary:
     """The ``gs_*`` functions of a store in standalone mode (see the module
     text). Created by ``setup_dummy``; ``connect()`` makes the first
@@ -115,9 +127,8 @@ class RemoteLibrary:
         self.local_buffer_size = local_buffer_size
         self._pool_used = 0
         self._pool: List[_shm.Region] = []  # alloc_from_mem_pool regions
-        # get_buffer copies by address: (local buffer offset or -1, size,
-        # the ctypes memory of one outside it)
-        self._buffers: Dict[int, Tuple[int, int, Any]] = {}
+        # get_buffer copies by address (see _Copy)
+        self._buffers: Dict[int, _Copy] = {}
         self._closed = False
         self._reset()
         _live.add(self)
@@ -125,10 +136,12 @@ class RemoteLibrary:
     def _reset(self) -> None:
         """Fresh per-process state (at creation and in a forked child)."""
         self._pid = os.getpid()
-        # get_buffer copies in the local buffer are the parent's (its
-        # arena's) in a forked child: forgotten here, their memory mapped
-        # and shared with the parent as any region inherited.
-        self._buffers = {a: b for a, b in self._buffers.items() if b[0] < 0}
+        # get_buffer copies in shared memory (the local buffer, the lend
+        # regions) are the parent's in a forked child: forgotten here, their
+        # memory mapped and shared with the parent as any region inherited;
+        # the child lends from regions of its own.
+        self._buffers = {a: b for a, b in self._buffers.items() if b.arena is None}
+        self._lent: List[Tuple[_shm.Region, _shm.Arena]] = []
         self._lock = threading.Lock()
         self._tls = threading.local()
         self._conns: List[_Connection] = []
@@ -195,7 +208,8 @@ class RemoteLibrary:
             self._staging = _shm.Region(self.local_buffer_size, "gostore-staging")
             self._arena = _shm.Arena(self.local_buffer_size)
         overflow = [self._overflow] if self._overflow else []
-        for r in ([self._staging] if self._staging else []) + overflow + self._pool:
+        lent = [r for r, _ in self._lent]
+        for r in ([self._staging] if self._staging else []) + overflow + self._pool + lent:
             self._share(c, r)
 
     def _offer_memory(self, c: _Connection) -> bool:
@@ -285,6 +299,9 @@ class RemoteLibrary:
         for r in self._pool:
             if r.contains(addr, size):
                 return r
+        for r, _ in self._lent:
+            if r.contains(addr, size):
+                return r
         s = self._staging
         return s if s is not None and s.contains(addr, size) else None
 
@@ -355,25 +372,17 @@ class RemoteLibrary:
             out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
         if pending < 0:
             return
-        # Each copy lives in the local buffer when it has room (lent until
-        # gs_free_buffer, as the library lends its own: the server reads
-        # straight into it), else in this process's memory.
+        # Each copy is lent until gs_free_buffer, from shared memory while
+        # there is room (see _lend): the server reads straight into it.
         addrs = [0] * n
-        held: List[Any] = [None] * n  # what self._buffers keeps of each copy
+        held: List[Optional[_Copy]] = [None] * n  # what self._buffers keeps of each copy
         ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
         hits = packed_hits(sizes, results) if pending == 0 else None  # read already: in the scratch
         for i, size in enumerate(sizes):
             if size <= 0 or (hits is not None and hits[i] is None):
                 continue
-            off = self._arena.alloc(size) if self._staging is not None else None
-            if off is not None:
-                addrs[i], held[i] = self._staging.addr + off, (off, size, None)  # type: ignore[union-attr]
-            else:
-                # Uninitialized (a ctypes array is zeroed first: a second
-                # pass over every byte), and from malloc, whose freed
-                # memory the next batch reuses (_heap).
-                mem, addrs[i] = new_bytes(size)
-                held[i] = (-1, size, mem)
+            held[i] = self._lend(size)
+            addrs[i] = held[i].addr  # type: ignore[union-attr]
             if hits is not None:
                 ctypes.memmove(addrs[i], scratch + hits[i][0], size)  # type: ignore[index]
             else:
@@ -397,11 +406,62 @@ class RemoteLibrary:
     def gs_free_buffer(self, h: int, ptr: int) -> None:
         self._release_copy(self._buffers.pop(ptr, None))
 
-    def _release_copy(self, held: Optional[Tuple[int, int, Any]]) -> None:
-        """Give a get_buffer copy's room in the local buffer back (one in
-        this process's memory goes with its last reference)."""
-        if held is not None and held[0] >= 0:
-            self._arena.free(held[0], held[1])
+    def _lend(self, size: int) -> "_Copy":
+        """Room for a get_buffer copy of ``size`` bytes: in the local
+        buffer, else in a lend region (one is made and shared with the
+        session when none has room, while they hold at most
+        GOSTORE_HEAP_RETAIN_BYTES in all), else in this process's own
+        memory, which the server writes with cross memory or staging (two
+        to three times slower than into shared memory)."""
+        if self._staging is not None:
+            off = self._arena.alloc(size)
+            if off is not None:
+                return _Copy(self._staging.addr + off, size, self._arena, off)
+        for r, arena in list(self._lent):
+            off = arena.alloc(size)
+            if off is not None:
+                return _Copy(r.addr + off, size, arena, off)
+        grown = self._grow_lent(size)
+        if grown is not None:
+            r, arena = grown
+            off = arena.alloc(size)
+            if off is not None:
+                return _Copy(r.addr + off, size, arena, off)
+        # Uninitialized (a ctypes array is zeroed first: a second pass over
+        # every byte), and from malloc, whose freed memory the next batch
+        # reuses (_heap).
+        mem, addr = new_bytes(size)
+        return _Copy(addr, size, None, -1, mem)
+
+    def _grow_lent(self, size: int) -> Optional[Tuple[_shm.Region, _shm.Arena]]:
+        """A new lend region holding at least ``size`` bytes, shared with
+        the session; None past the bound or when it cannot be made or
+        shared (logged at debug: the copy goes to private memory)."""
+        want = max(LEND_CHUNK, -(-size // LEND_CHUNK) * LEND_CHUNK)
+        with self._lock:
+            if sum(r.size for r, _ in self._lent) + want > _heap.retain_bytes():
+                return None
+        try:
+            r = _shm.Region(want, "gostore-lend")
+        except OSError as e:
+            _log.debug("gostore: no lend region of %d bytes: %s", want, e)
+            return None
+        try:
+            self._share(self._conn(), r)
+        except (OSError, _ServerError, P.FrameError) as e:
+            _log.debug("gostore: gostore-client refused a lend region of %d bytes: %s", want, e)
+            r.close()
+            return None
+        grown = (r, _shm.Arena(want))
+        with self._lock:
+            self._lent.append(grown)
+        return grown
+
+    def _release_copy(self, held: Optional["_Copy"]) -> None:
+        """Give a get_buffer copy's room in shared memory back (one in this
+        process's memory goes with its last reference)."""
+        if held is not None and held.arena is not None:
+            held.arena.free(held.off, held.size)
 
     def _unavailable(self, name: str) -> Callable[..., Any]:
         def call(*_args: Any) -> int:
