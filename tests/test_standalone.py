@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
-from typing import Any, List, Sequence
+from typing import Any, Callable, List, Sequence
 
 import pytest
 
@@ -374,6 +374,26 @@ def test_host_allocator_memory_registers_and_moves_bytes(master, client_process_
     assert alloc.free(src) == 0 and alloc.free(dst) == 0
 
 
+def _in_forked_child(check: Callable[[], bool]) -> bool:
+    """Whether ``check()`` holds in a child forked from here (its store
+    state as this process's at the fork)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = check()
+        except BaseException:
+            ok = False
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    try:
+        return os.read(r, 1) == b"1"
+    finally:
+        os.waitpid(pid, 0)
+        os.close(r)
+
+
 def _count_fds(lib: Any, monkeypatch: Any) -> List[int]:
     """How many file descriptors each frame ``lib`` sends from now on carries."""
     sent: List[int] = []
@@ -459,18 +479,23 @@ def test_copying_calls_read_and_write_the_applications_memory_in_place(master, c
     assert reader.get_batch(["cm-pb-0", "cm-pb-1"]) == [big[:3 * MiB], big[1:]]
     # Nothing staged: no overflow region, no region of a call's own.
     assert lib._overflow is None and sent_fds and not any(sent_fds)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: a session of its own, checked again
-        ok = app.get_batch(keys[:2]) == [values[k] for k in keys[:2]] and lib._cross
-        os.write(w, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(w)
-    assert os.read(r, 1) == b"1"
-    os.waitpid(pid, 0)
-    os.close(r)
+    # A forked child: a session of its own, checked again.
+    assert _in_forked_child(lambda: app.get_batch(keys[:2]) == [values[k] for k in keys[:2]] and lib._cross)
     assert app.get_batch(keys[:1]) == [values[keys[0]]]
     assert srv.alive()
+
+
+def _stored_for_get_buffer(master: Any, client_process_factory: Any, store_factory: Any, local: int,
+                           values: List[bytes]) -> Any:
+    """(application store with a ``local``-byte buffer, keys, values): the
+    values put by another client of ``master``, under keys of their own."""
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=local)
+    reader = store_factory(master)
+    keys = [f"gb-{local}-{i}" for i in range(len(values))]
+    for k, v in zip(keys, values):
+        assert reader.put(k, v) == 0
+    return app, keys, values
 
 
 def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory, store_factory, monkeypatch):
@@ -480,14 +505,9 @@ def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory,
     when freed: the same batch again shares nothing new. A forked child
     lends from regions of its own, and the parent's copies keep their
     bytes."""
-    srv = client_process_factory(master)
-    app = _dummy(srv.server_address, local=4 * MiB)
-    reader = store_factory(master)
+    app, keys, values = _stored_for_get_buffer(master, client_process_factory, store_factory, 4 * MiB,
+                                               [_pattern(40 + i, MiB + 17 * i) for i in range(5)])
     lib = app._lib()
-    values = [_pattern(40 + i, MiB + 17 * i) for i in range(5)]
-    keys = [f"gb-{i}" for i in range(len(values))]
-    for k, v in zip(keys, values):
-        assert reader.put(k, v) == 0
     sent_fds = _count_fds(lib, monkeypatch)
     bufs = app.batch_get_buffer(keys)
     assert [bytes(b) for b in bufs] == values
@@ -507,19 +527,13 @@ def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory,
     bufs = app.batch_get_buffer(keys)
     assert [bytes(b) for b in bufs] == values
     assert len(lib._lent) == 1 and not any(sent_fds)  # the kept region serves again
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its parent's regions are not its to lend from
+    def child_lends_its_own() -> bool:  # the parent's regions are not the child's to lend from
         theirs = [reg for reg, _ in lib._lent]
         got = app.batch_get_buffer(keys)
-        ok = ([bytes(b) for b in got] == values and len(lib._lent) == 1 and lib._lent[0][0] not in theirs
-              and all(lib._lent[0][0].contains(b.ptr(), b.size()) for b in got[3:]))
-        os.write(w, b"1" if ok else b"0")
-        os._exit(0)
-    os.close(w)
-    assert os.read(r, 1) == b"1"
-    os.waitpid(pid, 0)
-    os.close(r)
+        return ([bytes(b) for b in got] == values and len(lib._lent) == 1 and lib._lent[0][0] not in theirs
+                and all(lib._lent[0][0].contains(b.ptr(), b.size()) for b in got[3:]))
+
+    assert _in_forked_child(child_lends_its_own)
     assert [bytes(b) for b in bufs] == values
 
 
@@ -529,18 +543,55 @@ def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, cl
     local buffer are made in this process's own memory (the server writes
     them with cross memory), and still read right."""
     monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))
-    srv = client_process_factory(master)
-    app = _dummy(srv.server_address, local=2 * MiB)
-    reader = store_factory(master)
+    app, keys, values = _stored_for_get_buffer(master, client_process_factory, store_factory, 2 * MiB,
+                                               [_pattern(80 + i, MiB + 5 * i) for i in range(3)])
     lib = app._lib()
-    values = [_pattern(80 + i, MiB + 5 * i) for i in range(3)]
-    keys = [f"gbp-{i}" for i in range(len(values))]
-    for k, v in zip(keys, values):
-        assert reader.put(k, v) == 0
     bufs = app.batch_get_buffer(keys)
     assert [bytes(b) for b in bufs] == values
     assert lib._lent == []
     assert not any(lib._staging.contains(b.ptr(), b.size()) for b in bufs[1:])
+
+
+@pytest.mark.parametrize("retain", [None, 0], ids=["lent", "private"])
+def test_copying_tensor_reads_land_in_lend_regions(master, client_process_factory, store_factory, monkeypatch,
+                                                   retain):
+    """batch_get_tensor's arrays are lent from lend regions (the server
+    writes them at memcpy speed), never from the local buffer, which other
+    calls stage through: the room comes back when the last view of an
+    array goes. With GOSTORE_HEAP_RETAIN_BYTES=0 they are this process's
+    own memory. The values are right either way."""
+    import gc
+
+    import numpy as np
+
+    if retain is not None:
+        monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(retain))
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=4 * MiB)
+    writer = store_factory(master)
+    lib = app._lib()
+    arrays = [np.arange(MiB // 2, dtype=np.float32) * (i + 1) for i in range(5)]  # 2 MiB each
+    keys = [f"lt-{i}" for i in range(len(arrays))]
+    assert writer.batch_put_tensor(keys, arrays) == [0] * len(keys)
+    got = app.batch_get_tensor(keys)
+    assert all(t is not None and np.array_equal(np.asarray(t), want) for want, t in zip(arrays, got))
+    where = [np.asarray(t).ctypes.data for t in got]
+    assert not any(lib._staging.contains(a, want.nbytes) for a, want in zip(where, arrays))
+    if retain == 0:
+        assert lib._lent == []
+        return
+    assert len(lib._lent) == 1
+    region, arena = lib._lent[0]
+    assert all(region.contains(a, want.nbytes) for a, want in zip(where, arrays))
+    views = [np.asarray(t)[1:] for t in got]  # a view keeps its array's room
+    del got
+    gc.collect()
+    assert arena.alloc(region.size) is None
+    del views
+    gc.collect()
+    off = arena.alloc(region.size)  # every array gave its room back
+    assert off == 0
+    arena.free(off, region.size)
 
 
 @pytest.mark.parametrize("cross", [True, False], ids=["cross-memory", "staged"])

@@ -207,17 +207,16 @@ func serveOne(t *testing.T, nc net.Conn, reply *string) (wire.Header, echoReq) {
 	return h, req
 }
 
-// A call on a connection whose notification is not answered yet sends its
-// request without waiting for that answer: the server reads the call's
-// request while it still owes the notification's answer, then answers
-// both, and the call returns its own reply with nothing owed.
-func TestACallDoesNotWaitForOwedAnswers(t *testing.T) {
+// owingOne is a client of a raw server (the test speaks its frames on nc)
+// with one pooled connection, on which a notification ("n", header nh)
+// has been read by the server and not answered.
+func owingOne(t *testing.T) (c *Client, nc net.Conn, nh wire.Header) {
+	t.Helper()
 	addr, conns := rawServer(t)
-	c := NewClient(addr)
-	defer c.Close()
-	ctx := context.Background()
+	c = NewClient(addr)
+	t.Cleanup(c.Close)
 	first := make(chan error, 1)
-	go func() { first <- c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
+	go func() { first <- c.Call(context.Background(), wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
 	nc, ok := <-conns
 	if !ok {
 		t.Fatal("no connection")
@@ -227,16 +226,29 @@ func TestACallDoesNotWaitForOwedAnswers(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "n"}); err != nil {
+	if err := c.Notify(context.Background(), wire.OpPing, &echoReq{S: "n"}); err != nil {
 		t.Fatal(err)
 	}
-	nh, n := serveOne(t, nc, nil) // handled, not answered yet
+	nh, n := serveOne(t, nc, nil)
+	if n.S != "n" {
+		t.Fatalf("the server read %q for the notification", n.S)
+	}
+	return c, nc, nh
+}
+
+// A call on a connection whose notification is not answered yet sends its
+// request without waiting for that answer: the server reads the call's
+// request while it still owes the notification's answer, then answers
+// both, and the call returns its own reply with nothing owed.
+func TestACallDoesNotWaitForOwedAnswers(t *testing.T) {
+	c, nc, nh := owingOne(t)
+	ctx := context.Background()
 	var resp echoResp
 	called := make(chan error, 1)
 	go func() { called <- c.Call(ctx, wire.OpPing, &echoReq{S: "d"}, &resp) }()
 	dh, d := serveOne(t, nc, nil) // the call's request came while "n" is owed
-	if n.S != "n" || d.S != "d" {
-		t.Fatalf("the server read %q then %q", n.S, d.S)
+	if d.S != "d" {
+		t.Fatalf("the server read %q for the call", d.S)
 	}
 	var out []byte
 	for _, r := range []struct {
@@ -268,22 +280,8 @@ func TestACallDoesNotWaitForOwedAnswers(t *testing.T) {
 // been handled), and leaves nothing owed: a flush returns, and the
 // connection is not kept for the next call.
 func TestOwedAnswerThatNeverComesFailsOnlyThatCall(t *testing.T) {
-	addr, conns := rawServer(t)
-	c := NewClient(addr)
-	defer c.Close()
+	c, nc, _ := owingOne(t)
 	ctx := context.Background()
-	first := make(chan error, 1)
-	go func() { first <- c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
-	nc := <-conns
-	a := "a"
-	serveOne(t, nc, &a)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Notify(ctx, wire.OpPing, &echoReq{S: "n"}); err != nil {
-		t.Fatal(err)
-	}
-	serveOne(t, nc, nil)
 	called := make(chan error, 1)
 	go func() { called <- c.Call(ctx, wire.OpPing, &echoReq{S: "d"}, &echoResp{}) }()
 	serveOne(t, nc, nil)

@@ -422,7 +422,11 @@ class TensorAPI:
         idx = [i for i, k in enumerate(ks) if k is not None]
         if not idx:
             return out
-        raws = self._get_fresh([ks[i] for i in idx], _numpy_alloc)
+        # In standalone mode the library lends arrays the server can write
+        # at memcpy speed (shared memory); elsewhere they are this process's.
+        lib = self._lib()
+        alloc = lib.lend_array if hasattr(type(lib), "lend_array") else _numpy_alloc
+        raws = self._get_fresh([ks[i] for i in idx], alloc)
         for i, raw in zip(idx, raws):
             if raw is None:
                 continue

@@ -105,6 +105,19 @@ class _ServerError(Exception):
 _live: "weakref.WeakSet[RemoteLibrary]" = weakref.WeakSet()
 
 
+class _Lent:
+    """Gives a lent copy's room back when it goes (the memory of an array
+    lend_array made)."""
+
+    __slots__ = ("lib", "copy")
+
+    def __init__(self, lib: "RemoteLibrary", copy: "_Copy") -> None:
+        self.lib, self.copy = lib, copy
+
+    def __del__(self) -> None:
+        self.lib._release_copy(self.copy)
+
+
 class _Copy:
     """A get_buffer copy this process lends: ``size`` bytes at ``addr``, in
     shared memory (``off`` in ``arena``, the local buffer's or a lend
@@ -114,6 +127,14 @@ class _Copy:
 
     def __init__(self, addr: int, size: int, arena: Optional[_shm.Arena], off: int, mem: Any = None) -> None:
         self.addr, self.size, self.arena, self.off, self.mem = addr, size, arena, off, mem
+
+    @classmethod
+    def private(cls, size: int) -> "_Copy":
+        """A copy in this process's own memory: uninitialized (a ctypes
+        array is zeroed first, a second pass over every byte), and from
+        malloc, whose freed memory the next batch reuses (_heap)."""
+        mem, addr = new_bytes(size)
+        return cls(addr, size, None, -1, mem)
 
 
 class RemoteLibrary:
@@ -381,7 +402,7 @@ class RemoteLibrary:
         for i, size in enumerate(sizes):
             if size <= 0 or (hits is not None and hits[i] is None):
                 continue
-            held[i] = self._lend(size)
+            held[i] = self._lend(size) or _Copy.private(size)
             addrs[i] = held[i].addr  # type: ignore[union-attr]
             if hits is not None:
                 ctypes.memmove(addrs[i], scratch + hits[i][0], size)  # type: ignore[index]
@@ -406,14 +427,14 @@ class RemoteLibrary:
     def gs_free_buffer(self, h: int, ptr: int) -> None:
         self._release_copy(self._buffers.pop(ptr, None))
 
-    def _lend(self, size: int) -> "_Copy":
-        """Room for a get_buffer copy of ``size`` bytes: in the local
-        buffer, else in a lend region (one is made and shared with the
-        session when none has room, while they hold at most
-        GOSTORE_HEAP_RETAIN_BYTES in all), else in this process's own
-        memory, which the server writes with cross memory or staging (two
-        to three times slower than into shared memory)."""
-        if self._staging is not None:
+    def _lend(self, size: int, local_buffer: bool = True) -> Optional["_Copy"]:
+        """Room in shared memory for a copy of ``size`` bytes the server
+        writes (at memcpy speed, where this process's own memory takes cross
+        memory or staging, two to three times slower): in the local buffer
+        (unless not ``local_buffer``), else in a lend region, one made and
+        shared with the session when none has room, while they hold at most
+        GOSTORE_HEAP_RETAIN_BYTES in all; None past that."""
+        if local_buffer and self._staging is not None:
             off = self._arena.alloc(size)
             if off is not None:
                 return _Copy(self._staging.addr + off, size, self._arena, off)
@@ -427,11 +448,23 @@ class RemoteLibrary:
             off = arena.alloc(size)
             if off is not None:
                 return _Copy(r.addr + off, size, arena, off)
-        # Uninitialized (a ctypes array is zeroed first: a second pass over
-        # every byte), and from malloc, whose freed memory the next batch
-        # reuses (_heap).
-        mem, addr = new_bytes(size)
-        return _Copy(addr, size, None, -1, mem)
+        return None
+
+    def lend_array(self, size: int) -> Tuple[Any, int]:
+        """A writable uint8 array of ``size`` bytes for a copying tensor read
+        to land in, and its address: in a lend region, its room given back
+        when the last view of it goes, else in this process's own memory.
+        Never in the local buffer: tensors are often kept, and would hold
+        the room other calls stage through."""
+        import numpy as np
+
+        copy = self._lend(size, local_buffer=False)
+        if copy is None:
+            arr = np.empty(size, dtype=np.uint8)
+            return arr, arr.ctypes.data
+        mem = (ctypes.c_char * size).from_address(copy.addr)
+        mem._lent = _Lent(self, copy)  # goes with the array's last view
+        return np.frombuffer(mem, dtype=np.uint8), copy.addr
 
     def _grow_lent(self, size: int) -> Optional[Tuple[_shm.Region, _shm.Arena]]:
         """A new lend region holding at least ``size`` bytes, shared with
