@@ -552,6 +552,41 @@ def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, cl
     assert not any(lib._staging.contains(b.ptr(), b.size()) for b in bufs[1:])
 
 
+def test_lend_regions_growing_at_once_stay_within_the_bound(master, client_process_factory, monkeypatch):
+    """Two threads that need a lend region at once, with room for one under
+    GOSTORE_HEAP_RETAIN_BYTES: the second is refused while the first is
+    still sharing its region (the room is reserved before the region is
+    made), so the bound holds."""
+    import threading
+
+    from gostore import standalone
+
+    monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(standalone.LEND_CHUNK))
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=MiB)
+    lib = app._lib()
+    assert app.is_exist("nothing") == 0  # the session is open
+    entered, go = threading.Event(), threading.Event()
+    share = lib._share
+
+    def held_share(c: Any, r: Any) -> None:
+        if threading.current_thread().name == "first":
+            entered.set()
+            assert go.wait(30)
+        share(c, r)
+
+    monkeypatch.setattr(lib, "_share", held_share)
+    got: List[Any] = []
+    first = threading.Thread(target=lambda: got.append(lib._grow_lent(MiB)), name="first")
+    first.start()
+    assert entered.wait(30)
+    second = lib._grow_lent(MiB)  # while the first region is being shared
+    go.set()
+    first.join(30)
+    assert second is None
+    assert got and got[0] is not None and lib._lent == [got[0]]
+
+
 @pytest.mark.parametrize("retain", [None, 0], ids=["lent", "private"])
 def test_copying_tensor_reads_land_in_lend_regions(master, client_process_factory, store_factory, monkeypatch,
                                                    retain):

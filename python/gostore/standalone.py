@@ -163,6 +163,7 @@ class RemoteLibrary:
         # the child lends from regions of its own.
         self._buffers = {a: b for a, b in self._buffers.items() if b.arena is None}
         self._lent: List[Tuple[_shm.Region, _shm.Arena]] = []
+        self._lent_bytes = 0  # their sizes, and those being made
         self._lock = threading.Lock()
         self._tls = threading.local()
         self._conns: List[_Connection] = []
@@ -471,19 +472,20 @@ class RemoteLibrary:
         the session; None past the bound or when it cannot be made or
         shared (logged at debug: the copy goes to private memory)."""
         want = max(LEND_CHUNK, -(-size // LEND_CHUNK) * LEND_CHUNK)
-        with self._lock:
-            if sum(r.size for r, _ in self._lent) + want > _heap.retain_bytes():
+        with self._lock:  # reserved before it is made: threads growing at once stay within the bound
+            if self._lent_bytes + want > _heap.retain_bytes():
                 return None
+            self._lent_bytes += want
+        r: Optional[_shm.Region] = None
         try:
             r = _shm.Region(want, "gostore-lend")
-        except OSError as e:
-            _log.debug("gostore: no lend region of %d bytes: %s", want, e)
-            return None
-        try:
             self._share(self._conn(), r)
         except (OSError, _ServerError, P.FrameError) as e:
-            _log.debug("gostore: gostore-client refused a lend region of %d bytes: %s", want, e)
-            r.close()
+            _log.debug("gostore: no lend region of %d bytes (%s): the copy goes to private memory", want, e)
+            if r is not None:
+                r.close()
+            with self._lock:
+                self._lent_bytes -= want
             return None
         grown = (r, _shm.Arena(want))
         with self._lock:
