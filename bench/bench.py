@@ -1626,15 +1626,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="value sizes to run, e.g. 4K,1M (default: 4K,1M,16M); limits stay measured")
     ap.add_argument("--no-mooncake", action="store_true",
                     help="skip the Mooncake column (it runs with the tcp pass when Mooncake's wheel is there)")
-    ap.add_argument("--rounds", type=int, default=3, metavar="N",
+    ap.add_argument("--rounds", type=int, metavar="N",
                     help="gostore/Mooncake pairs of tcp passes behind the ratios to Mooncake: the first at "
-                         "every size, the others at 4 KiB; a ratio is the median of its pairs (default 3)")
+                         "every size, the others at 4 KiB; a ratio is the median of its pairs "
+                         "(default 3, 1 with --quick)")
     ap.add_argument("--store", choices=STORES, default="gostore", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--peer", metavar="MASTER", help=argparse.SUPPRESS)
     ap.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     if args.sizes:
         global SIZES
         SIZES = [parse_size(x) for x in args.sizes.split(",") if x.strip()]

@@ -115,7 +115,10 @@ class _Lent:
         self.lib, self.copy = lib, copy
 
     def __del__(self) -> None:
-        self.lib._release_copy(self.copy)
+        try:
+            self.lib._release_copy(self.copy)
+        except Exception:  # at interpreter exit the modules it uses may be gone; so is the room
+            pass
 
 
 class _Copy:
