@@ -59,6 +59,7 @@ import mmap
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1340,18 +1341,13 @@ def pass_rtts(gostore_info: Dict[str, Any], mooncake_info: Dict[str, Any]) -> Di
 
 def median_ratios(rounds: List[Dict[str, Any]]) -> Dict[Tuple[str, int, int], List[float]]:
     """Each (method, batch, size)'s ratios over the rounds that measured it
-    with no failed key on either side, sorted (the median is the middle)."""
+    with no failed key on either side, lowest first."""
     out: Dict[Tuple[str, int, int], List[float]] = {}
     for rnd in rounds:
         for r in rnd["ratios"]:
             if r["ratio"] is not None and not r["mooncake_errors"] and not r["gostore_errors"]:
                 out.setdefault((r["method"], r["batch"], r["size"]), []).append(r["ratio"])
     return {k: sorted(v) for k, v in out.items()}
-
-
-def median(sorted_vals: List[float]) -> float:
-    n = len(sorted_vals)
-    return sorted_vals[n // 2] if n % 2 else (sorted_vals[n // 2 - 1] + sorted_vals[n // 2]) / 2
 
 
 def compare_mooncake(cells: List[Dict[str, Any]], mc_cells: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -1461,7 +1457,7 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
                 ratios = median_ratios(mc_rounds or []).get((m, 1, 4 * KiB)) or [g["keys_per_s"] / mc["keys_per_s"]]
                 rounds = (f"; median of {len(ratios)} rounds ({', '.join(f'{r:.2f}x' for r in ratios)})"
                           if len(ratios) > 1 else "")
-                add(name, g, median(ratios), "x", ">=", 3.0,
+                add(name, g, statistics.median(ratios), "x", ">=", 3.0,
                     f"{g['keys_per_s']:.0f} vs {mc['keys_per_s']:.0f} keys/s "
                     f"({g['keys_per_s'] / mc['keys_per_s']:.2f}x), p50 {g['p50_us']:.1f} vs {mc['p50_us']:.1f} us"
                     f"{rounds}")
@@ -1593,7 +1589,7 @@ def print_vs_mooncake(doc: Dict[str, Any]) -> None:
         for key, ratios in sorted(median_ratios(rounds).items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
             if len(ratios) > 1:
                 print(f"     {key[0]:<16} {key[1]:>3} x {fmt_size(key[2]):>6}: "
-                      f"{', '.join(f'{x:.2f}x' for x in ratios)}  median {median(ratios):.2f}x")
+                      f"{', '.join(f'{x:.2f}x' for x in ratios)}  median {statistics.median(ratios):.2f}x")
         print("   RTT p50 (start -> end) per round, gostore | Mooncake pass: " + "; ".join(
             " | ".join(f"{num(a, '.0f')} -> {num(b, '.0f')} us" for a, b in (rd['rtt']['gostore'], rd['rtt']['mooncake']))
             for rd in rounds))

@@ -552,6 +552,23 @@ def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, cl
     assert not any(lib._staging.contains(b.ptr(), b.size()) for b in bufs[1:])
 
 
+def test_a_small_tensor_batch_lends_nothing(master, client_process_factory, store_factory):
+    """Tensors that fit the scratch buffer together are copied by this
+    process (read with their lookup): they gain nothing from shared memory,
+    so they make no lend region and hold none of its room."""
+    import numpy as np
+
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=MiB)
+    writer = store_factory(master)
+    arrays = [np.arange(256, dtype=np.int32) + i for i in range(4)]
+    keys = [f"st-{i}" for i in range(len(arrays))]
+    assert writer.batch_put_tensor(keys, arrays) == [0] * len(keys)
+    got = app.batch_get_tensor(keys)
+    assert all(t is not None and np.array_equal(np.asarray(t), want) for want, t in zip(arrays, got))
+    assert app._lib()._lent == []
+
+
 def test_lend_regions_growing_at_once_stay_within_the_bound(master, client_process_factory, monkeypatch):
     """Two threads that need a lend region at once, with room for one under
     GOSTORE_HEAP_RETAIN_BYTES: the second is refused while the first is

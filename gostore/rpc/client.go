@@ -218,7 +218,7 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		// handling the notifications, and the call does not wait for it
 		// before it sends. The checks are syscalls: they run outside the
 		// pool's lock.
-		if cc.unread > 0 && c.readArrived(ctx, cc) != nil {
+		if cc.unread > 0 && c.drain(ctx, cc, true) != nil {
 			continue
 		}
 		if pc, ok := cc.c.(interface{ PeerClosed() bool }); ok && pc.PeerClosed() {
@@ -336,7 +336,7 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
 	}
 	if cc.unread >= notifyBacklog {
-		if err := c.drain(ctx, cc); err != nil {
+		if err := c.drain(ctx, cc, false); err != nil {
 			return wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
 		}
 	}
@@ -381,7 +381,7 @@ func (c *Client) NotifyFlush(ctx context.Context) error {
 			continue
 		}
 		c.mu.Unlock()
-		if err := c.drain(ctx, cc); err != nil {
+		if err := c.drain(ctx, cc, false); err != nil {
 			failed = wire.Errorf(wire.ErrRPCFail, "answers of notifications from %s: %v", c.addr, err)
 		} else {
 			c.put(cc)
@@ -425,24 +425,13 @@ func (c *Client) settleLocked(cc *clientConn) {
 	}
 }
 
-// drain reads (and drops) the answers cc owes, within ctx, and settles
-// it; after a failure cc is closed and must not be used again.
-func (c *Client) drain(ctx context.Context, cc *clientConn) error {
+// drain reads (and drops) the answers cc owes, within ctx: all of them,
+// or with arrivedOnly those that have come (the rest stay owed, for the
+// call that holds cc to read ahead of its reply). After a failure cc is
+// settled and closed and must not be used again.
+func (c *Client) drain(ctx context.Context, cc *clientConn, arrivedOnly bool) error {
 	setDeadline(ctx, cc)
-	err := c.readOwed(cc, false)
-	c.settle(cc)
-	if err != nil {
-		cc.c.Close()
-	}
-	return err
-}
-
-// readArrived is drain for the answers that have come: it reads those
-// and leaves cc owing the rest (settled when none is left). After a
-// failure cc is closed and must not be used again.
-func (c *Client) readArrived(ctx context.Context, cc *clientConn) error {
-	setDeadline(ctx, cc)
-	err := c.readOwed(cc, true)
+	err := c.readOwed(cc, arrivedOnly)
 	if err != nil {
 		c.settle(cc)
 		cc.c.Close()
@@ -451,13 +440,13 @@ func (c *Client) readArrived(ctx context.Context, cc *clientConn) error {
 }
 
 // readOwed reads (and drops) the answers of the notifications sent on cc,
-// which the caller holds: all of them, or with arrived only those whose
+// which the caller holds: all of them, or with arrivedOnly those whose
 // first byte has come (a frame is written whole, so the rest of it
 // follows at once). cc is settled when the last one is read.
-func (c *Client) readOwed(cc *clientConn, arrived bool) error {
+func (c *Client) readOwed(cc *clientConn, arrivedOnly bool) error {
 	readable, canPeek := cc.c.(interface{ Readable() bool })
 	for cc.unread > 0 {
-		if arrived && cc.r.Buffered() == 0 && (!canPeek || !readable.Readable()) {
+		if arrivedOnly && cc.r.Buffered() == 0 && (!canPeek || !readable.Readable()) {
 			return nil
 		}
 		if _, _, err := cc.readFrame(); err != nil {

@@ -423,10 +423,11 @@ class TensorAPI:
         if not idx:
             return out
         # In standalone mode the library lends arrays the server can write
-        # at memcpy speed (shared memory); elsewhere they are this process's.
+        # at memcpy speed (shared memory) for the reads it finishes; what
+        # this process copies itself (a small batch) stays its own memory.
         lib = self._lib()
-        alloc = lib.lend_array if hasattr(type(lib), "lend_array") else _numpy_alloc
-        raws = self._get_fresh([ks[i] for i in idx], alloc)
+        lend = lib.lend_array if hasattr(type(lib), "lend_array") else None
+        raws = self._get_fresh([ks[i] for i in idx], _numpy_alloc, lend)
         for i, raw in zip(idx, raws):
             if raw is None:
                 continue

@@ -438,21 +438,17 @@ class RemoteLibrary:
         (unless not ``local_buffer``), else in a lend region, one made and
         shared with the session when none has room, while they hold at most
         GOSTORE_HEAP_RETAIN_BYTES in all; None past that."""
-        if local_buffer and self._staging is not None:
-            off = self._arena.alloc(size)
-            if off is not None:
-                return _Copy(self._staging.addr + off, size, self._arena, off)
-        for r, arena in list(self._lent):
+        def take(r: _shm.Region, arena: _shm.Arena) -> Optional[_Copy]:
             off = arena.alloc(size)
-            if off is not None:
-                return _Copy(r.addr + off, size, arena, off)
+            return None if off is None else _Copy(r.addr + off, size, arena, off)
+
+        places = [(self._staging, self._arena)] if local_buffer and self._staging is not None else []
+        for r, arena in places + list(self._lent):
+            copy = take(r, arena)
+            if copy is not None:
+                return copy
         grown = self._grow_lent(size)
-        if grown is not None:
-            r, arena = grown
-            off = arena.alloc(size)
-            if off is not None:
-                return _Copy(r.addr + off, size, arena, off)
-        return None
+        return None if grown is None else take(*grown)
 
     def lend_array(self, size: int) -> Tuple[Any, int]:
         """A writable uint8 array of ``size`` bytes for a copying tensor read
