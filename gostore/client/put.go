@@ -209,6 +209,11 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 	}
 	c.finishWrites(ctx, &done, doneIdx, &revoke, out)
+	for j, r := range resp.Results {
+		if i := idx[j]; writing[i] && out[i] == wire.OK {
+			c.rememberWritten(items[i].Key, r.Replicas, items[i].size(), r.Epoch)
+		}
+	}
 	return refused
 }
 

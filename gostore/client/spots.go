@@ -8,31 +8,34 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
 // A get of one object over TCP is two round trips in a row: GetReplicas to
-// the master, then the read from the owner. When this client read the
-// same key a moment ago, it knows where the object was (a spot) and the
+// the master, then the read from the owner. When this client wrote the key
+// or read it a moment ago, it knows where the object was (a spot) and the
 // read can go out first, answered while the master answers; the bytes are
 // kept only when the master's answer shows that nothing changed:
 //
 //   - the same epoch: no write of the key began since the spot was taken
 //     (an upsert in place takes a new epoch when it begins), and none can
 //     begin before this read ends, as this client is now a counted reader;
-//   - the spot's replica (segment and offset) still among the object's:
-//     no move or copy task took it away; and
-//   - the read ended inside the lease the spot was taken under: a range a
-//     task or a removal gives up is reused only after the leases on it run
-//     out, so the bytes read were this object's.
+//   - the same replica set (wire.GetResult.Placed) with the spot's replica
+//     (segment and offset) still in it: the range belonged to the object
+//     from the spot to the answer, so nothing but the object's bytes was
+//     there (a range that left and came back would have a new name); and
+//   - the read was allowed: under the grant the spot holds (a read's
+//     grant, or the write's, which reads its range back), before it ends.
 //
 // Otherwise the bytes are discarded and the object is read as any get
 // reads it, from the master's fresh answer: one more round trip, only for
 // keys that changed. A put that returned before this get began is seen,
 // since the master's answer is taken after the get began. Spots are kept
-// only while their lease lasts (maxSpots at most); shared memory and the
-// own segment gain nothing from them (a local read is no round trip).
+// until their grant ends, a read's no longer than its lease (maxSpots at
+// most); shared memory and the own
+// segment gain nothing from them (a local read is no round trip).
 
 // maxSpots bounds the spots kept; past it, expired ones are dropped first,
 // then all.
@@ -42,10 +45,11 @@ const maxSpots = 4096
 // first, and what the master's answer must repeat for a read from it to
 // count.
 type spot struct {
-	rep   wire.Replica // grant included: the owner checks it
-	size  uint64
-	epoch uint64
-	until time.Time // the end of the lease it was found under
+	rep    wire.Replica // grant included: the owner checks it
+	size   uint64
+	epoch  uint64
+	placed uint64
+	until  time.Time // when its grant (or a read's lease) ends
 }
 
 type spots struct {
@@ -94,24 +98,49 @@ func (s *spots) drop(key string) {
 // a TCP read would go to first; anything else forgets the key.
 func (c *Client) remember(p *Pending) {
 	key, r := p.keys[0], p.res[0]
-	if r.Code != wire.OK || r.LeaseMS <= 0 || len(r.Replicas) == 0 {
+	lease := p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)
+	if r.Code != wire.OK || r.LeaseMS <= 0 || !c.rememberSpot(key, r.Replicas, r.Size, r.Epoch, r.Placed, lease) {
 		c.spots.drop(key)
-		return
 	}
-	c.orderReplicas(r.Replicas) // as the read will
-	rep := r.Replicas[0]
+}
+
+// rememberWritten records where this client just wrote key (epoch names
+// the write, and its replica set until a task changes that), for a read
+// of its own write.
+func (c *Client) rememberWritten(key string, reps []wire.Replica, size, epoch uint64) {
+	if !c.rememberSpot(key, reps, size, epoch, epoch, time.Time{}) {
+		c.spots.drop(key)
+	}
+}
+
+// rememberSpot keeps the replica of reps a read would go to first as
+// key's spot, until its grant ends or until, if that is sooner (zero: no
+// bound); false when that replica is not read over TCP (or has no grant),
+// and nothing is kept.
+func (c *Client) rememberSpot(key string, reps []wire.Replica, size, epoch, placed uint64, until time.Time) bool {
+	if len(reps) == 0 {
+		return false
+	}
+	c.orderReplicas(reps) // as the read will
+	rep := reps[0]
 	peer, ok := c.peers.get(rep.SegID)
-	if !ok || len(rep.Grant) == 0 || c.engine.Route(peer) != transfer.RouteTCP {
-		c.spots.drop(key)
-		return
+	if !ok || c.engine.Route(peer) != transfer.RouteTCP {
+		return false
 	}
-	c.spots.put(key, spot{rep: rep, size: r.Size, epoch: r.Epoch,
-		until: p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)})
+	g, err := grant.Decode(rep.Grant)
+	if err != nil {
+		return false
+	}
+	if end := time.Unix(0, g.Expiry); until.IsZero() || end.Before(until) {
+		until = end
+	}
+	c.spots.put(key, spot{rep: rep, size: size, epoch: epoch, placed: placed, until: until})
+	return true
 }
 
 // confirms reports whether the master's answer r keeps a read from sp.
 func (sp spot) confirms(r wire.GetResult) bool {
-	if r.Code != wire.OK || r.Epoch != sp.epoch || r.Size != sp.size {
+	if r.Code != wire.OK || r.Epoch != sp.epoch || r.Placed != sp.placed || r.Size != sp.size {
 		return false
 	}
 	for _, rep := range r.Replicas {

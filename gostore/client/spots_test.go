@@ -6,6 +6,7 @@ package client
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 
@@ -154,5 +155,81 @@ func TestASpotPastItsLeaseIsNotUsed(t *testing.T) {
 	}
 	if reader.specReads.Load() != 0 {
 		t.Fatal("a spot past its lease was read")
+	}
+}
+
+// A client that wrote a key over TCP reads it from where it wrote it,
+// under the write's grant, while it asks the master; someone else's
+// upsert in place since then is seen, and its own rewrite moves the spot
+// to the new write.
+func TestAReadOfItsOwnWriteComesFromTheSpot(t *testing.T) {
+	other, writer := spotCluster(t)
+	v1, v2, v3 := testkit.Pattern(5, 4096), testkit.Pattern(6, 4096), testkit.Pattern(7, 4096)
+	mustPut(t, writer, "k", v1, false)
+	count := func(reads, hits uint64) {
+		t.Helper()
+		if r, h := writer.specReads.Load(), writer.specHits.Load(); r != reads || h != hits {
+			t.Fatalf("%d reads from a spot, %d confirmed; want %d and %d", r, h, reads, hits)
+		}
+	}
+	if got := readOne(t, writer, "k", 4096); !bytes.Equal(got, v1) {
+		t.Fatal("the first read of its own write: wrong bytes")
+	}
+	count(1, 1)
+	mustPut(t, other, "k", v2, true) // in place, by another client
+	if got := readOne(t, writer, "k", 4096); !bytes.Equal(got, v2) {
+		t.Fatal("after another client's upsert the writer read its own old bytes")
+	}
+	count(2, 1)
+	mustPut(t, writer, "k", v3, true)
+	if got := readOne(t, writer, "k", 4096); !bytes.Equal(got, v3) {
+		t.Fatal("after its own upsert: wrong bytes")
+	}
+	count(3, 2)
+	// Every key of a batch put has its spot.
+	items := make([]PutItem, 4)
+	for i := range items {
+		items[i] = PutItem{Key: fmt.Sprintf("b%d", i), Parts: [][]byte{testkit.Pattern(uint64(10+i), 1000+i)}}
+	}
+	for i, code := range writer.PutBatch(items, wire.ReplicaConfig{}) {
+		if code != wire.OK {
+			t.Fatalf("batch put %d: %v", i, code)
+		}
+	}
+	for i, it := range items {
+		if got := readOne(t, writer, it.Key, 1000+i); !bytes.Equal(got, it.Parts[0]) {
+			t.Fatalf("batch key %d: wrong bytes", i)
+		}
+	}
+	count(7, 6)
+	if other.specReads.Load() != 0 {
+		t.Fatal("a client that only upserted read from a spot")
+	}
+}
+
+// The master's answer confirms a spot only when it repeats everything the
+// spot was taken under.
+func TestASpotIsConfirmedOnlyByTheSameObjectInTheSamePlace(t *testing.T) {
+	sp := spot{rep: wire.Replica{SegID: 3, Offset: 4096}, size: 100, epoch: 7, placed: 9}
+	same := wire.GetResult{Code: wire.OK, Size: 100, Epoch: 7, Placed: 9,
+		Replicas: []wire.Replica{{SegID: 2, Offset: 0}, {SegID: 3, Offset: 4096}}}
+	if !sp.confirms(same) {
+		t.Fatal("the same object in the same place was not confirmed")
+	}
+	for name, change := range map[string]func(*wire.GetResult){
+		"a miss":                func(r *wire.GetResult) { r.Code = wire.ErrObjectNotFound },
+		"another write":         func(r *wire.GetResult) { r.Epoch++ },
+		"another replica set":   func(r *wire.GetResult) { r.Placed++ },
+		"another size":          func(r *wire.GetResult) { r.Size++ },
+		"the replica gone":      func(r *wire.GetResult) { r.Replicas = r.Replicas[:1] },
+		"the replica elsewhere": func(r *wire.GetResult) { r.Replicas = []wire.Replica{{SegID: 3, Offset: 8192}} },
+		"on another segment":    func(r *wire.GetResult) { r.Replicas = []wire.Replica{{SegID: 4, Offset: 4096}} },
+	} {
+		r := same
+		r.Replicas = append([]wire.Replica(nil), same.Replicas...)
+		change(&r)
+		if sp.confirms(r) {
+			t.Errorf("%s: confirmed", name)
+		}
 	}
 }

@@ -2,8 +2,9 @@
 
 // Package grant owns the capabilities that bound what a peer may do to a
 // segment over the network: a grant names one byte range of one segment,
-// one direction (read or write) and an expiry, and carries a MAC under the
-// segment's key, so the segment's owner can check it without asking anyone.
+// what it allows (reading, or writing and reading back) and an expiry, and
+// carries a MAC under the segment's key, so the segment's owner can check
+// it without asking anyone.
 //
 // Who holds what: the owner of a segment makes a random key for it (the
 // transfer server does, crypto/rand) and tells the master at mount; the
@@ -28,14 +29,18 @@
 //
 //   - Only a holder of the key can make a token Verify accepts: the MAC
 //     covers every other byte, and it is compared in constant time.
-//   - Verify accepts a request only inside the range, in the direction,
-//     for the segment and before the expiry the token names.
+//   - Verify accepts a request only inside the range, for the segment and
+//     before the expiry the token names, and a write only under a write
+//     grant. A write grant also reads its range back: the writer that put
+//     an object reads it from where it wrote it (client/spots.go) without
+//     asking the master for a read grant first.
 //   - The package does no I/O, reads no clock and starts no goroutines:
 //     callers pass the time (the master its injected clock) and the key.
 //
 // What a grant does not bound: a holder may use it as often as it likes
 // until it expires, so a writer can rewrite its own range (even after its
-// write ended, or after the range went to another object) until then. Keys
+// write ended, or after the range went to another object) until then, and
+// a write grant's holder may read the range in that same window. Keys
 // never leave the owner and the master (nor the master's state directory,
 // which must stay private).
 package grant

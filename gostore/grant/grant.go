@@ -28,7 +28,8 @@ const (
 var le = binary.LittleEndian
 
 // Fields are what a grant says: Length bytes of segment SegID from Offset,
-// for writing (Write) or reading, until Expiry (unix nanoseconds).
+// for writing and reading back (Write) or only reading, until Expiry (unix
+// nanoseconds).
 type Fields struct {
 	SegID  uint64
 	Offset uint64
@@ -166,8 +167,8 @@ func Allows(f Fields, r Request, now int64) error {
 		return ErrExpired
 	case r.SegID != 0 && f.SegID != r.SegID:
 		return ErrSegment
-	case f.Write != r.Write:
-		return ErrDirection
+	case r.Write && !f.Write:
+		return ErrDirection // a write grant reads its range back, a read grant never writes
 	case !inside(r.Offset, r.N, f.Offset, f.Length):
 		return ErrRange
 	}

@@ -501,7 +501,9 @@ func (c *Core) Restore(st *State) RestoreReport {
 	}
 	for _, k := range keys {
 		d := st.Objects[k]
-		o := &object{size: d.Size, epoch: d.Epoch, writer: d.Writer, hardPin: d.HardPin, lastUse: now}
+		// The replica set gets a name no reader saw: what happened to the
+		// ranges while no master ran is not known.
+		o := &object{size: d.Size, epoch: d.Epoch, placed: c.epochs.Add(1), writer: d.Writer, hardPin: d.HardPin, lastUse: now}
 		if d.SoftPin {
 			o.softPin = now + int64(c.cfg.SoftPinTTL)
 		}

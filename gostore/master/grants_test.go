@@ -67,7 +67,8 @@ func TestGrantsMinted(t *testing.T) {
 			{"the whole replica", 0, 1000, true, t0, key, rep.SegID, nil},
 			{"its end, just before expiry", 999, 1, true, t0.Add(7*time.Second - 1), key, rep.SegID, nil},
 			{"past its end", 1, 1000, true, t0, key, rep.SegID, grant.ErrRange},
-			{"a read", 0, 10, false, t0, key, rep.SegID, grant.ErrDirection},
+			{"reading it back", 0, 10, false, t0, key, rep.SegID, nil},
+			{"reading past its end", 1, 1000, false, t0, key, rep.SegID, grant.ErrRange},
 			{"at discard timeout + slack", 0, 10, true, t0.Add(7 * time.Second), key, rep.SegID, grant.ErrExpired},
 			{"the other segment's key", 0, 10, true, t0, testGrantKey(3), rep.SegID, grant.ErrForged},
 		}

@@ -41,6 +41,7 @@ type object struct {
 	softPin  int64 // soft-pinned until then (0: not soft-pinned)
 	writer   string
 	epoch    uint64    // of the current or last write; see wire.PutStartResult
+	placed   uint64    // names the replica set: see wire.GetResult.Placed
 	readers  int32     // gets between GetReplicas(ForRead) and ReadDone
 	tasks    int32     // replica tasks running on the object
 	hardPin  bool      // never evicted; only remove takes it away
@@ -221,6 +222,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 // startWrite makes clientID the object's writer under a fresh epoch.
 func (c *Core) startWrite(o *object, now int64, clientID string, cfg wire.ReplicaConfig) {
 	o.started, o.writer, o.epoch = now, clientID, c.epochs.Add(1)
+	o.placed = o.epoch
 	o.readers = 0 // only lapsed readers can remain (busy objects are not rewritten)
 	o.softPin = 0
 	if cfg.SoftPin {
@@ -356,7 +358,7 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 			}
 			out[i].Size = o.size
 			out[i].LeaseMS = c.cfg.DefaultKVLeaseTTL.Milliseconds()
-			out[i].Epoch = o.epoch
+			out[i].Epoch, out[i].Placed = o.epoch, o.placed
 			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
 			for _, r := range o.replicas {
 				if r.status == replicaComplete {

@@ -228,3 +228,67 @@ func TestTaskEndingAfterItsObjectWasReplaced(t *testing.T) {
 		}
 	}
 }
+
+// Placed names an object's replica set: reads and a failed task leave it,
+// a task that adds a replica renames it (a range may have left and come
+// back in between), a write starts it over at its epoch, and a restart
+// gives every object a name no reader saw.
+func TestPlacedNamesTheReplicaSet(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "s1", 1<<20)
+	mount(t, c, "b", "s2", 1<<20)
+	res := put(t, c, "k", 4096, wire.ReplicaConfig{Preferred: []string{"s1"}})
+	look := func() wire.GetResult {
+		t.Helper()
+		g := c.GetReplicas([]string{"k"}, false)[0]
+		if g.Code != wire.OK {
+			t.Fatalf("GetReplicas: %v", g.Code)
+		}
+		return g
+	}
+	g := look()
+	if g.Placed == 0 || g.Placed != res.Epoch || g.Epoch != res.Epoch {
+		t.Fatalf("after the put: placed %d, epoch %d; want both %d", g.Placed, g.Epoch, res.Epoch)
+	}
+	if again := look(); again.Placed != g.Placed {
+		t.Fatal("a read renamed the replica set")
+	}
+	move := func(from, to string, code wire.Code) {
+		t.Helper()
+		plan, err := c.CreateTask(wire.CreateTaskReq{ClientID: "x", Kind: wire.TaskMove, Key: "k", Source: from, Targets: []string{to}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.TaskDone("x", plan.ID, code); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move("s1", "s2", wire.ErrTransferFail)
+	if now := look(); now.Placed != g.Placed {
+		t.Fatal("a failed move renamed the replica set")
+	}
+	seen := map[uint64]bool{g.Placed: true}
+	for _, m := range [][2]string{{"s1", "s2"}, {"s2", "s1"}} { // away and back
+		move(m[0], m[1], wire.OK)
+		now := look()
+		if seen[now.Placed] || now.Epoch != res.Epoch {
+			t.Fatalf("move %s -> %s: placed %d (seen before: %v), epoch %d", m[0], m[1], now.Placed, seen[now.Placed], now.Epoch)
+		}
+		seen[now.Placed] = true
+	}
+	up, err := c.UpsertStart("w", "", []string{"k"}, []uint64{4096}, wire.ReplicaConfig{})
+	if err != nil || up[0].Code != wire.OK {
+		t.Fatalf("upsert: %v %+v", err, up)
+	}
+	c.PutEnd("w", []string{"k"}, []uint64{up[0].Epoch})
+	if now := look(); now.Placed != up[0].Epoch {
+		t.Fatalf("after an upsert: placed %d, want its epoch %d", now.Placed, up[0].Epoch)
+	}
+	before := look()
+	r, _ := newTestCore(t)
+	r.Restore(c.DurableState(nil))
+	after := r.GetReplicas([]string{"k"}, false)[0]
+	if after.Code != wire.OK || after.Epoch != before.Epoch || after.Placed == before.Placed || after.Placed == 0 {
+		t.Fatalf("restored: epoch %d placed %d; before: epoch %d placed %d", after.Epoch, after.Placed, before.Epoch, before.Placed)
+	}
+}

@@ -108,7 +108,7 @@ func testServerRefuses(t *testing.T, device bool) {
 		{"another segment's key", opGrantedWrite, 0, 4096, otherKey, wire.ErrIllegalClient},
 		{"expired", opGrantedWrite, 4096, 4096, mint(5, 4096, 4096, true, past), wire.ErrLeaseExpired},
 		{"read grant used to write", opGrantedWrite, 0, 4096, mint(5, 0, size, false, far), wire.ErrIllegalClient},
-		{"write grant used to read", opGrantedRead, 4096, 4096, w, wire.ErrIllegalClient},
+		{"write grant used to read past its range", opGrantedRead, 4096, 8192, w, wire.ErrIllegalClient},
 		{"grant for another segment id", opGrantedWrite, 4096, 4096, mint(6, 4096, 4096, true, far), wire.ErrIllegalClient},
 		{"zero token", opGrantedWrite, 4096, 4096, make([]byte, grant.Size), wire.ErrIllegalClient},
 	}
@@ -123,6 +123,7 @@ func testServerRefuses(t *testing.T, device bool) {
 	// Then what the grant allows, on the same connection: it is served.
 	stream = append(append(append(stream, reqHdr(opGrantedWrite, 100, 4096, 4096)...), w...), payload...)
 	stream = append(append(stream, reqHdr(opGrantedRead, 101, 0, 8192)...), mint(5, 0, size, false, far)...)
+	stream = append(append(stream, reqHdr(opGrantedRead, 102, 4096, 4096)...), w...) // a write grant reads its range back
 	if _, err := c.Write(stream); err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +147,15 @@ func testServerRefuses(t *testing.T, device bool) {
 	copy(want[4096:8192], payload)
 	if d := firstDiff(back, want[:8192]); d != "" {
 		t.Fatalf("the granted read: %s", d)
+	}
+	if got := readResp(t, c); got.id != 102 || got.status != wire.OK || got.n != 4096 {
+		t.Fatalf("the read back under the write grant: %+v", got)
+	}
+	if _, err := io.ReadFull(c, back[:4096]); err != nil {
+		t.Fatal(err)
+	}
+	if d := firstDiff(back[:4096], payload[:4096]); d != "" {
+		t.Fatalf("the read back under the write grant: %s", d)
 	}
 	if d := firstDiff(snapshot(), want); d != "" {
 		t.Fatalf("the segment: %s (only the granted write may change it)", d)
@@ -190,7 +200,7 @@ func TestEngineSendsGrants(t *testing.T) {
 	wantCode(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{data}, Write: true}})[0], wire.ErrIllegalClient)
 	g := tp.srv.Mint(1<<20, uint64(len(data)), true, time.Now().Add(time.Hour))
 	wantCode(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 0, Bufs: [][]byte{data}, Write: true, Grant: g}})[0], wire.ErrIllegalClient)
-	wantCode(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 1 << 20, Bufs: [][]byte{data}, Grant: g}})[0], wire.ErrIllegalClient)
+	wantCode(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 1<<20 - 1, Bufs: [][]byte{make([]byte, 10)}, Grant: g}})[0], wire.ErrIllegalClient)
 	wantCode(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 1 << 20, Bufs: [][]byte{data}, Write: true, Grant: g[:10]}})[0], wire.ErrInvalidParams)
 	// A grant edited to cover more passes the engine's check (it cannot
 	// tell), and every slice is refused by the server.
@@ -204,5 +214,10 @@ func TestEngineSendsGrants(t *testing.T) {
 	mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 1 << 20, Bufs: scatter(data, 100000, 7), Write: true, Grant: g}}))
 	if d := firstDiff(tp.seg.Bytes()[1<<20:1<<20+len(data)], data); d != "" {
 		t.Fatal(d)
+	}
+	back := make([]byte, len(data)) // the write's grant reads its range back
+	mustOK(t, e.Do(ctx, []Op{{Peer: tp.peer, Offset: 1 << 20, Bufs: [][]byte{back}, Grant: g}}))
+	if d := firstDiff(back, data); d != "" {
+		t.Fatalf("read back under the write grant: %s", d)
 	}
 }

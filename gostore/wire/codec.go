@@ -376,7 +376,7 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		return err
 	}
 	return encodeList(e, m.Results, func(r GetResult) error {
-		if err := e.EncodeArrayLen(6); err != nil {
+		if err := e.EncodeArrayLen(7); err != nil {
 			return err
 		}
 		if err := e.EncodeInt(int64(r.Code)); err != nil {
@@ -394,7 +394,10 @@ func (m *GetReplicasResp) EncodeMsgpack(e *msgpack.Encoder) error {
 		if err := e.EncodeUint(r.Epoch); err != nil {
 			return err
 		}
-		return e.EncodeString(r.Disk)
+		if err := e.EncodeString(r.Disk); err != nil {
+			return err
+		}
+		return e.EncodeUint(r.Placed)
 	})
 }
 
@@ -426,7 +429,13 @@ func (m *GetReplicasResp) DecodeMsgpack(d *msgpack.Decoder) error {
 		if r.Disk, err = d.DecodeString(); err != nil {
 			return err
 		}
-		return skipRest(d, f, 6)
+		if f < 7 { // an older master's six fields: no Placed
+			return skipRest(d, f, 6)
+		}
+		if r.Placed, err = d.DecodeUint64(); err != nil {
+			return err
+		}
+		return skipRest(d, f, 7)
 	})
 	if err != nil {
 		return err

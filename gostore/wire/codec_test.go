@@ -37,8 +37,8 @@ func TestHandWrittenCodecsMatchReflection(t *testing.T) {
 		{&PutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9}, {Code: ErrNoAvailableHandle, Replicas: reps[:1]}, {Code: ErrNoAvailableHandle, Replicas: reps[1:], NoSpace: &NoSpace{Why: "pool full", Space: SpaceComing, Passes: 12}}}},
 			&plainPutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9}, {Code: ErrNoAvailableHandle, Replicas: reps[:1]}, {Code: ErrNoAvailableHandle, Replicas: reps[1:], NoSpace: &NoSpace{Why: "pool full", Space: SpaceComing, Passes: 12}}}},
 			func() any { return new(PutStartResp) }, func() any { return new(plainPutStartResp) }},
-		{&GetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000, Epoch: 77, Disk: "10.0.0.1:12345"}, {Code: ErrObjectNotFound, Replicas: reps[1:]}}},
-			&plainGetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000, Epoch: 77, Disk: "10.0.0.1:12345"}, {Code: ErrObjectNotFound, Replicas: reps[1:]}}},
+		{&GetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000, Epoch: 77, Disk: "10.0.0.1:12345", Placed: 78}, {Code: ErrObjectNotFound, Replicas: reps[1:]}}},
+			&plainGetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000, Epoch: 77, Disk: "10.0.0.1:12345", Placed: 78}, {Code: ErrObjectNotFound, Replicas: reps[1:]}}},
 			func() any { return new(GetReplicasResp) }, func() any { return new(plainGetReplicasResp) }},
 		{&CodesResp{Codes: []Code{OK, ErrObjectHasLease, -1300}}, &plainCodesResp{Codes: []Code{OK, ErrObjectHasLease, -1300}},
 			func() any { return new(CodesResp) }, func() any { return new(plainCodesResp) }},
@@ -148,5 +148,35 @@ func TestOlderLayoutsDecode(t *testing.T) {
 	b, _ = msgpack.Marshal(&MountReq{Seg: SegmentDesc{Name: "n"}, GrantKey: []byte("k")})
 	if err := msgpack.Unmarshal(b, &m); err != nil || string(m.GrantKey) != "k" {
 		t.Fatalf("%+v %v", m, err)
+	}
+}
+
+// A master from before GetResult.Placed sends six fields: they decode, and
+// Placed stays 0 (which no spot a put took ever matches).
+func TestGetResultOfAnOlderMaster(t *testing.T) {
+	type older struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Code     Code
+		Size     uint64
+		Replicas []Replica
+		LeaseMS  int64
+		Epoch    uint64
+		Disk     string
+	}
+	type olderResp struct {
+		_msgpack struct{} `msgpack:",as_array"`
+		Results  []older
+	}
+	b, err := msgpack.Marshal(olderResp{Results: []older{{Code: OK, Size: 5, Replicas: []Replica{{SegID: 2, Offset: 64}}, LeaseMS: 10, Epoch: 77, Disk: "d"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got GetReplicasResp
+	if err := msgpack.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := GetResult{Code: OK, Size: 5, Replicas: []Replica{{SegID: 2, Offset: 64}}, LeaseMS: 10, Epoch: 77, Disk: "d"}
+	if len(got.Results) != 1 || !reflect.DeepEqual(got.Results[0], want) {
+		t.Fatalf("decoded %+v, want %+v", got.Results, want)
 	}
 }

@@ -297,6 +297,11 @@ type GetResult struct {
 	// Disk is the endpoint of the client holding a LOCAL_DISK copy ("" if
 	// none); a reader falls back to it when Replicas is empty.
 	Disk string
+	// Placed names the object's replica set: the epoch of its write until
+	// a task adds a replica, then a fresh epoch per addition (and after a
+	// restart). A reader that saw an object under the same Epoch and
+	// Placed knows its replicas held its bytes all along (client/spots.go).
+	Placed uint64
 }
 
 type GetReplicasResp struct {
