@@ -89,6 +89,9 @@ METHOD = {
     ("get", "copy", True): "get_batch",
     ("get", "zero_copy", False): "get_into",
     ("get", "zero_copy", True): "batch_get_into",
+    # get_into of keys another client wrote, each read once: no spot of
+    # this client's own write or earlier read (gostore tcp pass only).
+    ("get", "other_client", False): "get_into_other",
     ("get", "buffer", True): "batch_get_buffer",  # a get cell only, on get_batch's keys
     ("get", "tensor", True): "batch_get_tensor",  # and the tensor reads, on tensors of their own
     ("get", "tensor_into", True): "batch_get_tensor_into",
@@ -670,6 +673,7 @@ class Worker:
         self.cap = int(segment * 0.6)
         self.used = 0
         self.store: Any = None
+        self.other: Any = None  # a second client of the tcp pass: reads what the worker's client wrote
         self.src: Optional[Arena] = None
         self.dst: Optional[Arena] = None
         self.stamp = 0
@@ -941,8 +945,10 @@ class Worker:
         return cell, live
 
     def run_get(self, api: str, batch: int, size: int, groups: List[List[Tuple[str, int, bytes]]]) -> Cell:
+        """A get cell over the put cell's keys (``groups``), in turns. The
+        other_client api reads them with the second client, each key once."""
         cell = Cell(self.store_kind, self.transport, "get", api, batch, size)
-        st, dst = self.store, self.dst
+        st, dst = (self.other if api == "other_client" else self.store), self.dst
         assert dst is not None
         if not groups:
             cell.notes.append("no keys were stored by the put cell: nothing to read")
@@ -1013,10 +1019,13 @@ class Worker:
                                         for wi, w in enumerate(wins)))
             return dt, bad_codes, vfail
 
-        self.timed_gets(cell, one)
+        # The warm-up call reads group 0, the timed ones 1, 2, ...: at most
+        # one turn for a cell that must read each key once.
+        self.timed_gets(cell, one, len(groups) - 1 if api == "other_client" else None)
         return cell
 
-    def timed_gets(self, cell: Cell, one: Callable[[int], Tuple[int, List[Any], int]]) -> None:
+    def timed_gets(self, cell: Cell, one: Callable[[int], Tuple[int, List[Any], int]],
+                   most: Optional[int] = None) -> None:
         """Runs ``one(it)`` (a get call: its ns, failed keys' codes, verify
         failures) within the cell's budget, recorded in the cell; ``it``
         counts the timed calls from 0, the warm-up ones before them from
@@ -1025,12 +1034,14 @@ class Worker:
         fault in fresh memory for them (later calls reuse what the previous
         ones freed, see gostore._heap): both are warm-up, their times kept
         apart as first_calls_ms. A zero-copy read's destination was faulted
-        in before the cell: one warm-up call."""
+        in before the cell: one warm-up call. ``most`` caps the timed calls."""
         max_calls = self.budget.calls(cell.size, cell.batch)
+        if most is not None:
+            max_calls = min(max_calls, most)
         min_calls = self.budget.min_calls(cell.size, cell.batch)
         t_end = time.perf_counter() + self.budget.cell_s
-        it = -1 if cell.api in ("zero_copy", "tensor_into") else -2
-        while not (it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min_calls))):
+        it = -1 if cell.api in ("zero_copy", "tensor_into", "other_client") else -2
+        while not (it >= 0 and (it >= max_calls or (time.perf_counter() >= t_end and it >= min(min_calls, max_calls)))):
             dt, bad_codes, vfail = one(it)
             cell.record_get(dt, bad_codes, vfail, warm_up=it < 0)
             it += 1
@@ -1165,6 +1176,14 @@ class Worker:
                 rc = st.register_buffer(a.addr, a.size)
                 if rc != 0:
                     raise RuntimeError(f"register_buffer failed: {rc}")
+            if not on_mooncake and self.transport == "tcp":
+                # A second client, as a decode node reading a prefill node's
+                # pages: gostore's client reads its own writes from where it
+                # wrote them (client/spots.go), this one cannot.
+                self.other = MooncakeDistributedStore()
+                rc = self.other.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "", master.rpc_addr)
+                if rc != 0 or self.other.register_buffer(self.dst.addr, self.dst.size) != 0:
+                    raise RuntimeError(f"the second client's setup failed: {rc}")
             # Warm-up: maps the peer segment / opens the connections. At most
             # the arena: with --sizes 4K it is 128 KiB, and a 16 MiB warm-up
             # would read past it (gostore refuses the range, Mooncake's TCP
@@ -1200,6 +1219,11 @@ class Worker:
                         gc = self.run_get(api, batch, size, groups)
                         gc.load = mon.foreign()
                         done = [pc, gc]
+                        if api == "zero_copy" and batch == 1 and self.other is not None:
+                            mon.snap()
+                            oc = self.run_get("other_client", 1, size, groups)
+                            oc.load = mon.foreign()
+                            done.append(oc)
                         if api == "copy" and batch > 1:  # the other copying batch read, same keys
                             mon.snap()
                             bc = self.run_get("buffer", batch, size, groups)
@@ -1219,11 +1243,12 @@ class Worker:
             self.info["rtt_end"] = echo.rtt(1000 if self.quick else 4000)
             failed = False
         finally:
-            if self.store is not None:
-                try:
-                    self.store.close()
-                except Exception as e:  # never mask the original error
-                    log(f"  close failed: {e!r}")
+            for store in (self.other, self.store):
+                if store is not None:
+                    try:
+                        store.close()
+                    except Exception as e:  # never mask the original error
+                        log(f"  close failed: {e!r}")
             kill(client)
             kill(peer)
             kill(master)
@@ -1356,9 +1381,15 @@ def compare_mooncake(cells: List[Dict[str, Any]], mc_cells: List[Dict[str, Any]]
     Mooncake's (a batch moves the same 32 keys on both, so it is also the
     ratio of calls/s); a failed key counts on neither side."""
     out: List[Dict[str, Any]] = []
-    for m in mc_cells:
-        g = find(cells, "tcp", m["method"], m["batch"], m["size"])
-        row: Dict[str, Any] = {k: m[k] for k in ("op", "api", "method", "batch", "size")}
+    pairs = [(m, m["method"]) for m in mc_cells]
+    # Mooncake's get_into knows nothing of earlier writes: it is also the
+    # figure beside gostore's read of another client's write.
+    pairs += [(m, "get_into_other") for m in mc_cells if m["method"] == "get_into"]
+    for m, method in pairs:
+        g = find(cells, "tcp", method, m["batch"], m["size"])
+        if g is None and method != m["method"]:
+            continue
+        row: Dict[str, Any] = {**{k: m[k] for k in ("op", "api", "batch", "size")}, "method": method}
         for side, c in (("gostore", g), ("mooncake", m)):
             row.update({f"{side}_{k}": (c[k] if c else None)
                         for k in ("keys_per_s", "gbps", "p50_us", "p99_us", "verified_keys")})
@@ -1433,15 +1464,17 @@ def evaluate_targets(cells: List[Dict[str, Any]], transports: List[str],
     # The issue's targets on the TCP path (Mooncake's wheel moves bytes over
     # TCP here, so its cells compare with the tcp rows).
     if "tcp" in transports:
-        for m in ("get", "get_into"):
+        for m in ("get", "get_into", "get_into_other"):
             c = find(cells, "tcp", m, 1, 4 * KiB)
             if c is not None:
                 add(f"tcp: {m} 4 KiB p50 <= 100 us", c, c["p50_us"], "us", "<=", 100.0,
                     f"p50 {c['p50_us']:.1f} us, p99 {c['p99_us']:.1f} us")
-        for m in ("put_from", "get_into"):
+        for m in ("put_from", "get_into", "get_into_other"):
             name = f"tcp: {m} 4 KiB >= 3x Mooncake's keys/s (same run)"
+            if m == "get_into_other":
+                name = "tcp: get_into 4 KiB of another client's write >= 3x Mooncake's get_into keys/s (same run)"
             g = find(cells, "tcp", m, 1, 4 * KiB)
-            mc = find(mc_cells or [], "tcp", m, 1, 4 * KiB)
+            mc = find(mc_cells or [], "tcp", "get_into" if m == "get_into_other" else m, 1, 4 * KiB)
             if mc_cells is None:
                 out.append({"target": name, "verdict": "N/A", "detail": "the Mooncake column did not run"})
             elif g is None or mc is None:

@@ -33,13 +33,17 @@ import (
 // reads it, from the master's fresh answer: one more round trip, only for
 // keys that changed. A put that returned before this get began is seen,
 // since the master's answer is taken after the get began. Spots are kept
-// until their grant ends, a read's no longer than its lease (maxSpots at
-// most); shared memory and the own
-// segment gain nothing from them (a local read is no round trip).
+// until their grant ends, a read's no longer than its lease (the last
+// maxSpots at most); shared memory and the own segment gain nothing from
+// them (a local read is no round trip).
 
-// maxSpots bounds the spots kept; past it, expired ones are dropped first,
-// then all.
-const maxSpots = 4096
+// maxSpots bounds the spots kept. They live in two generations: new
+// spots go to the young one, and when it holds maxSpots/2 it becomes the
+// old one (the old one's spots are dropped); a spot found in the old
+// generation moves back to the young. So the spots used or made last are
+// kept, without a list to maintain: a key read again before maxSpots/2
+// newer spots came keeps its spot however many writes go by.
+const maxSpots = 16384
 
 // spot is where one key's object was found: the replica a get reads
 // first, and what the master's answer must repeat for a read from it to
@@ -53,16 +57,22 @@ type spot struct {
 }
 
 type spots struct {
-	mu sync.Mutex
-	m  map[string]spot
+	mu         sync.Mutex
+	young, old map[string]spot
 }
 
 func (s *spots) get(key string, now time.Time) (spot, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sp, ok := s.m[key]
+	sp, ok := s.young[key]
+	if !ok {
+		if sp, ok = s.old[key]; ok {
+			delete(s.old, key)
+			s.add(key, sp)
+		}
+	}
 	if ok && !now.Before(sp.until) {
-		delete(s.m, key)
+		delete(s.young, key)
 		return spot{}, false
 	}
 	return sp, ok
@@ -71,27 +81,33 @@ func (s *spots) get(key string, now time.Time) (spot, bool) {
 func (s *spots) put(key string, sp spot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]spot{}
+	delete(s.old, key)
+	s.add(key, sp)
+}
+
+// add files sp as key's spot in the young generation; s.mu is held.
+func (s *spots) add(key string, sp spot) {
+	if _, ok := s.young[key]; !ok && len(s.young) >= maxSpots/2 {
+		s.old, s.young = s.young, nil
 	}
-	if _, ok := s.m[key]; !ok && len(s.m) >= maxSpots {
-		now := time.Now()
-		for k, old := range s.m {
-			if !now.Before(old.until) {
-				delete(s.m, k)
-			}
-		}
-		if len(s.m) >= maxSpots {
-			clear(s.m)
-		}
+	if s.young == nil {
+		s.young = make(map[string]spot, maxSpots/2)
 	}
-	s.m[key] = sp
+	s.young[key] = sp
 }
 
 func (s *spots) drop(key string) {
 	s.mu.Lock()
-	delete(s.m, key)
+	delete(s.young, key)
+	delete(s.old, key)
 	s.mu.Unlock()
+}
+
+// len is how many spots are kept.
+func (s *spots) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.young) + len(s.old)
 }
 
 // remember records where p found its single key, when that is a replica

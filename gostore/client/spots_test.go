@@ -233,3 +233,41 @@ func TestASpotIsConfirmedOnlyByTheSameObjectInTheSamePlace(t *testing.T) {
 		}
 	}
 }
+
+// The spots kept are the last ones made or used: a key read now and then
+// keeps its spot through any number of new ones, the others go in the
+// order they came, and no more than maxSpots are kept.
+func TestSpotsKeepTheRecentlyUsed(t *testing.T) {
+	var s spots
+	now := time.Now()
+	sp := spot{until: now.Add(time.Hour)}
+	s.put("hot", sp)
+	for i := range 3 * maxSpots {
+		s.put(fmt.Sprintf("k%d", i), sp)
+		if i%(maxSpots/4) == 0 {
+			if _, ok := s.get("hot", now); !ok {
+				t.Fatalf("the key read every %d new spots lost its spot after %d", maxSpots/4, i)
+			}
+		}
+		if n := s.len(); n > maxSpots {
+			t.Fatalf("%d spots kept, at most %d", n, maxSpots)
+		}
+	}
+	if _, ok := s.get("k0", now); ok {
+		t.Fatal("the oldest unused spot was kept")
+	}
+	if _, ok := s.get(fmt.Sprintf("k%d", 3*maxSpots-1), now); !ok {
+		t.Fatal("the newest spot was dropped")
+	}
+	if n := s.len(); n < maxSpots/2 {
+		t.Fatalf("only %d spots kept", n)
+	}
+	s.put("old", spot{until: now.Add(-time.Second)})
+	if _, ok := s.get("old", now); ok {
+		t.Fatal("an expired spot was returned")
+	}
+	s.drop("hot")
+	if _, ok := s.get("hot", now); ok {
+		t.Fatal("a dropped spot was returned")
+	}
+}
