@@ -162,6 +162,11 @@ type Core struct {
 	evictSoon   atomic.Bool
 	reclaimable atomic.Int64
 	epochs      atomic.Uint64
+	// placements names replica sets a task or a restart made (see
+	// wire.GetResult.Placed). It starts at a random point in each master
+	// process: the names are not durable, and one minted before a restart
+	// must not come back after it.
+	placements atomic.Uint64
 	holds       atomic.Uint64 // ids of ranges held out of use (see holdRanges)
 	// reclaimCursor is the next shard reclaimAbandoned looks at.
 	reclaimCursor atomic.Int64
@@ -249,6 +254,7 @@ func New(cfg Config) *Core {
 	c.clients.pinged = make(map[string]bool)
 	c.clients.left = make(map[string]time.Time)
 	c.tasks.byID = make(map[string]*task)
+	c.placements.Store(c.cfg.Rand.Uint64())
 	return c
 }
 

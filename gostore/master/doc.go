@@ -29,6 +29,10 @@
 //   - Every write (put, upsert) has an epoch; PutEnd/PutRevoke and ReadDone
 //     quote it, so a preempted write or a late reader never acts on a newer
 //     object under the same key.
+//   - An object's replica set has a name (wire.GetResult.Placed): its
+//     write's epoch, renamed whenever a task adds a replica and at every
+//     restore, never to a name it had before. Same epoch and same name
+//     mean the listed ranges held the object's bytes all along.
 //   - An object is readable only once it has a COMPLETE replica.
 //   - Every change of what survives a restart (durable.go: objects with
 //     COMPLETE replicas, a disk copy or ranges being written; segments;

@@ -503,7 +503,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 		d := st.Objects[k]
 		// The replica set gets a name no reader saw: what happened to the
 		// ranges while no master ran is not known.
-		o := &object{size: d.Size, epoch: d.Epoch, placed: c.epochs.Add(1), writer: d.Writer, hardPin: d.HardPin, lastUse: now}
+		o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), writer: d.Writer, hardPin: d.HardPin, lastUse: now}
 		if d.SoftPin {
 			o.softPin = now + int64(c.cfg.SoftPinTTL)
 		}

@@ -235,7 +235,7 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 		if added > 0 {
 			// A replica where there was none: a range may have left the
 			// object and come back with other bytes in between.
-			o.placed = c.epochs.Add(1)
+			o.placed = c.placements.Add(1)
 			c.record(t.info.Key, o)
 		}
 	}

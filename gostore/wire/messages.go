@@ -298,9 +298,10 @@ type GetResult struct {
 	// none); a reader falls back to it when Replicas is empty.
 	Disk string
 	// Placed names the object's replica set: the epoch of its write until
-	// a task adds a replica, then a fresh epoch per addition (and after a
-	// restart). A reader that saw an object under the same Epoch and
-	// Placed knows its replicas held its bytes all along (client/spots.go).
+	// a task adds a replica, then a fresh name per addition (and after a
+	// master restart), drawn from a random start so that no name comes
+	// back. A reader that saw an object under the same Epoch and Placed
+	// knows its replicas held its bytes all along (client/spots.go).
 	Placed uint64
 }
 
