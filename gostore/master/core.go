@@ -167,7 +167,7 @@ type Core struct {
 	// process: the names are not durable, and one minted before a restart
 	// must not come back after it.
 	placements atomic.Uint64
-	holds       atomic.Uint64 // ids of ranges held out of use (see holdRanges)
+	holds      atomic.Uint64 // ids of ranges held out of use (see holdRanges)
 	// reclaimCursor is the next shard reclaimAbandoned looks at.
 	reclaimCursor atomic.Int64
 	tasks         taskTable
