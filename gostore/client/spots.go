@@ -122,11 +122,11 @@ func (c *Client) remember(p *Pending) {
 
 // rememberWritten records where this client just wrote key (epoch names
 // the write, and its replica set until a task changes that), for a read
-// of its own write.
+// of its own write. A write elsewhere than over TCP leaves any older spot
+// of the key as it is: a read does not use it, or the master's answer
+// turns it down (and a put over shared memory pays for no lock here).
 func (c *Client) rememberWritten(key string, reps []wire.Replica, size, epoch uint64) {
-	if !c.rememberSpot(key, reps, size, epoch, epoch, time.Time{}) {
-		c.spots.drop(key)
-	}
+	c.rememberSpot(key, reps, size, epoch, epoch, time.Time{})
 }
 
 // rememberSpot keeps the replica of reps a read would go to first as
