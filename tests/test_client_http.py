@@ -220,3 +220,42 @@ def test_tenants_share_keys_as_in_mooncake(master, launcher):
     assert b.get("shared") == b"from-a"
     assert b.put("shared-b", b"from-b") == 0
     assert a.get("shared-b") == b"from-b"
+
+
+def test_spot_reads_are_counted_and_never_serve_a_replaced_object(master, launcher, monkeypatch):
+    """Over TCP a client reads a key it wrote from where it wrote it while
+    it asks the master; the series gostore_client_spot_reads{,_confirmed}
+    count those reads. Another client's upsert in place since the write is
+    seen (the spot's read is turned down), and a client that never wrote
+    or read the key reads it the usual way."""
+    monkeypatch.setenv("GOSTORE_TRANSPORT", "tcp")  # read by setup, for this process' stores
+    launcher.peer(master, transport="tcp")  # the only segment, in another process
+    stores = []
+    for _ in range(2):
+        port = free_port()
+        s = MooncakeDistributedStore()
+        launcher.stores.append(s)
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 * MiB, "tcp", "", master.addr,
+                       None, False, "", "default", True, port) == 0
+        stores.append((s, port))
+    (writer, wport), (other, oport) = stores
+
+    def spots(port: int) -> tuple:
+        m = scrape(port)
+        return series(m, "gostore_client_spot_reads"), series(m, "gostore_client_spot_reads_confirmed")
+
+    v1, v2 = bytes(range(256)) * 16, bytes(reversed(range(256))) * 16
+    assert writer.put("k", v1) == 0
+    assert writer.get("k") == v1
+    assert spots(wport) == (1, 1)
+    assert other.get("k") == v1  # no spot: it neither wrote nor read the key
+    assert spots(oport) == (0, 0)
+    assert other.upsert("k", v2) == 0  # in place: same size, same range, a new write
+    assert writer.get("k") == v2
+    assert spots(wport) == (2, 1)
+    buf = ctypes.create_string_buffer(len(v2))
+    assert writer.register_buffer(ctypes.addressof(buf), len(buf)) == 0
+    assert writer.get_into("k", ctypes.addressof(buf), len(buf)) == len(v2)
+    assert buf.raw == v2
+    assert spots(wport) == (3, 2)  # the spot the last get found
+    assert writer.unregister_buffer(ctypes.addressof(buf)) == 0

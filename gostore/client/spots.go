@@ -212,15 +212,20 @@ func (c *Client) getOne(key string, dest [][]byte, large bool) (int64, *Pending)
 	began := time.Now()
 	p, err := c.GetStart([]string{key})
 	var spec error
+	hit := false
 	if begun != nil {
 		spec = begun.Wait()
+		hit = err == nil && spec == nil && sp.confirms(p.res[0]) && time.Now().Before(sp.until)
 		c.specReads.Add(1)
+		if hit {
+			c.specHits.Add(1)
+		}
+		c.metrics.Spot(hit)
 	}
 	if err != nil {
 		return int64(wire.CodeOf(err)), nil
 	}
-	if begun != nil && spec == nil && sp.confirms(p.res[0]) && time.Now().Before(sp.until) {
-		c.specHits.Add(1)
+	if hit {
 		out := []int64{int64(sp.size)}
 		c.remember(p)
 		c.noteRead(p, out, began)

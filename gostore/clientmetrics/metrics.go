@@ -63,6 +63,7 @@ type Metrics struct {
 	opCount   [2]*prometheus.CounterVec
 	opBytes   [2]*prometheus.CounterVec
 	opLat     [2]*prometheus.HistogramVec
+	spotReads [2]prometheus.Counter // [0] sent to a spot, [1] of those confirmed
 
 	// Series resolved once per op: a label lookup per RPC is avoidable work.
 	rpc [64]atomic.Pointer[rpcSeries]
@@ -122,6 +123,8 @@ func New(opt Options) *Metrics {
 	m.opCount[Write] = counterVec("mooncake_transfer_write_operation_count", "Write calls that stored at least one object, by interface.", "op_name")
 	m.opBytes[Write] = counterVec("mooncake_transfer_write_operation_bytes", "Bytes stored by write calls, by interface.", "op_name")
 	m.opLat[Write] = histogramVec("mooncake_transfer_write_operation_latency", "Time a write call took end to end, by interface (us).", "op_name")
+	m.spotReads[0] = counter("gostore_client_spot_reads", "Single-object gets over TCP that read the object where this client last wrote or found it while asking the master.")
+	m.spotReads[1] = counter("gostore_client_spot_reads_confirmed", "Spot reads whose bytes the master's answer confirmed (the others were read again).")
 	return m
 }
 
@@ -167,6 +170,18 @@ func (m *Metrics) Transfer(dir Dir, objects int, bytes uint64, d time.Duration) 
 		m.batchLat[dir].Observe(micros(d))
 	} else {
 		m.latency[dir].Observe(micros(d))
+	}
+}
+
+// Spot records a get that read from a spot (client/spots.go), and whether
+// the master's answer confirmed what it read.
+func (m *Metrics) Spot(confirmed bool) {
+	if m == nil {
+		return
+	}
+	m.spotReads[0].Inc()
+	if confirmed {
+		m.spotReads[1].Inc()
 	}
 }
 
