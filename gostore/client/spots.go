@@ -21,7 +21,9 @@ import (
 //
 //   - the same epoch: no write of the key began since the spot was taken
 //     (an upsert in place takes a new epoch when it begins), and none can
-//     begin before this read ends, as this client is now a counted reader;
+//     begin before this read ends, as this client is now a counted reader
+//     (a read that ends past the answer's lease is discarded, as any read
+//     is: the count lapses with the lease);
 //   - the same replica set (wire.GetResult.Placed) with the spot's replica
 //     (segment and offset) still in it: the range belonged to the object
 //     from the spot to the answer, so nothing but the object's bytes was
@@ -215,7 +217,10 @@ func (c *Client) getOne(key string, dest [][]byte, large bool) (int64, *Pending)
 	hit := false
 	if begun != nil {
 		spec = begun.Wait()
-		hit = err == nil && spec == nil && sp.confirms(p.res[0]) && time.Now().Before(sp.until)
+		// The read counts only if it ended inside the lease the answer
+		// granted (as finish's reads): past it this client is no longer a
+		// counted reader, and an upsert in place may have begun.
+		hit = err == nil && spec == nil && sp.confirms(p.res[0]) && time.Now().Before(sp.until) && !expired(p.res[0], p.sent)
 		c.specReads.Add(1)
 		if hit {
 			c.specHits.Add(1)

@@ -325,6 +325,7 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 		case !ok:
 			o = &object{size: sizes[i], lastUse: now, started: now, epoch: c.epochs.Add(1),
 				disk: &diskCopy{client: clientID, endpoint: endpoint, storage: storage}}
+			o.placed = o.epoch
 			sh.objects[key] = o
 			c.stats.DiskRecovered.Add(1)
 			c.record(key, o)

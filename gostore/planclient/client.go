@@ -259,8 +259,8 @@ func (c *Client) openForWrite(key string, bytes uint64, pageBytes uint32, owner 
 // memory is mapped here, else on the producer's copy of it, which is then
 // written over TCP (for a TCP owner a remote CAS is not possible; the
 // producer is the only writer of a header it reserved, so a plain write
-// is enough, and its write grant allows no read: the copy is the header
-// as it last wrote it). The copy changes only once the write landed.
+// is enough, and the copy, the header as it last wrote it, spares a read
+// back). The copy changes only once the write landed.
 func (c *Client) writeHeader(ctx context.Context, p *WritePlan, op func([]byte) error) error {
 	if p.mem != nil {
 		h, err := c.headerAt(ctx, p.mem, p.peer, p.HeaderOff, nil, nil)

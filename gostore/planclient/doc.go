@@ -28,8 +28,9 @@
 //     grant PutStart gave it for the whole object (header and payload),
 //     a reader the read grant of its lookup (ObjMeta.Grant, good for the
 //     lease plus slack: a meta read over TCP later, or one made by hand,
-//     is refused). A producer's grant allows no read, so it keeps the
-//     header it last wrote and changes that copy. A Remove of another
+//     is refused). A producer keeps the header it last wrote and
+//     changes that copy (its grant would read the header back, at the
+//     cost of a round trip). A Remove of another
 //     process's plan kills the header only where the owner is mapped
 //     here; over TCP its readers see the epoch change once the slot is
 //     reused.

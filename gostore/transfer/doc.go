@@ -45,7 +45,8 @@
 // A Server serves a request only inside a grant (gostore/grant) made
 // under its key (NewServer draws it at random; the owner gives it to the
 // master at mount, GrantKey) for the segment it serves (SetSegID), the
-// request's range and direction, before the grant's expiry. Op.Grant
+// request's range and direction (a write grant also reads its range
+// back), before the grant's expiry. Op.Grant
 // carries it; the TCP route sends it after each request's header, and
 // the server verifies a connection's token once, then only checks ranges
 // and expiry for the slices that repeat it. A request without a valid

@@ -55,7 +55,8 @@ func PeerFromDesc(d wire.SegmentDesc) Peer {
 // Grant is the capability (gostore/grant, grant.Size bytes) the peer's
 // transfer server asks for: from the master (the replicas of a put, a get
 // or a task) or the segment's owner (an invitation into its memory). It
-// must cover [Offset, Offset+len) in the op's direction; the TCP route
+// must cover [Offset, Offset+len) for the op's direction (a write grant
+// covers reads too); the TCP route
 // sends it with every request, the local routes need none (the own
 // segment is this process's; a same-host mapping cannot be policed).
 type Op struct {

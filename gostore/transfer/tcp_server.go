@@ -64,7 +64,8 @@ func inRange(off, n, size uint64) bool { return off <= size && n <= size-off }
 // Server answers transfer requests against one segment: host memory it
 // reads and writes in place, or device memory (NewDeviceServer) it copies
 // through a buffer per connection. It serves only requests that carry a
-// grant, made under its key, for their segment, range and direction.
+// grant, made under its key, for their segment, range and direction (a
+// write grant reads its range back too).
 type Server struct {
 	ln  net.Listener
 	seg []byte
@@ -434,7 +435,8 @@ type grantCache struct {
 }
 
 // allow checks that token grants the request [off, off+n) in its
-// direction, now; nil when it does.
+// direction (grant.Allows: a write grant reads too), now; nil when it
+// does.
 func (s *Server) allow(seen *grantCache, token []byte, off, n uint64, write bool) error {
 	if len(token) == 0 {
 		return grant.ErrMissing

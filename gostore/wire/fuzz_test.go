@@ -175,7 +175,7 @@ func messageSeeds() []any {
 		&PutStartReq{ClientID: "c", Keys: []string{"x", "y"}, Sizes: []uint64{4096, 1}, Config: cfg, HostID: "h"},
 		&PutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9},
 			{Code: ErrNoAvailableHandle, NoSpace: &NoSpace{Why: "pool full", Space: SpaceComing, Passes: 12, Progress: 3}}}},
-		&GetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000, Epoch: 77, Disk: "10.0.0.1:1"},
+		&GetReplicasResp{Results: []GetResult{{Code: OK, Size: 5, Replicas: reps, LeaseMS: 10000, Epoch: 77, Disk: "10.0.0.1:1", Placed: 1 << 60},
 			{Code: ErrObjectNotFound}}},
 		&CodesResp{Codes: []Code{OK, ErrObjectHasLease, ErrUnableOffload}},
 		&PingReq{ClientID: "c1"},
