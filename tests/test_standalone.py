@@ -537,6 +537,48 @@ def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory,
     assert [bytes(b) for b in bufs] == values
 
 
+def test_an_idle_lend_region_is_let_go(master, client_process_factory, store_factory, monkeypatch):
+    """A lend region that holds no copy, and saw none made or freed for
+    LEND_IDLE_S, is taken back from the server and unmapped at the next
+    call: a burst of large copying reads does not keep its memory for the
+    store's life. One that still holds a copy is kept, however old; the
+    next large read makes a new one."""
+    import gc
+
+    from gostore import standalone
+
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=4 * MiB)
+    writer = store_factory(master)
+    values = [_pattern(120 + i, MiB + 3 * i) for i in range(5)]
+    keys = [f"idle-lend-{i}" for i in range(len(values))]
+    for k, v in zip(keys, values):
+        assert writer.put(k, v) == 0
+    lib = app._lib()
+
+    def server_maps_lend() -> int:
+        with open(f"/proc/{srv.proc.pid}/maps") as f:
+            return sum("gostore-lend" in line for line in f)
+
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == values
+    assert len(lib._lent) == 1 and server_maps_lend() >= 1
+    region = lib._lent[0][0]
+    monkeypatch.setattr(standalone, "LEND_IDLE_S", 0.0)
+    assert app.get_size(keys[0]) == len(values[0])  # copies still in it: kept
+    assert lib._lent and lib._lent[0][0] is region and region.fd != -1
+    assert [bytes(b) for b in bufs] == values
+    del bufs
+    gc.collect()
+    assert app.get_size(keys[0]) == len(values[0])  # empty and idle: let go
+    assert lib._lent == [] and lib._lent_bytes == 0 and region.fd == -1
+    assert server_maps_lend() == 0
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == values
+    assert len(lib._lent) == 1 and lib._lent[0][0] is not region
+    assert srv.alive()
+
+
 def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, client_process_factory,
                                                                       store_factory, monkeypatch):
     """With GOSTORE_HEAP_RETAIN_BYTES below a lend region, copies past the

@@ -10,6 +10,7 @@ import ctypes
 import errno
 import os
 import threading
+import time
 from typing import List, Optional, Tuple
 
 from .hostmem import map_memory, unmap_memory
@@ -134,12 +135,18 @@ class Arena:
     free list stays short."""
 
     def __init__(self, size: int) -> None:
+        self._size = size
         self._free: List[Tuple[int, int]] = [(0, size)] if size > 0 else []
         self._lock = threading.Lock()
+        self._used_at = time.monotonic()  # the last alloc or free
+        self._retired = False
 
     def alloc(self, n: int) -> Optional[int]:
         n = round_up(n)
         with self._lock:
+            if self._retired:
+                return None
+            self._used_at = time.monotonic()
             for i, (off, length) in enumerate(self._free):
                 if length >= n:
                     if length == n:
@@ -152,6 +159,7 @@ class Arena:
     def free(self, off: int, n: int) -> None:
         n = round_up(n)
         with self._lock:
+            self._used_at = time.monotonic()
             free = self._free
             lo, hi = 0, len(free)
             while lo < hi:
@@ -168,3 +176,14 @@ class Arena:
             if lo > 0 and free[lo - 1][0] + free[lo - 1][1] == off:
                 free[lo - 1] = (free[lo - 1][0], free[lo - 1][1] + free[lo][1])
                 del free[lo]
+
+    def retire_if_idle(self, before: float) -> bool:
+        """Retire the arena (alloc answers None from then on) if nothing of
+        it is allocated and it was last used before ``before``
+        (time.monotonic()); whether it did. A retired arena's memory can go:
+        no allocation is out, and none will be made."""
+        with self._lock:
+            if self._retired or self._free != [(0, self._size)] or self._used_at >= before:
+                return False
+            self._retired = True
+            return True

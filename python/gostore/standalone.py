@@ -26,6 +26,11 @@ master connection. Bytes never cross the socket: they lie in shared memory
   call up to ``OVERFLOW_MAX`` bytes, and let go at the first call after
   ``OVERFLOW_IDLE_S`` seconds unused. A call it cannot serve (in use by
   another thread, or larger) gets a region of its own.
+* copies this process keeps (``get_buffer``'s, copying tensor reads')
+  land in the local buffer while it has room, then in *lend regions*:
+  ``LEND_CHUNK`` bytes or more each, shared once and kept for the next
+  copies, at most ``GOSTORE_HEAP_RETAIN_BYTES`` in all, and let go at the
+  first call after one held no copy for ``LEND_IDLE_S`` seconds.
 
 One connection per thread, all attached to one server-side session that
 holds the regions; the server drops them when the last connection closes.
@@ -63,6 +68,7 @@ OVERFLOW_MAX = 1 << 30  # the largest overflow region kept between calls
 OVERFLOW_IDLE_S = 30.0  # an overflow region unused this long is let go
 CROSS_MEMORY = True  # offer the server this process's memory (see the module text)
 LEND_CHUNK = 64 << 20  # the least a lend region holds (see the module text)
+LEND_IDLE_S = 30.0  # a lend region with no copy in it, and none made or freed this long, is let go
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
@@ -589,6 +595,7 @@ class RemoteLibrary:
         call, and whether it is the overflow region (else it is this
         call's own: sent with the call, closed after it)."""
         self._expire_overflow(c)
+        self._expire_lent(c)
         cross = self._cross and call.cross_memory
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
         # A batch's pointers all in one shared region stay as they are; the
@@ -680,6 +687,21 @@ class RemoteLibrary:
                 return
             self._overflow = None
         self._unshare(c, r)
+
+    def _expire_lent(self, c: _Connection) -> None:
+        """Let the lend regions go that hold no copy and saw none made or
+        freed for LEND_IDLE_S: a burst of large copying reads does not keep
+        its memory for the life of the store."""
+        if not self._lent:
+            return
+        before = time.monotonic() - LEND_IDLE_S
+        for r, arena in list(self._lent):
+            if not arena.retire_if_idle(before):
+                continue
+            with self._lock:
+                self._lent.remove((r, arena))
+                self._lent_bytes -= r.size
+            self._unshare(c, r)
 
     def _unshare(self, c: _Connection, r: _shm.Region) -> None:
         """Take a region back from the server, then unmap it here."""
