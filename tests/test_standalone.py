@@ -487,15 +487,16 @@ def test_copying_calls_read_and_write_the_applications_memory_in_place(master, c
 
 def _stored_for_get_buffer(master: Any, client_process_factory: Any, store_factory: Any, local: int,
                            values: List[bytes]) -> Any:
-    """(application store with a ``local``-byte buffer, keys, values): the
-    values put by another client of ``master``, under keys of their own."""
+    """(application store with a ``local``-byte buffer, keys, values, its
+    gostore-client): the values put by another client of ``master``, under
+    keys of their own."""
     srv = client_process_factory(master)
     app = _dummy(srv.server_address, local=local)
     reader = store_factory(master)
     keys = [f"gb-{local}-{i}" for i in range(len(values))]
     for k, v in zip(keys, values):
         assert reader.put(k, v) == 0
-    return app, keys, values
+    return app, keys, values, srv
 
 
 def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory, store_factory, monkeypatch):
@@ -505,7 +506,7 @@ def test_get_buffer_copies_live_in_shared_memory(master, client_process_factory,
     when freed: the same batch again shares nothing new. A forked child
     lends from regions of its own, and the parent's copies keep their
     bytes."""
-    app, keys, values = _stored_for_get_buffer(master, client_process_factory, store_factory, 4 * MiB,
+    app, keys, values, _ = _stored_for_get_buffer(master, client_process_factory, store_factory, 4 * MiB,
                                                [_pattern(40 + i, MiB + 17 * i) for i in range(5)])
     lib = app._lib()
     sent_fds = _count_fds(lib, monkeypatch)
@@ -547,13 +548,8 @@ def test_an_idle_lend_region_is_let_go(master, client_process_factory, store_fac
 
     from gostore import standalone
 
-    srv = client_process_factory(master)
-    app = _dummy(srv.server_address, local=4 * MiB)
-    writer = store_factory(master)
-    values = [_pattern(120 + i, MiB + 3 * i) for i in range(5)]
-    keys = [f"idle-lend-{i}" for i in range(len(values))]
-    for k, v in zip(keys, values):
-        assert writer.put(k, v) == 0
+    app, keys, values, srv = _stored_for_get_buffer(master, client_process_factory, store_factory, 4 * MiB,
+                                                    [_pattern(120 + i, MiB + 3 * i) for i in range(5)])
     lib = app._lib()
 
     def server_maps_lend() -> int:
@@ -585,7 +581,7 @@ def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, cl
     local buffer are made in this process's own memory (the server writes
     them with cross memory), and still read right."""
     monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))
-    app, keys, values = _stored_for_get_buffer(master, client_process_factory, store_factory, 2 * MiB,
+    app, keys, values, _ = _stored_for_get_buffer(master, client_process_factory, store_factory, 2 * MiB,
                                                [_pattern(80 + i, MiB + 5 * i) for i in range(3)])
     lib = app._lib()
     bufs = app.batch_get_buffer(keys)

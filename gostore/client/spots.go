@@ -105,13 +105,6 @@ func (s *spots) drop(key string) {
 	s.mu.Unlock()
 }
 
-// len is how many spots are kept.
-func (s *spots) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.young) + len(s.old)
-}
-
 // remember records where p found its single key, when that is a replica
 // a TCP read would go to first; anything else forgets the key.
 func (c *Client) remember(p *Pending) {

@@ -271,3 +271,10 @@ func TestSpotsKeepTheRecentlyUsed(t *testing.T) {
 		t.Fatal("a dropped spot was returned")
 	}
 }
+
+// len is how many spots s keeps.
+func (s *spots) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.young) + len(s.old)
+}

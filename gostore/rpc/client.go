@@ -453,9 +453,10 @@ func (c *Client) readOwed(cc *clientConn, arrivedOnly bool) error {
 			return err
 		}
 		c.mu.Lock()
-		if cc.unread--; cc.unread == 0 {
-			delete(c.mu.owing, cc)
-			c.mu.settled.Broadcast()
+		if cc.unread == 1 {
+			c.settleLocked(cc) // the last one
+		} else {
+			cc.unread--
 		}
 		c.mu.Unlock()
 	}
