@@ -177,6 +177,48 @@ def test_setup_dummy_without_a_server_fails_clearly(tmp_path, caplog):
     assert store.setup_dummy(MiB, MiB, "", str(tmp_path / "none.sock")) == -1
 
 
+@pytest.mark.parametrize("server_spin", [None, 0], ids=["server-polls", "server-sleeps"])
+def test_calls_in_a_loop_are_answered_to_a_polling_read(master, client_process_factory, store_factory,
+                                                        monkeypatch, server_spin):
+    """The application polls for each answer (GOSTORE_IPC_SPIN_US, here the
+    10 ms most), whether gostore-client polls for its next call
+    (--ipc_spin_us, default) or sleeps (0); bytes either way."""
+    flags = {} if server_spin is None else {"ipc_spin_us": server_spin}
+    srv = client_process_factory(master, **flags)
+    monkeypatch.setenv("GOSTORE_IPC_SPIN_US", "50000")  # capped at 10 ms
+    app = _dummy(srv.server_address)
+    lib = app._hobj.lib
+    assert lib.spin_ns == 10_000 * 1000
+    reader = store_factory(master)
+    polls, hits = lib._gate.polls, lib._gate.hits
+    for i in range(40):
+        v = _pattern(i, 4096 + i)
+        assert app.put(f"spin-{server_spin}-{i}", v) == 0
+        assert reader.get(f"spin-{server_spin}-{i}") == v
+        assert app.get(f"spin-{server_spin}-{i}") == v
+    # One thread: every answer was polled for, and the answers that came
+    # within 10 ms were caught by the poll.
+    assert lib._gate.polls - polls >= 80
+    assert lib._gate.hits - hits >= 1
+    assert lib._gate.busy == 0
+
+
+def test_spin_settings_out_of_range_are_refused_or_ignored_clearly(master, client_process_factory, monkeypatch,
+                                                                   caplog):
+    with pytest.raises(RuntimeError) as e:
+        client_process_factory(master, ipc_spin_us=-1)
+    assert "--ipc_spin_us -1: from 0 to 10000" in str(e.value)
+    srv = client_process_factory(master)
+    monkeypatch.setenv("GOSTORE_IPC_SPIN_US", "fast")
+    with caplog.at_level("WARNING", logger="gostore.standalone"):
+        app = _dummy(srv.server_address)
+    assert "GOSTORE_IPC_SPIN_US='fast' is not a number of microseconds: 200 used" in caplog.text
+    assert app._hobj.lib.spin_ns == P.DEFAULT_SPIN_US * 1000
+    assert app.put("spin-env", b"v") == 0 and app.get("spin-env") == b"v"
+    monkeypatch.setenv("GOSTORE_IPC_SPIN_US", "0")
+    assert _dummy(srv.server_address)._hobj.lib.spin_ns == 0
+
+
 def test_server_gone_and_back(master, client_process_factory, store_factory, tmp_path):
     ipc = str(tmp_path / "client.sock")
     srv = client_process_factory(master, ipc_path=ipc)

@@ -6,7 +6,9 @@ It takes the flags of Mooncake's ``mooncake_client`` (``--host``,
 ``--port``, ``--global_segment_size``, ``--local_buffer_size``,
 ``--master_server_address``, ``--metadata_server``, ``--protocol``,
 ``--device_names``, ``--enable_offload``, ``--tenant_id``, ``--threads``,
-``--enable_http_server``, ``--http_port``) plus ``--ipc_socket_path``.
+``--enable_http_server``, ``--http_port``) plus ``--ipc_socket_path`` and
+``--ipc_spin_us`` (how long a connection whose application calls in a loop
+is polled for its next call after an answer; see ``_standalone_calls.Conn``).
 
 It listens twice:
 
@@ -55,6 +57,7 @@ _SERVER_MIN_LOCAL_BUFFER = "16MB"
 _ZERO_COPY_REGISTERED = 1  # bits of the data calls' zero_copy argument (ABI.md)
 _IN_PROCESS = 4  # ...tagged ranges are in process (zero_copy >> _PID_SHIFT)'s memory
 _PID_SHIFT = 8
+_MAX_SPIN_US = 10_000  # a longer poll would hold a CPU for a call that is not coming (as the master's --rpc_spin_us)
 _USER_SPACE_END = 1 << 57  # no process maps an address past it (5-level paging)
 
 
@@ -130,8 +133,13 @@ class StandaloneServer:
     """Serves ``store`` (set up) to applications; see the module text."""
 
     def __init__(self, store: MooncakeDistributedStore, host: str, port: int, ipc_path: str,
-                 max_region_bytes: int = 1 << 44) -> None:
+                 max_region_bytes: int = 1 << 44, spin_us: int = P.DEFAULT_SPIN_US) -> None:
+        """``spin_us``: how long a connection whose application calls in a
+        loop is polled for its next call after an answer (``P.Conn``); 0
+        never polls."""
         self.store = store
+        self.spin_ns = max(0, spin_us) * 1000
+        self._gate = P.SpinGate()
         self.lib = _native.lib()
         self.h = store._h()
         self.ipc_path = ipc_path
@@ -196,6 +204,7 @@ class StandaloneServer:
             _log.error("gostore-client: refused a connection from uid %d (serving uid %d only)", uid, os.getuid())
             sock.close()
             return
+        conn = P.Conn(sock, self.spin_ns, self._gate, P.HOT)
         session: Optional[Session] = None
         pending: Dict[int, int] = {}
         try:
@@ -203,21 +212,21 @@ class StandaloneServer:
                 fds: List[int] = []  # what came with the frame: closed unless taken
                 try:
                     try:
-                        kind, body = P.read_frame(sock, fds)
+                        kind, body = conn.read(fds)
                     except ConnectionError:
                         break
                     if kind == P.HELLO:
-                        session = self._hello(sock, body, session)
+                        session = self._hello(conn, body, session)
                     elif session is None:
                         raise P.FrameError("no session: send HELLO first")
                     elif kind == P.REGION:
-                        self._region(sock, session, body, fds)  # takes the fds out of the list
+                        self._region(conn, session, body, fds)  # takes the fds out of the list
                     elif kind == P.UNREGION:
-                        self._unregion(sock, session, body)
+                        self._unregion(conn, session, body)
                     elif kind == P.CALL:
-                        self._call(sock, session, pending, body, fds, pid)  # takes the fd it uses
+                        self._call(conn, session, pending, body, fds, pid)  # takes the fd it uses
                     elif kind == P.CROSS:
-                        self._cross(sock, session, body, pid)
+                        self._cross(conn, session, body, pid)
                     else:
                         raise P.FrameError(f"unknown frame kind {kind}")
                 finally:
@@ -234,10 +243,10 @@ class StandaloneServer:
             if session is not None:
                 self._leave(session)
 
-    def _send_error(self, sock: socket.socket, code: int, msg: str) -> None:
-        P.send_frame(sock, P.frame(P.ERROR, [code, msg.encode()]))
+    def _send_error(self, conn: P.Conn, code: int, msg: str) -> None:
+        conn.send(P.frame(P.ERROR, [code, msg.encode()]))
 
-    def _hello(self, sock: socket.socket, body: memoryview, current: Optional[Session]) -> Optional[Session]:
+    def _hello(self, conn: P.Conn, body: memoryview, current: Optional[Session]) -> Optional[Session]:
         (token,) = P.get_values(body, 1)
         if token is not None and not isinstance(token, bytes):
             raise P.FrameError("a hello names a session token")
@@ -247,13 +256,13 @@ class StandaloneServer:
             if token:
                 s = self._sessions.get(token)
                 if s is None:
-                    self._send_error(sock, int(ErrorCode.CLIENT_NOT_FOUND), "unknown session")
+                    self._send_error(conn, int(ErrorCode.CLIENT_NOT_FOUND), "unknown session")
                     return None
             else:
                 token = secrets.token_bytes(16)
                 s = self._sessions[token] = Session(token)
             s.connections += 1
-        P.send_frame(sock, P.frame(P.REPLY, [token]))
+        conn.send(P.frame(P.REPLY, [token]))
         return s
 
     def _leave(self, s: Session) -> None:
@@ -286,42 +295,42 @@ class StandaloneServer:
         _shm.unmap(r.local, r.size)
         os.close(r.fd)
 
-    def _region(self, sock: socket.socket, s: Session, body: memoryview, fds: List[int]) -> None:
+    def _region(self, conn: P.Conn, s: Session, body: memoryview, fds: List[int]) -> None:
         app, size = P.get_values(body, 2)
         taken = list(fds)
         fds.clear()  # closed here, once, whatever happens
         if len(taken) != 1:
             for fd in taken:
                 os.close(fd)
-            self._send_error(sock, _INVALID, "a region comes with one file descriptor")
+            self._send_error(conn, _INVALID, "a region comes with one file descriptor")
             return
         try:
             r = self._map(app, size, taken[0])
         except (OSError, P.FrameError) as e:
             os.close(taken[0])
             _log.error("gostore-client: refused a shared region: %s", e)
-            self._send_error(sock, _INVALID, str(e))
+            self._send_error(conn, _INVALID, str(e))
             return
         if s.overlaps(app, size):
             self._drop_region(r)
-            self._send_error(sock, _INVALID, f"region at 0x{app:x} overlaps one already shared")
+            self._send_error(conn, _INVALID, f"region at 0x{app:x} overlaps one already shared")
             return
         s.add(r)
-        P.send_frame(sock, P.frame(P.REPLY, [0]))
+        conn.send(P.frame(P.REPLY, [0]))
 
-    def _unregion(self, sock: socket.socket, s: Session, body: memoryview) -> None:
+    def _unregion(self, conn: P.Conn, s: Session, body: memoryview) -> None:
         (app,) = P.get_values(body, 1)
         if not isinstance(app, int):
             raise P.FrameError("an unregion names an address")
         found, r = s.remove(app)
         if not found:
-            self._send_error(sock, _INVALID, f"no region shared at 0x{app:x}")
+            self._send_error(conn, _INVALID, f"no region shared at 0x{app:x}")
             return
         if r is not None:
             self._drop_region(r)
-        P.send_frame(sock, P.frame(P.REPLY, [0]))
+        conn.send(P.frame(P.REPLY, [0]))
 
-    def _cross(self, sock: socket.socket, s: Session, body: memoryview, pid: int) -> None:
+    def _cross(self, conn: P.Conn, s: Session, body: memoryview, pid: int) -> None:
         """The CROSS check: can this process read the application's memory?"""
         addr, nonce = P.get_values(body, 2)
         if not isinstance(addr, int) or not isinstance(nonce, bytes) or not 8 <= len(nonce) <= 64:
@@ -333,9 +342,9 @@ class StandaloneServer:
             ok = False
         if ok:
             s.cross_pid = pid
-        P.send_frame(sock, P.frame(P.REPLY, [int(ok)]))
+        conn.send(P.frame(P.REPLY, [int(ok)]))
 
-    def _call(self, sock: socket.socket, s: Session, pending: Dict[int, int], body: memoryview,
+    def _call(self, conn: P.Conn, s: Session, pending: Dict[int, int], body: memoryview,
               fds: List[int], pid: int) -> None:
         vals = P.get_values(body)
         if len(vals) < 3 or not isinstance(vals[0], bytes):
@@ -343,7 +352,7 @@ class StandaloneServer:
         name = vals[0].decode("ascii", "replace")
         call = P.CALLS.get(name)
         if call is None:
-            self._send_error(sock, int(ErrorCode.INTERNAL_ERROR), f"{name} is not served")
+            self._send_error(conn, int(ErrorCode.INTERNAL_ERROR), f"{name} is not served")
             return
         temp_addr, temp_size, args = vals[1], vals[2], vals[3:]
         first = args[1] if len(args) > 1 else None  # n, or a get handle
@@ -367,7 +376,7 @@ class StandaloneServer:
             why = why or self._translate(call, s, temp, args, used, cross)
             if why:
                 _log.error("gostore-client: refused %s: %s", name, why)
-                self._send_error(sock, _INVALID, f"{name}: {why}")
+                self._send_error(conn, _INVALID, f"{name}: {why}")
                 return
             # Lengths first: they may name arrays the loop below turns into addresses.
             outs = [
@@ -396,7 +405,7 @@ class StandaloneServer:
             pending[ret] = 1
         if call.ends_pending:
             pending.pop(int(first), None)
-        P.send_frame(sock, P.frame(P.REPLY, [ret] + outs))
+        conn.send(P.frame(P.REPLY, [ret] + outs))
 
     def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any],
                    used: List[_Region], cross: bool) -> Optional[str]:
@@ -470,6 +479,7 @@ _FLAGS = {
     "use_mmap_arena_allocator": (False, bool),
     # gostore's
     "ipc_socket_path": ("", str),
+    "ipc_spin_us": (P.DEFAULT_SPIN_US, int),
     "ssd_offload_path": ("", str),
     "log_level": ("", str),
 }
@@ -522,6 +532,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         level=logging.INFO, stream=sys.stderr,
         format="time=%(asctime)s level=%(levelname)s msg=%(message)s",
     )
+    if not 0 <= opts["ipc_spin_us"] <= _MAX_SPIN_US:
+        _log.error("gostore-client: --ipc_spin_us %d: from 0 to %d", opts["ipc_spin_us"], _MAX_SPIN_US)
+        return 1
     host = opts["host"]
     advertised = "127.0.0.1" if host in ("0.0.0.0", "") else host
     store = MooncakeDistributedStore()
@@ -545,7 +558,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     ipc = opts["ipc_socket_path"] or default_ipc_path(opts["port"])
     try:
-        server = StandaloneServer(store, host, opts["port"], ipc)
+        server = StandaloneServer(store, host, opts["port"], ipc, spin_us=opts["ipc_spin_us"])
     except OSError as e:
         _log.error("gostore-client: cannot listen on %s:%d / %s: %s", host, opts["port"], ipc, e)
         store.close()

@@ -74,6 +74,24 @@ _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
 
 
+def spin_us_from_env() -> int:
+    """``GOSTORE_IPC_SPIN_US``: how long a call polls for gostore-client's
+    answer, in microseconds (unset: ``DEFAULT_SPIN_US``; 0: never; at
+    most 10 ms). A value that is not a number is logged and ignored."""
+    raw = os.environ.get("GOSTORE_IPC_SPIN_US", "").strip()
+    if not raw:
+        return P.DEFAULT_SPIN_US
+    try:
+        us = int(raw)
+    except ValueError:
+        us = -1
+    if us < 0:
+        _log.warning("gostore: GOSTORE_IPC_SPIN_US=%r is not a number of microseconds: %d used", raw,
+                     P.DEFAULT_SPIN_US)
+        return P.DEFAULT_SPIN_US
+    return min(us, 10_000)
+
+
 def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
     """The IPC socket path a ``gostore-client`` at ``host:port`` serves on
     (it answers one JSON line to any TCP connection). Raises OSError."""
@@ -95,10 +113,13 @@ def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
 
 
 class _Connection:
-    __slots__ = ("sock", "pending")
+    __slots__ = ("sock", "frames", "pending")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, spin_ns: int, gate: P.SpinGate) -> None:
         self.sock = sock
+        # Polls for each answer (hot 0: the answer to a call just sent is
+        # awaited), up to the spin, before the thread sleeps.
+        self.frames = P.Conn(sock, spin_ns, gate, hot=0)
         self.pending: Dict[int, int] = {}  # get handle -> key count
 
 
@@ -151,8 +172,12 @@ class RemoteLibrary:
     text). Created by ``setup_dummy``; ``connect()`` makes the first
     connection, so a server that is not there fails setup."""
 
-    def __init__(self, ipc_path: str, mem_pool_size: int, local_buffer_size: int) -> None:
+    def __init__(self, ipc_path: str, mem_pool_size: int, local_buffer_size: int,
+                 spin_us: int = P.DEFAULT_SPIN_US) -> None:
+        """``spin_us``: how long a call polls for the server's answer before
+        its thread sleeps (0: never)."""
         self.ipc_path = ipc_path
+        self.spin_ns = max(0, spin_us) * 1000
         self.mem_pool_size = mem_pool_size
         self.local_buffer_size = local_buffer_size
         self._pool_used = 0
@@ -175,6 +200,7 @@ class RemoteLibrary:
         self._lent_bytes = 0  # their sizes, and those being made
         self._lock = threading.Lock()
         self._tls = threading.local()
+        self._gate = P.SpinGate()  # this process's polling reads
         self._conns: List[_Connection] = []
         self._token = b""
         self._staging: Optional[_shm.Region] = None
@@ -213,7 +239,7 @@ class RemoteLibrary:
             sock.settimeout(HELLO_TIMEOUT_S)
             sock.connect(self.ipc_path)
             sock.settimeout(None)
-            c = _Connection(sock)
+            c = _Connection(sock, self.spin_ns, self._gate)
             with self._lock:
                 self._attach(c)
                 self._conns.append(c)
@@ -263,8 +289,8 @@ class RemoteLibrary:
         self._roundtrip(c, P.frame(P.REGION, [r.addr, r.size]), [r.fd])
 
     def _roundtrip(self, c: _Connection, data: bytes, fds: Sequence[int] = ()) -> Tuple[int, memoryview]:
-        P.send_frame(c.sock, data, fds)
-        kind, body = P.read_frame(c.sock)
+        c.frames.send(data, fds)
+        kind, body = c.frames.read()
         if kind == P.ERROR:
             code, msg = P.get_values(body, 2)
             raise _ServerError(code, msg.decode("utf-8", "replace"))

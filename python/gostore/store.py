@@ -576,7 +576,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         ``ipc_socket_path`` names the server's Unix socket directly (else
         the server is asked for it over TCP). Call it on a fresh store,
         instead of :meth:`setup`."""
-        from .standalone import RemoteLibrary, ask_ipc_path
+        from .standalone import RemoteLibrary, ask_ipc_path, spin_us_from_env
 
         pool = _int(mem_pool_size, "mem_pool_size")
         local = _int(local_buffer_size, "local_buffer_size")
@@ -594,7 +594,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
                 except OSError as e:
                     _log.error("gostore: setup_dummy: cannot reach gostore-client at %s: %s", addr, e)
                     return int(ErrorCode.INTERNAL_ERROR)
-            remote = RemoteLibrary(ipc, pool, local)
+            remote = RemoteLibrary(ipc, pool, local, spin_us_from_env())
             if remote.connect() != 0:
                 return int(ErrorCode.INTERNAL_ERROR)
             self._hobj = _Handle(remote)
