@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from typing import Any, Callable, List, Sequence
 
 import pytest
@@ -177,46 +178,80 @@ def test_setup_dummy_without_a_server_fails_clearly(tmp_path, caplog):
     assert store.setup_dummy(MiB, MiB, "", str(tmp_path / "none.sock")) == -1
 
 
-@pytest.mark.parametrize("server_spin", [None, 0], ids=["server-polls", "server-sleeps"])
 def test_calls_in_a_loop_are_answered_to_a_polling_read(master, client_process_factory, store_factory,
-                                                        monkeypatch, server_spin):
+                                                        monkeypatch):
     """The application polls for each answer (GOSTORE_IPC_SPIN_US, here the
-    10 ms most), whether gostore-client polls for its next call
-    (--ipc_spin_us, default) or sleeps (0); bytes either way."""
-    flags = {} if server_spin is None else {"ipc_spin_us": server_spin}
-    srv = client_process_factory(master, **flags)
-    monkeypatch.setenv("GOSTORE_IPC_SPIN_US", "50000")  # capped at 10 ms
+    10 ms most) from the real gostore-client; bytes as ever."""
+    srv = client_process_factory(master)
+    monkeypatch.setenv("GOSTORE_IPC_SPIN_US", str(P.MAX_SPIN_US))
     app = _dummy(srv.server_address)
     lib = app._hobj.lib
-    assert lib.spin_ns == 10_000 * 1000
     reader = store_factory(master)
     polls, hits = lib._gate.polls, lib._gate.hits
     for i in range(40):
         v = _pattern(i, 4096 + i)
-        assert app.put(f"spin-{server_spin}-{i}", v) == 0
-        assert reader.get(f"spin-{server_spin}-{i}") == v
-        assert app.get(f"spin-{server_spin}-{i}") == v
-    # One thread: every answer was polled for, and the answers that came
-    # within 10 ms were caught by the poll.
+        assert app.put(f"spin-{i}", v) == 0
+        assert reader.get(f"spin-{i}") == v
+        assert app.get(f"spin-{i}") == v
+    # One thread: every answer was polled for, and those that came within
+    # 10 ms were caught by the poll.
     assert lib._gate.polls - polls >= 80
     assert lib._gate.hits - hits >= 1
     assert lib._gate.busy == 0
 
 
+@pytest.mark.parametrize("spin_us", [P.MAX_SPIN_US, 0], ids=["polls", "sleeps"])
+def test_the_server_polls_for_the_next_call_of_an_application_in_a_loop(master, store_factory, tmp_path, spin_us):
+    """gostore-client's side, served from this process (to see its gate):
+    with a spin, a connection whose calls come one after the other is polled
+    for its next call; with --ipc_spin_us=0 never."""
+    from gostore.client_server import StandaloneServer
+
+    served = store_factory(master)
+    server = StandaloneServer(served, "127.0.0.1", 0, str(tmp_path / "srv.sock"), spin_us=spin_us)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        app = MooncakeDistributedStore()
+        assert app.setup_dummy(16 * MiB, 0, "", server.ipc_path) == 0
+        pool = app.alloc_from_mem_pool(MiB)
+        assert pool != 0 and app.register_buffer(pool, MiB) == 0
+        for i in range(20):
+            v = _pattern(i, 8192)
+            ctypes.memmove(pool, v, len(v))
+            assert app.put_from(f"srv-spin-{spin_us}-{i}", pool, len(v)) == 0
+            ctypes.memset(pool, 0, len(v))
+            assert app.get_into(f"srv-spin-{spin_us}-{i}", pool, len(v)) == len(v)
+            assert ctypes.string_at(pool, len(v)) == v
+        app.close()
+    finally:
+        server.shutdown()
+    if spin_us:
+        assert server._gate.polls >= 1 and server._gate.hits >= 1
+    else:
+        assert server._gate.polls == 0
+
+
 def test_spin_settings_out_of_range_are_refused_or_ignored_clearly(master, client_process_factory, monkeypatch,
                                                                    caplog):
-    with pytest.raises(RuntimeError) as e:
-        client_process_factory(master, ipc_spin_us=-1)
-    assert "--ipc_spin_us -1: from 0 to 10000" in str(e.value)
+    for bad in (-1, P.MAX_SPIN_US + 1):
+        with pytest.raises(RuntimeError) as e:
+            client_process_factory(master, ipc_spin_us=bad)
+        assert f"--ipc_spin_us {bad}: from 0 to {P.MAX_SPIN_US}" in str(e.value)
     srv = client_process_factory(master)
-    monkeypatch.setenv("GOSTORE_IPC_SPIN_US", "fast")
-    with caplog.at_level("WARNING", logger="gostore.standalone"):
-        app = _dummy(srv.server_address)
-    assert "GOSTORE_IPC_SPIN_US='fast' is not a number of microseconds: 200 used" in caplog.text
-    assert app._hobj.lib.spin_ns == P.DEFAULT_SPIN_US * 1000
-    assert app.put("spin-env", b"v") == 0 and app.get("spin-env") == b"v"
+    for bad in ("fast", "-1", str(P.MAX_SPIN_US + 1)):
+        monkeypatch.setenv("GOSTORE_IPC_SPIN_US", bad)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="gostore.standalone"):
+            app = _dummy(srv.server_address)
+        assert f"GOSTORE_IPC_SPIN_US={bad!r} is not a whole number of microseconds from 0 to " \
+               f"{P.MAX_SPIN_US}: {P.DEFAULT_SPIN_US} used" in caplog.text
+        assert app._hobj.lib.spin_us == P.DEFAULT_SPIN_US
+        assert app.put("spin-env", b"v") in (0, -705) and app.get("spin-env") == b"v"
+        app.close()
     monkeypatch.setenv("GOSTORE_IPC_SPIN_US", "0")
-    assert _dummy(srv.server_address)._hobj.lib.spin_ns == 0
+    app = _dummy(srv.server_address)
+    assert app._hobj.lib.spin_us == 0 and app._hobj.lib._conn().frames.spin_ns == 0
+    app.close()
 
 
 def test_server_gone_and_back(master, client_process_factory, store_factory, tmp_path):

@@ -388,12 +388,19 @@ def read_frame(sock: Any, fds: Optional[List[int]] = None) -> Tuple[int, memoryv
     """One frame from ``sock``: (kind, body). File descriptors sent with it
     are appended to ``fds`` (when given; otherwise closed). Raises
     ConnectionError at end of stream, FrameError for a bad header."""
-    head = _recv_exact(sock, _HDR.size, fds)
-    length, kind = _HDR.unpack(head)
+    length, kind = _read_header(sock, fds)
+    return kind, _read_body(sock, length)
+
+
+def _read_header(sock: Any, fds: Optional[List[int]]) -> Tuple[int, int]:
+    length, kind = _HDR.unpack(_recv_exact(sock, _HDR.size, fds))
     if length < 1 or length > MAX_FRAME:
         raise FrameError(f"frame length {length} out of range")
-    body = _recv_exact(sock, length - 1, None) if length > 1 else b""
-    return kind, memoryview(body)
+    return length, kind
+
+
+def _read_body(sock: Any, length: int) -> memoryview:
+    return memoryview(_recv_exact(sock, length - 1, None) if length > 1 else b"")
 
 
 def _recv_exact(sock: Any, n: int, fds: Optional[List[int]]) -> bytes:
@@ -443,6 +450,10 @@ def send_frame(sock: Any, data: bytes, fds: Sequence[int] = ()) -> None:
 # standalone call is two such wake-ups more than the same call in process.
 DEFAULT_SPIN_US = 200
 
+# The longest poll either side accepts: a longer one would hold a CPU for a
+# frame that is not coming (as the master's --rpc_spin_us).
+MAX_SPIN_US = 10_000
+
 # How many frames in a row must each have come within the spin of this end's
 # last write before the server polls for the next: a connection whose
 # application calls now and then is not polled for (a poll that would not be
@@ -452,13 +463,13 @@ HOT = 2
 
 class SpinGate:
     """Bounds how many reads of a process poll at once. A polling thread
-    keeps a CPU busy (and takes the GIL between its system calls), so the
-    process must keep a CPU for the thread that has work to do."""
+    keeps a CPU busy, and each of its tries takes the GIL for a moment, so
+    a process keeps CPUs, and the GIL, for the threads with work to do."""
 
     def __init__(self, limit: int = 0) -> None:
-        """``limit`` 0 or less: one fewer than the CPUs, at least 1 and at
-        most 4 (as the Go side's gate)."""
-        self.limit = limit if limit > 0 else min(4, max(1, (os.cpu_count() or 1) - 1))
+        """``limit`` 0 or less: one fewer than the CPUs this process may run
+        on, at least 1 and at most 2 (a Python process has one GIL)."""
+        self.limit = limit if limit > 0 else min(2, max(1, len(os.sched_getaffinity(0)) - 1))
         self._lock = threading.Lock()
         self._busy = 0
         self.polls = 0  # reads that polled
@@ -485,24 +496,26 @@ class SpinGate:
 
 class Conn:
     """One end of a standalone connection: frames written whole, and reads
-    of the next frame that poll the socket for up to ``spin_ns`` (giving
-    the CPU to any thread that can run between tries) before the thread
-    sleeps in the kernel. Waking a sleeping thread costs tens of
-    microseconds on a VM whose idle CPUs halt; an answer (or the next
-    call) that comes within the spin costs none.
+    of the next frame that poll the socket for up to ``spin_us``
+    microseconds (yielding the CPU between tries) before the thread sleeps
+    in the kernel. Waking a sleeping thread costs tens of microseconds on a
+    VM whose idle CPUs halt; an answer (or the next call) that comes within
+    the spin costs none.
 
     A read polls only after this end wrote (an answer, or a call whose
     answer is awaited), only once ``hot`` frames in a row each came within
     the spin of the write before them (0: after every write), and only
-    through ``gate``. ``spin_ns`` 0 never polls. One thread uses a Conn at
-    a time; the socket stays blocking."""
+    through ``gate``. ``spin_us`` 0 never polls, nor does a socket with a
+    timeout (Python waits for it to be readable before every read). One
+    thread uses a Conn at a time."""
 
     __slots__ = ("sock", "spin_ns", "gate", "hot", "_wrote", "_streak")
 
-    def __init__(self, sock: socket.socket, spin_ns: int = 0, gate: Optional[SpinGate] = None,
+    def __init__(self, sock: socket.socket, spin_us: int = 0, gate: Optional[SpinGate] = None,
                  hot: int = 0) -> None:
         self.sock = sock
-        self.spin_ns = spin_ns if gate is not None else 0
+        polls = gate is not None and sock.gettimeout() is None
+        self.spin_ns = max(0, spin_us) * 1000 if polls else 0
         self.gate = gate
         self.hot = hot
         self._wrote = 0  # when this end last wrote; 0 once a read began
@@ -515,18 +528,18 @@ class Conn:
     def read(self, fds: Optional[List[int]] = None) -> Tuple[int, memoryview]:
         """The next frame, as :func:`read_frame` reads it."""
         wrote, self._wrote = self._wrote, 0
+        hit = False
         if wrote and self.spin_ns > 0 and self._streak >= self.hot and self.gate is not None \
                 and self.gate.enter():
-            hit = False
             try:
                 hit = _poll_readable(self.sock, wrote + self.spin_ns)
             finally:
                 self.gate.leave(hit)
-        got = read_frame(self.sock, fds)
-        if wrote:
+        length, kind = _read_header(self.sock, fds)
+        if wrote:  # timed at the header, as a large frame's body may take a while
             came_within = time.monotonic_ns() - wrote < self.spin_ns
             self._streak = min(self._streak + 1, self.hot) if came_within else 0
-        return got
+        return kind, _read_body(self.sock, length)
 
 
 def _poll_readable(sock: socket.socket, until_ns: int) -> bool:

@@ -57,7 +57,6 @@ _SERVER_MIN_LOCAL_BUFFER = "16MB"
 _ZERO_COPY_REGISTERED = 1  # bits of the data calls' zero_copy argument (ABI.md)
 _IN_PROCESS = 4  # ...tagged ranges are in process (zero_copy >> _PID_SHIFT)'s memory
 _PID_SHIFT = 8
-_MAX_SPIN_US = 10_000  # a longer poll would hold a CPU for a call that is not coming (as the master's --rpc_spin_us)
 _USER_SPACE_END = 1 << 57  # no process maps an address past it (5-level paging)
 
 
@@ -138,7 +137,7 @@ class StandaloneServer:
         loop is polled for its next call after an answer (``P.Conn``); 0
         never polls."""
         self.store = store
-        self.spin_ns = max(0, spin_us) * 1000
+        self.spin_us = spin_us
         self._gate = P.SpinGate()
         self.lib = _native.lib()
         self.h = store._h()
@@ -204,7 +203,7 @@ class StandaloneServer:
             _log.error("gostore-client: refused a connection from uid %d (serving uid %d only)", uid, os.getuid())
             sock.close()
             return
-        conn = P.Conn(sock, self.spin_ns, self._gate, P.HOT)
+        conn = P.Conn(sock, self.spin_us, self._gate, P.HOT)
         session: Optional[Session] = None
         pending: Dict[int, int] = {}
         try:
@@ -532,8 +531,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         level=logging.INFO, stream=sys.stderr,
         format="time=%(asctime)s level=%(levelname)s msg=%(message)s",
     )
-    if not 0 <= opts["ipc_spin_us"] <= _MAX_SPIN_US:
-        _log.error("gostore-client: --ipc_spin_us %d: from 0 to %d", opts["ipc_spin_us"], _MAX_SPIN_US)
+    if not 0 <= opts["ipc_spin_us"] <= P.MAX_SPIN_US:
+        _log.error("gostore-client: --ipc_spin_us %d: from 0 to %d", opts["ipc_spin_us"], P.MAX_SPIN_US)
         return 1
     host = opts["host"]
     advertised = "127.0.0.1" if host in ("0.0.0.0", "") else host

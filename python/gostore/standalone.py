@@ -76,8 +76,9 @@ _HANDLE = 1  # the only store handle an application holds
 
 def spin_us_from_env() -> int:
     """``GOSTORE_IPC_SPIN_US``: how long a call polls for gostore-client's
-    answer, in microseconds (unset: ``DEFAULT_SPIN_US``; 0: never; at
-    most 10 ms). A value that is not a number is logged and ignored."""
+    answer, in microseconds (unset: ``DEFAULT_SPIN_US``; 0: never). A
+    value that is not a whole number from 0 to ``MAX_SPIN_US`` is logged
+    and the default used."""
     raw = os.environ.get("GOSTORE_IPC_SPIN_US", "").strip()
     if not raw:
         return P.DEFAULT_SPIN_US
@@ -85,11 +86,11 @@ def spin_us_from_env() -> int:
         us = int(raw)
     except ValueError:
         us = -1
-    if us < 0:
-        _log.warning("gostore: GOSTORE_IPC_SPIN_US=%r is not a number of microseconds: %d used", raw,
-                     P.DEFAULT_SPIN_US)
+    if not 0 <= us <= P.MAX_SPIN_US:
+        _log.warning("gostore: GOSTORE_IPC_SPIN_US=%r is not a whole number of microseconds from 0 to %d: %d used",
+                     raw, P.MAX_SPIN_US, P.DEFAULT_SPIN_US)
         return P.DEFAULT_SPIN_US
-    return min(us, 10_000)
+    return us
 
 
 def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
@@ -113,13 +114,12 @@ def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
 
 
 class _Connection:
-    __slots__ = ("sock", "frames", "pending")
+    __slots__ = ("frames", "pending")
 
-    def __init__(self, sock: socket.socket, spin_ns: int, gate: P.SpinGate) -> None:
-        self.sock = sock
+    def __init__(self, sock: socket.socket, spin_us: int, gate: P.SpinGate) -> None:
         # Polls for each answer (hot 0: the answer to a call just sent is
         # awaited), up to the spin, before the thread sleeps.
-        self.frames = P.Conn(sock, spin_ns, gate, hot=0)
+        self.frames = P.Conn(sock, spin_us, gate, hot=0)
         self.pending: Dict[int, int] = {}  # get handle -> key count
 
 
@@ -177,7 +177,7 @@ class RemoteLibrary:
         """``spin_us``: how long a call polls for the server's answer before
         its thread sleeps (0: never)."""
         self.ipc_path = ipc_path
-        self.spin_ns = max(0, spin_us) * 1000
+        self.spin_us = spin_us
         self.mem_pool_size = mem_pool_size
         self.local_buffer_size = local_buffer_size
         self._pool_used = 0
@@ -214,7 +214,7 @@ class RemoteLibrary:
 
     def _after_fork(self) -> None:
         for c in self._conns:  # our copies of the parent's sockets; its own stay open
-            c.sock.close()
+            c.frames.sock.close()
         self._reset()
 
     # ---- connections --------------------------------------------------------
@@ -239,7 +239,7 @@ class RemoteLibrary:
             sock.settimeout(HELLO_TIMEOUT_S)
             sock.connect(self.ipc_path)
             sock.settimeout(None)
-            c = _Connection(sock, self.spin_ns, self._gate)
+            c = _Connection(sock, self.spin_us, self._gate)
             with self._lock:
                 self._attach(c)
                 self._conns.append(c)
@@ -273,7 +273,7 @@ class RemoteLibrary:
         """Let the server reach this process's memory, and ask it whether it
         can (it reads a nonce from here): True when the session's copying
         calls may name this process's memory."""
-        server_pid, _uid = P.peer_pid_uid(c.sock)
+        server_pid, _uid = P.peer_pid_uid(c.frames.sock)
         try:
             if server_pid > 0:
                 _shm.name_tracer(server_pid)
@@ -303,7 +303,7 @@ class RemoteLibrary:
             with self._lock:
                 if c in self._conns:
                     self._conns.remove(c)
-            c.sock.close()
+            c.frames.sock.close()
 
     def close(self) -> int:
         """Close every connection (the server then forgets this session)
@@ -313,7 +313,7 @@ class RemoteLibrary:
             self._closed = True
             conns, self._conns = self._conns, []
         for c in conns:
-            c.sock.close()
+            c.frames.sock.close()
         self._tls = threading.local()
         return 0
 
