@@ -5,10 +5,15 @@
 package transfer
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
+	"slices"
 	"testing"
 
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/internal/blockconn"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -248,5 +253,124 @@ func TestBeginOnASilentPeer(t *testing.T) {
 	wantCode(t, err, wire.ErrTransferFail)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v does not match DeadlineExceeded", err)
+	}
+}
+
+// scriptedPeer answers each call's read requests (n of them, read whole
+// first) with the bytes of pattern(offset), in the order and the chunks
+// that answer gives, then whatever extra follows them.
+func scriptedPeer(t *testing.T, n int, answer func(ids []uint64, replies [][]byte) [][]byte) Peer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					ids := make([]uint64, n)
+					replies := make([][]byte, n)
+					for k := range n {
+						var h [reqHdrSize]byte
+						if _, err := io.ReadFull(c, h[:]); err != nil {
+							return
+						}
+						if h[0] == opGrantedRead {
+							if _, err := io.ReadFull(c, make([]byte, grant.Size)); err != nil {
+								return
+							}
+						}
+						id, off, size := le.Uint64(h[1:]), le.Uint64(h[9:]), le.Uint64(h[17:])
+						ids[k] = id
+						replies[k] = append(putRespHdr(nil, id, wire.OK, size), pattern(off, int(size))...)
+					}
+					for _, chunk := range answer(ids, replies) {
+						if _, err := c.Write(chunk); err != nil {
+							return
+						}
+					}
+				}
+			}()
+		}
+	}()
+	nextSegID++
+	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}
+}
+
+// The lane reads a call's answers through a buffer: however they arrive
+// (a byte at a time, split inside headers and payloads, out of order, a
+// payload larger than the buffer's direct-read mark after part of it was
+// buffered), every op gets its own bytes and the connection stays in
+// step for the next call; bytes past the last answer keep the call's
+// results (each op was answered) but cost the connection.
+func TestLaneReadsAnswersHoweverTheyArrive(t *testing.T) {
+	sizes := []int{4096, 20, laneDirect + 3000, 1, 4096}
+	joined := func(replies [][]byte) []byte { return bytes.Join(replies, nil) }
+	cases := []struct {
+		name   string
+		answer func(ids []uint64, replies [][]byte) [][]byte
+		keeps  bool
+	}{
+		{"one write", func(_ []uint64, r [][]byte) [][]byte { return [][]byte{joined(r)} }, true},
+		{"a byte at a time", func(_ []uint64, r [][]byte) [][]byte {
+			var out [][]byte
+			for _, b := range joined(r) {
+				out = append(out, []byte{b})
+			}
+			return out
+		}, true},
+		{"odd chunks", func(_ []uint64, r [][]byte) [][]byte {
+			all := joined(r)
+			var out [][]byte
+			for len(all) > 0 {
+				k := min(len(all), 7+len(out)*1237) // inside headers, then inside payloads
+				out = append(out, all[:k])
+				all = all[k:]
+			}
+			return out
+		}, true},
+		{"reversed", func(_ []uint64, r [][]byte) [][]byte {
+			out := slices.Clone(r)
+			slices.Reverse(out)
+			return out
+		}, true},
+		{"trailing bytes", func(_ []uint64, r [][]byte) [][]byte {
+			return [][]byte{append(joined(r), 0xEE)}
+		}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			peer := scriptedPeer(t, len(sizes), tc.answer)
+			e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+			defer e.Close()
+			for call := range 2 {
+				ops := make([]Op, len(sizes))
+				off := uint64(call * 1000)
+				for i, n := range sizes {
+					ops[i] = Op{Peer: peer, Offset: off, Bufs: [][]byte{make([]byte, n)}}
+					off += uint64(n)
+				}
+				mustOK(t, e.Do(context.Background(), ops))
+				for i, op := range ops {
+					if d := firstDiff(op.Bufs[0], pattern(op.Offset, sizes[i])); d != "" {
+						t.Fatalf("call %d, op %d: %s", call, i, d)
+					}
+				}
+				idle, streams := laneState(e, peer.TransferAddr)
+				if streams {
+					t.Fatal("the calls took the streams, not the lane")
+				}
+				if kept := len(idle) == 1; kept != tc.keeps {
+					t.Fatalf("call %d: %d idle lane connections after the call", call, len(idle))
+				}
+			}
+		})
 	}
 }

@@ -165,3 +165,60 @@ func TestShutdownWakesASleepingRead(t *testing.T) {
 	bc.Close()
 	bc.Shutdown() // after Close: nothing, no panic
 }
+
+// SetDeadline sets the socket's timeouts again only when the time to the
+// new deadline is shorter than them or longer by more than a 64th: a
+// deadline of now + 30 s before every call keeps the value set first; one
+// sooner, much later, or none, replaces it. Read from the kernel.
+func TestSetDeadlineKeepsATimeoutCloseEnough(t *testing.T) {
+	bc, _ := pair(t)
+	timeouts := func() (rcv, snd time.Duration) {
+		t.Helper()
+		for i, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
+			tv, err := unix.GetsockoptTimeval(bc.FD(), unix.SOL_SOCKET, opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := time.Duration(tv.Nano())
+			if i == 0 {
+				rcv = d
+			} else {
+				snd = d
+			}
+		}
+		return rcv, snd
+	}
+	set := func(t0 time.Time) {
+		t.Helper()
+		if err := bc.SetDeadline(t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := time.Now().Add(30 * time.Second)
+	set(base)
+	first, snd := timeouts()
+	if first < 29*time.Second || first > 30*time.Second || snd != first {
+		t.Fatalf("timeouts %v / %v for a deadline 30 s away", first, snd)
+	}
+	set(base.Add(100 * time.Millisecond)) // a later call's deadline
+	if rcv, snd := timeouts(); rcv != first || snd != first {
+		t.Fatalf("a deadline 100 ms later replaced the %v timeout: %v / %v", first, rcv, snd)
+	}
+	for _, c := range []struct {
+		what   string
+		in     time.Duration
+		lo, hi time.Duration
+	}{
+		{"sooner", 10 * time.Second, 9 * time.Second, 10 * time.Second},
+		{"much later", 60 * time.Second, 59 * time.Second, 60 * time.Second},
+	} {
+		set(time.Now().Add(c.in))
+		if rcv, snd := timeouts(); rcv < c.lo || rcv > c.hi || snd != rcv {
+			t.Fatalf("a deadline %s (%v away) left the timeouts at %v / %v", c.what, c.in, rcv, snd)
+		}
+	}
+	set(time.Time{})
+	if rcv, snd := timeouts(); rcv != 0 || snd != 0 {
+		t.Fatalf("no deadline left the timeouts at %v / %v", rcv, snd)
+	}
+}
