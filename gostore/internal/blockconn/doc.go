@@ -28,9 +28,12 @@
 // owner serialises calls); only Close may come from another goroutine. A
 // Conn's deadlines are SO_RCVTIMEO/SO_SNDTIMEO: they bound each system
 // call, not a whole frame, so a frame read of k calls may take up to k
-// deadlines. A Polled's are the netpoller's, noticed once a poll ends.
+// deadlines, each up to a 64th shorter than asked (SetDeadline keeps a
+// timeout that close). A Polled's are the netpoller's, noticed once a
+// poll ends.
 //
-// Caller's duties: set a deadline before each exchange (SetDeadline is
-// free when it did not move), and close the Conn after any error: its
-// stream may be out of step.
+// Caller's duties: set a deadline before each exchange (SetDeadline makes
+// no system call while the timeout already set falls short of the time
+// left by at most a 64th), and close the Conn after any error: its stream
+// may be out of step.
 package blockconn
