@@ -20,8 +20,9 @@ import (
 // trip, most of a 4 KiB get's time on two cores. A call whose requests all
 // go to one peer and carry at most Options.LaneBytes instead takes an idle
 // blocking connection of that peer (or dials one), writes every request
-// with one writev and reads the answers on the calling thread; the
-// connection then goes back to the peer's idle list. Larger calls keep the
+// with one writev and reads the answers on the calling thread, through a
+// buffer (laneReader); the connection then goes back to the peer's idle
+// list, unless the buffer holds bytes past the last answer. Larger calls keep the
 // streams, which spread an op's slices over several connections.
 //
 // A lane connection carries one call at a time. Its bytes are the
@@ -234,6 +235,8 @@ func (p *peerPool) laneRead(bc *blockconn.Conn, c *call, rs []*tcpReq, done []bo
 	}
 	if in.buffered() > 0 {
 		// The server answers each request once: more is a broken stream.
+		// (Only bytes already read are seen here; any that come later
+		// fail the next call on this connection, which is then closed.)
 		return transferErr("%s sent %d bytes past the answers of a call", p.addr, in.buffered())
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/internal/blockconn"
@@ -256,10 +257,12 @@ func TestBeginOnASilentPeer(t *testing.T) {
 	}
 }
 
-// scriptedPeer answers each call's read requests (n of them, read whole
-// first) with the bytes of pattern(offset), in the order and the chunks
-// that answer gives, then whatever extra follows them.
-func scriptedPeer(t *testing.T, n int, answer func(ids []uint64, replies [][]byte) [][]byte) Peer {
+// scriptedPeer answers each call's requests (n of them, read whole
+// first): a read with the bytes of pattern(offset), one at scriptedRefused
+// or past it with ErrInvalidParams, a write (its payload drained) with an
+// empty OK; in the order and the chunks that answer gives, then whatever
+// extra follows them.
+func scriptedPeer(t *testing.T, n int, answer func(replies [][]byte) [][]byte) Peer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -275,23 +278,31 @@ func scriptedPeer(t *testing.T, n int, answer func(ids []uint64, replies [][]byt
 			go func() {
 				defer c.Close()
 				for {
-					ids := make([]uint64, n)
 					replies := make([][]byte, n)
 					for k := range n {
 						var h [reqHdrSize]byte
 						if _, err := io.ReadFull(c, h[:]); err != nil {
 							return
 						}
-						if h[0] == opGrantedRead {
+						if h[0] == opGrantedRead || h[0] == opGrantedWrite {
 							if _, err := io.ReadFull(c, make([]byte, grant.Size)); err != nil {
 								return
 							}
 						}
 						id, off, size := le.Uint64(h[1:]), le.Uint64(h[9:]), le.Uint64(h[17:])
-						ids[k] = id
-						replies[k] = append(putRespHdr(nil, id, wire.OK, size), pattern(off, int(size))...)
+						switch {
+						case h[0] == opWrite || h[0] == opGrantedWrite:
+							if _, err := io.CopyN(io.Discard, c, int64(size)); err != nil {
+								return
+							}
+							replies[k] = putRespHdr(nil, id, wire.OK, 0)
+						case off >= scriptedRefused:
+							replies[k] = putRespHdr(nil, id, wire.ErrInvalidParams, 0)
+						default:
+							replies[k] = append(putRespHdr(nil, id, wire.OK, size), pattern(off, int(size))...)
+						}
 					}
-					for _, chunk := range answer(ids, replies) {
+					for _, chunk := range answer(replies) {
 						if _, err := c.Write(chunk); err != nil {
 							return
 						}
@@ -301,32 +312,40 @@ func scriptedPeer(t *testing.T, n int, answer func(ids []uint64, replies [][]byt
 		}
 	}()
 	nextSegID++
-	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}
+	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String()}
 }
 
+// scriptedRefused is where scriptedPeer's segment ends, for reads.
+const scriptedRefused = 32 << 20
+
 // The lane reads a call's answers through a buffer: however they arrive
-// (a byte at a time, split inside headers and payloads, out of order, a
-// payload larger than the buffer's direct-read mark after part of it was
-// buffered), every op gets its own bytes and the connection stays in
-// step for the next call; bytes past the last answer keep the call's
-// results (each op was answered) but cost the connection.
+// (a byte at a time, split inside headers and payloads, out of order),
+// every op gets its own bytes or code: payloads smaller and larger than
+// the direct-read mark, more of them than the buffer holds, a refused
+// read and a write among them; and the connection stays in step for the
+// next call. Bytes past the last answer keep the call's results (each op
+// was answered) but cost the connection.
 func TestLaneReadsAnswersHoweverTheyArrive(t *testing.T) {
 	sizes := []int{4096, 20, laneDirect + 3000, 1, 4096}
+	for range 12 {
+		sizes = append(sizes, 8000) // with the rest, more than the 64 KiB buffer
+	}
+	const refused, written = 2, 4 // ops: a read past the segment, a write
 	joined := func(replies [][]byte) []byte { return bytes.Join(replies, nil) }
 	cases := []struct {
 		name   string
-		answer func(ids []uint64, replies [][]byte) [][]byte
+		answer func(replies [][]byte) [][]byte
 		keeps  bool
 	}{
-		{"one write", func(_ []uint64, r [][]byte) [][]byte { return [][]byte{joined(r)} }, true},
-		{"a byte at a time", func(_ []uint64, r [][]byte) [][]byte {
+		{"one write", func(r [][]byte) [][]byte { return [][]byte{joined(r)} }, true},
+		{"a byte at a time", func(r [][]byte) [][]byte {
 			var out [][]byte
 			for _, b := range joined(r) {
 				out = append(out, []byte{b})
 			}
 			return out
 		}, true},
-		{"odd chunks", func(_ []uint64, r [][]byte) [][]byte {
+		{"odd chunks", func(r [][]byte) [][]byte {
 			all := joined(r)
 			var out [][]byte
 			for len(all) > 0 {
@@ -336,12 +355,12 @@ func TestLaneReadsAnswersHoweverTheyArrive(t *testing.T) {
 			}
 			return out
 		}, true},
-		{"reversed", func(_ []uint64, r [][]byte) [][]byte {
+		{"reversed", func(r [][]byte) [][]byte {
 			out := slices.Clone(r)
 			slices.Reverse(out)
 			return out
 		}, true},
-		{"trailing bytes", func(_ []uint64, r [][]byte) [][]byte {
+		{"trailing bytes", func(r [][]byte) [][]byte {
 			return [][]byte{append(joined(r), 0xEE)}
 		}, false},
 	}
@@ -357,10 +376,27 @@ func TestLaneReadsAnswersHoweverTheyArrive(t *testing.T) {
 					ops[i] = Op{Peer: peer, Offset: off, Bufs: [][]byte{make([]byte, n)}}
 					off += uint64(n)
 				}
-				mustOK(t, e.Do(context.Background(), ops))
+				ops[refused].Offset = scriptedRefused
+				ops[written].Write, ops[written].Bufs[0] = true, pattern(9, sizes[written])
+				// A bound, so that a reader out of step fails the test instead of hanging it.
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				errs := e.Do(ctx, ops)
+				cancel()
 				for i, op := range ops {
-					if d := firstDiff(op.Bufs[0], pattern(op.Offset, sizes[i])); d != "" {
-						t.Fatalf("call %d, op %d: %s", call, i, d)
+					switch i {
+					case refused:
+						wantCode(t, errs[i], wire.ErrInvalidParams)
+					case written:
+						if errs[i] != nil {
+							t.Fatalf("call %d, the write: %v", call, errs[i])
+						}
+					default:
+						if errs[i] != nil {
+							t.Fatalf("call %d, op %d: %v", call, i, errs[i])
+						}
+						if d := firstDiff(op.Bufs[0], pattern(op.Offset, sizes[i])); d != "" {
+							t.Fatalf("call %d, op %d: %s", call, i, d)
+						}
 					}
 				}
 				idle, streams := laneState(e, peer.TransferAddr)

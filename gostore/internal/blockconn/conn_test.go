@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -166,43 +167,48 @@ func TestShutdownWakesASleepingRead(t *testing.T) {
 	bc.Shutdown() // after Close: nothing, no panic
 }
 
-// SetDeadline sets the socket's timeouts again only when the time to the
-// new deadline is shorter than them or longer by more than a 64th: a
-// deadline of now + 30 s before every call keeps the value set first; one
-// sooner, much later, or none, replaces it. Read from the kernel.
+// SetDeadline sets the socket's timeouts a little short of the time to
+// the deadline, and again only when that time is shorter than them or
+// longer by more than a 64th: a deadline of now + 30 s before every call
+// keeps the value set first; one sooner, much later, in the past or none
+// replaces it, and so does the same deadline once its time left fell
+// below the timeout. Read back from the kernel.
 func TestSetDeadlineKeepsATimeoutCloseEnough(t *testing.T) {
+	const tick = 10 * time.Millisecond // the kernel keeps these timeouts in clock ticks, rounded up
 	bc, _ := pair(t)
-	timeouts := func() (rcv, snd time.Duration) {
+	timeouts := func() time.Duration {
 		t.Helper()
+		var got [2]time.Duration
 		for i, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
 			tv, err := unix.GetsockoptTimeval(bc.FD(), unix.SOL_SOCKET, opt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := time.Duration(tv.Nano())
-			if i == 0 {
-				rcv = d
-			} else {
-				snd = d
-			}
+			got[i] = time.Duration(tv.Nano())
 		}
-		return rcv, snd
+		if got[0] != got[1] {
+			t.Fatalf("receive timeout %v, send timeout %v", got[0], got[1])
+		}
+		return got[0]
 	}
-	set := func(t0 time.Time) {
+	set := func(at time.Time) time.Duration {
 		t.Helper()
-		if err := bc.SetDeadline(t0); err != nil {
+		if err := bc.SetDeadline(at); err != nil {
 			t.Fatal(err)
 		}
+		return timeouts()
 	}
 	base := time.Now().Add(30 * time.Second)
-	set(base)
-	first, snd := timeouts()
-	if first < 29*time.Second || first > 30*time.Second || snd != first {
-		t.Fatalf("timeouts %v / %v for a deadline 30 s away", first, snd)
+	first := set(base)
+	if first < 29*time.Second || first > 30*time.Second {
+		t.Fatalf("timeout %v for a deadline 30 s away", first)
 	}
-	set(base.Add(100 * time.Millisecond)) // a later call's deadline
-	if rcv, snd := timeouts(); rcv != first || snd != first {
-		t.Fatalf("a deadline 100 ms later replaced the %v timeout: %v / %v", first, rcv, snd)
+	// A later call's deadline, 100 ms on: the timeout, set 234 ms (a
+	// 128th) short of 30 s, is kept while it is short of the time left
+	// by at most 469 ms (a 64th), which a stall of up to 330 ms between
+	// the two calls still leaves.
+	if got := set(base.Add(100 * time.Millisecond)); got != first {
+		t.Fatalf("a deadline 100 ms later replaced the %v timeout with %v", first, got)
 	}
 	for _, c := range []struct {
 		what   string
@@ -211,14 +217,23 @@ func TestSetDeadlineKeepsATimeoutCloseEnough(t *testing.T) {
 	}{
 		{"sooner", 10 * time.Second, 9 * time.Second, 10 * time.Second},
 		{"much later", 60 * time.Second, 59 * time.Second, 60 * time.Second},
+		{"past", -time.Second, time.Microsecond, tick},
 	} {
-		set(time.Now().Add(c.in))
-		if rcv, snd := timeouts(); rcv < c.lo || rcv > c.hi || snd != rcv {
-			t.Fatalf("a deadline %s (%v away) left the timeouts at %v / %v", c.what, c.in, rcv, snd)
+		if got := set(time.Now().Add(c.in)); got < c.lo || got > c.hi {
+			t.Fatalf("a deadline %s (%v away) left the timeout at %v", c.what, c.in, got)
 		}
 	}
-	set(time.Time{})
-	if rcv, snd := timeouts(); rcv != 0 || snd != 0 {
-		t.Fatalf("no deadline left the timeouts at %v / %v", rcv, snd)
+	// The same deadline again once less time is left than the timeout
+	// set for it: a kept timeout would outlast the deadline.
+	soon := time.Now().Add(200 * time.Millisecond)
+	kept := set(soon)
+	for time.Until(soon) >= kept-2*tick {
+		runtime.Gosched() // the clock, not a sleep, is what the test waits on
+	}
+	if got := set(soon); got > time.Until(soon)+tick || got >= kept {
+		t.Fatalf("the same deadline, %v away now, left the timeout at %v (was %v)", time.Until(soon), got, kept)
+	}
+	if got := set(time.Time{}); got != 0 {
+		t.Fatalf("no deadline left the timeout at %v", got)
 	}
 }

@@ -33,7 +33,7 @@
 // poll ends.
 //
 // Caller's duties: set a deadline before each exchange (SetDeadline makes
-// no system call while the timeout already set falls short of the time
-// left by at most a 64th), and close the Conn after any error: its stream
-// may be out of step.
+// no system call while the timeout already set is no longer than the time
+// left and short of it by at most a 64th), and close the Conn after any
+// error: its stream may be out of step.
 package blockconn
