@@ -79,6 +79,33 @@ type tcpPeer struct {
 
 var nextSegID = uint64(1000)
 
+// rawPeer listens on 127.0.0.1 and hands each connection to serve, which
+// plays the peer's side by hand (a scripted, silent or broken server);
+// the connection is closed when serve returns, the listener when the test
+// ends. The Peer names a fresh segment of size bytes (0: unknown).
+func rawPeer(t testing.TB, size uint64, serve func(c net.Conn)) Peer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	nextSegID++
+	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String(), Size: size}
+}
+
 func newTCPPeer(t testing.TB, size uint64) *tcpPeer {
 	t.Helper()
 	seg := localSegment(t, t.Name(), size) // closed after the server (cleanups run last first)

@@ -179,38 +179,24 @@ func TestServerRobustness(t *testing.T) {
 // A client that answers a server reply with garbage (a response with an
 // unknown id) breaks only its own connection.
 func TestClientRejectsBadResponses(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				h := make([]byte, reqHdrSize)
-				if _, err := io.ReadFull(c, h); err != nil {
-					return
-				}
-				// Claim success for a different request, with a payload.
-				var r [respHdrSize]byte
-				binary.LittleEndian.PutUint64(r[0:], 999)
-				binary.LittleEndian.PutUint64(r[12:], 1<<40)
-				c.Write(r[:])
-				io.Copy(io.Discard, c)
-			}()
+	peer := rawPeer(t, 0, func(c net.Conn) {
+		h := make([]byte, reqHdrSize)
+		if _, err := io.ReadFull(c, h); err != nil {
+			return
 		}
-	}()
+		// Claim success for a different request, with a payload.
+		var r [respHdrSize]byte
+		binary.LittleEndian.PutUint64(r[0:], 999)
+		binary.LittleEndian.PutUint64(r[12:], 1<<40)
+		c.Write(r[:])
+		io.Copy(io.Discard, c)
+	})
 	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
 	defer e.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	buf := make([]byte, 100)
-	errs := grantDo(e, ctx, []Op{{Peer: Peer{SegID: 1, TransferAddr: ln.Addr().String()}, Bufs: [][]byte{buf}}})
+	errs := grantDo(e, ctx, []Op{{Peer: peer, Bufs: [][]byte{buf}}})
 	wantCode(t, errs[0], wire.ErrTransferFail)
 	if ctx.Err() != nil {
 		t.Fatal("hung until the deadline")

@@ -264,55 +264,39 @@ func TestBeginOnASilentPeer(t *testing.T) {
 // extra follows them.
 func scriptedPeer(t *testing.T, n int, answer func(replies [][]byte) [][]byte) Peer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return rawPeer(t, 0, func(c net.Conn) {
 		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				for {
-					replies := make([][]byte, n)
-					for k := range n {
-						var h [reqHdrSize]byte
-						if _, err := io.ReadFull(c, h[:]); err != nil {
-							return
-						}
-						if h[0] == opGrantedRead || h[0] == opGrantedWrite {
-							if _, err := io.ReadFull(c, make([]byte, grant.Size)); err != nil {
-								return
-							}
-						}
-						id, off, size := le.Uint64(h[1:]), le.Uint64(h[9:]), le.Uint64(h[17:])
-						switch {
-						case h[0] == opWrite || h[0] == opGrantedWrite:
-							if _, err := io.CopyN(io.Discard, c, int64(size)); err != nil {
-								return
-							}
-							replies[k] = putRespHdr(nil, id, wire.OK, 0)
-						case off >= scriptedRefused:
-							replies[k] = putRespHdr(nil, id, wire.ErrInvalidParams, 0)
-						default:
-							replies[k] = append(putRespHdr(nil, id, wire.OK, size), pattern(off, int(size))...)
-						}
-					}
-					for _, chunk := range answer(replies) {
-						if _, err := c.Write(chunk); err != nil {
-							return
-						}
+			replies := make([][]byte, n)
+			for k := range n {
+				var h [reqHdrSize]byte
+				if _, err := io.ReadFull(c, h[:]); err != nil {
+					return
+				}
+				if h[0] == opGrantedRead || h[0] == opGrantedWrite {
+					if _, err := io.ReadFull(c, make([]byte, grant.Size)); err != nil {
+						return
 					}
 				}
-			}()
+				id, off, size := le.Uint64(h[1:]), le.Uint64(h[9:]), le.Uint64(h[17:])
+				switch {
+				case h[0] == opWrite || h[0] == opGrantedWrite:
+					if _, err := io.CopyN(io.Discard, c, int64(size)); err != nil {
+						return
+					}
+					replies[k] = putRespHdr(nil, id, wire.OK, 0)
+				case off >= scriptedRefused:
+					replies[k] = putRespHdr(nil, id, wire.ErrInvalidParams, 0)
+				default:
+					replies[k] = append(putRespHdr(nil, id, wire.OK, size), pattern(off, int(size))...)
+				}
+			}
+			for _, chunk := range answer(replies) {
+				if _, err := c.Write(chunk); err != nil {
+					return
+				}
+			}
 		}
-	}()
-	nextSegID++
-	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String()}
+	})
 }
 
 // scriptedRefused is where scriptedPeer's segment ends, for reads.

@@ -233,35 +233,20 @@ func TestTCPHungServerDeadline(t *testing.T) {
 // without ever answering. reading yields once a request has arrived.
 func hungServer(t *testing.T) (Peer, <-chan struct{}) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	reading := make(chan struct{}, 1)
-	go func() {
+	peer := rawPeer(t, 64<<20, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := c.Read(buf); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					if _, err := c.Read(buf); err != nil {
-						return
-					}
-					select {
-					case reading <- struct{}{}:
-					default:
-					}
-				}
-			}()
+			select {
+			case reading <- struct{}{}:
+			default:
+			}
 		}
-	}()
-	nextSegID++
-	return Peer{SegID: nextSegID, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}, reading
+	})
+	return peer, reading
 }
 
 // deadlineCtx is a context whose deadline passes when the test calls
@@ -306,21 +291,7 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 // A server that drops every connection after reading a little: ops fail
 // with -800 promptly, with no deadline needed.
 func TestTCPServerDropsConnections(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { c.Read(make([]byte, 100)); c.Close() }()
-		}
-	}()
-	p := Peer{SegID: 10, HostID: "x", TransferAddr: ln.Addr().String(), Size: 64 << 20}
+	p := rawPeer(t, 64<<20, func(c net.Conn) { c.Read(make([]byte, 100)) })
 	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
 	defer e.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

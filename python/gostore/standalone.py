@@ -200,7 +200,7 @@ class RemoteLibrary:
         self._lent_bytes = 0  # their sizes, and those being made
         self._lock = threading.Lock()
         self._tls = threading.local()
-        self._gate = P.SpinGate()  # this process's polling reads
+        self._gate = P.SpinGate()  # bounds this store's polling reads
         self._conns: List[_Connection] = []
         self._token = b""
         self._staging: Optional[_shm.Region] = None

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
-from typing import Callable, List
+from typing import List
 
 import pytest
+from conftest import wait_until
 
 from gostore import _standalone_calls as P
 
@@ -33,14 +33,6 @@ def pairs():
     yield pair
     for s in made:
         s.close()
-
-
-def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.001)
 
 
 def _echo(peer: P.Conn, n: int) -> threading.Thread:
@@ -75,7 +67,7 @@ def test_an_answer_after_the_spin_is_read_by_a_sleeping_read(pairs):
     got: List[object] = []
     reader = threading.Thread(target=lambda: got.append(me.read()), daemon=True)
     reader.start()
-    _wait_for(lambda: gate.polls == 1 and gate.busy == 0, "the poll to give up")
+    wait_until(lambda: gate.polls == 1 and gate.busy == 0, interval=0.001, what="the poll to give up")
     assert peer.read()[0] == P.CALL
     peer.send(P.frame(P.REPLY, [7]))
     reader.join(10)
