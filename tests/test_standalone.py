@@ -668,9 +668,10 @@ def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, cl
 
 
 def test_a_small_tensor_batch_lends_nothing(master, client_process_factory, store_factory):
-    """Tensors that fit the scratch buffer together are copied by this
-    process (read with their lookup): they gain nothing from shared memory,
-    so they make no lend region and hold none of its room."""
+    """Tensors that fit the scratch buffer together are read with their
+    lookup into a scratch in the local buffer and copied out by this
+    process: they make no lend region, and the scratch's room is given
+    back when the call returns."""
     import numpy as np
 
     srv = client_process_factory(master)
@@ -681,7 +682,8 @@ def test_a_small_tensor_batch_lends_nothing(master, client_process_factory, stor
     assert writer.batch_put_tensor(keys, arrays) == [0] * len(keys)
     got = app.batch_get_tensor(keys)
     assert all(t is not None and np.array_equal(np.asarray(t), want) for want, t in zip(arrays, got))
-    assert app._lib()._lent == []
+    lib = app._lib()
+    assert lib._lent == [] and lib._arena._free == [(0, MiB)]
 
 
 def test_lend_regions_growing_at_once_stay_within_the_bound(master, client_process_factory, monkeypatch):
@@ -801,4 +803,67 @@ def test_a_batch_of_small_values_comes_back_in_one_round_trip(master, client_pro
     bufs = app.batch_get_buffer([keys[0], "one-rt-big"])
     assert [bytes(b) for b in bufs] == [values[keys[0]], big]
     assert len(frames) == 6
+    assert srv.alive()
+
+
+@pytest.mark.parametrize("where", ["local-buffer", "lend-region", "private"])
+def test_small_batches_are_read_into_shared_memory(master, client_process_factory, store_factory, monkeypatch,
+                                                    where):
+    """A batch of values that fit the scratch buffer together is read by the
+    server into shared memory (the local buffer, else a lend region), where
+    it writes at memcpy speed, not into this process's own memory (a
+    cross-memory copy, one system call per value). get_batch gives the
+    room back when it returns; batch_get_buffer's copies stay where they
+    were read, one block for the batch, whose room goes back with the
+    last copy. With no room to lend, the thread's own scratch serves."""
+    import gc
+
+    from gostore._buffers import SCRATCH_BYTES
+
+    if where == "private":
+        monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))  # below a lend region
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address, local=MiB if where == "local-buffer" else 0)
+    reader = store_factory(master)
+    lib = app._lib()
+    sizes = [4096, 4096, 100, 65_537, 3]
+    values = {f"small-{where}-{i}": _pattern(200 + i, n) for i, n in enumerate(sizes)}
+    for k, v in values.items():
+        assert reader.put(k, v) == 0
+    keys = list(values)
+    scratches: List[Any] = []
+    packed = lib.gs_get_packed
+
+    def recording(h: int, n: int, keys_: bytes, lens: int, scratch: int, cap: int, *rest: Any) -> Any:
+        scratches.append((scratch, cap))
+        return packed(h, n, keys_, lens, scratch, cap, *rest)
+
+    monkeypatch.setattr(lib, "gs_get_packed", recording)
+    assert app.get_batch(keys + ["small-missing"]) == [values[k] for k in keys] + [b""]
+    ((scratch, cap),) = scratches
+    assert cap == SCRATCH_BYTES
+    if where == "private":
+        assert lib._region_of(scratch, cap) is None and lib._lent == []
+        bufs = app.batch_get_buffer(keys)
+        assert [bytes(b) for b in bufs] == [values[k] for k in keys]
+        return
+    assert lib._region_of(scratch, cap) is not None
+    arena = lib._arena if where == "local-buffer" else lib._lent[0][1]
+
+    def whole() -> bool:
+        return arena._free == [(0, arena._size)]
+
+    assert whole()  # get_batch gave its room back
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == [values[k] for k in keys]
+    scratch, _ = scratches[-1]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    assert [b.ptr() - scratch for b in bufs] == starts  # read in place: no second copy
+    kept = bufs[2]
+    del bufs
+    gc.collect()
+    assert not whole() and bytes(kept) == values[keys[2]]  # one copy holds the block
+    del kept
+    gc.collect()
+    assert whole()
     assert srv.alive()

@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any, List, Optional, Sequence, Tuple
 
-__all__ = ["BufferPins", "pin_buffer", "new_bytes", "packed_hits", "scratch_buffer", "SCRATCH_BYTES", "Py_buffer"]
+__all__ = ["BufferPins", "pin_buffer", "new_bytes", "packed_hits", "scratch_buffer", "PRIVATE_SCRATCH", "SCRATCH_BYTES", "Py_buffer"]
 
 # Flags of PyObject_GetBuffer (Include/pybuffer.h).
 PyBUF_WRITABLE = 0x0001
@@ -179,6 +179,20 @@ def scratch_buffer() -> int:
     if buf is None:
         buf = _tls.scratch = (ctypes.c_char * SCRATCH_BYTES)()
     return ctypes.addressof(buf)
+
+
+class _PrivateScratch:
+    """The context :meth:`gostore.store.MooncakeDistributedStore._scratch`
+    gives in process: this thread's scratch buffer, kept for its next call."""
+
+    def __enter__(self) -> int:
+        return scratch_buffer()
+
+    def __exit__(self, *_exc: Any) -> None:
+        return None
+
+
+PRIVATE_SCRATCH = _PrivateScratch()
 
 
 def packed_hits(sizes: Sequence[int], results: Sequence[int]) -> List[Optional[Tuple[int, int]]]:

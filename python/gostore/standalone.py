@@ -30,7 +30,11 @@ master connection. Bytes never cross the socket: they lie in shared memory
   land in the local buffer while it has room, then in *lend regions*:
   ``LEND_CHUNK`` bytes or more each, shared once and kept for the next
   copies, at most ``GOSTORE_HEAP_RETAIN_BYTES`` in all, and let go at the
-  first call after one held no copy for ``LEND_IDLE_S`` seconds.
+  first call after one held no copy for ``LEND_IDLE_S`` seconds. The
+  copies of one call share one block of room (up to ``LEND_BLOCK_MAX``
+  bytes in all), given back with the last of them; small values are read
+  straight into it (the store's packed reads take their scratch buffer
+  from the same memory: ``packed_scratch``).
 
 One connection per thread, all attached to one server-side session that
 holds the regions; the server drops them when the last connection closes.
@@ -69,6 +73,10 @@ OVERFLOW_IDLE_S = 30.0  # an overflow region unused this long is let go
 CROSS_MEMORY = True  # offer the server this process's memory (see the module text)
 LEND_CHUNK = 64 << 20  # the least a lend region holds (see the module text)
 LEND_IDLE_S = 30.0  # a lend region with no copy in it, and none made or freed this long, is let go
+# The copies of one get_buffer call share one block of room up to this
+# many bytes in all (see RemoteLibrary._lend_all); larger calls lend room
+# per copy, whose own cost is small beside the copy's.
+LEND_BLOCK_MAX = 4 << 20
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
@@ -148,15 +156,38 @@ class _Lent:
             pass
 
 
+class _Block:
+    """Room in shared memory that the copies of one call share (``off`` and
+    ``size`` in ``arena``): one allocation and one free for a batch instead
+    of one each per copy. Given back when the last of its copies goes."""
+
+    __slots__ = ("arena", "off", "size", "_left")
+
+    def __init__(self, arena: _shm.Arena, off: int, size: int, copies: int) -> None:
+        self.arena, self.off, self.size = arena, off, size
+        # One token per copy; whoever pops token 0 (the last one, list.pop
+        # takes from the end) gives the room back. list.pop is atomic, and
+        # __del__ may release a copy in any thread, at any point where the
+        # thread could hold a lock: so no lock is taken here.
+        self._left = list(range(copies))
+
+    def release_one(self) -> None:
+        if self._left.pop() == 0:
+            self.arena.free(self.off, self.size)
+
+
 class _Copy:
     """A get_buffer copy this process lends: ``size`` bytes at ``addr``, in
     shared memory (``off`` in ``arena``, the local buffer's or a lend
-    region's) or in this process's own memory (``mem`` keeps it)."""
+    region's, alone or in a ``block`` with the other copies of its call) or
+    in this process's own memory (``mem`` keeps it)."""
 
-    __slots__ = ("addr", "size", "arena", "off", "mem")
+    __slots__ = ("addr", "size", "arena", "off", "mem", "block")
 
-    def __init__(self, addr: int, size: int, arena: Optional[_shm.Arena], off: int, mem: Any = None) -> None:
+    def __init__(self, addr: int, size: int, arena: Optional[_shm.Arena], off: int, mem: Any = None,
+                 block: Optional[_Block] = None) -> None:
         self.addr, self.size, self.arena, self.off, self.mem = addr, size, arena, off, mem
+        self.block = block
 
     @classmethod
     def private(cls, size: int) -> "_Copy":
@@ -165,6 +196,24 @@ class _Copy:
         malloc, whose freed memory the next batch reuses (_heap)."""
         mem, addr = new_bytes(size)
         return cls(addr, size, None, -1, mem)
+
+
+class _SharedScratch:
+    """The context RemoteLibrary.packed_scratch gives."""
+
+    __slots__ = ("lib", "room")
+
+    def __init__(self, lib: "RemoteLibrary") -> None:
+        self.lib = lib
+        self.room: Optional[_Copy] = None
+
+    def __enter__(self) -> int:
+        self.room = self.lib._lend(SCRATCH_BYTES)
+        return scratch_buffer() if self.room is None else self.room.addr
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.lib._release_copy(self.room)
+        self.room = None
 
 
 class RemoteLibrary:
@@ -413,52 +462,90 @@ class RemoteLibrary:
         return 0 if self._region_of(ptr, 1) is not None else _INTERNAL
 
     def gs_get_buffers(self, h: int, n: int, keys: bytes, lens: int, ptrs_out: int, sizes_out: int) -> None:
-        """get_buffer: a copy per object in this process's memory, released
-        by gs_free_buffer. Objects that fit the thread's scratch buffer
-        together come back in one round trip (read into the scratch, then
-        copied into their rooms); larger ones in two (their sizes, then the
-        read straight into their rooms)."""
+        """get_buffer: a copy per object in shared memory while there is
+        room (else in this process's own), released by gs_free_buffer.
+        Objects that fit a scratch buffer (SCRATCH_BYTES) together come back
+        in one round trip: read into a room in shared memory (see _lend)
+        that their copies then share, the unused end given back at once;
+        larger ones in two (their sizes, then the read straight into their
+        rooms)."""
         sizes = array("q", bytes(8 * n))
         results = array("q", bytes(8 * n))
-        scratch = scratch_buffer()
-        pending = self.gs_get_packed(h, n, keys, lens, scratch, SCRATCH_BYTES, 0,
-                                     sizes.buffer_info()[0], results.buffer_info()[0])
+        # Read into shared memory, as packed_scratch's are, and kept there.
+        room = self._lend(SCRATCH_BYTES)
+        scratch = scratch_buffer() if room is None else room.addr
+        try:
+            pending = self.gs_get_packed(h, n, keys, lens, scratch, SCRATCH_BYTES, 0,
+                                         sizes.buffer_info()[0], results.buffer_info()[0])
+        except BaseException:
+            self._release_copy(room)
+            raise
         out_p = (ctypes.c_uint64 * n).from_address(ptrs_out)
         out_s = (ctypes.c_int64 * n).from_address(sizes_out)
         for i in range(n):
             out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
         if pending < 0:
+            self._release_copy(room)
             return
-        # Each copy is lent until gs_free_buffer, from shared memory while
-        # there is room (see _lend): the server reads straight into it.
-        addrs = [0] * n
-        held: List[Optional[_Copy]] = [None] * n  # what self._buffers keeps of each copy
-        ptrs, lens_, nparts = array("Q"), array("Q"), array("I", bytes(4 * n))
-        hits = packed_hits(sizes, results) if pending == 0 else None  # read already: in the scratch
-        for i, size in enumerate(sizes):
-            if size <= 0 or (hits is not None and hits[i] is None):
-                continue
-            held[i] = self._lend(size) or _Copy.private(size)
-            addrs[i] = held[i].addr  # type: ignore[union-attr]
-            if hits is not None:
-                ctypes.memmove(addrs[i], scratch + hits[i][0], size)  # type: ignore[index]
+        if pending == 0:  # read already, back to back in the scratch
+            hits = packed_hits(sizes, results)
+            if room is not None:
+                lent = self._share_room(room, hits)  # the copies stay where they were read
             else:
-                ptrs.append(addrs[i])
-                lens_.append(size)
+                lent = self._lend_all([i for i, hit in enumerate(hits) if hit is not None], sizes)
+                for i, copy in lent:
+                    ctypes.memmove(copy.addr, scratch + hits[i][0], copy.size)  # type: ignore[index]
+        else:  # nothing read yet: each copy is read into its room
+            self._release_copy(room)
+            lent = self._lend_all([i for i, size in enumerate(sizes) if size > 0], sizes)
+            ptrs = array("Q", [copy.addr for _, copy in lent])
+            lens_ = array("Q", [copy.size for _, copy in lent])
+            nparts = array("I", bytes(4 * n))
+            for i, _ in lent:
                 nparts[i] = 1
-        if pending > 0:
             self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
                                nparts.buffer_info()[0], 0, results.buffer_info()[0])
+        held: List[Optional[_Copy]] = [None] * n  # what self._buffers keeps of each copy
+        for i, copy in lent:
+            held[i] = copy
         for i in range(n):
-            if held[i] is not None and results[i] == sizes[i]:
-                self._buffers[addrs[i]] = held[i]
-                out_p[i] = addrs[i]
+            copy = held[i]
+            if copy is not None and results[i] == sizes[i]:
+                self._buffers[copy.addr] = copy
+                out_p[i] = copy.addr
                 continue
-            self._release_copy(held[i])
+            self._release_copy(copy)
             if results[i] < 0:
                 out_s[i] = results[i]
             elif sizes[i] >= 0:  # read short of its size
                 out_s[i] = int(ErrorCode.INVALID_READ)
+
+    def packed_scratch(self) -> "_SharedScratch":
+        """A scratch buffer for one packed read (the store's ``_scratch``):
+        room in shared memory while there is some (see _lend), given back
+        when the context ends, else the thread's own. The server writes
+        values there at memcpy speed, where the thread's own buffer takes a
+        cross-memory copy per value (a system call each: most of the time
+        of a batch of small values)."""
+        return _SharedScratch(self)
+
+    @staticmethod
+    def _share_room(room: "_Copy", hits: List[Optional[Tuple[int, int]]]) -> List[Tuple[int, "_Copy"]]:
+        """(index, copy) of each value a packed read left in ``room`` (at
+        ``hits``, as packed_hits gives them): copies in place, in one block
+        of the room's used start; the rest of the room is given back now,
+        all of it when no value was read."""
+        arena = room.arena
+        assert arena is not None
+        used = max((off + size for off, size in filter(None, hits)), default=0)
+        keep = _shm.round_up(used)
+        if keep < room.size:
+            arena.free(room.off + keep, room.size - keep)
+        wanted = [(i, hit) for i, hit in enumerate(hits) if hit is not None]
+        if not wanted:
+            return []
+        block = _Block(arena, room.off, keep, len(wanted))
+        return [(i, _Copy(room.addr + off, size, arena, room.off + off, block=block)) for i, (off, size) in wanted]
 
     def gs_free_buffer(self, h: int, ptr: int) -> None:
         self._release_copy(self._buffers.pop(ptr, None))
@@ -481,6 +568,25 @@ class RemoteLibrary:
                 return copy
         grown = self._grow_lent(size)
         return None if grown is None else take(*grown)
+
+    def _lend_all(self, wanted: List[int], sizes: Sequence[int]) -> List[Tuple[int, "_Copy"]]:
+        """(i, room for a copy of sizes[i]) for each i of ``wanted``: one
+        block in shared memory for them all when they take at most
+        LEND_BLOCK_MAX bytes and a block fits (see _lend; the block goes
+        back when the last copy does, so one copy kept holds the room of
+        all), else each on its own, in shared memory while there is room,
+        then in this process's own memory."""
+        offs, total = [], 0
+        for i in wanted:
+            offs.append(total)
+            total += _shm.round_up(sizes[i])
+        if len(wanted) > 1 and total <= LEND_BLOCK_MAX:
+            room = self._lend(total)
+            if room is not None:
+                block = _Block(room.arena, room.off, total, len(wanted))  # type: ignore[arg-type]
+                return [(i, _Copy(room.addr + o, sizes[i], room.arena, room.off + o, block=block))
+                        for i, o in zip(wanted, offs)]
+        return [(i, self._lend(sizes[i]) or _Copy.private(sizes[i])) for i in wanted]
 
     def lend_array(self, size: int) -> Tuple[Any, int]:
         """A writable uint8 array of ``size`` bytes for a copying tensor read
@@ -526,7 +632,11 @@ class RemoteLibrary:
     def _release_copy(self, held: Optional["_Copy"]) -> None:
         """Give a get_buffer copy's room in shared memory back (one in this
         process's memory goes with its last reference)."""
-        if held is not None and held.arena is not None:
+        if held is None or held.arena is None:
+            return
+        if held.block is not None:
+            held.block.release_one()
+        else:
             held.arena.free(held.off, held.size)
 
     def _unavailable(self, name: str) -> Callable[..., Any]:

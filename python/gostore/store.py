@@ -24,10 +24,10 @@ import operator
 import threading
 import weakref
 from array import array
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 from . import _native
-from ._buffers import SCRATCH_BYTES, BufferPins, new_bytes, packed_hits, scratch_buffer
+from ._buffers import PRIVATE_SCRATCH, SCRATCH_BYTES, BufferPins, new_bytes, packed_hits, scratch_buffer
 from ._heap import keep_freed_results
 from .buffer import GostoreBuffer, wrap as _wrap_buffer
 from .config import ReplicateConfig
@@ -395,30 +395,40 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         )
         return results.tolist()
 
-    def _get_packed(self, keys: List[bytes]) -> Tuple[int, array, array, int]:
-        """gs_get_packed into this thread's scratch buffer: (0 or a pending
-        get or a negative code, sizes, results, the scratch's address). At
-        0 the hits were read into the scratch back to back, in key order."""
+    def _get_packed(self, keys: List[bytes], scratch: int) -> Tuple[int, array, array]:
+        """gs_get_packed into ``scratch`` (SCRATCH_BYTES, from
+        :meth:`_scratch`): (0 or a pending get or a negative code, sizes,
+        results). At 0 the hits were read into the scratch back to back, in
+        key order."""
         n = len(keys)
         blob, lens = _pack_keys(keys)
         sizes = array("q", bytes(8 * n))
         results = array("q", bytes(8 * n))
-        scratch = scratch_buffer()
         pending = self._lib().gs_get_packed(
             self._h(), n, blob, _addr(lens), scratch, SCRATCH_BYTES, 0, _addr(sizes), _addr(results)
         )
-        return pending, sizes, results, scratch
+        return pending, sizes, results
+
+    def _scratch(self) -> ContextManager[int]:
+        """A scratch buffer for one packed read, as a context whose value
+        is its address: this thread's own, or, where the library offers one
+        (standalone mode: ``packed_scratch``), memory it writes faster."""
+        lib = self._lib()
+        shared = getattr(type(lib), "packed_scratch", None)
+        return PRIVATE_SCRATCH if shared is None else shared(lib)
 
     def _get_bytes(self, keys: List[bytes]) -> List[bytes]:
         """One fresh ``bytes`` per hit, ``b""`` otherwise. Hits that fit the
         scratch buffer together are read into it in the same call that looks
         them up; larger ones are finished into new objects."""
-        pending, sizes, results, at = self._get_packed(keys)
+        with self._scratch() as at:
+            pending, sizes, results = self._get_packed(keys, at)
+            if pending == 0:
+                return [b"" if hit is None else ctypes.string_at(at + hit[0], hit[1])
+                        for hit in packed_hits(sizes, results)]
         if pending < 0:
             return [b""] * len(keys)
-        if pending > 0:
-            return [b"" if v is None else v for v in self._finish_fresh(pending, sizes, new_bytes)]
-        return [b"" if hit is None else ctypes.string_at(at + hit[0], hit[1]) for hit in packed_hits(sizes, results)]
+        return [b"" if v is None else v for v in self._finish_fresh(pending, sizes, new_bytes)]
 
     def _get_fresh(self, keys: List[bytes], alloc: Callable[[int], Tuple[Any, int]],
                    read_into: Optional[Callable[[int], Tuple[Any, int]]] = None) -> List[Any]:
@@ -429,17 +439,19 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         objects must slice into views, as numpy arrays do); larger ones are
         finished by the library into an object each, from ``read_into``
         when given (memory it writes faster), else from ``alloc``."""
-        pending, sizes, results, at = self._get_packed(keys)
+        with self._scratch() as at:
+            pending, sizes, results = self._get_packed(keys, at)
+            if pending == 0:
+                total = sum(s for s in sizes if s > 0)
+                if total == 0:
+                    return [None] * len(keys)
+                block, addr = alloc(total)
+                ctypes.memmove(addr, at, total)
+                return [None if hit is None else block[hit[0]:hit[0] + hit[1]]
+                        for hit in packed_hits(sizes, results)]
         if pending < 0:
             return [None] * len(keys)
-        if pending > 0:
-            return self._finish_fresh(pending, sizes, read_into or alloc)
-        total = sum(s for s in sizes if s > 0)
-        if total == 0:
-            return [None] * len(keys)
-        block, addr = alloc(total)
-        ctypes.memmove(addr, at, total)
-        return [None if hit is None else block[hit[0]:hit[0] + hit[1]] for hit in packed_hits(sizes, results)]
+        return self._finish_fresh(pending, sizes, read_into or alloc)
 
     def _finish_fresh(self, pending: int, sizes_out: array, alloc: Callable[[int], Tuple[Any, int]]) -> List[Any]:
         """Finish get ``pending`` (sizes ``sizes_out``) into one object from
