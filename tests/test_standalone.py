@@ -814,23 +814,33 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
     it writes at memcpy speed, not into this process's own memory (a
     cross-memory copy, one system call per value). get_batch gives the
     room back when it returns; batch_get_buffer's copies stay where they
-    were read, one block for the batch, whose room goes back with the
-    last copy. With no room to lend, the thread's own scratch serves."""
+    were read when each starts on ALIGN bytes there, one block for the
+    batch, whose room goes back with the last copy; otherwise they are
+    copied into aligned rooms and the scratch's room goes back at once. A
+    forked child reads into its own local buffer. With no room to lend,
+    the thread's own scratch serves."""
     import gc
 
     from gostore._buffers import SCRATCH_BYTES
+    from gostore._shm import ALIGN
 
     if where == "private":
         monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))  # below a lend region
     srv = client_process_factory(master)
-    app = _dummy(srv.server_address, local=MiB if where == "local-buffer" else 0)
+    local = MiB if where == "local-buffer" else 0
+    app = _dummy(srv.server_address, local=local)
     reader = store_factory(master)
     lib = app._lib()
-    sizes = [4096, 4096, 100, 65_537, 3]
-    values = {f"small-{where}-{i}": _pattern(200 + i, n) for i, n in enumerate(sizes)}
-    for k, v in values.items():
-        assert reader.put(k, v) == 0
-    keys = list(values)
+
+    def stored(name: str, sizes: List[int]) -> List[str]:
+        keys = [f"small-{where}-{name}-{i}" for i in range(len(sizes))]
+        for i, (k, n) in enumerate(zip(keys, sizes)):
+            assert reader.put(k, _pattern(200 + i, n)) == 0
+        return keys
+
+    aligned = [4096, 4096, 128, 65_536, 64]
+    keys = stored("aligned", aligned)
+    values = [_pattern(200 + i, n) for i, n in enumerate(aligned)]
     scratches: List[Any] = []
     packed = lib.gs_get_packed
 
@@ -839,31 +849,65 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
         return packed(h, n, keys_, lens, scratch, cap, *rest)
 
     monkeypatch.setattr(lib, "gs_get_packed", recording)
-    assert app.get_batch(keys + ["small-missing"]) == [values[k] for k in keys] + [b""]
+    assert app.get_batch(keys + ["small-missing"]) == values + [b""]
     ((scratch, cap),) = scratches
     assert cap == SCRATCH_BYTES
     if where == "private":
         assert lib._region_of(scratch, cap) is None and lib._lent == []
         bufs = app.batch_get_buffer(keys)
-        assert [bytes(b) for b in bufs] == [values[k] for k in keys]
+        assert [bytes(b) for b in bufs] == values
         return
     assert lib._region_of(scratch, cap) is not None
-    arena = lib._arena if where == "local-buffer" else lib._lent[0][1]
+    arena = lib._arena if local else lib._lent[0][1]
 
     def whole() -> bool:
         return arena._free == [(0, arena._size)]
 
     assert whole()  # get_batch gave its room back
     bufs = app.batch_get_buffer(keys)
-    assert [bytes(b) for b in bufs] == [values[k] for k in keys]
+    assert [bytes(b) for b in bufs] == values
     scratch, _ = scratches[-1]
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    assert [b.ptr() - scratch for b in bufs] == starts  # read in place: no second copy
+    assert [b.ptr() - scratch for b in bufs] == [sum(aligned[:i]) for i in range(len(aligned))]  # read in place
     kept = bufs[2]
     del bufs
     gc.collect()
-    assert not whole() and bytes(kept) == values[keys[2]]  # one copy holds the block
+    assert not whole() and bytes(kept) == values[2]  # one copy holds the block
     del kept
     gc.collect()
     assert whole()
+    # Values that would start off ALIGN bytes are copied into aligned rooms.
+    odd = [4096, 100, 65_537, 3]
+    keys = stored("odd", odd)
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == [_pattern(200 + i, n) for i, n in enumerate(odd)]
+    assert all(b.ptr() % ALIGN == 0 for b in bufs)
+    del bufs
+    gc.collect()
+    assert whole()
+    # Past the scratch buffer (two round trips): one block of aligned rooms.
+    large = [SCRATCH_BYTES // 2 + 1, SCRATCH_BYTES // 2, 5]
+    keys = stored("large", large)
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == [_pattern(200 + i, n) for i, n in enumerate(large)]
+    starts = [b.ptr() - bufs[0].ptr() for b in bufs]
+    assert starts == [0, _shm_round_up(large[0]), _shm_round_up(large[0]) + _shm_round_up(large[1])]
+    del bufs
+    gc.collect()
+    assert whole()
+    if where == "local-buffer":
+        # A forked child has no local buffer until its first call connects.
+        keys = stored("child", aligned)
+
+        def child_reads_into_its_local_buffer() -> bool:
+            got = app.get_batch(keys)
+            return (got == values and lib._lent == [] and lib._staging is not None
+                    and lib._region_of(scratches[-1][0], SCRATCH_BYTES) is lib._staging)
+
+        assert _in_forked_child(child_reads_into_its_local_buffer)
     assert srv.alive()
+
+
+def _shm_round_up(n: int) -> int:
+    from gostore._shm import round_up
+
+    return round_up(n)

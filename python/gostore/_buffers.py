@@ -166,9 +166,10 @@ _SMALL_BYTES = 64 << 10
 
 
 # Each thread's scratch buffer: small reads land in it in the call that
-# looks them up (get(), get_batch(), standalone batch_get_buffer()), and are
-# copied out, which costs less than a second call (a second round trip in
-# standalone mode) and an object allocated for each value.
+# looks them up (get(), get_batch()), and are copied out, which costs less
+# than a second call and an object allocated for each value. (Standalone
+# mode takes the scratch of a batch from shared memory instead:
+# gostore.standalone.RemoteLibrary.packed_scratch.)
 SCRATCH_BYTES = 256 * 1024
 _tls = threading.local()
 

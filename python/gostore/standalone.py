@@ -33,8 +33,9 @@ master connection. Bytes never cross the socket: they lie in shared memory
   first call after one held no copy for ``LEND_IDLE_S`` seconds. The
   copies of one call share one block of room (up to ``LEND_BLOCK_MAX``
   bytes in all), given back with the last of them; small values are read
-  straight into it (the store's packed reads take their scratch buffer
-  from the same memory: ``packed_scratch``).
+  straight into it where they start on ``_shm.ALIGN`` bytes (the store's
+  packed reads take their scratch buffer from the same memory:
+  ``packed_scratch``).
 
 One connection per thread, all attached to one server-side session that
 holds the regions; the server drops them when the last connection closes.
@@ -166,9 +167,10 @@ class _Block:
     def __init__(self, arena: _shm.Arena, off: int, size: int, copies: int) -> None:
         self.arena, self.off, self.size = arena, off, size
         # One token per copy; whoever pops token 0 (the last one, list.pop
-        # takes from the end) gives the room back. list.pop is atomic, and
-        # __del__ may release a copy in any thread, at any point where the
-        # thread could hold a lock: so no lock is taken here.
+        # takes from the end) gives the room back. list.pop is atomic:
+        # __del__ may release a copy in any thread, so the count needs no
+        # lock of its own (the last release takes the arena's, as every
+        # free does).
         self._left = list(range(copies))
 
     def release_one(self) -> None:
@@ -198,6 +200,17 @@ class _Copy:
         return cls(addr, size, None, -1, mem)
 
 
+def _block_copies(room: _Copy, size: int, parts: List[Tuple[int, int, int]]) -> List[Tuple[int, _Copy]]:
+    """(i, copy) for each (i, off, n) of ``parts``: n bytes at off in
+    ``room``, the copies sharing its first ``size`` bytes as one _Block."""
+    if not parts:
+        return []
+    arena = room.arena
+    assert arena is not None
+    block = _Block(arena, room.off, size, len(parts))
+    return [(i, _Copy(room.addr + off, n, arena, room.off + off, block=block)) for i, off, n in parts]
+
+
 class _SharedScratch:
     """The context RemoteLibrary.packed_scratch gives."""
 
@@ -208,8 +221,8 @@ class _SharedScratch:
         self.room: Optional[_Copy] = None
 
     def __enter__(self) -> int:
-        self.room = self.lib._lend(SCRATCH_BYTES)
-        return scratch_buffer() if self.room is None else self.room.addr
+        self.room, scratch = self.lib._scratch_room()
+        return scratch
 
     def __exit__(self, *_exc: Any) -> None:
         self.lib._release_copy(self.room)
@@ -471,9 +484,7 @@ class RemoteLibrary:
         rooms)."""
         sizes = array("q", bytes(8 * n))
         results = array("q", bytes(8 * n))
-        # Read into shared memory, as packed_scratch's are, and kept there.
-        room = self._lend(SCRATCH_BYTES)
-        scratch = scratch_buffer() if room is None else room.addr
+        room, scratch = self._scratch_room()  # the copies may stay where they are read
         try:
             pending = self.gs_get_packed(h, n, keys, lens, scratch, SCRATCH_BYTES, 0,
                                          sizes.buffer_info()[0], results.buffer_info()[0])
@@ -489,20 +500,32 @@ class RemoteLibrary:
             return
         if pending == 0:  # read already, back to back in the scratch
             hits = packed_hits(sizes, results)
-            if room is not None:
+            if room is not None and all(hit[0] % _shm.ALIGN == 0 for hit in hits if hit is not None):
                 lent = self._share_room(room, hits)  # the copies stay where they were read
-            else:
-                lent = self._lend_all([i for i, hit in enumerate(hits) if hit is not None], sizes)
-                for i, copy in lent:
-                    ctypes.memmove(copy.addr, scratch + hits[i][0], copy.size)  # type: ignore[index]
+            else:  # copied out, each on ALIGN bytes as a room of its own is
+                try:
+                    lent = self._lend_all([i for i, hit in enumerate(hits) if hit is not None], sizes)
+                    for i, copy in lent:
+                        ctypes.memmove(copy.addr, scratch + hits[i][0], copy.size)  # type: ignore[index]
+                finally:
+                    self._release_copy(room)
         else:  # nothing read yet: each copy is read into its room
             self._release_copy(room)
-            lent = self._lend_all([i for i, size in enumerate(sizes) if size > 0], sizes)
-            ptrs = array("Q", [copy.addr for _, copy in lent])
-            lens_ = array("Q", [copy.size for _, copy in lent])
-            nparts = array("I", bytes(4 * n))
-            for i, _ in lent:
-                nparts[i] = 1
+            lent = []
+            try:
+                lent = self._lend_all([i for i, size in enumerate(sizes) if size > 0], sizes)
+                ptrs = array("Q", [copy.addr for _, copy in lent])
+                lens_ = array("Q", [copy.size for _, copy in lent])
+                nparts = array("I", bytes(4 * n))
+                for i, _ in lent:
+                    nparts[i] = 1
+            except BaseException:
+                for _, copy in lent:
+                    self._release_copy(copy)
+                self.gs_get_abort(h, pending)
+                raise
+            # gs_get_finish ends the pending get whatever happens; the
+            # results loop below gives back the rooms of what it did not read.
             self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
                                nparts.buffer_info()[0], 0, results.buffer_info()[0])
         held: List[Optional[_Copy]] = [None] * n  # what self._buffers keeps of each copy
@@ -519,6 +542,18 @@ class RemoteLibrary:
                 out_s[i] = results[i]
             elif sizes[i] >= 0:  # read short of its size
                 out_s[i] = int(ErrorCode.INVALID_READ)
+
+    def _scratch_room(self) -> Tuple[Optional["_Copy"], int]:
+        """(room, address) of a scratch buffer for one packed read:
+        SCRATCH_BYTES of shared memory while there is room (see _lend),
+        else (None, the thread's own scratch). The connection comes first:
+        it brings the local buffer (a forked child has none until then)."""
+        try:
+            self._conn()
+        except (OSError, _ServerError, P.FrameError):
+            return None, scratch_buffer()  # the call that follows fails as it would have
+        room = self._lend(SCRATCH_BYTES)
+        return room, (scratch_buffer() if room is None else room.addr)
 
     def packed_scratch(self) -> "_SharedScratch":
         """A scratch buffer for one packed read (the store's ``_scratch``):
@@ -541,11 +576,7 @@ class RemoteLibrary:
         keep = _shm.round_up(used)
         if keep < room.size:
             arena.free(room.off + keep, room.size - keep)
-        wanted = [(i, hit) for i, hit in enumerate(hits) if hit is not None]
-        if not wanted:
-            return []
-        block = _Block(arena, room.off, keep, len(wanted))
-        return [(i, _Copy(room.addr + off, size, arena, room.off + off, block=block)) for i, (off, size) in wanted]
+        return _block_copies(room, keep, [(i, hit[0], hit[1]) for i, hit in enumerate(hits) if hit is not None])
 
     def gs_free_buffer(self, h: int, ptr: int) -> None:
         self._release_copy(self._buffers.pop(ptr, None))
@@ -583,9 +614,7 @@ class RemoteLibrary:
         if len(wanted) > 1 and total <= LEND_BLOCK_MAX:
             room = self._lend(total)
             if room is not None:
-                block = _Block(room.arena, room.off, total, len(wanted))  # type: ignore[arg-type]
-                return [(i, _Copy(room.addr + o, sizes[i], room.arena, room.off + o, block=block))
-                        for i, o in zip(wanted, offs)]
+                return _block_copies(room, total, [(i, o, sizes[i]) for i, o in zip(wanted, offs)])
         return [(i, self._lend(sizes[i]) or _Copy.private(sizes[i])) for i in wanted]
 
     def lend_array(self, size: int) -> Tuple[Any, int]:

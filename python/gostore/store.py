@@ -71,7 +71,8 @@ _DEFAULT_LOCAL_HOSTNAME = "127.0.0.1"
 _DEFAULT_METADATA = "P2PHANDSHAKE"
 
 # get() copies values up to this size through the thread's scratch buffer
-# (gostore._buffers.scratch_buffer, whose SCRATCH_BYTES get_batch() fills).
+# (gostore._buffers.scratch_buffer; get_batch() fills SCRATCH_BYTES of a
+# scratch from _scratch()).
 _SCRATCH = 64 * 1024
 _MAY_BE_DEVICE = _native.MAY_BE_DEVICE
 
