@@ -200,6 +200,38 @@ def test_calls_in_a_loop_are_answered_to_a_polling_read(master, client_process_f
     assert lib._gate.busy == 0
 
 
+def test_the_stores_of_a_process_share_one_polling_bound(master, client_process_factory):
+    """Every standalone store of a process polls under one SpinGate, so
+    that together they poll on no more CPUs than the process may use (a
+    gate per store let each of them take that many). A forked child has a
+    gate of its own: the parent's pollers do not exist there."""
+    from gostore import standalone
+
+    srv = client_process_factory(master)
+    first, second = _dummy(srv.server_address), _dummy(srv.server_address)
+    gate = first._lib()._gate
+    assert second._lib()._gate is gate and standalone.process_gate() is gate
+    polls = gate.polls
+    assert first.put("one-gate", b"g" * 100) == 0
+    assert second.get("one-gate") == b"g" * 100
+    assert gate.polls - polls >= 2  # both stores' calls polled through it
+    for _ in range(gate.limit):  # as if the parent's threads were polling at the fork
+        assert gate.enter()
+    try:
+        assert not gate.enter()
+
+        def child_polls_on_a_gate_of_its_own() -> bool:
+            child_gate = first._lib()._gate
+            return (child_gate is not gate and second._lib()._gate is child_gate and child_gate.busy == 0
+                    and first.get("one-gate") == b"g" * 100 and child_gate.polls >= 1)
+
+        assert _in_forked_child(child_polls_on_a_gate_of_its_own)
+    finally:
+        for _ in range(gate.limit):
+            gate.leave(False)
+    assert gate.busy == 0
+
+
 @pytest.mark.parametrize("spin_us", [P.MAX_SPIN_US, 0], ids=["polls", "sleeps"])
 def test_the_server_polls_for_the_next_call_of_an_application_in_a_loop(master, store_factory, tmp_path, spin_us):
     """gostore-client's side, served from this process (to see its gate):

@@ -140,6 +140,24 @@ class _ServerError(Exception):
 
 _live: "weakref.WeakSet[RemoteLibrary]" = weakref.WeakSet()
 
+# One SpinGate for every standalone store of this process: the CPUs a
+# process may poll on are its own, however many stores it opens (a gate
+# per store let two stores poll on more CPUs than the process has). A
+# forked child starts a gate of its own: a thread polling in the parent
+# at the fork does not exist in the child, but would count in the copy.
+_gate_lock = threading.Lock()
+_gate: Optional[P.SpinGate] = None
+_gate_pid = 0
+
+
+def process_gate() -> P.SpinGate:
+    """The SpinGate that bounds this process's polling reads."""
+    global _gate, _gate_pid
+    with _gate_lock:
+        if _gate is None or _gate_pid != os.getpid():
+            _gate, _gate_pid = P.SpinGate(), os.getpid()
+        return _gate
+
 
 class _Lent:
     """Gives a lent copy's room back when it goes (the memory of an array
@@ -262,7 +280,7 @@ class RemoteLibrary:
         self._lent_bytes = 0  # their sizes, and those being made
         self._lock = threading.Lock()
         self._tls = threading.local()
-        self._gate = P.SpinGate()  # bounds this store's polling reads
+        self._gate = process_gate()  # bounds the polling reads of every store here
         self._conns: List[_Connection] = []
         self._token = b""
         self._staging: Optional[_shm.Region] = None
@@ -881,6 +899,9 @@ class RemoteLibrary:
 
 
 def _after_fork_in_child() -> None:
+    global _gate, _gate_lock
+    _gate_lock = threading.Lock()  # a parent thread may have held it at the fork
+    _gate = None
     for lib in list(_live):
         lib._after_fork()
 
