@@ -699,6 +699,34 @@ def test_get_buffer_copies_past_the_lend_bound_live_in_private_memory(master, cl
     assert not any(lib._staging.contains(b.ptr(), b.size()) for b in bufs[1:])
 
 
+def test_a_copy_that_cannot_be_made_gives_back_the_rooms_already_lent(master, client_process_factory,
+                                                                     store_factory, monkeypatch):
+    """batch_get_buffer past the local buffer, with no lend region allowed:
+    the first copies take the local buffer and the next ones this process's
+    own memory. When one of those cannot be made (MemoryError), the call
+    fails with it, the rooms already taken come back, the pending get is
+    ended, and the next call reads right."""
+    from gostore import standalone
+
+    monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", "0")
+    app, keys, values, srv = _stored_for_get_buffer(master, client_process_factory, store_factory, MiB,
+                                                    [_pattern(150 + i, 300_000) for i in range(5)])
+    lib = app._lib()
+    private = standalone._Copy.private
+
+    def refused(size: int) -> Any:
+        raise MemoryError(f"no {size} bytes")
+
+    monkeypatch.setattr(standalone._Copy, "private", staticmethod(refused))
+    with pytest.raises(MemoryError):
+        app.batch_get_buffer(keys)
+    assert lib._arena._free == [(0, MiB)] and lib._buffers == {}
+    monkeypatch.setattr(standalone._Copy, "private", private)
+    bufs = app.batch_get_buffer(keys)
+    assert [bytes(b) for b in bufs] == values
+    assert srv.alive()
+
+
 def test_a_small_tensor_batch_lends_nothing(master, client_process_factory, store_factory):
     """Tensors that fit the scratch buffer together are read with their
     lookup into a scratch in the local buffer and copied out by this

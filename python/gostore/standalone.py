@@ -633,7 +633,15 @@ class RemoteLibrary:
             room = self._lend(total)
             if room is not None:
                 return _block_copies(room, total, [(i, o, sizes[i]) for i, o in zip(wanted, offs)])
-        return [(i, self._lend(sizes[i]) or _Copy.private(sizes[i])) for i in wanted]
+        out: List[Tuple[int, _Copy]] = []
+        try:
+            for i in wanted:
+                out.append((i, self._lend(sizes[i]) or _Copy.private(sizes[i])))
+        except BaseException:  # MemoryError from a private copy: the rooms lent so far go back
+            for _, copy in out:
+                self._release_copy(copy)
+            raise
+        return out
 
     def lend_array(self, size: int) -> Tuple[Any, int]:
         """A writable uint8 array of ``size`` bytes for a copying tensor read
