@@ -882,7 +882,7 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
     import gc
 
     from gostore._buffers import SCRATCH_BYTES
-    from gostore._shm import ALIGN
+    from gostore._shm import ALIGN, round_up
 
     if where == "private":
         monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))  # below a lend region
@@ -950,7 +950,7 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
     bufs = app.batch_get_buffer(keys)
     assert [bytes(b) for b in bufs] == [_pattern(200 + i, n) for i, n in enumerate(large)]
     starts = [b.ptr() - bufs[0].ptr() for b in bufs]
-    assert starts == [0, _shm_round_up(large[0]), _shm_round_up(large[0]) + _shm_round_up(large[1])]
+    assert starts == [0, round_up(large[0]), round_up(large[0]) + round_up(large[1])]
     del bufs
     gc.collect()
     assert whole()
@@ -965,9 +965,3 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
 
         assert _in_forked_child(child_reads_into_its_local_buffer)
     assert srv.alive()
-
-
-def _shm_round_up(n: int) -> int:
-    from gostore._shm import round_up
-
-    return round_up(n)

@@ -506,46 +506,42 @@ class RemoteLibrary:
         try:
             pending = self.gs_get_packed(h, n, keys, lens, scratch, SCRATCH_BYTES, 0,
                                          sizes.buffer_info()[0], results.buffer_info()[0])
-        except BaseException:
-            self._release_copy(room)
-            raise
-        out_p = (ctypes.c_uint64 * n).from_address(ptrs_out)
-        out_s = (ctypes.c_int64 * n).from_address(sizes_out)
-        for i in range(n):
-            out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
-        if pending < 0:
-            self._release_copy(room)
-            return
-        if pending == 0:  # read already, back to back in the scratch
-            hits = packed_hits(sizes, results)
-            if room is not None and all(hit[0] % _shm.ALIGN == 0 for hit in hits if hit is not None):
-                lent = self._share_room(room, hits)  # the copies stay where they were read
-            else:  # copied out, each on ALIGN bytes as a room of its own is
-                try:
+            out_p = (ctypes.c_uint64 * n).from_address(ptrs_out)
+            out_s = (ctypes.c_int64 * n).from_address(sizes_out)
+            for i in range(n):
+                out_p[i], out_s[i] = 0, sizes[i]  # a miss keeps its code
+            if pending < 0:
+                return
+            if pending == 0:  # read already, back to back in the scratch
+                hits = packed_hits(sizes, results)
+                if room is not None and all(hit[0] % _shm.ALIGN == 0 for hit in hits if hit is not None):
+                    lent, room = self._share_room(room, hits), None  # the copies stay where they were read
+                else:  # copied out, each on ALIGN bytes as a room of its own is
                     lent = self._lend_all([i for i, hit in enumerate(hits) if hit is not None], sizes)
                     for i, copy in lent:
                         ctypes.memmove(copy.addr, scratch + hits[i][0], copy.size)  # type: ignore[index]
-                finally:
-                    self._release_copy(room)
-        else:  # nothing read yet: each copy is read into its room
-            self._release_copy(room)
-            lent = []
-            try:
-                lent = self._lend_all([i for i, size in enumerate(sizes) if size > 0], sizes)
-                ptrs = array("Q", [copy.addr for _, copy in lent])
-                lens_ = array("Q", [copy.size for _, copy in lent])
-                nparts = array("I", bytes(4 * n))
-                for i, _ in lent:
-                    nparts[i] = 1
-            except BaseException:
-                for _, copy in lent:
-                    self._release_copy(copy)
-                self.gs_get_abort(h, pending)
-                raise
-            # gs_get_finish ends the pending get whatever happens; the
-            # results loop below gives back the rooms of what it did not read.
-            self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
-                               nparts.buffer_info()[0], 0, results.buffer_info()[0])
+            else:  # nothing read yet: each copy is read into its room
+                self._release_copy(room)  # first: the copies may take its room
+                room = None
+                lent = []
+                try:
+                    lent = self._lend_all([i for i, size in enumerate(sizes) if size > 0], sizes)
+                    ptrs = array("Q", [copy.addr for _, copy in lent])
+                    lens_ = array("Q", [copy.size for _, copy in lent])
+                    nparts = array("I", bytes(4 * n))
+                    for i, _ in lent:
+                        nparts[i] = 1
+                except BaseException:
+                    for _, copy in lent:
+                        self._release_copy(copy)
+                    self.gs_get_abort(h, pending)
+                    raise
+                # gs_get_finish ends the pending get whatever happens; the
+                # results loop below gives back the rooms of what it did not read.
+                self.gs_get_finish(h, pending, ptrs.buffer_info()[0], lens_.buffer_info()[0],
+                                   nparts.buffer_info()[0], 0, results.buffer_info()[0])
+        finally:
+            self._release_copy(room)  # the scratch's room, unless the copies took it
         held: List[Optional[_Copy]] = [None] * n  # what self._buffers keeps of each copy
         for i, copy in lent:
             held[i] = copy
@@ -907,9 +903,8 @@ class RemoteLibrary:
 
 
 def _after_fork_in_child() -> None:
-    global _gate, _gate_lock
-    _gate_lock = threading.Lock()  # a parent thread may have held it at the fork
-    _gate = None
+    global _gate_lock
+    _gate_lock = threading.Lock()  # a parent thread may have held it at the fork; process_gate renews the gate
     for lib in list(_live):
         lib._after_fork()
 
