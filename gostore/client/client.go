@@ -91,6 +91,12 @@ type Config struct {
 	// connection for its next request after an answer (0:
 	// blockconn.DefaultServerSpin; negative: never; GOSTORE_SERVE_SPIN_US).
 	ServeSpin time.Duration `json:"-"`
+	// ReadDoneWait is how long the ReadDone of a read of at most 1 MiB
+	// waits for this client's next call to the master to carry it, before
+	// it goes on its own (0: 500 µs; negative: it is written at once, as
+	// the read ends). Another client's upsert in place of the object may
+	// see it busy (-714) that much longer.
+	ReadDoneWait time.Duration `json:"-"`
 	// WrapTransport, when set, wraps each route of the transfer engine
 	// (transfer.Options.Wrap): how tests put a failing or slow transport
 	// under a real client.
@@ -135,7 +141,12 @@ type Client struct {
 	buffers   registry
 	staging   *staging
 	readsDone keyBatch // ReadDone of ended reads
-	spots     spots    // where single-key gets last found their objects (spots.go)
+	// laterReads: keys whose ReadDone waits for the next call (get.go);
+	// readDoneAlone counts the gets that sent a waiting one first, on
+	// its own (for tests)
+	laterReads    laterReads
+	readDoneAlone atomic.Int64
+	spots         spots // where single-key gets last found their objects (spots.go)
 	// specReads counts reads from a spot, specHits those the master's
 	// answer confirmed (for tests and metrics).
 	specReads, specHits atomic.Uint64
@@ -243,15 +254,16 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		LaneSpin: cfg.SpinWait})
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
-	// ReadDone goes out as a read ends, written by the reading thread on
-	// the master connection the next call will take (rpc.Client.Notify:
-	// no answer awaited; the master polls that connection for this
-	// client's next request); readsDone sends what that could not take. Measured
-	// alternatives: a goroutine woken per get cost a 4 KiB get over TCP
-	// ~20 us; a sender polling for ended reads (every 200 us or 2 ms) cost
-	// 16 MiB copies over shared memory 15-20 %; carrying them on the next
-	// GetReplicas kept a continuously read object busy for good, starving
-	// upserts (the reader count never reached 0 between two gets).
+	// ReadDone of a small read rides on the client's next call to the
+	// master (rpc.Client.NotifyLater: no write of its own, no answer
+	// awaited), or goes on its own after Config.ReadDoneWait; readsDone sends
+	// what that could not take. A GetReplicas of a key whose ReadDone
+	// waits sends it first, on its own: carried with it, a continuously
+	// read object stayed busy for good, starving upserts (its reader
+	// count never reached 0 between two gets). Measured alternatives: a
+	// goroutine woken per get cost a 4 KiB get over TCP ~20 us; a sender
+	// polling for ended reads (every 200 us or 2 ms) cost 16 MiB copies
+	// over shared memory 15-20 %.
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false

@@ -47,6 +47,7 @@ func eachTransport(t *testing.T, body func(t *testing.T)) {
 func edge(cfg Config) Config {
 	cfg.ForceTCP = cfg.ForceTCP || testConfig.ForceTCP
 	cfg.PingInterval, cfg.GPUBounceBytes = testConfig.PingInterval, testConfig.GPUBounceBytes
+	cfg.ReadDoneWait = testConfig.ReadDoneWait
 	return cfg
 }
 

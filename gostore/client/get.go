@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/gostore/gostore/gostore/rpc"
@@ -94,6 +95,17 @@ func (c *Client) locate(keys []string, read, peek bool) (*Pending, error) {
 	if len(q) == 0 {
 		return p, nil
 	}
+	if read && c.laterReads.overlap(q) {
+		// A key read again at once: its last ReadDone goes first, on its
+		// own, so that its reader count drops to 0 between the two gets
+		// (carried with this GetReplicas it would go to 0 and back to 1
+		// in one breath, and a loop reading the key would keep other
+		// clients' upserts busy for good).
+		c.readDoneAlone.Add(1)
+		if err := c.master.SendLater(ctx); err != nil {
+			c.log.Debug("ReadDone not delivered", "err", err)
+		}
+	}
 	var resp wire.GetReplicasResp
 	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek}, &resp); err != nil {
 		return nil, err
@@ -129,21 +141,29 @@ func (c *Client) endReads(p *Pending) {
 	if len(req.Keys) == 0 {
 		return
 	}
-	// After a small read the reading thread writes the ReadDone itself,
-	// without waiting for the answer (one write, no thread woken); the
-	// background sender takes the rest. (After a large read, the master's
-	// handling of an immediate ReadDone landed in the next read's copy:
-	// 16 MiB gets over shared memory lost 13-15 %, which a woken sender,
-	// a moment later, did not cost.) After an error other than
-	// ErrNotifyUnavailable the ReadDone may have been sent: it is not sent
-	// again (a second one could end another reader's count), and the
+	// After a small read the ReadDone rides on this client's next call to
+	// the master, in the same write (rpc.Client.NotifyLater), or goes on
+	// its own after Config.ReadDoneWait when no call comes: no write of its own
+	// on the reading thread, no thread woken. When too many wait, the
+	// reading thread writes it itself, without waiting for the answer;
+	// the background sender takes the rest. (After a large read, the
+	// master's handling of an immediate ReadDone landed in the next
+	// read's copy: 16 MiB gets over shared memory lost 13-15 %, which a
+	// woken sender, a moment later, did not cost.) After an error other
+	// than ErrNotifyUnavailable the ReadDone may have been sent: it is not
+	// sent again (a second one could end another reader's count), and the
 	// master counts those readers until their leases end.
 	if bytes > notifyReadBytes {
 		c.addReadsDone(&req)
 		return
 	}
 	ctx, cancel := c.ctx()
-	err := c.master.Notify(ctx, wire.OpReadDone, &req)
+	var err error
+	if wait := c.readDoneWait(); wait > 0 && c.laterReads.add(req.Keys) {
+		err = c.master.NotifyLater(ctx, wire.OpReadDone, &req, wait)
+	} else {
+		err = c.master.Notify(ctx, wire.OpReadDone, &req)
+	}
 	cancel()
 	if errors.Is(err, rpc.ErrNotifyUnavailable) {
 		c.addReadsDone(&req)
@@ -154,6 +174,64 @@ func (c *Client) endReads(p *Pending) {
 
 // notifyReadBytes is the largest read whose ReadDone its own thread sends.
 const notifyReadBytes = 1 << 20
+
+// defaultReadDoneWait is Config.ReadDoneWait's default.
+const defaultReadDoneWait = 500 * time.Microsecond
+
+// readDoneWait is how long a small read's ReadDone waits for the next call
+// to carry it (Config.ReadDoneWait); 0 or less: not at all.
+func (c *Client) readDoneWait() time.Duration {
+	if c.cfg.ReadDoneWait == 0 {
+		return defaultReadDoneWait
+	}
+	return c.cfg.ReadDoneWait
+}
+
+// laterKeysMax bounds the keys whose ReadDone waits for the next call;
+// past it, a ReadDone is written at once.
+const laterKeysMax = 64
+
+// laterReads holds the keys whose ReadDone waits for the next call to the
+// master (NotifyLater), for the next GetReplicas to check: it is emptied
+// by each read's lookup, which carries them (so a key may stay here after
+// another call carried its ReadDone: the check then sends nothing).
+type laterReads struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+// add records keys as waiting; false (nothing recorded) when that would
+// pass laterKeysMax.
+func (l *laterReads) add(keys []string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.keys)+len(keys) > laterKeysMax {
+		return false
+	}
+	l.keys = append(l.keys, keys...)
+	return true
+}
+
+// overlap empties the set and reports whether it held one of keys.
+func (l *laterReads) overlap(keys []string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.keys) == 0 {
+		return false
+	}
+	hit := false
+	for _, w := range l.keys {
+		for _, k := range keys {
+			if k == w {
+				hit = true
+				break
+			}
+		}
+	}
+	clear(l.keys)
+	l.keys = l.keys[:0]
+	return hit
+}
 
 func (c *Client) addReadsDone(req *wire.KeysReq) {
 	for i, key := range req.Keys {

@@ -45,7 +45,16 @@ type Client struct {
 		sent    uint64
 		owing   map[*clientConn]struct{}
 		settled sync.Cond
+		// later holds the frames of notifications that wait for the
+		// next request (NotifyLater), laterCount how many; laterDue
+		// sends them when no request comes in time.
+		later      []byte
+		laterCount int
+		laterDue   *time.Timer
 	}
+	// waiting mirrors mu.laterCount > 0, so that a call need not lock to
+	// learn that it has nothing to carry.
+	waiting atomic.Bool
 }
 
 // ErrNotifyUnavailable is Notify's answer when it sent nothing because it
@@ -182,7 +191,8 @@ func (c *Client) roundTrip(cc *clientConn, id uint64, op wire.Op, req any) (wire
 	if err != nil {
 		return wire.Header{}, nil, err
 	}
-	cc.out = wire.AppendFrame(cc.out[:0], id, op, wire.OK, body)
+	cc.out = c.takeLater(cc, cc.out[:0])
+	cc.out = wire.AppendFrame(cc.out, id, op, wire.OK, body)
 	if _, err := cc.c.Write(cc.out); err != nil {
 		return wire.Header{}, nil, err
 	}
@@ -348,15 +358,127 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
 	c.mu.Lock()
-	c.mu.sent++
-	if cc.unread == 0 {
-		cc.firstOwed = c.mu.sent
-		c.mu.owing[cc] = struct{}{}
-	}
-	cc.unread++
+	c.oweLocked(cc, 1)
 	c.mu.Unlock()
 	c.put(cc)
 	return nil
+}
+
+// oweLocked records that n more notifications were sent on cc, which the
+// caller holds: their answers are owed, ahead of anything sent after them.
+func (c *Client) oweLocked(cc *clientConn, n int) {
+	c.mu.sent += uint64(n)
+	if cc.unread == 0 {
+		cc.firstOwed = c.mu.sent - uint64(n) + 1
+		c.mu.owing[cc] = struct{}{}
+	}
+	cc.unread += n
+}
+
+// NotifyLater is Notify for a request that may wait a moment: it goes out
+// in the same write as this client's next request, on whatever connection
+// that takes, or, when no request comes within wait, on its own (a timer's
+// goroutine writes it, off every caller's path). A get over TCP saves a
+// write this way, and the master a read and a write: its ReadDone rides on
+// the next get's GetReplicas. Once notifyBacklog of them wait, the call
+// that adds the last sends them all at once. NotifyFlush sends those
+// waiting before it waits for answers; Close drops them.
+//
+// ErrNotifyUnavailable means nothing was queued, as for Notify. An error
+// from sending the backlog means those requests may or may not have
+// reached the master; they are not kept.
+func (c *Client) NotifyLater(ctx context.Context, op wire.Op, req any, wait time.Duration) error {
+	if c.opt.Netpoll || c.opt.Auth.Encrypts() {
+		return ErrNotifyUnavailable
+	}
+	body, err := msgpack.Marshal(req)
+	if err != nil {
+		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
+	}
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return wire.Errorf(wire.ErrRPCFail, "client closed")
+	}
+	c.mu.later = wire.AppendFrame(c.mu.later, c.nextID.Add(1), op, wire.OK, body)
+	c.mu.laterCount++
+	full := c.mu.laterCount >= notifyBacklog
+	if c.mu.laterCount == 1 && !full {
+		c.waiting.Store(true)
+		if c.mu.laterDue == nil {
+			c.mu.laterDue = time.AfterFunc(wait, c.laterDue)
+		} else {
+			c.mu.laterDue.Reset(wait)
+		}
+	}
+	c.mu.Unlock()
+	if full {
+		return c.SendLater(ctx)
+	}
+	return nil
+}
+
+// laterDue sends the notifications no request carried in time.
+func (c *Client) laterDue() {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultCallTimeout)
+	defer cancel()
+	_ = c.SendLater(ctx) // the requests are advisory: a failure loses them, as a failed Notify does
+}
+
+// SendLater sends the notifications NotifyLater queued now, on their own.
+// An error means they may or may not have reached the master; they are
+// not kept.
+func (c *Client) SendLater(ctx context.Context) error {
+	if !c.waiting.Load() {
+		return nil
+	}
+	cc, err := c.get(ctx)
+	if err != nil {
+		c.mu.Lock()
+		c.dropLaterLocked()
+		c.mu.Unlock()
+		return err
+	}
+	if cc.out = c.takeLater(cc, cc.out[:0]); len(cc.out) == 0 {
+		c.put(cc) // another caller took them
+		return nil
+	}
+	setDeadline(ctx, cc)
+	if _, err := cc.c.Write(cc.out); err != nil {
+		c.settle(cc)
+		cc.c.Close()
+		return wire.Errorf(wire.ErrRPCFail, "notifications to %s: %v", c.addr, err)
+	}
+	c.put(cc)
+	return nil
+}
+
+// takeLater appends the notifications waiting to out, for the caller to
+// write on cc (which it holds), and records their answers as owed by cc.
+func (c *Client) takeLater(cc *clientConn, out []byte) []byte {
+	if !c.waiting.Load() {
+		return out
+	}
+	c.mu.Lock()
+	if c.mu.laterCount > 0 {
+		out = append(out, c.mu.later...)
+		c.oweLocked(cc, c.mu.laterCount)
+		c.dropLaterLocked()
+	}
+	c.mu.Unlock()
+	return out
+}
+
+// dropLaterLocked forgets the notifications waiting (taken, or lost).
+func (c *Client) dropLaterLocked() {
+	if cap(c.mu.later) > 64<<10 {
+		c.mu.later = nil
+	}
+	c.mu.later, c.mu.laterCount = c.mu.later[:0], 0
+	c.waiting.Store(false)
+	if c.mu.laterDue != nil {
+		c.mu.laterDue.Stop()
+	}
 }
 
 // NotifyFlush returns once the master has handled every request Notify
@@ -367,10 +489,13 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 // counts as flushed: what it carried may or may not have been handled,
 // and the error says so.
 func (c *Client) NotifyFlush(ctx context.Context) error {
+	var failed error
+	if err := c.SendLater(ctx); err != nil {
+		failed = err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	target := c.mu.sent
-	var failed error
 	for {
 		cc, busy := c.owedLocked(target)
 		switch {
@@ -487,6 +612,7 @@ func setDeadline(ctx context.Context, cc *clientConn) {
 func (c *Client) Close() {
 	c.mu.Lock()
 	c.mu.closed = true
+	c.dropLaterLocked() // the caller flushed what it wanted sent (NotifyFlush)
 	idle := c.mu.idle
 	c.mu.idle = nil
 	c.mu.Unlock()

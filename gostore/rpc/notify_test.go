@@ -6,6 +6,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -350,5 +351,223 @@ func TestNotifyUnavailable(t *testing.T) {
 	}
 	if got := seen(); len(got) != 1 || got[0] != "y" {
 		t.Fatalf("the server saw %v", got)
+	}
+}
+
+// pendingBytes reports whether the server's end nc has bytes to read, not
+// waiting for any (a loopback write is queued there before it returns).
+func pendingBytes(t *testing.T, nc net.Conn) bool {
+	t.Helper()
+	raw, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := raw.Control(func(fd uintptr) {
+		n, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// A notification NotifyLater queues goes out with the next call, ahead of
+// its request, and not before: nothing reaches the server until the call,
+// which then brings the notification and its own request, in that order;
+// answered both at once, the call returns its own answer with nothing
+// owed.
+func TestNotifyLaterRidesTheNextCall(t *testing.T) {
+	addr, conns := rawServer(t)
+	c := NewClient(addr)
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
+	nc, ok := <-conns
+	if !ok {
+		t.Fatal("no connection")
+	}
+	a := "a"
+	serveOne(t, nc, &a)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NotifyLater(ctx, wire.OpPing, &echoReq{S: "n"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if pendingBytes(t, nc) {
+		t.Fatal("NotifyLater wrote at once")
+	}
+	var resp echoResp
+	called := make(chan error, 1)
+	go func() { called <- c.Call(ctx, wire.OpPing, &echoReq{S: "d"}, &resp) }()
+	nh, n := serveOne(t, nc, nil)
+	dh, d := serveOne(t, nc, nil)
+	if n.S != "n" || d.S != "d" {
+		t.Fatalf("the server read %q then %q, want the notification then the call", n.S, d.S)
+	}
+	var out []byte
+	for _, r := range []struct {
+		h wire.Header
+		s string
+	}{{nh, "n?"}, {dh, "d!"}} {
+		body, _ := msgpack.Marshal(&echoResp{S: r.s})
+		out = wire.AppendFrame(out, r.h.ID, r.h.Op, wire.OK, body)
+	}
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-called; err != nil || resp.S != "d!" {
+		t.Fatalf("the call: %v, answer %q", err, resp.S)
+	}
+	c.mu.Lock()
+	owing, waiting := len(c.mu.owing), c.mu.laterCount
+	c.mu.Unlock()
+	if owing != 0 || waiting != 0 {
+		t.Fatalf("after the call: %d connections owe answers, %d notifications wait", owing, waiting)
+	}
+}
+
+// recorded is a recording server whose handler reports each request on
+// the returned channel.
+func recorded(t *testing.T) (string, func() []string, <-chan string) {
+	t.Helper()
+	got := make(chan string, 1024)
+	addr, seen := startRecorder(t, func(s string) { got <- s })
+	return addr, seen, got
+}
+
+func waitFor(t *testing.T, got <-chan string, want string) {
+	t.Helper()
+	select {
+	case s := <-got:
+		if s != want {
+			t.Fatalf("the server was told %q, want %q", s, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the server was not told %q", want)
+	}
+}
+
+// With no call to carry it, a notification goes on its own once its wait
+// is over; a flush then finds nothing left to send and returns.
+func TestNotifyLaterGoesAloneWhenNoCallComes(t *testing.T) {
+	addr, seen, got := recorded(t)
+	c := pooledClient(t, addr)
+	waitFor(t, got, "a")
+	if err := c.NotifyLater(context.Background(), wire.OpPing, &echoReq{S: "n"}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, got, "n")
+	if err := c.NotifyFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := seen(); len(s) != 2 {
+		t.Fatalf("the server saw %v", s)
+	}
+}
+
+// NotifyFlush sends what waits, and returns once it is handled; a backlog
+// of waiting notifications is sent by the one that fills it, in order.
+func TestNotifyLaterFlushAndBacklog(t *testing.T) {
+	addr, seen, got := recorded(t)
+	c := pooledClient(t, addr)
+	waitFor(t, got, "a")
+	ctx := context.Background()
+	if err := c.NotifyLater(ctx, wire.OpPing, &echoReq{S: "n"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.NotifyFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := seen(); len(s) != 2 || s[1] != "n" {
+		t.Fatalf("after the flush the server saw %v", s)
+	}
+	waitFor(t, got, "n")
+	for i := range notifyBacklog {
+		if err := c.NotifyLater(ctx, wire.OpPing, &echoReq{S: strconv.Itoa(i)}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range notifyBacklog {
+		waitFor(t, got, strconv.Itoa(i))
+	}
+}
+
+// Notifications queued by many goroutines while others call, with short
+// waits so that timers send some of them: once flushed, the server has
+// seen each exactly once, and every call got its own answer.
+func TestNotifyLaterUnderConcurrentCalls(t *testing.T) {
+	addr, seen := startRecorder(t, nil)
+	c := pooledClient(t, addr)
+	ctx := context.Background()
+	const workers, each = 4, 200
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				s := "w" + strconv.Itoa(w) + "-" + strconv.Itoa(i)
+				if i%2 == 0 {
+					if err := c.NotifyLater(ctx, wire.OpPing, &echoReq{S: "n" + s}, time.Duration(i%5)*50*time.Microsecond+time.Microsecond); err != nil {
+						errs <- err
+						return
+					}
+					continue
+				}
+				var resp echoResp
+				if err := c.Call(ctx, wire.OpPing, &echoReq{S: "c" + s}, &resp); err != nil || resp.S != "c"+s {
+					errs <- fmt.Errorf("call %s: %v, answer %q", s, err, resp.S)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := c.NotifyFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, s := range seen() {
+		count[s]++
+	}
+	if len(count) != 1+workers*each {
+		t.Fatalf("the server saw %d distinct requests, want %d", len(count), 1+workers*each)
+	}
+	for s, n := range count {
+		if n != 1 {
+			t.Fatalf("the server saw %q %d times", s, n)
+		}
+	}
+}
+
+// A netpoll client queues nothing; a closed one drops what waits and
+// queues nothing more.
+func TestNotifyLaterUnavailableAndClosed(t *testing.T) {
+	addr, _ := startRecorder(t, nil)
+	np := NewClientWith(addr, ClientOptions{Netpoll: true})
+	defer np.Close()
+	if err := np.NotifyLater(context.Background(), wire.OpPing, &echoReq{S: "x"}, time.Hour); !errors.Is(err, ErrNotifyUnavailable) {
+		t.Fatalf("NotifyLater on a netpoll client: %v", err)
+	}
+	c := pooledClient(t, addr)
+	if err := c.NotifyLater(context.Background(), wire.OpPing, &echoReq{S: "n"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.mu.Lock()
+	waiting := c.mu.laterCount
+	c.mu.Unlock()
+	if waiting != 0 || c.waiting.Load() {
+		t.Fatalf("%d notifications still wait after Close", waiting)
+	}
+	if err := c.NotifyLater(context.Background(), wire.OpPing, &echoReq{S: "m"}, time.Hour); wire.CodeOf(err) != wire.ErrRPCFail {
+		t.Fatalf("NotifyLater on a closed client: %v", err)
 	}
 }

@@ -1,0 +1,78 @@
+// readdone_test.go tests where a small read's ReadDone goes: with the
+// reader's next call to the master, or first and on its own when that call
+// reads the same key again.
+
+package client
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/internal/testkit"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+func upsertOnce(c *Client, key string, v []byte) wire.Code {
+	return c.UpsertBatch([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+}
+
+// A read's ReadDone waits for the reader's next call to the master (here
+// for good, without one): until then the reader still counts, and another
+// client's upsert in place is busy (-714). The next call, a get of another
+// key, carries it: an upsert once that call returned goes through, and
+// the reader then reads the new bytes.
+func TestAReadDoneRidesTheReadersNextCall(t *testing.T) {
+	withConfig(t, func(c *Config) { c.ReadDoneWait = time.Hour })
+	reader, writer := spotCluster(t)
+	v1, v2, o := testkit.Pattern(1, 4096), testkit.Pattern(2, 4096), testkit.Pattern(3, 4096)
+	mustPut(t, writer, "k", v1, false)
+	mustPut(t, writer, "other", o, false)
+	if got := readOne(t, reader, "k", len(v1)); !bytes.Equal(got, v1) {
+		t.Fatal("first read: wrong bytes")
+	}
+	if code := upsertOnce(writer, "k", v2); code != wire.ErrObjectReplicaBusy {
+		t.Fatalf("upsert while the reader's ReadDone waits: %v, want OBJECT_REPLICA_BUSY", code)
+	}
+	if got := readOne(t, reader, "other", len(o)); !bytes.Equal(got, o) {
+		t.Fatal("read of the other key: wrong bytes")
+	}
+	if code := upsertOnce(writer, "k", v2); code != wire.OK {
+		t.Fatalf("upsert after the reader's next call carried its ReadDone: %v", code)
+	}
+	if got := readOne(t, reader, "k", len(v2)); !bytes.Equal(got, v2) {
+		t.Fatal("read after the upsert: wrong bytes")
+	}
+	if n := reader.readDoneAlone.Load(); n != 0 {
+		t.Fatalf("%d ReadDones went on their own; every get read a key of its own", n)
+	}
+}
+
+// A get of a key whose own ReadDone still waits sends it first, on its
+// own, so that the reader count drops to 0 between two reads of a key
+// read in a loop; gets of other keys carry theirs. The bytes read stay
+// right throughout, and the reader's own upsert is never busy.
+func TestARereadSendsItsWaitingReadDoneFirst(t *testing.T) {
+	withConfig(t, func(c *Config) { c.ReadDoneWait = time.Hour })
+	reader, writer := spotCluster(t)
+	v, o := testkit.Pattern(4, 4096), testkit.Pattern(5, 4096)
+	mustPut(t, writer, "k", v, false)
+	mustPut(t, writer, "other", o, false)
+	for i := range 3 {
+		if got := readOne(t, reader, "k", len(v)); !bytes.Equal(got, v) {
+			t.Fatalf("read %d: wrong bytes", i)
+		}
+	}
+	if n := reader.readDoneAlone.Load(); n != 2 {
+		t.Fatalf("%d of 2 re-reads sent the waiting ReadDone first", n)
+	}
+	if got := readOne(t, reader, "other", len(o)); !bytes.Equal(got, o) {
+		t.Fatal("read of the other key: wrong bytes")
+	}
+	if n := reader.readDoneAlone.Load(); n != 2 {
+		t.Fatalf("a read of another key sent the waiting ReadDone on its own (%d)", n)
+	}
+	if code := upsertOnce(reader, "other", v); code != wire.OK {
+		t.Fatalf("the reader's own upsert right after its read: %v", code)
+	}
+}
