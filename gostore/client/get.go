@@ -143,10 +143,11 @@ func (c *Client) endReads(p *Pending) {
 	}
 	// After a small read the ReadDone rides on this client's next call to
 	// the master, in the same write (rpc.Client.NotifyLater), or goes on
-	// its own after Config.ReadDoneWait when no call comes: no write of its own
-	// on the reading thread, no thread woken. When too many wait, the
-	// reading thread writes it itself, without waiting for the answer;
-	// the background sender takes the rest. (After a large read, the
+	// its own after Config.ReadDoneWait when no call comes: no write of
+	// its own on the reading thread, no thread woken. After a read of
+	// more keys than laterReadMax, or when too many wait, the reading
+	// thread writes it itself, without waiting for the answer; the
+	// background sender takes the rest. (After a large read, the
 	// master's handling of an immediate ReadDone landed in the next
 	// read's copy: 16 MiB gets over shared memory lost 13-15 %, which a
 	// woken sender, a moment later, did not cost.) After an error other
@@ -187,9 +188,14 @@ func (c *Client) readDoneWait() time.Duration {
 	return c.cfg.ReadDoneWait
 }
 
-// laterKeysMax bounds the keys whose ReadDone waits for the next call;
-// past it, a ReadDone is written at once.
-const laterKeysMax = 64
+// laterKeysMax bounds the keys whose ReadDone waits for the next call,
+// and laterReadMax the keys of a read whose ReadDone may wait: past them,
+// a ReadDone is written at once. They keep the check of each lookup's
+// keys against those waiting short; a batch saves little by waiting.
+const (
+	laterKeysMax = 16
+	laterReadMax = 4
+)
 
 // laterReads holds the keys whose ReadDone waits for the next call to the
 // master (NotifyLater), for the next GetReplicas to check: it is emptied
@@ -200,12 +206,12 @@ type laterReads struct {
 	keys []string
 }
 
-// add records keys as waiting; false (nothing recorded) when that would
-// pass laterKeysMax.
+// add records keys as waiting; false (nothing recorded) when they are
+// more than laterReadMax or would pass laterKeysMax.
 func (l *laterReads) add(keys []string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.keys)+len(keys) > laterKeysMax {
+	if len(keys) > laterReadMax || len(l.keys)+len(keys) > laterKeysMax {
 		return false
 	}
 	l.keys = append(l.keys, keys...)
@@ -220,11 +226,12 @@ func (l *laterReads) overlap(keys []string) bool {
 		return false
 	}
 	hit := false
+waiting:
 	for _, w := range l.keys {
 		for _, k := range keys {
 			if k == w {
 				hit = true
-				break
+				break waiting
 			}
 		}
 	}

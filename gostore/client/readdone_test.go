@@ -76,3 +76,38 @@ func TestARereadSendsItsWaitingReadDoneFirst(t *testing.T) {
 		t.Fatalf("the reader's own upsert right after its read: %v", code)
 	}
 }
+
+// The keys whose ReadDone may wait are few, so that each lookup's check
+// stays short: a read of more than laterReadMax keys, or one that would
+// pass laterKeysMax, is not recorded (its ReadDone is written at once);
+// a check empties the set and finds a key in it.
+func TestLaterReadsBounds(t *testing.T) {
+	var l laterReads
+	keys := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = prefix + string(rune('a'+i))
+		}
+		return out
+	}
+	if l.add(keys("big", laterReadMax+1)) {
+		t.Fatalf("a read of %d keys may wait", laterReadMax+1)
+	}
+	for i := range laterKeysMax / laterReadMax {
+		if !l.add(keys(string(rune('A'+i)), laterReadMax)) {
+			t.Fatalf("read %d of %d keys refused below the bound", i, laterReadMax)
+		}
+	}
+	if l.add([]string{"one more"}) {
+		t.Fatalf("more than %d keys wait", laterKeysMax)
+	}
+	if l.overlap([]string{"x", "Ab"}) != true {
+		t.Fatal("a waiting key was not found")
+	}
+	if l.overlap([]string{"Ab"}) {
+		t.Fatal("the check did not empty the set")
+	}
+	if !l.add(keys("C", laterReadMax)) || l.overlap([]string{"zz"}) {
+		t.Fatal("after a check: a read may wait again, and no other key matches")
+	}
+}
