@@ -343,10 +343,32 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		return
 	}
-	if cnt == 1 {
-		// One object into host memory: the client may read it from where
-		// it last found it while it asks the master (client/spots.go).
-		dests, bad, dev := scatter(c, cnt, cParts(cnt, ptrs, sizes, nparts), zeroCopy)
+	getInto(c, ks, cParts(cnt, ptrs, sizes, nparts), zeroCopy, res)
+}
+
+// gs_get_into_one is gs_get_into_batch for one key and one destination
+// range, its result returned: what get_into calls, without the arrays.
+//
+//export gs_get_into_one
+func gs_get_into_one(h C.int64_t, key *C.char, keyLen C.int, ptr, size C.uint64_t, zeroCopy C.int) (ret C.int64_t) {
+	defer recoverTo("gs_get_into_one", &ret)
+	c := clientOf(h)
+	if c == nil || keyLen < 0 {
+		return C.int64_t(wire.ErrInvalidParams)
+	}
+	res := []int64{0}
+	one := objectParts{ptrs: []uint64{uint64(ptr)}, sizes: []uint64{uint64(size)}, nparts: []uint32{1}}
+	getInto(c, []string{goString(key, keyLen)}, one, zeroCopy, res)
+	return C.int64_t(res[0])
+}
+
+// getInto reads the objects of keys ks into the parts objs lists (results
+// in res): one lookup and one read, or for one object into host memory a
+// read from where the client last found it while it asks the master
+// (client/spots.go).
+func getInto(c *client.Client, ks []string, objs objectParts, memFlags C.int, res []int64) {
+	if len(ks) == 1 {
+		dests, bad, dev := scatter(c, 1, objs, memFlags)
 		if !bad[0] && (len(dev) == 0 || len(dev[0]) == 0) {
 			res[0] = c.GetIntoOne(ks[0], dests[0])
 			return
@@ -359,7 +381,7 @@ func gs_get_into_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		return
 	}
-	finish(c, p, cnt, cParts(cnt, ptrs, sizes, nparts), zeroCopy, res)
+	finish(c, p, len(ks), objs, memFlags, res)
 }
 
 //export gs_get_buffers

@@ -362,6 +362,8 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
             array("Q", [4096]), array("I", [1]), 1, None,
         )
         assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
+        kind, vals = call("gs_get_into_one", 1, b"sr-key", 6, 0x7F0000001000, 4096, 1)
+        assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
         # Key lengths naming more bytes than were sent.
         kind, vals = call("gs_exist_batch", 1, 2, b"sr-key", array("I", [6, 100]), None)
         assert kind == P.ERROR and vals[0] == -600
@@ -392,6 +394,7 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         into = ("gs_get_into_batch", 1, 1, b"sr-key", array("I", [6]), array("Q", [0x7E0000000000]),
                 array("Q", [4096]), array("I", [1]), 1, None)
         assert call(*into) == (P.REPLY, [None, array("q", [4096])])  # a void call; 4096 bytes read
+        assert call("gs_get_into_one", 1, b"sr-key", 6, 0x7E0000000000, 4096, 1) == (P.REPLY, [4096])
         P.send_frame(s, P.frame(P.UNREGION, [0x7E0000000000]))
         assert P.read_frame(s)[0] == P.REPLY
         kind, vals = call(*into)
@@ -407,6 +410,10 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
                   array("Q", [ctypes.addressof(own) | P.PROCESS_TAG]), array("Q", [4096]), array("I", [1]), 1, None)
         kind, vals = call(*tagged)
         assert kind == P.ERROR and vals[0] == -600 and b"own memory, not allowed" in vals[1]
+        own_one = ctypes.create_string_buffer(4096)
+        tagged_one = ("gs_get_into_one", 1, b"sr-key", 6, ctypes.addressof(own_one) | P.PROCESS_TAG, 4096, 1)
+        kind, vals = call(*tagged_one)
+        assert kind == P.ERROR and vals[0] == -600 and b"own memory, not allowed" in vals[1]
         nonce = ctypes.create_string_buffer(b"0123456789abcdef", 16)
         P.send_frame(s, P.frame(P.CROSS, [ctypes.addressof(nonce), b"not-what-it-says"]))
         assert P.get_values(P.read_frame(s)[1]) == [0]
@@ -416,6 +423,9 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         assert P.get_values(P.read_frame(s)[1]) == [1]
         assert call(*tagged) == (P.REPLY, [None, array("q", [4096])])
         assert own.raw == _pattern(6, 4096)
+        assert own_one.raw == bytes(4096)
+        assert call(*tagged_one) == (P.REPLY, [4096])
+        assert own_one.raw == _pattern(6, 4096)
         # ...but only for the calls that take it, and only user-space addresses.
         kind, vals = call("gs_get_ranges", 1, 1, b"sr-key", array("I", [6]),
                           array("Q", [ctypes.addressof(own) | P.PROCESS_TAG]), array("Q", [4096]),

@@ -77,6 +77,8 @@ PROTOTYPES = {
     "gs_get_packed": (_i64, [_i64, c_int, c_char_p, _vp, c_uint64, c_uint64, c_int, _vp, _vp]),
     # h, n, keys, key_lens, ptrs, sizes, nparts, zero_copy, results(int64)
     "gs_get_into_batch": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, _vp]),
+    # h, key, key_len, ptr, size, zero_copy -> bytes written / negative
+    "gs_get_into_one": (_i64, [_i64, c_char_p, c_int, c_uint64, c_uint64, c_int]),
     # h, n, keys, key_lens, ptrs_out(uint64), sizes_out(int64)
     "gs_get_buffers": (None, [_i64, c_int, c_char_p, _vp, _vp, _vp]),
     "gs_free_buffer": (None, [_i64, c_uint64]),

@@ -251,6 +251,7 @@ CALLS: Dict[str, Call] = {
         returns=False,
         cross_memory=True,
     ),
+    "gs_get_into_one": Call((H, S, I, I, I, Z), data=(Data(3, 4, WRITES),), cross_memory=True),
     "gs_exist_batch": Call(_keys_n + (O("i", N(1)),), returns=False),
     "gs_get_size": Call((H, S, I)),
     "gs_remove_batch": Call(_keys_n + (I, O("i", N(1))), returns=False),

@@ -922,7 +922,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         s = _int(size, "size")
         if k is None or not (_u64(p) and _u64(s)):
             return _INVALID
-        return self._get_into([k], array("Q", [p]), array("Q", [s]), array("I", [1]), 1)[0]
+        return self._lib().gs_get_into_one(self._h(), k, len(k), p, s, 1)
 
     def _flat_batch(self, keys: Any, ptrs: Any, sizes: Any):
         """(n, idx, send_keys, ptrs, sizes) for the one-buffer-per-key batches."""
