@@ -33,6 +33,13 @@
 // (ClientOptions.Netpoll). The choice is per Client, made by whoever
 // creates it: this package keeps no process-wide setting.
 //
+// Notifications are requests whose answers the caller does not wait for
+// (the client's ReadDone): Notify writes one at once on the connection the
+// next call will take; NotifyLater queues one for the next call's write,
+// or for a timer when no call comes in time. Their answers are read by the
+// next call on that connection, ahead of its own, or by NotifyFlush, which
+// returns once the master has handled every one sent before it.
+//
 // A caller that wants to measure its calls installs ClientOptions.Observe,
 // told of each Call's op, duration and error; this package holds no
 // metrics of its own.
