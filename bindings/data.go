@@ -206,7 +206,38 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	if !ok {
 		return
 	}
-	bufs, bad, dev := scatter(c, cnt, cParts(cnt, ptrs, sizes, nparts), zeroCopy)
+	writeItems(upsert, c, ks, cParts(cnt, ptrs, sizes, nparts), zeroCopy,
+		replicaConfig(replicaNum, flags, preferred, preferredLen), res)
+}
+
+// gs_put_one is gs_put_batch (upsert 0) or gs_upsert_batch (1) for one
+// key and one source range, its result returned: what put_from and
+// upsert_from call, without the arrays.
+//
+//export gs_put_one
+func gs_put_one(h C.int64_t, key *C.char, keyLen C.int, ptr, size C.uint64_t, zeroCopy C.int,
+	replicaNum, flags C.int, preferred *C.char, preferredLen C.int, upsert C.int) (ret C.int) {
+	defer recoverTo("gs_put_one", &ret)
+	c := clientOf(h)
+	if c == nil {
+		return C.int(wire.ErrInternal)
+	}
+	if keyLen < 0 {
+		return C.int(wire.ErrInvalidParams)
+	}
+	res := []int32{0}
+	one := objectParts{ptrs: []uint64{uint64(ptr)}, sizes: []uint64{uint64(size)}, nparts: []uint32{1}}
+	writeItems(upsert != 0, c, []string{goString(key, keyLen)}, one, zeroCopy,
+		replicaConfig(replicaNum, flags, preferred, preferredLen), res)
+	return C.int(res[0])
+}
+
+// writeItems puts (or upserts) the objects of keys ks from the parts objs
+// lists; res[i] is object i's code.
+func writeItems(upsert bool, c *client.Client, ks []string, objs objectParts, memFlags C.int,
+	cfg wire.ReplicaConfig, res []int32) {
+	cnt := len(ks)
+	bufs, bad, dev := scatter(c, cnt, objs, memFlags)
 	items := make([]client.PutItem, 0, cnt)
 	var itemDev [][]client.DevicePart
 	idx := make([]int, 0, cnt)
@@ -221,7 +252,6 @@ func write(upsert bool, h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		}
 		idx = append(idx, i)
 	}
-	cfg := replicaConfig(replicaNum, flags, preferred, preferredLen)
 	codes := c.PutBatchDevice(items, itemDev, cfg, upsert)
 	for j, code := range codes {
 		res[idx[j]] = int32(code)

@@ -364,6 +364,8 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
         kind, vals = call("gs_get_into_one", 1, b"sr-key", 6, 0x7F0000001000, 4096, 1)
         assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
+        kind, vals = call("gs_put_one", 1, b"sr-one", 6, 0x7F0000001000, 4096, 1, 1, 0, b"", 0, 0)
+        assert kind == P.ERROR and vals[0] == -600 and b"not in memory shared" in vals[1]
         # Key lengths naming more bytes than were sent.
         kind, vals = call("gs_exist_batch", 1, 2, b"sr-key", array("I", [6, 100]), None)
         assert kind == P.ERROR and vals[0] == -600
@@ -426,6 +428,10 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         assert own_one.raw == bytes(4096)
         assert call(*tagged_one) == (P.REPLY, [4096])
         assert own_one.raw == _pattern(6, 4096)
+        # A one-key put reads this process's memory in place too.
+        assert call("gs_put_one", 1, b"sr-one", 6, ctypes.addressof(own_one) | P.PROCESS_TAG, 4096, 1,
+                    1, 0, b"", 0, 0) == (P.REPLY, [0])
+        assert call("gs_get_size", 1, b"sr-one", 6) == (P.REPLY, [4096])
         # ...but only for the calls that take it, and only user-space addresses.
         kind, vals = call("gs_get_ranges", 1, 1, b"sr-key", array("I", [6]),
                           array("Q", [ctypes.addressof(own) | P.PROCESS_TAG]), array("Q", [4096]),
@@ -443,6 +449,7 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
     # The server still serves an application, and the object is intact.
     app = _dummy(srv.server_address)
     assert app.get("sr-key") == _pattern(6, 4096)
+    assert app.get("sr-one") == _pattern(6, 4096)
 
 
 def test_many_threads_share_one_session(master, client_process_factory, store_factory):

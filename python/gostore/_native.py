@@ -59,6 +59,10 @@ PROTOTYPES = {
         None,
         [_i64, c_int, c_char_p, _vp, _vp, _vp, _vp, c_int, c_int, c_int, c_char_p, c_int, _vp],
     ),
+    # h, key, key_len, ptr, size, zero_copy, replica_num, flags, preferred,
+    # preferred_len, upsert -> 0 / negative: one key of gs_put_batch or
+    # (upsert 1) gs_upsert_batch
+    "gs_put_one": (c_int, [_i64, c_char_p, c_int, c_uint64, c_uint64, c_int, c_int, c_int, c_char_p, c_int, c_int]),
     # same arguments as gs_put_batch; inserts or replaces
     "gs_upsert_batch": (
         None,

@@ -229,6 +229,7 @@ CALLS: Dict[str, Call] = {
     "gs_transport_info": Call((H, O("B", N(2)), I)),
     "gs_put_batch": _WRITE_BATCH,
     "gs_upsert_batch": _WRITE_BATCH,
+    "gs_put_one": Call((H, S, I, I, I, Z, I, I, S, I, I), data=(Data(3, 4, READS),), cross_memory=True),
     "gs_get_start": Call(_keys_n + (O("q", N(1)),), opens="pending"),
     "gs_get_finish": Call(
         (H, I, A("Q", SUM(4)), A("Q", SUM(4)), A("I", PENDING(1)), Z, O("q", PENDING(1))),

@@ -905,9 +905,10 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         cfg = _config(config)
         if k is None or cfg is None or not (_u64(p) and _u64(s)):
             return _INVALID
-        return self._write(
-            [k], array("Q", [p]), array("Q", [s]), array("I", [1]), 1, cfg, upsert
-        )[0]
+        replica_num, flags, preferred = cfg
+        return self._lib().gs_put_one(
+            self._h(), k, len(k), p, s, 1, replica_num, flags, preferred, len(preferred), int(upsert)
+        )
 
     def put_from(
         self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None
