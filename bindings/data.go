@@ -44,6 +44,12 @@ func cParts(n int, ptrs, sizes *C.uint64_t, nparts *C.uint32_t) objectParts {
 	return objectParts{ptrs: u64s(ptrs, total), sizes: u64s(sizes, total), nparts: u32s(nparts, n)}
 }
 
+// oneRange describes one object of one part, [ptr, ptr+size): the
+// one-key calls' argument in the batch calls' form.
+func oneRange(ptr, size C.uint64_t) objectParts {
+	return objectParts{ptrs: []uint64{uint64(ptr)}, sizes: []uint64{uint64(size)}, nparts: []uint32{1}}
+}
+
 // scatter turns the flattened (ptrs, sizes, nparts) arrays into one scatter
 // list per object. Object i is nil with bad[i] set when its description is
 // invalid: parts beyond the arrays, a null address, or (memRegistered) a
@@ -226,8 +232,7 @@ func gs_put_one(h C.int64_t, key *C.char, keyLen C.int, ptr, size C.uint64_t, ze
 		return C.int(wire.ErrInvalidParams)
 	}
 	res := []int32{0}
-	one := objectParts{ptrs: []uint64{uint64(ptr)}, sizes: []uint64{uint64(size)}, nparts: []uint32{1}}
-	writeItems(upsert != 0, c, []string{goString(key, keyLen)}, one, zeroCopy,
+	writeItems(upsert != 0, c, []string{goString(key, keyLen)}, oneRange(ptr, size), zeroCopy,
 		replicaConfig(replicaNum, flags, preferred, preferredLen), res)
 	return C.int(res[0])
 }
@@ -387,8 +392,7 @@ func gs_get_into_one(h C.int64_t, key *C.char, keyLen C.int, ptr, size C.uint64_
 		return C.int64_t(wire.ErrInvalidParams)
 	}
 	res := []int64{0}
-	one := objectParts{ptrs: []uint64{uint64(ptr)}, sizes: []uint64{uint64(size)}, nparts: []uint32{1}}
-	getInto(c, []string{goString(key, keyLen)}, one, zeroCopy, res)
+	getInto(c, []string{goString(key, keyLen)}, oneRange(ptr, size), zeroCopy, res)
 	return C.int64_t(res[0])
 }
 

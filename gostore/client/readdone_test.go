@@ -13,10 +13,6 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-func upsertOnce(c *Client, key string, v []byte) wire.Code {
-	return c.UpsertBatch([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
-}
-
 // A read's ReadDone waits for the reader's next call to the master (here
 // for good, without one): until then the reader still counts, and another
 // client's upsert in place is busy (-714). The next call, a get of another
@@ -31,13 +27,13 @@ func TestAReadDoneRidesTheReadersNextCall(t *testing.T) {
 	if got := readOne(t, reader, "k", len(v1)); !bytes.Equal(got, v1) {
 		t.Fatal("first read: wrong bytes")
 	}
-	if code := upsertOnce(writer, "k", v2); code != wire.ErrObjectReplicaBusy {
+	if code := writeOne(writer, "k", v2, true); code != wire.ErrObjectReplicaBusy {
 		t.Fatalf("upsert while the reader's ReadDone waits: %v, want OBJECT_REPLICA_BUSY", code)
 	}
 	if got := readOne(t, reader, "other", len(o)); !bytes.Equal(got, o) {
 		t.Fatal("read of the other key: wrong bytes")
 	}
-	if code := upsertOnce(writer, "k", v2); code != wire.OK {
+	if code := writeOne(writer, "k", v2, true); code != wire.OK {
 		t.Fatalf("upsert after the reader's next call carried its ReadDone: %v", code)
 	}
 	if got := readOne(t, reader, "k", len(v2)); !bytes.Equal(got, v2) {
@@ -72,7 +68,7 @@ func TestARereadSendsItsWaitingReadDoneFirst(t *testing.T) {
 	if n := reader.readDoneAlone.Load(); n != 2 {
 		t.Fatalf("a read of another key sent the waiting ReadDone on its own (%d)", n)
 	}
-	if code := upsertOnce(reader, "other", v); code != wire.OK {
+	if code := writeOne(reader, "other", v, true); code != wire.OK {
 		t.Fatalf("the reader's own upsert right after its read: %v", code)
 	}
 }
@@ -101,7 +97,7 @@ func TestLaterReadsBounds(t *testing.T) {
 	if l.add([]string{"one more"}) {
 		t.Fatalf("more than %d keys wait", laterKeysMax)
 	}
-	if l.overlap([]string{"x", "Ab"}) != true {
+	if !l.overlap([]string{"x", "Ab"}) {
 		t.Fatal("a waiting key was not found")
 	}
 	if l.overlap([]string{"Ab"}) {

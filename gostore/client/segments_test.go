@@ -15,7 +15,7 @@ import (
 
 func putOne(t *testing.T, c *Client, key string, v []byte) wire.Code {
 	t.Helper()
-	return c.PutBatch([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+	return writeOne(c, key, v, false)
 }
 
 func getOne(c *Client, key string, n int) ([]byte, int64) {

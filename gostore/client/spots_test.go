@@ -24,15 +24,20 @@ func spotCluster(t *testing.T, masterFlags ...string) (reader, writer *Client) {
 	return newClient(t, m.Addr(), 0), newClient(t, m.Addr(), 0)
 }
 
+// writeOne puts (or upserts) v under key once, with the default config.
+func writeOne(c *Client, key string, v []byte, upsert bool) wire.Code {
+	f := c.PutBatch
+	if upsert {
+		f = c.UpsertBatch
+	}
+	return f([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+}
+
 func mustPut(t *testing.T, c *Client, key string, v []byte, upsert bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		f := c.PutBatch
-		if upsert {
-			f = c.UpsertBatch
-		}
-		code := f([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+		code := writeOne(c, key, v, upsert)
 		// Another client's ended reads reach the master in the background:
 		// an upsert right after them may see -714 for a moment.
 		if code == wire.ErrObjectReplicaBusy && time.Now().Before(deadline) {

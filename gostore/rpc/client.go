@@ -328,10 +328,9 @@ func (c *Client) put(cc *clientConn) {
 // mutual TLS). After any other error the request may or may not have
 // reached the master.
 func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
-	// Without blocking connections there is nothing to write on: say so
-	// before taking a connection, on every read's path.
-	if c.opt.Netpoll || c.opt.Auth.Encrypts() {
-		return ErrNotifyUnavailable
+	body, err := c.notifyBody(op, req)
+	if err != nil {
+		return err
 	}
 	cc, err := c.popIdle()
 	if err != nil {
@@ -339,11 +338,6 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 	}
 	if cc == nil {
 		return ErrNotifyUnavailable
-	}
-	body, err := msgpack.Marshal(req)
-	if err != nil {
-		c.put(cc)
-		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
 	}
 	if cc.unread >= notifyBacklog {
 		if err := c.drain(ctx, cc, false); err != nil {
@@ -362,6 +356,21 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 	c.mu.Unlock()
 	c.put(cc)
 	return nil
+}
+
+// notifyBody is req encoded for Notify or NotifyLater, or
+// ErrNotifyUnavailable when this client's connections are not blocking
+// ones: then there is nothing to write on, and the caller learns it before
+// any connection is taken, on every read's path.
+func (c *Client) notifyBody(op wire.Op, req any) ([]byte, error) {
+	if c.opt.Netpoll || c.opt.Auth.Encrypts() {
+		return nil, ErrNotifyUnavailable
+	}
+	body, err := msgpack.Marshal(req)
+	if err != nil {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
+	}
+	return body, nil
 }
 
 // oweLocked records that n more notifications were sent on cc, which the
@@ -388,12 +397,9 @@ func (c *Client) oweLocked(cc *clientConn, n int) {
 // from sending the backlog means those requests may or may not have
 // reached the master; they are not kept.
 func (c *Client) NotifyLater(ctx context.Context, op wire.Op, req any, wait time.Duration) error {
-	if c.opt.Netpoll || c.opt.Auth.Encrypts() {
-		return ErrNotifyUnavailable
-	}
-	body, err := msgpack.Marshal(req)
+	body, err := c.notifyBody(op, req)
 	if err != nil {
-		return wire.Errorf(wire.ErrInvalidParams, "%s: %v", op, err)
+		return err
 	}
 	c.mu.Lock()
 	if c.mu.closed {
@@ -403,7 +409,7 @@ func (c *Client) NotifyLater(ctx context.Context, op wire.Op, req any, wait time
 	c.mu.later = wire.AppendFrame(c.mu.later, c.nextID.Add(1), op, wire.OK, body)
 	c.mu.laterCount++
 	full := c.mu.laterCount >= notifyBacklog
-	if c.mu.laterCount == 1 && !full {
+	if c.mu.laterCount == 1 {
 		c.waiting.Store(true)
 		if c.mu.laterDue == nil {
 			c.mu.laterDue = time.AfterFunc(wait, c.laterDue)

@@ -208,10 +208,27 @@ func serveOne(t *testing.T, nc net.Conn, reply *string) (wire.Header, echoReq) {
 	return h, req
 }
 
-// owingOne is a client of a raw server (the test speaks its frames on nc)
-// with one pooled connection, on which a notification ("n", header nh)
-// has been read by the server and not answered.
-func owingOne(t *testing.T) (c *Client, nc net.Conn, nh wire.Header) {
+// answerBoth writes the answers to the requests with headers nh and dh
+// ("n?" and "d!") on nc, in one write.
+func answerBoth(t *testing.T, nc net.Conn, nh, dh wire.Header) {
+	t.Helper()
+	var out []byte
+	for _, r := range []struct {
+		h wire.Header
+		s string
+	}{{nh, "n?"}, {dh, "d!"}} {
+		body, _ := msgpack.Marshal(&echoResp{S: r.s})
+		out = wire.AppendFrame(out, r.h.ID, r.h.Op, wire.OK, body)
+	}
+	if _, err := nc.Write(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rawPooled is a client of a raw server (the test speaks its frames on nc)
+// with one pooled connection, made by a first call ("a") served and
+// answered.
+func rawPooled(t *testing.T) (c *Client, nc net.Conn) {
 	t.Helper()
 	addr, conns := rawServer(t)
 	c = NewClient(addr)
@@ -227,6 +244,14 @@ func owingOne(t *testing.T) (c *Client, nc net.Conn, nh wire.Header) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
+	return c, nc
+}
+
+// owingOne is rawPooled's client after a notification ("n", header nh)
+// the server has read and not answered.
+func owingOne(t *testing.T) (c *Client, nc net.Conn, nh wire.Header) {
+	t.Helper()
+	c, nc = rawPooled(t)
 	if err := c.Notify(context.Background(), wire.OpPing, &echoReq{S: "n"}); err != nil {
 		t.Fatal(err)
 	}
@@ -251,17 +276,7 @@ func TestACallDoesNotWaitForOwedAnswers(t *testing.T) {
 	if d.S != "d" {
 		t.Fatalf("the server read %q for the call", d.S)
 	}
-	var out []byte
-	for _, r := range []struct {
-		h wire.Header
-		s string
-	}{{nh, "n?"}, {dh, "d!"}} {
-		body, _ := msgpack.Marshal(&echoResp{S: r.s})
-		out = wire.AppendFrame(out, r.h.ID, r.h.Op, wire.OK, body)
-	}
-	if _, err := nc.Write(out); err != nil {
-		t.Fatal(err)
-	}
+	answerBoth(t, nc, nh, dh)
 	if err := <-called; err != nil || resp.S != "d!" {
 		t.Fatalf("the call: %v, answer %q (the notification's was %q)", err, resp.S, "n?")
 	}
@@ -377,21 +392,8 @@ func pendingBytes(t *testing.T, nc net.Conn) bool {
 // answered both at once, the call returns its own answer with nothing
 // owed.
 func TestNotifyLaterRidesTheNextCall(t *testing.T) {
-	addr, conns := rawServer(t)
-	c := NewClient(addr)
-	t.Cleanup(c.Close)
+	c, nc := rawPooled(t)
 	ctx := context.Background()
-	first := make(chan error, 1)
-	go func() { first <- c.Call(ctx, wire.OpPing, &echoReq{S: "a"}, &echoResp{}) }()
-	nc, ok := <-conns
-	if !ok {
-		t.Fatal("no connection")
-	}
-	a := "a"
-	serveOne(t, nc, &a)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
 	if err := c.NotifyLater(ctx, wire.OpPing, &echoReq{S: "n"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -406,17 +408,7 @@ func TestNotifyLaterRidesTheNextCall(t *testing.T) {
 	if n.S != "n" || d.S != "d" {
 		t.Fatalf("the server read %q then %q, want the notification then the call", n.S, d.S)
 	}
-	var out []byte
-	for _, r := range []struct {
-		h wire.Header
-		s string
-	}{{nh, "n?"}, {dh, "d!"}} {
-		body, _ := msgpack.Marshal(&echoResp{S: r.s})
-		out = wire.AppendFrame(out, r.h.ID, r.h.Op, wire.OK, body)
-	}
-	if _, err := nc.Write(out); err != nil {
-		t.Fatal(err)
-	}
+	answerBoth(t, nc, nh, dh)
 	if err := <-called; err != nil || resp.S != "d!" {
 		t.Fatalf("the call: %v, answer %q", err, resp.S)
 	}
