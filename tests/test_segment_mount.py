@@ -332,6 +332,12 @@ def test_unmount_local_disk_segment(master, master_factory, store_factory, peer_
 
         wait_until(lambda: all(m.query_key(f"disk/{i}").get("disk") for i in range(n)), timeout=30,
                    what="every object on disk")
+        # The master evicts on its ticks while the pool is above its 0.8
+        # watermark, and an object waiting for its disk copy goes only once
+        # the copy exists: until usage falls under the watermark, a memory
+        # replica seen here may be gone at the unmount.
+        wait_until(lambda: len(where()[1]) * size <= 0.8 * 4 * MiB, timeout=30,
+                   what="the pool under its eviction watermark")
         disk_only, in_memory = where()
         assert disk_only and in_memory, (disk_only, in_memory)
 
