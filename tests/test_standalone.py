@@ -20,6 +20,7 @@ import pytest
 
 from gostore import MooncakeDistributedStore, ReplicateConfig
 from gostore import _standalone_calls as P
+from gostore import standalone
 
 MiB = 1 << 20
 
@@ -375,6 +376,9 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         # Finishing a get handle this connection was never given.
         kind, vals = call("gs_get_abort", 1, 12345)
         assert kind == P.ERROR and vals[0] == -600
+        # ...or asking where its objects lie (another connection's get).
+        kind, vals = call("gs_get_places", 1, 12345, None, None, None, None, 4096)
+        assert kind == P.ERROR and vals[0] == -600 and b"unknown get handle" in vals[1]
         # A function that is not served (the store's setup).
         kind, vals = call("gs_setup", 1, b"{}", 2)
         assert kind == P.ERROR and vals[0] == -1
@@ -539,7 +543,10 @@ def test_large_staged_calls_reuse_one_overflow_region(master, client_process_fac
     to the largest call, and let go once it went unused long enough."""
     from gostore import standalone
 
-    monkeypatch.setattr(standalone, "CROSS_MEMORY", False)  # else nothing is staged
+    # Else nothing is staged: the server would write this process's memory
+    # itself, and the gets copy from the segments here.
+    monkeypatch.setattr(standalone, "CROSS_MEMORY", False)
+    monkeypatch.setattr(standalone, "PLACES_MIN", 1 << 62)
     srv = client_process_factory(master)
     app = _dummy(srv.server_address, local=1 * MiB)
     reader = store_factory(master)
@@ -582,8 +589,10 @@ def test_copying_calls_read_and_write_the_applications_memory_in_place(master, c
     staged, no region is shared for them; a forked child is checked again
     and reads into its own memory."""
     # No lend regions: batch_get_buffer's copies past the local buffer go
-    # to this process's memory too.
+    # to this process's memory too. And no copies from the segments here
+    # (test_standalone_places.py): the server writes every get's bytes.
     monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", "0")
+    monkeypatch.setattr(standalone, "PLACES_MIN", 1 << 62)
     srv = client_process_factory(master)
     app = _dummy(srv.server_address, local=1 * MiB)
     reader = store_factory(master)

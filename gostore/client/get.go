@@ -24,6 +24,9 @@ type Pending struct {
 	sent time.Time // when GetReplicas left: leases count from here
 	read bool      // the master counts us as a reader of the found keys
 	lent bool      // read into memory the client lends (GetBuffers)
+	// byCaller[i]: object i is copied by the caller from its Place; with
+	// no destination, GetFinish counts it read (nil: none is)
+	byCaller []bool
 }
 
 // Sizes returns each object's size, or its negative code (-704 missing).
@@ -320,6 +323,9 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 	for i, r := range p.res {
 		if r.Code != wire.OK {
 			continue
+		}
+		if p.copiedByCaller(i) && (i >= len(dests) || len(dests[i]) == 0) && (i >= len(dev) || len(dev[i]) == 0) {
+			continue // the caller read it from its Place: out[i] is its size
 		}
 		if i >= len(dests) || dests[i] == nil {
 			out[i] = int64(wire.ErrInvalidParams) // found, but nowhere to put it

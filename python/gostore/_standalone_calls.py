@@ -245,6 +245,7 @@ CALLS: Dict[str, Call] = {
         cross_memory=True,
     ),
     "gs_get_abort": Call((H, I), ends_pending=True, returns=False),
+    "gs_get_places": Call((H, I, O("Q", PENDING(1)), O("Q", PENDING(1)), O("Q", PENDING(1)), O("B", N(6)), I)),
     "gs_get_one": Call((H, S, I, I, I, O("q", ONE())), data=(Data(3, 4, WRITES),), opens="one"),
     "gs_get_into_batch": Call(
         _keys_n + (A("Q", SUM(6)), A("Q", SUM(6)), A("I", N(1)), Z, O("q", N(1))),

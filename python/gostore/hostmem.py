@@ -56,12 +56,12 @@ _munmap.restype = ctypes.c_int
 _munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 
-def map_memory(size: int, fd: int = -1) -> int:
-    """``size`` (> 0) bytes of shared memory, read-write; its address:
-    anonymous, or the first ``size`` bytes of file ``fd``. ``RuntimeError``
-    when the kernel refuses (say ``ENOMEM``)."""
+def map_memory(size: int, fd: int = -1, prot: int = mmap.PROT_READ | mmap.PROT_WRITE) -> int:
+    """``size`` (> 0) bytes of shared memory, read-write unless ``prot``
+    says otherwise; its address: anonymous, or the first ``size`` bytes of
+    file ``fd``. ``RuntimeError`` when the kernel refuses (say ``ENOMEM``)."""
     flags = mmap.MAP_SHARED if fd >= 0 else mmap.MAP_SHARED | mmap.MAP_ANONYMOUS
-    addr = _mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, flags, fd, 0)
+    addr = _mmap(None, size, prot, flags, fd, 0)
     if addr is None or addr == _MAP_FAILED:
         err = ctypes.get_errno()
         raise RuntimeError(f"cannot map {size} bytes of shared memory: {os.strerror(err)}")

@@ -26,6 +26,11 @@ master connection. Bytes never cross the socket: they lie in shared memory
   call up to ``OVERFLOW_MAX`` bytes, and let go at the first call after
   ``OVERFLOW_IDLE_S`` seconds unused. A call it cannot serve (in use by
   another thread, or larger) gets a region of its own.
+* a copying get of ``PLACES_MIN`` bytes or more into this process's own
+  memory first asks where its objects lie (``gs_get_places``): those in
+  host memory on this host are copied here, from the segment mapped
+  read-only (``_places``), one memcpy where the server's cross-memory
+  write runs at a fraction of its speed; the server copies the rest;
 * copies this process keeps (``get_buffer``'s, copying tensor reads')
   land in the local buffer while it has room, then in *lend regions*:
   ``LEND_CHUNK`` bytes or more each, shared once and kept for the next
@@ -59,12 +64,13 @@ import weakref
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _heap, _shm, hostmem
+from . import _heap, _places, _shm, hostmem
 from ._buffers import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
 from . import _standalone_calls as P
 from .errors import ErrorCode
 
-__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S", "CROSS_MEMORY"]
+__all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S", "CROSS_MEMORY",
+           "PLACES_MIN"]
 
 _log = logging.getLogger("gostore.standalone")
 
@@ -78,9 +84,20 @@ LEND_IDLE_S = 30.0  # a lend region with no copy in it, and none made or freed t
 # many bytes in all (see RemoteLibrary._lend_all); larger calls lend room
 # per copy, whose own cost is small beside the copy's.
 LEND_BLOCK_MAX = 4 << 20
+# A copying get with at least this many bytes to write into this process's
+# own memory copies what it can from the segments here (see the module
+# text); below it the extra call to the server costs more than the copy
+# saves. Larger than any get: the server copies everything.
+PLACES_MIN = 512 << 10
+# Room for gs_get_places' segment lines (about 40 bytes each), tried
+# first; a call that needs more asks again with _PATHS_MAX. The whole room
+# travels back in the reply: a larger first try cost 60 us a call.
+_PATHS_CAP = 4 << 10
+_PATHS_MAX = 1 << 20
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
+_NO_ROOM = int(ErrorCode.BUFFER_OVERFLOW)
 
 
 def spin_us_from_env() -> int:
@@ -291,10 +308,12 @@ class RemoteLibrary:
         self._overflow_busy = False
         self._overflow_used = 0.0
         self._cross = False  # the server copies this process's memory itself
+        self._segments = _places.Segments()  # segments mapped here (copying gets)
 
     def _after_fork(self) -> None:
         for c in self._conns:  # our copies of the parent's sockets; its own stay open
             c.frames.sock.close()
+        self._segments.close()  # the parent's mappings, inherited
         self._reset()
 
     # ---- connections --------------------------------------------------------
@@ -395,6 +414,7 @@ class RemoteLibrary:
         for c in conns:
             c.frames.sock.close()
         self._tls = threading.local()
+        self._segments.close()
         return 0
 
     # ---- memory ------------------------------------------------------------
@@ -591,6 +611,91 @@ class RemoteLibrary:
         if keep < room.size:
             arena.free(room.off + keep, room.size - keep)
         return _block_copies(room, keep, [(i, hit[0], hit[1]) for i, hit in enumerate(hits) if hit is not None])
+
+    def gs_get_finish(self, h: int, pending: int, ptrs: int, sizes: int, nparts: int, zero_copy: int,
+                      results: int) -> None:
+        """Forwarded, once the objects the server places on this host are
+        copied here (see the module text): those of one part in this
+        process's own memory, when they are PLACES_MIN bytes or more."""
+        forward = self._forward_finish
+        c = getattr(self._tls, "conn", None)
+        n = c.pending.get(int(pending), 0) if c is not None and os.getpid() == self._pid else 0
+        if n <= 0:
+            return forward(h, pending, ptrs, sizes, nparts, zero_copy, results)
+        counts = array("I")
+        counts.frombytes(ctypes.string_at(nparts, 4 * n))
+        total = sum(counts)
+        ps, ss = array("Q"), array("Q")
+        if total:
+            ps.frombytes(ctypes.string_at(ptrs, 8 * total))
+            ss.frombytes(ctypes.string_at(sizes, 8 * total))
+        own: List[Tuple[int, int]] = []  # (object, its part): one part, in this process's own memory
+        first = want = 0
+        for i, k in enumerate(counts):
+            if k == 1 and ps[first] and ss[first] and self._region_of(ps[first], ss[first]) is None:
+                own.append((i, first))
+                want += ss[first]
+            first += k
+        copied = self._copy_placed(h, pending, n, own, ps, ss) if want >= PLACES_MIN else set()
+        if not copied:
+            return forward(h, pending, ptrs, sizes, nparts, zero_copy, results)
+        # The server ends the get: it counts the objects copied here read
+        # (no parts given) once their leases check out, and reads the rest.
+        keep_ps, keep_ss = array("Q"), array("Q")
+        first = 0
+        for i, k in enumerate(counts):
+            if i in copied:
+                counts[i] = 0
+            else:
+                keep_ps.extend(ps[first:first + k])
+                keep_ss.extend(ss[first:first + k])
+            first += k
+        return forward(h, pending, keep_ps.buffer_info()[0] if keep_ps else 0,
+                       keep_ss.buffer_info()[0] if keep_ss else 0, counts.buffer_info()[0], zero_copy, results)
+
+    @property
+    def _forward_finish(self) -> Callable[..., Any]:
+        f = self.__dict__.get("_finish_forwarder")
+        if f is None:
+            f = self._finish_forwarder = self._forwarder("gs_get_finish", P.CALLS["gs_get_finish"])
+        return f
+
+    def _copy_placed(self, h: int, pending: int, n: int, own: List[Tuple[int, int]], ps: array,
+                     ss: array) -> set:
+        """Copy here the objects of ``own`` (object, part) that the server
+        places in host memory on this host; the objects copied."""
+        ids, offs, lens = (array("Q", bytes(8 * n)) for _ in range(3))
+        for cap in (_PATHS_CAP, _PATHS_MAX):
+            doc = ctypes.create_string_buffer(cap)
+            got = self.gs_get_places(h, pending, ids.buffer_info()[0], offs.buffer_info()[0],
+                                     lens.buffer_info()[0], ctypes.addressof(doc), cap)
+            if got != _NO_ROOM:
+                break
+        if not isinstance(got, int) or got <= 0:
+            return set()
+        segs = _places.parse_paths(doc.raw[:got])
+        self._segments.expire()
+        held: Dict[int, Optional[int]] = {}
+        parts: List[Tuple[int, int, int]] = []
+        copied = set()
+        try:
+            for i, j in own:
+                seg = ids[i]
+                if seg not in segs or ss[j] < lens[i] or offs[i] + lens[i] > segs[seg][0]:
+                    continue  # not placed, or a destination too small: the server answers
+                if seg not in held:
+                    held[seg] = self._segments.acquire(seg, *segs[seg])
+                base = held[seg]
+                if base is None:
+                    continue
+                parts.append((ps[j], base + offs[i], lens[i]))
+                copied.add(i)
+            _places.copy_parts(parts)
+        finally:
+            for base in held.values():
+                if base is not None:
+                    self._segments.release(base)
+        return copied
 
     def gs_free_buffer(self, h: int, ptr: int) -> None:
         self._release_copy(self._buffers.pop(ptr, None))
