@@ -318,28 +318,29 @@ func finish(c *client.Client, p *client.Pending, n int, objs objectParts, memFla
 
 // gs_get_places fills, for each object of get pending that this client
 // reads from host memory on this host (client.Places), its segment's id,
-// its offset in it and its size (0s for the others), and writes one
-// "<segment id> <segment size> <memfd path>\n" line per segment named to
-// paths. It returns the bytes written, or -10 when they pass capacity
-// (nothing is left to the caller then). The objects placed are then the
-// caller's to copy: gs_get_finish given no parts for one counts it read.
+// its offset in it, its size and its lease in milliseconds (0s for the
+// others), and writes one "<segment id> <segment size> <memfd path>\n"
+// line per segment named to paths. It returns the bytes written, or -10
+// when they pass capacity (nothing is left to the caller then). The
+// objects placed are then the caller's to copy: gs_get_finish given no
+// parts for one counts it read.
 //
 //export gs_get_places
-func gs_get_places(h C.int64_t, pending C.int64_t, segIDs, offsets, sizes *C.uint64_t, paths *C.char,
+func gs_get_places(h C.int64_t, pending C.int64_t, segIDs, offsets, sizes, leases *C.uint64_t, paths *C.char,
 	capacity C.int) (ret C.int) {
 	defer recoverTo("gs_get_places", &ret)
 	p, ok := lookup[*client.Pending](pending)
 	c := clientOf(h)
-	if !ok || c == nil || segIDs == nil || offsets == nil || sizes == nil {
+	if !ok || c == nil || segIDs == nil || offsets == nil || sizes == nil || leases == nil {
 		return C.int(wire.ErrInvalidParams)
 	}
 	n := len(p.Sizes())
-	ids, offs, objSizes := u64s(segIDs, n), u64s(offsets, n), u64s(sizes, n)
+	ids, offs, objSizes, leaseMS := u64s(segIDs, n), u64s(offsets, n), u64s(sizes, n), u64s(leases, n)
 	places := c.Places(p)
 	var doc strings.Builder
 	named := map[uint64]bool{}
 	for i, pl := range places {
-		ids[i], offs[i], objSizes[i] = pl.SegID, pl.Offset, pl.Size
+		ids[i], offs[i], objSizes[i], leaseMS[i] = pl.SegID, pl.Offset, pl.Size, pl.LeaseMS
 		if pl.Path != "" && !named[pl.SegID] {
 			named[pl.SegID] = true
 			fmt.Fprintf(&doc, "%d %d %s\n", pl.SegID, pl.SegSize, pl.Path)

@@ -377,7 +377,7 @@ def test_server_refuses_what_a_peer_must_not_send(master, client_process_factory
         kind, vals = call("gs_get_abort", 1, 12345)
         assert kind == P.ERROR and vals[0] == -600
         # ...or asking where its objects lie (another connection's get).
-        kind, vals = call("gs_get_places", 1, 12345, None, None, None, None, 4096)
+        kind, vals = call("gs_get_places", 1, 12345, None, None, None, None, None, 4096)
         assert kind == P.ERROR and vals[0] == -600 and b"unknown get handle" in vals[1]
         # A function that is not served (the store's setup).
         kind, vals = call("gs_setup", 1, b"{}", 2)

@@ -17,8 +17,10 @@ from typing import Any, List
 import pytest
 
 from conftest import wait_until
+from test_standalone import _in_forked_child
 from gostore import MooncakeDistributedStore
 from gostore import _places, standalone
+from gostore import _standalone_calls as P
 from gostore.errors import ErrorCode
 from gostore.hostmem import map_memory, unmap_memory
 
@@ -52,15 +54,26 @@ class _Spy:
             self.copied.extend(n for _d, _s, n in parts)
             real_copy(parts)
 
-        def finish(h, pending, ptrs, sizes, nparts, zero_copy, results):
+        self.deferred = 0  # finishes sent without waiting for their answers
+
+        def finish(h, pending, ptrs, sizes, nparts, zero_copy, results, defer=False):
             n = lib._conn().pending[int(pending)]
             counts = array("I")
             counts.frombytes(ctypes.string_at(nparts, 4 * n))
             self.server_parts.append(list(counts))
-            return real_finish(h, pending, ptrs, sizes, nparts, zero_copy, results)
+            self.deferred += defer
+            return real_finish(h, pending, ptrs, sizes, nparts, zero_copy, results, defer=defer)
+
+        self.asked = 0  # gs_get_places calls of the application's own
+        real_places = lib.gs_get_places
+
+        def places(*a):
+            self.asked += 1
+            return real_places(*a)
 
         monkeypatch.setattr(_places, "copy_parts", copy)
         monkeypatch.setattr(lib, "_finish_forwarder", finish)
+        monkeypatch.setattr(lib, "gs_get_places", places)
 
 
 @pytest.mark.parametrize("holder", ["server", "peer"])
@@ -90,6 +103,9 @@ def test_copying_gets_copy_here_from_the_segment_that_holds_them(master, client_
     assert busy == [BUSY], "the object was not the reader's while this process copied it"
     assert sorted(spy.copied) == sorted(len(v) for v in values.values())
     assert spy.server_parts[-1] == [0, 0, 0, 0], "the server was asked to read as well"
+    # Everything was copied here, inside the leases: the finish went
+    # without waiting for its answer (read before the next call).
+    assert spy.deferred == 1 and lib._conn().owed == 1
     assert lib._segments.mapped() == 1
 
     # Once the get ended, the object is free again; the next get reads the
@@ -100,11 +116,19 @@ def test_copying_gets_copy_here_from_the_segment_that_holds_them(master, client_
     assert app.get(keys[0]) == _pattern(9, 2 * MiB)
     assert spy.copied == [2 * MiB] and lib._segments.mapped() == 1
 
-    # Segment lines that do not fit the first room: asked again with more.
-    monkeypatch.setattr(standalone, "_PATHS_CAP", 8)
-    spy.copied.clear()
-    assert app.get_batch(keys[1:3]) == [values[k] for k in keys[1:3]]
-    assert sorted(spy.copied) == sorted(len(values[k]) for k in keys[1:3])
+    # The places came with the reply that opened each get: never asked.
+    assert spy.asked == 0
+    # Asked (as a server of another version would make the application
+    # do), with segment lines that do not fit the first room: asked again
+    # with more.
+    monkeypatch.setattr(P, "PATHS_CAP", 8)
+    lens, sizes = array("I", [len(k) for k in keys[1:3]]), array("q", [0, 0])
+    pend = lib.gs_get_start(1, 2, "".join(keys[1:3]).encode(), lens.buffer_info()[0], sizes.buffer_info()[0])
+    placed = P.ask_places(lib.gs_get_places, 1, pend, 2)
+    lib.gs_get_abort(1, pend)
+    assert placed and all(placed.seg_ids) and list(placed.sizes) == [len(values[k]) for k in keys[1:3]]
+    assert all(placed.leases_ms) and placed.found is None
+    assert len(_places.parse_paths(placed.paths)) == 1 and spy.asked == 2
 
     # A miss among the hits, and a value small enough for the server's
     # packed read: only the large hits are copied here.
@@ -114,6 +138,14 @@ def test_copying_gets_copy_here_from_the_segment_that_holds_them(master, client_
     assert got == [values[keys[1]], b"", values[keys[2]]]
     assert sorted(spy.copied) == sorted([len(values[keys[1]]), len(values[keys[2]])])
     assert app.get_batch(["pl-small"]) == [b"s" * 1000]
+
+    # A forked child lets the parent's mappings go and maps its own.
+    def in_child() -> bool:
+        gone = lib._segments.mapped() == 0  # after the fork handler, before any call
+        return app.get_batch(keys[1:3]) == [values[k] for k in keys[1:3]] and gone and lib._segments.mapped() == 1
+
+    assert _in_forked_child(in_child)
+    assert lib._segments.mapped() == 1 and app.get_batch(keys[3:]) == [values[keys[3]]]
     assert srv.alive()
 
 
@@ -168,7 +200,7 @@ def test_a_copy_here_that_outlives_the_lease_is_discarded(master_factory, client
     # from when the server's lookup left, before the copy began.
     spy.during = lambda: time.sleep(0.3)
     assert app.get_batch(["ll-0"]) == [b""]
-    assert spy.copied == [len(v)]
+    assert spy.copied == [len(v)] and spy.deferred == 0, "a copy past its lease ended without asking the server"
     spy.during = None
     assert app.get_batch(["ll-0"]) == [v]
 

@@ -10,11 +10,12 @@ import (
 
 // Place is a replica a process on this host can read in place: the
 // object's Size bytes lie at Offset in the host segment SegID, SegSize
-// bytes in all, whose memory is the memfd at Path (/proc/<owner>/fd/<n>).
-// A zero Place (Path "") names none.
+// bytes in all, whose memory is the memfd at Path (/proc/<owner>/fd/<n>),
+// and stay the object's for LeaseMS milliseconds from the lookup (0: no
+// bound). A zero Place (Path "") names none.
 type Place struct {
-	SegID, Offset, Size, SegSize uint64
-	Path                         string
+	SegID, Offset, Size, SegSize, LeaseMS uint64
+	Path                                  string
 }
 
 // Places returns, for each object p found, the place of its cheapest
@@ -60,7 +61,8 @@ func (c *Client) Places(p *Pending) []Place {
 		if !ok || !c.mapsHostMemory(peer) || rep.Offset > peer.Size || r.Size > peer.Size-rep.Offset {
 			continue
 		}
-		out[i] = Place{SegID: rep.SegID, Offset: rep.Offset, Size: r.Size, SegSize: peer.Size, Path: peer.ShmPath}
+		out[i] = Place{SegID: rep.SegID, Offset: rep.Offset, Size: r.Size, SegSize: peer.Size,
+			LeaseMS: uint64(max(r.LeaseMS, 0)), Path: peer.ShmPath}
 	}
 	return out
 }

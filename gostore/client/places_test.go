@@ -33,7 +33,8 @@ func TestPlacesNameTheSegmentThatHoldsTheObject(t *testing.T) {
 		t.Fatalf("a miss got a place: %+v", places[1])
 	}
 	pl := places[0]
-	if pl.Path == "" || pl.Size != uint64(len(v)) || pl.SegSize != 8<<20 || pl.Offset+pl.Size > pl.SegSize {
+	if pl.Path == "" || pl.Size != uint64(len(v)) || pl.SegSize != 8<<20 || pl.Offset+pl.Size > pl.SegSize ||
+		pl.LeaseMS == 0 {
 		t.Fatalf("place %+v for a %d-byte object in an 8 MiB segment", pl, len(v))
 	}
 	f, err := os.Open(pl.Path)

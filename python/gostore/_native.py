@@ -73,9 +73,10 @@ PROTOTYPES = {
     # h, pending, ptrs, sizes, nparts, zero_copy, results(int64)
     "gs_get_finish": (None, [_i64, _i64, _vp, _vp, _vp, c_int, _vp]),
     "gs_get_abort": (None, [_i64, _i64]),
-    # h, pending, seg_ids_out, offsets_out, sizes_out (uint64 each), paths,
-    # cap -> bytes of "<segment id> <size> <path>" lines / -10 / negative
-    "gs_get_places": (c_int, [_i64, _i64, _vp, _vp, _vp, _vp, c_int]),
+    # h, pending, seg_ids_out, offsets_out, sizes_out, leases_ms_out (uint64
+    # each), paths, cap -> bytes of "<segment id> <size> <path>" lines / -10
+    # / negative
+    "gs_get_places": (c_int, [_i64, _i64, _vp, _vp, _vp, _vp, _vp, c_int]),
     # h, key, key_len, scratch, cap, size_out(int64) -> 0 (in scratch) /
     # pending handle (larger than cap) / negative code
     "gs_get_one": (_i64, [_i64, c_char_p, c_int, c_uint64, c_uint64, _vp]),

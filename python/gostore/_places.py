@@ -11,7 +11,10 @@ lease and counts this process as its reader until ``gs_get_finish``, which
 checks the lease after the copy as it does for its own copies (a copy that
 outlived it gives -707).
 
-A segment is mapped on first use and kept for the next calls. At each call
+A segment is mapped on first use and kept for the next calls. Its pages
+enter this process's page tables as they are first read (a fault per few
+pages); unlike the server's own mappings it is not populated ahead, so an
+application pays page tables only for what it reads. At each call
 the path is checked against the file mapped (a segment that went away and
 whose path now names another memfd is mapped again); a mapping unused for
 ``IDLE_S`` seconds is let go at the next call, and all at ``close`` and in
@@ -165,6 +168,16 @@ class Segments:
             for m in list(self._current.values()):
                 if m.busy == 0 and m.used < cut:
                     self._retire(m)
+
+    def forget_all(self) -> None:
+        """Unmap everything now: in a forked child, where no other thread
+        of the parent copies."""
+        with self._lock:
+            for m in self._mapped.values():
+                _unmap(m.addr, m.size)
+            self._mapped.clear()
+            self._current.clear()
+            self._failed.clear()
 
     def close(self) -> None:
         """Let go of every mapping (those in use once their calls end)."""

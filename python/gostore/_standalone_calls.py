@@ -27,6 +27,7 @@ an array (typecode byte, u32-length bytes).
 
 from __future__ import annotations
 
+import ctypes
 import operator
 import os
 import socket
@@ -245,7 +246,9 @@ CALLS: Dict[str, Call] = {
         cross_memory=True,
     ),
     "gs_get_abort": Call((H, I), ends_pending=True, returns=False),
-    "gs_get_places": Call((H, I, O("Q", PENDING(1)), O("Q", PENDING(1)), O("Q", PENDING(1)), O("B", N(6)), I)),
+    "gs_get_places": Call(
+        (H, I, O("Q", PENDING(1)), O("Q", PENDING(1)), O("Q", PENDING(1)), O("Q", PENDING(1)), O("B", N(7)), I)
+    ),
     "gs_get_one": Call((H, S, I, I, I, O("q", ONE())), data=(Data(3, 4, WRITES),), opens="one"),
     "gs_get_into_batch": Call(
         _keys_n + (A("Q", SUM(6)), A("Q", SUM(6)), A("I", N(1)), Z, O("q", N(1))),
@@ -283,6 +286,70 @@ CALLS: Dict[str, Call] = {
     "gs_disk_read_count": Call((H,)),
     "gs_replica_clear": Call(_keys_n + (S, I, O("i", N(1)))),
 }
+
+# ---- places (see standalone.py) ----------------------------------------------
+
+# A reply that opens a get handle whose objects are PLACES_MIN bytes or more
+# in all carries, after the call's filled arrays, where they lie
+# (gs_get_places: segment ids, offsets, sizes, segment lines), so the
+# application copies them without a round trip of its own to ask.
+PLACES_MIN = 512 << 10
+# Room for gs_get_places' segment lines (about 40 bytes each), tried first;
+# a call that needs more asks again with PATHS_MAX. The whole room travels
+# in the reply: a larger first try cost 60 us a call.
+PATHS_CAP = 4 << 10
+PATHS_MAX = 1 << 20
+_NO_ROOM = int(ErrorCode.BUFFER_OVERFLOW)
+
+@dataclass(frozen=True)
+class Places:
+    """Where the objects of a get lie (gs_get_places): per object its
+    segment id (0: no place), offset, size and lease in ms; the segment
+    lines; and, for places a reply carried, the objects' sizes as the reply
+    gave them and when the application sent the call (time.monotonic())."""
+
+    seg_ids: array
+    offsets: array
+    sizes: array
+    leases_ms: array
+    paths: bytes
+    found: Optional[array] = None
+    sent: float = 0.0
+
+
+def ask_places(gs_get_places: Callable[..., Any], h: int, pending: int, n: int) -> Optional[Places]:
+    """``gs_get_places`` of get handle ``pending`` (``n`` objects), through
+    whichever side's function: None when it placed nothing or failed."""
+    arrays = [array("Q", bytes(8 * n)) for _ in range(4)]
+    got: Any = None
+    for cap in (PATHS_CAP, PATHS_MAX):
+        doc = ctypes.create_string_buffer(cap)
+        got = gs_get_places(h, pending, *(a.buffer_info()[0] for a in arrays), ctypes.addressof(doc), cap)
+        if got != _NO_ROOM:
+            break
+    if not isinstance(got, int) or got <= 0:
+        return None
+    return Places(*arrays, doc.raw[:got])
+
+
+def places_of(extra: Sequence[Any], n: int, found: Any, sent: float) -> Optional[Places]:
+    """The places a reply carried after its filled arrays (``extra``), for
+    a get of ``n`` objects whose sizes it gave in ``found``; None when it
+    carried none or they do not fit."""
+    if len(extra) != 5:
+        return None
+    *arrays, doc = extra
+    if not all(isinstance(a, array) and a.typecode == "Q" and len(a) == n for a in arrays):
+        return None
+    if not isinstance(doc, bytes) or not (isinstance(found, array) and len(found) == n):
+        return None
+    return Places(*arrays, doc, found, sent)
+
+
+def reply_places(p: Places) -> List[Any]:
+    """What a reply carries of ``p`` (see places_of)."""
+    return [p.seg_ids, p.offsets, p.sizes, p.leases_ms, p.paths]
+
 
 # Calls whose results are per key in their last argument (n = args[1]
 # entries): a call the server cannot answer fills them with the failure.

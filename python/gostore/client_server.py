@@ -398,13 +398,16 @@ class StandaloneServer:
                 self._drop_region(temp)
             for r in s.release(used):
                 self._drop_region(r)
-        if call.opens == "pending" and isinstance(ret, int) and ret > 0:
-            pending[ret] = int(first)
-        elif call.opens == "one" and isinstance(ret, int) and ret > 0:
-            pending[ret] = 1
+        extra: List[Any] = []
+        if call.opens and isinstance(ret, int) and ret > 0:
+            n = pending[ret] = int(first) if call.opens == "pending" else 1
+            # outs[0]: the objects' sizes (negative for misses)
+            if sum(x for x in outs[0] if x > 0) >= P.PLACES_MIN:
+                placed = P.ask_places(self.lib.gs_get_places, self.h, ret, n)
+                extra = P.reply_places(placed) if placed else []
         if call.ends_pending:
             pending.pop(int(first), None)
-        conn.send(P.frame(P.REPLY, [ret] + outs))
+        conn.send(P.frame(P.REPLY, [ret] + outs + extra))
 
     def _translate(self, call: P.Call, s: Session, temp: Optional[_Region], args: List[Any],
                    used: List[_Region], cross: bool) -> Optional[str]:

@@ -27,10 +27,13 @@ master connection. Bytes never cross the socket: they lie in shared memory
   ``OVERFLOW_IDLE_S`` seconds unused. A call it cannot serve (in use by
   another thread, or larger) gets a region of its own.
 * a copying get of ``PLACES_MIN`` bytes or more into this process's own
-  memory first asks where its objects lie (``gs_get_places``): those in
-  host memory on this host are copied here, from the segment mapped
-  read-only (``_places``), one memcpy where the server's cross-memory
-  write runs at a fraction of its speed; the server copies the rest;
+  memory copies here the objects that lie in host memory on this host,
+  from the segment mapped read-only (``_places``): one memcpy, where the
+  server's cross-memory write runs at a fraction of its speed; the server
+  copies the rest. Where they lie (``gs_get_places``) comes with the
+  answer to the call that looked them up; when everything was copied
+  here inside its lease, the call that ends the get does not wait for
+  its answer (read before the connection's next call);
 * copies this process keeps (``get_buffer``'s, copying tensor reads')
   land in the local buffer while it has room, then in *lend regions*:
   ``LEND_CHUNK`` bytes or more each, shared once and kept for the next
@@ -62,7 +65,7 @@ import threading
 import time
 import weakref
 from array import array
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import _heap, _places, _shm, hostmem
 from ._buffers import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
@@ -86,18 +89,13 @@ LEND_IDLE_S = 30.0  # a lend region with no copy in it, and none made or freed t
 LEND_BLOCK_MAX = 4 << 20
 # A copying get with at least this many bytes to write into this process's
 # own memory copies what it can from the segments here (see the module
-# text); below it the extra call to the server costs more than the copy
-# saves. Larger than any get: the server copies everything.
-PLACES_MIN = 512 << 10
-# Room for gs_get_places' segment lines (about 40 bytes each), tried
-# first; a call that needs more asks again with _PATHS_MAX. The whole room
-# travels back in the reply: a larger first try cost 60 us a call.
-_PATHS_CAP = 4 << 10
-_PATHS_MAX = 1 << 20
+# text); below it the call to the server to ask where they lie costs more
+# than the copy saves (a server answers unasked from P.PLACES_MIN up).
+# Larger than any get: the server copies everything.
+PLACES_MIN = P.PLACES_MIN
 _RPC_FAIL = int(ErrorCode.RPC_FAIL)
 _INTERNAL = int(ErrorCode.INTERNAL_ERROR)
 _HANDLE = 1  # the only store handle an application holds
-_NO_ROOM = int(ErrorCode.BUFFER_OVERFLOW)
 
 
 def spin_us_from_env() -> int:
@@ -140,13 +138,15 @@ def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
 
 
 class _Connection:
-    __slots__ = ("frames", "pending")
+    __slots__ = ("frames", "pending", "places", "owed")
 
     def __init__(self, sock: socket.socket, spin_us: int, gate: P.SpinGate) -> None:
         # Polls for each answer (hot 0: the answer to a call just sent is
         # awaited), up to the spin, before the thread sleeps.
         self.frames = P.Conn(sock, spin_us, gate, hot=0)
         self.pending: Dict[int, int] = {}  # get handle -> key count
+        self.places: Dict[int, P.Places] = {}  # get handle -> where its objects lie, as its reply said
+        self.owed = 0  # answers of calls sent without waiting, not read yet
 
 
 class _ServerError(Exception):
@@ -313,7 +313,7 @@ class RemoteLibrary:
     def _after_fork(self) -> None:
         for c in self._conns:  # our copies of the parent's sockets; its own stay open
             c.frames.sock.close()
-        self._segments.close()  # the parent's mappings, inherited
+        self._segments.forget_all()  # the parent's mappings, inherited
         self._reset()
 
     # ---- connections --------------------------------------------------------
@@ -388,12 +388,31 @@ class RemoteLibrary:
         self._roundtrip(c, P.frame(P.REGION, [r.addr, r.size]), [r.fd])
 
     def _roundtrip(self, c: _Connection, data: bytes, fds: Sequence[int] = ()) -> Tuple[int, memoryview]:
+        self._read_owed(c)
         c.frames.send(data, fds)
         kind, body = c.frames.read()
         if kind == P.ERROR:
             code, msg = P.get_values(body, 2)
             raise _ServerError(code, msg.decode("utf-8", "replace"))
         return kind, body
+
+    @staticmethod
+    def _send_owed(c: _Connection, data: bytes) -> None:
+        """Send a call whose answer is read later (_read_owed)."""
+        c.frames.send(data)
+        c.owed += 1
+
+    @staticmethod
+    def _read_owed(c: _Connection) -> None:
+        """Read the answers of the calls sent without waiting (they came
+        long ago, as a rule): only an error says anything, and it is logged."""
+        while c.owed:
+            c.owed -= 1
+            kind, body = c.frames.read()
+            if kind == P.ERROR:
+                code, msg = P.get_values(body, 2)
+                _log.error("gostore: a get's end, sent without waiting, was refused (%s): %s", code,
+                           msg.decode("utf-8", "replace"))
 
     def _drop_conn(self) -> None:
         c = getattr(self._tls, "conn", None)
@@ -636,7 +655,10 @@ class RemoteLibrary:
                 own.append((i, first))
                 want += ss[first]
             first += k
-        copied = self._copy_placed(h, pending, n, own, ps, ss) if want >= PLACES_MIN else set()
+        placed = c.places.get(int(pending)) if want >= PLACES_MIN else None
+        if want >= PLACES_MIN and placed is None:
+            placed = P.ask_places(self.gs_get_places, h, pending, n)
+        copied = self._copy_placed(placed, own, ps, ss) if placed is not None else set()
         if not copied:
             return forward(h, pending, ptrs, sizes, nparts, zero_copy, results)
         # The server ends the get: it counts the objects copied here read
@@ -650,8 +672,33 @@ class RemoteLibrary:
                 keep_ps.extend(ps[first:first + k])
                 keep_ss.extend(ss[first:first + k])
             first += k
+        if not keep_ps and self._all_copied(placed, copied) and self._within_leases(placed, copied):
+            # Nothing left for the server to read, and every copy ended
+            # inside its lease: the results are known here, and the finish
+            # (the end of the reads) goes without waiting for its answer,
+            # read before this connection's next call.
+            done = array("q", placed.found)
+            for i in copied:
+                done[i] = placed.sizes[i]
+            ctypes.memmove(results, done.buffer_info()[0], 8 * n)
+            forward(h, pending, 0, 0, counts.buffer_info()[0], zero_copy, results, defer=True)
+            return None
         return forward(h, pending, keep_ps.buffer_info()[0] if keep_ps else 0,
                        keep_ss.buffer_info()[0] if keep_ss else 0, counts.buffer_info()[0], zero_copy, results)
+
+    @staticmethod
+    def _all_copied(placed: P.Places, copied: Set[int]) -> bool:
+        """Whether every object the get found was copied here."""
+        return placed.found is not None and all(i in copied for i, size in enumerate(placed.found) if size > 0)
+
+    @staticmethod
+    def _within_leases(placed: P.Places, copied: Set[int]) -> bool:
+        """Whether the copies of ``copied``, over now, ended inside their
+        leases as a reply that opened the get gave them. A lease counts
+        from the server's lookup, after the call left here (``sent``):
+        ending before ``sent`` + lease is ending inside it."""
+        lease = min((placed.leases_ms[i] for i in copied if placed.leases_ms[i]), default=0)
+        return lease == 0 or time.monotonic() < placed.sent + lease / 1000
 
     @property
     def _forward_finish(self) -> Callable[..., Any]:
@@ -660,24 +707,15 @@ class RemoteLibrary:
             f = self._finish_forwarder = self._forwarder("gs_get_finish", P.CALLS["gs_get_finish"])
         return f
 
-    def _copy_placed(self, h: int, pending: int, n: int, own: List[Tuple[int, int]], ps: array,
-                     ss: array) -> set:
-        """Copy here the objects of ``own`` (object, part) that the server
-        places in host memory on this host; the objects copied."""
-        ids, offs, lens = (array("Q", bytes(8 * n)) for _ in range(3))
-        for cap in (_PATHS_CAP, _PATHS_MAX):
-            doc = ctypes.create_string_buffer(cap)
-            got = self.gs_get_places(h, pending, ids.buffer_info()[0], offs.buffer_info()[0],
-                                     lens.buffer_info()[0], ctypes.addressof(doc), cap)
-            if got != _NO_ROOM:
-                break
-        if not isinstance(got, int) or got <= 0:
-            return set()
-        segs = _places.parse_paths(doc.raw[:got])
+    def _copy_placed(self, placed: P.Places, own: List[Tuple[int, int]], ps: array, ss: array) -> Set[int]:
+        """Copy here the objects of ``own`` (object, part) that ``placed``
+        puts in host memory on this host; the objects copied."""
+        segs = _places.parse_paths(placed.paths)
         self._segments.expire()
         held: Dict[int, Optional[int]] = {}
         parts: List[Tuple[int, int, int]] = []
-        copied = set()
+        copied: Set[int] = set()
+        ids, offs, lens = placed.seg_ids, placed.offsets, placed.sizes
         try:
             for i, j in own:
                 seg = ids[i]
@@ -806,7 +844,10 @@ class RemoteLibrary:
         order = call.array_order
         enc_name = name.encode()
 
-        def forward(*cargs: Any) -> Any:
+        def forward(*cargs: Any, defer: bool = False) -> Any:
+            """``defer``: send the call and return None, its answer read
+            before this connection's next call (a call with nothing to
+            fill or stage only)."""
             if os.getpid() != self._pid:
                 self._after_fork()
             args: List[Any] = list(cargs)
@@ -840,8 +881,13 @@ class RemoteLibrary:
                 own = None if overflow else temp
                 frame_vals: List[Any] = [enc_name, own.addr if own else None, own.size if own else 0]
                 frame_vals.extend(args)
-                kind, body = self._roundtrip(c, P.frame(P.CALL, frame_vals), [own.fd] if own else ())
-                vals = P.get_values(body)
+                sent = time.monotonic()
+                if defer:
+                    self._send_owed(c, P.frame(P.CALL, frame_vals))
+                    vals = [None]
+                else:
+                    kind, body = self._roundtrip(c, P.frame(P.CALL, frame_vals), [own.fd] if own else ())
+                    vals = P.get_values(body)
                 ret, filled = vals[0], vals[1:]
                 for (i, addr, n), arr in zip(outs, filled):
                     if n > 0 and isinstance(arr, array):
@@ -859,12 +905,14 @@ class RemoteLibrary:
                     self._overflow_busy = False  # a plain store: only its holder writes it
                 elif temp is not None:
                     temp.close()
-            if call.opens == "pending" and isinstance(ret, int) and ret > 0:
-                c.pending[ret] = int(cargs[1])
-            elif call.opens == "one" and isinstance(ret, int) and ret > 0:
-                c.pending[ret] = 1
+            if call.opens and isinstance(ret, int) and ret > 0:
+                n = c.pending[ret] = int(cargs[1]) if call.opens == "pending" else 1
+                placed = P.places_of(filled[len(outs):], n, filled[0] if filled else None, sent)
+                if placed:
+                    c.places[ret] = placed
             if call.ends_pending:
                 c.pending.pop(int(cargs[1]), None)
+                c.places.pop(int(cargs[1]), None)
             return ret if call.returns else None
 
         forward.__name__ = name
