@@ -74,6 +74,9 @@ type fakeDriver struct {
 	refusePin    atomic.Bool
 	failCopies   atomic.Bool
 	deviceCopies atomic.Int64
+	// refuseNewPinned: NewPinned fails, as the client's driver does on a
+	// host without CUDA (a fake: this machine has none to test with)
+	refuseNewPinned bool
 }
 
 type fakePinned struct{ mem []byte }
@@ -81,7 +84,12 @@ type fakePinned struct{ mem []byte }
 func (p *fakePinned) Bytes() []byte { return p.mem }
 func (p *fakePinned) Close() error  { return nil }
 
-func (d *fakeDriver) NewPinned(n uint64) (Pinned, error) { return &fakePinned{make([]byte, n)}, nil }
+func (d *fakeDriver) NewPinned(n uint64) (Pinned, error) {
+	if d.refuseNewPinned {
+		return nil, errors.New("fake driver: no device to pin memory with")
+	}
+	return &fakePinned{make([]byte, n)}, nil
+}
 
 func (d *fakeDriver) Pin(addr, size uint64) error {
 	if d.refusePin.Load() {

@@ -30,7 +30,7 @@ func processParts(bufs [][]byte, k ...int) ([][]byte, []DevicePart) {
 
 // Writes from and reads into another process's memory, mixed with host
 // parts, against a same-host segment, a TCP peer (through plain bounces:
-// no driver) and a GPU segment (through the host), bytes verified. A part
+// no driver, or one that cannot pin) and a GPU segment (through the host), bytes verified. A part
 // of 5 MiB is split across threads.
 func TestProcessPartsOnEveryRoute(t *testing.T) {
 	seg := localSegment(t, t.Name(), 16<<20)
@@ -46,6 +46,9 @@ func TestProcessPartsOnEveryRoute(t *testing.T) {
 	}{
 		{"shm", shmPeer(seg), nil, "shm"},
 		{"tcp", newTCPPeer(t, 16<<20).peer, nil, "tcp"},
+		// The client's driver on a host without CUDA refuses to pin:
+		// the bounces are plain memory all the same.
+		{"tcp, a driver that cannot pin", newTCPPeer(t, 16<<20).peer, &fakeDriver{refuseNewPinned: true}, "tcp"},
 		{"gpu segment", devPeer, &fakeDriver{open: func(Peer) (DeviceMemory, error) { return mapped, nil }}, "ipc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,10 +52,16 @@ func (p *bouncePool) get(n uint64) (bounce, error) {
 	return bounce{mem: own.Bytes()[:n:n], own: own}, nil
 }
 
-// newMem returns n bytes for bounces: pinned by the driver, or plain.
+// newMem returns n bytes for bounces: pinned by the driver, or plain when
+// there is no driver or it cannot pin. The client always passes a driver,
+// one that fails every call on a host without CUDA; parts in other
+// processes' memory (gostore-client's applications reading over TCP) need
+// no pinning, and a GPU part copies from pageable memory too.
 func (p *bouncePool) newMem(n uint64) (Pinned, error) {
 	if p.driver != nil {
-		return p.driver.NewPinned(n)
+		if m, err := p.driver.NewPinned(n); err == nil {
+			return m, nil
+		}
 	}
 	return plainMem(make([]byte, n)), nil
 }
