@@ -282,3 +282,64 @@ def test_copy_parts_splits_large_copies_among_threads():
     finally:
         unmap_memory(src, n)
         os.close(src_fd)
+
+
+def test_nothing_placed_is_said_once(master, client_process_factory, store_factory, monkeypatch):
+    """A server that reaches the objects over TCP only (forced here, as for
+    objects on another host) places nothing and says so in its answer: the
+    application does not ask, and the server copies into its memory
+    through a bounce (which needed a GPU driver to pin it before)."""
+    monkeypatch.setenv("GOSTORE_TRANSPORT", "tcp")
+    srv = client_process_factory(master, segment="0")
+    monkeypatch.delenv("GOSTORE_TRANSPORT")
+    owner = store_factory(master)  # in this process: over TCP for the server
+    app = _dummy(srv.server_address)
+    spy = _Spy(app._lib(), monkeypatch)
+    v = _pattern(7, 2 * MiB + 5)
+    assert owner.put("nw-0", v) == 0
+    assert app.get_batch(["nw-0", "nw-missing"]) == [v, b""]
+    assert spy.asked == 0 and spy.copied == [] and spy.server_parts[-1] == [1, 0]
+
+
+def test_an_interrupted_copy_ends_the_get(master, client_process_factory, store_factory, monkeypatch):
+    srv = client_process_factory(master)
+    writer = store_factory(master, segment=0)
+    app = _dummy(srv.server_address)
+    v = _pattern(8, 2 * MiB)
+    assert writer.put("ic-0", v) == 0
+
+    def interrupted(parts):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_places, "copy_parts", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        app.get_batch(["ic-0"])
+    # The get was ended (no reader left behind: an upsert goes through),
+    # and the connection still serves.
+    wait_until(lambda: writer.upsert("ic-0", _pattern(9, 2 * MiB)) == 0, what="the upsert after the abort")
+    monkeypatch.undo()
+    assert app.get_batch(["ic-0"]) == [_pattern(9, 2 * MiB)]
+    assert not app._lib()._conn().pending and not app._lib()._conn().places
+
+
+def test_only_a_memfd_is_mapped(tmp_path):
+    segs = _places.Segments()
+    f = tmp_path / "plain"
+    f.write_bytes(b"P" * mmap.PAGESIZE)
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert segs.acquire(1, mmap.PAGESIZE, f"/proc/{os.getpid()}/fd/{fd}") is None
+        assert segs.mapped() == 0
+    finally:
+        os.close(fd)
+
+
+def test_a_forked_child_does_not_wait_for_the_parents_lock():
+    segs = _places.Segments()
+    fd = _memfd(b"F" * mmap.PAGESIZE)
+    base = segs.acquire(2, mmap.PAGESIZE, f"/proc/{os.getpid()}/fd/{fd}")
+    assert base
+    segs._lock.acquire()  # as another thread of the parent may hold it at the fork
+    segs.forget_all()
+    assert segs.mapped() == 0 and segs.acquire(2, mmap.PAGESIZE, f"/proc/{os.getpid()}/fd/{fd}")
+    os.close(fd)

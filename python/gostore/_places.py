@@ -30,6 +30,7 @@ import ctypes
 import logging
 import mmap
 import os
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -145,14 +146,22 @@ class Segments:
 
     @staticmethod
     def _map(path: str, size: int, ident: Tuple[int, int]) -> Optional[int]:
+        # The path must name a memfd, as gostore-client checks for its own
+        # mappings: a recycled pid or fd number must not make this process
+        # copy out of some unrelated file (nor block opening a FIFO).
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            target = os.readlink(path)
+            if not target.startswith("/memfd:"):
+                _log.info("gostore: segment path %s names %r, not a memfd: the server copies its objects",
+                          path, target)
+                return None
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             _log.info("gostore: cannot open segment %s here (%s): the server copies its objects", path, e)
             return None
         try:
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != ident or st.st_size < size:
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != ident or st.st_size < size:
                 return None  # replaced between the two looks, or not the segment named
             return map_memory(size, fd, mmap.PROT_READ)
         except (OSError, RuntimeError) as e:
@@ -171,13 +180,14 @@ class Segments:
 
     def forget_all(self) -> None:
         """Unmap everything now: in a forked child, where no other thread
-        of the parent copies."""
-        with self._lock:
-            for m in self._mapped.values():
-                _unmap(m.addr, m.size)
-            self._mapped.clear()
-            self._current.clear()
-            self._failed.clear()
+        of the parent runs. Not under the lock, which such a thread may
+        have held at the fork: a new one replaces it."""
+        self._lock = threading.Lock()
+        for m in self._mapped.values():
+            _unmap(m.addr, m.size)
+        self._mapped.clear()
+        self._current.clear()
+        self._failed.clear()
 
     def close(self) -> None:
         """Let go of every mapping (those in use once their calls end)."""
@@ -222,7 +232,7 @@ def copy_parts(parts: Sequence[Tuple[int, int, int]]) -> None:
     for dst, src, n in parts:
         for off in range(0, n, _CHUNK):
             pieces.append((dst + off, src + off, min(_CHUNK, n - off)))
-    queue = iter(pieces)  # next() on it is atomic under the GIL: each piece is copied once
+    queue = _Pieces(pieces)
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -232,6 +242,26 @@ def copy_parts(parts: Sequence[Tuple[int, int, int]]) -> None:
     _copy(queue)
     for f in futures:
         f.result()
+
+
+class _Pieces:
+    """Pieces handed out once each, to whichever thread asks first."""
+
+    def __init__(self, pieces: List[Tuple[int, int, int]]) -> None:
+        self._pieces = pieces
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> "_Pieces":
+        return self
+
+    def __next__(self) -> Tuple[int, int, int]:
+        with self._lock:
+            i = self._next
+            if i >= len(self._pieces):
+                raise StopIteration
+            self._next = i + 1
+        return self._pieces[i]
 
 
 def _after_fork_in_child() -> None:

@@ -291,8 +291,11 @@ CALLS: Dict[str, Call] = {
 
 # A reply that opens a get handle whose objects are PLACES_MIN bytes or more
 # in all carries, after the call's filled arrays, where they lie
-# (gs_get_places: segment ids, offsets, sizes, segment lines), so the
-# application copies them without a round trip of its own to ask.
+# (gs_get_places: segment ids, offsets, sizes, leases, segment lines; or a
+# single 0 when nothing could be placed), so the application copies them
+# without a round trip of its own to ask. The objects placed are then the
+# application's: its finish gives each parts for the server to read into,
+# or none once it copied it (counted read; see bindings/ABI.md).
 PLACES_MIN = 512 << 10
 # Room for gs_get_places' segment lines (about 40 bytes each), tried first;
 # a call that needs more asks again with PATHS_MAX. The whole room travels
@@ -332,10 +335,18 @@ def ask_places(gs_get_places: Callable[..., Any], h: int, pending: int, n: int) 
     return Places(*arrays, doc.raw[:got])
 
 
+# What a reply carries when the server looked and placed nothing (objects
+# on other hosts, on the SSD tier, ...): the application need not ask.
+NOWHERE = Places(array("Q"), array("Q"), array("Q"), array("Q"), b"")
+
+
 def places_of(extra: Sequence[Any], n: int, found: Any, sent: float) -> Optional[Places]:
     """The places a reply carried after its filled arrays (``extra``), for
-    a get of ``n`` objects whose sizes it gave in ``found``; None when it
-    carried none or they do not fit."""
+    a get of ``n`` objects whose sizes it gave in ``found``: NOWHERE when
+    the server looked and placed nothing; None when it carried none (a
+    server that did not look) or they do not fit."""
+    if len(extra) == 1 and extra[0] == 0:
+        return NOWHERE
     if len(extra) != 5:
         return None
     *arrays, doc = extra
@@ -346,9 +357,15 @@ def places_of(extra: Sequence[Any], n: int, found: Any, sent: float) -> Optional
     return Places(*arrays, doc, found, sent)
 
 
-def reply_places(p: Places) -> List[Any]:
-    """What a reply carries of ``p`` (see places_of)."""
-    return [p.seg_ids, p.offsets, p.sizes, p.leases_ms, p.paths]
+def reply_places(p: Optional[Places]) -> List[Any]:
+    """What a reply carries of ``p`` (see places_of); None: nothing placed."""
+    return [p.seg_ids, p.offsets, p.sizes, p.leases_ms, p.paths] if p is not None else [0]
+
+
+def places_fit(outs: Sequence[array], n: int, paths: int) -> bool:
+    """Whether a reply filling ``outs`` still fits a frame with the places
+    of ``n`` objects and ``paths`` bytes of segment lines."""
+    return sum(len(o) * o.itemsize for o in outs) + 32 * n + paths + 4096 <= MAX_FRAME
 
 
 # Calls whose results are per key in their last argument (n = args[1]

@@ -404,7 +404,10 @@ class StandaloneServer:
             # outs[0]: the objects' sizes (negative for misses)
             if sum(x for x in outs[0] if x > 0) >= P.PLACES_MIN:
                 placed = P.ask_places(self.lib.gs_get_places, self.h, ret, n)
-                extra = P.reply_places(placed) if placed else []
+                if placed is None or P.places_fit(outs, n, len(placed.paths)):
+                    extra = P.reply_places(placed)
+                # else: too many objects for one frame with their places;
+                # the application asks, or the server reads them
         if call.ends_pending:
             pending.pop(int(first), None)
         conn.send(P.frame(P.REPLY, [ret] + outs + extra))

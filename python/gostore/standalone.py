@@ -651,14 +651,24 @@ class RemoteLibrary:
         own: List[Tuple[int, int]] = []  # (object, its part): one part, in this process's own memory
         first = want = 0
         for i, k in enumerate(counts):
-            if k == 1 and ps[first] and ss[first] and self._region_of(ps[first], ss[first]) is None:
+            # (a destination that is not memory is the server's to refuse)
+            if k == 1 and ps[first] and ss[first] and self._region_of(ps[first], ss[first]) is None \
+                    and _shm.mapped(ps[first], ss[first]):
                 own.append((i, first))
                 want += ss[first]
             first += k
+        copied: Set[int] = set()
         placed = c.places.get(int(pending)) if want >= PLACES_MIN else None
-        if want >= PLACES_MIN and placed is None:
-            placed = P.ask_places(self.gs_get_places, h, pending, n)
-        copied = self._copy_placed(placed, own, ps, ss) if placed is not None else set()
+        try:
+            if want >= PLACES_MIN and placed is None:
+                placed = P.ask_places(self.gs_get_places, h, pending, n)
+            if placed is not None and placed is not P.NOWHERE:
+                copied = self._copy_placed(placed, own, ps, ss)
+        except BaseException:
+            # Interrupted before the finish went: end the reads, then let
+            # the caller see why.
+            self.gs_get_abort(h, pending)
+            raise
         if not copied:
             return forward(h, pending, ptrs, sizes, nparts, zero_copy, results)
         # The server ends the get: it counts the objects copied here read
@@ -711,7 +721,6 @@ class RemoteLibrary:
         """Copy here the objects of ``own`` (object, part) that ``placed``
         puts in host memory on this host; the objects copied."""
         segs = _places.parse_paths(placed.paths)
-        self._segments.expire()
         held: Dict[int, Optional[int]] = {}
         parts: List[Tuple[int, int, int]] = []
         copied: Set[int] = set()
@@ -905,14 +914,14 @@ class RemoteLibrary:
                     self._overflow_busy = False  # a plain store: only its holder writes it
                 elif temp is not None:
                     temp.close()
+                if call.ends_pending:  # answered or not, the handle is gone
+                    c.pending.pop(int(cargs[1]), None)
+                    c.places.pop(int(cargs[1]), None)
             if call.opens and isinstance(ret, int) and ret > 0:
                 n = c.pending[ret] = int(cargs[1]) if call.opens == "pending" else 1
                 placed = P.places_of(filled[len(outs):], n, filled[0] if filled else None, sent)
-                if placed:
+                if placed is not None:
                     c.places[ret] = placed
-            if call.ends_pending:
-                c.pending.pop(int(cargs[1]), None)
-                c.places.pop(int(cargs[1]), None)
             return ret if call.returns else None
 
         forward.__name__ = name
@@ -936,6 +945,7 @@ class RemoteLibrary:
         call's own: sent with the call, closed after it)."""
         self._expire_overflow(c)
         self._expire_lent(c)
+        self._segments.expire()
         cross = self._cross and call.cross_memory
         todo: List[Tuple[Any, int, int, int, str]] = []  # (holder, index, ptr, size, use)
         # A batch's pointers all in one shared region stay as they are; the
