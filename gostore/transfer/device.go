@@ -218,10 +218,7 @@ func (e *Engine) copyMixed(host []byte, dev DeviceMemory, op *Op) error {
 // processViaHost moves part d, in another process's memory, to or from
 // [off, off+d.Size) of GPU segment dev through a bounce.
 func (e *Engine) processViaHost(dev DeviceMemory, off uint64, d DevicePart, write bool) error {
-	b, err := e.bounces.get(d.Size)
-	if err != nil {
-		return err
-	}
+	b := e.bounces.get(d.Size)
 	defer e.bounces.put(b)
 	if write {
 		if err := e.fromPart(d, b.mem); err != nil {

@@ -30,8 +30,8 @@ func processParts(bufs [][]byte, k ...int) ([][]byte, []DevicePart) {
 
 // Writes from and reads into another process's memory, mixed with host
 // parts, against a same-host segment, a TCP peer (through plain bounces:
-// no driver, or one that cannot pin) and a GPU segment (through the host), bytes verified. A part
-// of 5 MiB is split across threads.
+// no driver, or one that cannot pin) and a GPU segment (through the
+// host), bytes verified. A part of 5 MiB is split across threads.
 func TestProcessPartsOnEveryRoute(t *testing.T) {
 	seg := localSegment(t, t.Name(), 16<<20)
 	dev := &fakeDevice{mu: new(sync.Mutex), mem: make([]byte, 16<<20)}

@@ -14,8 +14,8 @@ import (
 
 // bouncePool lends host memory to device parts: ranges of one arena,
 // made at first use, and an allocation of its own for a part the arena has
-// no room for. With a driver the memory is pinned; without one (only parts
-// in other processes' memory need bounces then) it is plain memory.
+// no room for. With a driver that can pin, the memory is pinned; else
+// (see newMem) it is plain memory. A loan never fails.
 type bouncePool struct {
 	driver Driver
 	size   uint64 // the arena's
@@ -31,25 +31,20 @@ type bounce struct {
 	off uint64
 }
 
-func (p *bouncePool) get(n uint64) (bounce, error) {
+func (p *bouncePool) get(n uint64) bounce {
 	p.mu.Lock()
 	if p.arena == nil && p.size > 0 {
-		if arena, err := p.newMem(p.size); err == nil {
-			p.arena, p.alloc = arena, alloc.New(p.size, 4096)
-		}
+		p.arena, p.alloc = p.newMem(p.size), alloc.New(p.size, 4096)
 	}
 	if p.alloc != nil {
 		if off, ok := p.alloc.Alloc(n); ok {
 			p.mu.Unlock()
-			return bounce{mem: p.arena.Bytes()[off : off+n : off+n], off: off}, nil
+			return bounce{mem: p.arena.Bytes()[off : off+n : off+n], off: off}
 		}
 	}
 	p.mu.Unlock()
-	own, err := p.newMem(n)
-	if err != nil {
-		return bounce{}, wire.Errorf(wire.ErrInternal, "staging %d bytes for a device part: %v", n, err)
-	}
-	return bounce{mem: own.Bytes()[:n:n], own: own}, nil
+	own := p.newMem(n)
+	return bounce{mem: own.Bytes()[:n:n], own: own}
 }
 
 // newMem returns n bytes for bounces: pinned by the driver, or plain when
@@ -57,13 +52,13 @@ func (p *bouncePool) get(n uint64) (bounce, error) {
 // one that fails every call on a host without CUDA; parts in other
 // processes' memory (gostore-client's applications reading over TCP) need
 // no pinning, and a GPU part copies from pageable memory too.
-func (p *bouncePool) newMem(n uint64) (Pinned, error) {
+func (p *bouncePool) newMem(n uint64) Pinned {
 	if p.driver != nil {
 		if m, err := p.driver.NewPinned(n); err == nil {
-			return m, nil
+			return m
 		}
 	}
-	return plainMem(make([]byte, n)), nil
+	return plainMem(make([]byte, n))
 }
 
 // plainMem is bounce memory without a driver.
@@ -140,11 +135,7 @@ func (e *Engine) stageOp(op *Op) (Op, []bounce, error) {
 	bufs := append([][]byte(nil), op.Bufs...)
 	loans := make([]bounce, 0, len(op.Device))
 	for _, d := range op.Device {
-		b, err := e.bounces.get(d.Size)
-		if err != nil {
-			e.bounces.putAll(loans)
-			return Op{}, nil, err
-		}
+		b := e.bounces.get(d.Size)
 		loans = append(loans, b)
 		bufs[d.Index] = b.mem
 		if op.Write && d.Size > 0 {

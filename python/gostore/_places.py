@@ -37,7 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .hostmem import map_memory, unmap_memory
+from ._shm import unmap
+from .hostmem import map_memory
 
 __all__ = ["Segments", "parse_paths", "copy_parts", "IDLE_S", "RETRY_S", "PARALLEL_MIN"]
 
@@ -116,7 +117,7 @@ class Segments:
             if m is not None and m.names(path, ident, size):  # another thread mapped it meanwhile
                 m.busy += 1
                 m.used = now
-                _unmap(addr, size)
+                unmap(addr, size)
                 return m.addr
             if m is not None:
                 self._retire(m)
@@ -134,7 +135,7 @@ class Segments:
             m.busy -= 1
             if m.busy == 0 and self._current.get(m.seg_id) is not m:
                 del self._mapped[addr]
-                _unmap(m.addr, m.size)
+                unmap(m.addr, m.size)
 
     def _retire(self, m: _Mapping) -> None:
         """No longer hand m out; unmap it once no call copies from it."""
@@ -142,7 +143,7 @@ class Segments:
             del self._current[m.seg_id]
         if m.busy == 0:
             self._mapped.pop(m.addr, None)
-            _unmap(m.addr, m.size)
+            unmap(m.addr, m.size)
 
     @staticmethod
     def _map(path: str, size: int, ident: Tuple[int, int]) -> Optional[int]:
@@ -171,7 +172,10 @@ class Segments:
             os.close(fd)
 
     def expire(self) -> None:
-        """Let go of the mappings no call used for IDLE_S seconds."""
+        """Let go of the mappings no call used for IDLE_S seconds. Every
+        forwarded call asks: with nothing mapped it costs a lookup."""
+        if not self._current:
+            return
         cut = time.monotonic() - IDLE_S
         with self._lock:
             for m in list(self._current.values()):
@@ -184,7 +188,7 @@ class Segments:
         have held at the fork: a new one replaces it."""
         self._lock = threading.Lock()
         for m in self._mapped.values():
-            _unmap(m.addr, m.size)
+            unmap(m.addr, m.size)
         self._mapped.clear()
         self._current.clear()
         self._failed.clear()
@@ -200,13 +204,6 @@ class Segments:
         """How many mappings are not yet unmapped (for tests and introspection)."""
         with self._lock:
             return len(self._mapped)
-
-
-def _unmap(addr: int, size: int) -> None:
-    try:
-        unmap_memory(addr, size)
-    except RuntimeError:
-        pass  # mapped by us: nothing to undo
 
 
 _pool: Optional[ThreadPoolExecutor] = None

@@ -651,16 +651,18 @@ class RemoteLibrary:
         own: List[Tuple[int, int]] = []  # (object, its part): one part, in this process's own memory
         first = want = 0
         for i, k in enumerate(counts):
-            # (a destination that is not memory is the server's to refuse)
-            if k == 1 and ps[first] and ss[first] and self._region_of(ps[first], ss[first]) is None \
-                    and _shm.mapped(ps[first], ss[first]):
+            if k == 1 and ps[first] and ss[first] and self._region_of(ps[first], ss[first]) is None:
                 own.append((i, first))
                 want += ss[first]
             first += k
+        if want < PLACES_MIN:
+            return forward(h, pending, ptrs, sizes, nparts, zero_copy, results)
+        # A destination that is not memory is the server's to refuse.
+        own = [(i, j) for i, j in own if _shm.mapped(ps[j], ss[j])]
         copied: Set[int] = set()
-        placed = c.places.get(int(pending)) if want >= PLACES_MIN else None
+        placed = c.places.get(int(pending))
         try:
-            if want >= PLACES_MIN and placed is None:
+            if placed is None:
                 placed = P.ask_places(self.gs_get_places, h, pending, n)
             if placed is not None and placed is not P.NOWHERE:
                 copied = self._copy_placed(placed, own, ps, ss)
