@@ -26,6 +26,7 @@ import (
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/master/ha"
+	"github.com/gostore/gostore/gostore/memlimit"
 	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/ssdtier"
@@ -193,6 +194,10 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		log.Error("setup rejected", "err", err)
 		return nil, err
 	}
+	if err := checkMemory(cfg); err != nil {
+		log.Error("setup rejected", "err", err)
+		return nil, err
+	}
 	if cfg.PutSpaceWait == 0 {
 		cfg.PutSpaceWait = DefaultPutSpaceWait
 	}
@@ -292,7 +297,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		return nil, err
 	}
 	if c.staging, err = newStaging(cfg.LocalBufferSize, cfg.LentRetainBytes); err != nil {
-		return nil, wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
+		err = wire.Errorf(wire.ErrInternal, "local buffer of %d bytes: %v", cfg.LocalBufferSize, err)
+		c.log.Error("setup failed", "err", err)
+		return nil, err
 	}
 	if h, _ := splitLocal(cfg.LocalHostname); cfg.GlobalSegmentSize > 0 || cfg.EnableSSDOffload {
 		if err := auth.Check(guard, "the transfer server", h, cfg.AllowInsecure); err != nil {
@@ -386,6 +393,18 @@ func validate(cfg *Config) error {
 		return wire.Errorf(wire.ErrInvalidParams, "the SSD tier offloads host segments only, not one on %s", cfg.SegmentLocation)
 	}
 	return nil
+}
+
+// checkMemory refuses, before anything is taken, a segment (host memory)
+// and local buffer that together exceed what the host and its cgroup can
+// give: both are populated at setup, and taking more would block in
+// reclaim or end in the OOM killer.
+func checkMemory(cfg Config) error {
+	asks := []memlimit.Ask{{Name: "local_buffer_size", Bytes: cfg.LocalBufferSize}}
+	if dev, _ := parseLocation(cfg.SegmentLocation); dev < 0 {
+		asks = append([]memlimit.Ask{{Name: "global_segment_size", Bytes: cfg.GlobalSegmentSize}}, asks...)
+	}
+	return memlimit.Check(asks...)
 }
 
 // parseLocation reads a segment location: -1 for host memory ("" or

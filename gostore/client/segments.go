@@ -19,12 +19,12 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gostore/gostore/gostore/memlimit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -176,7 +176,7 @@ const maxMapping = int(^uint(0) >> 1)
 // AllocAlign, and mounts them as a segment of this client. It returns the
 // ids naming the new segments and the bytes allocated. The memory is a
 // memfd, so same-host peers map it as they map the setup segment. A size
-// beyond the memory this process may still take (memAvailable) is refused
+// beyond the memory this process may still take (memlimit.Check) is refused
 // before anything is allocated: the pages are populated at once, and
 // taking more would invite the OOM killer. Failures are ErrInternal, as in
 // Mooncake, with the reason in the error and the log.
@@ -196,9 +196,8 @@ func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]str
 		return fail("%d bytes overflow when rounded up to %d", size, AllocAlign)
 	}
 	aligned := (size + AllocAlign - 1) / AllocAlign * AllocAlign
-	if avail, ok := memAvailable(); ok && aligned > avail {
-		return fail("%d bytes (%d rounded up to %d) exceed the memory available on this host (%d bytes)",
-			aligned, size, AllocAlign, avail)
+	if err := memlimit.Check(memlimit.Ask{Name: "allocate_and_mount_segment", Bytes: aligned}); err != nil {
+		return fail("%v", err)
 	}
 	s := &extraSeg{allocated: true, size: aligned}
 	// The memfd is named after the segment, which needs the listener:
@@ -209,57 +208,6 @@ func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]str
 	c.log.Info("allocated segment mounted", "id", s.handle, "name", s.name, "size", aligned,
 		"protocol", protocol, "location", location)
 	return []string{s.handle}, aligned, nil
-}
-
-// memAvailable is the memory this process may still take: the host's
-// MemAvailable (/proc/meminfo), less when the cgroup it sees as its root
-// (a container's) has a lower limit left.
-func memAvailable() (uint64, bool) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	avail, ok := uint64(0), false
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, found := strings.CutPrefix(line, "MemAvailable:"); found {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				if kb, err := strconv.ParseUint(f[0], 10, 64); err == nil {
-					avail, ok = kb<<10, true
-				}
-			}
-		}
-	}
-	if !ok {
-		return 0, false
-	}
-	for _, f := range [][2]string{
-		{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},                                 // v2
-		{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}, // v1
-	} {
-		limit, okL := readUint(f[0])
-		used, okU := readUint(f[1])
-		if okL && okU {
-			left := uint64(0)
-			if limit > used {
-				left = limit - used
-			}
-			avail = min(avail, left)
-			break
-		}
-	}
-	return avail, true
-}
-
-// readUint reads a file holding one decimal number ("max" and the like
-// are not one).
-func readUint(path string) (uint64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return v, err == nil
 }
 
 // mountExtra gives s a listener, a name, memory when it is allocated, a

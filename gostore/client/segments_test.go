@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/internal/testkit"
+	"github.com/gostore/gostore/gostore/memlimit"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -161,10 +162,11 @@ func TestMountRefusals(t *testing.T) {
 	if ids, err := c.MountFile(path, 0, 0, "tcp", ""); err != nil || ids == nil || len(ids) != 0 {
 		t.Errorf("size 0: %v, %v (want no ids and no error)", ids, err)
 	}
-	avail, ok := memAvailable()
+	limit, ok := memlimit.Probe{}.Tightest()
 	if !ok {
-		t.Fatal("MemAvailable unreadable")
+		t.Fatal("no memory bound readable")
 	}
+	avail := limit.Free
 	for _, size := range []uint64{0, avail + AllocAlign, 1 << 50, ^uint64(0)} {
 		if ids, n, err := c.AllocateAndMount(size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil || n != 0 {
 			t.Errorf("allocate %d: %v, %d, %v", size, ids, n, err)
