@@ -65,6 +65,7 @@ bench: install
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
+	$(PY) bench/setup.py --json bench/setup-results.json
 	@for e in sglang lmcache vllm; do \
 		if [ -x .venv-engines/$$e/bin/python ]; then \
 			.venv-engines/$$e/bin/python -W ignore bench/engines.py --engine $$e \
