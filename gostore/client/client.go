@@ -30,6 +30,7 @@ import (
 	"github.com/gostore/gostore/gostore/planclient"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/ssdtier"
+	"github.com/gostore/gostore/gostore/storage"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -395,14 +396,19 @@ func validate(cfg *Config) error {
 	return nil
 }
 
-// checkMemory refuses, before anything is taken, a segment (host memory)
-// and local buffer that together exceed what the host and its cgroup can
-// give: both are populated at setup, and taking more would block in
-// reclaim or end in the OOM killer.
+// checkMemory refuses, before anything is taken, a segment (host memory),
+// local buffer and SSD staging buffer that together exceed what the host
+// and its cgroup can give: all are populated at setup, and taking more
+// would block in reclaim or end in the OOM killer.
 func checkMemory(cfg Config) error {
-	asks := []memlimit.Ask{{Name: "local_buffer_size", Bytes: cfg.LocalBufferSize}}
+	var asks []memlimit.Ask
 	if dev, _ := parseLocation(cfg.SegmentLocation); dev < 0 {
-		asks = append([]memlimit.Ask{{Name: "global_segment_size", Bytes: cfg.GlobalSegmentSize}}, asks...)
+		asks = append(asks, memlimit.Ask{Name: "global_segment_size", Bytes: cfg.GlobalSegmentSize})
+	}
+	asks = append(asks, memlimit.Ask{Name: "local_buffer_size", Bytes: cfg.LocalBufferSize})
+	if cfg.EnableSSDOffload {
+		asks = append(asks, memlimit.Ask{Name: "the SSD tier's staging buffer (" + storage.EnvBufferSize + ")",
+			Bytes: storage.StagingBytes(cfg.Getenv)})
 	}
 	return memlimit.Check(asks...)
 }

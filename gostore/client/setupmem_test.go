@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/memlimit"
+	"github.com/gostore/gostore/gostore/storage"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -49,6 +50,17 @@ func TestSetupRefusesMemoryBeyondTheHost(t *testing.T) {
 				t.Errorf("%d log lines about it:\n%s", lines, logs.String())
 			}
 		})
+	}
+	// The SSD tier's staging buffer is taken at setup too.
+	env := func(v string) func(string) (string, bool) {
+		return func(k string) (string, bool) { return v, k == storage.EnvBufferSize }
+	}
+	if err := checkMemory(Config{EnableSSDOffload: true, Getenv: env("1125899906842624")}); wire.CodeOf(err) != wire.ErrInvalidParams ||
+		!strings.Contains(err.Error(), "SSD tier's staging buffer (MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES) 1 PiB") {
+		t.Fatalf("a 1 PiB SSD staging buffer: %v", err)
+	}
+	if err := checkMemory(Config{EnableSSDOffload: true, Getenv: env("x"), LocalBufferSize: 1 << 20}); err != nil {
+		t.Fatalf("the default staging buffer: %v", err)
 	}
 	// A segment on a GPU is not host memory: only the buffer counts.
 	if err := checkMemory(Config{SegmentLocation: "cuda:0", GlobalSegmentSize: 1 << 50, LocalBufferSize: 1 << 20}); err != nil {

@@ -2,8 +2,8 @@
 
 // Package memlimit owns one question: may this process take N more bytes
 // of memory now? Every memory gostore takes up front asks it before taking
-// anything: setup's segment (global_segment_size) and local buffer
-// (local_buffer_size), segments allocated at run time
+// anything: setup's segment (global_segment_size), local buffer
+// (local_buffer_size) and SSD tier staging buffer, segments allocated at run time
 // (allocate_and_mount_segment), and through setup the standalone
 // gostore-client's segment. Asking first turns what used to be a setup
 // that blocked for minutes in reclaim, or a process the kernel's OOM killer

@@ -106,6 +106,22 @@ func FileStorageConfigFromEnv(path string, lookup func(string) (string, bool)) F
 	return cfg
 }
 
+// StagingBytes is the staging buffer a tier set up with lookup's settings
+// takes (MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES, else the default), for
+// a caller weighing memory before the tier opens. It logs nothing: an
+// invalid value counts as unset, as FileStorageConfigFromEnv (which warns)
+// takes it.
+func StagingBytes(lookup func(string) (string, bool)) uint64 {
+	if lookup != nil {
+		if v, ok := lookup(EnvBufferSize); ok {
+			if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return DefaultBufferSize
+}
+
 func (c *FileStorageConfig) fill() {
 	if c.Descriptor == "" {
 		c.Descriptor = defaultDescriptor
