@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -80,24 +82,71 @@ func checkMapSize(size uint64) error {
 	return nil
 }
 
-// mapPopulated maps size bytes read/write with MAP_POPULATE, falling back to
-// MADV_WILLNEED plus touching every page if the kernel refuses the flag.
+// Populating: the kernel allocates and zeroes every page of a new segment
+// or buffer before it is handed out (the memory is taken up front; see
+// memlimit). With MADV_POPULATE_WRITE (Linux 5.14) the pages are faulted in
+// by up to populateWorkers threads, populateChunk at a time: zeroing is
+// bound by one core's speed, and a shmem page fault's work is per page, so
+// threads divide the time on a host with idle cores. The call also reports
+// a page it could not get (ENOMEM) where MAP_POPULATE would leave it out
+// silently. Older kernels get MAP_POPULATE.
+const populateWorkers = 8
+
+var populateChunk = 64 << 20 // a variable: tests make it small
+
+// mapPopulated maps size bytes read/write, every page populated.
 func mapPopulated(fd int, size uint64, flags int) ([]byte, error) {
 	prot := unix.PROT_READ | unix.PROT_WRITE
-	mem, err := unix.Mmap(fd, 0, int(size), prot, flags|unix.MAP_POPULATE)
-	if err == nil {
-		return mem, nil
-	}
-	mem, err = unix.Mmap(fd, 0, int(size), prot, flags)
+	mem, err := unix.Mmap(fd, 0, int(size), prot, flags)
 	if err != nil {
 		return nil, err
 	}
-	_ = unix.Madvise(mem, unix.MADV_WILLNEED)
-	pg := os.Getpagesize()
-	for i := 0; i < len(mem); i += pg {
-		mem[i] = 0 // fresh memory is zero; this only faults the page in
+	err = populate(mem)
+	if err == nil {
+		return mem, nil
 	}
-	return mem, nil
+	unix.Munmap(mem)
+	if err != unix.EINVAL {
+		return nil, fmt.Errorf("populating %d bytes: %w", size, err)
+	}
+	// A kernel without MADV_POPULATE_WRITE.
+	return unix.Mmap(fd, 0, int(size), prot, flags|unix.MAP_POPULATE)
+}
+
+// populate faults every page of mem in for writing, in chunks spread over
+// up to populateWorkers goroutines; the first error stops the rest.
+func populate(mem []byte) error {
+	chunks := (len(mem) + populateChunk - 1) / populateChunk
+	workers := min(runtime.GOMAXPROCS(0), populateWorkers, chunks)
+	if workers <= 1 {
+		return unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
+	}
+	var (
+		next   atomic.Int64
+		failed atomic.Bool
+		first  error
+		once   sync.Once
+		wg     sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= chunks {
+					return
+				}
+				end := min((i+1)*populateChunk, len(mem))
+				if err := unix.Madvise(mem[i*populateChunk:end], unix.MADV_POPULATE_WRITE); err != nil {
+					once.Do(func() { first = err })
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }
 
 // Name returns the name given at creation.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,5 +97,43 @@ func TestHostID(t *testing.T) {
 	}
 	if HostID() != id {
 		t.Fatal("HostID not stable")
+	}
+}
+
+// Segments and buffers are populated at creation, in chunks spread over
+// several goroutines: every page is resident when the constructor returns
+// (taken up front), and reads as zero.
+func TestPopulatedInChunks(t *testing.T) {
+	old := populateChunk
+	populateChunk = 1 << 20
+	t.Cleanup(func() { populateChunk = old })
+	const size = 16<<20 + 4096 // a last chunk of one page
+	seg, err := NewLocalSegment("populate-test", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	buf, err := NewLocalBuffer(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Close()
+	page := os.Getpagesize()
+	for _, m := range [][]byte{seg.Bytes(), buf.Bytes()} {
+		vec := make([]byte, (len(m)+page-1)/page)
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
+			uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			t.Fatal(e)
+		}
+		for i, v := range vec {
+			if v&1 == 0 {
+				t.Fatalf("page %d of %d not resident after creation", i, len(vec))
+			}
+		}
+		for i := 0; i < len(m); i += page {
+			if m[i] != 0 {
+				t.Fatalf("byte %d is %d", i, m[i])
+			}
+		}
 	}
 }
