@@ -17,8 +17,8 @@ time to map and populate N GiB of the same kind of memory in the same run
   (``make bench-peers``); skipped, saying so, where it is not.
 
 gostore populates the segment at setup (docs/python-api.md, "Memory taken
-up front"), so its setup cannot be faster than the populate floor; the
-ratio setup / floor says how close it is. A size the host cannot hold (its
+up front"), on up to 8 threads; the ratio setup / floor says how it
+compares with one thread populating the same memory. A size the host cannot hold (its
 MemAvailable less 1 GiB of room) is skipped with a message: nothing here
 takes more than one size at a time. It never fails on a number.
 """
