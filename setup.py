@@ -80,7 +80,9 @@ class GoBuildExt(build_ext):
         if os.path.exists(hdr):
             os.replace(hdr, os.path.join(out, "gostore.h"))
         master = os.path.join(out, "bin", "gostore-master")
-        self._run([go, "build", *GO_FLAGS, "-o", master, "./gostore/master/cmd/gostore-master"])
+        # --version prints the package's version, stamped in here.
+        ldflags = f"-ldflags=-checklinkname=0 -X main.packageVersion={self.distribution.get_version()}"
+        self._run([go, "build", "-trimpath", ldflags, "-o", master, "./gostore/master/cmd/gostore-master"])
         self._outputs = [lib, os.path.join(out, "gostore.h"), master]
 
     def get_outputs(self):

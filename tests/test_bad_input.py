@@ -158,3 +158,29 @@ def test_values_well_typed_but_invalid_are_600_not_exceptions(cluster, uniq):
     assert s.get("") == b""
     assert s.get_batch(["", uniq + "missing"]) == [b"", b""]
     assert cluster.master.query_key(uniq + "k") is None
+
+
+def test_a_wrong_master_port_is_named_for_what_it_is(launcher, tmp_path, capfd):
+    """A client pointed at the master's HTTP port, or at a master that
+    requires a secret it lacks, fails setup with RPC_FAIL and a log line
+    that says so (not the body length the foreign bytes would announce)."""
+    def setup(addr: str) -> int:
+        s = MooncakeDistributedStore()
+        launcher.stores.append(s)
+        return s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", addr)
+
+    m = launcher.master()
+    capfd.readouterr()
+    assert setup(m.http_addr) == ErrorCode.RPC_FAIL
+    err = capfd.readouterr().err
+    assert f"{m.http_addr} is not a gostore RPC port: it answered like HTTP" in err, err
+    assert "--metrics_port" in err and "exceeds the" not in err, err
+
+    secret = tmp_path / "secret"
+    secret.write_text("a-secret-of-the-pool-0123456789\n")
+    ms = launcher.master(auth_secret_file=str(secret))
+    capfd.readouterr()
+    assert setup(ms.addr) == ErrorCode.RPC_FAIL
+    err = capfd.readouterr().err
+    assert f"{ms.addr} requires authentication with a shared secret" in err, err
+    assert "GOSTORE_AUTH_SECRET_FILE" in err and "exceeds the" not in err, err

@@ -107,11 +107,58 @@ def test_config_file_and_command_line_precedence(master_factory, tmp_path, fmt):
     m = master_factory(config_path=str(path))
     assert "offload=true lease_ttl=7s client_ttl=33s" in serving(m)
     warned = warnings(m)
-    assert len(warned) == 1 and "flags=enable_kv_events" in warned[0] and "config_keys=not_a_flag" in warned[0], warned
+    assert len(warned) == 1 and "flags=enable_kv_events" in warned[0], warned
+    assert "unknown_config_keys=not_a_flag" in warned[0], warned
     # A flag wins over the file even at its default value.
     m2 = master_factory(config_path=str(path), client_ttl=10, enable_offload=False, enable_kv_events=False)
     assert "offload=false lease_ttl=7s client_ttl=10s" in serving(m2)
     assert "flags=" not in "".join(warnings(m2))
+
+
+@pytest.mark.parametrize("arg, says", [
+    ("--client_ttl=0", "--client_ttl=0s: ttls, timeouts and the tick interval must be positive"),
+    ("--default_kv_lease_ttl=0", "--default_kv_lease_ttl=0s: ttls"),
+    ("--eviction_ratio=2", "--eviction_ratio=2: eviction ratios must lie in (0, 1]"),
+    ("--rpc_max_inflight_per_ip=0", "--rpc_max_inflight_per_ip=0: must be positive"),
+    ("--rpc_port=70000", "--rpc_port=70000 (or --port): out of range"),
+])
+def test_invalid_values_name_the_flag_and_value(arg, says):
+    proc = run_master(arg)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "INVALID_PARAMS" in proc.stderr, proc.stderr
+
+
+def test_a_mistyped_config_key_is_called_unknown_with_the_nearest_key(master_factory, tmp_path):
+    path = tmp_path / "master.yaml"
+    path.write_text("enable_ofload: true\n")
+    m = master_factory(config_path=str(path))
+    warned = warnings(m)
+    assert len(warned) == 1, warned
+    assert "unknown_config_keys=\"enable_ofload (did you mean enable_offload?)\"" in warned[0], warned
+    assert "not implement" not in warned[0], warned
+    assert "offload=false" in serving(m)
+
+
+@pytest.mark.parametrize("flag, says", [
+    ("--metrics_port", "--metrics_port={port} on --metrics_host (else --rpc_address)=127.0.0.1"),
+    ("--rpc_port", "--rpc_port={port} on --rpc_address=127.0.0.1"),
+])
+def test_a_port_in_use_names_its_flag(flag, says):
+    import socket
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        proc = run_master(f"--metrics_port=0", f"{flag}={port}")
+    assert proc.returncode == 1, proc.stderr
+    assert says.format(port=port) in proc.stderr and "another process holds that port" in proc.stderr, proc.stderr
+
+
+def test_version_is_the_package_version():
+    from importlib.metadata import version
+    proc = subprocess.run([master_binary(), "--version"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"gostore-master {version('gostore')} go"), proc.stdout
 
 
 def test_config_file_format_follows_the_extension(tmp_path):

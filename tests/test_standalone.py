@@ -991,3 +991,79 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
 
         assert _in_forked_child(child_reads_into_its_local_buffer)
     assert srv.alive()
+
+
+def test_help_lists_every_flag_and_its_default():
+    from gostore.client_server import _FLAGS
+    proc = subprocess.run([sys.executable, "-m", "gostore.client_server", "--help"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Usage: gostore-client [flags]"), proc.stdout
+    for name, (default, typ, _text) in _FLAGS.items():
+        assert f"--{name} ({typ.__name__}) default: {json.dumps(default)}\n" in proc.stdout, name
+    assert '--host (str) default: "127.0.0.1"' in proc.stdout
+
+
+def _client_args(master, ipc: str, *extra: str) -> List[str]:
+    return [sys.executable, "-m", "gostore.client_server", "--port=0", f"--master_server_address={master.addr}",
+            "--global_segment_size=16MB", "--metadata_server=P2PHANDSHAKE", f"--ipc_socket_path={ipc}", *extra]
+
+
+def test_a_second_client_on_a_live_socket_is_refused(master, client_process_factory, tmp_path):
+    ipc = str(tmp_path / "client.sock")
+    first = client_process_factory(master, ipc_path=ipc)
+    segments = len(master.segments())
+    proc = subprocess.run(_client_args(master, ipc, "--host=127.0.0.1"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert f"--ipc_socket_path {ipc} is served by another gostore-client (pid {first.proc.pid})" in proc.stderr, \
+        proc.stderr
+    assert '"ready"' not in proc.stdout
+    assert len(master.segments()) == segments  # refused before its setup: nothing joined the pool
+    # The first one still serves its applications.
+    app = _dummy(first.server_address)
+    assert app.put("still-served", b"v" * 100) == 0 and app.get("still-served") == b"v" * 100
+    app.close()
+    # Once it is dead, its socket file is taken over.
+    first.kill()
+    assert os.path.exists(ipc)
+    second = client_process_factory(master, ipc_path=ipc)
+    app = _dummy(second.server_address)
+    cfg = ReplicateConfig()
+    cfg.preferred_segment = second.segment  # the dead one's is listed until its client_ttl passes
+    assert app.put("after", b"w" * 10, cfg) == 0 and app.get("after") == b"w" * 10
+    app.close()
+
+
+def test_a_non_socket_path_is_not_replaced(master, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("keep me")
+    proc = subprocess.run(_client_args(master, str(path)), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and "exists and is not a socket" in proc.stderr, proc.stderr
+    assert path.read_text() == "keep me"
+
+
+def _listening_addresses(port: int) -> List[str]:
+    """The local addresses of the TCP sockets listening on ``port``."""
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, p = local.split(":")
+                if state == "0A" and int(p, 16) == port:
+                    found.append(addr)
+    return found
+
+
+def test_the_tcp_port_listens_on_loopback_by_default(master, tmp_path):
+    from conftest import _readline_with_timeout
+    proc = subprocess.Popen(_client_args(master, str(tmp_path / "c.sock")), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = _readline_with_timeout(proc.stdout, 30.0)
+        assert '"ready"' in line, proc.stderr.read() if proc.poll() is not None else line
+        port = json.loads(line)["port"]
+        assert _listening_addresses(port) == ["0100007F"]  # 127.0.0.1, and nothing else
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -111,6 +111,11 @@ type clientConn struct {
 	// Both change under Client.mu; the connection's holder reads them.
 	unread    int
 	firstOwed uint64
+	// first: nothing has been read yet, and the peer was not
+	// authenticated (no Auth): a failed read then says what the peer is
+	// (readFirst).
+	first bool
+	addr  string
 }
 
 // NewClient returns a client for addr with the default ClientOptions;
@@ -277,7 +282,7 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		}
 		conn = bc
 	}
-	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10)}, nil
+	return &clientConn{c: conn, r: bufio.NewReaderSize(conn, 64<<10), first: c.opt.Auth == nil, addr: addr}, nil
 }
 
 // popIdle takes the most recently used idle connection, or nil when there
@@ -597,11 +602,37 @@ func (c *Client) readOwed(cc *clientConn, arrivedOnly bool) error {
 // readFrame reads the next frame, keeping a grown input buffer unless it
 // is huge.
 func (cc *clientConn) readFrame() (wire.Header, []byte, error) {
+	if cc.first {
+		return cc.readFirst()
+	}
 	h, b, err := wire.ReadFrame(cc.r, cc.in)
 	if err == nil && cap(b) <= 1<<20 {
 		cc.in = b
 	}
 	return h, b, err
+}
+
+// readFirst is readFrame for a connection's first frame: when it fails,
+// the error says what the peer is if its first bytes tell (an HTTP port,
+// a master that requires a secret or TLS: wire.FirstReadError).
+func (cc *clientConn) readFirst() (wire.Header, []byte, error) {
+	got, err := cc.r.Peek(wire.HeaderSize)
+	if n := cc.r.Buffered(); err == nil && n > len(got) {
+		got, _ = cc.r.Peek(min(n, 128)) // an HTTP answer's first line
+	}
+	if err != nil {
+		return wire.Header{}, nil, wire.FirstReadError(cc.addr, got, err)
+	}
+	got = append([]byte(nil), got...)
+	h, b, err := wire.ReadFrame(cc.r, cc.in)
+	if err != nil {
+		return h, nil, wire.FirstReadError(cc.addr, got, err)
+	}
+	cc.first = false
+	if cap(b) <= 1<<20 {
+		cc.in = b
+	}
+	return h, b, nil
 }
 
 // setDeadline bounds cc's reads and writes by ctx (DefaultCallTimeout

@@ -6,6 +6,7 @@ package transfer
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -314,8 +315,15 @@ func (c *tconn) readLoop() {
 	defer c.exit()
 	br := bufio.NewReaderSize(c.nc, ioBufSize)
 	var h [respHdrSize]byte
+	// Until a first answer is read from a peer that was not
+	// authenticated, a failure says what the peer is if its bytes tell
+	// (wire.FirstReadError): one that requires a secret or TLS.
+	first := c.pool.e.auth == nil
 	for {
-		if _, err := io.ReadFull(br, h[:]); err != nil {
+		if n, err := io.ReadFull(br, h[:]); err != nil {
+			if first {
+				err = wire.FirstReadError(c.pool.addr, h[:n], err)
+			}
 			c.fail(transferErr("read from %s: %v", c.pool.addr, err))
 			return
 		}
@@ -325,9 +333,14 @@ func (c *tconn) readLoop() {
 		delete(c.pending, id)
 		c.mu.Unlock()
 		if r == nil {
-			c.fail(transferErr("%s answered unknown request %d", c.pool.addr, id))
+			err := fmt.Errorf("%s answered unknown request %d", c.pool.addr, id)
+			if first {
+				err = wire.FirstReadError(c.pool.addr, h[:], err)
+			}
+			c.fail(transferErr("%v", err))
 			return
 		}
+		first = false
 		var err error
 		switch {
 		case status != wire.OK && n == 0:

@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import fcntl
 import json
 import logging
 import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import threading
 from array import array
@@ -463,31 +465,100 @@ def default_ipc_path(port: int) -> str:
     return os.path.join(base, f"gostore-client-{port}.sock")
 
 
+class IpcPathTaken(Exception):
+    """Another process serves the ``--ipc_socket_path`` asked for, or the
+    path is something other than a socket."""
+
+
+def claim_ipc_path(path: str) -> int:
+    """Make ``path`` this process's to serve, before anything is set up.
+
+    A live ``gostore-client`` on it keeps it: taking the socket over would
+    leave that server's applications calling nobody. It holds an exclusive
+    ``flock`` on ``path + ".lock"`` for its life (the kernel lets go when it
+    dies, so a stale socket of a dead server is taken over); a server that
+    holds no lock but answers on the socket counts as live too. Returns the
+    lock's descriptor, to keep open; raises :class:`IpcPathTaken` saying
+    who holds the path."""
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise IpcPathTaken(
+                f"--ipc_socket_path {path} is served by another gostore-client (pid {holder}): stop it, "
+                "or give this one another --ipc_socket_path") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return fd
+        if not stat.S_ISSOCK(st.st_mode):
+            raise IpcPathTaken(f"--ipc_socket_path {path} exists and is not a socket: refusing to replace it")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(2.0)
+            try:
+                probe.connect(path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                return fd  # left by a server that died: StandaloneServer replaces it
+            except OSError:
+                pass  # it exists and did not refuse (a full backlog): someone serves it
+        raise IpcPathTaken(
+            f"--ipc_socket_path {path} is served by another process (it accepts connections): stop it, "
+            "or give this one another --ipc_socket_path")
+    except BaseException:
+        os.close(fd)
+        raise
+
 
 _FLAGS = {
-    # Mooncake mooncake_client's flags, with its defaults
-    "host": ("0.0.0.0", str),
-    "port": (50052, int),
-    "global_segment_size": ("4 GB", str),
-    "local_buffer_size": ("0", str),
-    "master_server_address": ("127.0.0.1:50051", str),
-    "metadata_server": ("http://127.0.0.1:8080/metadata", str),
-    "protocol": ("tcp", str),
-    "device_names": ("", str),
-    "enable_offload": (False, bool),
-    "start_offload_rpc_server": (True, bool),
-    "tenant_id": ("default", str),
-    "threads": (1, int),
-    "enable_http_server": (False, bool),
-    "http_port": (9300, int),
-    "mmap_arena_pool_size": (8589934592, int),
-    "use_mmap_arena_allocator": (False, bool),
+    # name: (default, type, what --help says). Mooncake mooncake_client's
+    # flags, with its defaults but --host (loopback, as the master's).
+    "host": ("127.0.0.1", str,
+             "address of the TCP port, and this client's name in the pool (setup's local_hostname); "
+             "an address other hosts reach needs authentication (docs/security.md)"),
+    "port": (50052, int, "TCP port that tells applications the Unix socket's path (0: a free one)"),
+    "global_segment_size": ("4 GB", str, "memory this client gives the pool (bytes, or 4GB, 512MB)"),
+    "local_buffer_size": ("0", str, "buffer of the copying calls (0: 16MB, which the server needs)"),
+    "master_server_address": ("127.0.0.1:50051", str, "the master's RPC address, host:port"),
+    "metadata_server": ("http://127.0.0.1:8080/metadata", str, "setup's metadata_server"),
+    "protocol": ("tcp", str, "setup's protocol: tcp or rdma"),
+    "device_names": ("", str, "setup's rdma_devices"),
+    "enable_offload": (False, bool, "turn the SSD tier on (in --ssd_offload_path, else $MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)"),
+    "start_offload_rpc_server": (True, bool, "accepted, no effect"),
+    "tenant_id": ("default", str, "setup's tenant_id (logged; isolates nothing)"),
+    "threads": (1, int, "accepted, no effect: one thread serves each connection"),
+    "enable_http_server": (False, bool, "serve /metrics, /metrics/summary and /health on --http_port"),
+    "http_port": (9300, int, "port of --enable_http_server"),
+    "mmap_arena_pool_size": (8589934592, int, "accepted, no effect"),
+    "use_mmap_arena_allocator": (False, bool, "accepted, no effect"),
     # gostore's
-    "ipc_socket_path": ("", str),
-    "ipc_spin_us": (P.DEFAULT_SPIN_US, int),
-    "ssd_offload_path": ("", str),
-    "log_level": ("", str),
+    "ipc_socket_path": ("", str,
+                        "the Unix socket applications call through (\"\": gostore-client-PORT.sock in "
+                        "$XDG_RUNTIME_DIR, else /tmp/gostore-UID); refused while another process serves it"),
+    "ipc_spin_us": (P.DEFAULT_SPIN_US, int,
+                    f"how long a connection is polled for its application's next call (0 to {P.MAX_SPIN_US})"),
+    "ssd_offload_path": ("", str, "directory of the SSD tier (turns it on)"),
+    "log_level": ("", str, "debug, info, warn or error (\"\": $GOSTORE_LOG_LEVEL, else info)"),
 }
+
+
+def usage() -> str:
+    """What ``gostore-client --help`` prints: every flag, its type and
+    default, and what it does."""
+    lines = ["Usage: gostore-client [flags]", "",
+             "Standalone mode's server: owns this host's segment and serves applications that call",
+             "setup_dummy (docs/standalone.md). Flags are --name=value, -name=value or --name value;",
+             "bools also --name / --noname.", ""]
+    for name, (default, typ, text) in _FLAGS.items():
+        lines.append(f"  --{name} ({typ.__name__}) default: {json.dumps(default)}")
+        lines.append(f"      {text}")
+    return "\n".join(lines) + "\n"
 
 
 def _bool(v: str) -> bool:
@@ -502,20 +573,20 @@ def _bool(v: str) -> bool:
 def parse_flags(argv: Sequence[str]) -> Dict[str, Any]:
     """Flags as gflags writes them: ``-name=value``, ``--name=value``,
     ``--name value``, ``--name`` / ``--noname`` for bools."""
-    opts = {k: d for k, (d, _t) in _FLAGS.items()}
+    opts = {k: d for k, (d, _t, _h) in _FLAGS.items()}
     it = iter(argv)
     for arg in it:
         if not arg.startswith("-"):
             raise SystemExit(f"gostore-client: unexpected argument {arg!r}")
         name, eq, value = arg.lstrip("-").partition("=")
-        if name not in _FLAGS and name.startswith("no") and _FLAGS.get(name[2:], (0, str))[1] is bool and not eq:
+        if name not in _FLAGS and name.startswith("no") and _FLAGS.get(name[2:], (0, str, ""))[1] is bool and not eq:
             opts[name[2:]] = False
             continue
         if name in ("help", "h"):
-            print(__doc__)
+            sys.stdout.write(usage())
             raise SystemExit(0)
         if name not in _FLAGS:
-            raise SystemExit(f"gostore-client: unknown flag --{name}")
+            raise SystemExit(f"gostore-client: unknown flag --{name} (--help lists them)")
         typ = _FLAGS[name][1]
         if not eq:
             if typ is bool:
@@ -542,6 +613,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     host = opts["host"]
     advertised = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    ipc = opts["ipc_socket_path"] or default_ipc_path(opts["port"])
+    try:
+        ipc_lock = claim_ipc_path(ipc)  # before setup: a refused start takes nothing from the pool
+    except (IpcPathTaken, OSError) as e:
+        _log.error("gostore-client: %s", e)
+        return 1
     store = MooncakeDistributedStore()
     kwargs: Dict[str, Any] = {}
     if opts["log_level"]:
@@ -561,7 +638,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if rc != 0:
         _log.error("gostore-client: setup failed (%s)", ErrorCode.name_of(rc))
         return 1
-    ipc = opts["ipc_socket_path"] or default_ipc_path(opts["port"])
     try:
         server = StandaloneServer(store, host, opts["port"], ipc, spin_us=opts["ipc_spin_us"])
     except OSError as e:
@@ -579,6 +655,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           flush=True)
     server.serve_forever()
     store.close()
+    os.close(ipc_lock)
     return 0
 
 

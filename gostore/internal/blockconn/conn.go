@@ -3,7 +3,7 @@
 package blockconn
 
 import (
-	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -13,7 +13,14 @@ import (
 )
 
 // ErrClosedByPeer is the error of a read that met the end of the stream.
-var ErrClosedByPeer = errors.New("connection closed by the peer")
+// It is an io.EOF too (errors.Is), so that a caller telling a close from
+// other failures (wire.FirstReadError) need not know this package.
+var ErrClosedByPeer error = closedByPeer{}
+
+type closedByPeer struct{}
+
+func (closedByPeer) Error() string        { return "connection closed by the peer" }
+func (closedByPeer) Is(target error) bool { return target == io.EOF }
 
 // Conn is a blocking TCP connection; see the package documentation.
 type Conn struct {

@@ -119,3 +119,43 @@ func join(prefix, key string) string {
 	}
 	return prefix + "." + key
 }
+
+// nearestKey is the config file key meant by key, which no flag reads:
+// the file's key of the flag named key, or the key closest to it (edit
+// distance) when it is close enough to be the one meant; "" otherwise.
+func nearestKey(key string) string {
+	if f := specByName[key]; f != nil && f.fileKey != "" && f.fileKey != "-" {
+		return f.fileKey // a flag's name where the file has its own key (client_ttl)
+	}
+	best, bestD := "", len(key)
+	for k := range specByKey {
+		if d := editDistance(key, k); d < bestD || d == bestD && k < best {
+			best, bestD = k, d
+		}
+	}
+	if close := bestD <= 2 && 2*bestD < len(key) || 4*bestD <= len(key); !close {
+		return ""
+	}
+	return best
+}
+
+// editDistance is Levenshtein's distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -236,36 +236,60 @@ func interfaceIPv4(name string) (string, error) {
 	return "", fmt.Errorf("--rpc_interface %s has no IPv4 address", name)
 }
 
+// validate checks the options as a whole; each error names the flag and
+// the value that was given.
 func (o *Options) validate() error {
+	// Zero would silently mean "the default" in the core: refuse it.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"default_kv_lease_ttl", o.DefaultKVLeaseTTL}, {"default_kv_soft_pin_ttl", o.DefaultKVSoftPinTTL},
+		{"client_ttl", o.ClientTTL}, {"tick_interval_ms", o.TickInterval},
+		{"put_start_discard_timeout_sec", o.PutStartDiscardTimeout},
+		{"put_start_release_timeout_sec", o.PutStartReleaseTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("--%s=%v: ttls, timeouts and the tick interval must be positive", d.flag, d.v)
+		}
+	}
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{{"eviction_ratio", o.EvictionRatio}, {"eviction_high_watermark_ratio", o.EvictionHighWatermark}} {
+		if r.v <= 0 || r.v > 1 {
+			return fmt.Errorf("--%s=%v: eviction ratios must lie in (0, 1]", r.flag, r.v)
+		}
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"rpc_max_connections_per_ip", o.RPCMaxConnectionsPerIP}, {"rpc_max_inflight_per_ip", o.RPCMaxInflightPerIP}} {
+		if n.v < 1 {
+			return fmt.Errorf("--%s=%d: must be positive", n.flag, n.v)
+		}
+	}
 	switch {
 	case o.RPCPort < 0 || o.RPCPort > 65535:
-		return fmt.Errorf("--rpc_port (or --port) %d out of range", o.RPCPort)
+		return fmt.Errorf("--rpc_port=%d (or --port): out of range, from 0 to 65535", o.RPCPort)
 	case o.MetricsPort > 65535:
-		return fmt.Errorf("--metrics_port %d out of range", o.MetricsPort)
-	case o.DefaultKVLeaseTTL <= 0 || o.DefaultKVSoftPinTTL <= 0 || o.ClientTTL <= 0 || o.TickInterval <= 0 ||
-		o.PutStartDiscardTimeout <= 0 || o.PutStartReleaseTimeout <= 0:
-		// Zero would silently mean "the default" in the core: refuse it.
-		return fmt.Errorf("ttls, timeouts and the tick interval must be positive")
-	case o.EvictionRatio <= 0 || o.EvictionRatio > 1 || o.EvictionHighWatermark <= 0 || o.EvictionHighWatermark > 1:
-		return fmt.Errorf("eviction ratios must lie in (0, 1]")
+		return fmt.Errorf("--metrics_port=%d: out of range, at most 65535 (negative turns HTTP off)", o.MetricsPort)
 	case o.EnableHA && len(o.EtcdEndpoints) == 0:
 		return fmt.Errorf("--enable_ha needs --etcd_endpoints")
 	case o.EnableHA && o.StateDir != "":
 		return fmt.Errorf("--enable_ha keeps the master's state on etcd: give no --snapshot_backup_dir")
 	case o.MaxKeyBytes < 1 || o.MaxKeyBytes > master.MaxKeyBytesLimit:
-		return fmt.Errorf("--max_key_bytes %d: from 1 to %d (the longest key the SSD tier stores)",
+		return fmt.Errorf("--max_key_bytes=%d: from 1 to %d (the longest key the SSD tier stores)",
 			o.MaxKeyBytes, master.MaxKeyBytesLimit)
 	case o.MaxBatchKeys < master.MinMaxBatchKeys:
-		return fmt.Errorf("--max_batch_keys %d: at least %d (a client's own batches send that many)",
+		return fmt.Errorf("--max_batch_keys=%d: at least %d (a client's own batches send that many)",
 			o.MaxBatchKeys, master.MinMaxBatchKeys)
 	case o.MaxObjectBytes < 1:
-		return fmt.Errorf("--max_object_bytes must be positive")
+		return fmt.Errorf("--max_object_bytes=%d: must be positive", o.MaxObjectBytes)
 	case o.RPCMaxRequestBytes < minRequestBytes || o.RPCMaxRequestBytes > maxRequestBytes:
-		return fmt.Errorf("--rpc_max_request_bytes %d: from %d to %d", o.RPCMaxRequestBytes, minRequestBytes, maxRequestBytes)
-	case o.RPCMaxConnectionsPerIP < 1 || o.RPCMaxInflightPerIP < 1:
-		return fmt.Errorf("--rpc_max_connections_per_ip and --rpc_max_inflight_per_ip must be positive")
+		return fmt.Errorf("--rpc_max_request_bytes=%d: from %d to %d", o.RPCMaxRequestBytes, minRequestBytes, maxRequestBytes)
 	case o.RPCSpinMicros < 0 || o.RPCSpinMicros > maxSpinMicros:
-		return fmt.Errorf("--rpc_spin_us %d: from 0 to %d", o.RPCSpinMicros, maxSpinMicros)
+		return fmt.Errorf("--rpc_spin_us=%d: from 0 to %d", o.RPCSpinMicros, maxSpinMicros)
 	}
 	if _, err := parseLevel(o.LogLevel); err != nil {
 		return err
@@ -276,7 +300,7 @@ func (o *Options) validate() error {
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return l, fmt.Errorf("--log_level %q: %v", s, err)
+		return l, fmt.Errorf("--log_level=%q: %v (debug, info, warn or error)", s, err)
 	}
 	return l, nil
 }

@@ -351,7 +351,7 @@ func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 	// enable_snapshot is accepted without a word: a state directory is
 	// what turns the journal on.
 	if len(warns) != 1 || !strings.Contains(warns[0], "flags=cxl_size,enable_cxl,enable_kv_events,rpc_thread_num") ||
-		!strings.Contains(warns[0], "config_keys=bogus") {
+		!strings.Contains(warns[0], "unknown_config_keys=bogus") {
 		t.Errorf("warnings: %q", warns)
 	}
 }
@@ -373,14 +373,14 @@ func TestLimitFlags(t *testing.T) {
 	if o := parse(t, "--rpc_max_request_bytes=1073741824"); o.RPCMaxRequestBytes != 1<<30 {
 		t.Fatalf("the largest request bound: %d", o.RPCMaxRequestBytes)
 	}
-	parseFails(t, "--max_key_bytes 0", "--max_key_bytes=0")
-	parseFails(t, "--max_key_bytes 1048577", "--max_key_bytes=1048577")
-	parseFails(t, "--max_batch_keys 4095: at least 4096", "--max_batch_keys=4095")
-	parseFails(t, "--max_object_bytes must be positive", "--max_object_bytes=0")
-	parseFails(t, "--rpc_max_request_bytes 65535", "--rpc_max_request_bytes=65535")
-	parseFails(t, "--rpc_max_request_bytes 1073741825", "--rpc_max_request_bytes=1073741825")
-	parseFails(t, "must be positive", "--rpc_max_connections_per_ip=0")
-	parseFails(t, "must be positive", "--rpc_max_inflight_per_ip=-1")
+	parseFails(t, "--max_key_bytes=0: from 1 to", "--max_key_bytes=0")
+	parseFails(t, "--max_key_bytes=1048577", "--max_key_bytes=1048577")
+	parseFails(t, "--max_batch_keys=4095: at least 4096", "--max_batch_keys=4095")
+	parseFails(t, "--max_object_bytes=0: must be positive", "--max_object_bytes=0")
+	parseFails(t, "--rpc_max_request_bytes=65535", "--rpc_max_request_bytes=65535")
+	parseFails(t, "--rpc_max_request_bytes=1073741825", "--rpc_max_request_bytes=1073741825")
+	parseFails(t, "--rpc_max_connections_per_ip=0: must be positive", "--rpc_max_connections_per_ip=0")
+	parseFails(t, "--rpc_max_inflight_per_ip=-1: must be positive", "--rpc_max_inflight_per_ip=-1")
 }
 
 func TestSpinFlag(t *testing.T) {
@@ -392,6 +392,40 @@ func TestSpinFlag(t *testing.T) {
 			t.Fatalf("--rpc_spin_us=%d read as %d", v, o.RPCSpinMicros)
 		}
 	}
-	parseFails(t, "--rpc_spin_us -1: from 0 to 10000", "--rpc_spin_us=-1")
-	parseFails(t, "--rpc_spin_us 10001: from 0 to 10000", "--rpc_spin_us=10001")
+	parseFails(t, "--rpc_spin_us=-1: from 0 to 10000", "--rpc_spin_us=-1")
+	parseFails(t, "--rpc_spin_us=10001: from 0 to 10000", "--rpc_spin_us=10001")
+}
+
+// Every check of the options as a whole names the flag and the value
+// given, and why it is refused.
+func TestValidationErrorsNameFlagAndValue(t *testing.T) {
+	for _, c := range []struct{ arg, want string }{
+		{"--client_ttl=0", "--client_ttl=0s: ttls, timeouts and the tick interval must be positive"},
+		{"--default_kv_lease_ttl=0", "--default_kv_lease_ttl=0s: ttls"},
+		{"--default_kv_soft_pin_ttl=0", "--default_kv_soft_pin_ttl=0s: ttls"},
+		{"--tick_interval_ms=0", "--tick_interval_ms=0s: ttls"},
+		{"--put_start_discard_timeout_sec=0", "--put_start_discard_timeout_sec=0s: ttls"},
+		{"--put_start_release_timeout_sec=0", "--put_start_release_timeout_sec=0s: ttls"},
+		{"--eviction_ratio=0", "--eviction_ratio=0: eviction ratios must lie in (0, 1]"},
+		{"--eviction_high_watermark_ratio=1.5", "--eviction_high_watermark_ratio=1.5: eviction ratios"},
+		{"--rpc_port=70000", "--rpc_port=70000 (or --port): out of range"},
+		{"--port=70000", "--rpc_port=70000 (or --port): out of range"},
+		{"--metrics_port=70000", "--metrics_port=70000: out of range"},
+		{"--log_level=loud", `--log_level="loud"`},
+	} {
+		parseFails(t, c.want, c.arg)
+	}
+}
+
+// A config key no flag reads is named in the warning with the key it
+// most likely meant, when one is close.
+func TestNearestConfigKey(t *testing.T) {
+	for key, want := range map[string]string{
+		"enable_ofload": "enable_offload", "client_live_ttl_secs": "client_live_ttl_sec",
+		"default_kv_leasettl": "default_kv_lease_ttl", "client_ttl": "client_live_ttl_sec", "bogus": "", "x": "", "not_a_flag": "",
+	} {
+		if got := nearestKey(key); got != want {
+			t.Errorf("nearestKey(%q) = %q, want %q", key, got, want)
+		}
+	}
 }

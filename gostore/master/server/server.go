@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gostore/gostore/gostore/auth"
@@ -80,7 +81,7 @@ func Start(opts Options) (*Server, error) {
 	network := listenNetwork(opts.RPCAddress)
 	rpcLn, err := net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
 	if err != nil {
-		return nil, err
+		return nil, listenErr("--rpc_port", opts.RPCPort, "--rpc_address", opts.RPCAddress, err)
 	}
 	var state *durability
 	var saved *master.State
@@ -152,7 +153,11 @@ func Start(opts Options) (*Server, error) {
 			if state != nil {
 				state.j.Close()
 			}
-			return nil, err
+			hostFlag := "--metrics_host (else --rpc_address)"
+			if opts.MetricsHost != "" {
+				hostFlag = "--metrics_host"
+			}
+			return nil, listenErr("--metrics_port", opts.MetricsPort, hostFlag, host, err)
 		}
 		s.httpLn = guard.HTTPListener(s.httpLn)
 		s.http = &http.Server{Handler: guard.Guard(s.httpHandler(), openHTTP, log), ReadHeaderTimeout: 5 * time.Second}
@@ -206,6 +211,17 @@ func Start(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// listenErr is the error of a listener that could not be opened: it names
+// the flags that chose the port and the address, so that a port another
+// process holds says which setting to change.
+func listenErr(portFlag string, port int, hostFlag, host string, err error) error {
+	why := ""
+	if errors.Is(err, syscall.EADDRINUSE) {
+		why = ": another process holds that port (choose another, or 0 for a free one)"
+	}
+	return fmt.Errorf("%s=%d on %s=%s: %w%s", portFlag, port, hostFlag, host, err, why)
+}
+
 // listenNetwork keeps a listener on the address family --rpc_address
 // names: Go's "tcp" turns 0.0.0.0 into a dual-stack [::] that also takes
 // IPv6 connections the operator did not ask for.
@@ -229,17 +245,29 @@ func metricsNetwork(host string) string {
 }
 
 // warnIgnored logs, in one line, the Mooncake flags given that this master
-// accepts without acting on them, and the config file's keys no flag reads.
+// accepts without acting on them, and the config file's keys no flag of
+// gostore or Mooncake reads (a typo, most likely: each with the nearest
+// key when one is close).
 func warnIgnored(log *slog.Logger, opts Options) {
 	var attrs []any
+	var what []string
 	if len(opts.Unimplemented) > 0 {
 		attrs = append(attrs, "flags", strings.Join(opts.Unimplemented, ","))
+		what = append(what, "Mooncake master settings this master does not implement")
 	}
 	if len(opts.IgnoredKeys) > 0 {
-		attrs = append(attrs, "config_keys", strings.Join(opts.IgnoredKeys, ","))
+		keys := make([]string, len(opts.IgnoredKeys))
+		for i, k := range opts.IgnoredKeys {
+			keys[i] = k
+			if near := nearestKey(k); near != "" {
+				keys[i] += " (did you mean " + near + "?)"
+			}
+		}
+		attrs = append(attrs, "unknown_config_keys", strings.Join(keys, ","))
+		what = append(what, "config file keys that are no setting of gostore's master nor of Mooncake 0.3.13's")
 	}
 	if len(attrs) > 0 {
-		log.Warn("ignoring Mooncake master settings this master does not implement", attrs...)
+		log.Warn("ignoring "+strings.Join(what, ", and "), attrs...)
 	}
 }
 

@@ -48,12 +48,25 @@ func main() {
 	}
 }
 
-// version is the module version the binary was built from ("(devel)" for a
-// build from a checkout) and the Go release.
+// packageVersion is the gostore Python package's version, given by its
+// build (setup.py: -ldflags "-X main.packageVersion=<version>"); empty for
+// a plain go build.
+var packageVersion string
+
+// version is the package version the binary was built for and the Go
+// release. A plain go build has none: it says so, with the commit when the
+// build recorded one.
 func version() string {
-	v := "(unknown)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		v = bi.Main.Version
+	v := packageVersion
+	if v == "" {
+		v = "devel (built without a package version: pip install . gives one)"
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" {
+					v = "devel+" + s.Value[:min(12, len(s.Value))] + " (built without a package version: pip install . gives one)"
+				}
+			}
+		}
 	}
 	return v + " " + runtime.Version()
 }
