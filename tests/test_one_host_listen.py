@@ -6,6 +6,8 @@ The host is a network namespace made by the test, with loopback and a
 veth interface holding 10.213.0.1 (it needs root and skips otherwise), so
 the addresses and listeners are the test's own.
 
+- The same on this machine as it is, with the address vLLM's ``get_ip()``
+  finds (the source address of its route to the internet), without root.
 - With the master on loopback, ``setup`` succeeds: the segment is named
   ``10.213.0.1:port`` and its transfer server listens on 127.0.0.1 only;
   nothing listens on 10.213.0.1. Peers of the host reach it (bytes checked,
@@ -68,6 +70,34 @@ def _connects(wrap, addr: str) -> bool:
     code = (f"import socket; s=socket.socket(); s.settimeout(2)\n"
             f"try: s.connect(({host!r}, {port})); print('yes')\nexcept OSError: print('no')")
     return _run(*wrap, "python3", "-c", code).strip() == "yes"
+
+
+def _route_ip() -> str:
+    """This host's address as vLLM's get_ip() finds it: the source address
+    of a UDP socket connected towards the internet (no packet is sent)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("8.8.8.8", 80))
+        return s.getsockname()[0]
+    except OSError:
+        return ""
+    finally:
+        s.close()
+
+
+def test_one_host_engine_with_the_address_vllm_finds(launcher):
+    ip = _route_ip()
+    if not ip or ip.startswith("127."):
+        pytest.skip("this host has no route, so no address for vLLM's get_ip() to find")
+    m = launcher.master()  # on 127.0.0.1, no authentication: the engines' docs' first try
+    a = launcher.peer(m, hostname=ip, expect_ready=False)
+    assert a.setup_rc == 0, f"setup with local_hostname={ip} returned {a.setup_rc}:\n{a.log()}"
+    assert a.hostname.startswith(ip + ":"), a.hostname
+    listening = _listeners([], a.pid)
+    assert listening and all(x.startswith("127.0.0.1:") for x in listening), listening
+    b = launcher.peer(m, transport="tcp")
+    assert b.put_pattern("vllm/0", 100_000, seed=3, preferred_segment=a.hostname) == 0
+    assert a.check_pattern("vllm/0", 100_000, 3)
 
 
 def test_one_host_engine_with_the_hosts_ip(launcher, host):
