@@ -143,3 +143,16 @@ def test_with_a_secret_the_transfer_server_listens_on_the_hosts_ip(launcher, hos
     assert f"{IP}:{port}" in _listeners(host, a.pid)
     assert b.put_pattern("multi/0", 200_000, seed=7, preferred_segment=a.hostname) == 0
     assert a.check_pattern("multi/0", 200_000, 7)
+
+
+def test_one_host_ssd_tier_listens_on_loopback_too(launcher, host, tmp_path):
+    """The SSD tier's servers (staging buffer, RPC endpoint) follow the
+    segment's: loopback only."""
+    m = launcher.master(wrap=host, enable_offload=True)
+    ssd = tmp_path / "ssd"
+    ssd.mkdir()
+    a = launcher.peer(m, hostname=IP, wrap=host, ssd=str(ssd))
+    listening = _listeners(host, a.pid)
+    assert len(listening) >= 3, listening  # segment, SSD staging, SSD RPC
+    assert all(x.startswith("127.0.0.1:") for x in listening), listening
+    assert a.put_pattern("ssd/0", 100_000, seed=5) == 0 and a.check_pattern("ssd/0", 100_000, 5)
