@@ -15,7 +15,9 @@ page fails here, saying what is missing and where:
   the options table;
 - the error table has one row per ``gostore.ErrorCode`` member with its
   number, no row for a code that does not exist, and a code said to be
-  "not returned by this build" is not used by the library's sources.
+  "not returned by this build" is not used by the library's sources;
+- no sentence that says something is missing ("not provided", "no store
+  method returns...") names an export, method or option the package has.
 """
 
 from __future__ import annotations
@@ -326,3 +328,27 @@ def test_codes_said_unused_are_unused():
             if (path.endswith(".go") and go.search(body)) or (path.endswith(".py") and py.search(body)):
                 used.append(f"{PAGE}:{line}: {name} is 'not returned by this build', yet {path} uses it")
     assert not used, "\n".join(used)
+
+
+# Phrases that say something of the package is missing.
+_ABSENT = re.compile(r"not provided|not exported|not available|no store method|returned by no method|"
+                     r"does not exist here|not in this build", re.I)
+
+
+def test_no_sentence_calls_a_present_name_absent():
+    """A sentence saying something is missing ("not provided", "no store
+    method returns...") names no export, method or setup option the
+    package has."""
+    text = _page()
+    present = set(gostore.__all__) | set(_own_public(gostore.MooncakeDistributedStore))
+    present |= set(store_mod._SETUP_NAMES) | set(store_mod._SETUP_EXTRA_KWARGS)
+    wrong = []
+    for m in re.finditer(r"[^.|]*(?:\.(?=\w)[^.|]*)*[.|]", text):
+        sentence = " ".join(m.group(0).split())
+        if not _ABSENT.search(sentence):
+            continue
+        named = set(re.findall(r"`(?:[\w.]*\.)?(\w+)", sentence)) & present
+        if named:
+            wrong.append(f"{PAGE}:{_line(text, m.start())}: says {sorted(named)} are missing, "
+                         f"yet the package has them: {sentence[:200]}")
+    assert not wrong, "\n".join(wrong)
