@@ -6,16 +6,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -133,10 +129,14 @@ const callTimeout = 30 * time.Second
 
 // Client is one store client. Its methods are safe for concurrent use.
 type Client struct {
-	cfg       Config
-	log       *slog.Logger
-	id        string
-	hostname  string // host:port, the segment name
+	cfg      Config
+	log      *slog.Logger
+	id       string
+	hostname string // host:port, the segment name
+	// bindHost is where this client's servers listen when that is not
+	// local_hostname's host ("": it is): loopback for a one-host pool
+	// without authentication (listen.go).
+	bindHost  string
 	master    *rpc.Client
 	engine    *transfer.Engine
 	peers     peerCache
@@ -303,19 +303,22 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		return nil, err
 	}
 	if h, _ := splitLocal(cfg.LocalHostname); cfg.GlobalSegmentSize > 0 || cfg.EnableSSDOffload {
-		if err := auth.Check(guard, "the transfer server", h, cfg.AllowInsecure); err != nil {
-			err = fmt.Errorf("%w (setup's auth_secret_file or tls_*_file, a loopback local_hostname, or allow_insecure)", err)
+		if c.bindHost, err = listenHost(cfg, guard, h, c.log); err != nil {
 			c.log.Error("setup rejected", "err", err)
 			return nil, err
 		}
 	}
-	host, ln, err := listenTransfer(cfg.LocalHostname, c.log)
+	host, ln, err := listenTransfer(cfg.LocalHostname, c.bindHost, c.log)
 	if err != nil {
 		return nil, err
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	if cfg.EnableSSDOffload {
-		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: host, Auth: guard}
+		bind := c.bindHost
+		if bind == "" {
+			bind = host
+		}
+		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: bind, Auth: guard}
 		if c.ssd, err = ssdtier.Open(clientHost{c}, tcfg, c.log); err != nil {
 			ln.Close()
 			c.log.Error("SSD tier rejected", "err", err)
@@ -493,41 +496,6 @@ func newClientID() string {
 
 // splitLocal splits local_hostname into the host the transfer server
 // listens on and its port ("" when none is given).
-func splitLocal(local string) (host, port string) {
-	if host, port, err := net.SplitHostPort(local); err == nil {
-		return host, port
-	}
-	return local, ""
-}
-
-// listenTransfer opens the transfer server's listener: on the given port, or
-// on a free port of 12300–14300 when local_hostname has none. A given port
-// that another process (or client) holds is not fatal: Mooncake's setup
-// succeeds there too, so the client takes a free port and says so in the
-// log; its segment is named by the port it got.
-func listenTransfer(local string, log *slog.Logger) (string, net.Listener, error) {
-	host, port := splitLocal(local)
-	if port != "" {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
-		if err == nil {
-			return host, ln, nil
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			return "", nil, wire.Errorf(wire.ErrInvalidParams, "listen on %s: %v", local, err)
-		}
-		log.Warn("port of local_hostname in use; the transfer server takes a free one", "local_hostname", local)
-	}
-	span := big.NewInt(portHigh - portLow)
-	for range 64 {
-		n, _ := rand.Int(rand.Reader, span)
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(portLow+int(n.Int64()))))
-		if err == nil {
-			return host, ln, nil
-		}
-	}
-	return "", nil, wire.Errorf(wire.ErrInvalidParams, "no free port in %d-%d on %s", portLow, portHigh, host)
-}
-
 func (c *Client) mount(ctx context.Context) error {
 	desc := wire.SegmentDesc{
 		Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),

@@ -57,6 +57,14 @@
 // transfers, and each read and write call once it ended. Without it the
 // metrics are nil and cost one nil check per call.
 //
+// Listeners (listen.go): without authentication a client's servers (its
+// segment's, the segments mounted at run time, the SSD tier's) listen
+// only on loopback. A local_hostname that is not loopback is refused
+// (auth.Check) unless the operator allowed it, or unless the pool is one
+// host: the master's address is loopback and local_hostname is an address
+// of this host. Then the servers listen on loopback and local_hostname
+// still names the segments; peers dial TransferAddr, never the name.
+//
 // Buffers: callers own every []byte they pass and must keep it valid until
 // the call returns. Memory handed back by GetBuffers is the client's, lent
 // until FreeBuffer.

@@ -220,7 +220,7 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 		}
 	}()
 	host, _ := splitLocal(c.hostname)
-	h, ln, err := listenTransfer(host, c.log)
+	h, ln, err := listenTransfer(host, c.bindHost, c.log)
 	if err != nil {
 		return err
 	}

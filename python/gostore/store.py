@@ -561,7 +561,10 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         authenticate this client to the master and to its peers, and its
         peers to it (docs/security.md); without them setup refuses a
         ``local_hostname`` other hosts can reach (-600) unless
-        ``allow_insecure=True`` (or ``$GOSTORE_ALLOW_INSECURE=1``).
+        ``allow_insecure=True`` (or ``$GOSTORE_ALLOW_INSECURE=1``), or the
+        master's address is loopback and ``local_hostname`` is this host's:
+        then the client listens on loopback only, under that name (one
+        host: what vLLM's connector sets up).
         """
         params = _setup_params(args, kwargs)  # all TypeErrors before native code
         for k in ("global_segment_size", "local_buffer_size"):

@@ -62,7 +62,8 @@ def open_pair(master_addr: str, workdir: str, *, native: bool, segment: str, loo
     with open(cfg, "w") as f:
         json.dump(store, f)
     setenv("MOONCAKE_CONFIG_PATH", cfg)
-    setenv("MOONCAKE_REQUESTER_LOCAL_HOSTNAME", "127.0.0.1")
+    # No MOONCAKE_REQUESTER_LOCAL_HOSTNAME: the connector passes this host's
+    # IP (vLLM's get_ip), as for a user, and the master is on loopback.
     setenv("VLLM_RPC_BASE_PATH", workdir)  # vLLM's IPC sockets: not in /tmp
     patch(worker_mod, "get_tensor_model_parallel_rank", lambda: 0)
     patch(worker_mod, "get_tensor_model_parallel_world_size", lambda: 1)
