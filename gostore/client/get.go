@@ -277,25 +277,30 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	defer c.endReads(p)
 	began := time.Now()
+	// The caller's own copies (Places) ended before this call: their
+	// leases are checked now, not after the reads below.
+	var late []int
+	for i, r := range p.res {
+		if r.Code == wire.OK && p.leftToCaller(i, dests, dev) && expired(r, p.sent) {
+			late = append(late, i)
+		}
+	}
 	out := c.readInto(p, dests, dev)
-	if late := lateReads(p, out); len(late) > 0 {
+	for i, r := range p.res {
+		if out[i] > 0 && !p.leftToCaller(i, dests, dev) && expired(r, p.sent) {
+			late = append(late, i)
+		}
+	}
+	if len(late) > 0 {
+		// Those bytes may be a newer object's (the range was free to
+		// reuse once the lease ended).
+		for _, i := range late {
+			out[i] = int64(wire.ErrLeaseExpired)
+		}
 		c.readAgain(p, late, dests, dev, out)
 	}
 	c.noteRead(p, out, began)
 	return out
-}
-
-// lateReads returns the objects of p whose read ended after their lease,
-// their results set to -707: those bytes may be a newer object's.
-func lateReads(p *Pending, out []int64) []int {
-	var late []int
-	for i, r := range p.res {
-		if out[i] > 0 && expired(r, p.sent) {
-			out[i] = int64(wire.ErrLeaseExpired)
-			late = append(late, i)
-		}
-	}
-	return late
 }
 
 // leaseTries bounds how often an object whose read outlived its lease is
@@ -331,7 +336,7 @@ func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]Dev
 	}
 	var todo []int
 	for _, i := range late {
-		if p.copiedByCaller(i) && (i >= len(dests) || len(dests[i]) == 0) && (i >= len(dev) || len(dev[i]) == 0) {
+		if p.leftToCaller(i, dests, dev) {
 			failed(i, "the caller's copy outlived the lease")
 			continue
 		}
@@ -468,7 +473,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 		if r.Code != wire.OK {
 			continue
 		}
-		if p.copiedByCaller(i) && (i >= len(dests) || len(dests[i]) == 0) && (i >= len(dev) || len(dev[i]) == 0) {
+		if p.leftToCaller(i, dests, dev) {
 			continue // the caller read it from its Place: out[i] is its size
 		}
 		if i >= len(dests) || dests[i] == nil {
