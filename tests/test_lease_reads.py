@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import threading
 import time
 from typing import Any, Callable, List, Set
@@ -60,6 +61,23 @@ def _request_waiting(pid: int) -> bool:
                 # either way its listener's port.
                 waiting.append(port)
     return any(port in listening for port in waiting)
+
+
+def _bytes_waiting(pid: int, port: int) -> int:
+    """The most bytes a connection to ``port`` (a listener of stopped
+    process ``pid``) holds unread."""
+    most = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                most = max(most, int(cols[4].split(":")[1], 16))
+    return most
 
 
 def _read_while_stopped(peer: Any, read: Callable[[], Any]) -> Any:
@@ -127,6 +145,37 @@ def test_a_read_outliving_its_lease_returns_the_values(held_by_peer, api):
     assert len(got) in (1, N)
     for k, g, v in zip(keys, got, want):
         assert g == v, f"{api}: {k}: {len(g)} bytes, want the value's {len(v)}"
+
+
+def test_a_read_across_a_master_pause_returns_the_values(master_factory, peer_factory, store_factory):
+    """The master stopped (SIGSTOP) while it holds a get's lookup, for
+    longer than the lease: the answer comes with a lease that, counted from
+    when the lookup left, is over before the bytes move. The get looks the
+    objects up again and returns them, not ``b""``."""
+    m = master_factory(default_kv_lease_ttl=LEASE_MS)
+    peer = peer_factory(m, segment="64MB")
+    reader = store_factory(m, segment=0)
+    # Keys long enough that their lookup passes anything else a client
+    # sends the master (a ping): its bytes waiting there are the event.
+    keys = [f"pause/{i}/" + "k" * 400 for i in range(N)]
+    for i, k in enumerate(keys):
+        assert peer.call("put_pattern", key=k, size=SIZE, seed=i + 1)["rc"] == 0
+    assert reader.get_batch(keys[:1]) == [pattern(1, SIZE)]  # connections made, segment mapped
+    port = int(m.addr.rsplit(":", 1)[1])
+    out: List[Any] = []
+    t = threading.Thread(target=lambda: out.append(reader.get_batch(keys)))
+    os.kill(m.proc.pid, signal.SIGSTOP)
+    try:
+        t.start()
+        wait_until(lambda: _bytes_waiting(m.proc.pid, port) >= 4 * 400, what="the lookup to reach the master")
+        reached = time.monotonic()
+        wait_until(lambda: time.monotonic() > reached + (LEASE_MS + 50) / 1000, what="the lease to pass")
+    finally:
+        os.kill(m.proc.pid, signal.SIGCONT)
+    t.join(30)
+    assert not t.is_alive()
+    for k, g, i in zip(keys, out[0], range(N)):
+        assert g == pattern(i + 1, SIZE), f"{k[:12]}: {len(g)} bytes"
 
 
 @pytest.mark.parametrize("upsert", [False, True], ids=["same", "upserted"])

@@ -297,7 +297,7 @@ func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int6
 		for _, i := range late {
 			out[i] = int64(wire.ErrLeaseExpired)
 		}
-		c.readAgain(p, late, dests, dev, out)
+		c.readAgain(p, late, dests, dev, out, began)
 	}
 	c.noteRead(p, out, began)
 	return out
@@ -320,17 +320,19 @@ const leaseTries = 3
 // destination was sized for the old one; a read of a changed object must
 // not pass for the one asked), and an object whose every read outlived
 // its lease. An object gone meanwhile gets the lookup's code (-704).
-func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]DevicePart, out []int64) {
+func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]DevicePart, out []int64, began time.Time) {
 	ctx, cancel := c.ctx()
 	defer cancel()
-	// The speed so far: every byte read, over the time since the lookup.
+	// The speed so far: every byte read, over the time the reads took
+	// (from began, after the lookup: a lookup the master answered late,
+	// through a pause, says nothing of how fast the bytes move).
 	var done uint64
 	for i, r := range p.res {
 		if out[i] > 0 || out[i] == int64(wire.ErrLeaseExpired) {
 			done += r.Size
 		}
 	}
-	rate := float64(done) / max(time.Since(p.sent).Seconds(), 1e-6) // bytes per second
+	rate := float64(done) / max(time.Since(began).Seconds(), 1e-6) // bytes per second
 	failed := func(i int, why string) {
 		c.log.Warn("get: "+why+"; result discarded", "key", p.keys[i], "lease_ms", p.res[i].LeaseMS)
 	}
