@@ -222,3 +222,18 @@ def test_standalone_copy_outliving_its_lease_is_read_again(master_factory, clien
             assert g == v, f"{k}: {len(g)} bytes, the old value {g == values[0]}"
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("api", ["get_tensor", "batch_get_tensor"])
+def test_a_tensor_read_outliving_its_lease_returns_the_tensors(held_by_peer, api):
+    np = pytest.importorskip("numpy")
+    reader, peer, _, _ = held_by_peer
+    keys = [f"lease-t/{i}" for i in range(N)]
+    arrays = [np.frombuffer(pattern(i + 7, SIZE - 17), dtype=np.uint8).copy() for i in range(N)]
+    assert reader.batch_put_tensor(keys, arrays) == [0] * N  # into the peer's segment
+    if api == "get_tensor":
+        got = _read_while_stopped(peer, lambda: [reader.get_tensor(keys[0])])
+    else:
+        got = _read_while_stopped(peer, lambda: reader.batch_get_tensor(keys))
+    for k, g, a in zip(keys, got, arrays):
+        assert g is not None and np.array_equal(np.asarray(g), a), f"{api}: {k}: {g!r:.60}"
