@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -400,6 +401,60 @@ func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]Dev
 			rate = float64(bytes) / max(time.Since(began).Seconds(), 1e-6)
 		}
 		todo = next
+	}
+}
+
+// readRangesAgain is readAgain for GetRanges: the objects late, whose
+// ranges were read past their lease, are looked up again and their ranges
+// read again, up to leaseTries times; an object that changed size
+// meanwhile, or whose every read outlived its lease, keeps -707 (logged),
+// one gone meanwhile gets the lookup's code.
+func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]RangePart, late []int, out [][]int64) {
+	for try := 1; len(late) > 0; try++ {
+		if try > leaseTries {
+			for _, i := range late {
+				c.log.Warn("get: every ranged read outlived the lease; result discarded", "key", keys[i], "tries", try, "lease_ms", res[i].LeaseMS)
+			}
+			return
+		}
+		again, err := c.locate(pick(keys, late), true, false)
+		if err != nil {
+			for _, i := range late {
+				c.log.Warn("get: the lookup again of a ranged read failed; result discarded", "key", keys[i], "err", err)
+			}
+			return
+		}
+		gk, gp := pick(keys, late), make([][]RangePart, len(late))
+		skip := make([]int64, len(late))
+		for j, i := range late {
+			gp[j] = parts[i]
+			switch r := again.res[j]; {
+			case r.Code != wire.OK:
+				skip[j] = int64(r.Code)
+				wire.Fill(out[i], int64(r.Code))
+			case r.Size != res[i].Size:
+				skip[j] = int64(wire.ErrLeaseExpired)
+				c.log.Warn("get: the object changed size during the ranged read; result discarded", "key", keys[i])
+			}
+		}
+		per := c.readRanges(gk, again.res, gp, skip)
+		var next []int
+		for j, i := range late {
+			if skip[j] != 0 {
+				continue
+			}
+			copy(out[i], per[j])
+			for k := range out[i] {
+				if out[i][k] > 0 && expired(again.res[j], again.sent) {
+					out[i][k] = int64(wire.ErrLeaseExpired)
+				}
+			}
+			if slices.Contains(out[i], int64(wire.ErrLeaseExpired)) {
+				next = append(next, i)
+			}
+		}
+		c.endReads(again)
+		late = next
 	}
 }
 

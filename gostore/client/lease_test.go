@@ -161,6 +161,22 @@ func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 		}
 
 		late.arm(1, nil)
+		parts := make([][]RangePart, n)
+		for i := range parts {
+			parts[i] = []RangePart{{Buf: make([]byte, 1000), Off: 7}, {Buf: make([]byte, 5000), Off: 100_000}}
+		}
+		for i, got := range reader.GetRanges(keys, parts) {
+			for k, p := range parts[i] {
+				if got[k] != int64(len(p.Buf)) || !bytes.Equal(p.Buf, vals[i][p.Off:p.Off+uint64(len(p.Buf))]) {
+					t.Fatalf("GetRanges: %s range %d: %d", keys[i], k, got[k])
+				}
+			}
+		}
+		if late.heldBatches() == 0 {
+			t.Fatal("GetRanges: no read was held past its lease")
+		}
+
+		late.arm(1, nil)
 		bufs, codes := reader.GetBuffers(keys)
 		check("GetBuffers", codes, bufs)
 		for _, b := range bufs {
