@@ -208,3 +208,59 @@ def test_a_batch_of_small_tensors_is_read_in_one_call_into_one_block(small_buffe
     assert np.array_equal(got[0], arrays[1]) and np.array_equal(got[1], big)
     assert calls == {"gs_get_packed": 2, "gs_get_finish": 1}
     assert not np.shares_memory(got[0], got[1])
+
+
+# Run in a process of its own (malloc's settings are set once per process,
+# and this test's heap must not be the test runner's): the two calls'
+# results of a "cell" are freed together, as much as the process keeps, and
+# the next calls count their page faults.
+_CLIFF = r"""
+import resource, sys
+from gostore import MooncakeDistributedStore
+master, keys = sys.argv[1], sys.argv[2].split(",")
+s = MooncakeDistributedStore()
+assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 << 20, "tcp", "", master) == 0
+s.get_batch(keys[:1])  # maps the peer's segment
+faults = []
+for cell in range(3):
+    held = []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        got = s.get_batch(keys)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        assert all(len(v) == len(got[0]) > 0 for v in got)
+        held = held[-1:] + [got]
+        del got
+    del held  # the cell ends: two calls' results go at once
+print(" ".join(map(str, faults)))
+s.close()
+"""
+
+
+def test_freeing_as_much_as_is_kept_keeps_it(small_buffer_reader, tmp_path):
+    """GOSTORE_HEAP_RETAIN_BYTES is what the process keeps, also when it
+    frees that much at once. glibc trims its heap once the free top reaches
+    the trim threshold, down to the top pad: with the threshold alone, two
+    calls' results freed together (or results and the values written
+    meanwhile: a workload that removes and writes new keys) gave back
+    everything, and every later batch faulted its pages in again."""
+    import subprocess
+    import sys
+
+    m, peer, _ = small_buffer_reader
+    keys = [f"cliff/{i}" for i in range(N)]
+    for i, k in enumerate(keys):
+        assert peer.put_pattern(k, OBJ, 300 + i) == 0
+    pages = N * OBJ // 4096
+    env = dict(os.environ, GOSTORE_HEAP_RETAIN_BYTES=str(2 * N * OBJ))  # two calls' results
+    script = tmp_path / "cliff.py"
+    script.write_text(_CLIFF)
+    out = subprocess.run([sys.executable, str(script), m.addr, ",".join(keys)], env=env, timeout=120,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    faults = [int(x) for x in out.stdout.split()]
+    # The first cell grows the heap (three calls' results live at once);
+    # after a cell freed two calls' results the next keeps them.
+    later = faults[3:]
+    assert max(later[0], later[1], later[3], later[4]) < pages // 10, \
+        f"minor faults per call {faults}, batch of {pages} pages"

@@ -187,8 +187,11 @@ def test_below_the_threshold_and_without_a_place_the_server_copies(master, clien
     assert lib._segments.mapped() == 0
 
 
-def test_a_copy_here_that_outlives_the_lease_is_discarded(master_factory, client_process_factory, store_factory,
-                                                          monkeypatch):
+def test_a_copy_here_that_outlives_the_lease_is_read_again(master_factory, client_process_factory, store_factory,
+                                                           monkeypatch):
+    """The copy here is discarded (its bytes may be a newer object's) and
+    the server reads the object into the destination, looking it up again
+    (tests/test_lease_reads.py: the same with an upsert meanwhile)."""
     m = master_factory(default_kv_lease_ttl=200)
     srv = client_process_factory(m)
     writer = store_factory(m, segment=0)
@@ -199,8 +202,9 @@ def test_a_copy_here_that_outlives_the_lease_is_discarded(master_factory, client
     # A copy that takes 0.3 s: it ends past the 200 ms lease, which counts
     # from when the server's lookup left, before the copy began.
     spy.during = lambda: time.sleep(0.3)
-    assert app.get_batch(["ll-0"]) == [b""]
+    assert app.get_batch(["ll-0"]) == [v]
     assert spy.copied == [len(v)] and spy.deferred == 0, "a copy past its lease ended without asking the server"
+    assert spy.server_parts[-1] == [1], "the server was not asked to read the object again"
     spy.during = None
     assert app.get_batch(["ll-0"]) == [v]
 

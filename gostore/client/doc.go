@@ -23,7 +23,10 @@
 //
 // Invariants: a put returns only after PutEnd (visible) or PutRevoke
 // (never half-visible); a get reports bytes only from a transfer that
-// ended inside the object's lease; a segment whose transfer failed is
+// ended inside the object's lease, and an object whose read outlived it
+// is looked up and read again (finish's readAgain, every read API's one
+// path: at most leaseTries times, in groups sized to end inside the new
+// lease) before its result is -707, never "absent"; a segment whose transfer failed is
 // forgotten (asked of the master again on next use), one whose op was
 // refused (bad range, bad device parts) is not.
 //

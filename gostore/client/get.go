@@ -6,6 +6,9 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -275,14 +278,217 @@ func (c *Client) GetFinish(p *Pending, dests [][][]byte) []int64 {
 func (c *Client) finish(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	defer c.endReads(p)
 	began := time.Now()
-	out := c.readInto(p, dests, dev)
+	// The caller's own copies (Places) ended before this call: their
+	// leases are checked now, not after the reads below.
+	var late []int
 	for i, r := range p.res {
-		if out[i] > 0 && expired(r, p.sent) {
-			c.log.Warn("get: transfer outlived the lease; result discarded", "key", p.keys[i], "lease_ms", r.LeaseMS)
-			out[i] = int64(wire.ErrLeaseExpired)
+		if r.Code == wire.OK && p.leftToCaller(i, dests, dev) && expired(r, p.sent) {
+			late = append(late, i)
 		}
 	}
+	out := c.readInto(p, dests, dev)
+	for i, r := range p.res {
+		if out[i] > 0 && !p.leftToCaller(i, dests, dev) && expired(r, p.sent) {
+			late = append(late, i)
+		}
+	}
+	if len(late) > 0 {
+		// Those bytes may be a newer object's (the range was free to
+		// reuse once the lease ended).
+		for _, i := range late {
+			out[i] = int64(wire.ErrLeaseExpired)
+		}
+		c.readAgain(p, late, dests, dev, out, began)
+	}
 	c.noteRead(p, out, began)
+	return out
+}
+
+// leaseTries bounds how often an object whose read outlived its lease is
+// looked up and read again within one call.
+const leaseTries = 3
+
+// readAgain reads again the objects late of p whose read outlived its
+// lease (out[i] -707): each is looked up again (a new lease, and the
+// object as it is now) and read again into the same destination, in
+// groups small enough for the read to end well inside the lease at the
+// speed the reads so far went, up to leaseTries times or the call's
+// bound. Every read API reaches it through finish.
+//
+// What then gives -707, logged once per object: an object the caller
+// copies itself (Places: there is no destination here to read into; the
+// caller looks it up again), an object whose size changed meanwhile (its
+// destination was sized for the old one; a read of a changed object must
+// not pass for the one asked), and an object whose every read outlived
+// its lease. An object gone meanwhile gets the lookup's code (-704).
+func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]DevicePart, out []int64, began time.Time) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	// The speed so far: every byte read, over the time the reads took
+	// (from began, after the lookup: a lookup the master answered late,
+	// through a pause, says nothing of how fast the bytes move).
+	var done uint64
+	for i, r := range p.res {
+		if out[i] > 0 || out[i] == int64(wire.ErrLeaseExpired) {
+			done += r.Size
+		}
+	}
+	rate := float64(done) / max(time.Since(began).Seconds(), 1e-6) // bytes per second
+	failed := func(i int, why string) {
+		c.log.Warn("get: "+why+"; result discarded", "key", p.keys[i], "lease_ms", p.res[i].LeaseMS)
+	}
+	var todo []int
+	for _, i := range late {
+		if p.leftToCaller(i, dests, dev) {
+			failed(i, "the caller's copy outlived the lease")
+			continue
+		}
+		todo = append(todo, i)
+	}
+	for try := 1; len(todo) > 0; try++ {
+		if try > leaseTries || ctx.Err() != nil {
+			for _, i := range todo {
+				failed(i, fmt.Sprintf("every read in %d tries outlived the lease", try))
+			}
+			return
+		}
+		var next []int
+		for _, group := range leaseGroups(p, todo, rate) {
+			again, err := c.locate(pick(p.keys, group), true, false)
+			if err != nil {
+				for _, i := range group {
+					failed(i, "the lookup again failed: "+err.Error())
+				}
+				continue
+			}
+			gd := make([][][]byte, len(group))
+			var gv [][]DevicePart
+			if dev != nil {
+				gv = make([][]DevicePart, len(group))
+			}
+			for j, i := range group {
+				r := &again.res[j]
+				switch {
+				case r.Code != wire.OK:
+					out[i] = int64(r.Code) // gone meanwhile: what the lookup says now
+				case r.Size != p.res[i].Size:
+					failed(i, "the object changed size during the read")
+					r.Code = wire.ErrLeaseExpired // not read
+				default:
+					if i < len(dests) {
+						gd[j] = dests[i]
+					}
+					if i < len(dev) {
+						gv[j] = dev[i]
+					}
+				}
+			}
+			began := time.Now()
+			got := c.readInto(again, gd, gv)
+			var bytes uint64
+			for j, i := range group {
+				if again.res[j].Code != wire.OK {
+					continue
+				}
+				bytes += again.res[j].Size
+				out[i] = got[j]
+				if got[j] > 0 && expired(again.res[j], again.sent) {
+					out[i] = int64(wire.ErrLeaseExpired)
+					next = append(next, i)
+				}
+			}
+			c.endReads(again)
+			rate = float64(bytes) / max(time.Since(began).Seconds(), 1e-6)
+		}
+		todo = next
+	}
+}
+
+// readRangesAgain is readAgain for GetRanges: the objects late, whose
+// ranges were read past their lease, are looked up again and their ranges
+// read again, up to leaseTries times; an object that changed size
+// meanwhile, or whose every read outlived its lease, keeps -707 (logged),
+// one gone meanwhile gets the lookup's code.
+func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]RangePart, late []int, out [][]int64) {
+	for try := 1; len(late) > 0; try++ {
+		if try > leaseTries {
+			for _, i := range late {
+				c.log.Warn("get: every ranged read outlived the lease; result discarded", "key", keys[i], "tries", try, "lease_ms", res[i].LeaseMS)
+			}
+			return
+		}
+		again, err := c.locate(pick(keys, late), true, false)
+		if err != nil {
+			for _, i := range late {
+				c.log.Warn("get: the lookup again of a ranged read failed; result discarded", "key", keys[i], "err", err)
+			}
+			return
+		}
+		gk, gp := pick(keys, late), make([][]RangePart, len(late))
+		skip := make([]int64, len(late))
+		for j, i := range late {
+			gp[j] = parts[i]
+			switch r := again.res[j]; {
+			case r.Code != wire.OK:
+				skip[j] = int64(r.Code)
+				wire.Fill(out[i], int64(r.Code))
+			case r.Size != res[i].Size:
+				skip[j] = int64(wire.ErrLeaseExpired)
+				c.log.Warn("get: the object changed size during the ranged read; result discarded", "key", keys[i])
+			}
+		}
+		per := c.readRanges(gk, again.res, gp, skip)
+		var next []int
+		for j, i := range late {
+			if skip[j] != 0 {
+				continue
+			}
+			copy(out[i], per[j])
+			for k := range out[i] {
+				if out[i][k] > 0 && expired(again.res[j], again.sent) {
+					out[i][k] = int64(wire.ErrLeaseExpired)
+				}
+			}
+			if slices.Contains(out[i], int64(wire.ErrLeaseExpired)) {
+				next = append(next, i)
+			}
+		}
+		c.endReads(again)
+		late = next
+	}
+}
+
+// leaseGroups splits objects todo of p into groups to look up and read
+// together: as many as rate (bytes per second) reads in a quarter of the
+// shortest lease among them, at least one each. A lease that is not
+// bounded (0) puts them all in one.
+func leaseGroups(p *Pending, todo []int, rate float64) [][]int {
+	var groups [][]int
+	var cur []int
+	var bytes float64
+	budget := math.Inf(1)
+	for _, i := range todo {
+		lease := p.res[i].LeaseMS
+		if lease > 0 {
+			budget = min(budget, rate*float64(lease)/1000/4)
+		}
+		size := float64(p.res[i].Size)
+		if len(cur) > 0 && bytes+size > budget {
+			groups = append(groups, cur)
+			cur, bytes = nil, 0
+		}
+		cur = append(cur, i)
+		bytes += size
+	}
+	return append(groups, cur)
+}
+
+// pick returns keys[i] for each i of idx.
+func pick(keys []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for j, i := range idx {
+		out[j] = keys[i]
+	}
 	return out
 }
 
@@ -324,7 +530,7 @@ func (c *Client) readInto(p *Pending, dests [][][]byte, dev [][]DevicePart) []in
 		if r.Code != wire.OK {
 			continue
 		}
-		if p.copiedByCaller(i) && (i >= len(dests) || len(dests[i]) == 0) && (i >= len(dev) || len(dev[i]) == 0) {
+		if p.leftToCaller(i, dests, dev) {
 			continue // the caller read it from its Place: out[i] is its size
 		}
 		if i >= len(dests) || dests[i] == nil {

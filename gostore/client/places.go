@@ -69,9 +69,12 @@ func (c *Client) Places(p *Pending) []Place {
 
 // LeaveToCaller marks the objects given a place (Places) as the caller's
 // to copy from there: given no destination, GetFinish counts each read,
-// its lease checked as for any read (-707 once it ended). One given a
-// destination is read into it as before, so a caller that could not open
-// a place loses nothing.
+// its lease checked when GetFinish begins (the caller's copy is over by
+// then): -707 once it ended, which GetFinish cannot read again, having no
+// destination; a caller whose copy outlived the lease gives the
+// destination instead. One given a destination is read into it as before
+// (and read again past its lease), so a caller that could not open a
+// place loses nothing.
 func (p *Pending) LeaveToCaller(places []Place) {
 	for i, pl := range places {
 		if pl.Path == "" || i >= len(p.res) {
@@ -96,3 +99,9 @@ func (c *Client) mapsHostMemory(peer transfer.Peer) bool {
 
 // copiedByCaller reports whether object i is the caller's to copy (Places).
 func (p *Pending) copiedByCaller(i int) bool { return i < len(p.byCaller) && p.byCaller[i] }
+
+// leftToCaller reports whether object i was the caller's to copy and the
+// caller gave no destination for it: the caller copied it from its Place.
+func (p *Pending) leftToCaller(i int, dests [][][]byte, dev [][]DevicePart) bool {
+	return p.copiedByCaller(i) && (i >= len(dests) || len(dests[i]) == 0) && (i >= len(dev) || len(dev[i]) == 0)
+}

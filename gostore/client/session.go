@@ -8,6 +8,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -355,6 +356,7 @@ func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 		}
 	}
 	per := c.readRanges(keys, p.res, parts, status)
+	var late []int
 	for i := range keys {
 		if i >= len(parts) {
 			continue
@@ -369,7 +371,11 @@ func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 				out[i][k] = per[i][k]
 			}
 		}
+		if status[i] == 0 && slices.Contains(out[i], int64(wire.ErrLeaseExpired)) {
+			late = append(late, i)
+		}
 	}
+	c.readRangesAgain(keys, p.res, parts, late, out)
 	return out
 }
 

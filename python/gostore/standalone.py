@@ -671,7 +671,11 @@ class RemoteLibrary:
             # the caller see why.
             self.gs_get_abort(h, pending)
             raise
-        if not copied:
+        if not copied or not self._within_leases(placed, copied):
+            # Nothing copied here, or a copy that outlived its lease (its
+            # bytes may be a newer object's): the server reads every object
+            # into its destination, and looks again and reads again what
+            # outlives the lease (client.readAgain) before any -707.
             return forward(h, pending, ptrs, sizes, nparts, zero_copy, results)
         # The server ends the get: it counts the objects copied here read
         # (no parts given) once their leases check out, and reads the rest.
@@ -684,7 +688,7 @@ class RemoteLibrary:
                 keep_ps.extend(ps[first:first + k])
                 keep_ss.extend(ss[first:first + k])
             first += k
-        if not keep_ps and self._all_copied(placed, copied) and self._within_leases(placed, copied):
+        if not keep_ps and self._all_copied(placed, copied):
             # Nothing left for the server to read, and every copy ended
             # inside its lease: the results are known here, and the finish
             # (the end of the reads) goes without waiting for its answer,

@@ -1,0 +1,233 @@
+// lease_test.go drives real clients against the real master with a short
+// lease, and a transport wrapped (Config.WrapTransport) to hold reads back
+// until their lease has ended: a read that outlives its lease is looked up
+// and read again, never answered "absent" or with another object's bytes.
+
+package client
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/internal/testkit"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// testLease is the master's lease in these tests (--default_kv_lease_ttl).
+const testLease = 150 * time.Millisecond
+
+// lateRoutes wraps every route of a reader: while armed, each batch of
+// reads it starts ends only once testLease has passed since it started
+// (so after the lease its lookup granted, which began before), after
+// running during (if set) the hold. It counts the reads it held.
+type lateRoutes struct {
+	mu     sync.Mutex
+	armed  int    // batches still to hold; <0: every one
+	during func() // run while the first held batch waits
+	held   int    // batches held
+}
+
+func (l *lateRoutes) arm(batches int, during func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed, l.during, l.held = batches, during, 0
+}
+
+func (l *lateRoutes) heldBatches() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
+func (l *lateRoutes) wrap(_ transfer.Route, inner transfer.Transport) transfer.Transport {
+	return lateTransport{l, inner}
+}
+
+type lateTransport struct {
+	l     *lateRoutes
+	inner transfer.Transport
+}
+
+func (t lateTransport) Start(ctx context.Context, ops []transfer.Op, idx []int, errs []error) func() []int {
+	start := time.Now()
+	reads := len(idx) > 0 && !ops[idx[0]].Write
+	t.l.mu.Lock()
+	hold := reads && t.l.armed != 0
+	var during func()
+	if hold {
+		if t.l.armed > 0 {
+			t.l.armed--
+		}
+		t.l.held++
+		during, t.l.during = t.l.during, nil
+	}
+	t.l.mu.Unlock()
+	if !hold {
+		return t.inner.Start(ctx, ops, idx, errs)
+	}
+	if during != nil {
+		during() // before the bytes move: what they read is what is there then
+	}
+	wait := t.inner.Start(ctx, ops, idx, errs)
+	return func() []int {
+		fallback := wait()
+		// The event waited for is the end of the lease, which is a time:
+		// the lookup that granted it was sent before start.
+		time.Sleep(time.Until(start.Add(testLease + 10*time.Millisecond)))
+		return fallback
+	}
+}
+
+// leaseCluster starts a master with testLease, an owner of a segment and a
+// reader whose reads lateRoutes holds.
+func leaseCluster(t *testing.T) (owner, reader *Client, late *lateRoutes) {
+	m := testkit.StartMaster(t, "--default_kv_lease_ttl=150")
+	owner = newClient(t, m.Addr(), 64<<20)
+	late = &lateRoutes{}
+	reader, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+		LocalBufferSize: 16 << 20, WrapTransport: late.wrap}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reader.Close() })
+	return owner, reader, late
+}
+
+// Every read API whose first read outlives its lease looks the objects up
+// again, reads them again and returns every value's bytes.
+func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
+	eachTransport(t, func(t *testing.T) {
+		owner, reader, late := leaseCluster(t)
+		const n = 8
+		keys := make([]string, n)
+		vals := make([][]byte, n)
+		var items []PutItem
+		for i := range keys {
+			keys[i] = "k" + string(rune('a'+i))
+			vals[i] = testkit.Pattern(uint64(i+1), 256<<10+i)
+			items = append(items, PutItem{Key: keys[i], Parts: [][]byte{vals[i]}})
+		}
+		for i, code := range owner.PutBatch(items, wire.ReplicaConfig{Preferred: []string{owner.Hostname()}}) {
+			if code != wire.OK {
+				t.Fatalf("put %s: %v", keys[i], code)
+			}
+		}
+		dests := func() [][][]byte {
+			d := make([][][]byte, n)
+			for i := range d {
+				d[i] = [][]byte{make([]byte, len(vals[i]))}
+			}
+			return d
+		}
+		check := func(api string, got []int64, bufs [][]byte) {
+			t.Helper()
+			for i := range got {
+				if got[i] != int64(len(vals[i])) || !bytes.Equal(bufs[i], vals[i]) {
+					t.Fatalf("%s: %s: %d bytes (want %d), equal %v", api, keys[i], got[i], len(vals[i]), bytes.Equal(bufs[i], vals[i]))
+				}
+			}
+			if late.heldBatches() == 0 {
+				t.Fatalf("%s: no read was held past its lease", api)
+			}
+		}
+		flat := func(d [][][]byte) [][]byte {
+			out := make([][]byte, len(d))
+			for i := range d {
+				out[i] = d[i][0]
+			}
+			return out
+		}
+
+		late.arm(1, nil)
+		d := dests()
+		check("GetInto (batch)", reader.GetInto(keys, d), flat(d))
+
+		late.arm(1, nil)
+		d = dests()
+		p, err := reader.GetStart(keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("GetStart+GetFinish", reader.GetFinish(p, d), flat(d))
+
+		late.arm(1, nil)
+		one := make([]byte, len(vals[3]))
+		if got := reader.GetIntoOne(keys[3], [][]byte{one}); got != int64(len(one)) || !bytes.Equal(one, vals[3]) {
+			t.Fatalf("GetIntoOne: %d bytes, equal %v", got, bytes.Equal(one, vals[3]))
+		}
+
+		late.arm(1, nil)
+		parts := make([][]RangePart, n)
+		for i := range parts {
+			parts[i] = []RangePart{{Buf: make([]byte, 1000), Off: 7}, {Buf: make([]byte, 5000), Off: 100_000}}
+		}
+		for i, got := range reader.GetRanges(keys, parts) {
+			for k, p := range parts[i] {
+				if got[k] != int64(len(p.Buf)) || !bytes.Equal(p.Buf, vals[i][p.Off:p.Off+uint64(len(p.Buf))]) {
+					t.Fatalf("GetRanges: %s range %d: %d", keys[i], k, got[k])
+				}
+			}
+		}
+		if late.heldBatches() == 0 {
+			t.Fatal("GetRanges: no read was held past its lease")
+		}
+
+		late.arm(1, nil)
+		bufs, codes := reader.GetBuffers(keys)
+		check("GetBuffers", codes, bufs)
+		for _, b := range bufs {
+			_ = reader.FreeBuffer(addrOf(b))
+		}
+	})
+}
+
+// A read that outlives every lease it is given ends with -707 after a
+// bounded number of lookups, not a loop and not "absent".
+func TestReadOutlivingEveryLeaseGivesTheLeaseCode(t *testing.T) {
+	owner, reader, late := leaseCluster(t)
+	v := testkit.Pattern(5, 100_000)
+	if code := owner.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
+		t.Fatal(code[0])
+	}
+	late.arm(-1, nil)
+	got := reader.GetInto([]string{"k"}, [][][]byte{{make([]byte, len(v))}})
+	if got[0] != int64(wire.ErrLeaseExpired) {
+		t.Fatalf("every read late: %d, want %d", got[0], wire.ErrLeaseExpired)
+	}
+	if h := late.heldBatches(); h != leaseTries+1 {
+		t.Fatalf("%d reads, want the first and %d again", h, leaseTries)
+	}
+}
+
+// An object replaced while a read of it outlives its lease: the read gives
+// the new bytes (or -707), never the old ones, nor a mix.
+func TestReadOutlivingItsLeaseSeesTheUpsert(t *testing.T) {
+	eachTransport(t, func(t *testing.T) {
+		owner, reader, late := leaseCluster(t)
+		old, fresh := testkit.Pattern(1, 1<<20), testkit.Pattern(2, 1<<20)
+		if code := owner.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{old}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
+			t.Fatal(code[0])
+		}
+		late.arm(1, func() {
+			// The reader's lease ends, and with it the upsert's wait.
+			testkit.WaitFor(t, "the upsert during the read", func() bool {
+				return owner.UpsertBatch([]PutItem{{Key: "k", Parts: [][]byte{fresh}}}, wire.ReplicaConfig{})[0] == wire.OK
+			})
+		})
+		dst := make([]byte, len(old))
+		got := reader.GetInto([]string{"k"}, [][][]byte{{dst}})
+		switch {
+		case got[0] == int64(len(fresh)) && bytes.Equal(dst, fresh):
+		case got[0] == int64(wire.ErrLeaseExpired):
+		default:
+			t.Fatalf("read across an upsert: %d bytes, old %v, new %v", got[0], bytes.Equal(dst, old), bytes.Equal(dst, fresh))
+		}
+		if got[0] != int64(len(fresh)) {
+			t.Fatalf("the read again gave %d, want the new bytes", got[0])
+		}
+	})
+}
