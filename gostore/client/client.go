@@ -242,6 +242,13 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			if last, ok := known.Load().(string); ok {
 				return last, nil
 			}
+			if err == nil {
+				// Said in full: a cluster id that differs from the masters'
+				// --cluster_id looks exactly like a cluster with no master.
+				err = fmt.Errorf("no master leads cluster_id %q (etcd prefix %s): if the masters run with another "+
+					"--cluster_id, give the client theirs (setup's cluster_id or MC_STORE_CLUSTER_ID)",
+					cfg.ClusterID, hopts.Prefix)
+			}
 			return addr, err
 		}
 	}

@@ -487,6 +487,7 @@ _FLAGS = {
     "ipc_spin_us": (P.DEFAULT_SPIN_US, int),
     "ssd_offload_path": ("", str),
     "log_level": ("", str),
+    "cluster_id": ("", str),  # the HA masters' --cluster_id ("": $MC_STORE_CLUSTER_ID, else theirs by default)
 }
 
 
@@ -546,6 +547,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kwargs: Dict[str, Any] = {}
     if opts["log_level"]:
         kwargs["log_level"] = opts["log_level"]
+    if opts["cluster_id"]:
+        kwargs["cluster_id"] = opts["cluster_id"]
     local_buffer = opts["local_buffer_size"]
     if local_buffer.strip() in ("0", ""):
         # Mooncake's default. The server's reads into a small scratch buffer
