@@ -177,12 +177,20 @@ def test_clients_of_a_named_cluster_find_its_master(launcher, etcd_one, tmp_path
     assert by_key.put("blue/key", value[::-1]) == 0
     assert by_env.get("blue/key") == value[::-1]
 
+    # The engines' backends: cluster_id in their configuration.
+    from gostore.integrations import _config
+    engine = _config.open_store(_config.load({"master_server_address": addr, "cluster_id": "blue",
+                                              "global_segment_size": "16mb"}, ()))
+    launcher.stores.append(engine)
+    assert engine.get("blue/env") == value
+
     standalone = launcher.client_process(addr, segment="16MB", cluster_id="blue")
     app = MooncakeDistributedStore()  # no client of its own: through gostore-client
     launcher.stores.append(app)
     assert app.setup_dummy(16 << 20, 16 << 20, standalone.server_address) == 0
     assert app.get("blue/key") == value[::-1]
-    assert sorted(m.segment_names()) == sorted([by_env.hostname, by_key.get_hostname(), standalone.segment])
+    assert sorted(m.segment_names()) == sorted([by_env.hostname, by_key.get_hostname(), engine.get_hostname(),
+                                                standalone.segment])
 
     lost = launcher.peer(addr, env={"MC_STORE_CLUSTER_ID": ""}, expect_ready=False)
     assert lost.setup_rc == -900
