@@ -245,6 +245,11 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		cfg.SegmentLocation = getenv("GOSTORE_SEGMENT_LOCATION")
 	}
 	cfg.SysfsRoot = getenv("GOSTORE_SYSFS_ROOT")
+	// An HA cluster's id: setup's cluster_id, else Mooncake's variable
+	// (what its clients read), else the masters' default.
+	if strings.TrimSpace(cfg.ClusterID) == "" {
+		cfg.ClusterID = strings.TrimSpace(getenv("MC_STORE_CLUSTER_ID"))
+	}
 	// Authentication: what setup did not name, the environment may (so an
 	// engine that calls setup itself needs no change).
 	if !cfg.Auth.Enabled() {
@@ -307,6 +312,8 @@ func parseSetup(b []byte) (client.Config, setupEdge, error) {
 			cfg.SegmentLocation, err = asString(k, v)
 		case "tenant_id":
 			cfg.TenantID, err = asString(k, v)
+		case "cluster_id":
+			cfg.ClusterID, err = asString(k, v)
 		case "ipc_socket_path":
 			var path string
 			if path, err = asString(k, v); err == nil && path != "" {

@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from conftest import Master, _die_with_parent, wait_until
+from gostore import MooncakeDistributedStore
 
 ETCD = shutil.which("etcd")
 pytestmark = pytest.mark.skipif(ETCD is None, reason="etcd-server is not installed (make test installs it as root)")
@@ -50,7 +51,16 @@ class EtcdCluster(str):
 
 @pytest.fixture
 def etcd_cluster(tmp_path):
-    names = ["e0", "e1", "e2"]
+    yield from _etcd(tmp_path, ["e0", "e1", "e2"])
+
+
+@pytest.fixture
+def etcd_one(tmp_path):
+    """One etcd member: enough where no member fails."""
+    yield from _etcd(tmp_path, ["e0"])
+
+
+def _etcd(tmp_path, names):
     client = [f"127.0.0.1:{_port()}" for _ in names]
     peer = [f"127.0.0.1:{_port()}" for _ in names]
     initial = ",".join(f"{n}=http://{p}" for n, p in zip(names, peer))
@@ -146,3 +156,45 @@ def test_etcd_members_fail_one_at_a_time(launcher, etcd_cluster):
     for i in range(10):
         assert b.check_pattern(f"q/{i}", 20_000, i), i
     assert b.check_pattern("q/one-down", 20_000, 100) and b.check_pattern("q/back", 20_000, 102)
+
+
+def test_clients_of_a_named_cluster_find_its_master(launcher, etcd_one, tmp_path):
+    """Masters started with --cluster_id=blue lead under that id on etcd.
+    A client finds them when told the id (Mooncake's MC_STORE_CLUSTER_ID,
+    setup's cluster_id key, gostore-client's --cluster_id) and reads back
+    what another wrote; one that is not told looks under the default id and
+    its setup fails with -900 and one line naming the id it looked under."""
+    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_one, ha_lease_ttl_ms=2000, cluster_id="blue")
+    addr = "etcd://" + etcd_one
+    by_env = launcher.peer(addr, env={"MC_STORE_CLUSTER_ID": "blue"})
+    value = os.urandom(70_000)
+    assert by_env.put("blue/env", value) == 0
+
+    by_key = MooncakeDistributedStore()
+    launcher.stores.append(by_key)
+    assert by_key.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", addr, cluster_id="blue") == 0
+    assert by_key.get("blue/env") == value
+    assert by_key.put("blue/key", value[::-1]) == 0
+    assert by_env.get("blue/key") == value[::-1]
+
+    # The engines' backends: cluster_id in their configuration.
+    from gostore.integrations import _config
+    engine = _config.open_store(_config.load({"master_server_address": addr, "cluster_id": "blue",
+                                              "global_segment_size": "16mb"}, ()))
+    launcher.stores.append(engine)
+    assert engine.get("blue/env") == value
+
+    standalone = launcher.client_process(addr, segment="16MB", cluster_id="blue")
+    app = MooncakeDistributedStore()  # no client of its own: through gostore-client
+    launcher.stores.append(app)
+    assert app.setup_dummy(16 << 20, 16 << 20, standalone.server_address) == 0
+    assert app.get("blue/key") == value[::-1]
+    assert sorted(m.segment_names()) == sorted([by_env.hostname, by_key.get_hostname(), engine.get_hostname(),
+                                                standalone.segment])
+
+    lost = launcher.peer(addr, env={"MC_STORE_CLUSTER_ID": ""}, expect_ready=False)
+    assert lost.setup_rc == -900
+    lines = [ln for ln in lost.log().splitlines() if "no master leads" in ln]
+    assert len(lines) == 1, lost.log()
+    assert 'cluster_id \\"mooncake_cluster\\"' in lines[0] or 'cluster_id "mooncake_cluster"' in lines[0], lines[0]
+    assert "/gostore/mooncake_cluster/master/" in lines[0]

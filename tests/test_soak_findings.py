@@ -4,7 +4,8 @@ failed before its fix:
 - A new process on a dead client's host:port served reads and took writes
   meant for the dead client's segment (the TCP requests named no
   segment). Fixed by bounded writes: every request carries a grant signed
-  with the segment's own key, which the new process does not hold.
+  with the segment's own key, which the new process does not hold (it
+  now takes the dead client's segment name over, with a key of its own).
 - A client kept a same-host peer's segment mapped after the master dropped
   it, so every peer that ever left stayed allocated in every process that
   had read from it. Fixed by the heartbeat's pruning of the peer cache
@@ -56,13 +57,19 @@ def test_a_new_process_on_a_dead_clients_port_serves_none_of_its_objects(master_
         impostor = subprocess.Popen([sys.executable, "-c", RETRYING_STORAGE, master.addr, hostname],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
     try:
-        assert impostor.stdout.readline().strip() == "-102"  # the dead client's segment is still listed
-        deadline = time.monotonic() + 3  # within client_ttl: the master still lists the dead segment
+        # It takes the dead client's segment over (the dead one has been
+        # silent past the master's takeover silence); the dead memory's
+        # objects go with it. Reads racing that, from a reader that knew
+        # the old segment, must never get the new process's bytes.
+        deadline = time.monotonic() + 3  # within client_ttl
         while time.monotonic() < deadline:
             got = bytes.fromhex(reader.call("get", key="k")["hex"])
             wrong = bool(got) and got != pattern(1, 100_000)
             assert not wrong, f"get returned {len(got)} bytes of another process ({got.count(0)} zeros)"
             time.sleep(0.05)
+        while (rc := impostor.stdout.readline().strip()) != "0":  # a supervisor's retries, should setup refuse
+            assert rc == "-102", rc
+        assert reader.call("get", key="k")["hex"] == ""  # gone with the dead process's memory
     finally:
         impostor.kill()
         impostor.wait()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -248,6 +249,13 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			if last, ok := known.Load().(string); ok {
 				return last, nil
 			}
+			if err == nil {
+				// Said in full: a cluster id that differs from the masters'
+				// --cluster_id looks exactly like a cluster with no master.
+				err = fmt.Errorf("no master leads cluster_id %q (etcd prefix %s): if the masters run with another "+
+					"--cluster_id, give the client theirs (setup's cluster_id or MC_STORE_CLUSTER_ID)",
+					cfg.ClusterID, hopts.Prefix)
+			}
 			return addr, err
 		}
 	}
@@ -339,7 +347,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 			defer c.wg.Done()
 			c.server.Serve()
 		}()
-		if err := c.mount(ctx); err != nil {
+		if err := c.mountTakingOver(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -494,9 +502,47 @@ func newClientID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// splitLocal splits local_hostname into the host the transfer server
-// listens on and its port ("" when none is given).
+// takeoverWait bounds how long setup asks again for a segment name that
+// the master says another client holds: a predecessor of the same name
+// that died (SIGKILL, a pod restart) was heard from at most a ping
+// interval before; the master hands its segment over once it has been
+// silent for its takeover silence (1 s by default). A live holder keeps
+// the name and setup fails with -102.
+const takeoverWait = 3 * time.Second
+
+// mountTakingOver is setup's mount: a name the master says is held is
+// asked for again until takeoverWait passes. This client has bound the
+// name's host:port, so a holder on this host is dead; the master judges
+// by the holder's silence.
+func (c *Client) mountTakingOver(ctx context.Context) error {
+	deadline := time.Now().Add(takeoverWait)
+	for {
+		err := c.mountQuiet(ctx)
+		if err == nil || wire.CodeOf(err) != wire.ErrSegmentAlreadyExists || time.Now().After(deadline) {
+			if err != nil {
+				c.log.Error("mount segment failed", "name", c.hostname, "err", err)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			c.log.Error("mount segment failed", "name", c.hostname, "err", err)
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 func (c *Client) mount(ctx context.Context) error {
+	err := c.mountQuiet(ctx)
+	if err != nil {
+		c.log.Error("mount segment failed", "name", c.hostname, "err", err)
+	}
+	return err
+}
+
+// mountQuiet mounts the segment; the caller logs a failure.
+func (c *Client) mountQuiet(ctx context.Context) error {
 	desc := wire.SegmentDesc{
 		Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
 		TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil && !c.ssd.Unmounted(),
@@ -525,7 +571,6 @@ func (c *Client) mount(ctx context.Context) error {
 	c.server.SetSegID(0)
 	var resp wire.MountResp
 	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp); err != nil {
-		c.log.Error("mount segment failed", "name", c.hostname, "err", err)
 		return err
 	}
 	desc.ID = resp.SegID

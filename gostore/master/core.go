@@ -66,6 +66,12 @@ type Config struct {
 	MaxKeyBytes    int
 	MaxBatchKeys   int
 	MaxObjectBytes uint64
+	// TakeoverSilence: a mount of a name another client holds takes the
+	// segment over when that client has been silent (no ping, no call)
+	// this long; a client heard from more recently is alive and the mount
+	// gets -102 (takeover.go). Default DefaultTakeoverSilence, at most
+	// ClientTTL/2.
+	TakeoverSilence time.Duration
 	// GrantSlack is added to the lifetime of every grant the master mints
 	// (grants.go): clock skew between the master and the segments' owners,
 	// and the RPC's time on the way.
@@ -112,6 +118,9 @@ func (c *Config) fill() {
 	}
 	if c.GrantSlack == 0 {
 		c.GrantSlack = DefaultGrantSlack
+	}
+	if c.TakeoverSilence == 0 {
+		c.TakeoverSilence = min(DefaultTakeoverSilence, c.ClientTTL/2)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -192,6 +201,9 @@ type Stats struct {
 	TasksCreated, TasksSucceeded, TasksFailed                atomic.Int64
 	Offloaded, EvictionsOffloadWait, DiskRecovered           atomic.Int64
 	PutsReclaimed                                            atomic.Int64
+	// ClientsTakenOver counts dead clients whose segment a new client of
+	// the same name took over (takeover.go).
+	ClientsTakenOver atomic.Int64
 	// EvictionPassesEffective counts the passes that evicted objects or
 	// asked for the disk copies that let them evict.
 	EvictionPassesEffective atomic.Int64
@@ -205,7 +217,7 @@ type Stats struct {
 func (st *Stats) roomFreed() uint64 {
 	return uint64(st.EvictedObjects.Load() + st.Offloaded.Load() + st.Removes.Load() + st.PutRevokes.Load() +
 		st.PutsReclaimed.Load() + st.DiscardedReleased.Load() + st.PutsOfDeadClients.Load() +
-		st.ClientsLeft.Load() + st.ClientsExpired.Load())
+		st.ClientsLeft.Load() + st.ClientsExpired.Load() + st.ClientsTakenOver.Load())
 }
 
 type shard struct {
@@ -290,26 +302,60 @@ func (c *Core) Ping(clientID string) bool {
 	return known
 }
 
-// MountSegment adds a client's memory to the pool and returns its new ID.
+// MountSegment adds a client's memory to the pool and returns its new ID
+// (Mount without the takeover's report).
+func (c *Core) MountSegment(d wire.SegmentDesc, grantKey []byte) (uint64, error) {
+	r, err := c.Mount(d, grantKey)
+	return r.ID, err
+}
+
+// MountResult is what Mount did.
+type MountResult struct {
+	ID uint64
+	// TookOver is the client whose segment of the same name this mount
+	// took over (it was silent past TakeoverSilence: dead), "" if none.
+	TookOver string
+	// Silent is how long TookOver had not been heard from.
+	Silent time.Duration
+}
+
+// Mount adds a client's memory to the pool and returns its new ID.
 // grantKey is the key the owner verifies the segment's grants with
 // (grant.KeySize bytes; nil from an owner that checks none: its ranges get
 // no grants). Mounting a name the same client already mounted returns the
 // existing ID (a retried RPC must not fail, and an owner remounting after
-// a restart finds its segment), taking the key it brings; another client's
-// name is -102.
-func (c *Core) MountSegment(d wire.SegmentDesc, grantKey []byte) (uint64, error) {
+// a restart finds its segment), taking the key it brings. A name another
+// client holds is taken over when that client is dead (takeover.go), else
+// -102 naming the holder.
+func (c *Core) Mount(d wire.SegmentDesc, grantKey []byte) (MountResult, error) {
+	var res MountResult
 	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign || d.Size > maxSegmentSize {
-		return 0, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
+		return res, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
 	}
 	var key *segmentKey
 	if grantKey != nil {
 		signer, ok := grant.NewKey(grantKey)
 		if !ok {
-			return 0, wire.Errorf(wire.ErrInvalidParams, "a grant key of %d bytes, not %d", len(grantKey), grant.KeySize)
+			return res, wire.Errorf(wire.ErrInvalidParams, "a grant key of %d bytes, not %d", len(grantKey), grant.KeySize)
 		}
 		key = &segmentKey{secret: append([]byte(nil), grantKey...), signer: signer}
 	}
 	c.touch(d.ClientID)
+	id, dead, silent, err := c.mountOnce(d, key)
+	if dead != "" {
+		// The holder is gone: retire it as if it had left, then mount.
+		// Once: a name some other client mounted meanwhile is theirs.
+		c.retire(dead)
+		res.TookOver, res.Silent = dead, silent
+		id, _, _, err = c.mountOnce(d, key)
+	}
+	res.ID = id
+	return res, err
+}
+
+// mountOnce mounts d unless its name is held by another client; dead is
+// that client when it may be taken over (nothing is mounted then).
+func (c *Core) mountOnce(d wire.SegmentDesc, key *segmentKey) (id uint64, dead string, silent time.Duration, err error) {
 	c.segs.Lock()
 	defer c.segs.Unlock()
 	// Under segs' lock: a leave either came first (refused here) or sweeps
@@ -320,7 +366,7 @@ func (c *Core) MountSegment(d wire.SegmentDesc, grantKey []byte) (uint64, error)
 	if gone {
 		// A remount that crossed the client's leave: nobody would ever
 		// unmount it.
-		return 0, wire.Errorf(wire.ErrIllegalClient, "client %s has left", d.ClientID)
+		return 0, "", 0, wire.Errorf(wire.ErrIllegalClient, "client %s has left", d.ClientID)
 	}
 	if d.Offload && c.diskUnmounted(d.ClientID) {
 		d.Offload = false
@@ -333,9 +379,18 @@ func (c *Core) MountSegment(d wire.SegmentDesc, grantKey []byte) (uint64, error)
 				old.key.Store(key)
 				c.recordSegment(old, true)
 			}
-			return old.desc.ID, nil
+			return old.desc.ID, "", 0, nil
 		}
-		return 0, wire.Errorf(wire.ErrSegmentAlreadyExists, "segment %q is mounted by another client", d.Name)
+		if old.desc.ClientID == d.ClientID {
+			return 0, "", 0, wire.Errorf(wire.ErrSegmentAlreadyExists, "segment %q is already mounted by this client with another size or memory", d.Name)
+		}
+		silent, dead := c.holderSilence(old.desc.ClientID)
+		if !dead {
+			return 0, "", 0, wire.Errorf(wire.ErrSegmentAlreadyExists,
+				"segment %q is held by live client %s (at %s, heard from %v ago): a client takes a name over only from one silent for %v",
+				d.Name, old.desc.ClientID, old.desc.TransferAddr, silent.Round(time.Millisecond), c.cfg.TakeoverSilence)
+		}
+		return 0, old.desc.ClientID, silent, wire.Errorf(wire.ErrSegmentAlreadyExists, "segment %q: its holder %s is being retired", d.Name, old.desc.ClientID)
 	}
 	c.segs.nextID++
 	d.ID = c.segs.nextID
@@ -345,7 +400,7 @@ func (c *Core) MountSegment(d wire.SegmentDesc, grantKey []byte) (uint64, error)
 	c.segs.byName[d.Name] = s
 	c.segs.list = append(c.segs.list, s)
 	c.recordSegment(s, true)
-	return d.ID, nil
+	return d.ID, "", 0, nil
 }
 
 // UnmountSegment removes a client's segment from the pool; replicas there are
@@ -564,6 +619,16 @@ func (c *Core) ClientLeave(clientID string) bool {
 	if clientID == "" {
 		return false
 	}
+	known := c.leave(clientID)
+	if known {
+		c.stats.ClientsLeft.Add(1)
+	}
+	return known
+}
+
+// leave forgets a client as ClientLeave says; it reports whether the
+// client was known.
+func (c *Core) leave(clientID string) bool {
 	c.clients.Lock()
 	_, known := c.clients.lastSeen[clientID]
 	delete(c.clients.lastSeen, clientID)
@@ -571,9 +636,6 @@ func (c *Core) ClientLeave(clientID string) bool {
 	c.clients.left[clientID] = c.cfg.Now()
 	c.clients.Unlock()
 	c.dropClients([]string{clientID}, false)
-	if known {
-		c.stats.ClientsLeft.Add(1)
-	}
 	return known
 }
 

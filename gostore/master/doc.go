@@ -33,6 +33,12 @@
 //     write's epoch, renamed whenever a task adds a replica and at every
 //     restore, never to a name it had before. Same epoch and same name
 //     mean the listed ranges held the object's bytes all along.
+//   - A segment name belongs to one client at a time. A mount of a name
+//     another client holds takes it over only when that client has been
+//     silent for TakeoverSilence (takeover.go: the new client has bound
+//     the name's host:port, so on the same host the holder is dead; the
+//     silence rules out a live one elsewhere), retiring it as ClientLeave
+//     would; a holder heard from more recently keeps it (-102).
 //   - An object is readable only once it has a COMPLETE replica.
 //   - Every change of what survives a restart (durable.go: objects with
 //     COMPLETE replicas, a disk copy or ranges being written; segments;

@@ -24,6 +24,10 @@ import (
 //	tick                          => ok
 //	segments                      => NAME[*],... | none   (* marks a draining segment)
 //	usage                         => PERCENT          (the pool's usage, as eviction sees it)
+//	ping CLIENT                   => known | unknown
+//	offloaded CLIENT KEY STORAGE  => ok | CODE        (NotifyOffloaded: a disk copy in directory STORAGE, at endpoint ep-CLIENT)
+//	recover CLIENT KEY STORAGE    => ok | CODE        (RecoverDisk of KEY, at its size, from directory STORAGE)
+//	disk KEY                      => ENDPOINT | none | CODE  (where KEY's disk copy is served)
 func runTranscript(t *testing.T, c *Core, clk *fakeClock, script string) {
 	t.Helper()
 	for n, line := range strings.Split(script, "\n") {
@@ -130,6 +134,35 @@ func step(t *testing.T, c *Core, clk *fakeClock, f []string) string {
 		return strings.Join(names, ",")
 	case "usage":
 		return fmt.Sprintf("%.0f%%", 100*c.usage())
+	case "ping":
+		if c.Ping(f[1]) {
+			return "known"
+		}
+		return "unknown"
+	case "offloaded", "recover":
+		info, ok := c.QueryKey(f[2])
+		if !ok {
+			return strconv.Itoa(int(wire.ErrObjectNotFound))
+		}
+		var codes []wire.Code
+		if f[0] == "offloaded" {
+			codes = c.NotifyOffloaded(f[1], "ep-"+f[1], f[3], []string{f[2]}, []uint64{info.Size}, nil)
+		} else {
+			codes = c.RecoverDisk(f[1], "ep-"+f[1], f[3], []string{f[2]}, []uint64{info.Size})
+		}
+		if codes[0] != wire.OK {
+			return strconv.Itoa(int(codes[0]))
+		}
+		return "ok"
+	case "disk":
+		info, ok := c.QueryKey(f[1])
+		switch {
+		case !ok:
+			return strconv.Itoa(int(wire.ErrObjectNotFound))
+		case info.Disk == "":
+			return "none"
+		}
+		return info.Disk
 	}
 	t.Fatalf("unknown command %q", f[0])
 	return ""

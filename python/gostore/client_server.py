@@ -545,6 +545,7 @@ _FLAGS = {
                     f"how long a connection is polled for its application's next call (0 to {P.MAX_SPIN_US})"),
     "ssd_offload_path": ("", str, "directory of the SSD tier (turns it on)"),
     "log_level": ("", str, "debug, info, warn or error (\"\": $GOSTORE_LOG_LEVEL, else info)"),
+    "cluster_id": ("", str, "the HA masters' --cluster_id (\"\": $MC_STORE_CLUSTER_ID, else mooncake_cluster)"),
 }
 
 
@@ -623,6 +624,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kwargs: Dict[str, Any] = {}
     if opts["log_level"]:
         kwargs["log_level"] = opts["log_level"]
+    if opts["cluster_id"]:
+        kwargs["cluster_id"] = opts["cluster_id"]
     local_buffer = opts["local_buffer_size"]
     if local_buffer.strip() in ("0", ""):
         # Mooncake's default. The server's reads into a small scratch buffer

@@ -98,6 +98,7 @@ _SETUP_NAMES = (
 # setup(**kwargs) accepted beyond Mooncake's parameters: gostore extensions,
 # keyword only.
 _SETUP_EXTRA_KWARGS = (
+    "cluster_id",
     "segment_location",
     "log_level",
     "put_space_wait_ms",
@@ -198,7 +199,7 @@ def _setup_int32(x: Any, what: str) -> int:
 
 def _add_extra_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
     """The gostore extensions of setup(); Go checks their values."""
-    for k in ("segment_location", "log_level", *_AUTH_FILE_KEYS):
+    for k in ("cluster_id", "segment_location", "log_level", *_AUTH_FILE_KEYS):
         if src.get(k) is not None:
             params[k] = _str_arg(src[k], k)
     if src.get("allow_insecure") is not None:
@@ -547,7 +548,11 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         standalone mode, whose socket :meth:`setup_dummy` takes) and
         the extensions below; other keys are ignored.
 
-        gostore extensions, by keyword: ``segment_location="cuda:N"`` (or
+        gostore extensions, by keyword (and dict key): ``cluster_id`` (else
+        ``$MC_STORE_CLUSTER_ID``, else ``"mooncake_cluster"``) is the
+        masters' ``--cluster_id``: with ``master_server_addr`` =
+        ``"etcd://h1:2379;h2:2379"`` the client finds the leading master of
+        that cluster. ``segment_location="cuda:N"`` (or
         ``$GOSTORE_SEGMENT_LOCATION``) contributes GPU memory of device N
         instead of host memory; same-host peers reach it through CUDA IPC.
         ``log_level`` (``"debug"``, ``"info"``, ``"warn"``, ``"error"``; else

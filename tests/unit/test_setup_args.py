@@ -96,8 +96,12 @@ def test_engine_is_accepted_and_unused():
 
 def test_extensions_stay_keyword_only(no_lib):
     p = _setup_params(REQUIRED, {"segment_location": "cpu", "log_level": "info",
-                                 "put_space_wait_ms": 10})
+                                 "put_space_wait_ms": 10, "cluster_id": "blue"})
     assert (p["segment_location"], p["log_level"], p["put_space_wait_ms"]) == ("cpu", "info", 10)
+    assert p["cluster_id"] == "blue"
+    assert _setup_params(({"cluster_id": "blue"},), {})["cluster_id"] == "blue"  # the dict form too
+    with pytest.raises(TypeError, match="cluster_id"):
+        _setup_params(REQUIRED, {"cluster_id": 5})
     with pytest.raises(TypeError, match="unexpected keyword"):
         MooncakeDistributedStore().setup(*REQUIRED, ipc_socket_path="/tmp/s")
 

@@ -56,6 +56,7 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_alloc_failure_total", "Puts that found no space.", st.AllocFailures.Load)
 	counter("gostore_master_clients_expired_total", "Clients dropped after client_ttl.", st.ClientsExpired.Load)
 	counter("gostore_master_clients_left_total", "Clients that closed and said so.", st.ClientsLeft.Load)
+	counter("gostore_master_clients_taken_over_total", "Dead clients whose segment a new client of the same name took over.", st.ClientsTakenOver.Load)
 	counter("gostore_master_free_error_total", "Allocator frees that broke an invariant (bugs).", st.FreeErrors.Load)
 	counter("gostore_master_put_taken_over_total", "Abandoned puts taken over by a new put of the key.", st.PutsTakenOver.Load)
 	counter("gostore_master_put_of_dead_client_total", "Unfinished puts dropped because their writer died.", st.PutsOfDeadClients.Load)

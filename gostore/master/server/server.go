@@ -439,12 +439,22 @@ func (s *Server) register() {
 		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
-		id, err := c.MountSegment(r.Seg, r.GrantKey)
+		res, err := c.Mount(r.Seg, r.GrantKey)
 		mc.mount.call(err)
-		if err == nil {
-			s.log.Info("segment mounted", "name", r.Seg.Name, "id", id, "size", r.Seg.Size, "client", r.Seg.ClientID)
+		if res.TookOver != "" {
+			s.log.Warn("segment taken over: its holder was silent (dead) and a new client has its name; the holder's "+
+				"memory objects are dropped, its disk copies wait for the new client to claim them",
+				"name", r.Seg.Name, "dead_client", res.TookOver, "silent", res.Silent.Round(time.Millisecond), "client", r.Seg.ClientID)
 		}
-		return &wire.MountResp{SegID: id}, err
+		switch {
+		case err == nil:
+			s.log.Info("segment mounted", "name", r.Seg.Name, "id", res.ID, "size", r.Seg.Size, "client", r.Seg.ClientID)
+		case wire.CodeOf(err) == wire.ErrSegmentAlreadyExists:
+			// Debug: a client asks again for a while (its setup's takeover
+			// wait) and logs the refusal itself, naming the holder.
+			s.log.Debug("mount refused", "client", r.Seg.ClientID, "err", err)
+		}
+		return &wire.MountResp{SegID: res.ID}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpUnmountSegment, func(r *wire.UnmountReq) (*struct{}, error) {
 		grace := time.Duration(min(r.GraceMs, maxGraceMs)) * time.Millisecond

@@ -23,6 +23,9 @@ _KEYS: Dict[str, tuple] = {
     "global_segment_size": ("MOONCAKE_GLOBAL_SEGMENT_SIZE", 4 << 30),
     "local_buffer_size": ("MOONCAKE_LOCAL_BUFFER_SIZE", 16 << 20),
     "client_server_address": ("MOONCAKE_CLIENT", ""),
+    # An HA cluster's id (the masters' --cluster_id); "" leaves it to setup,
+    # which reads MC_STORE_CLUSTER_ID itself.
+    "cluster_id": ("MC_STORE_CLUSTER_ID", ""),
 }
 
 _UNITS = {"tb": 1 << 40, "gb": 1 << 30, "mb": 1 << 20, "kb": 1 << 10, "b": 1}
@@ -87,8 +90,10 @@ def open_store(cfg: Mapping[str, Any], segment_share: int = 1) -> MooncakeDistri
         rc = store.setup_dummy(cfg["global_segment_size"] // segment_share, cfg["local_buffer_size"],
                                cfg["client_server_address"])
     else:
+        extra = {"cluster_id": cfg["cluster_id"]} if cfg.get("cluster_id") else {}
         rc = store.setup(cfg["local_hostname"], cfg["metadata_server"], cfg["global_segment_size"] // segment_share,
-                         cfg["local_buffer_size"], cfg["protocol"], cfg["device_name"], cfg["master_server_address"])
+                         cfg["local_buffer_size"], cfg["protocol"], cfg["device_name"], cfg["master_server_address"],
+                         **extra)
     if rc != 0:
         raise RuntimeError(f"gostore: setting up the store failed ({rc}); configuration {dict(cfg)}")
     return store
