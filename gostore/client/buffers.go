@@ -10,6 +10,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/alloc"
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/memlimit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -165,6 +166,12 @@ func privateSize(size uint64) uint64 {
 	return (size + page - 1) &^ (page - 1)
 }
 
+// checkedLoan is the smallest private mapping weighed against what the
+// host can give before it is populated (memlimit reads a few files, some
+// tens of microseconds: nothing beside populating 64 MiB, too much for
+// every small loan).
+const checkedLoan = 64 << 20
+
 // get returns size bytes of lent memory.
 func (s *staging) get(size uint64) ([]byte, error) {
 	s.mu.Lock()
@@ -187,6 +194,11 @@ func (s *staging) get(size uint64) ([]byte, error) {
 		s.spare[class] = list[:len(list)-1]
 		s.spareBytes -= class
 	} else {
+		if class >= checkedLoan {
+			if err := memlimit.Check(memlimit.Ask{Name: "get_buffer beyond the local buffer", Bytes: class}); err != nil {
+				return nil, err
+			}
+		}
 		var err error
 		if m, err = transfer.NewLocalBuffer(class); err != nil {
 			return nil, wire.Errorf(wire.ErrInternal, "staging %d bytes: %v", size, err)

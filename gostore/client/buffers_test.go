@@ -5,6 +5,9 @@ package client
 
 import (
 	"testing"
+
+	"github.com/gostore/gostore/gostore/memlimit"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // A loan past the local buffer gets a private mapping; handed back, it is
@@ -89,4 +92,31 @@ func TestStagingWithoutRetainKeepsNoSpare(t *testing.T) {
 		t.Fatalf("retain 0 kept %d bytes", s.spareBytes)
 	}
 	s.close()
+}
+
+// A loan beyond the local buffer larger than the host can give is refused
+// before anything is mapped (ErrInvalidParams), and lending goes on.
+func TestStagingRefusesLoanBeyondTheHost(t *testing.T) {
+	s, err := newStaging(1<<20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	limit, ok := memlimit.Probe{}.Tightest()
+	if !ok {
+		t.Fatal("no memory bound readable")
+	}
+	if b, err := s.get(limit.Free + 1<<30); wire.CodeOf(err) != wire.ErrInvalidParams || b != nil {
+		t.Fatalf("loan beyond %d bytes: %d bytes, %v", limit.Free, len(b), err)
+	}
+	if len(s.lent) != 0 {
+		t.Fatalf("a refused loan is lent: %v", s.lent)
+	}
+	b, err := s.get(2 << 20)
+	if err != nil || len(b) != 2<<20 {
+		t.Fatalf("a loan after: %d, %v", len(b), err)
+	}
+	if err := s.put(addrOf(b)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -42,6 +42,13 @@
 // takes it); ranges that straddle a registered buffer's edge, and host
 // memory that is not mapped, are refused before anything touches them.
 //
+// Memory taken up front (checkMemory, AllocateAndMount): setup's segment,
+// local buffer and SSD staging buffer, and each allocated run-time
+// segment, are populated when taken, so their sizes are first weighed
+// against what the host and its memory cgroup can give (gostore/memlimit)
+// and refused with ErrInvalidParams and one log line when they exceed it;
+// setup asks before it talks to the master.
+//
 // Segments mounted at run time (segments.go): besides setup's segment a
 // client may mount a file's pages or allocated memory, each served by a
 // transfer server of its own, and unmount them at once or after a grace

@@ -715,6 +715,7 @@ func (c *Client) GetBuffers(keys []string) (bufs [][]byte, codes []int64) {
 		}
 		b, err := c.staging.get(uint64(n))
 		if err != nil {
+			c.log.Error("get_buffer: no memory to read the object into", "key", keys[i], "size", n, "err", err)
 			sizes[i] = int64(wire.CodeOf(err))
 			p.res[i].Code = wire.CodeOf(err)
 			continue

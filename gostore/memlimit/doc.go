@@ -4,8 +4,9 @@
 // of memory now? Every memory gostore takes up front asks it before taking
 // anything: setup's segment (global_segment_size), local buffer
 // (local_buffer_size) and SSD tier staging buffer, segments allocated at run time
-// (allocate_and_mount_segment), and through setup the standalone
-// gostore-client's segment. Asking first turns what used to be a setup
+// (allocate_and_mount_segment), a get_buffer loan of 64 MiB or more beyond
+// the local buffer, and through setup the standalone gostore-client's
+// segment. Asking first turns what used to be a setup
 // that blocked for minutes in reclaim, or a process the kernel's OOM killer
 // ended without a word, into a refusal with ErrInvalidParams that names
 // the size asked and the bound it exceeds.

@@ -287,7 +287,7 @@ func unescape(s string) string {
 	return b.String()
 }
 
-// Size writes n bytes for a person: "1.5 GiB", "16 MiB", "512 B".
+// Size writes n bytes for a person: "1.5 GiB", "64.02 GiB", "16 MiB", "512 B".
 func Size(n uint64) string {
 	const unit = 1024
 	if n < unit {
@@ -298,7 +298,7 @@ func Size(n uint64) string {
 		v /= unit
 		i++
 	}
-	s := strconv.FormatFloat(v, 'f', 1, 64)
-	s = strings.TrimSuffix(s, ".0")
+	s := strings.TrimRight(strconv.FormatFloat(v, 'f', 2, 64), "0")
+	s = strings.TrimSuffix(s, ".")
 	return s + " " + []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}[i]
 }

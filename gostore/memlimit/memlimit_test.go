@@ -56,7 +56,7 @@ func TestFakeCgroupV2Ancestor(t *testing.T) {
 	if wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("2 GiB in 1.5 GiB: %v", err)
 	}
-	for _, want := range []string{"global_segment_size 2 GiB", "local_buffer_size 16 MiB", "1.2 GiB (1342177280 bytes) free", "memory cgroup /app.slice"} {
+	for _, want := range []string{"global_segment_size 2 GiB", "local_buffer_size 16 MiB", "1.25 GiB (1342177280 bytes) free", "memory cgroup /app.slice"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}
@@ -155,7 +155,7 @@ func TestRealHost(t *testing.T) {
 }
 
 func TestSize(t *testing.T) {
-	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536 << 20: "1.5 GiB", 1 << 50: "1 PiB"} {
+	for n, want := range map[uint64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536 << 20: "1.5 GiB", 1 << 50: "1 PiB", 64<<30 + 16<<20: "64.02 GiB"} {
 		if got := Size(n); got != want {
 			t.Errorf("Size(%d) = %q, want %q", n, got, want)
 		}
