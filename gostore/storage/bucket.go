@@ -138,7 +138,7 @@ type bucketFile struct {
 	metaSize uint64
 	live     map[string]*bucketEntry // guarded by bucketBackend.mu
 
-	lastAccess atomic.Uint64 // b.clock at its write or its last load
+	lastAccess atomic.Uint64  // b.clock at its write or its last load
 	refs       sync.WaitGroup // in-flight reads
 
 	metaMu sync.Mutex // serialises meta rewrites and deletion

@@ -447,9 +447,16 @@ func (s *Server) register() {
 		return s.startWrites(res, err)
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		codes := c.PutEnd(r.ClientID, r.Keys, r.Epochs)
+		// The core bounds a hold by PutStartDiscardTimeout; an hour here
+		// only keeps a peer's number from overflowing the Duration.
+		hold := time.Duration(min(r.HoldMS, uint64(time.Hour/time.Millisecond))) * time.Millisecond
+		codes := c.PutEndHold(r.ClientID, r.Keys, r.Epochs, hold)
 		mc.putEnd.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpPutUnhold, func(r *wire.KeysReq) (*struct{}, error) {
+		c.PutUnhold(r.ClientID, r.Keys, r.Epochs)
+		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
 		codes := c.PutRevoke(r.ClientID, r.Keys, r.Epochs)
