@@ -34,6 +34,11 @@
 //     restore, never to a name it had before. Same epoch and same name
 //     mean the listed ranges held the object's bytes all along.
 //   - An object is readable only once it has a COMPLETE replica.
+//   - An eviction pass never takes an object its writer's call still holds
+//     (PutEndHold, until PutUnhold or the hold's end, at most
+//     PutStartDiscardTimeout) unless it has a disk copy: the call waits
+//     for room, and that room must not be its own objects. Holds are not
+//     durable state.
 //   - Every change of what survives a restart (durable.go: objects with
 //     COMPLETE replicas, a disk copy or ranges being written; segments;
 //     held ranges; pending SSD drops) is reported through Config.OnChange
