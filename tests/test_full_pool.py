@@ -222,11 +222,21 @@ def test_a_batch_never_evicts_what_it_just_wrote(master_factory, peer_factory, s
     codes = _batch_write(s, api, keys, values)
     if isinstance(codes, int):  # put_batch, upsert_batch: 0 or the first error
         assert codes == NO_SPACE, codes
-        codes = [0 if s.is_exist(k) == 1 else NO_SPACE for k in keys]
+        codes = [0 if m.query_key(k) else NO_SPACE for k in keys]
     # older + item 0 fill the pool; item 1 waits and gets older's room
     # (unless the call stopped waiting before the pass that frees it: a
     # loaded machine); the rest find none.
     assert codes[0] == 0 and NO_SPACE in codes and set(codes) <= {0, NO_SPACE}, codes
+    stored = [(k, v) for k, v, c in zip(keys, values, codes) if c == 0]
+    # The call's last refusals asked for an eviction pass, which runs a
+    # tick (20 ms) after the call: it must not take what the call stored
+    # either. Watch 15 ticks through the master's query_key, which leases
+    # nothing (get and is_exist lease, and so protect, what they look at).
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        gone = [k for k, _ in stored if not m.query_key(k)]
+        assert not gone, f"{gone} evicted right after the call answered 0 for them: {codes}"
+        time.sleep(0.02)
     for k, v, c in zip(keys, values, codes):
         if c == 0:
             assert s.get(k) == v, f"{k} answered 0 but is gone or changed"

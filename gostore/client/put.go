@@ -50,7 +50,8 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // A round that leaves items to wait for room ends its writes held
 // (PutEndHold): the eviction that makes the room must not take this call's
 // own objects, which have no disk copy, or the call would answer 0 for
-// objects it had evicted itself. The holds end with the call (PutUnhold).
+// objects it had evicted itself. The holds end with the call (PutUnhold)
+// when every item found room, else a little later (see holdMS).
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
 	if c.metrics != nil {
@@ -102,7 +103,13 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	for len(round) > 0 {
 		round = wait.again(c.writeRound(start, items, cfg, round, out, &wait))
 	}
-	wait.unhold()
+	if len(wait.last) == 0 {
+		// Every item found room. Otherwise the holds run out on their
+		// own: the refusals that end the write asked the master for an
+		// eviction pass, which must not take the objects the write has
+		// just answered 0 for (see holdMS).
+		wait.unhold()
+	}
 	c.noteNoSpace(start, items, out, &wait)
 	return out
 }
@@ -299,23 +306,21 @@ type spaceWait struct {
 }
 
 // spaceHoldSlack is added to the wait left for a hold's length: the last
-// round's transfers and PutEnd come after the wait.
+// round comes after the wait, and the eviction pass the write's last
+// refusals asked for (a master tick away) after the write.
 const spaceHoldSlack = time.Second
 
-// holdMS is how long a round ending while items wait for room holds its
-// objects: the wait left to the write, and the last round after it (0
-// when the write will not wait). The write's end releases them sooner.
+// holdMS is how long a round that leaves items without room holds its
+// objects: the wait left to the write, plus spaceHoldSlack. A write whose
+// items all find room releases them at its end (PutUnhold); one that ends
+// with refusals lets them run out, so that the pass its refusals asked
+// for does not evict what it has just stored (put_space_wait_ms 0
+// included: its holds last spaceHoldSlack).
 func (w *spaceWait) holdMS() uint64 {
 	c := w.c
-	if c.cfg.PutSpaceWait <= 0 {
-		return 0
-	}
-	left := c.cfg.PutSpaceWait
+	left := max(c.cfg.PutSpaceWait, 0)
 	if !w.began.IsZero() {
-		left = w.began.Add(c.cfg.PutSpaceWait).Sub(time.Now())
-	}
-	if left <= 0 {
-		return 0
+		left = max(w.began.Add(c.cfg.PutSpaceWait).Sub(time.Now()), 0)
 	}
 	return uint64((left + spaceHoldSlack) / time.Millisecond)
 }
