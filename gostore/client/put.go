@@ -50,8 +50,8 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // A round that leaves items to wait for room ends its writes held
 // (PutEndHold): the eviction that makes the room must not take this call's
 // own objects, which have no disk copy, or the call would answer 0 for
-// objects it had evicted itself. The holds end with the call (PutUnhold)
-// when every item found room, else a little later (see holdMS).
+// objects it had evicted itself. The holds end with the call (PutUnhold),
+// a moment later when it ends with refusals (see unhold).
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
 	if c.metrics != nil {
@@ -103,13 +103,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	for len(round) > 0 {
 		round = wait.again(c.writeRound(start, items, cfg, round, out, &wait))
 	}
-	if len(wait.last) == 0 {
-		// Every item found room. Otherwise the holds run out on their
-		// own: the refusals that end the write asked the master for an
-		// eviction pass, which must not take the objects the write has
-		// just answered 0 for (see holdMS).
-		wait.unhold()
-	}
+	wait.unhold()
 	c.noteNoSpace(start, items, out, &wait)
 	return out
 }
@@ -305,17 +299,15 @@ type spaceWait struct {
 	held       wire.KeysReq // objects ended held (PutEndHold) by this write
 }
 
-// spaceHoldSlack is added to the wait left for a hold's length: the last
-// round comes after the wait, and the eviction pass the write's last
-// refusals asked for (a master tick away) after the write.
+// spaceHoldSlack is added to the wait left for a hold's length (the last
+// round comes after the wait), and is the grace a write that ends with
+// refusals leaves its holds: those refusals asked the master for an
+// eviction pass, a tick after the write, which must not take the objects
+// the write has just answered 0 for.
 const spaceHoldSlack = time.Second
 
 // holdMS is how long a round that leaves items without room holds its
-// objects: the wait left to the write, plus spaceHoldSlack. A write whose
-// items all find room releases them at its end (PutUnhold); one that ends
-// with refusals lets them run out, so that the pass its refusals asked
-// for does not evict what it has just stored (put_space_wait_ms 0
-// included: its holds last spaceHoldSlack).
+// objects: the wait left to the write, plus spaceHoldSlack.
 func (w *spaceWait) holdMS() uint64 {
 	c := w.c
 	left := max(c.cfg.PutSpaceWait, 0)
@@ -325,14 +317,18 @@ func (w *spaceWait) holdMS() uint64 {
 	return uint64((left + spaceHoldSlack) / time.Millisecond)
 }
 
-// unhold ends the holds of the write's rounds (one message, unanswered:
-// a lost one ends when the hold runs out).
+// unhold ends the holds of the write's rounds: at once when every item
+// found room, after spaceHoldSlack when some did not (one message,
+// unanswered: a lost one leaves the holds to run out).
 func (w *spaceWait) unhold() {
 	if len(w.held.Keys) == 0 {
 		return
 	}
 	c := w.c
 	w.held.ClientID = c.id
+	if len(w.last) > 0 {
+		w.held.HoldMS = uint64(spaceHoldSlack / time.Millisecond)
+	}
 	ctx, cancel := c.ctx()
 	defer cancel()
 	if err := c.master.Notify(ctx, wire.OpPutUnhold, &w.held); err != nil {

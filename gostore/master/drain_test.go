@@ -26,7 +26,7 @@ import (
 //	usage                         => PERCENT          (the pool's usage, as eviction sees it)
 //	start KEY SIZE                => SEGMENT | CODE   (a plain PutStart by w: one item of a put call)
 //	end KEY HOLD                  => ok | CODE        (PutEndHold of w's write of KEY; HOLD 0: a plain PutEnd)
-//	unhold KEY                    => ok               (PutUnhold: w's call is over)
+//	unhold KEY GRACE              => ok               (PutUnhold: w's call is over; the hold ends after GRACE)
 //	ondisk CLIENT KEY             => ok | CODE        (CLIENT's SSD tier reports KEY's disk copy)
 //	evict                         => N                (one eviction pass now; the objects it evicted)
 //	present KEY                   => yes | no         (QueryKey: uses nothing, extends no lease)
@@ -148,7 +148,7 @@ func step(t *testing.T, c *Core, clk *fakeClock, f []string) string {
 	case "end":
 		return codeText(c.PutEndHold("w", []string{f[1]}, nil, dur(f[2]))[0])
 	case "unhold":
-		c.PutUnhold("w", []string{f[1]}, nil)
+		c.PutUnhold("w", []string{f[1]}, nil, dur(f[2]))
 		return "ok"
 	case "ondisk":
 		info, ok := c.QueryKey(f[2])

@@ -326,9 +326,12 @@ func TestEvictionSparesTheObjectsOfAPutCallTranscript(t *testing.T) {
 		present b0 => yes
 		present b1 => yes
 		start b2 786432 => -200
-		# The call is over: its objects are plain again.
-		unhold b0 => ok
-		unhold b1 => ok
+		# The call is over. It ended with refusals, which asked for a pass:
+		# the holds end a moment later, so that pass does not take b0, b1.
+		unhold b0 1s => ok
+		unhold b1 1s => ok
+		evict => 0
+		advance 1s => ok
 		evict => 1
 		present b0 => no
 		present b1 => yes
@@ -346,6 +349,15 @@ func TestEvictionSparesTheObjectsOfAPutCallTranscript(t *testing.T) {
 		advance 2s => ok
 		evict => 1
 		present c0 => no
+
+		# An unhold without grace ends the hold at once (every item of the
+		# call found room).
+		start e0 786432 => seg
+		end e0 10s => ok
+		evict => 0
+		unhold e0 0 => ok
+		evict => 1
+		present e0 => no
 
 		# A plain PutEnd of a new write ends an old hold (the hold is the
 		# write's, not the key's).

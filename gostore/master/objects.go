@@ -295,15 +295,21 @@ func (c *Core) PutEndHold(clientID string, keys []string, epochs []uint64, hold 
 }
 
 // PutUnhold ends the holds PutEndHold gave the caller's objects of these
-// epochs: its call is over. A key held no longer, or rewritten since, is
-// left as it is.
-func (c *Core) PutUnhold(clientID string, keys []string, epochs []uint64) {
+// epochs, its call being over: at once, or after grace (bounded as a
+// hold), which a call that ends with refusals gives the eviction pass they
+// asked for, so that the pass does not take what the call has just
+// stored. A key rewritten since is left as it is.
+func (c *Core) PutUnhold(clientID string, keys []string, epochs []uint64, grace time.Duration) {
 	c.touch(clientID)
+	held := int64(0)
+	if grace > 0 {
+		held = c.now() + int64(min(grace, c.cfg.PutStartDiscardTimeout))
+	}
 	for i, key := range keys {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
 		if o, ok := sh.objects[key]; ok && o.writtenBy(clientID, epochs, i) {
-			o.held = 0
+			o.held = held
 		}
 		sh.mu.Unlock()
 	}

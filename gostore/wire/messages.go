@@ -267,6 +267,7 @@ type KeysReq struct {
 	// HoldMS (PutEnd): the call that wrote these objects goes on writing
 	// (it waits for room for the rest): keep them from eviction, unless
 	// they have a disk copy, for up to this long or until PutUnhold.
+	// (PutUnhold): end those holds this much later (0: now).
 	HoldMS uint64
 }
 

@@ -447,15 +447,12 @@ func (s *Server) register() {
 		return s.startWrites(res, err)
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		// The core bounds a hold by PutStartDiscardTimeout; an hour here
-		// only keeps a peer's number from overflowing the Duration.
-		hold := time.Duration(min(r.HoldMS, uint64(time.Hour/time.Millisecond))) * time.Millisecond
-		codes := c.PutEndHold(r.ClientID, r.Keys, r.Epochs, hold)
+		codes := c.PutEndHold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
 		mc.putEnd.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutUnhold, func(r *wire.KeysReq) (*struct{}, error) {
-		c.PutUnhold(r.ClientID, r.Keys, r.Epochs)
+		c.PutUnhold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
 		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
@@ -548,4 +545,11 @@ func (s *Server) register() {
 		mc.evictDisk.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
+}
+
+// holdOf is a request's HoldMS as a Duration. The core bounds a hold by
+// PutStartDiscardTimeout; the hour here only keeps a peer's number from
+// overflowing.
+func holdOf(r *wire.KeysReq) time.Duration {
+	return time.Duration(min(r.HoldMS, uint64(time.Hour/time.Millisecond))) * time.Millisecond
 }
