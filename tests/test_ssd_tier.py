@@ -306,3 +306,44 @@ def test_one_setup_argument_turns_the_tier_on(master_factory, store_factory, tmp
                                  enable_ssd_offload=True) == int(ErrorCode.INVALID_PARAMS)
     finally:
         env_missing.close()
+
+
+def test_disk_lru_counts_a_write_as_a_use(master_factory, peer_factory, store_factory, tmp_path):
+    """Issue 32, bug 1 (Mooncake #3097): with ``lru`` a bucket is used when
+    it is written, not only when read. A is read from disk at T, then N0..N5
+    are written: A's bucket was last used before all of theirs, so it is the
+    one the disk drops when N5 needs room, and every N stays readable.
+    Before the fix, N0's never-read bucket went first; N0 had already left
+    memory, so it was lost."""
+    m = offload_master(master_factory, client_ttl=5)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    env = tier_env("bucket_storage_backend", True,
+                   MOONCAKE_OFFLOAD_BUCKET_EVICTION_POLICY="lru",
+                   MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT=1,
+                   MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE=6815744)  # six 1 MiB buckets
+    peer_factory(m, segment=str(4 * MiB), ssd=ssd, env=env)
+    writer = store_factory(m, segment=0)
+
+    put_retrying(writer, "A", value(100))
+    fillers = [f"filler/{i}" for i in range(4)]
+    for i, k in enumerate(fillers):
+        put_retrying(writer, k, value(200 + i))
+    wait_until(lambda: disk_only(m, "A"), timeout=20, what="A only on disk")
+    for k in fillers:
+        assert writer.remove(k) == 0
+    # The fillers' disk copies go too: only A's bucket is left.
+    wait_until(lambda: len(glob.glob(os.path.join(ssd, "*.bucket"))) == 1, timeout=20,
+               what="the fillers' buckets deleted")
+
+    assert writer.get("A") == value(100)  # read from disk: A's bucket is used at T
+    assert writer.get_offload_rpc_read_count() >= 1
+
+    new = [f"new/{i}" for i in range(6)]
+    for i, k in enumerate(new):
+        put_retrying(writer, k, value(i))
+    # N5's bucket is the seventh: once it is on disk, one bucket has gone.
+    wait_until(lambda: on_disk(m, new[-1]), timeout=20, what="N5 on disk")
+    for i, k in enumerate(new):
+        assert writer.get(k) == value(i), f"{k} lost or changed: {m.query_key(k)}"
+    wait_until(lambda: not on_disk(m, "A"), timeout=20, what="A's bucket evicted")

@@ -47,6 +47,11 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // UpsertStart) as its first phase. Items refused for room the master says is on its
 // way are written again in a later round (see spaceWait); each round ends
 // its own writes first, so nothing stays half-written while a round waits.
+// A round that leaves items to wait for room ends its writes held
+// (PutEndHold): the eviction that makes the room must not take this call's
+// own objects, which have no disk copy, or the call would answer 0 for
+// objects it had evicted itself. The holds end with the call (PutUnhold),
+// a moment later when it ends with refusals (see unhold).
 func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
 	if c.metrics != nil {
@@ -96,8 +101,9 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	}
 	wait := spaceWait{c: c}
 	for len(round) > 0 {
-		round = wait.again(c.writeRound(start, items, cfg, round, out))
+		round = wait.again(c.writeRound(start, items, cfg, round, out, &wait))
 	}
+	wait.unhold()
 	c.noteNoSpace(start, items, out, &wait)
 	return out
 }
@@ -110,7 +116,7 @@ type refusal struct {
 
 // writeRound writes items[i] for each i in round, under one call timeout,
 // setting out[i]; it returns the items refused for space.
-func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, round []int, out []wire.Code) []refusal {
+func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, round []int, out []wire.Code, wait *spaceWait) []refusal {
 	ctx, cancel := c.ctx()
 	defer cancel()
 
@@ -208,10 +214,17 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 			revoke.Keys, revoke.Epochs = append(revoke.Keys, items[i].Key), append(revoke.Epochs, epochs[i])
 		}
 	}
+	if len(refused) > 0 && len(done.Keys) > 0 {
+		done.HoldMS = wait.holdMS()
+	}
 	c.finishWrites(ctx, &done, doneIdx, &revoke, out)
 	for j, r := range resp.Results {
 		if i := idx[j]; writing[i] && out[i] == wire.OK {
 			c.rememberWritten(items[i].Key, r.Replicas, items[i].size(), r.Epoch)
+			if done.HoldMS > 0 {
+				wait.held.Keys = append(wait.held.Keys, items[i].Key)
+				wait.held.Epochs = append(wait.held.Epochs, r.Epoch)
+			}
 		}
 	}
 	return refused
@@ -280,9 +293,47 @@ type spaceWait struct {
 	// Every later round retries items refused in the first, so an item
 	// still refused "unknown" at this count has seen no pass yet.
 	firstPass  uint64
-	progress   uint64    // the master's progress count last seen
-	progressAt time.Time // when it last changed
-	last       []refusal // the refusals that stand, once again returns nil
+	progress   uint64       // the master's progress count last seen
+	progressAt time.Time    // when it last changed
+	last       []refusal    // the refusals that stand, once again returns nil
+	held       wire.KeysReq // objects ended held (PutEndHold) by this write
+}
+
+// spaceHoldSlack is added to the wait left for a hold's length (the last
+// round comes after the wait), and is the grace a write that ends with
+// refusals leaves its holds: those refusals asked the master for an
+// eviction pass, a tick after the write, which must not take the objects
+// the write has just answered 0 for.
+const spaceHoldSlack = time.Second
+
+// holdMS is how long a round that leaves items without room holds its
+// objects: the wait left to the write, plus spaceHoldSlack.
+func (w *spaceWait) holdMS() uint64 {
+	c := w.c
+	left := max(c.cfg.PutSpaceWait, 0)
+	if !w.began.IsZero() {
+		left = max(w.began.Add(c.cfg.PutSpaceWait).Sub(time.Now()), 0)
+	}
+	return uint64((left + spaceHoldSlack) / time.Millisecond)
+}
+
+// unhold ends the holds of the write's rounds: at once when every item
+// found room, after spaceHoldSlack when some did not (one message,
+// unanswered: a lost one leaves the holds to run out).
+func (w *spaceWait) unhold() {
+	if len(w.held.Keys) == 0 {
+		return
+	}
+	c := w.c
+	w.held.ClientID = c.id
+	if len(w.last) > 0 {
+		w.held.HoldMS = uint64(spaceHoldSlack / time.Millisecond)
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if err := c.master.Notify(ctx, wire.OpPutUnhold, &w.held); err != nil {
+		c.log.Debug("PutUnhold failed; the holds end on their own", "keys", len(w.held.Keys), "err", err)
+	}
 }
 
 // again takes a round's refusals and returns the items of the next round

@@ -40,6 +40,11 @@
 //     silence rules out a live one elsewhere), retiring it as ClientLeave
 //     would; a holder heard from more recently keeps it (-102).
 //   - An object is readable only once it has a COMPLETE replica.
+//   - An eviction pass never takes an object its writer's call still holds
+//     (PutEndHold, until PutUnhold or the hold's end, at most
+//     PutStartDiscardTimeout) unless it has a disk copy: the call waits
+//     for room, and that room must not be its own objects. Holds are not
+//     durable state.
 //   - Every change of what survives a restart (durable.go: objects with
 //     COMPLETE replicas, a disk copy or ranges being written; segments;
 //     held ranges; pending SSD drops) is reported through Config.OnChange

@@ -28,6 +28,12 @@ import (
 //	offloaded CLIENT KEY STORAGE  => ok | CODE        (NotifyOffloaded: a disk copy in directory STORAGE, at endpoint ep-CLIENT)
 //	recover CLIENT KEY STORAGE    => ok | CODE        (RecoverDisk of KEY, at its size, from directory STORAGE)
 //	disk KEY                      => ENDPOINT | none | CODE  (where KEY's disk copy is served)
+//	start KEY SIZE                => SEGMENT | CODE   (a plain PutStart by w: one item of a put call)
+//	end KEY HOLD                  => ok | CODE        (PutEndHold of w's write of KEY; HOLD 0: a plain PutEnd)
+//	unhold KEY GRACE              => ok               (PutUnhold: w's call is over; the hold ends after GRACE)
+//	ondisk CLIENT KEY             => ok | CODE        (CLIENT's SSD tier reports KEY's disk copy)
+//	evict                         => N                (one eviction pass now; the objects it evicted)
+//	present KEY                   => yes | no         (QueryKey: uses nothing, extends no lease)
 func runTranscript(t *testing.T, c *Core, clk *fakeClock, script string) {
 	t.Helper()
 	for n, line := range strings.Split(script, "\n") {
@@ -163,9 +169,43 @@ func step(t *testing.T, c *Core, clk *fakeClock, f []string) string {
 			return "none"
 		}
 		return info.Disk
+	case "start":
+		res, err := c.PutStart("w", "", []string{f[1]}, []uint64{num(f[2])}, wire.ReplicaConfig{})
+		if err != nil {
+			return errText(err)
+		}
+		if res[0].Code != wire.OK {
+			return strconv.Itoa(int(res[0].Code))
+		}
+		return segName(res[0].Replicas[0].SegID)
+	case "end":
+		return codeText(c.PutEndHold("w", []string{f[1]}, nil, dur(f[2]))[0])
+	case "unhold":
+		c.PutUnhold("w", []string{f[1]}, nil, dur(f[2]))
+		return "ok"
+	case "ondisk":
+		info, ok := c.QueryKey(f[2])
+		if !ok {
+			return codeText(wire.ErrObjectNotFound)
+		}
+		return codeText(notify(c, f[1], info.Size, f[2])[0])
+	case "evict":
+		return strconv.Itoa(c.Evict().Objects)
+	case "present":
+		if _, ok := c.QueryKey(f[1]); ok {
+			return "yes"
+		}
+		return "no"
 	}
 	t.Fatalf("unknown command %q", f[0])
 	return ""
+}
+
+func codeText(code wire.Code) string {
+	if code == wire.OK {
+		return "ok"
+	}
+	return strconv.Itoa(int(code))
 }
 
 // A graceful unmount: the segment stops taking replicas at once, keeps

@@ -123,12 +123,14 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 }
 
 // evictable classifies o for eviction: never an unfinished, leased (being
-// read) or hard-pinned object, nor one without memory replicas; soft-pinned
-// ones only in the second pass. With the SSD tier on, an object held by a
-// client with a tier goes only once its disk copy exists (it waits for its
-// offload); objects on segments without a tier are evicted as before.
+// read) or hard-pinned object, nor one without memory replicas, nor one
+// without a disk copy that its writer's call still holds (PutEndHold);
+// soft-pinned ones only in the second pass. With the SSD tier on, an
+// object held by a client with a tier goes only once its disk copy exists
+// (it waits for its offload); objects on segments without a tier are
+// evicted as before.
 func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
-	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 {
+	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 || o.heldInCall(now) {
 		return false, false
 	}
 	if c.waitsForDisk(o) {

@@ -293,3 +293,101 @@ func TestEvictionTiesNeverPushOutOlder(t *testing.T) {
 		t.Fatalf("the newest batch lost %d", 20-n)
 	}
 }
+
+// Issue 32, bug 4: a put call that waits for room ends its first rounds
+// held (PutEndHold), so the eviction that makes the room takes older
+// objects, never the call's own: those have no disk copy and would be
+// lost while the call answers 0 for them. The holds end with the call
+// (PutUnhold), or at the latest after PutStartDiscardTimeout.
+func TestEvictionSparesTheObjectsOfAPutCallTranscript(t *testing.T) {
+	c, clk := newTestCore(t)
+	runTranscript(t, c, clk, `
+		mount a seg 2097152 => ok
+		# An object of an earlier call, older than the batch.
+		start old 786432 => seg
+		end old 0 => ok
+		advance 1ms => ok
+		# One call of five 768 KiB items: the first round places b0 only.
+		start b0 786432 => seg
+		start b1 786432 => -200
+		# The round ends b0 held, b1 waits; the pass takes the older object.
+		end b0 10s => ok
+		evict => 1
+		present old => no
+		present b0 => yes
+		advance 1ms => ok
+		# The next round places b1 in old's room; b2 finds none.
+		start b1 786432 => seg
+		start b2 786432 => -200
+		end b1 10s => ok
+		# Only the call's own objects are left: the pass takes nothing, so
+		# b2..b4 answer -200 and b0, b1 (answered 0) stay.
+		evict => 0
+		present b0 => yes
+		present b1 => yes
+		start b2 786432 => -200
+		# The call is over. It ended with refusals, which asked for a pass:
+		# the holds end a moment later, so that pass does not take b0, b1.
+		unhold b0 1s => ok
+		unhold b1 1s => ok
+		evict => 0
+		advance 1s => ok
+		evict => 1
+		present b0 => no
+		present b1 => yes
+
+		# A hold whose end never comes (the caller died) runs out: at most
+		# PutStartDiscardTimeout (30 s), whatever the caller asked.
+		advance 1ms => ok
+		start c0 786432 => seg
+		end c0 1h => ok
+		evict => 1
+		present b1 => no
+		evict => 0
+		advance 29s => ok
+		evict => 0
+		advance 2s => ok
+		evict => 1
+		present c0 => no
+
+		# An unhold without grace ends the hold at once (every item of the
+		# call found room).
+		start e0 786432 => seg
+		end e0 10s => ok
+		evict => 0
+		unhold e0 0 => ok
+		evict => 1
+		present e0 => no
+
+		# A plain PutEnd of a new write ends an old hold (the hold is the
+		# write's, not the key's).
+		start d0 786432 => seg
+		end d0 10s => ok
+		evict => 0
+		start d1 786432 => seg
+		end d1 0 => ok
+		evict => 1
+		present d0 => yes
+		present d1 => no
+	`)
+}
+
+// With an SSD tier, a held object that has a disk copy may go: it lives on
+// from the disk, which is all the hold is for.
+func TestEvictionTakesAHeldObjectWithADiskCopyTranscript(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.EnableOffload = true
+	mountTier(t, c, "a", "seg", 2097152)
+	runTranscript(t, c, clk, `
+		start b0 786432 => seg
+		start b1 786432 => seg
+		start b2 786432 => -200
+		end b0 10s => ok
+		end b1 10s => ok
+		evict => 0
+		ondisk a b0 => ok
+		evict => 1
+		present b0 => yes
+		start b2 786432 => seg
+	`)
+}

@@ -39,6 +39,7 @@ type object struct {
 	lastUse  int64 // put end or last lease: eviction takes the oldest first
 	started  int64 // PutStart time, for taking over abandoned puts
 	softPin  int64 // soft-pinned until then (0: not soft-pinned)
+	held     int64 // its writer's call goes on until then: see PutEndHold
 	writer   string
 	epoch    uint64    // of the current or last write; see wire.PutStartResult
 	placed   uint64    // names the replica set: see wire.GetResult.Placed
@@ -80,6 +81,10 @@ func (o *object) leased(now int64) bool { return now < o.lease }
 func (o *object) busy(now int64) bool { return o.readers > 0 && o.leased(now) }
 
 func (o *object) softPinned(now int64) bool { return now < o.softPin }
+
+// heldInCall reports an object its writer's call still protects from
+// eviction (PutEndHold): one without a disk copy would go to nowhere.
+func (o *object) heldInCall(now int64) bool { return now < o.held && o.disk == nil }
 
 // touch records a read: the lease and a soft pin are extended.
 func (o *object) touch(now int64, cfg *Config) {
@@ -247,8 +252,23 @@ func (c *Core) writeResult(o *object, now int64) wire.PutStartResult {
 //
 // epochs, when given, must match the epochs PutStart returned.
 func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Code {
+	return c.PutEndHold(clientID, keys, epochs, 0)
+}
+
+// PutEndHold is PutEnd for a call that goes on writing after these objects
+// (it waits for room for its other objects): for hold (at most
+// PutStartDiscardTimeout, the bound of any write), or until PutUnhold, an
+// eviction pass takes none of them that lacks a disk copy. Were they
+// evictable, the room the call waits for could be their own, and the call
+// would answer 0 for objects it had evicted itself. Holds are not durable:
+// after a restart the objects are plain again.
+func (c *Core) PutEndHold(clientID string, keys []string, epochs []uint64, hold time.Duration) []wire.Code {
 	c.touch(clientID)
 	now := c.now()
+	held := int64(0)
+	if hold > 0 {
+		held = now + int64(min(hold, c.cfg.PutStartDiscardTimeout))
+	}
 	out := make([]wire.Code, len(keys))
 	for i, key := range keys {
 		c.stats.PutEnds.Add(1)
@@ -262,7 +282,7 @@ func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Co
 			for j := range o.replicas {
 				o.replicas[j].status = replicaComplete
 			}
-			o.lastUse = now
+			o.lastUse, o.held = now, held
 			c.dropDisk(key, o) // a rewritten object's old disk copy is stale
 			c.record(key, o)
 			if c.cfg.EnableOffload && !c.cfg.OffloadOnEvict {
@@ -272,6 +292,27 @@ func (c *Core) PutEnd(clientID string, keys []string, epochs []uint64) []wire.Co
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// PutUnhold ends the holds PutEndHold gave the caller's objects of these
+// epochs, its call being over: at once, or after grace (bounded as a
+// hold), which a call that ends with refusals gives the eviction pass they
+// asked for, so that the pass does not take what the call has just
+// stored. A key rewritten since is left as it is.
+func (c *Core) PutUnhold(clientID string, keys []string, epochs []uint64, grace time.Duration) {
+	c.touch(clientID)
+	held := int64(0)
+	if grace > 0 {
+		held = c.now() + int64(min(grace, c.cfg.PutStartDiscardTimeout))
+	}
+	for i, key := range keys {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		if o, ok := sh.objects[key]; ok && o.writtenBy(clientID, epochs, i) {
+			o.held = held
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // PutRevoke abandons the caller's unfinished puts and frees their space.

@@ -44,9 +44,12 @@ package storage
 // TotalKeysLimit (a batch's keys are all counted as new, so replacing keys
 // at the key limit may evict slightly early). When a bucket would not fit:
 // "none" → ErrFull; "fifo" → evict the oldest buckets; "lru" → evict the
-// buckets whose last load is oldest (never-read buckets first, oldest id
-// first among equals). Last access is a logical clock bumped by every
-// BatchLoad, so ordering is exact even with a coarse clock.
+// buckets whose last use is oldest, where a use is the bucket's write
+// (publishLocked, recovery included, in id order) or any BatchLoad from it.
+// A write must count: a bucket read once would otherwise outlive every
+// bucket written after it, and those, evicted first, are often the only
+// copy of their objects (Mooncake fixed the same bug, #3097). Last use is a
+// logical clock, so ordering is exact even with a coarse clock.
 //
 // Two-phase eviction: phase 1 under the lock removes the victims' objects
 // from the index and collects their keys; OnEvict(keys) is called once,
@@ -135,7 +138,7 @@ type bucketFile struct {
 	metaSize uint64
 	live     map[string]*bucketEntry // guarded by bucketBackend.mu
 
-	lastAccess atomic.Uint64
+	lastAccess atomic.Uint64  // b.clock at its write or its last load
 	refs       sync.WaitGroup // in-flight reads
 
 	metaMu sync.Mutex // serialises meta rewrites and deletion
@@ -461,6 +464,7 @@ func (b *bucketBackend) candidateLocked() *bucketFile {
 // buckets left empty (unlinked, to delete) and those that lost keys (to
 // rewrite their meta).
 func (b *bucketBackend) publishLocked(bk *bucketFile, ents []*bucketEntry) (emptied, touched []*bucketFile) {
+	bk.lastAccess.Store(b.clock.Add(1)) // its write is its first use (lru)
 	b.buckets[bk.id] = bk
 	b.disk += bk.disk()
 	seen := map[*bucketFile]bool{}

@@ -304,6 +304,45 @@ func TestBucketEvictLRU(t *testing.T) {
 	})
 }
 
+// TestBucketEvictLRUCountsWrites: a write is a use. A bucket read before
+// newer buckets were written is older than them and goes first; before the
+// fix the never-read new buckets went first, and their objects were lost
+// (issue 32, bug 1: Mooncake #3097).
+func TestBucketEvictLRUCountsWrites(t *testing.T) {
+	bucketEngines(t, func(t *testing.T, eng fileio.Engine) {
+		span := bucketSpan(t, eng, 2, 1000)
+		log := &bucketEvictLog{}
+		dir := t.TempDir()
+		b := bucketOpen(t, Config{Path: dir, Engine: eng, EvictionPolicy: "lru",
+			BucketMaxTotalSize: 3*span + span/2, OnEvict: log.fn})
+		want := map[string][]byte{}
+		offload := func(first int) {
+			keys, vals := bucketBatch(first, 2, 1000)
+			bucketMustOffload(t, b, keys, vals)
+			for j := range keys {
+				want[keys[j]] = vals[j]
+			}
+		}
+		offload(0)
+		bucketCheck(t, b, map[string][]byte{"k00": want["k00"]}) // A read at T
+		offload(2)                                               // written after T
+		offload(4)
+		offload(6) // evicts: A's bucket was last used before the other two
+		bucketExpectEvicted(t, b, log, want, []string{"k00", "k01"})
+
+		// A restart keeps the order of age: recovered buckets count as
+		// used in the order they were written, the oldest goes first.
+		b.Close()
+		b = bucketOpen(t, Config{Path: dir, Engine: eng, EvictionPolicy: "lru",
+			BucketMaxTotalSize: 3*span + span/2, OnEvict: log.fn})
+		bucketCheck(t, b, map[string][]byte{"k02": want["k02"]}) // bucket 1 is the newest use now
+		offload(8)
+		if calls := log.get(); len(calls) != 2 || !slices.Equal(calls[1], []string{"k04", "k05"}) {
+			t.Fatalf("OnEvict calls after restart %v, want the second to drop k04, k05", calls)
+		}
+	})
+}
+
 func TestBucketEvictDuringRead(t *testing.T) {
 	bucketEngines(t, func(t *testing.T, eng fileio.Engine) {
 		b, log, want := bucketEvictSetup(t, eng, "fifo")

@@ -102,7 +102,7 @@ var (
 )
 
 func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
-	if err := e.EncodeArrayLen(5); err != nil {
+	if err := e.EncodeArrayLen(6); err != nil {
 		return err
 	}
 	if err := e.EncodeString(m.ClientID); err != nil {
@@ -117,7 +117,10 @@ func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := e.EncodeBool(m.ForRead); err != nil {
 		return err
 	}
-	return e.EncodeBool(m.Peek)
+	if err := e.EncodeBool(m.Peek); err != nil {
+		return err
+	}
+	return e.EncodeUint(m.HoldMS)
 }
 
 func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -140,6 +143,12 @@ func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
 	used := 4
 	if n > 4 { // Peek came later: older peers send four fields
 		if m.Peek, err = d.DecodeBool(); err != nil {
+			return err
+		}
+		used++
+	}
+	if n > 5 { // HoldMS came later still
+		if m.HoldMS, err = d.DecodeUint64(); err != nil {
 			return err
 		}
 		used++

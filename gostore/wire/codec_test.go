@@ -28,8 +28,8 @@ func TestHandWrittenCodecsMatchReflection(t *testing.T) {
 		fast, plain      any
 		fresh, freshPlan func() any
 	}{
-		{&KeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true},
-			&plainKeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true},
+		{&KeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, HoldMS: 5000},
+			&plainKeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, HoldMS: 5000},
 			func() any { return new(KeysReq) }, func() any { return new(plainKeysReq) }},
 		{&PutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h"},
 			&plainPutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h"},

@@ -32,6 +32,7 @@ const (
 	OpClientLeave
 	OpReplicaClear
 	OpUnmountLocalDisk
+	OpPutUnhold
 	opEnd
 )
 
@@ -48,7 +49,8 @@ var opNames = [...]string{"", "Ping", "MountSegment", "UnmountSegment", "QuerySe
 	"PutStart", "PutEnd", "PutRevoke", "GetReplicas", "Exist", "Remove", "RemoveByRegex", "RemoveAll",
 	"UpsertStart", "ReadDone", "CreateTask", "TaskDone", "QueryTask",
 	"OffloadHeartbeat", "NotifyOffloaded", "EvictDiskReplicas", "RecoverDisk",
-	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave", "ReplicaClear", "UnmountLocalDisk"}
+	"PlanJoin", "PlanMembers", "EvictUntil", "ClientLeave", "ReplicaClear", "UnmountLocalDisk",
+	"PutUnhold"}
 
 var clientOpNames = [...]string{"StageOffloaded", "ReleaseStaged"}
 
@@ -247,7 +249,8 @@ type PutStartResp struct {
 	Results  []PutStartResult
 }
 
-// KeysReq serves PutEnd, PutRevoke, GetReplicas, Exist and ReadDone.
+// KeysReq serves PutEnd, PutRevoke, PutUnhold, GetReplicas, Exist and
+// ReadDone.
 type KeysReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	ClientID string
@@ -261,6 +264,11 @@ type KeysReq struct {
 	// Peek (GetReplicas): locate the replicas without using the object
 	// (no lease, no reader, no recency): the SSD tier's reads.
 	Peek bool
+	// HoldMS (PutEnd): the call that wrote these objects goes on writing
+	// (it waits for room for the rest): keep them from eviction, unless
+	// they have a disk copy, for up to this long or until PutUnhold.
+	// (PutUnhold): end those holds this much later (0: now).
+	HoldMS uint64
 }
 
 // ReplicaClearReq asks the master to drop replicas of objects ClientID

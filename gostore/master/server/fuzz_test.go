@@ -67,6 +67,7 @@ var masterOps = []masterOp{
 	{wire.OpClientLeave, newOf[wire.LeaveReq](), newOf[struct{}]()},
 	{wire.OpReplicaClear, newOf[wire.ReplicaClearReq](), newOf[wire.KeysResp]()},
 	{wire.OpUnmountLocalDisk, newOf[wire.UnmountLocalDiskReq](), newOf[struct{}]()},
+	{wire.OpPutUnhold, newOf[wire.KeysReq](), newOf[struct{}]()},
 }
 
 func masterOpOf(op wire.Op) *masterOp {
@@ -101,7 +102,7 @@ func masterOpOf(op wire.Op) *masterOp {
 // Reading past the input's end gives zeros; a request that starts there
 // is not sent.
 const (
-	selTick   = 27 // len(masterOps), which TestFuzzOpsCoverTheProtocol checks
+	selTick   = 28 // len(masterOps), which TestFuzzOpsCoverTheProtocol checks
 	selRaw    = selTick + 1
 	selectors = selTick + 2
 )
@@ -581,7 +582,8 @@ func masterSeeds(tb testing.TB) [][]byte {
 		mount,
 		opRequest{wire.OpMountSegment, &wire.MountReq{Seg: seg2}},
 		opRequest{wire.OpPutStart, &wire.PutStartReq{ClientID: "c1", Keys: keys, Sizes: []uint64{4096, 100}, Config: cfg, HostID: "h1"}},
-		opRequest{wire.OpPutEnd, &wire.KeysReq{ClientID: "c1", Keys: keys, Epochs: []uint64{1, 2}}},
+		opRequest{wire.OpPutEnd, &wire.KeysReq{ClientID: "c1", Keys: keys, Epochs: []uint64{1, 2}, HoldMS: 4096}},
+		opRequest{wire.OpPutUnhold, &wire.KeysReq{ClientID: "c1", Keys: keys, Epochs: []uint64{1, 2}}},
 		opRequest{wire.OpGetReplicas, &wire.KeysReq{ClientID: "c1", Keys: []string{"k1", "k3"}, ForRead: true}},
 		opRequest{wire.OpReadDone, &wire.KeysReq{ClientID: "c1", Keys: []string{"k1"}, Epochs: []uint64{1}}},
 		opRequest{wire.OpGetReplicas, &wire.KeysReq{Keys: []string{"k2"}, Peek: true}},
@@ -675,7 +677,7 @@ func TestFuzzOpsCoverTheProtocol(t *testing.T) {
 	_, reqs := parseRequests(masterSeeds(t)[0])
 	want, _ := msgpack.Marshal(&wire.PutStartReq{ClientID: "c1", Keys: []string{"k1", "k2"}, Sizes: []uint64{4096, 100},
 		Config: wire.ReplicaConfig{ReplicaNum: 2, Preferred: []string{"10.0.0.1:7000"}}, HostID: "h1"})
-	if len(reqs) != 32 || reqs[3].op != wire.OpPutStart || string(reqs[3].body) != string(want) || reqs[23].tick != time.Second+time.Millisecond {
+	if len(reqs) != 33 || reqs[3].op != wire.OpPutStart || string(reqs[3].body) != string(want) || reqs[24].tick != time.Second+time.Millisecond {
 		t.Fatalf("the scenario seed parses as %d requests: %+v", len(reqs), reqs[3])
 	}
 }

@@ -485,9 +485,13 @@ func (s *Server) register() {
 		return s.startWrites(res, err)
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		codes := c.PutEnd(r.ClientID, r.Keys, r.Epochs)
+		codes := c.PutEndHold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
 		mc.putEnd.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
+	})
+	rpc.HandleFunc(s.rpc, wire.OpPutUnhold, func(r *wire.KeysReq) (*struct{}, error) {
+		c.PutUnhold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
+		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
 		codes := c.PutRevoke(r.ClientID, r.Keys, r.Epochs)
@@ -579,4 +583,11 @@ func (s *Server) register() {
 		mc.evictDisk.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
+}
+
+// holdOf is a request's HoldMS as a Duration. The core bounds a hold by
+// PutStartDiscardTimeout; the hour here only keeps a peer's number from
+// overflowing.
+func holdOf(r *wire.KeysReq) time.Duration {
+	return time.Duration(min(r.HoldMS, uint64(time.Hour/time.Millisecond))) * time.Millisecond
 }
