@@ -303,6 +303,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	host, ln, err := listenTransfer(cfg.LocalHostname, c.log)
 	if err != nil {
+		c.log.Error("setup rejected", "err", err)
 		return nil, err
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
@@ -475,6 +476,17 @@ func splitLocal(local string) (host, port string) {
 	return local, ""
 }
 
+// notListenable is the error of a local_hostname the transfer server
+// cannot listen on for another reason than a port in use: most often an
+// address that is not this host's.
+func notListenable(local string, err error) error {
+	hint := ""
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		hint = ": it is no address of this host (local_hostname names this host as its peers reach it)"
+	}
+	return wire.Errorf(wire.ErrInvalidParams, "local_hostname %s: the transfer server cannot listen there: %v%s", local, err, hint)
+}
+
 // listenTransfer opens the transfer server's listener: on the given port, or
 // on a free port of 12300–14300 when local_hostname has none. A given port
 // that another process (or client) holds is not fatal: Mooncake's setup
@@ -488,7 +500,7 @@ func listenTransfer(local string, log *slog.Logger) (string, net.Listener, error
 			return host, ln, nil
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) {
-			return "", nil, wire.Errorf(wire.ErrInvalidParams, "listen on %s: %v", local, err)
+			return "", nil, notListenable(local, err)
 		}
 		log.Warn("port of local_hostname in use; the transfer server takes a free one", "local_hostname", local)
 	}
@@ -498,6 +510,9 @@ func listenTransfer(local string, log *slog.Logger) (string, net.Listener, error
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(portLow+int(n.Int64()))))
 		if err == nil {
 			return host, ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return "", nil, notListenable(local, err) // no other port would do better
 		}
 	}
 	return "", nil, wire.Errorf(wire.ErrInvalidParams, "no free port in %d-%d on %s", portLow, portHigh, host)
