@@ -1078,3 +1078,10 @@ def test_a_closed_application_store_logs_a_line_not_a_flood(master, client_proce
         assert app.put("k", b"x") == -1 and app.get("k") == b""
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "store is closed: gs_put_batch refused" in lines[0], lines
+
+
+def test_setup_dummy_pointed_at_the_master_says_so(master, caplog):
+    store = MooncakeDistributedStore()
+    with caplog.at_level("ERROR", logger="gostore"):
+        assert store.setup_dummy(MiB, MiB, master.addr) == -1
+    assert f"{master.addr} answered nothing in 5 s: is it gostore-client's --port (not the master's)?" in caplog.text

@@ -129,7 +129,13 @@ def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
     with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
         data = b""
         while not data.endswith(b"\n") and len(data) < 4096:
-            chunk = s.recv(4096)
+            try:
+                chunk = s.recv(4096)
+            except socket.timeout:
+                # gostore-client answers at once; a master's RPC port
+                # waits for a request instead.
+                raise OSError(f"{server_address} answered nothing in {timeout:g} s: is it gostore-client's "
+                              "--port (not the master's)?") from None
             if not chunk:
                 break
             data += chunk
