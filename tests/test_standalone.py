@@ -1077,7 +1077,7 @@ def test_a_closed_application_store_logs_a_line_not_a_flood(master, client_proce
     for _ in range(100):
         assert app.put("k", b"x") == -1 and app.get("k") == b""
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "store is closed: gs_put_batch refused" in lines[0], lines
+    assert len(lines) == 1 and "store is closed: put_batch refused" in lines[0], lines
 
 
 def test_setup_dummy_pointed_at_the_master_says_so(master, caplog):

@@ -947,7 +947,7 @@ class RemoteLibrary:
             # A closed store refuses every call: one line per interval,
             # as the library's store does, not one per call.
             self._closed_logged = time.monotonic()
-            _log.error("gostore: store is closed: %s refused; a closed store serves no call", name)
+            _log.error("gostore: store is closed: %s refused; a closed store serves no call", name.removeprefix("gs_"))
 
         def write(i: int, arr: array) -> None:
             ctypes.memmove(cargs[i], arr.buffer_info()[0], len(arr) * arr.itemsize)
