@@ -244,7 +244,6 @@ _UNSET_CALLS = {
     "get": lambda: ("k",),
     "get_batch": lambda: (["k"],),
     "get_buffer": lambda: ("k",),
-    "get_hostname": lambda: (),
     "get_into": lambda: ("k", PTR, 64),
     "get_into_ranges": lambda: ([PTR], [["k"]], [[[0]]], [[[0]]], [[[64]]]),
     "get_offload_rpc_read_count": lambda: (),
@@ -277,7 +276,6 @@ _UNSET_CALLS = {
     "remove_all": lambda: (),
     "remove_by_regex": lambda: ("k.*",),
     "save_tensor_to_safetensor": lambda: ("k", "/nonexistent-dir/x.safetensors"),
-    "transport_info": lambda: (),
     "unmount_and_free_segment": lambda: (["seg"],),
     "unmount_local_disk_segment": lambda: (),
     "unmount_segment": lambda: (["seg"],),
@@ -303,6 +301,8 @@ _UNSET_EXEMPT = {
     "get_tensor_into_cuda": "needs a torch CUDA tensor, checked (TypeError) before the state",
     "batch_get_tensor_into_cuda": "needs torch CUDA tensors, checked (TypeError) before the state",
     "load_tensor_from_safetensor": "reads its file first; the put it then makes is put_tensor's case",
+    "get_hostname": "a status query: \"\" before setup without loading the library (after close too, logged)",
+    "transport_info": "a status query: {} before setup without loading the library (after close too, logged)",
 }
 
 

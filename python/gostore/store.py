@@ -641,7 +641,9 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
 
     def get_hostname(self) -> str:
         """This client's segment name ``"host:port"`` ("" before setup)."""
-        s = _native.read_string(self._lib().gs_get_hostname, self._h(), 256)
+        if self._hobj is None:
+            return ""  # a status query: answered without loading the library
+        s = _native.read_string(self._lib().gs_get_hostname, self._hobj.h, 256)
         return s or ""
 
     def transport_info(self) -> Dict[str, Any]:
@@ -651,7 +653,9 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         ``protocol="rdma"`` means every RDMA device found; ``nic_for`` is the
         NIC chosen for buffers at each location (``"cpu:N"``, ``"cuda:N"``).
         ``{}`` before setup."""
-        h = self._h()
+        if self._hobj is None:
+            return {}  # a status query: answered without loading the library
+        h = self._hobj.h
         n, raw = _native.call_growing(lambda out, cap: self._lib().gs_transport_info(h, out, cap), cap=4096)
         return json.loads(raw) if n >= 0 else {}
 
