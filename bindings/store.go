@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +31,20 @@ import (
 type store struct {
 	mu     sync.Mutex // serializes setup and close
 	client atomic.Pointer[client.Client]
+	// closed: close ran and no setup since. The client stays (buffers
+	// lent before close are freed through it) but serves no call: every
+	// call answers as on a store never set up (clientOf).
+	closed atomic.Bool
+	// refusedAt (unix ns) is when the last line about a call refused for
+	// want of a client was logged, refusedMore the refusals since: one
+	// line per refusedEvery per store, so that an application looping on
+	// a closed store gets a line, not a flood.
+	refusedAt, refusedMore atomic.Int64
 }
+
+// refusedEvery is how often a store logs the calls it refuses because it
+// is not set up or is closed.
+const refusedEvery = 10 * time.Second
 
 var (
 	handles    sync.Map // int64 -> *store, *client.Pending or *server.Server
@@ -162,10 +176,44 @@ func clientOf(h C.int64_t) *client.Client {
 		return nil
 	}
 	c := s.client.Load()
-	if c == nil {
-		logger.Error("store is not set up")
+	if c == nil || s.closed.Load() {
+		s.refuse(callerName(2))
+		return nil
 	}
 	return c
+}
+
+// refuse logs (rate-limited) that call met a store that is not set up or
+// is closed; the call answers as its contract says for that case.
+func (s *store) refuse(call string) {
+	state, fix := "is not set up", "call setup first"
+	if s.closed.Load() {
+		state, fix = "is closed", "a closed store serves no call: set it up again, or use another"
+	}
+	now := time.Now().UnixNano()
+	last := s.refusedAt.Load()
+	if last != 0 && now-last < int64(refusedEvery) || !s.refusedAt.CompareAndSwap(last, now) {
+		s.refusedMore.Add(1)
+		return
+	}
+	logger.Error("store "+state+": "+call+" refused; "+fix, "call", call, "refused_not_logged", s.refusedMore.Swap(0))
+}
+
+// callerName names the exported call (gs_put: "put") on the stack above
+// skip frames, for log lines; a helper between it and clientOf is skipped.
+func callerName(skip int) string {
+	pcs := make([]uintptr, 8)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(skip+1, pcs)])
+	for {
+		f, more := frames.Next()
+		name := f.Function[strings.LastIndexByte(f.Function, '.')+1:]
+		if strings.HasPrefix(name, "gs_") {
+			return strings.TrimPrefix(name, "gs_")
+		}
+		if !more {
+			return "a call"
+		}
+	}
 }
 
 // defaultHeapRetainBytes is GOSTORE_HEAP_RETAIN_BYTES' default, as the
@@ -274,6 +322,7 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		return C.int(wire.CodeOf(err))
 	}
 	s.client.Store(c)
+	s.closed.Store(false)
 	return 0
 }
 
@@ -467,6 +516,7 @@ func gs_close(h C.int64_t) (ret C.int) {
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil {
 		c.Close()
+		s.closed.Store(true)
 	}
 	return 0
 }
@@ -479,7 +529,7 @@ func gs_health_check(h C.int64_t) (ret C.int) {
 		return 1
 	}
 	c := s.client.Load()
-	if c == nil {
+	if c == nil || s.closed.Load() {
 		return 1
 	}
 	return C.int(c.Health())

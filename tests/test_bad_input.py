@@ -184,3 +184,195 @@ def test_a_wrong_master_port_is_named_for_what_it_is(launcher, tmp_path, capfd):
     err = capfd.readouterr().err
     assert f"{ms.addr} requires authentication with a shared secret" in err, err
     assert "GOSTORE_AUTH_SECRET_FILE" in err and "exceeds the" not in err, err
+
+
+# ---- a store that is not set up, or is closed ----------------------------------
+
+_ARR = None
+
+
+def _arr():
+    global _ARR
+    if _ARR is None:
+        import numpy as np
+        _ARR = np.zeros(16, dtype=np.float32)
+    return _ARR
+
+
+# Every public method of the class but those below, with arguments that are
+# valid: the store's state is the only thing wrong.
+_UNSET_CALLS = {
+    "allocate_and_mount_segment": lambda: (16 << 20,),
+    "batch_get_buffer": lambda: (["k"],),
+    "batch_get_into": lambda: (["k"], [PTR], [64]),
+    "batch_get_into_multi_buffer_ranges": lambda: (["k"], [[PTR]], [[64]], [[0]]),
+    "batch_get_into_multi_buffers": lambda: (["k"], [[PTR]], [[64]]),
+    "batch_get_replica_desc": lambda: (["k"],),
+    "batch_get_session_end": lambda: (["k"],),
+    "batch_get_session_start": lambda: (["k"],),
+    "batch_get_tensor": lambda: (["k"],),
+    "batch_get_tensor_into": lambda: (["k"], [PTR], [64]),
+    "batch_get_tensor_with_parallelism": lambda: (["k"],),
+    "batch_get_tensor_with_parallelism_into": lambda: (["k"], [PTR], [64]),
+    "batch_get_tensor_with_tp": lambda: (["k"],),
+    "batch_get_tensor_with_tp_into": lambda: (["k"], [PTR], [64]),
+    "batch_is_exist": lambda: (["k"],),
+    "batch_pub_tensor": lambda: (["k"], [_arr()]),
+    "batch_pub_tensor_with_tp": lambda: (["k"], [_arr()]),
+    "batch_put_from": lambda: (["k"], [PTR], [64]),
+    "batch_put_from_multi_buffer_ranges": lambda: (["k"], [[PTR]], [[64]], [[0]]),
+    "batch_put_from_multi_buffers": lambda: (["k"], [[PTR]], [[64]]),
+    "batch_put_session_end": lambda: (["k"],),
+    "batch_put_session_revoke": lambda: (["k"],),
+    "batch_put_session_start": lambda: (["k"], [64]),
+    "batch_put_tensor": lambda: (["k"], [_arr()]),
+    "batch_put_tensor_from": lambda: (["k"], [PTR], [64]),
+    "batch_put_tensor_with_parallelism": lambda: (["k"], [_arr()]),
+    "batch_put_tensor_with_parallelism_from": lambda: (["k"], [PTR], [64]),
+    "batch_put_tensor_with_tp": lambda: (["k"], [_arr()]),
+    "batch_put_tensor_with_tp_from": lambda: (["k"], [PTR], [64]),
+    "batch_remove": lambda: (["k"],),
+    "batch_replica_clear": lambda: (["k"],),
+    "batch_upsert_from": lambda: (["k"], [PTR], [64]),
+    "batch_upsert_pub_tensor": lambda: (["k"], [_arr()]),
+    "batch_upsert_tensor": lambda: (["k"], [_arr()]),
+    "batch_upsert_tensor_from": lambda: (["k"], [PTR], [64]),
+    "batch_upsert_tensor_with_parallelism": lambda: (["k"], [_arr()]),
+    "batch_upsert_tensor_with_parallelism_from": lambda: (["k"], [PTR], [64]),
+    "create_copy_task": lambda: ("k", ["seg"]),
+    "create_move_task": lambda: ("k", "a", "b"),
+    "get": lambda: ("k",),
+    "get_batch": lambda: (["k"],),
+    "get_buffer": lambda: ("k",),
+    "get_into": lambda: ("k", PTR, 64),
+    "get_into_ranges": lambda: ([PTR], [["k"]], [[[0]]], [[[0]]], [[[64]]]),
+    "get_offload_rpc_read_count": lambda: (),
+    "get_replica_desc": lambda: ("k",),
+    "get_size": lambda: ("k",),
+    "get_tensor": lambda: ("k",),
+    "get_tensor_into": lambda: ("k", PTR, 64),
+    "get_tensor_with_parallelism": lambda: ("k",),
+    "get_tensor_with_parallelism_into": lambda: ("k", PTR, 64),
+    "get_tensor_with_tp": lambda: ("k",),
+    "get_tensor_with_tp_into": lambda: ("k", PTR, 64),
+    "is_exist": lambda: ("k",),
+    "mount_segment": lambda: ("/dev/null", 4096),
+    "pub_tensor": lambda: ("k", _arr()),
+    "pub_tensor_with_tp": lambda: ("k", _arr()),
+    "put": lambda: ("k", b"x"),
+    "put_batch": lambda: (["k"], [b"x"]),
+    "put_from": lambda: ("k", PTR, 64),
+    "put_from_with_metadata": lambda: ("k", PTR, PTR, 64, 8),
+    "put_parts": lambda: ("k", b"x"),
+    "put_tensor": lambda: ("k", _arr()),
+    "put_tensor_from": lambda: ("k", PTR, 64),
+    "put_tensor_with_parallelism": lambda: ("k", _arr()),
+    "put_tensor_with_parallelism_from": lambda: ("k", PTR, 64),
+    "put_tensor_with_tp": lambda: ("k", _arr()),
+    "put_tensor_with_tp_from": lambda: ("k", PTR, 64),
+    "query_task": lambda: ((0, 1),),
+    "register_buffer": lambda: (PTR, 4096),
+    "remove": lambda: ("k",),
+    "remove_all": lambda: (),
+    "remove_by_regex": lambda: ("k.*",),
+    "save_tensor_to_safetensor": lambda: ("k", "/nonexistent-dir/x.safetensors"),
+    "unmount_and_free_segment": lambda: (["seg"],),
+    "unmount_local_disk_segment": lambda: (),
+    "unmount_segment": lambda: (["seg"],),
+    "unregister_buffer": lambda: (PTR,),
+    "upsert": lambda: ("k", b"x"),
+    "upsert_batch": lambda: (["k"], [b"x"]),
+    "upsert_from": lambda: ("k", PTR, 64),
+    "upsert_parts": lambda: ("k", b"x"),
+    "upsert_pub_tensor": lambda: ("k", _arr()),
+    "upsert_tensor": lambda: ("k", _arr()),
+    "upsert_tensor_from": lambda: ("k", PTR, 64),
+    "upsert_tensor_with_parallelism": lambda: ("k", _arr()),
+    "upsert_tensor_with_parallelism_from": lambda: ("k", PTR, 64),
+}
+
+_UNSET_EXEMPT = {
+    "setup": "it sets the store up",
+    "setup_dummy": "it sets the store up (standalone)",
+    "init_all": "it sets the store up",
+    "close": "0 whatever the state (closing twice is fine)",
+    "health_check": "1 is its answer for 'not set up or closed'",
+    "alloc_from_mem_pool": "0 outside standalone mode, as documented; no store call",
+    "get_tensor_into_cuda": "needs a torch CUDA tensor, checked (TypeError) before the state",
+    "batch_get_tensor_into_cuda": "needs torch CUDA tensors, checked (TypeError) before the state",
+    "load_tensor_from_safetensor": "reads its file first; the put it then makes is put_tensor's case",
+    "get_hostname": "a status query: \"\" before setup without loading the library (after close too, logged)",
+    "transport_info": "a status query: {} before setup without loading the library (after close too, logged)",
+}
+
+
+def _public_methods():
+    import inspect
+    return {n for n, _ in inspect.getmembers(MooncakeDistributedStore, callable) if not n.startswith("_")}
+
+
+def _refused(s, name: str, capfd):
+    capfd.readouterr()
+    result = getattr(s, name)(*_UNSET_CALLS[name]())
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    return result, lines
+
+
+def test_calls_on_a_store_not_set_up_or_closed(master, capfd):
+    """Every public method on a store never set up, and on one set up and
+    closed: the same failure value both ways, and exactly one log line
+    saying which state the store is in."""
+    missing = _public_methods() - set(_UNSET_CALLS) - set(_UNSET_EXEMPT)
+    assert not missing, f"add these methods to _UNSET_CALLS (or _UNSET_EXEMPT, with why): {sorted(missing)}"
+    assert not set(_UNSET_CALLS) & set(_UNSET_EXEMPT)
+    wrong = []
+    for name in sorted(_UNSET_CALLS):
+        before, before_lines = _refused(MooncakeDistributedStore(), name, capfd)
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master.addr) == 0
+        assert s.close() == 0
+        after, after_lines = _refused(s, name, capfd)
+        problems = []
+        if repr(before) != repr(after):
+            problems.append(f"before setup {before!r}, after close {after!r}")
+        if len(before_lines) != 1 or "store is not set up" not in before_lines[0]:
+            problems.append(f"before setup logged {before_lines}")
+        if len(after_lines) != 1 or "store is closed" not in after_lines[0]:
+            problems.append(f"after close logged {after_lines}")
+        if problems:
+            wrong.append(f"{name}: " + "; ".join(problems))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_closed_store_logs_a_line_not_a_flood(master, capfd):
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", master.addr) == 0
+    assert s.close() == 0
+    capfd.readouterr()
+    for _ in range(1000):
+        assert s.put("k", b"x") == ErrorCode.INTERNAL_ERROR
+        assert s.get("k") == b""
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "store is closed: put_batch refused" in lines[0]  # put is put_batch of one, lines
+    # Set up again, it serves.
+    assert s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.addr) == 0
+    assert s.put("again", b"y" * 10) == 0 and s.get("again") == b"y" * 10
+
+
+@pytest.mark.parametrize("case", ["hostname not on this host", "segment size below 0"])
+def test_setup_refusals_log_one_line(master, capfd, caplog, case):
+    """setup's negative returns each log one line with the cause (the Go
+    side's on stderr, the Python side's through ``logging``)."""
+    s = MooncakeDistributedStore()
+    capfd.readouterr()
+    caplog.clear()
+    if case == "hostname not on this host":  # TEST-NET-2: no host has it
+        rc = s.setup("198.51.100.7", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.addr, allow_insecure=True)
+        says = "local_hostname 198.51.100.7: the transfer server cannot listen there"
+    else:
+        rc = s.setup("127.0.0.1", "P2PHANDSHAKE", -1, 16 << 20, "tcp", "", master.addr)
+        says = "global_segment_size=-1 is outside 0..2**64-1"
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    lines += [r.getMessage() for r in caplog.records]
+    assert rc == ErrorCode.INVALID_PARAMS
+    assert len(lines) == 1 and says in lines[0], lines

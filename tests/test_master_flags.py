@@ -211,3 +211,11 @@ def test_mooncake_series_are_served_and_move(master_factory, store_factory):
     assert s.remove("b1") == 0  # not k: the get leased it
     assert m.metric("master_remove_requests_total") == before["master_remove_requests_total"] + 1
     assert m.metric("master_key_count") == 3
+
+
+def test_a_state_directory_that_cannot_be_used_names_its_flag(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = run_master(f"--snapshot_backup_dir={blocker}/state")
+    assert proc.returncode == 1, proc.stderr
+    assert f"--snapshot_backup_dir={blocker}/state: " in proc.stderr, proc.stderr

@@ -1067,3 +1067,21 @@ def test_the_tcp_port_listens_on_loopback_by_default(master, tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_closed_application_store_logs_a_line_not_a_flood(master, client_process_factory, caplog):
+    srv = client_process_factory(master)
+    app = _dummy(srv.server_address)
+    assert app.close() == 0
+    caplog.clear()
+    for _ in range(100):
+        assert app.put("k", b"x") == -1 and app.get("k") == b""
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "store is closed: put_batch refused" in lines[0], lines
+
+
+def test_setup_dummy_pointed_at_the_master_says_so(master, caplog):
+    store = MooncakeDistributedStore()
+    with caplog.at_level("ERROR", logger="gostore"):
+        assert store.setup_dummy(MiB, MiB, master.addr) == -1
+    assert f"{master.addr} answered nothing in 5 s: is it gostore-client's --port (not the master's)?" in caplog.text

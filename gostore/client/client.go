@@ -318,6 +318,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	host, ln, err := listenTransfer(cfg.LocalHostname, c.bindHost, c.log)
 	if err != nil {
+		c.log.Error("setup rejected", "err", err)
 		return nil, err
 	}
 	c.hostname = net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))

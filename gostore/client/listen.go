@@ -105,6 +105,17 @@ func hasIP(addrs []net.Addr, ip net.IP) bool {
 	return false
 }
 
+// notListenable is the error of a local_hostname the transfer server
+// cannot listen on for another reason than a port in use: most often an
+// address that is not this host's.
+func notListenable(local string, err error) error {
+	hint := ""
+	if errors.Is(err, syscall.EADDRNOTAVAIL) {
+		hint = ": it is no address of this host (local_hostname names this host as its peers reach it)"
+	}
+	return wire.Errorf(wire.ErrInvalidParams, "local_hostname %s: the transfer server cannot listen there: %v%s", local, err, hint)
+}
+
 // listenTransfer opens a transfer server's listener: on the given port, or
 // on a free port of 12300–14300 when local_hostname has none. It listens
 // on bind when given (listenHost), else on local_hostname's host, and
@@ -124,7 +135,7 @@ func listenTransfer(local, bind string, log *slog.Logger) (string, net.Listener,
 			return host, ln, nil
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) {
-			return "", nil, wire.Errorf(wire.ErrInvalidParams, "listen on %s: %v", local, err)
+			return "", nil, notListenable(local, err)
 		}
 		log.Warn("port of local_hostname in use; the transfer server takes a free one", "local_hostname", local)
 	}
@@ -134,6 +145,9 @@ func listenTransfer(local, bind string, log *slog.Logger) (string, net.Listener,
 		ln, err := net.Listen("tcp", net.JoinHostPort(at, strconv.Itoa(portLow+int(n.Int64()))))
 		if err == nil {
 			return host, ln, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return "", nil, notListenable(local, err) // no other port would do better
 		}
 	}
 	return "", nil, wire.Errorf(wire.ErrInvalidParams, "no free port in %d-%d on %s", portLow, portHigh, at)

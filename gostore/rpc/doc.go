@@ -33,6 +33,11 @@
 // (ClientOptions.Netpoll). The choice is per Client, made by whoever
 // creates it: this package keeps no process-wide setting.
 //
+// A connection the client made without authentication whose first read
+// fails says what the peer is when its bytes tell (wire.FirstReadError:
+// an HTTP port, a master that requires a secret or TLS), instead of the
+// body length a header of foreign bytes would announce.
+//
 // Notifications are requests whose answers the caller does not wait for
 // (the client's ReadDone): Notify writes one at once on the connection the
 // next call will take; NotifyLater queues one for the next call's write,

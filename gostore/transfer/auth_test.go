@@ -6,6 +6,7 @@ package transfer
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/gostore/gostore/gostore/auth"
@@ -37,8 +38,15 @@ func TestAuthenticatedTransfers(t *testing.T) {
 					{Peer: tp.peer, Offset: 100, Bufs: [][]byte{make([]byte, 4096)}},
 				})
 				se.Close()
+				said := false
 				for _, err := range errs {
 					wantCode(t, err, wire.ErrTransferFail)
+					said = said || strings.Contains(err.Error(), "requires authentication with a shared secret, and this process has none")
+				}
+				// A peer that asks for a secret is named for what it is
+				// to an engine without one.
+				if mode == "secret" && name == "none" && !said {
+					t.Errorf("errors of a client without the secret: %v", errs)
 				}
 				if !bytes.Equal(tp.seg.Bytes(), before) {
 					t.Fatalf("%s peer changed the segment", name)

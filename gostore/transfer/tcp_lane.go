@@ -6,6 +6,7 @@ package transfer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -212,7 +213,13 @@ func (p *peerPool) laneRead(bc *blockconn.Conn, c *call, rs []*tcpReq, done []bo
 		}
 		id, status, n := le.Uint64(h[0:]), wire.Code(int32(le.Uint32(h[8:]))), le.Uint64(h[12:])
 		if id == 0 || id > uint64(len(rs)) || done[id-1] {
-			return transferErr("%s answered unknown request %d", p.addr, id)
+			err := fmt.Errorf("%s answered unknown request %d", p.addr, id)
+			if p.e.auth == nil {
+				// Foreign bytes (a peer that asks for a secret) say
+				// what the peer is; a gostore peer never sends them.
+				err = wire.FirstReadError(p.addr, h[:], err)
+			}
+			return transferErr("%v", err)
 		}
 		r := rs[id-1]
 		var answer error

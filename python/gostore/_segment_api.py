@@ -89,8 +89,6 @@ class SegmentAPI:
         p = _path(path)
         sz, off = _u64_int(size, "size"), _u64_int(offset, "offset")
         proto, loc = _text(protocol, "protocol"), _text(location, "location")
-        if self._hobj is None:
-            return {"ret": _FAILED, "segment_ids": []}
         out = ctypes.create_string_buffer(_IDS_CAP)
         n = self._lib().gs_mount_segment(self._h(), p, len(p), off, sz, proto, len(proto), loc, len(loc),
                                            out, _IDS_CAP)
@@ -107,8 +105,6 @@ class SegmentAPI:
         nothing."""
         sz = _u64_int(size, "size")
         proto, loc = _text(protocol, "protocol"), _text(location, "location")
-        if self._hobj is None:
-            return {"ret": _FAILED, "segment_ids": [], "allocated_size": 0}
         out = ctypes.create_string_buffer(_IDS_CAP)
         allocated = ctypes.c_uint64(0)
         n = self._lib().gs_allocate_segment(self._h(), sz, proto, len(proto), loc, len(loc),
@@ -119,8 +115,6 @@ class SegmentAPI:
     def _unmount(self, segment_ids: Any, grace_period_seconds: Any, allocated: int) -> int:
         ids = _id_list(segment_ids, "segment_ids")
         grace = _u64_int(grace_period_seconds, "grace_period_seconds")
-        if self._hobj is None:
-            return _FAILED
         return self._lib().gs_unmount_segments(self._h(), ids, len(ids), grace, allocated)
 
     def unmount_segment(self, segment_ids: List[str], grace_period_seconds: int = 0) -> int:
@@ -144,8 +138,6 @@ class SegmentAPI:
         readers already sent to its copies are served. 0 (also without an
         SSD tier), -1 before setup, or the master's code."""
         grace = _u64_int(grace_period_seconds, "grace_period_seconds")
-        if self._hobj is None:
-            return _FAILED
         return self._lib().gs_unmount_local_disk(self._h(), grace)
 
     def init_all(self, protocol: str, device_name: str, mount_segment_size: int, /) -> int:

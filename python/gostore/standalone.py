@@ -76,6 +76,9 @@ __all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "
            "PLACES_MIN"]
 
 _log = logging.getLogger("gostore.standalone")
+# How often a closed store logs the calls it refuses (the library's store
+# does the same, bindings/store.go).
+_CLOSED_LOG_EVERY_S = 10.0
 
 HELLO_TIMEOUT_S = 5.0
 OVERFLOW_MAX = 1 << 30  # the largest overflow region kept between calls
@@ -126,7 +129,13 @@ def ask_ipc_path(server_address: str, timeout: float = HELLO_TIMEOUT_S) -> str:
     with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
         data = b""
         while not data.endswith(b"\n") and len(data) < 4096:
-            chunk = s.recv(4096)
+            try:
+                chunk = s.recv(4096)
+            except socket.timeout:
+                # gostore-client answers at once; a master's RPC port
+                # waits for a request instead.
+                raise OSError(f"{server_address} answered nothing in {timeout:g} s: is it gostore-client's "
+                              "--port (not the master's)?") from None
             if not chunk:
                 break
             data += chunk
@@ -282,6 +291,7 @@ class RemoteLibrary:
         # get_buffer copies by address (see _Copy)
         self._buffers: Dict[int, _Copy] = {}
         self._closed = False
+        self._closed_logged = -_CLOSED_LOG_EVERY_S  # when a refusal after close was last logged
         self._reset()
         _live.add(self)
 
@@ -935,7 +945,13 @@ class RemoteLibrary:
 
     def _failed(self, name: str, call: P.Call, cargs: Sequence[Any], err: Exception) -> Any:
         code = err.code if isinstance(err, _ServerError) else call.fail
-        _log.error("gostore: %s via gostore-client at %s failed: %s", name, self.ipc_path, err)
+        if not self._closed:
+            _log.error("gostore: %s via gostore-client at %s failed: %s", name, self.ipc_path, err)
+        elif time.monotonic() - self._closed_logged >= _CLOSED_LOG_EVERY_S:
+            # A closed store refuses every call: one line per interval,
+            # as the library's store does, not one per call.
+            self._closed_logged = time.monotonic()
+            _log.error("gostore: store is closed: %s refused; a closed store serves no call", name.removeprefix("gs_"))
 
         def write(i: int, arr: array) -> None:
             ctypes.memmove(cargs[i], arr.buffer_info()[0], len(arr) * arr.itemsize)

@@ -575,6 +575,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         for k in ("global_segment_size", "local_buffer_size"):
             v = params[k]
             if isinstance(v, int) and not _u64(v):
+                _log.error("gostore: setup: %s=%d is outside 0..2**64-1", k, v)
                 return _INVALID
         doc = json.dumps(params).encode("utf-8")
         rc = self._lib().gs_setup(self._h(), doc, len(doc))
@@ -649,7 +650,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
     def get_hostname(self) -> str:
         """This client's segment name ``"host:port"`` ("" before setup)."""
         if self._hobj is None:
-            return ""
+            return ""  # a status query: answered without loading the library
         s = _native.read_string(self._lib().gs_get_hostname, self._hobj.h, 256)
         return s or ""
 
@@ -661,7 +662,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         NIC chosen for buffers at each location (``"cpu:N"``, ``"cuda:N"``).
         ``{}`` before setup."""
         if self._hobj is None:
-            return {}
+            return {}  # a status query: answered without loading the library
         h = self._hobj.h
         n, raw = _native.call_growing(lambda out, cap: self._lib().gs_transport_info(h, out, cap), cap=4096)
         return json.loads(raw) if n >= 0 else {}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -60,12 +61,12 @@ func openState(opts *Options, log *slog.Logger) (*durability, *master.State, err
 	dir := opts.StateDir
 	j, rec, err := journal.Open(journal.Options{Dir: dir, AckBeforeSync: opts.AckBeforeSync})
 	if err != nil {
-		return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", dir, err)
 	}
 	st, err := stateOf(rec.Snapshot, rec.SnapshotSeq, rec.Records)
 	if err != nil {
 		j.Close()
-		return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", dir, err)
 	}
 	log.Info("state directory read", "dir", dir, "snapshot", rec.SnapshotSeq, "records", len(rec.Records),
 		"objects", len(st.Objects), "segments", len(st.Segments))
@@ -112,7 +113,7 @@ func campaign(opts Options, addr string, log *slog.Logger) (*durability, *master
 	leader, err := ha.Campaign(context.Background(), hopts)
 	if err != nil {
 		f.finish(context.Background())
-		return nil, nil, nil, fmt.Errorf("campaign on etcd %v: %w", opts.EtcdEndpoints, err)
+		return nil, nil, nil, fmt.Errorf("--enable_ha: campaign on --etcd_endpoints=%s: %w", strings.Join(opts.EtcdEndpoints, ";"), err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
