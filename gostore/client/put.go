@@ -128,7 +128,9 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		err = wire.Errorf(wire.ErrRPCFail, "%s answered %d results for %d keys", start, len(resp.Results), len(idx))
 	}
 	if err != nil {
-		c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
+		if !Quiet(err) { // a master that does not answer is logged once per burst
+			c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
+		}
 		for _, i := range idx {
 			out[i] = wire.CodeOf(err)
 		}
@@ -136,8 +138,7 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		// change log did not take them in time, say): revoke whatever of
 		// ours it holds, or a retry would find the key taken by our own
 		// unfinished write and answer "exists" without writing.
-		var r wire.CodesResp
-		c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: req.Keys}, &r)
+		c.revoke(ctx, &wire.KeysReq{ClientID: c.id, Keys: req.Keys})
 		return nil
 	}
 	var refused []refusal
@@ -217,6 +218,31 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 	return refused
 }
 
+// revoke sends PutRevoke for req within ctx or, once ctx ended (the call
+// was interrupted or closed), on its own within Config.PingTimeout: the
+// call returns at once, and the keys do not stay taken by a write that
+// will never end until the master reclaims them.
+func (c *Client) revoke(ctx context.Context, req *wire.KeysReq) {
+	send := func(ctx context.Context) {
+		var r wire.CodesResp
+		if err := c.master.Call(ctx, wire.OpPutRevoke, req, &r); err != nil && !Quiet(err) {
+			c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(req.Keys), "err", err)
+		}
+	}
+	if ctx.Err() == nil {
+		send(ctx)
+		return
+	}
+	if !c.healthy.Load() || c.closed.Load() {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(c.life, c.cfg.PingTimeout)
+		defer cancel()
+		send(ctx)
+	}()
+}
+
 // finishWrites sends PutEnd and PutRevoke concurrently.
 func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx []int, revoke *wire.KeysReq, out []wire.Code) {
 	var wg sync.WaitGroup
@@ -224,10 +250,7 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var r wire.CodesResp
-			if err := c.master.Call(ctx, wire.OpPutRevoke, revoke, &r); err != nil {
-				c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(revoke.Keys), "err", err)
-			}
+			c.revoke(ctx, revoke)
 		}()
 	}
 	if len(done.Keys) > 0 {
