@@ -23,11 +23,12 @@ package main
 
 static struct sigaction gs_prev;
 static volatile int gs_wakefd = -1;
+static volatile pid_t gs_pid; // a forked child shares the pipe: it must not wake the parent
 
 static void gs_on_sigint(int sig, siginfo_t *info, void *uc) {
 	int saved = errno;
 	char b = 1;
-	if (gs_wakefd >= 0) {
+	if (gs_wakefd >= 0 && getpid() == gs_pid) {
 		ssize_t r = write(gs_wakefd, &b, 1);
 		(void)r;
 	}
@@ -47,6 +48,7 @@ static int gs_chain_sigint(int fd) {
 	if (sigaction(SIGINT, NULL, &cur) != 0) return -1;
 	if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == gs_on_sigint) return 1;
 	if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN)) return 0;
+	gs_pid = getpid();
 	gs_wakefd = fd;
 	gs_prev = cur;
 	mine = cur; // its mask and flags (Python's: no SA_RESTART)

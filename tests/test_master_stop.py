@@ -37,7 +37,10 @@ def value(seed, size=64 << 10):
     return random.Random(seed).randbytes(size)
 
 s = MooncakeDistributedStore()
-rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", sys.argv[1])
+if sys.argv[1].startswith("dummy:"):  # standalone mode: calls go to a gostore-client
+    rc = s.setup_dummy(64 << 20, 16 << 20, sys.argv[1][len("dummy:"):])
+else:
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", sys.argv[1])
 say("ready", rc)
 for line in sys.stdin:
     cmd = line.split()
@@ -143,6 +146,16 @@ class Child:
         self.err.close()
 
 
+def _state(pid: int, tid: str) -> str:
+    """A thread's state letter (/proc/PID/task/TID/stat); "T" when stopped,
+    "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
 @pytest.fixture
 def stopper(master):
     """The master, with ``stop()``/``cont()``; continued at teardown."""
@@ -150,7 +163,13 @@ def stopper(master):
 
     class S:
         def stop(self) -> None:
+            """SIGSTOP, and wait until every thread of the master is stopped
+            (the signal reaches them one by one)."""
             os.kill(pid, signal.SIGSTOP)
+            end = time.monotonic() + 10
+            while not all(_state(pid, t) in ("T", "") for t in os.listdir(f"/proc/{pid}/task")):
+                assert time.monotonic() < end, "the master did not stop"
+                time.sleep(0.005)
 
         def cont(self) -> None:
             os.kill(pid, signal.SIGCONT)
@@ -164,8 +183,8 @@ def stopper(master):
 def child_factory(master, logdir):
     made: List[Child] = []
 
-    def make(**env: str) -> Child:
-        c = Child(master.addr, logdir, env)
+    def make(target: str = "", **env: str) -> Child:
+        c = Child(target or master.addr, logdir, env)
         made.append(c)
         return c
 
@@ -252,3 +271,26 @@ def test_close_with_a_stopped_master_is_bounded(master, stopper, child_factory, 
     assert got[:2] == ["close", "0"], got
     # GOSTORE_CLOSE_TIMEOUT_MS's default, 2 s, plus the release.
     assert float(got[2]) < (0.5 if known else 3.0), got
+
+
+def test_ctrl_c_interrupts_a_standalone_call(master, stopper, child_factory, client_process_factory, monkeypatch):
+    # Standalone mode: the application waits on gostore-client's socket,
+    # gostore-client on the stopped master.
+    monkeypatch.setenv("GOSTORE_PING_TIMEOUT_MS", "60000")
+    server = client_process_factory(master)
+    child = child_factory(target="dummy:" + server.server_address)
+    assert child.ask("put k0 1") == ["put", "0"]
+    assert child.ask("put k1 2") == ["put", "0"]
+    stopper.stop()
+    assert child.ask("block batch_get") == ["calling", "batch_get"]
+    time.sleep(0.3)
+    sent = time.monotonic()
+    child.proc.send_signal(signal.SIGINT)
+    got = child.next(10)
+    assert got[:2] == ["interrupted", "batch_get"], f"{got} {child.log()}"
+    assert float(got[2]) - sent < INTERRUPT_BOUND_S
+    stopper.cont()
+    # The next calls get their own answers, not the interrupted call's.
+    assert child.ask("check k1 2") == ["check", "True", str(64 << 10)]
+    assert child.ask("put k3 3") == ["put", "0"]
+    assert child.ask("check k3 3") == ["check", "True", str(64 << 10)]

@@ -189,8 +189,9 @@ type Client struct {
 
 	healthy   atomic.Bool
 	closed    atomic.Bool
-	scopes    scopes    // the parents of the calls' contexts (calls.go)
-	masterLog masterLog // calls the master did not answer
+	scopes    scopes     // the parents of the calls' contexts (calls.go)
+	unsure    unsureKeys // writes ended before their revoke (put.go)
+	masterLog masterLog  // calls the master did not answer
 	// life ends when the client is released: the heartbeat's pings.
 	life    context.Context
 	endLife context.CancelFunc
@@ -243,7 +244,6 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.scopes.init()
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.masterLog = masterLog{log: c.log, bound: cfg.RPCTimeout}
-	cfg.RPC.Observe = chainObservers(cfg.RPC.Observe, c.masterLog.observe)
 	var err error
 	if c.transport, err = discoverTransport(cfg); err != nil {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
@@ -280,7 +280,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.RPC.Spin == 0 {
 		cfg.RPC.Spin = cfg.SpinWait
 	}
-	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
+	mopt := cfg.RPC // the master's calls only: disk holders are not the master
+	mopt.Observe = chainObservers(mopt.Observe, c.masterLog.observe)
+	c.master = rpc.NewClientWith(cfg.MasterServerAddr, mopt)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{}, Auth: guard,
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport,
 		LaneSpin: cfg.SpinWait})

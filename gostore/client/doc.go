@@ -57,6 +57,16 @@
 // transfers, and each read and write call once it ended. Without it the
 // metrics are nil and cost one nil check per call.
 //
+// Bounds (calls.go): every call's context comes from Client.ctx: it ends
+// at Config.RPCTimeout, when the heartbeat finds the master gone (calls in
+// flight end, later ones fail at once with ErrMasterGone until a ping is
+// answered), at Close, and, for calls of the process's main thread with
+// Config.InterruptMain, at InterruptMain. Whatever waits inside a call
+// (RPCs, transfers) must wait on that context. Failures to reach the
+// master are logged once per burst (masterLog), not by each call: callers
+// that log errors skip those Quiet reports. Close returns within
+// Config.CloseTimeout.
+//
 // Buffers: callers own every []byte they pass and must keep it valid until
 // the call returns. Memory handed back by GetBuffers is the client's, lent
 // until FreeBuffer.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
@@ -122,6 +123,9 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		req.Keys[j], req.Sizes[j] = items[i].Key, items[i].size()
 		out[i] = wire.OK // a refusal of an earlier round no longer stands
 	}
+	if unsure := c.unsure.take(req.Keys); len(unsure) > 0 {
+		c.revoke(ctx, &wire.KeysReq{ClientID: c.id, Keys: unsure})
+	}
 	var resp wire.PutStartResp
 	err := c.master.Call(ctx, start, &req, &resp)
 	if err == nil && len(resp.Results) != len(idx) {
@@ -218,29 +222,65 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 	return refused
 }
 
-// revoke sends PutRevoke for req within ctx or, once ctx ended (the call
-// was interrupted or closed), on its own within Config.PingTimeout: the
-// call returns at once, and the keys do not stay taken by a write that
-// will never end until the master reclaims them.
+// revoke sends PutRevoke for req within ctx. Once ctx ended (the call was
+// interrupted or closed, or the master is gone) a revoke sent now would be
+// refused at once, and one sent in the background could overtake the
+// PutStart still unread on the master's side: the keys are kept, and the
+// next write of any of them revokes them first (unsure).
 func (c *Client) revoke(ctx context.Context, req *wire.KeysReq) {
-	send := func(ctx context.Context) {
-		var r wire.CodesResp
-		if err := c.master.Call(ctx, wire.OpPutRevoke, req, &r); err != nil && !Quiet(err) {
+	if ctx.Err() != nil {
+		c.unsure.add(req.Keys)
+		return
+	}
+	var r wire.CodesResp
+	if err := c.master.Call(ctx, wire.OpPutRevoke, req, &r); err != nil {
+		if ctx.Err() != nil {
+			c.unsure.add(req.Keys)
+		} else if !Quiet(err) {
 			c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(req.Keys), "err", err)
 		}
 	}
-	if ctx.Err() == nil {
-		send(ctx)
-		return
+}
+
+// unsureKeys are keys whose write this client started and may not have
+// revoked (its call ended first): the master may hold them as ours and
+// unfinished, and would answer our next write of them "exists" without
+// writing. That write revokes them first.
+type unsureKeys struct {
+	n    atomic.Int32 // len(keys), read without the lock on every write
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+func (u *unsureKeys) add(keys []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.keys == nil {
+		u.keys = make(map[string]struct{})
 	}
-	if !c.healthy.Load() || c.closed.Load() {
-		return
+	for _, k := range keys {
+		u.keys[k] = struct{}{}
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(c.life, c.cfg.PingTimeout)
-		defer cancel()
-		send(ctx)
-	}()
+	u.n.Store(int32(len(u.keys)))
+}
+
+// take removes and returns those of keys that are unsure (one atomic load
+// when none is).
+func (u *unsureKeys) take(keys []string) []string {
+	if u.n.Load() == 0 {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for _, k := range keys {
+		if _, ok := u.keys[k]; ok {
+			out = append(out, k)
+			delete(u.keys, k)
+		}
+	}
+	u.n.Store(int32(len(u.keys)))
+	return out
 }
 
 // finishWrites sends PutEnd and PutRevoke concurrently.
