@@ -294,3 +294,30 @@ def test_ctrl_c_interrupts_a_standalone_call(master, stopper, child_factory, cli
     assert child.ask("check k1 2") == ["check", "True", str(64 << 10)]
     assert child.ask("put k3 3") == ["put", "0"]
     assert child.ask("check k3 3") == ["check", "True", str(64 << 10)]
+
+
+def test_bounds_from_setup_and_their_bad_values(master, stopper, monkeypatch, capfd):
+    from gostore import MooncakeDistributedStore
+
+    args = ("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", master.addr)
+    s = MooncakeDistributedStore()
+    with pytest.raises(TypeError):
+        s.setup(*args, rpc_timeout_ms="400")
+    monkeypatch.setenv("MC_RPC_TIMEOUT_MS", "soon")
+    assert s.setup(*args) == -600
+    assert "MC_RPC_TIMEOUT_MS" in capfd.readouterr().err
+    assert s.setup(*args, close_timeout_ms=-1) == -600
+    # setup's key outranks the environment (which is wrong here, unread).
+    monkeypatch.setenv("GOSTORE_PING_TIMEOUT_MS", "60000")
+    assert s.setup(*args, rpc_timeout_ms=300) == 0
+    try:
+        assert s.put("bound", b"v" * 1000) == 0
+        stopper.stop()
+        t = time.monotonic()
+        assert s.is_exist("bound") == -901  # RPC_TIMEOUT, at the bound
+        assert time.monotonic() - t < 2.0
+        stopper.cont()
+        assert s.get("bound") == b"v" * 1000
+    finally:
+        stopper.cont()
+        s.close()
