@@ -60,11 +60,14 @@ static int gs_chain_sigint(int fd) {
 import "C"
 
 import (
+	"context"
 	"os"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gostore/gostore/gostore/client"
 )
 
 // rechainEvery is how soon a SIGINT handler a program sets after setup is
@@ -103,8 +106,37 @@ func watchInterrupts() {
 	})
 }
 
-// interruptMain ends the main thread's waiting calls on every store.
+// setupScope is the parent of the setups run on the main thread: ended,
+// and replaced, at each SIGINT.
+var setupScope struct {
+	sync.Mutex
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// setupContext is what a setup on this thread may be interrupted by (nil
+// off the main thread).
+func setupContext() context.Context {
+	if !client.OnMainThread() {
+		return nil
+	}
+	setupScope.Lock()
+	defer setupScope.Unlock()
+	if setupScope.ctx == nil {
+		setupScope.ctx, setupScope.cancel = context.WithCancelCause(context.Background())
+	}
+	return setupScope.ctx
+}
+
+// interruptMain ends the main thread's waiting calls on every store, and
+// a setup it runs.
 func interruptMain() {
+	setupScope.Lock()
+	if setupScope.cancel != nil {
+		setupScope.cancel(client.ErrInterrupted)
+		setupScope.ctx, setupScope.cancel = nil, nil
+	}
+	setupScope.Unlock()
 	handles.Range(func(_, v any) bool {
 		if s, ok := v.(*store); ok {
 			if c := s.client.Load(); c != nil {

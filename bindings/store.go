@@ -264,6 +264,7 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 	cfg.RPC.Netpoll = masterHere.Load()
 	cfg.InterruptMain = true // Python's Ctrl-C (interrupt.go)
 	watchInterrupts()
+	cfg.Setup = setupContext()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil && c.Health() != 1 {

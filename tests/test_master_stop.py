@@ -92,6 +92,18 @@ for line in sys.stdin:
                     codes.add("is_exist:%d" % s.is_exist("k0"))
                 worst = max(worst, time.monotonic() - t)
         say("storm", "%.3f" % worst, ";".join(sorted(codes)))
+    elif op == "setup":
+        # a second store's setup, on the main thread
+        say("calling", "setup")
+        try:
+            s2 = MooncakeDistributedStore()
+            r = s2.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", sys.argv[1])
+            if r == 0:
+                r = "%d %d %s" % (r, s2.put("s2", value(11)), s2.get("s2") == value(11))
+                s2.close()
+            say("returned", "setup", r)
+        except KeyboardInterrupt:
+            say("interrupted", "setup", repr(time.monotonic()))
     elif op == "close":
         t = time.monotonic()
         r = s.close()
@@ -321,3 +333,18 @@ def test_bounds_from_setup_and_their_bad_values(master, stopper, monkeypatch, ca
     finally:
         stopper.cont()
         s.close()
+
+
+def test_ctrl_c_interrupts_a_setup_waiting_on_a_stopped_master(master, stopper, child_factory):
+    child = child_factory()
+    stopper.stop()
+    assert child.ask("setup") == ["calling", "setup"]
+    time.sleep(0.3)
+    sent = time.monotonic()
+    child.proc.send_signal(signal.SIGINT)
+    got = child.next(15)
+    assert got[:2] == ["interrupted", "setup"], f"{got} {child.log()}"
+    assert float(got[2]) - sent < INTERRUPT_BOUND_S
+    stopper.cont()
+    assert child.ask("setup", timeout=30)[:2] == ["calling", "setup"]
+    assert child.next(30) == ["returned", "setup", "0", "0", "True"]

@@ -26,6 +26,10 @@ const DefaultRPCTimeout = 30 * time.Second
 // DefaultPingTimeout is Config.PingTimeout's default.
 const DefaultPingTimeout = 2 * time.Second
 
+// SetupTimeout bounds what New waits for: the master's first answer and
+// the segment's mount.
+const SetupTimeout = 10 * time.Second
+
 // DefaultCloseTimeout is Config.CloseTimeout's default.
 const DefaultCloseTimeout = 2 * time.Second
 
@@ -136,9 +140,9 @@ func (s *scopes) interruptMain() {
 // is the process's.
 var mainTID = unix.Getpid()
 
-// onMainThread reports whether the caller runs on the process's main
+// OnMainThread reports whether the caller runs on the process's main
 // thread (one system call, without the Go scheduler's bookkeeping).
-func onMainThread() bool {
+func OnMainThread() bool {
 	tid, _, _ := unix.RawSyscall(unix.SYS_GETTID, 0, 0, 0)
 	return int(tid) == mainTID
 }
@@ -146,7 +150,7 @@ func onMainThread() bool {
 // ctx is the context of one API call: bounded by Config.RPCTimeout, ended
 // early by the scopes (see scopes).
 func (c *Client) ctx() (context.Context, context.CancelFunc) {
-	parent := c.scopes.parent(c.cfg.InterruptMain && onMainThread())
+	parent := c.scopes.parent(c.cfg.InterruptMain && OnMainThread())
 	if c.cfg.RPCTimeout < 0 {
 		return context.WithTimeout(parent, noBound)
 	}

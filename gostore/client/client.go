@@ -92,6 +92,10 @@ type Config struct {
 	// InterruptMain (the bindings call it on SIGINT). It costs each call
 	// one system call (gettid).
 	InterruptMain bool `json:"-"`
+	// Setup, when set, ends New's waits early when it ends (the bindings
+	// end it on SIGINT for a setup on the main thread); they are bounded
+	// by SetupTimeout in any case.
+	Setup context.Context `json:"-"`
 	// GPUBounceBytes sizes the pinned arena device parts are staged
 	// through when no direct copy reaches their replica (0:
 	// transfer.DefaultBounceBytes; GOSTORE_GPU_BOUNCE_BYTES).
@@ -301,7 +305,11 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	setupCtx := cfg.Setup
+	if setupCtx == nil {
+		setupCtx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(setupCtx, SetupTimeout)
 	defer cancel()
 	defer func() {
 		if ok {
