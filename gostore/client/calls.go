@@ -51,7 +51,7 @@ func (e *Ended) WireCode() wire.Code  { return e.Code }
 func (e *Ended) Is(target error) bool { t, ok := target.(*Ended); return ok && t == e }
 
 var (
-	// ErrMasterGone ends the calls made while the master does not answer
+	// ErrMasterGone fails the calls made while the master does not answer
 	// this client's pings (Health 2), until it answers again.
 	ErrMasterGone = &Ended{wire.ErrRPCFail, "the master does not answer this client's pings (health_check 2); calls fail until it does"}
 	// ErrInterrupted ends the calls of the process's main thread when the
@@ -75,10 +75,9 @@ func Quiet(err error) bool {
 }
 
 // scopes are the parents of every call's context: all of them, and those
-// of the process's main thread (a child of all). A scope is replaced by a
-// fresh one when its calls are ended for a passing reason (an interrupt)
-// and kept ended while the reason lasts (the master is gone, the client
-// closed), so that calls made meanwhile fail at once.
+// of the process's main thread (a child of all). The main thread's is
+// replaced by a fresh one when its calls are interrupted; all of them end
+// for good when the client closes.
 type scopes struct {
 	mu   sync.Mutex
 	all  atomic.Pointer[scope]
@@ -109,23 +108,11 @@ func (s *scopes) parent(main bool) context.Context {
 	return s.all.Load().ctx
 }
 
-// end ends every call in flight and every call made until reopen.
+// end ends every call in flight and every call made later.
 func (s *scopes) end(why error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.all.Load().cancel(why)
-}
-
-// reopen lets calls run again after end (no-op when they do).
-func (s *scopes) reopen() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.all.Load().ctx.Err() == nil {
-		return
-	}
-	all := newScope(context.Background())
-	s.all.Store(all)
-	s.main.Store(newScope(all.ctx))
 }
 
 // interruptMain ends the main thread's calls in flight; its next calls run.
@@ -147,9 +134,23 @@ func OnMainThread() bool {
 	return int(tid) == mainTID
 }
 
+// goneCtx is the context of the calls made while the master does not
+// answer pings: ended already, with ErrMasterGone.
+var goneCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrMasterGone)
+	return ctx
+}()
+
 // ctx is the context of one API call: bounded by Config.RPCTimeout, ended
-// early by the scopes (see scopes).
+// early by the scopes (see scopes); ended from the start while the master
+// does not answer pings (Health 2). Calls already waiting when a ping goes
+// unanswered keep their bound: a master that pauses for a moment answers
+// them.
 func (c *Client) ctx() (context.Context, context.CancelFunc) {
+	if !c.healthy.Load() {
+		return goneCtx, func() {}
+	}
 	parent := c.scopes.parent(c.cfg.InterruptMain && OnMainThread())
 	if c.cfg.RPCTimeout < 0 {
 		return context.WithTimeout(parent, noBound)

@@ -326,6 +326,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		return nil, err
 	}
 	known = true
+	c.healthy.Store(true) // it answered: calls may go to it (Client.ctx)
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
 		// The tier would run and never be asked to store anything.
 		err := wire.Errorf(wire.ErrUnableOffload, "enable_ssd_offload: the master at %s does not accept SSD offload; "+
@@ -377,7 +378,6 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if c.ssd != nil {
 		c.ssd.Start()
 	}
-	c.healthy.Store(true)
 	c.serveHTTP() // before the background goroutines start: it may set c.metrics to nil
 	c.wg.Add(3)
 	go c.heartbeat()
@@ -612,13 +612,6 @@ func (c *Client) heartbeat() {
 		}
 		if was := c.healthy.Swap(err == nil); was != (err == nil) {
 			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
-			// Calls waiting on a master that stopped answering end now,
-			// and later ones fail at once, until it answers again.
-			if err != nil {
-				c.scopes.end(ErrMasterGone)
-			} else if !c.closed.Load() {
-				c.scopes.reopen()
-			}
 		}
 	}
 }

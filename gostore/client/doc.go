@@ -58,10 +58,10 @@
 // metrics are nil and cost one nil check per call.
 //
 // Bounds (calls.go): every call's context comes from Client.ctx: it ends
-// at Config.RPCTimeout, when the heartbeat finds the master gone (calls in
-// flight end, later ones fail at once with ErrMasterGone until a ping is
-// answered), at Close, and, for calls of the process's main thread with
-// Config.InterruptMain, at InterruptMain. Whatever waits inside a call
+// at Config.RPCTimeout, at Close, and, for calls of the process's main
+// thread with Config.InterruptMain, at InterruptMain; while the heartbeat
+// finds the master gone (Health 2) it is ended from the start
+// (ErrMasterGone), until a ping is answered. Whatever waits inside a call
 // (RPCs, transfers) must wait on that context. Failures to reach the
 // master are logged once per burst (masterLog), not by each call: callers
 // that log errors skip those Quiet reports. Close returns within

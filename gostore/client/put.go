@@ -4,6 +4,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,9 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		// change log did not take them in time, say): revoke whatever of
 		// ours it holds, or a retry would find the key taken by our own
 		// unfinished write and answer "exists" without writing.
-		c.revoke(ctx, &wire.KeysReq{ClientID: c.id, Keys: req.Keys})
+		if !errors.Is(err, ErrMasterGone) { // that one failed before sending anything
+			c.revoke(ctx, &wire.KeysReq{ClientID: c.id, Keys: req.Keys})
+		}
 		return nil
 	}
 	var refused []refusal
@@ -259,10 +262,16 @@ func (u *unsureKeys) add(keys []string) {
 		u.keys = make(map[string]struct{})
 	}
 	for _, k := range keys {
+		if len(u.keys) >= maxUnsure {
+			break // the master reclaims the rest after put_start_discard_timeout_sec
+		}
 		u.keys[k] = struct{}{}
 	}
 	u.n.Store(int32(len(u.keys)))
 }
+
+// maxUnsure bounds the keys kept for a revoke (interrupted writes are few).
+const maxUnsure = 1 << 16
 
 // take removes and returns those of keys that are unsure (one atomic load
 // when none is).
