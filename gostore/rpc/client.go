@@ -176,6 +176,7 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
 	if woken { // the reply came, but the connection was shut as the context ended
+		c.settle(cc)
 		defer cc.c.Close()
 		return DecodeReply(op, h.Status, body, resp)
 	}
