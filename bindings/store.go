@@ -164,7 +164,9 @@ func clientOf(h C.int64_t) *client.Client {
 	c := s.client.Load()
 	if c == nil {
 		logger.Error("store is not set up")
+		return nil
 	}
+	c.BeginCall() // each export is one API call (interrupt.go)
 	return c
 }
 

@@ -40,7 +40,8 @@ s = MooncakeDistributedStore()
 if sys.argv[1].startswith("dummy:"):  # standalone mode: calls go to a gostore-client
     rc = s.setup_dummy(64 << 20, 16 << 20, sys.argv[1][len("dummy:"):])
 else:
-    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", sys.argv[1])
+    seg = int(os.environ.get("CHILD_SEGMENT", 16 << 20))
+    rc = s.setup("127.0.0.1", "P2PHANDSHAKE", seg, 16 << 20, "tcp", "", sys.argv[1])
 say("ready", rc)
 for line in sys.stdin:
     cmd = line.split()
@@ -52,6 +53,9 @@ for line in sys.stdin:
     elif op == "check":
         got = s.get(cmd[1])
         say("check", got == value(int(cmd[2])), len(got))
+    elif op == "check_p0":
+        got = s.get("p0")
+        say("check", got == value(5), len(got))
     elif op == "health":
         say("health", s.health_check())
     elif op == "wait_health":
@@ -72,6 +76,8 @@ for line in sys.stdin:
                 r = s.is_exist("k0")
             elif call == "batch_get":
                 r = s.get_batch(["k0", "k1"])
+            elif call == "get_p0":
+                r = s.get("p0")
             elif call == "remove":
                 r = s.remove("nothing-here")
             say("returned", call, repr(r)[:40])
@@ -348,3 +354,32 @@ def test_ctrl_c_interrupts_a_setup_waiting_on_a_stopped_master(master, stopper, 
     stopper.cont()
     assert child.ask("setup", timeout=30)[:2] == ["calling", "setup"]
     assert child.next(30) == ["returned", "setup", "0", "0", "True"]
+
+
+def test_ctrl_c_interrupts_a_transfer_from_a_stopped_peer(master, peer_factory, child_factory):
+    # Not the master this time: the object's holder stops, and the get
+    # waits for its bytes over TCP.
+    holder = peer_factory(master, segment="32MB")
+    value = peer_mod_value(5)
+    assert holder.put("p0", value) == 0
+    child = child_factory(CHILD_SEGMENT="0", GOSTORE_TRANSPORT="tcp", GOSTORE_PING_TIMEOUT_MS="60000")
+    assert child.ask("check_p0") == ["check", "True", str(64 << 10)]
+    with holder.suspended():
+        end = time.monotonic() + 10
+        while not all(_state(holder.pid, t) in ("T", "") for t in os.listdir(f"/proc/{holder.pid}/task")):
+            assert time.monotonic() < end
+            time.sleep(0.005)
+        assert child.ask("block get_p0") == ["calling", "get_p0"]
+        time.sleep(0.3)
+        sent = time.monotonic()
+        child.proc.send_signal(signal.SIGINT)
+        got = child.next(10)
+        assert got[:2] == ["interrupted", "get_p0"], f"{got} {child.log()}"
+        assert float(got[2]) - sent < INTERRUPT_BOUND_S
+    assert child.ask("check_p0") == ["check", "True", str(64 << 10)]
+
+
+def peer_mod_value(seed: int) -> bytes:
+    """The child's value(seed)."""
+    import random
+    return random.Random(seed).randbytes(64 << 10)

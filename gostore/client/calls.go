@@ -82,6 +82,10 @@ type scopes struct {
 	mu   sync.Mutex
 	all  atomic.Pointer[scope]
 	main atomic.Pointer[scope]
+	// mainEnded: the main thread's scope was interrupted and stays ended
+	// for the rest of that API call (its later steps make contexts of
+	// their own), until BeginCall of the next one.
+	mainEnded atomic.Bool
 }
 
 type scope struct {
@@ -115,12 +119,23 @@ func (s *scopes) end(why error) {
 	s.all.Load().cancel(why)
 }
 
-// interruptMain ends the main thread's calls in flight; its next calls run.
+// interruptMain ends the main thread's calls, in flight and made until
+// the next API call begins (renewMain).
 func (s *scopes) interruptMain() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.main.Load().cancel(ErrInterrupted)
-	s.main.Store(newScope(s.all.Load().ctx))
+	s.mainEnded.Store(true)
+}
+
+// renewMain gives the main thread a live scope again after an interrupt.
+func (s *scopes) renewMain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mainEnded.Load() {
+		s.main.Store(newScope(s.all.Load().ctx))
+		s.mainEnded.Store(false)
+	}
 }
 
 // mainTID is the process's main thread: the thread group leader, whose id
@@ -158,12 +173,22 @@ func (c *Client) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, c.cfg.RPCTimeout)
 }
 
-// InterruptMain ends the calls of the process's main thread that are
-// waiting now, with ErrInterrupted; its later calls run as usual. Only a
-// client set up with Config.InterruptMain makes its calls interruptible.
+// InterruptMain ends the API call the process's main thread is making,
+// with ErrInterrupted: what it waits for now and every step it would take
+// next. Its next API call (BeginCall) runs as usual. Only a client set up
+// with Config.InterruptMain makes its calls interruptible.
 func (c *Client) InterruptMain() {
 	if c.cfg.InterruptMain {
 		c.scopes.interruptMain()
+	}
+}
+
+// BeginCall marks the start of an API call (the bindings call it as each
+// export begins): an interrupt of the main thread's previous call stops
+// applying. One atomic load unless there was one.
+func (c *Client) BeginCall() {
+	if c.scopes.mainEnded.Load() && OnMainThread() {
+		c.scopes.renewMain()
 	}
 }
 
