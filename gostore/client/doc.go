@@ -59,7 +59,8 @@
 //
 // Bounds (calls.go): every call's context comes from Client.ctx: it ends
 // at Config.RPCTimeout, at Close, and, for calls of the process's main
-// thread with Config.InterruptMain, at InterruptMain; while the heartbeat
+// thread with Config.InterruptMain, at InterruptMain (and the rest of
+// that API call: the caller marks where each begins, BeginCall); while the heartbeat
 // finds the master gone (Health 2) it is ended from the start
 // (ErrMasterGone), until a ping is answered. Whatever waits inside a call
 // (RPCs, transfers) must wait on that context. Failures to reach the
