@@ -17,9 +17,26 @@ package main
 
 /*
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
+
+// The main thread, once a call on it was seen (gs_note_main): telling it
+// by pthread_self costs a call no system call.
+static pthread_t gs_main;
+static volatile int gs_main_known;
+
+static void gs_note_main(void) {
+	gs_main = pthread_self();
+	gs_main_known = 1;
+}
+
+// gs_on_main: 1 on the main thread, 0 off it, -1 while it is not known.
+static int gs_on_main(void) {
+	if (!gs_main_known) return -1;
+	return pthread_equal(pthread_self(), gs_main) ? 1 : 0;
+}
 
 static struct sigaction gs_prev;
 static volatile int gs_wakefd = -1;
@@ -117,7 +134,7 @@ var setupScope struct {
 // setupContext is what a setup on this thread may be interrupted by (nil
 // off the main thread).
 func setupContext() context.Context {
-	if !client.OnMainThread() {
+	if !onMainThread() {
 		return nil
 	}
 	setupScope.Lock()
@@ -126,6 +143,19 @@ func setupContext() context.Context {
 		setupScope.ctx, setupScope.cancel = context.WithCancelCause(context.Background())
 	}
 	return setupScope.ctx
+}
+
+// onMainThread is client.Config.OnMainThread: a C call once the main
+// thread is known, a system call (gettid) until then.
+func onMainThread() bool {
+	if on := C.gs_on_main(); on >= 0 {
+		return on == 1
+	}
+	if client.OnMainThread() {
+		C.gs_note_main()
+		return true
+	}
+	return false
 }
 
 // interruptMain ends the main thread's waiting calls on every store, and

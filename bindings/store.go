@@ -265,6 +265,7 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 	cfg.Getenv = lookupenv
 	cfg.RPC.Netpoll = masterHere.Load()
 	cfg.InterruptMain = true // Python's Ctrl-C (interrupt.go)
+	cfg.OnMainThread = onMainThread
 	watchInterrupts()
 	cfg.Setup = setupContext()
 	s.mu.Lock()

@@ -166,7 +166,7 @@ func (c *Client) ctx() (context.Context, context.CancelFunc) {
 	if !c.healthy.Load() {
 		return goneCtx, func() {}
 	}
-	parent := c.scopes.parent(c.cfg.InterruptMain && OnMainThread())
+	parent := c.scopes.parent(c.cfg.InterruptMain && c.cfg.OnMainThread())
 	if c.cfg.RPCTimeout < 0 {
 		return context.WithTimeout(parent, noBound)
 	}
@@ -187,7 +187,7 @@ func (c *Client) InterruptMain() {
 // export begins): an interrupt of the main thread's previous call stops
 // applying. One atomic load unless there was one.
 func (c *Client) BeginCall() {
-	if c.scopes.mainEnded.Load() && OnMainThread() {
+	if c.scopes.mainEnded.Load() && c.cfg.OnMainThread() {
 		c.scopes.renewMain()
 	}
 }

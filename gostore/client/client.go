@@ -90,8 +90,12 @@ type Config struct {
 	CloseTimeout time.Duration `json:"-"`
 	// InterruptMain makes the calls of the process's main thread end at
 	// InterruptMain (the bindings call it on SIGINT). It costs each call
-	// one system call (gettid).
+	// an OnMainThread.
 	InterruptMain bool `json:"-"`
+	// OnMainThread tells whether the caller runs on the process's main
+	// thread, for InterruptMain (nil: the package's OnMainThread, one
+	// system call).
+	OnMainThread func() bool `json:"-"`
 	// Setup, when set, ends New's waits early when it ends (the bindings
 	// end it on SIGINT for a setup on the main thread); they are bounded
 	// by SetupTimeout in any case.
@@ -231,6 +235,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	}
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = DefaultCloseTimeout
+	}
+	if cfg.OnMainThread == nil {
+		cfg.OnMainThread = OnMainThread
 	}
 	if cfg.TenantID == "" {
 		cfg.TenantID = "default"
