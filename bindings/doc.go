@@ -7,6 +7,13 @@
 // gostore/ssdtier, gostore/planclient) and gostore/master; the benchmark
 // probes bench.py calls live in bench/limits.
 //
+// The edge of configuration: setup's keys and the environment (libc's
+// getenv, see getenv) become client.Config here; the bounds of the calls
+// that wait on the network in timeouts.go. interrupt.go chains a SIGINT
+// handler in front of Python's so that Ctrl-C ends a call the main thread
+// waits in (client.Client.InterruptMain): Python cannot run its own
+// handler while a thread is inside a ctypes call.
+//
 // Addresses from Python are turned into slices that alias Python memory for
 // the duration of a call only; nothing here keeps them after returning.
 package main

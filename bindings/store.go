@@ -180,6 +180,7 @@ func clientOf(h C.int64_t) *client.Client {
 		s.refuse(callerName(2))
 		return nil
 	}
+	c.BeginCall() // each export is one API call (interrupt.go)
 	return c
 }
 
@@ -277,6 +278,10 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 		levelFromSetup.Store(true)
 	}
 	cfg.PutSpaceWait = putSpaceWait(*edge.spaceWaitMS)
+	if err := applyBounds(&cfg, edge); err != nil {
+		logger.Error("setup rejected", "err", err)
+		return C.int(wire.CodeOf(err))
+	}
 	// The client reads no environment: what it takes from there comes here.
 	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
 	if ms := envUint("GOSTORE_PING_INTERVAL_MS"); ms > 0 {
@@ -311,6 +316,10 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 	}
 	cfg.Getenv = lookupenv
 	cfg.RPC.Netpoll = masterHere.Load()
+	cfg.InterruptMain = true // Python's Ctrl-C (interrupt.go)
+	cfg.OnMainThread = onMainThread
+	watchInterrupts()
+	cfg.Setup = setupContext()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if c := s.client.Load(); c != nil && c.Health() != 1 {
@@ -392,6 +401,12 @@ func parseSetup(b []byte) (client.Config, setupEdge, error) {
 			var ms uint64
 			ms, err = asCount(k, v)
 			edge.spaceWaitMS = &ms
+		case "rpc_timeout_ms":
+			edge.rpcTimeoutMS, err = asMillis(k, v, true)
+		case "rpc_connect_timeout_ms":
+			edge.connectTimeoutMS, err = asMillis(k, v, false)
+		case "close_timeout_ms":
+			edge.closeTimeoutMS, err = asMillis(k, v, false)
 		case "log_level":
 			var name string
 			if name, err = asString(k, v); err == nil {
@@ -469,6 +484,9 @@ func asPort(k string, v any) (int, error) {
 type setupEdge struct {
 	logLevel    *slog.Level
 	spaceWaitMS *uint64
+	// the bounds in milliseconds (timeouts.go); rpcTimeoutMS may be
+	// negative (no bound)
+	rpcTimeoutMS, connectTimeoutMS, closeTimeoutMS *int64
 }
 
 // asCount reads a non-negative integer (a JSON number).

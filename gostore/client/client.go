@@ -74,6 +74,31 @@ type Config struct {
 	// PingInterval is how often the client tells the master it is alive
 	// (0: DefaultPingInterval; GOSTORE_PING_INTERVAL_MS).
 	PingInterval time.Duration `json:"-"`
+	// PingTimeout bounds one ping: a ping unanswered that long makes
+	// Health 2, and every call fails at once (ErrMasterGone) until a
+	// ping is answered again (0: DefaultPingTimeout;
+	// GOSTORE_PING_TIMEOUT_MS).
+	PingTimeout time.Duration `json:"-"`
+	// RPCTimeout bounds one API call end to end: every RPC and transfer
+	// it waits on (0: DefaultRPCTimeout; negative: no bound; Mooncake's
+	// MC_RPC_TIMEOUT_MS, setup's rpc_timeout_ms).
+	RPCTimeout time.Duration `json:"-"`
+	// CloseTimeout bounds Close: half of it waiting for the calls in
+	// flight (then they are ended), the rest telling the master this
+	// client left (0: DefaultCloseTimeout; GOSTORE_CLOSE_TIMEOUT_MS).
+	CloseTimeout time.Duration `json:"-"`
+	// InterruptMain makes the calls of the process's main thread end at
+	// InterruptMain (the bindings call it on SIGINT). It costs each call
+	// an OnMainThread.
+	InterruptMain bool `json:"-"`
+	// OnMainThread tells whether the caller runs on the process's main
+	// thread, for InterruptMain (nil: the package's OnMainThread, one
+	// system call).
+	OnMainThread func() bool `json:"-"`
+	// Setup, when set, ends New's waits early when it ends (the bindings
+	// end it on SIGINT for a setup on the main thread); they are bounded
+	// by SetupTimeout in any case.
+	Setup context.Context `json:"-"`
 	// GPUBounceBytes sizes the pinned arena device parts are staged
 	// through when no direct copy reaches their replica (0:
 	// transfer.DefaultBounceBytes; GOSTORE_GPU_BOUNCE_BYTES).
@@ -125,9 +150,6 @@ const (
 // smallest client_ttl (1 s) a deployment may set.
 const DefaultPingInterval = 300 * time.Millisecond
 
-// callTimeout bounds one API call end to end.
-const callTimeout = 30 * time.Second
-
 // Client is one store client. Its methods are safe for concurrent use.
 type Client struct {
 	cfg      Config
@@ -176,8 +198,14 @@ type Client struct {
 	metrics *clientmetrics.Metrics // nil with HTTPPort 0
 	http    *clientmetrics.Server  // nil when not serving
 
-	healthy atomic.Bool
-	closed  atomic.Bool
+	healthy   atomic.Bool
+	closed    atomic.Bool
+	scopes    scopes     // the parents of the calls' contexts (calls.go)
+	unsure    unsureKeys // writes ended before their revoke (put.go)
+	masterLog masterLog  // calls the master did not answer
+	// life ends when the client is released: the heartbeat's pings.
+	life    context.Context
+	endLife context.CancelFunc
 	// inFlight is read-held by every call that may touch segment or caller
 	// memory; Close takes it to wait for them before unmapping anything, so
 	// a close from one Python thread never pulls memory from under another.
@@ -206,6 +234,18 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = DefaultPingInterval
 	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = DefaultPingTimeout
+	}
+	if cfg.RPCTimeout == 0 {
+		cfg.RPCTimeout = DefaultRPCTimeout
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = DefaultCloseTimeout
+	}
+	if cfg.OnMainThread == nil {
+		cfg.OnMainThread = OnMainThread
+	}
 	if cfg.TenantID == "" {
 		cfg.TenantID = "default"
 	}
@@ -219,6 +259,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		"protocol", cfg.Protocol, "ssd", cfg.EnableSSDOffload, "ssd_path", cfg.SSDOffloadPath,
 		"force_tcp", cfg.ForceTCP, "put_space_wait", cfg.PutSpaceWait, "tenant_id", cfg.TenantID, "http_port", cfg.HTTPPort)
 	c := &Client{cfg: cfg, log: log.With("component", "client"), stop: make(chan struct{}), metrics: metrics}
+	c.scopes.init()
+	c.life, c.endLife = context.WithCancel(context.Background())
+	c.masterLog = masterLog{log: c.log, bound: cfg.RPCTimeout}
 	var err error
 	if c.transport, err = discoverTransport(cfg); err != nil {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
@@ -262,7 +305,9 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if cfg.RPC.Spin == 0 {
 		cfg.RPC.Spin = cfg.SpinWait
 	}
-	c.master = rpc.NewClientWith(cfg.MasterServerAddr, cfg.RPC)
+	mopt := cfg.RPC // the master's calls only: disk holders are not the master
+	mopt.Observe = chainObservers(mopt.Observe, c.masterLog.observe)
+	c.master = rpc.NewClientWith(cfg.MasterServerAddr, mopt)
 	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{}, Auth: guard,
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport,
 		LaneSpin: cfg.SpinWait})
@@ -281,7 +326,11 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	c.readsDone.init(wire.OpReadDone, 0, nil)
 	c.planEnds.init(wire.OpPutEnd, planclient.CommitEndDelay, c.plans.CommitsEnded)
 	ok, known := false, false
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	setupCtx := cfg.Setup
+	if setupCtx == nil {
+		setupCtx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(setupCtx, SetupTimeout)
 	defer cancel()
 	defer func() {
 		if ok {
@@ -298,6 +347,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		return nil, err
 	}
 	known = true
+	c.healthy.Store(true) // it answered: calls may go to it (Client.ctx)
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
 		// The tier would run and never be asked to store anything.
 		err := wire.Errorf(wire.ErrUnableOffload, "enable_ssd_offload: the master at %s does not accept SSD offload; "+
@@ -355,17 +405,16 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	if c.ssd != nil {
 		c.ssd.Start()
 	}
-	c.healthy.Store(true)
 	c.serveHTTP() // before the background goroutines start: it may set c.metrics to nil
 	c.wg.Add(3)
 	go c.heartbeat()
 	go func() {
 		defer c.wg.Done()
-		c.readsDone.run(c.master, c.id, c.log, c.stop)
+		c.readsDone.run(c.life, c.master, c.id, c.log, c.stop)
 	}()
 	go func() {
 		defer c.wg.Done()
-		c.planEnds.run(c.master, c.id, c.log, c.stop)
+		c.planEnds.run(c.life, c.master, c.id, c.log, c.stop)
 	}()
 	ok = true
 	c.log.Info("client ready", "hostname", c.hostname, "segment", cfg.GlobalSegmentSize, "master", cfg.MasterServerAddr,
@@ -593,7 +642,7 @@ func (c *Client) heartbeat() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(c.life, c.cfg.PingTimeout)
 		var resp wire.PingResp
 		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &resp)
 		if err == nil && !resp.Known && !c.closed.Load() {
@@ -652,22 +701,42 @@ func (c *Client) Health() int {
 
 // Close unmounts the segments (objects living only there disappear), stops
 // the heartbeat and the transfer server, and releases memory. Idempotent.
+// It returns within about Config.CloseTimeout: calls in flight get half of
+// it to end (then they are ended, with RPC_FAIL), the master the rest to
+// hear that this client left; a master known gone (Health 2) is not told.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	bound := c.cfg.CloseTimeout
+	deadline := time.Now().Add(bound)
+	gone := !c.healthy.Load()
+	if gone {
+		c.scopes.end(errClosing)
+	}
+	ending := time.AfterFunc(bound/2, func() { c.scopes.end(errClosing) })
 	c.inFlight.Lock() // wait for the calls in flight; new ones see closed
 	defer c.inFlight.Unlock()
-	// Leaving unmounts the segment at once and keeps the master from
-	// counting this client as expired a client_ttl later. Committed plans
-	// and ended reads are told first, while their objects still exist.
-	c.planEnds.flush(c.master, c.id, c.log)
-	c.flushReadEnds()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := c.master.Call(ctx, wire.OpClientLeave, &wire.LeaveReq{ClientID: c.id}, nil)
-	cancel()
-	if err != nil {
-		c.log.Warn("could not tell the master this client left; it drops the segment after client_ttl", "err", err)
+	ending.Stop()
+	c.scopes.end(errClosing)
+	if gone {
+		c.log.Warn("closing while the master does not answer; it drops this client's segment after client_ttl")
+	} else {
+		// Leaving unmounts the segment at once and keeps the master from
+		// counting this client as expired a client_ttl later. Committed
+		// plans and ended reads are told first, while their objects
+		// still exist.
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		c.planEnds.flush(ctx, c.master, c.id, c.log)
+		if err := c.master.NotifyFlush(ctx); err != nil {
+			c.log.Debug("ReadDone answers not read", "err", err)
+		}
+		c.readsDone.flush(ctx, c.master, c.id, c.log)
+		err := c.master.Call(ctx, wire.OpClientLeave, &wire.LeaveReq{ClientID: c.id}, nil)
+		cancel()
+		if err != nil {
+			c.log.Warn("could not tell the master this client left; it drops the segment after client_ttl", "err", err)
+		}
 	}
 	c.release()
 	c.log.Info("client closed", "hostname", c.hostname)
@@ -676,6 +745,8 @@ func (c *Client) Close() error {
 
 func (c *Client) release() {
 	c.closed.Store(true)
+	c.scopes.end(errClosing)
+	c.endLife()
 	select {
 	case <-c.stop:
 	default:
@@ -782,10 +853,6 @@ func mapped(ptr, size uint64) bool {
 // userSpaceEnd bounds the addresses a process can own (48-bit virtual
 // addresses): a range past it cannot be the caller's memory.
 const userSpaceEnd = 1 << 48
-
-func (c *Client) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), callTimeout)
-}
 
 // enter admits a call that may touch memory; the caller runs the returned
 // func when it is done. Calls must not nest enter (see inFlight).

@@ -75,6 +75,17 @@
 // of this host. Then the servers listen on loopback and local_hostname
 // still names the segments; peers dial TransferAddr, never the name.
 //
+// Bounds (calls.go): every call's context comes from Client.ctx: it ends
+// at Config.RPCTimeout, at Close, and, for calls of the process's main
+// thread with Config.InterruptMain, at InterruptMain (and the rest of
+// that API call: the caller marks where each begins, BeginCall); while the heartbeat
+// finds the master gone (Health 2) it is ended from the start
+// (ErrMasterGone), until a ping is answered. Whatever waits inside a call
+// (RPCs, transfers) must wait on that context. Failures to reach the
+// master are logged once per burst (masterLog), not by each call: callers
+// that log errors skip those Quiet reports. Close returns within
+// Config.CloseTimeout.
+//
 // Buffers: callers own every []byte they pass and must keep it valid until
 // the call returns. Memory handed back by GetBuffers is the client's, lent
 // until FreeBuffer.

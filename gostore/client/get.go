@@ -260,8 +260,8 @@ func (c *Client) flushReadEnds() {
 	if err := c.master.NotifyFlush(ctx); err != nil {
 		c.log.Debug("ReadDone answers not read", "err", err)
 	}
+	c.readsDone.flush(ctx, c.master, c.id, c.log)
 	cancel()
-	c.readsDone.flush(c.master, c.id, c.log)
 }
 
 // GetFinish reads object i into dests[i] (a scatter list the caller owns;

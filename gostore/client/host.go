@@ -84,5 +84,9 @@ func (h clientHost) Pull(ctx context.Context, ops []transfer.Op) []error {
 func (h clientHost) Remove(keys []string, force bool) []wire.Code { return h.c.Remove(keys, force) }
 
 func (h clientHost) QueueCommitEnd(key string, epoch uint64) { h.c.planEnds.add(key, epoch) }
-func (h clientHost) FlushCommitEnds()                        { h.c.planEnds.flush(h.c.master, h.c.id, h.c.log) }
-func (h clientHost) FlushReadEnds()                          { h.c.flushReadEnds() }
+func (h clientHost) FlushCommitEnds() {
+	ctx, cancel := h.c.ctx()
+	defer cancel()
+	h.c.planEnds.flush(ctx, h.c.master, h.c.id, h.c.log)
+}
+func (h clientHost) FlushReadEnds() { h.c.flushReadEnds() }

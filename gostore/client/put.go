@@ -4,8 +4,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gostore/gostore/gostore/transfer"
@@ -128,13 +130,18 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		req.Keys[j], req.Sizes[j] = items[i].Key, items[i].size()
 		out[i] = wire.OK // a refusal of an earlier round no longer stands
 	}
+	if unsure := c.unsure.take(req.Keys); len(unsure) > 0 {
+		c.revoke(ctx, &wire.KeysReq{ClientID: c.id, Keys: unsure})
+	}
 	var resp wire.PutStartResp
 	err := c.master.Call(ctx, start, &req, &resp)
 	if err == nil && len(resp.Results) != len(idx) {
 		err = wire.Errorf(wire.ErrRPCFail, "%s answered %d results for %d keys", start, len(resp.Results), len(idx))
 	}
 	if err != nil {
-		c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
+		if !Quiet(err) { // a master that does not answer is logged once per burst
+			c.log.Warn("write start failed", "op", start.String(), "keys", len(idx), "err", err)
+		}
 		for _, i := range idx {
 			out[i] = wire.CodeOf(err)
 		}
@@ -142,8 +149,9 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		// change log did not take them in time, say): revoke whatever of
 		// ours it holds, or a retry would find the key taken by our own
 		// unfinished write and answer "exists" without writing.
-		var r wire.CodesResp
-		c.master.Call(ctx, wire.OpPutRevoke, &wire.KeysReq{ClientID: c.id, Keys: req.Keys}, &r)
+		if !errors.Is(err, ErrMasterGone) { // that one failed before sending anything
+			c.revoke(ctx, &wire.KeysReq{ClientID: c.id, Keys: req.Keys})
+		}
 		return nil
 	}
 	var refused []refusal
@@ -230,6 +238,73 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 	return refused
 }
 
+// revoke sends PutRevoke for req within ctx. Once ctx ended (the call was
+// interrupted or closed, or the master is gone) a revoke sent now would be
+// refused at once, and one sent in the background could overtake the
+// PutStart still unread on the master's side: the keys are kept, and the
+// next write of any of them revokes them first (unsure).
+func (c *Client) revoke(ctx context.Context, req *wire.KeysReq) {
+	if ctx.Err() != nil {
+		c.unsure.add(req.Keys)
+		return
+	}
+	var r wire.CodesResp
+	if err := c.master.Call(ctx, wire.OpPutRevoke, req, &r); err != nil {
+		if ctx.Err() != nil {
+			c.unsure.add(req.Keys)
+		} else if !Quiet(err) {
+			c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(req.Keys), "err", err)
+		}
+	}
+}
+
+// unsureKeys are keys whose write this client started and may not have
+// revoked (its call ended first): the master may hold them as ours and
+// unfinished, and would answer our next write of them "exists" without
+// writing. That write revokes them first.
+type unsureKeys struct {
+	n    atomic.Int32 // len(keys), read without the lock on every write
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+func (u *unsureKeys) add(keys []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.keys == nil {
+		u.keys = make(map[string]struct{})
+	}
+	for _, k := range keys {
+		if len(u.keys) >= maxUnsure {
+			break // the master reclaims the rest after put_start_discard_timeout_sec
+		}
+		u.keys[k] = struct{}{}
+	}
+	u.n.Store(int32(len(u.keys)))
+}
+
+// maxUnsure bounds the keys kept for a revoke (interrupted writes are few).
+const maxUnsure = 1 << 16
+
+// take removes and returns those of keys that are unsure (one atomic load
+// when none is).
+func (u *unsureKeys) take(keys []string) []string {
+	if u.n.Load() == 0 {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for _, k := range keys {
+		if _, ok := u.keys[k]; ok {
+			out = append(out, k)
+			delete(u.keys, k)
+		}
+	}
+	u.n.Store(int32(len(u.keys)))
+	return out
+}
+
 // finishWrites sends PutEnd and PutRevoke concurrently.
 func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx []int, revoke *wire.KeysReq, out []wire.Code) {
 	var wg sync.WaitGroup
@@ -237,10 +312,7 @@ func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var r wire.CodesResp
-			if err := c.master.Call(ctx, wire.OpPutRevoke, revoke, &r); err != nil {
-				c.log.Warn("PutRevoke failed; the master reclaims the space later", "keys", len(revoke.Keys), "err", err)
-			}
+			c.revoke(ctx, revoke)
 		}()
 	}
 	if len(done.Keys) > 0 {

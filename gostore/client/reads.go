@@ -79,16 +79,17 @@ func (r *keyBatch) take(clientID string) wire.KeysReq {
 	return req
 }
 
-// flush sends everything pending and returns once the master has it,
+// flush sends everything pending (each batch within 5 s and ctx) and
+// returns once the master has it,
 // including a batch another goroutine had already started sending. It
 // reports whether it sent anything.
-func (r *keyBatch) flush(master *rpc.Client, clientID string, log *slog.Logger) bool {
+func (r *keyBatch) flush(ctx context.Context, master *rpc.Client, clientID string, log *slog.Logger) bool {
 	r.sending.Lock()
 	defer r.sending.Unlock()
 	sent := false
 	for req := r.take(clientID); len(req.Keys) > 0; req = r.take(clientID) {
 		sent = true
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var resp wire.CodesResp
 		var err error
 		if r.done != nil {
@@ -103,19 +104,19 @@ func (r *keyBatch) flush(master *rpc.Client, clientID string, log *slog.Logger) 
 }
 
 // run sends batches until stop closes, then flushes what is left.
-func (r *keyBatch) run(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) {
+func (r *keyBatch) run(ctx context.Context, master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
-			r.flush(master, clientID, log)
+			r.flush(ctx, master, clientID, log)
 			return
 		case <-r.wake:
 		}
 		if r.delay == 0 {
-			r.flush(master, clientID, log)
+			r.flush(ctx, master, clientID, log)
 			continue
 		}
-		if !r.poll(master, clientID, log, stop) {
+		if !r.poll(ctx, master, clientID, log, stop) {
 			return
 		}
 	}
@@ -123,17 +124,17 @@ func (r *keyBatch) run(master *rpc.Client, clientID string, log *slog.Logger, st
 
 // poll flushes every delay until idleSpell passed with nothing, then
 // marks the sender asleep (unless keys slipped in); false once stop closed.
-func (r *keyBatch) poll(master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) bool {
+func (r *keyBatch) poll(ctx context.Context, master *rpc.Client, clientID string, log *slog.Logger, stop <-chan struct{}) bool {
 	t := time.NewTicker(r.delay)
 	defer t.Stop()
 	for quiet := 0; ; {
 		select {
 		case <-stop:
-			r.flush(master, clientID, log)
+			r.flush(ctx, master, clientID, log)
 			return false
 		case <-t.C:
 		}
-		if r.flush(master, clientID, log) {
+		if r.flush(ctx, master, clientID, log) {
 			quiet = 0
 			continue
 		}

@@ -99,7 +99,14 @@ type ClientOptions struct {
 	// Spin is how long a blocking read polls before it sleeps (0:
 	// blockconn.DefaultSpin; negative: never polls).
 	Spin time.Duration
+	// ConnectTimeout bounds making a connection: the dial, the leader's
+	// look-up and the handshake, each (0: DefaultConnectTimeout; the
+	// call's own bound when shorter). Mooncake's MC_RPC_CONNECT_TIMEOUT_MS.
+	ConnectTimeout time.Duration
 }
+
+// DefaultConnectTimeout is ClientOptions.ConnectTimeout's default.
+const DefaultConnectTimeout = 3 * time.Second
 
 type clientConn struct {
 	c   conn
@@ -148,22 +155,67 @@ func (c *Client) Call(ctx context.Context, op wire.Op, req, resp any) error {
 }
 
 func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
+	if ctx.Err() != nil {
+		return c.ended(ctx, op)
+	}
 	cc, err := c.get(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return c.ended(ctx, op)
+		}
 		return err
 	}
 	setDeadline(ctx, cc)
+	stop := context.AfterFunc(ctx, cc.wake)
 	h, body, err := c.roundTrip(cc, c.nextID.Add(1), op, req)
+	woken := !stop()
 	if err != nil {
 		c.settle(cc) // what it still owed will never be read
 		cc.c.Close()
+		if ctx.Err() != nil {
+			return c.ended(ctx, op)
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return wire.Errorf(wire.ErrRPCTimeout, "%s to %s: %v", op, c.addr, err)
 		}
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
+	if woken { // the reply came, but the connection was shut as the context ended
+		c.settle(cc)
+		defer cc.c.Close()
+		return DecodeReply(op, h.Status, body, resp)
+	}
 	defer c.put(cc) // after decoding: body aliases the connection's buffer
 	return DecodeReply(op, h.Status, body, resp)
+}
+
+// errWoken: the call's context ended as its reply came; the connection it
+// shut cannot be used again.
+var errWoken = errors.New("connection shut as the call's context ended")
+
+// ended is the error of a call whose context ended: ErrRPCTimeout at its
+// deadline, else the reason it was cancelled with (context.Cause) when
+// that carries a code, else ErrRPCFail.
+func (c *Client) ended(ctx context.Context, op wire.Op) error {
+	cause := context.Cause(ctx)
+	var coded wire.Coded
+	switch {
+	case errors.Is(cause, context.DeadlineExceeded):
+		return wire.Errorf(wire.ErrRPCTimeout, "%s to %s: no answer within the call's bound", op, c.addr)
+	case errors.As(cause, &coded):
+		return fmt.Errorf("%s to %s: %w", op, c.addr, cause)
+	}
+	return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, cause)
+}
+
+// wake makes a read or write blocked on cc return at once (its call's
+// context ended). The connection is broken afterwards.
+func (cc *clientConn) wake() {
+	if s, ok := cc.c.(interface{ Shutdown() }); ok {
+		s.Shutdown()
+		return
+	}
+	cc.c.SetDeadline(time.Unix(1, 0))
 }
 
 // DecodeReply turns a reply into the caller's result: the master's code
@@ -242,7 +294,10 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		}
 		return cc, nil
 	}
-	timeout := 3 * time.Second
+	timeout := c.opt.ConnectTimeout
+	if timeout <= 0 {
+		timeout = DefaultConnectTimeout
+	}
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
@@ -256,7 +311,7 @@ func (c *Client) get(ctx context.Context) (*clientConn, error) {
 		}
 		addr = a
 	}
-	nc, err := net.DialTimeout("tcp", addr, timeout)
+	nc, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, wire.Errorf(wire.ErrRPCFail, "dial master %s: %v", addr, err)
 	}
@@ -567,7 +622,11 @@ func (c *Client) settleLocked(cc *clientConn) {
 // settled and closed and must not be used again.
 func (c *Client) drain(ctx context.Context, cc *clientConn, arrivedOnly bool) error {
 	setDeadline(ctx, cc)
+	stop := context.AfterFunc(ctx, cc.wake)
 	err := c.readOwed(cc, arrivedOnly)
+	if !stop() && err == nil {
+		err = errWoken
+	}
 	if err != nil {
 		c.settle(cc)
 		cc.c.Close()

@@ -45,6 +45,12 @@
 // next call on that connection, ahead of its own, or by NotifyFlush, which
 // returns once the master has handled every one sent before it.
 //
+// A call ends when its context does: a reply awaited on a blocking
+// connection is woken by shutting the connection down (which is then
+// dropped), and the error carries the context's cause when that has a
+// code (context.Cause), RPC_TIMEOUT at its deadline. A call on an ended
+// context fails without touching the network.
+//
 // A caller that wants to measure its calls installs ClientOptions.Observe,
 // told of each Call's op, duration and error; this package holds no
 // metrics of its own.

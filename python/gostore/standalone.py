@@ -923,6 +923,11 @@ class RemoteLibrary:
                 if not isinstance(e, _ServerError):
                     self._drop_conn()
                 return self._failed(name, call, cargs, e)
+            except BaseException:
+                # KeyboardInterrupt while the answer was awaited: it would
+                # come to this connection's next call, so the connection goes.
+                self._drop_conn()
+                raise
             finally:
                 for off, n in spans:
                     self._arena.free(off, n)

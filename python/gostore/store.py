@@ -102,6 +102,9 @@ _SETUP_EXTRA_KWARGS = (
     "segment_location",
     "log_level",
     "put_space_wait_ms",
+    "rpc_timeout_ms",
+    "rpc_connect_timeout_ms",
+    "close_timeout_ms",
     "auth_secret_file",
     "tls_ca_file",
     "tls_cert_file",
@@ -204,11 +207,17 @@ def _add_extra_params(params: Dict[str, Any], src: Dict[str, Any]) -> None:
             params[k] = _str_arg(src[k], k)
     if src.get("allow_insecure") is not None:
         params["allow_insecure"] = _setup_bool(src["allow_insecure"], "allow_insecure")
-    if src.get("put_space_wait_ms") is not None:
-        wait = src["put_space_wait_ms"]
-        if isinstance(wait, bool) or not isinstance(wait, int):
-            raise TypeError(f"put_space_wait_ms must be int, not {_tname(wait)}")
-        params["put_space_wait_ms"] = wait
+    for k in ("put_space_wait_ms", *_BOUND_KEYS):
+        if src.get(k) is not None:
+            v = src[k]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{k} must be int, not {_tname(v)}")
+            params[k] = v
+
+
+# The bounds of the calls that wait on the network, in milliseconds
+# (docs/python-api.md#timeouts-and-ctrl-c); Go checks their values.
+_BOUND_KEYS = ("rpc_timeout_ms", "rpc_connect_timeout_ms", "close_timeout_ms")
 
 
 def _setup_from_dict(cfg: Dict[str, Any]) -> Dict[str, Any]:
