@@ -348,7 +348,7 @@ func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]Dev
 	for try := 1; len(todo) > 0; try++ {
 		if try > leaseTries || ctx.Err() != nil {
 			for _, i := range todo {
-				failed(i, fmt.Sprintf("every read in %d tries outlived the lease", try))
+				failed(i, fmt.Sprintf("the read outlived the lease %d times", try-1))
 			}
 			return
 		}
@@ -383,7 +383,7 @@ func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]Dev
 					}
 				}
 			}
-			began := time.Now()
+			start := time.Now()
 			got := c.readInto(again, gd, gv)
 			var bytes uint64
 			for j, i := range group {
@@ -398,7 +398,7 @@ func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]Dev
 				}
 			}
 			c.endReads(again)
-			rate = float64(bytes) / max(time.Since(began).Seconds(), 1e-6)
+			rate = float64(bytes) / max(time.Since(start).Seconds(), 1e-6)
 		}
 		todo = next
 	}
