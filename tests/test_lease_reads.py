@@ -237,3 +237,42 @@ def test_a_tensor_read_outliving_its_lease_returns_the_tensors(held_by_peer, api
         got = _read_while_stopped(peer, lambda: reader.batch_get_tensor(keys))
     for k, g, a in zip(keys, got, arrays):
         assert g is not None and np.array_equal(np.asarray(g), a), f"{api}: {k}: {g!r:.60}"
+
+
+def test_a_get_session_read_outliving_its_lease_returns_the_ranges(held_by_peer):
+    """A get session's ranged read (``batch_get_into_multi_buffer_ranges``)
+    that outlives the session's lease, and one that starts after the
+    renewed lease ended: each looks the objects up again and reads again,
+    and the ranges hold the values' bytes."""
+    reader, peer, keys, values = held_by_peer
+    ranges = [(7, 1000), (SIZE - 5000, 5000)]  # (offset in the object, size)
+    span = sum(n for _, n in ranges)
+    buf = ctypes.create_string_buffer(N * span)
+    base = ctypes.addressof(buf)
+    assert reader.register_buffer(base, N * span) == 0
+    try:
+        assert reader.batch_get_session_start(keys) == [0] * N
+
+        def read() -> List[int]:
+            ctypes.memset(base, 0, N * span)
+            ptrs = [[base + i * span, base + i * span + ranges[0][1]] for i in range(N)]
+            return reader.batch_get_into_multi_buffer_ranges(
+                keys, ptrs, [[n for _, n in ranges]] * N, [[o for o, _ in ranges]] * N)
+
+        def check(what: str, got: List[int]) -> None:
+            assert got == [span] * N, f"{what}: {got}"
+            for k, i, v in zip(keys, range(N), values):
+                at = base + i * span
+                for o, n in ranges:
+                    assert ctypes.string_at(at, n) == v[o:o + n], f"{what}: {k}: the bytes at {o}"
+                    at += n
+
+        check("a read outliving the lease", _read_while_stopped(peer, read))
+        # That read renewed the session's lookup; the lease it granted is a
+        # time, over once LEASE_MS has passed since the read returned.
+        done = time.monotonic()
+        wait_until(lambda: time.monotonic() > done + (LEASE_MS + 50) / 1000, what="the renewed lease to end")
+        check("a read after the lease", read())
+        assert reader.batch_get_session_end(keys) == 0
+    finally:
+        reader.unregister_buffer(base)

@@ -24,17 +24,20 @@
 // Invariants: a put returns only after PutEnd (visible) or PutRevoke
 // (never half-visible); a get reports bytes only from a transfer that
 // ended inside the object's lease, and an object whose read outlived it
-// is looked up and read again (finish's readAgain, every read API's one
-// path: at most leaseTries times, in groups sized to end inside the new
-// lease) before its result is -707, never "absent"; a segment whose transfer failed is
+// is looked up and read again (finish's readAgain, every whole-object
+// read API's one path: at most leaseTries times, in groups sized to end
+// inside the new lease; readRangesAgain, with the same bound, for ranged
+// reads: GetRanges and get sessions) before its result is -707, never
+// "absent"; a segment whose transfer failed is
 // forgotten (asked of the master again on next use), one whose op was
 // refused (bad range, bad device parts) is not.
 //
 // Ranged calls (session.go): a put session reserves objects with one
 // PutStart and keeps them invisible while byte ranges are written into
-// every replica, until PutEnd or PutRevoke; a get session holds one
-// lookup's leases for ranged reads until it ends; GetRanges reads ranges
-// without one. The caller must not end a session while its own reads or
+// every replica, until PutEnd or PutRevoke; a get session holds a
+// lookup of each key for ranged reads until it ends, and replaces it with
+// a new one when a read finds its lease over (the session then reads the
+// object as it is now); GetRanges reads ranges without one. The caller must not end a session while its own reads or
 // writes of it are in flight: the end releases what those rely on.
 //
 // Caller memory (MemoryOf): a zero-copy range is inside a registered

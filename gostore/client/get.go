@@ -404,12 +404,16 @@ func (c *Client) readAgain(p *Pending, late []int, dests [][][]byte, dev [][]Dev
 	}
 }
 
-// readRangesAgain is readAgain for GetRanges: the objects late, whose
-// ranges were read past their lease, are looked up again and their ranges
-// read again, up to leaseTries times; an object that changed size
-// meanwhile, or whose every read outlived its lease, keeps -707 (logged),
-// one gone meanwhile gets the lookup's code.
-func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]RangePart, late []int, out [][]int64) {
+// readRangesAgain is readAgain for ranged reads (GetRanges, get
+// sessions): the objects late, whose ranges were read past their lease,
+// are looked up again and their ranges read again, up to leaseTries
+// times; an object that changed size meanwhile, or whose every read
+// outlived its lease, keeps -707 (logged), one gone meanwhile gets the
+// lookup's code. keep, when not nil, is handed each lookup again (its
+// objects are late's, in order) once its reads are done and takes its
+// reads over (a get session keeps them until it ends); nil ends them.
+func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]RangePart, late []int, out [][]int64,
+	keep func(late []int, again *Pending)) {
 	for try := 1; len(late) > 0; try++ {
 		if try > leaseTries {
 			for _, i := range late {
@@ -453,7 +457,11 @@ func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]
 				next = append(next, i)
 			}
 		}
-		c.endReads(again)
+		if keep != nil {
+			keep(late, again)
+		} else {
+			c.endReads(again)
+		}
 		late = next
 	}
 }

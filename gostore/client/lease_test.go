@@ -8,10 +8,13 @@ package client
 import (
 	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/testbase"
 	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
@@ -85,11 +88,16 @@ func (t lateTransport) Start(ctx context.Context, ops []transfer.Op, idx []int, 
 // leaseCluster starts a master with testLease, an owner of a segment and a
 // reader whose reads lateRoutes holds.
 func leaseCluster(t *testing.T) (owner, reader *Client, late *lateRoutes) {
+	return leaseClusterLogging(t, nil)
+}
+
+// leaseClusterLogging is leaseCluster whose reader logs to log.
+func leaseClusterLogging(t *testing.T, log *slog.Logger) (owner, reader *Client, late *lateRoutes) {
 	m := testkit.StartMaster(t, "--default_kv_lease_ttl=150")
 	owner = newClient(t, m.Addr(), 64<<20)
 	late = &lateRoutes{}
 	reader, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
-		LocalBufferSize: 16 << 20, WrapTransport: late.wrap}), nil)
+		LocalBufferSize: 16 << 20, WrapTransport: late.wrap}), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,5 +237,120 @@ func TestReadOutlivingItsLeaseSeesTheUpsert(t *testing.T) {
 		if got[0] != int64(len(fresh)) {
 			t.Fatalf("the read again gave %d, want the new bytes", got[0])
 		}
+	})
+}
+
+// A get session's read whose lease ran out (the read outlived it, or the
+// session did before the read) looks the object up again, reads it again
+// and renews the session's entry: the values' bytes, an upsert's new
+// bytes, -704 for an object removed, and -707 with one log line only when
+// every read again outlives its lease.
+func TestGetSessionReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
+	eachTransport(t, func(t *testing.T) {
+		var logs testbase.LogBuffer
+		owner, reader, late := leaseClusterLogging(t, slog.New(slog.NewTextHandler(&logs, nil)))
+		const n = 4
+		keys := make([]string, n)
+		vals := make([][]byte, n)
+		var items []PutItem
+		for i := range keys {
+			keys[i] = "sess-" + string(rune('a'+i))
+			vals[i] = testkit.Pattern(uint64(i+1), 256<<10+i)
+			items = append(items, PutItem{Key: keys[i], Parts: [][]byte{vals[i]}})
+		}
+		for i, code := range owner.PutBatch(items, wire.ReplicaConfig{Preferred: []string{owner.Hostname()}}) {
+			if code != wire.OK {
+				t.Fatalf("put %s: %v", keys[i], code)
+			}
+		}
+		if st := reader.GetSessionStart(keys); !equalCodes(st, make([]wire.Code, n)) {
+			t.Fatalf("session start: %v", st)
+		}
+		entry := func(k string) getSession {
+			reader.sess.mu.Lock()
+			defer reader.sess.mu.Unlock()
+			return reader.sess.gets[k]
+		}
+		ranges := func(m int) [][]RangePart {
+			parts := make([][]RangePart, m)
+			for i := range parts {
+				parts[i] = []RangePart{{Buf: make([]byte, 1000), Off: 7}, {Buf: make([]byte, 5000), Off: 100_000}}
+			}
+			return parts
+		}
+		check := func(what string, got []int64, parts [][]RangePart, want [][]byte) {
+			t.Helper()
+			for i := range got {
+				if got[i] != 6000 {
+					t.Fatalf("%s: %s: %d, want 6000 bytes", what, keys[i], got[i])
+				}
+				for _, p := range parts[i] {
+					if !bytes.Equal(p.Buf, want[i][p.Off:p.Off+uint64(len(p.Buf))]) {
+						t.Fatalf("%s: %s: the bytes at %d are not the value's", what, keys[i], p.Off)
+					}
+				}
+			}
+		}
+
+		// The read outlives its lease.
+		before := entry(keys[0])
+		late.arm(1, nil)
+		parts := ranges(n)
+		check("a read past the lease", reader.GetSessionRead(keys, parts), parts, vals)
+		if late.heldBatches() == 0 {
+			t.Fatal("no read was held past its lease")
+		}
+		if after := entry(keys[0]); !after.sent.After(before.sent) {
+			t.Fatal("the session's entry was not renewed by the lookup again")
+		}
+
+		// The session outlives its lease before the read starts.
+		testkit.WaitFor(t, "the renewed lease to end", func() bool { e := entry(keys[1]); return expired(e.res, e.sent) })
+		parts = ranges(n)
+		check("a read of a session past its lease", reader.GetSessionRead(keys, parts), parts, vals)
+
+		// Upserted while the read of it outlives the lease: the new bytes.
+		fresh := testkit.Pattern(99, len(vals[0]))
+		late.arm(1, func() {
+			testkit.WaitFor(t, "the upsert during the read", func() bool {
+				return owner.UpsertBatch([]PutItem{{Key: keys[0], Parts: [][]byte{fresh}}}, wire.ReplicaConfig{})[0] == wire.OK
+			})
+		})
+		parts = ranges(1)
+		check("a read across an upsert", reader.GetSessionRead(keys[:1], parts), parts, [][]byte{fresh})
+
+		// Removed once its lease ended: the lookup's code.
+		testkit.WaitFor(t, "the remove once the lease ended", func() bool {
+			return owner.Remove(keys[1:2], false)[0] == wire.OK
+		})
+		if got := reader.GetSessionRead(keys[1:2], ranges(1)); got[0] != int64(wire.ErrObjectNotFound) {
+			t.Fatalf("a read of a removed object: %d, want %d", got[0], wire.ErrObjectNotFound)
+		}
+
+		// Every read outlives its lease: -707 after a bounded number of
+		// reads, with one log line.
+		if st := reader.GetSessionStart(keys[2:3]); st[0] != wire.OK {
+			t.Fatalf("session start again: %v", st[0])
+		}
+		late.arm(-1, nil)
+		if got := reader.GetSessionRead(keys[2:3], ranges(1)); got[0] != int64(wire.ErrLeaseExpired) {
+			t.Fatalf("every read late: %d, want %d", got[0], wire.ErrLeaseExpired)
+		}
+		// The first read is skipped when the session's lease already
+		// ended before it (a slow machine).
+		if h := late.heldBatches(); h != leaseTries+1 && h != leaseTries {
+			t.Fatalf("%d reads, want the first and %d again", h, leaseTries)
+		}
+		var lines []string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "key="+keys[2]) {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) != 1 || !strings.Contains(lines[0], "outlived the lease") {
+			t.Fatalf("log lines about %s: %q", keys[2], lines)
+		}
+		late.arm(0, nil)
+		reader.GetSessionEnd(keys)
 	})
 }

@@ -1,8 +1,9 @@
 // session.go defines ranged writes and reads (Mooncake's put and get
 // sessions, and get_into_ranges): a put session reserves objects with
 // PutStart and leaves them invisible while the caller writes byte ranges
-// of them, until PutEnd or PutRevoke; a get session looks objects up once
-// (holding their leases) and serves ranged reads of them until it ends.
+// of them, until PutEnd or PutRevoke; a get session looks objects up
+// (holding their leases) and serves ranged reads of them until it ends,
+// looking an object up again when a read finds its lease over.
 
 package client
 
@@ -198,8 +199,9 @@ func (c *Client) endPutSessions(keys []string, op wire.Op) []wire.Code {
 	return out
 }
 
-// GetSessionStart looks keys up once (GetReplicas, holding their leases)
-// for ranged reads by GetSessionRead. Result i: OK, or -704 for a key
+// GetSessionStart looks keys up (GetReplicas, holding their leases) for
+// ranged reads by GetSessionRead, which looks a key up again once its
+// lease is over. Result i: OK, or -704 for a key
 // that is missing (or empty), or the master's code. A key already in a
 // session is looked up again.
 func (c *Client) GetSessionStart(keys []string) []wire.Code {
@@ -266,8 +268,18 @@ func (c *Client) GetSessionStart(keys []string) []wire.Code {
 // GetSessionRead reads each key's parts (Off: offset in the object) from
 // its open get session. Result i is the bytes read for key i, -600 when
 // the key has no open session or a part falls outside its object (nothing
-// of that key is read), -707 when the reads ended after the object's lease,
-// or the transfer's code.
+// of that key is read), or the transfer's code.
+//
+// A session's lookup holds its leases for the lease's length only: a key
+// whose lease is over before the read (a session older than the lease)
+// is looked up again instead of read, and one whose read ended after it
+// is looked up and read again (readRangesAgain, as GetRanges: bytes read
+// after the lease may be a newer object's). Either way the session's entry
+// becomes the new lookup (replicas, lease, epoch), so later reads use it.
+// Result i is then what the reads again give: the bytes (the object as it
+// is now: an object upserted meanwhile gives its new bytes), the lookup's
+// code for an object gone (-704), or -707, logged, when the object
+// changed size or every read again outlived its lease.
 func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 	out := make([]int64, len(keys))
 	leave, err := c.enter()
@@ -287,20 +299,73 @@ func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 	}
 	c.sess.mu.Unlock()
 	results := make([]wire.GetResult, len(keys))
+	skip := slices.Clone(out)
+	var late []int
 	for i := range keys {
 		results[i] = found[i].res
-	}
-	per := c.readRanges(keys, results, parts, out)
-	for i := range keys {
-		if out[i] != 0 {
-			continue
+		if out[i] == 0 && len(parts[i]) > 0 && expired(results[i], found[i].sent) {
+			skip[i] = int64(wire.ErrLeaseExpired) // not worth reading: looked up again below
+			late = append(late, i)
 		}
-		out[i] = sumOrFirstError(per[i])
-		if out[i] > 0 && expired(results[i], found[i].sent) {
-			out[i] = int64(wire.ErrLeaseExpired)
+	}
+	per := c.readRanges(keys, results, parts, skip)
+	for i := range keys {
+		switch {
+		case out[i] != 0:
+		case skip[i] != 0:
+			wire.Fill(per[i], int64(wire.ErrLeaseExpired))
+		default:
+			for k := range per[i] {
+				if per[i][k] > 0 && expired(results[i], found[i].sent) {
+					per[i][k] = int64(wire.ErrLeaseExpired)
+				}
+			}
+			if slices.Contains(per[i], int64(wire.ErrLeaseExpired)) {
+				late = append(late, i)
+			}
+		}
+	}
+	c.readRangesAgain(keys, results, parts, late, per, func(late []int, again *Pending) {
+		c.renewGetSessions(keys, found, late, again)
+	})
+	for i := range keys {
+		if out[i] == 0 {
+			out[i] = sumOrFirstError(per[i])
 		}
 	}
 	return out
+}
+
+// renewGetSessions makes again, the lookup again of keys[late[j]] (whose
+// sessions were found[late[j]]), those keys' get sessions, and ends the
+// reads of the lookups they replace: the master then counts this client
+// as a reader of the object as it is now until GetSessionEnd. A session
+// that changed meanwhile (ended, started again, or renewed for the same
+// key named twice) is left as it is, and this lookup's read ends.
+func (c *Client) renewGetSessions(keys []string, found []getSession, late []int, again *Pending) {
+	var ended []getSession
+	var endedKeys []string
+	c.sess.mu.Lock()
+	for j, i := range late {
+		r := again.res[j]
+		if r.Code != wire.OK {
+			continue // no read counted; the session keeps its entry and reads of it look it up again
+		}
+		fresh := getSession{res: r, sent: again.sent}
+		s, ok := c.sess.gets[keys[i]]
+		if ok && s.res.Epoch == found[i].res.Epoch && s.sent.Equal(found[i].sent) {
+			c.sess.gets[keys[i]] = fresh
+			ended, endedKeys = append(ended, s), append(endedKeys, keys[i])
+			found[i] = fresh
+		} else {
+			ended, endedKeys = append(ended, fresh), append(endedKeys, keys[i])
+		}
+	}
+	c.sess.mu.Unlock()
+	again.read = false // its reads are the sessions' now, or ended below
+	for j, s := range ended {
+		c.readsDone.add(endedKeys[j], s.res.Epoch)
+	}
 }
 
 // GetSessionEnd ends keys' get sessions (their reads end at the master);
@@ -375,7 +440,7 @@ func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 			late = append(late, i)
 		}
 	}
-	c.readRangesAgain(keys, p.res, parts, late, out)
+	c.readRangesAgain(keys, p.res, parts, late, out, nil)
 	return out
 }
 

@@ -3,7 +3,8 @@ and get sessions, ``get_into_ranges`` and ``put_from_with_metadata``).
 
 A put session reserves objects and keeps them invisible while the caller
 writes byte ranges of them; its end publishes them. A get session looks
-objects up once and serves ranged reads of them until it ends. Memory is
+objects up and serves ranged reads of them until it ends (an object whose
+lease ran out is looked up again). Memory is
 named by address, as in the other ``*_from`` / ``*_into`` calls: it must lie
 in registered buffers. Results follow the wheel's conventions: a list with
 one int per key (bytes moved, or a negative code), all -600 when the lists
@@ -121,7 +122,7 @@ class SessionAPI:
     # -- get sessions ---------------------------------------------------
 
     def batch_get_session_start(self, keys: List[str]) -> List[int]:
-        """Look the keys up once for ranged reads: 0, or -704 (missing)."""
+        """Look the keys up for ranged reads: 0, or -704 (missing)."""
         ks = _keys(keys)
         out = [-704] * len(ks)  # an empty key finds nothing, as on the wheel
         idx = [i for i, k in enumerate(ks) if k is not None]
@@ -141,7 +142,9 @@ class SessionAPI:
         """Read ranges of objects of open get sessions: ``all_sizes[i][j]``
         bytes from offset ``all_src_offsets[i][j]`` of key i into buffer
         ``all_buffer_ptrs[i][j]``. Bytes read per key, or -600 (no open
-        session, a range outside the object), -707 (read past the lease)."""
+        session, a range outside the object). A key whose lease ran out is
+        looked up and read again: -704 if it is gone, -707 when every read
+        again ended after its lease."""
         return self._ranged("gs_get_session_read", keys, all_buffer_ptrs, all_sizes, all_src_offsets)
 
     def batch_get_session_end(self, keys: List[str]) -> int:
