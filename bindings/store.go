@@ -259,19 +259,17 @@ func gs_setup(h C.int64_t, js *C.char, n C.int) (ret C.int) {
 // setupStore sets s up with cfg plus what the environment says (setup and
 // init_all): -600 when it already is.
 func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
-	var err error
 	if edge.spaceWaitMS == nil {
+		env, err := envMillis("GOSTORE_PUT_SPACE_WAIT_MS", false)
+		if err != nil {
+			logger.Error("setup rejected", "err", err)
+			return C.int(wire.CodeOf(err))
+		}
 		ms := uint64(defaultPutSpaceWaitMS)
-		if v := getenv("GOSTORE_PUT_SPACE_WAIT_MS"); v != "" {
-			if ms, err = strconv.ParseUint(strings.TrimSpace(v), 10, 64); err != nil {
-				err = wire.Errorf(wire.ErrInvalidParams, "GOSTORE_PUT_SPACE_WAIT_MS=%q: want milliseconds", v)
-			}
+		if env != nil {
+			ms = uint64(*env)
 		}
 		edge.spaceWaitMS = &ms
-	}
-	if err != nil {
-		logger.Error("setup rejected", "err", err)
-		return C.int(wire.CodeOf(err))
 	}
 	if edge.logLevel != nil {
 		logLevel.Set(*edge.logLevel)

@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, List, Set
+from typing import Any, Callable, Iterator, List, Set
 
 import pytest
 
@@ -39,12 +39,8 @@ def _socket_inodes(pid: int) -> Set[str]:
     return out
 
 
-def _request_waiting(pid: int) -> bool:
-    """Whether a connection to one of ``pid``'s listeners holds bytes it
-    has not read (the process is stopped: a transfer request sent
-    to it waits there)."""
-    mine = _socket_inodes(pid)
-    listening, waiting = set(), []
+def _tcp_rows(pid: int) -> Iterator[List[str]]:
+    """The columns of each row of ``pid``'s /proc/net/tcp and tcp6."""
     for table in ("tcp", "tcp6"):
         try:
             with open(f"/proc/{pid}/net/{table}") as f:
@@ -52,14 +48,23 @@ def _request_waiting(pid: int) -> bool:
         except OSError:
             continue
         for row in rows:
-            cols = row.split()
-            port = cols[1].rsplit(":", 1)[1]
-            if cols[3] == "0A" and cols[9] in mine:
-                listening.add(port)
-            elif cols[3] == "01" and int(cols[4].split(":")[1], 16) > 0:
-                # Not yet accepted (the process is stopped) or accepted:
-                # either way its listener's port.
-                waiting.append(port)
+            yield row.split()
+
+
+def _request_waiting(pid: int) -> bool:
+    """Whether a connection to one of ``pid``'s listeners holds bytes it
+    has not read (the process is stopped: a transfer request sent
+    to it waits there)."""
+    mine = _socket_inodes(pid)
+    listening, waiting = set(), []
+    for cols in _tcp_rows(pid):
+        port = cols[1].rsplit(":", 1)[1]
+        if cols[3] == "0A" and cols[9] in mine:
+            listening.add(port)
+        elif cols[3] == "01" and int(cols[4].split(":")[1], 16) > 0:
+            # Not yet accepted (the process is stopped) or accepted:
+            # either way its listener's port.
+            waiting.append(port)
     return any(port in listening for port in waiting)
 
 
@@ -67,16 +72,9 @@ def _bytes_waiting(pid: int, port: int) -> int:
     """The most bytes a connection to ``port`` (a listener of stopped
     process ``pid``) holds unread."""
     most = 0
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/{pid}/net/{table}") as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                most = max(most, int(cols[4].split(":")[1], 16))
+    for cols in _tcp_rows(pid):
+        if cols[3] == "01" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            most = max(most, int(cols[4].split(":")[1], 16))
     return most
 
 

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -448,12 +447,7 @@ func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]
 				continue
 			}
 			copy(out[i], per[j])
-			for k := range out[i] {
-				if out[i][k] > 0 && expired(again.res[j], again.sent) {
-					out[i][k] = int64(wire.ErrLeaseExpired)
-				}
-			}
-			if slices.Contains(out[i], int64(wire.ErrLeaseExpired)) {
+			if expireRanges(out[i], again.res[j], again.sent) {
 				next = append(next, i)
 			}
 		}
@@ -464,6 +458,22 @@ func (c *Client) readRangesAgain(keys []string, res []wire.GetResult, parts [][]
 		}
 		late = next
 	}
+}
+
+// expireRanges marks -707 each range of got (bytes read of the object r
+// describes, looked up at sent) read past r's lease, and reports whether
+// any was: those bytes may be a newer object's.
+func expireRanges(got []int64, r wire.GetResult, sent time.Time) bool {
+	if !expired(r, sent) {
+		return false
+	}
+	late := false
+	for k, n := range got {
+		if n > 0 {
+			got[k], late = int64(wire.ErrLeaseExpired), true
+		}
+	}
+	return late
 }
 
 // leaseGroups splits objects todo of p into groups to look up and read

@@ -1,3 +1,6 @@
+// listen.go decides where a client's servers listen (listenHost: loopback for a
+// one-host pool without authentication) and opens the transfer listener.
+
 package client
 
 import (

@@ -314,15 +314,8 @@ func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 		case out[i] != 0:
 		case skip[i] != 0:
 			wire.Fill(per[i], int64(wire.ErrLeaseExpired))
-		default:
-			for k := range per[i] {
-				if per[i][k] > 0 && expired(results[i], found[i].sent) {
-					per[i][k] = int64(wire.ErrLeaseExpired)
-				}
-			}
-			if slices.Contains(per[i], int64(wire.ErrLeaseExpired)) {
-				late = append(late, i)
-			}
+		case expireRanges(per[i], results[i], found[i].sent):
+			late = append(late, i)
 		}
 	}
 	c.readRangesAgain(keys, results, parts, late, per, func(late []int, again *Pending) {
@@ -426,17 +419,12 @@ func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 		if i >= len(parts) {
 			continue
 		}
-		for k := range parts[i] {
-			switch {
-			case status[i] != 0:
-				out[i][k] = status[i]
-			case per[i][k] > 0 && expired(p.res[i], p.sent):
-				out[i][k] = int64(wire.ErrLeaseExpired)
-			default:
-				out[i][k] = per[i][k]
-			}
+		if status[i] != 0 {
+			wire.Fill(out[i], status[i])
+			continue
 		}
-		if status[i] == 0 && slices.Contains(out[i], int64(wire.ErrLeaseExpired)) {
+		copy(out[i], per[i])
+		if expireRanges(out[i], p.res[i], p.sent) {
 			late = append(late, i)
 		}
 	}

@@ -180,12 +180,13 @@ func (c *Client) call(ctx context.Context, op wire.Op, req, resp any) error {
 		}
 		return wire.Errorf(wire.ErrRPCFail, "%s to %s: %v", op, c.addr, err)
 	}
+	// After decoding: body aliases the connection's buffer.
 	if woken { // the reply came, but the connection was shut as the context ended
 		c.settle(cc)
 		defer cc.c.Close()
-		return DecodeReply(op, h.Status, body, resp)
+	} else {
+		defer c.put(cc)
 	}
-	defer c.put(cc) // after decoding: body aliases the connection's buffer
 	return DecodeReply(op, h.Status, body, resp)
 }
 

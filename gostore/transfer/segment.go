@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gostore/gostore/gostore/internal/fanout"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -114,38 +115,25 @@ func mapPopulated(fd int, size uint64, flags int) ([]byte, error) {
 }
 
 // populate faults every page of mem in for writing, in chunks spread over
-// up to populateWorkers goroutines; the first error stops the rest.
+// up to populateWorkers goroutines; after the first error the chunks left
+// are skipped.
 func populate(mem []byte) error {
 	chunks := (len(mem) + populateChunk - 1) / populateChunk
-	workers := min(runtime.GOMAXPROCS(0), populateWorkers, chunks)
-	if workers <= 1 {
-		return unix.Madvise(mem, unix.MADV_POPULATE_WRITE)
-	}
 	var (
-		next   atomic.Int64
 		failed atomic.Bool
 		first  error
 		once   sync.Once
-		wg     sync.WaitGroup
 	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !failed.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= chunks {
-					return
-				}
-				end := min((i+1)*populateChunk, len(mem))
-				if err := unix.Madvise(mem[i*populateChunk:end], unix.MADV_POPULATE_WRITE); err != nil {
-					once.Do(func() { first = err })
-					failed.Store(true)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	fanout.Each(chunks, min(runtime.GOMAXPROCS(0), populateWorkers), func(i int) {
+		if failed.Load() {
+			return
+		}
+		end := min((i+1)*populateChunk, len(mem))
+		if err := unix.Madvise(mem[i*populateChunk:end], unix.MADV_POPULATE_WRITE); err != nil {
+			once.Do(func() { first = err })
+			failed.Store(true)
+		}
+	})
 	return first
 }
 
