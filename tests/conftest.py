@@ -99,6 +99,15 @@ def master_binary() -> str:
     pytest.fail(f"gostore-master not found ({path}); run `make install`")
 
 
+def mem_available() -> int:
+    """The host's MemAvailable, in bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no MemAvailable")
+
+
 def wait_until(pred: Callable[[], object], timeout: float = 10.0, interval: float = 0.05,
                what: str = "condition"):
     """Poll ``pred`` until it returns a truthy value; fail after ``timeout`` s."""

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import MiB, pattern, wait_until
+from conftest import MiB, mem_available, pattern, wait_until
 from gostore import ErrorCode, MooncakeDistributedStore
 
 SLAB = 16 * MiB  # what allocate_and_mount_segment rounds up to
@@ -37,14 +37,6 @@ def mapped(path: str) -> bool:
     """Whether this process maps something named ``path``."""
     with open("/proc/self/maps") as f:
         return any(path in line for line in f)
-
-
-def mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no MemAvailable")
 
 
 def rss() -> int:

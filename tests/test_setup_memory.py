@@ -21,19 +21,11 @@ import time
 
 import pytest
 
-from conftest import MiB, pattern
+from conftest import MiB, mem_available, pattern
 from gostore import ErrorCode, MooncakeDistributedStore
 
 GiB = 1 << 30
 INVALID = int(ErrorCode.INVALID_PARAMS)
-
-
-def mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no MemAvailable")
 
 
 def refusals(err: str) -> list:
