@@ -177,6 +177,13 @@ type Core struct {
 	// must not come back after it.
 	placements atomic.Uint64
 	holds      atomic.Uint64 // ids of ranges held out of use (see holdRanges)
+	// held mirrors the holds as the journal knows them (only when
+	// journaling): their changes are reported under its lock, and
+	// WriteState reads it under the same lock (see WriteState).
+	held struct {
+		sync.Mutex
+		byID map[uint64]DurableHold
+	}
 	// reclaimCursor is the next shard reclaimAbandoned looks at.
 	reclaimCursor atomic.Int64
 	tasks         taskTable

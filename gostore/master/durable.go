@@ -8,7 +8,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
+	"runtime"
+	"slices"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -206,13 +208,27 @@ func (c *Core) holdRanges(reps []replica, size uint64, releaseAt int64) uint64 {
 		return 0
 	}
 	h := heldOf(c.holds.Add(1), reps, size, releaseAt)
+	c.held.Lock()
+	defer c.held.Unlock()
+	c.keepHold(h)
 	c.cfg.OnChange(Change{Kind: RangesHeld, Hold: &h, OnlyHolds: true})
 	return h.ID
+}
+
+// keepHold adds h to the holds WriteState writes; c.held is locked.
+func (c *Core) keepHold(h DurableHold) {
+	if c.held.byID == nil {
+		c.held.byID = map[uint64]DurableHold{}
+	}
+	c.held.byID[h.ID] = h
 }
 
 // releaseHold reports the end of hold id (the change's SegID names it).
 func (c *Core) releaseHold(id uint64) {
 	if c.cfg.OnChange != nil && id != 0 {
+		c.held.Lock()
+		defer c.held.Unlock()
+		delete(c.held.byID, id)
 		c.cfg.OnChange(Change{Kind: RangesReleased, SegID: id})
 	}
 }
@@ -226,14 +242,40 @@ func heldOf(id uint64, reps []replica, size uint64, releaseAt int64) DurableHold
 }
 
 // pushDrop queues the stale disk copy of key in storage for deletion.
+// Drops are reported under the queue's lock, with the change they record:
+// a pop's DropsDone comes after the push's DropAdded, and WriteState,
+// reading the queue under the same lock, sees exactly the drops reported.
 func (c *Core) pushDrop(storage, key string) {
-	if c.cfg.OnChange != nil { // first: a pop's DropsDone must come after it
+	c.drops.Lock()
+	defer c.drops.Unlock()
+	c.drops.pushLocked(storage, key)
+	if c.cfg.OnChange != nil {
 		c.cfg.OnChange(Change{Kind: DropAdded, Storage: storage, Key: key})
 	}
-	c.drops.push(storage, key)
 }
 
-// dropsDone reports keys of storage no longer to delete.
+// popDrops hands out up to max keys of storage to delete (see pushDrop).
+func (c *Core) popDrops(storage string, max int) []string {
+	c.drops.Lock()
+	defer c.drops.Unlock()
+	keys := c.drops.popLocked(storage, max)
+	c.dropsDone(storage, keys...)
+	return keys
+}
+
+// takeDrop takes key out of storage's drops, reporting whether it was
+// there (see pushDrop).
+func (c *Core) takeDrop(storage, key string) bool {
+	c.drops.Lock()
+	defer c.drops.Unlock()
+	if !c.drops.takeLocked(storage, key) {
+		return false
+	}
+	c.dropsDone(storage, key)
+	return true
+}
+
+// dropsDone reports keys of storage no longer to delete; c.drops is locked.
 func (c *Core) dropsDone(storage string, keys ...string) {
 	if c.cfg.OnChange != nil && len(keys) > 0 {
 		c.cfg.OnChange(Change{Kind: DropsDone, Storage: storage, Keys: keys})
@@ -389,54 +431,12 @@ func (c *Core) Restore(st *State) RestoreReport {
 	var rep RestoreReport
 	c.segs.Lock()
 	defer c.segs.Unlock()
-	// Every range the state names, per segment: COMPLETE replicas, ranges
-	// of writes in progress and held ranges. An owner with no key is a
-	// range only held (not part of an object): its hold's id tells whose,
-	// so a range refused to one hold is not taken from another.
-	type owner struct {
-		key     string
-		hold    uint64
-		j       int
-		writing bool
-	}
-	ranges := map[uint64][]alloc.Range{}
-	owners := map[uint64][]owner{}
-	claim := func(seg uint64, r alloc.Range, o owner) {
-		ranges[seg] = append(ranges[seg], r)
-		owners[seg] = append(owners[seg], o)
-	}
-	keys := make([]string, 0, len(st.Objects))
-	for k := range st.Objects {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // a deterministic winner when two claim one range
-	for _, k := range keys {
-		o := st.Objects[k]
-		for j, r := range o.Replicas {
-			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, 0, j, false})
-		}
-		for j, r := range o.Writing {
-			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: o.Size}, owner{k, 0, j, true})
-		}
-	}
-	holdIDs := make([]uint64, 0, len(st.Held))
-	for id := range st.Held {
-		holdIDs = append(holdIDs, id)
-	}
-	sort.Slice(holdIDs, func(a, b int) bool { return holdIDs[a] < holdIDs[b] })
-	for _, id := range holdIDs {
-		h := st.Held[id]
-		for j, r := range h.Ranges {
-			claim(r.SegID, alloc.Range{Offset: r.Offset, Size: h.Size}, owner{"", id, j, false})
-		}
-	}
-	refused := map[owner]bool{}
 	segs := make(map[uint64]*segment, len(st.Segments))
 	ids := make([]uint64, 0, len(st.Segments))
 	for id := range st.Segments {
 		ids = append(ids, id)
 	}
-	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	slices.Sort(ids) // few: which of two segments of one name is refused
 	c.clients.Lock()
 	for _, id := range ids {
 		d := st.Segments[id]
@@ -445,11 +445,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 			rep.BadSegments++
 			continue
 		}
-		a, bad := alloc.Restore(d.Size, allocAlign, ranges[id])
-		for _, i := range bad {
-			refused[owners[id][i]] = true
-		}
-		s := &segment{desc: d, alloc: a}
+		s := &segment{desc: d}
 		if k, ok := grant.NewKey(st.GrantKeys[id]); ok {
 			// Without it (a state written before grants, or a damaged
 			// key) the segment's ranges get no grants, which its owner
@@ -474,69 +470,231 @@ func (c *Core) Restore(st *State) RestoreReport {
 	if c.epochs.Load() < st.Epoch {
 		c.epochs.Store(st.Epoch)
 	}
-	// held keeps ranges allocated but out of use until the quarantine
-	// releases them: a writer or task of the old master may still copy.
-	held := func(reps []replica, size uint64, releaseAt int64) {
-		if len(reps) == 0 {
-			return
-		}
-		if releaseAt == 0 {
-			releaseAt = now + int64(c.cfg.PutStartReleaseTimeout)
-		}
-		c.discarded.Lock()
-		c.discarded.list = append(c.discarded.list, discardedPut{replicas: reps, size: size, releaseAt: releaseAt,
-			hold: c.holds.Add(1)})
-		c.discarded.Unlock()
-		rep.HeldRanges += len(reps)
-	}
-	for _, id := range holdIDs {
-		h := st.Held[id]
-		var reps []replica
-		for j, r := range h.Ranges {
-			if s := segs[r.SegID]; s != nil && !refused[owner{"", id, j, false}] {
-				reps = append(reps, replica{seg: s, offset: r.Offset})
-			}
-		}
-		held(reps, h.Size, h.ReleaseAt)
-	}
-	for _, k := range keys {
-		d := st.Objects[k]
-		// The replica set gets a name no reader saw: what happened to the
-		// ranges while no master ran is not known.
-		o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), writer: d.Writer, hardPin: d.HardPin, lastUse: now}
-		if d.SoftPin {
-			o.softPin = now + int64(c.cfg.SoftPinTTL)
-		}
+
+	// Every range the state names claims its place in its segment: the
+	// COMPLETE replicas, the ranges of writes in progress, the held ranges.
+	// A refused claim clears its replica's segment.
+	entries := make([]restoreEntry, 0, len(st.Objects))
+	for k, d := range st.Objects {
+		e := restoreEntry{key: k, d: d, reps: make([]replica, len(d.Replicas)), writing: make([]replica, len(d.Writing))}
 		for j, r := range d.Replicas {
-			if s := segs[r.SegID]; s != nil && !refused[owner{k, 0, j, false}] {
-				o.replicas = append(o.replicas, replica{seg: s, offset: r.Offset, status: replicaComplete})
-			}
+			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset, status: replicaComplete}
 		}
-		// A write in progress at the stop cannot end now: its ranges wait
-		// out the quarantine, as a taken-over put's do.
-		var writing []replica
 		for j, r := range d.Writing {
-			if s := segs[r.SegID]; s != nil && !refused[owner{k, 0, j, true}] {
-				writing = append(writing, replica{seg: s, offset: r.Offset})
-			}
+			e.writing[j] = replica{seg: segs[r.SegID], offset: r.Offset}
 		}
-		held(writing, d.Size, 0)
-		if d.Disk != nil {
-			o.disk = &diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage}
-		}
-		if len(o.replicas) == 0 && o.disk == nil {
-			if len(d.Replicas) > 0 {
-				rep.Dropped++ // it was readable, and nothing can serve it now
-			}
-			continue
-		}
-		sh := c.shardOf(k)
-		sh.mu.Lock()
-		sh.objects[k] = o
-		sh.mu.Unlock()
-		rep.Objects++
+		entries = append(entries, e)
 	}
+	holds := make([]restoreHold, 0, len(st.Held))
+	for _, h := range st.Held {
+		e := restoreHold{h: h, reps: make([]replica, len(h.Ranges))}
+		for j, r := range h.Ranges {
+			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset}
+		}
+		holds = append(holds, e)
+	}
+	claims := map[*segment][]restoreClaim{}
+	for i := range entries {
+		e := &entries[i]
+		for j := range e.reps {
+			if s := e.reps[j].seg; s != nil {
+				claims[s] = append(claims[s], restoreClaim{size: e.d.Size, rep: &e.reps[j], entry: int32(i)})
+			}
+		}
+		for j := range e.writing {
+			if s := e.writing[j].seg; s != nil {
+				claims[s] = append(claims[s], restoreClaim{size: e.d.Size, rep: &e.writing[j], entry: int32(i)})
+			}
+		}
+	}
+	for i := range holds {
+		h := &holds[i]
+		for j := range h.reps {
+			if s := h.reps[j].seg; s != nil {
+				claims[s] = append(claims[s], restoreClaim{size: h.h.Size, rep: &h.reps[j], entry: -1 - int32(i)})
+			}
+		}
+	}
+	// The segments' allocators are rebuilt in parallel (each sorts only
+	// its own ranges by offset: no sort of all keys).
+	work := make(chan *segment, len(segs))
+	for _, s := range segs {
+		work <- s
+	}
+	close(work)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), max(len(segs), 1)) {
+		wg.Go(func() {
+			for s := range work {
+				s.alloc = restoreAlloc(s.desc.Size, claims[s], entries, holds)
+			}
+		})
+	}
+	wg.Wait()
+
+	// Objects go into their shards from GOMAXPROCS goroutines, each over a
+	// part of the entries; the ranges of writes in progress are gathered
+	// to be held after.
+	parts := runtime.GOMAXPROCS(0)
+	type partResult struct {
+		objects, dropped int
+		held             []discardedPut
+	}
+	results := make([]partResult, parts)
+	for p := range parts {
+		wg.Go(func() {
+			res := &results[p]
+			for i := p * len(entries) / parts; i < (p+1)*len(entries)/parts; i++ {
+				e := &entries[i]
+				d := &e.d
+				// The replica set gets a name no reader saw: what happened
+				// to the ranges while no master ran is not known.
+				o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), writer: d.Writer,
+					hardPin: d.HardPin, lastUse: now}
+				if d.SoftPin {
+					o.softPin = now + int64(c.cfg.SoftPinTTL)
+				}
+				o.replicas = kept(e.reps)
+				// A write in progress at the stop cannot end now: its ranges
+				// wait out the quarantine, as a taken-over put's do.
+				if w := kept(e.writing); len(w) > 0 {
+					res.held = append(res.held, discardedPut{replicas: w, size: d.Size,
+						releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)})
+				}
+				if d.Disk != nil {
+					o.disk = &diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage}
+				}
+				if len(o.replicas) == 0 && o.disk == nil {
+					if len(d.Replicas) > 0 {
+						res.dropped++ // it was readable, and nothing can serve it now
+					}
+					continue
+				}
+				sh := c.shardOf(e.key)
+				sh.mu.Lock()
+				sh.objects[e.key] = o
+				sh.mu.Unlock()
+				res.objects++
+			}
+		})
+	}
+	wg.Wait()
+	// The held ranges stay allocated but out of use until the quarantine
+	// releases them (a writer or task of the old master may still copy),
+	// in release order.
+	var held []discardedPut
+	for _, h := range holds {
+		if reps := kept(h.reps); len(reps) > 0 {
+			releaseAt := h.h.ReleaseAt
+			if releaseAt == 0 {
+				releaseAt = now + int64(c.cfg.PutStartReleaseTimeout)
+			}
+			held = append(held, discardedPut{replicas: reps, size: h.h.Size, releaseAt: releaseAt})
+		}
+	}
+	slices.SortStableFunc(held, func(a, b discardedPut) int { return cmp.Compare(a.releaseAt, b.releaseAt) })
+	for _, res := range results {
+		rep.Objects += res.objects
+		rep.Dropped += res.dropped
+		held = append(held, res.held...) // all released at now+PutStartReleaseTimeout: the latest
+	}
+	c.discarded.Lock()
+	c.held.Lock()
+	for i := range held {
+		d := &held[i]
+		d.hold = c.holds.Add(1)
+		if c.cfg.OnChange != nil { // the snapshot after the restore holds it
+			c.keepHold(heldOf(d.hold, d.replicas, d.size, d.releaseAt))
+		}
+		rep.HeldRanges += len(d.replicas)
+	}
+	c.held.Unlock()
+	c.discarded.list = append(c.discarded.list, held...)
+	c.discarded.Unlock()
 	return rep
+}
+
+// restoreEntry is an object of a state being restored: its replicas and
+// the ranges of its write in progress, each with the segment it is on (nil:
+// the segment is gone, or the range was refused).
+type restoreEntry struct {
+	key           string
+	d             DurableObject
+	reps, writing []replica
+}
+
+// restoreHold is a hold of a state being restored.
+type restoreHold struct {
+	h    DurableHold
+	reps []replica
+}
+
+// restoreClaim is a range that claims its place in a segment: entry is
+// the object's index in the entries (-1-i: the hold i's).
+type restoreClaim struct {
+	size  uint64
+	rep   *replica
+	entry int32
+}
+
+// restoreAlloc is an allocator of a segment of capacity bytes with the
+// claims' ranges allocated; a refused claim's replica loses its segment.
+// A state the core wrote has no two claims on one range. A damaged one may:
+// the claims are then ordered, and the first in that order wins: objects
+// before holds, the newer write (the higher epoch) first, then the smaller
+// key; holds by id. The winner depends on the state only, not on the order
+// a map gave, and only a segment with a conflict pays for the sort.
+func restoreAlloc(capacity uint64, claims []restoreClaim, entries []restoreEntry, holds []restoreHold) *alloc.Allocator {
+	ranges := make([]alloc.Range, len(claims))
+	fill := func() {
+		for i, cl := range claims {
+			ranges[i] = alloc.Range{Offset: cl.rep.offset, Size: cl.size}
+		}
+	}
+	fill()
+	a, bad := alloc.Restore(capacity, allocAlign, ranges)
+	if len(bad) > 0 && len(claims) > 1 {
+		slices.SortStableFunc(claims, func(x, y restoreClaim) int {
+			switch {
+			case x.entry >= 0 && y.entry >= 0:
+				ex, ey := &entries[x.entry], &entries[y.entry]
+				return cmp.Or(cmp.Compare(ey.d.Epoch, ex.d.Epoch), cmp.Compare(ex.key, ey.key),
+					cmp.Compare(x.rep.offset, y.rep.offset), cmp.Compare(writing(x.rep), writing(y.rep)))
+			case x.entry < 0 && y.entry < 0:
+				return cmp.Or(cmp.Compare(holds[-1-x.entry].h.ID, holds[-1-y.entry].h.ID),
+					cmp.Compare(x.rep.offset, y.rep.offset))
+			}
+			return cmp.Compare(y.entry, x.entry) // objects (>= 0) first
+		})
+		fill()
+		a, bad = alloc.Restore(capacity, allocAlign, ranges)
+	}
+	for _, i := range bad {
+		claims[i].rep.seg = nil
+	}
+	return a
+}
+
+// writing is 1 for a range of a write in progress, 0 for a replica.
+func writing(r *replica) int {
+	if r.status == replicaComplete {
+		return 0
+	}
+	return 1
+}
+
+// kept is reps without those that lost their segment.
+func kept(reps []replica) []replica {
+	out := reps[:0]
+	for _, r := range reps {
+		if r.seg != nil {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // endQuarantines opens restored segments whose quarantine is over.

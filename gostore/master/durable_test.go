@@ -271,7 +271,8 @@ func TestRestoreServesTheSameObjects(t *testing.T) {
 }
 
 // Two objects claiming one range (a record lost between them) cannot both
-// be served: one is dropped, never both handed the same bytes.
+// be served: one is dropped, never both handed the same bytes. The newer
+// write (y, the higher epoch) keeps the range: its bytes were copied last.
 func TestRestoreDropsAClaimOnATakenRange(t *testing.T) {
 	st := NewState()
 	st.Segments[1] = wire.SegmentDesc{ID: 1, Name: "s", ClientID: "a", Size: 1 << 20}
@@ -283,7 +284,7 @@ func TestRestoreDropsAClaimOnATakenRange(t *testing.T) {
 	if rep.Objects != 1 || rep.Dropped != 2 {
 		t.Fatalf("restore: %+v", rep)
 	}
-	if got := c.Exist([]string{"x", "y", "z"}); got[0] != wire.OK || got[1] != wire.ErrObjectNotFound || got[2] != wire.ErrObjectNotFound {
+	if got := c.Exist([]string{"x", "y", "z"}); got[0] != wire.ErrObjectNotFound || got[1] != wire.OK || got[2] != wire.ErrObjectNotFound {
 		t.Fatalf("exist: %v", got)
 	}
 }

@@ -37,6 +37,10 @@ type keyQueue struct {
 func (q *offloadQueues) push(client, key string) {
 	q.Lock()
 	defer q.Unlock()
+	q.pushLocked(client, key)
+}
+
+func (q *offloadQueues) pushLocked(client, key string) {
 	if q.byClient == nil {
 		q.byClient = make(map[string]*keyQueue)
 	}
@@ -61,6 +65,10 @@ func (q *offloadQueues) pending(client string) bool {
 func (q *offloadQueues) take(client, key string) bool {
 	q.Lock()
 	defer q.Unlock()
+	return q.takeLocked(client, key)
+}
+
+func (q *offloadQueues) takeLocked(client, key string) bool {
 	kq := q.byClient[client]
 	if kq == nil {
 		return false
@@ -97,6 +105,10 @@ func (q *offloadQueues) forget(client string) {
 func (q *offloadQueues) pop(client string, max int) []string {
 	q.Lock()
 	defer q.Unlock()
+	return q.popLocked(client, max)
+}
+
+func (q *offloadQueues) popLocked(client string, max int) []string {
 	kq := q.byClient[client]
 	if kq == nil {
 		return nil
@@ -210,8 +222,7 @@ func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []strin
 	c.touch(clientID)
 	if storage != "" {
 		c.tierOf(clientID, storage)
-		drop = c.drops.pop(storage, max)
-		c.dropsDone(storage, drop...)
+		drop = c.popDrops(storage, max)
 	}
 	for _, key := range c.offload.pop(clientID, max) {
 		sh := c.shardOf(key)
@@ -313,8 +324,7 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 			out[i] = wire.ErrInvalidParams
 			continue
 		}
-		if c.drops.take(storage, key) {
-			c.dropsDone(storage, key)
+		if c.takeDrop(storage, key) {
 			out[i] = wire.ErrObjectAlreadyExists
 			continue
 		}

@@ -1,0 +1,218 @@
+// The fuzzy snapshot: the durable state written out while the core keeps
+// serving, in the same records the journal holds, and read back.
+
+package master
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// StateMagic starts a state in the stored form WriteState writes (version
+// 2). A version-1 state (the server's msgpack envelope) starts with a
+// msgpack map, never with these bytes, so a reader tells them apart.
+const StateMagic = "GSSTATE\x02"
+
+// snapshotChunk bounds how many objects WriteState reads under one hold
+// of a shard's lock: about a millisecond of encoding, whatever the number
+// of objects the core holds.
+var snapshotChunk = 2048 // a variable for tests only
+
+// maxStateRecord bounds one record's length as read back from a state, so
+// a damaged length allocates nothing (an object record is a key, a few
+// numbers and its replicas: far below).
+const maxStateRecord = 16 << 20
+
+// SnapshotInfo says what one WriteState wrote and what it cost.
+type SnapshotInfo struct {
+	Objects, Segments, Holds, Drops int
+	// Bytes written to w.
+	Bytes int64
+	// LongestHold is the longest any of the core's locks was held by the
+	// walk (the most any call waited because of the snapshot).
+	LongestHold time.Duration
+}
+
+// WriteState writes the durable state to w, as ZooKeeper writes its
+// "fuzzy snapshot": without stopping the core. The caller reads its log's
+// position seq0 first; the walk then reads each part of the state under
+// the lock that orders the part's changes with their records (each
+// shard's lock, a chunk of snapshotChunk objects at a time; the segments'
+// lock; the holds' and the drops' own), and writes nothing under a lock.
+// Each part is therefore seen as it was at some moment after seq0, and
+// every change after that moment has a record after seq0. Since a record
+// sets the whole state of its key (segment, hold, drop), replaying the
+// records after seq0 on top of what WriteState wrote gives exactly the
+// live state at the end of those records (see the package doc).
+//
+// The stored form is StateMagic, NextSegID and Epoch (uvarints), then
+// frames (a uvarint length, then one EncodeChange record), then a frame of
+// length 0 that says the state is whole.
+func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
+	var info SnapshotInfo
+	bw := bufio.NewWriterSize(w, 1<<20)
+	cw := &countingWriter{w: bw}
+	f := &frames{buf: append([]byte(nil), StateMagic...)}
+	// The high-water marks are read before anything they bound: a segment
+	// or epoch made later is in a record after seq0 (replay keeps the max).
+	c.segs.RLock()
+	start := c.cfg.Now()
+	f.buf = binary.AppendUvarint(f.buf, c.segs.nextID)
+	f.buf = binary.AppendUvarint(f.buf, c.epochs.Load())
+	var err error
+	for _, s := range c.segs.list {
+		d := s.desc
+		if err = f.add(Change{Kind: SegmentMounted, Segment: &d, GrantKey: s.keySecret()}); err != nil {
+			break
+		}
+		info.Segments++
+	}
+	info.LongestHold = max(info.LongestHold, c.cfg.Now().Sub(start))
+	c.segs.RUnlock()
+	if err != nil {
+		return info, err
+	}
+	// Holds and drops are few and their locks short-lived; each is copied
+	// whole under its own lock, under which its changes are reported.
+	c.held.Lock()
+	start = c.cfg.Now()
+	for _, h := range c.held.byID {
+		if err = f.add(Change{Kind: RangesHeld, Hold: &h}); err != nil {
+			break
+		}
+		info.Holds++
+	}
+	info.LongestHold = max(info.LongestHold, c.cfg.Now().Sub(start))
+	c.held.Unlock()
+	if err != nil {
+		return info, err
+	}
+	c.drops.Lock()
+	start = c.cfg.Now()
+	for storage, kq := range c.drops.byClient {
+		for _, k := range kq.keys {
+			f.add(Change{Kind: DropAdded, Storage: storage, Key: k}) // no msgpack error: two strings
+			info.Drops++
+		}
+	}
+	info.LongestHold = max(info.LongestHold, c.cfg.Now().Sub(start))
+	c.drops.Unlock()
+	if _, err := cw.Write(f.buf); err != nil {
+		return info, err
+	}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		n := 0
+		f.buf = f.buf[:0]
+		sh.mu.Lock()
+		start = c.cfg.Now()
+		// The range goes on across unlocking: Go lets a map change while
+		// it is iterated (an entry added meanwhile may or may not come, one
+		// deleted does not), and each change has its record after seq0.
+		for key, o := range sh.objects {
+			if d, ok := durable(o); ok {
+				f.add(Change{Kind: ObjectSet, Key: key, Object: d}) // binary: no error
+				info.Objects++
+			}
+			if n++; n%snapshotChunk == 0 {
+				info.LongestHold = max(info.LongestHold, c.cfg.Now().Sub(start))
+				sh.mu.Unlock()
+				if _, err := cw.Write(f.buf); err != nil {
+					return info, err
+				}
+				f.buf = f.buf[:0]
+				sh.mu.Lock()
+				start = c.cfg.Now()
+			}
+		}
+		info.LongestHold = max(info.LongestHold, c.cfg.Now().Sub(start))
+		sh.mu.Unlock()
+		if _, err := cw.Write(f.buf); err != nil {
+			return info, err
+		}
+	}
+	if _, err := cw.Write([]byte{0}); err != nil { // the end: a frame of length 0
+		return info, err
+	}
+	info.Bytes = cw.n
+	return info, bw.Flush()
+}
+
+// frames collects frames of the stored state; rec is reused for each.
+type frames struct{ buf, rec []byte }
+
+func (f *frames) add(ch Change) error {
+	var err error
+	if f.rec, err = EncodeChange(f.rec[:0], ch); err != nil {
+		return err
+	}
+	f.buf = binary.AppendUvarint(f.buf, uint64(len(f.rec)))
+	f.buf = append(f.buf, f.rec...)
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countingWriter) Write(b []byte) (int, error) {
+	n, err := cw.w.Write(b)
+	cw.n += int64(n)
+	return n, err
+}
+
+// ReadState reads a state WriteState wrote into st (its records applied in
+// order, on top of what st holds). An error for anything else, a state cut
+// short included (nothing read makes it panic or allocate past
+// maxStateRecord at a time).
+func ReadState(r io.Reader, st *State) error {
+	br, ok := r.(io.ByteReader)
+	if !ok {
+		b := bufio.NewReaderSize(r, 1<<20)
+		br, r = b, b
+	}
+	head := make([]byte, len(StateMagic))
+	if _, err := io.ReadFull(r, head); err != nil || string(head) != StateMagic {
+		return errors.New("not a version-2 state")
+	}
+	nextSeg, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("state header: %w", err)
+	}
+	epoch, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("state header: %w", err)
+	}
+	st.Apply(Change{}) // makes the maps a State decoded elsewhere may lack
+	st.NextSegID, st.Epoch = max(st.NextSegID, nextSeg), max(st.Epoch, epoch)
+	var rec []byte
+	for i := 0; ; i++ {
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return fmt.Errorf("state cut short after %d records", i)
+		}
+		if n == 0 {
+			return nil
+		}
+		if n > maxStateRecord {
+			return fmt.Errorf("state record %d: length %d over the limit", i, n)
+		}
+		if uint64(cap(rec)) < n {
+			rec = make([]byte, n)
+		}
+		rec = rec[:n]
+		if _, err := io.ReadFull(r, rec); err != nil {
+			return fmt.Errorf("state cut short in record %d", i)
+		}
+		ch, err := DecodeChange(rec)
+		if err != nil {
+			return fmt.Errorf("state record %d: %w", i, err)
+		}
+		st.Apply(ch)
+	}
+}

@@ -1,0 +1,176 @@
+package master
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// recordLog is the journal as the core sees it: every reported change,
+// stored, numbered from 1 in the order reported.
+type recordLog struct {
+	mu   sync.Mutex
+	recs [][]byte
+}
+
+func (l *recordLog) add(ch Change) {
+	b, err := EncodeChange(nil, ch)
+	if err != nil {
+		panic(err)
+	}
+	l.mu.Lock()
+	l.recs = append(l.recs, b)
+	l.mu.Unlock()
+}
+
+func (l *recordLog) last() uint64 { l.mu.Lock(); defer l.mu.Unlock(); return uint64(len(l.recs)) }
+
+// replayOnto applies the records after seq to st.
+func (l *recordLog) replayOnto(t *testing.T, st *State, seq uint64) *State {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, b := range l.recs[seq:] {
+		ch, err := DecodeChange(b)
+		if err != nil {
+			t.Fatalf("record %d: %v", seq+uint64(i)+1, err)
+		}
+		st.Apply(ch)
+	}
+	return st
+}
+
+type takenSnapshot struct {
+	seq  uint64
+	data []byte
+	info SnapshotInfo
+}
+
+// A snapshot taken while puts, upserts, removes, evictions, SSD copies and
+// their drops, tasks (holds), unmounts and ticks run on other goroutines,
+// read back with the records after the log position read before it,
+// equals the live state at the end, and so does the whole log replayed.
+// One object per lock hold (snapshotChunk 1): the walk lets go of each
+// shard between any two objects.
+func TestSnapshotWhileServingReplaysToTheLiveState(t *testing.T) {
+	defer func(n int) { snapshotChunk = n }(snapshotChunk)
+	snapshotChunk = 1
+	for seed := uint64(1); seed <= 3; seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			var log recordLog
+			c := New(Config{DefaultKVLeaseTTL: time.Millisecond, ClientTTL: time.Hour, EnableOffload: true,
+				HighWatermark: 0.7, PutStartDiscardTimeout: 20 * time.Millisecond,
+				PutStartReleaseTimeout: 60 * time.Millisecond, Now: clk.Now, Rand: rand.New(rand.NewPCG(seed, 4)),
+				OnChange: log.add})
+			clients := []string{"a", "b", "c"}
+			for _, cl := range clients {
+				mount(t, c, cl, cl+"-seg0", 16<<20)
+				c.Ping(cl)
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w, cl := range clients {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(seed, uint64(w)))
+					key := func() string { return fmt.Sprintf("k%d", rng.IntN(3000)) }
+					gen := 0
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						clk.Advance(time.Microsecond * time.Duration(rng.IntN(300)))
+						switch rng.IntN(13) {
+						case 0, 1, 2, 3:
+							ks := []string{key(), key(), key()}
+							sizes := []uint64{uint64(1 + rng.IntN(2048)), uint64(1 + rng.IntN(2048)), uint64(1 + rng.IntN(2048))}
+							if _, err := c.PutStart(cl, "", ks, sizes, wire.ReplicaConfig{ReplicaNum: 1 + rng.IntN(2)}); err == nil && rng.IntN(5) != 0 {
+								c.PutEnd(cl, ks, nil)
+							}
+						case 4:
+							k := key()
+							if res, _ := c.UpsertStart(cl, "", []string{k}, []uint64{uint64(1 + rng.IntN(2048))}, wire.ReplicaConfig{ReplicaNum: 1}); res[0].Code == wire.OK {
+								c.PutEnd(cl, []string{k}, []uint64{res[0].Epoch})
+							}
+						case 5:
+							c.Remove([]string{key(), key()}, rng.IntN(2) == 0)
+						case 6:
+							if rng.IntN(10) == 0 {
+								c.Evict()
+							}
+						case 7:
+							storage := "/ssd/" + cl
+							if ks, sizes, _ := c.OffloadHeartbeat(cl, storage, 8); len(ks) > 0 {
+								c.NotifyOffloaded(cl, cl+":ssd", storage, ks, sizes, nil)
+							}
+						case 8:
+							c.EvictDiskReplicas(cl, []string{key(), key()})
+						case 9:
+							target := fmt.Sprintf("%s-seg%d", clients[rng.IntN(3)], 0)
+							if plan, err := c.CreateTask(wire.CreateTaskReq{ClientID: cl, Kind: wire.TaskCopy, Key: key(), Targets: []string{target}}); err == nil && len(plan.Targets) > 0 && rng.IntN(3) != 0 {
+								c.TaskDone(cl, plan.ID, wire.OK)
+							}
+						case 10:
+							if rng.IntN(50) == 0 { // a segment goes and a new one comes
+								c.UnmountSegment(cl, fmt.Sprintf("%s-seg%d", cl, gen))
+								gen++
+								c.MountSegment(wire.SegmentDesc{Name: fmt.Sprintf("%s-seg%d", cl, gen), ClientID: cl, Size: 16 << 20, ShmPath: "/x"}, nil)
+							}
+						case 11:
+							c.Tick()
+						case 12: // a restarted client re-registers SSD copies
+							ks := []string{key(), key()}
+							c.RecoverDisk(cl, cl+":ssd2", "/ssd/"+cl, ks, []uint64{uint64(1 + rng.IntN(2048)), uint64(1 + rng.IntN(2048))})
+						}
+					}
+				})
+			}
+			var snaps []takenSnapshot
+			for len(snaps) < 10 {
+				for log.last() < uint64(len(snaps)+1)*1500 { // changes to walk through
+					time.Sleep(time.Millisecond)
+				}
+				var buf bytes.Buffer
+				seq := log.last() // the position first, then the walk
+				info, err := c.WriteState(&buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				snaps = append(snaps, takenSnapshot{seq, buf.Bytes(), info})
+			}
+			close(stop)
+			wg.Wait()
+			live := c.DurableState(nil)
+			whole := log.replayOnto(t, NewState(), 0)
+			sameDurable(t, "the whole log", live, whole)
+			moved, drops := 0, 0
+			for i, s := range snaps {
+				drops = max(drops, s.info.Drops)
+				st := NewState()
+				if err := ReadState(bytes.NewReader(s.data), st); err != nil {
+					t.Fatalf("snapshot %d: %v", i, err)
+				}
+				if i > 0 && s.seq > snaps[i-1].seq {
+					moved++
+				}
+				sameDurable(t, fmt.Sprintf("snapshot %d at %d (%+v) and %d records after it", i, s.seq, s.info,
+					log.last()-s.seq), live, log.replayOnto(t, st, s.seq))
+				if st.Epoch < whole.Epoch || st.NextSegID < whole.NextSegID {
+					t.Fatalf("snapshot %d: high-water marks %d/%d below the log's %d/%d", i, st.Epoch, st.NextSegID, whole.Epoch, whole.NextSegID)
+				}
+			}
+			if moved == 0 || len(live.Objects) == 0 {
+				t.Fatalf("no change between the snapshots (%d), or no object (%d): the test tests nothing", moved, len(live.Objects))
+			}
+			t.Logf("%d objects, %d holds, %d drop lists, %d records, %d snapshots (at most %d drops); last %+v", len(live.Objects),
+				len(live.Held), len(live.Drops), log.last(), len(snaps), drops, snaps[len(snaps)-1].info)
+		})
+	}
+}
