@@ -22,6 +22,9 @@
 // sequence number it covers u64, payload length u64), the payload's
 // CRC-32C (u32), then the payload; it is written to a temporary name,
 // synced and renamed into place, so a snapshot is either whole or absent.
+// SnapshotWith streams the payload into the file (the checksum computed
+// on the way, the header's length and checksum filled in last), so a
+// state is never whole in memory; the files it writes are the same.
 //
 // # Invariants
 //
@@ -54,7 +57,11 @@
 // Call Open once per directory (Open takes no lock against a second
 // process: the master's own lock on the state directory does that), apply
 // what it recovered, then Append each change before acknowledging it.
-// Call Snapshot with a state that includes exactly the records up to the
-// sequence number given (the caller orders Snapshot against its own
-// Appends). Close when done.
+// Call Snapshot (or SnapshotWith) with a state that includes at least the
+// records up to the sequence number given, and of the records after it
+// only changes that replaying them again leaves as they are (each record
+// sets the whole state of what it names): recovery replays every record
+// after that number on top of the snapshot. The master's fuzzy snapshot
+// reads the number first and the state after, while records are
+// appended. One snapshot at a time. Close when done.
 package journal

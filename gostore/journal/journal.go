@@ -4,10 +4,12 @@
 package journal
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -126,6 +128,8 @@ type Journal struct {
 
 	beforeFlush func() // tests: runs in the writer before it takes a batch
 	beforeSync  func() // tests: runs in the writer before it syncs
+	// afterSnapStep (tests) runs after each step of SnapshotWith.
+	afterSnapStep func(step int)
 }
 
 // Open recovers dir (creating it when missing) and opens it for appending.
@@ -448,16 +452,90 @@ func (j *Journal) startFile(first uint64) error {
 	return nil
 }
 
-// Snapshot stores state as including every record up to seq, then deletes
-// the snapshots and log files it makes unnecessary.
+// Snapshot stores state as including every record up to seq (see
+// SnapshotWith).
 func (j *Journal) Snapshot(seq uint64, state []byte) error {
 	if uint64(len(state)) > MaxSnapshot {
 		return ErrTooLarge
 	}
+	return j.SnapshotWith(seq, func(w io.Writer) error {
+		_, err := w.Write(state)
+		return err
+	})
+}
+
+// Snapshot steps, for tests that stop a snapshot after one (as a crash
+// would): the file written under its temporary name, synced, renamed into
+// place, and the files it makes unnecessary deleted.
+const (
+	SnapWritten = iota + 1
+	SnapSynced
+	SnapRenamed
+	SnapOldDropped
+)
+
+// SnapshotWith stores the state write writes as including every record up
+// to seq, then deletes the snapshots and log files it makes unnecessary.
+// The state streams into the file through a buffer, its checksum computed
+// on the way, so no copy of it is ever whole in memory: it goes to a
+// temporary name, is synced, renamed into place, and the directory synced.
+// Records after seq may be in it too (the caller's fuzzy snapshot): the
+// journal only needs the records up to seq to be (see the package doc).
+// One SnapshotWith at a time (the caller's duty).
+func (j *Journal) SnapshotWith(seq uint64, write func(io.Writer) error) error {
 	if last := j.LastSeq(); seq > last {
 		return fmt.Errorf("journal: snapshot at %d is past the last record %d", seq, last)
 	}
-	if err := writeSnapshot(j.opts.Dir, seq, state); err != nil {
+	path := filepath.Join(j.opts.Dir, snapName(seq))
+	tmp := path + ".tmp"
+	// No defer: a test's crash (runtime.Goexit in a step hook) must leave
+	// the files as a killed process would.
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("journal: snapshot: %w", err)
+	}
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("journal: snapshot: %w", err)
+	}
+	sw := &snapWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	if _, err := sw.w.Write(make([]byte, snapHeaderSize+4)); err != nil { // filled in below
+		return fail(err)
+	}
+	if err := write(sw); err != nil {
+		return fail(err)
+	}
+	if sw.err != nil {
+		return fail(sw.err)
+	}
+	if err := sw.w.Flush(); err != nil {
+		return fail(err)
+	}
+	head := make([]byte, 0, snapHeaderSize+4)
+	head = append(head, snapMagic...)
+	head = binary.LittleEndian.AppendUint16(head, formatVersion)
+	head = binary.LittleEndian.AppendUint64(head, seq)
+	head = binary.LittleEndian.AppendUint64(head, sw.n)
+	head = binary.LittleEndian.AppendUint32(head, sw.crc)
+	if _, err := f.WriteAt(head, 0); err != nil {
+		return fail(err)
+	}
+	j.snapStep(SnapWritten)
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	j.snapStep(SnapSynced)
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal: snapshot: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal: snapshot: %w", err)
+	}
+	j.snapStep(SnapRenamed)
+	if err := syncDir(j.opts.Dir); err != nil {
 		return err
 	}
 	// Older snapshots go, and every log file all of whose records the
@@ -477,21 +555,41 @@ func (j *Journal) Snapshot(seq uint64, state []byte) error {
 	}
 	j.files = append([]logFile(nil), j.files[keep:]...)
 	j.filesMu.Unlock()
-	return syncDir(j.opts.Dir)
+	err = syncDir(j.opts.Dir)
+	j.snapStep(SnapOldDropped)
+	return err
 }
 
-func writeSnapshot(dir string, seq uint64, state []byte) error {
-	buf := make([]byte, 0, snapHeaderSize+4+len(state))
-	buf = append(buf, snapMagic...)
-	buf = binary.LittleEndian.AppendUint16(buf, formatVersion)
-	buf = binary.LittleEndian.AppendUint64(buf, seq)
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(state)))
-	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(state, castagnoli))
-	buf = append(buf, state...)
-	if err := writeSynced(filepath.Join(dir, snapName(seq)), buf); err != nil {
-		return fmt.Errorf("journal: snapshot: %w", err)
+func (j *Journal) snapStep(step int) {
+	if j.afterSnapStep != nil {
+		j.afterSnapStep(step)
 	}
-	return nil
+}
+
+// snapWriter counts and checksums a snapshot's payload as it is written,
+// and refuses one past MaxSnapshot.
+type snapWriter struct {
+	w   *bufio.Writer
+	n   uint64
+	crc uint32
+	err error
+}
+
+func (sw *snapWriter) Write(b []byte) (int, error) {
+	if sw.err != nil {
+		return 0, sw.err
+	}
+	if sw.n+uint64(len(b)) > MaxSnapshot {
+		sw.err = ErrTooLarge
+		return 0, sw.err
+	}
+	n, err := sw.w.Write(b)
+	sw.n += uint64(n)
+	sw.crc = crc32.Update(sw.crc, castagnoli, b[:n])
+	if err != nil {
+		sw.err = err
+	}
+	return n, err
 }
 
 func syncDir(dir string) error {

@@ -2,8 +2,11 @@ package journal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -394,5 +397,112 @@ func TestOpenTellsAProcessCrashFromAReboot(t *testing.T) {
 	j.Close()
 	if got, _ := os.ReadFile(filepath.Join(dir, bootFile)); string(got) != "boot-a" {
 		t.Fatalf("boot file holds %q", got)
+	}
+}
+
+// A snapshot stopped at any step, as a killed process stops (the
+// goroutine ends there, nothing cleans up): half-way through writing its
+// payload, written, synced, renamed, old files dropped. Open then recovers
+// the previous snapshot or the new one, whole, and every record after it
+// with no gap; records appended while the snapshot was written are kept.
+func TestASnapshotKilledAtAnyStepRecoversWhole(t *testing.T) {
+	const midWrite = 0
+	for _, step := range []int{midWrite, SnapWritten, SnapSynced, SnapRenamed, SnapOldDropped} {
+		t.Run(fmt.Sprint(step), func(t *testing.T) {
+			dir := t.TempDir()
+			j, _, err := Open(Options{Dir: dir, SegmentBytes: 2048})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i <= 200; i++ {
+				j.Append(rec(i))
+			}
+			if err := j.Snapshot(150, []byte("state after 150")); err != nil {
+				t.Fatal(err)
+			}
+			for i := 201; i <= 300; i++ {
+				j.Append(rec(i))
+			}
+			big := bytes.Repeat([]byte("state after 280 "), 1<<16) // past the 1 MiB buffer: a partial file
+			j.afterSnapStep = func(s int) {
+				if s == step {
+					runtime.Goexit()
+				}
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				j.SnapshotWith(280, func(w io.Writer) error {
+					w.Write(big[:len(big)/2])
+					// Records go on being appended while the state streams.
+					for i := 301; i <= 310; i++ {
+						j.Append(rec(i))
+					}
+					if step == midWrite {
+						runtime.Goexit()
+					}
+					_, err := w.Write(big[len(big)/2:])
+					return err
+				})
+			}()
+			<-done
+			j.Close() // the records were written before the "kill": the kernel holds them
+			j, r := open(t, Options{Dir: dir})
+			wantSnap, wantSeq := "state after 150", uint64(150)
+			if step >= SnapRenamed {
+				wantSnap, wantSeq = string(big), 280
+			}
+			if string(r.Snapshot) != wantSnap || r.SnapshotSeq != wantSeq {
+				t.Fatalf("killed after step %d: snapshot of %d bytes at %d, want %d bytes at %d", step, len(r.Snapshot), r.SnapshotSeq, len(wantSnap), wantSeq)
+			}
+			wantRecords(t, r, int(wantSeq)+1, 310)
+			if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) != 0 {
+				t.Fatalf("stray temporaries left: %v", tmp)
+			}
+			// The journal goes on: a new snapshot and records after it.
+			j.Append(rec(311))
+			if err := j.Snapshot(311, []byte("state after 311")); err != nil {
+				t.Fatal(err)
+			}
+			j.Close()
+			_, r = open(t, Options{Dir: dir})
+			if string(r.Snapshot) != "state after 311" || len(r.Records) != 0 {
+				t.Fatalf("after the next snapshot: %q at %d, %d records", r.Snapshot, r.SnapshotSeq, len(r.Records))
+			}
+		})
+	}
+}
+
+// SnapshotWith writes the file format the package doc gives, which Open
+// reads back.
+func TestSnapshotWithStreamsTheDocumentedFormat(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir})
+	j.Append(rec(1))
+	state := bytes.Repeat([]byte("0123456789"), 300_000) // 3 MB in pieces
+	if err := j.SnapshotWith(1, func(w io.Writer) error {
+		for i := 0; i < len(state); i += 4096 {
+			if _, err := w.Write(state[i:min(i+4096, len(state))]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, snapName(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte(snapMagic), 1, 0, 1, 0, 0, 0, 0, 0, 0, 0)
+	want = binary.LittleEndian.AppendUint64(want, uint64(len(state)))
+	want = binary.LittleEndian.AppendUint32(want, crc32.Checksum(state, castagnoli))
+	if !bytes.Equal(b, append(want, state...)) {
+		t.Fatalf("file of %d bytes, header % x; want %d bytes, header % x", len(b), b[:min(len(b), 28)], len(want)+len(state), want)
+	}
+	j.Close()
+	_, r := open(t, Options{Dir: dir})
+	if !bytes.Equal(r.Snapshot, state) || r.SnapshotSeq != 1 {
+		t.Fatalf("read back %d bytes at %d", len(r.Snapshot), r.SnapshotSeq)
 	}
 }
