@@ -425,7 +425,12 @@ type RestoreReport struct {
 // use until PutStartReleaseTimeout (their clients may still be copying);
 // the objects being written are not restored. With Config.RestoreQuarantine
 // the free space of restored segments also takes no new replica for that
-// long. Restore reports no changes: the caller snapshots the result.
+// long. Restore reports no changes: the caller snapshots the result, and
+// may do so while serving. Until that snapshot is whole, the state
+// directory still holds the state restored and the records after it;
+// restoring that again gives the same core (the same segments and
+// objects refused, the holds under the same ids), so every record the
+// new core wrote meanwhile applies to what it changed.
 func (c *Core) Restore(st *State) RestoreReport {
 	now := c.now()
 	var rep RestoreReport
@@ -474,25 +479,39 @@ func (c *Core) Restore(st *State) RestoreReport {
 	// Every range the state names claims its place in its segment: the
 	// COMPLETE replicas, the ranges of writes in progress, the held ranges.
 	// A refused claim clears its replica's segment.
+	// A segment id named only by a damaged replica is not handed out
+	// either: the state restored stays on disk until the next snapshot,
+	// and a new segment under that id would give the replica a place.
+	named := uint64(0)
 	entries := make([]restoreEntry, 0, len(st.Objects))
 	for k, d := range st.Objects {
 		e := restoreEntry{key: k, d: d, reps: make([]replica, len(d.Replicas)), writing: make([]replica, len(d.Writing))}
 		for j, r := range d.Replicas {
 			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset, status: replicaComplete}
+			named = max(named, r.SegID)
 		}
 		for j, r := range d.Writing {
 			e.writing[j] = replica{seg: segs[r.SegID], offset: r.Offset}
+			named = max(named, r.SegID)
 		}
 		entries = append(entries, e)
 	}
 	holds := make([]restoreHold, 0, len(st.Held))
 	for _, h := range st.Held {
 		e := restoreHold{h: h, reps: make([]replica, len(h.Ranges))}
+		// A hold keeps its id, and new ones are numbered above: until the
+		// snapshot after the restore, the journal on disk is the old state
+		// and the records after it, which must name the same holds.
+		if h.ID > c.holds.Load() {
+			c.holds.Store(h.ID)
+		}
 		for j, r := range h.Ranges {
 			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset}
+			named = max(named, r.SegID)
 		}
 		holds = append(holds, e)
 	}
+	c.segs.nextID = max(c.segs.nextID, named)
 	claims := map[*segment][]restoreClaim{}
 	for i := range entries {
 		e := &entries[i]
@@ -589,7 +608,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 			if releaseAt == 0 {
 				releaseAt = now + int64(c.cfg.PutStartReleaseTimeout)
 			}
-			held = append(held, discardedPut{replicas: reps, size: h.h.Size, releaseAt: releaseAt})
+			held = append(held, discardedPut{replicas: reps, size: h.h.Size, releaseAt: releaseAt, hold: h.h.ID})
 		}
 	}
 	slices.SortStableFunc(held, func(a, b discardedPut) int { return cmp.Compare(a.releaseAt, b.releaseAt) })
@@ -602,7 +621,9 @@ func (c *Core) Restore(st *State) RestoreReport {
 	c.held.Lock()
 	for i := range held {
 		d := &held[i]
-		d.hold = c.holds.Add(1)
+		if d.hold == 0 { // the ranges of a write in progress at the stop
+			d.hold = c.holds.Add(1)
+		}
 		if c.cfg.OnChange != nil { // the snapshot after the restore holds it
 			c.keepHold(heldOf(d.hold, d.replicas, d.size, d.releaseAt))
 		}

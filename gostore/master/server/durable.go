@@ -5,14 +5,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gostore/gostore/gostore/journal"
 	"github.com/gostore/gostore/gostore/master"
@@ -21,8 +24,10 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// stateVersion is written before every snapshot's state: a master that
-// finds another refuses to start rather than misread it.
+// stateVersion is the version of the msgpack envelope that snapshots held
+// before state version 2 (master.StateMagic: the journal's own records,
+// streamed). Such a snapshot is still read; none is written any more. A
+// master that finds another version refuses to start rather than misread it.
 const stateVersion = 1
 
 type snapshotEnvelope struct {
@@ -40,10 +45,22 @@ type changeLog interface {
 	Close() error
 }
 
+// streamingLog is a changeLog that takes a snapshot as a stream (the local
+// journal): the state is never whole in memory.
+type streamingLog interface {
+	SnapshotWith(seq uint64, write func(io.Writer) error) error
+}
+
 // durability is a server's change log.
 type durability struct {
 	j   changeLog
 	log *slog.Logger
+	// snapMu: one snapshot at a time.
+	snapMu sync.Mutex
+	// lastSnap is what the last snapshot wrote (nil: none yet), for
+	// /metrics.
+	lastSnap  atomic.Pointer[snapshotDone]
+	snapshots atomic.Int64
 	// limit, when set (the log on etcd), bounds how long an RPC waits for
 	// its change to be taken: etcd without a quorum takes nothing, and the
 	// caller gets failCode instead of hanging (reads keep being served).
@@ -208,7 +225,11 @@ func (f *follower) finish(ctx context.Context) (st *master.State, before, last u
 // stateOf is the state a snapshot and the records after it hold.
 func stateOf(snapshot []byte, snapSeq uint64, records [][]byte) (*master.State, error) {
 	st := master.NewState()
-	if snapshot != nil {
+	if bytes.HasPrefix(snapshot, []byte(master.StateMagic)) {
+		if err := master.ReadState(bytes.NewReader(snapshot), st); err != nil {
+			return nil, fmt.Errorf("snapshot %d cannot be read: %v", snapSeq, err)
+		}
+	} else if snapshot != nil {
 		var env snapshotEnvelope
 		if err := wire.Unmarshal(snapshot, &env); err != nil || env.State == nil {
 			return nil, fmt.Errorf("snapshot %d cannot be read: %v", snapSeq, err)
@@ -312,15 +333,79 @@ func (d *durability) await(wait func(uint64) error, seq uint64) error {
 	}
 }
 
-// snapshot folds the journal into a snapshot of core's state.
+// snapshotDone is what one snapshot wrote and what it cost.
+type snapshotDone struct {
+	seq      uint64
+	info     master.SnapshotInfo
+	duration time.Duration
+}
+
+// snapshot folds the journal into a snapshot of core's state while the
+// core serves (master.Core.WriteState: a fuzzy snapshot). The log's
+// position is read first: the snapshot names it, and every record after
+// it is replayed on top at the next start.
 func (d *durability) snapshot(core *master.Core) error {
-	var seq uint64
-	st := core.DurableState(func() { seq = d.j.LastSeq() })
-	b, err := msgpack.Marshal(&snapshotEnvelope{Version: stateVersion, State: st})
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	start := time.Now()
+	seq := d.j.LastSeq()
+	var info master.SnapshotInfo
+	write := func(w io.Writer) error {
+		var err error
+		info, err = core.WriteState(w)
+		return err
+	}
+	var err error
+	if sl, ok := d.j.(streamingLog); ok {
+		err = sl.SnapshotWith(seq, write)
+	} else { // the log on etcd takes the state whole
+		var buf bytes.Buffer
+		if err = write(&buf); err == nil {
+			err = d.j.Snapshot(seq, buf.Bytes())
+		}
+	}
 	if err != nil {
 		return err
 	}
-	return d.j.Snapshot(seq, b)
+	done := &snapshotDone{seq: seq, info: info, duration: time.Since(start)}
+	d.lastSnap.Store(done)
+	d.snapshots.Add(1)
+	d.log.Info("snapshot taken", "seq", seq, "objects", info.Objects, "segments", info.Segments,
+		"holds", info.Holds, "drops", info.Drops, "bytes", info.Bytes, "duration", done.duration,
+		"longest_lock_hold", info.LongestHold)
+	return nil
+}
+
+// registerMetrics adds the snapshots' series to reg.
+func (d *durability) registerMetrics(reg *prometheus.Registry) {
+	last := func(f func(*snapshotDone) float64) func() float64 {
+		return func() float64 {
+			if s := d.lastSnap.Load(); s != nil {
+				return f(s)
+			}
+			return 0
+		}
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gostore_master_snapshot_total",
+		Help: "Snapshots of the durable state taken."}, func() float64 { return float64(d.snapshots.Load()) }))
+	for _, g := range []struct {
+		name, help string
+		f          func(*snapshotDone) float64
+	}{
+		{"gostore_master_snapshot_last_seq", "The journal record the last snapshot names.",
+			func(s *snapshotDone) float64 { return float64(s.seq) }},
+		{"gostore_master_snapshot_last_objects", "Objects in the last snapshot.",
+			func(s *snapshotDone) float64 { return float64(s.info.Objects) }},
+		{"gostore_master_snapshot_last_bytes", "Bytes of the last snapshot's state.",
+			func(s *snapshotDone) float64 { return float64(s.info.Bytes) }},
+		{"gostore_master_snapshot_last_seconds", "How long the last snapshot took, written and synced.",
+			func(s *snapshotDone) float64 { return s.duration.Seconds() }},
+		{"gostore_master_snapshot_last_lock_hold_seconds",
+			"The longest the last snapshot held one of the core's locks (the most a call waited for it).",
+			func(s *snapshotDone) float64 { return s.info.LongestHold.Seconds() }},
+	} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, last(g.f)))
+	}
 }
 
 // durableOps are the RPCs whose answers wait for every change made so

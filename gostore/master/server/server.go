@@ -124,17 +124,13 @@ func Start(opts Options) (*Server, error) {
 			log.Warn("restored state held segments no mount could have made: dropped, with their replicas",
 				"bad_segments", rep.BadSegments)
 		}
-		// The restore itself is no change in the journal: a snapshot makes
-		// it the new starting point (the ranges it holds included).
-		if err := state.snapshot(core); err != nil {
-			state.j.Close()
-			rpcLn.Close()
-			return nil, fmt.Errorf("snapshot after the restore: %w", err)
-		}
 	}
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
 		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
 	s.metrics = newMetrics(core)
+	if state != nil {
+		state.registerMetrics(s.metrics.reg)
+	}
 	s.rpc = s.newRPCServer()
 	s.rpc.SetAuth(guard)
 	s.register()
@@ -200,6 +196,17 @@ func Start(opts Options) (*Server, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			if saved != nil {
+				// The restore itself is no change in the journal: a
+				// snapshot makes it the new starting point. It runs while
+				// the master serves (a fuzzy snapshot stops no call), not
+				// before: until it is whole, the directory restores the
+				// same core again (see master.Core.Restore), and the
+				// records written meanwhile apply on top.
+				if err := s.state.snapshot(s.core); err != nil {
+					s.log.Error("snapshot after the restore failed", "err", err)
+				}
+			}
 			s.snapshotLoop(interval)
 		}()
 	}
