@@ -553,7 +553,17 @@ func (c *Core) Restore(st *State) RestoreReport {
 
 	// Objects go into their shards from GOMAXPROCS goroutines, each over a
 	// part of the entries; the ranges of writes in progress are gathered
-	// to be held after.
+	// to be held after. An empty shard's map is made at its final size
+	// first: growing 1024 maps through every power of two costs more than
+	// filling them.
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		if len(sh.objects) == 0 {
+			sh.objects = make(map[string]*object, len(entries)/NumShards+len(entries)/NumShards/8)
+		}
+		sh.mu.Unlock()
+	}
 	parts := runtime.GOMAXPROCS(0)
 	type partResult struct {
 		objects, dropped int

@@ -18,9 +18,10 @@ import (
 const StateMagic = "GSSTATE\x02"
 
 // snapshotChunk bounds how many objects WriteState reads under one hold
-// of a shard's lock: about a millisecond of encoding, whatever the number
-// of objects the core holds.
-var snapshotChunk = 2048 // a variable for tests only
+// of a shard's lock: well under a millisecond of encoding, whatever the
+// number of objects the core holds, and little work to lose to the CPU
+// being taken away mid-chunk.
+var snapshotChunk = 256 // a variable for tests only
 
 // maxStateRecord bounds one record's length as read back from a state, so
 // a damaged length allocates nothing (an object record is a key, a few
@@ -49,9 +50,10 @@ type SnapshotInfo struct {
 // records after seq0 on top of what WriteState wrote gives exactly the
 // live state at the end of those records (see the package doc).
 //
-// The stored form is StateMagic, NextSegID and Epoch (uvarints), then
-// frames (a uvarint length, then one EncodeChange record), then a frame of
-// length 0 that says the state is whole.
+// The stored form is StateMagic, NextSegID, Epoch and about how many
+// objects follow (uvarints: the count sizes the reader's maps, no more),
+// then frames (a uvarint length, then one EncodeChange record), then a
+// frame of length 0 that says the state is whole.
 func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 	var info SnapshotInfo
 	bw := bufio.NewWriterSize(w, 1<<20)
@@ -63,6 +65,7 @@ func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 	start := c.cfg.Now()
 	f.buf = binary.AppendUvarint(f.buf, c.segs.nextID)
 	f.buf = binary.AppendUvarint(f.buf, c.epochs.Load())
+	f.buf = binary.AppendUvarint(f.buf, uint64(c.countObjects()))
 	var err error
 	for _, s := range c.segs.list {
 		d := s.desc
@@ -142,6 +145,19 @@ func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 	return info, bw.Flush()
 }
 
+// countObjects is about how many objects the shards hold (each shard
+// counted under its lock, not all at once).
+func (c *Core) countObjects() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.objects)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
 // frames collects frames of the stored state; rec is reused for each.
 type frames struct{ buf, rec []byte }
 
@@ -187,6 +203,15 @@ func ReadState(r io.Reader, st *State) error {
 	epoch, err := binary.ReadUvarint(br)
 	if err != nil {
 		return fmt.Errorf("state header: %w", err)
+	}
+	objects, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("state header: %w", err)
+	}
+	if st.Objects == nil || len(st.Objects) == 0 {
+		// Sized once rather than grown through every power of two; a
+		// damaged count is capped (by what a record takes at least).
+		st.Objects = make(map[string]DurableObject, min(objects, 1<<27))
 	}
 	st.Apply(Change{}) // makes the maps a State decoded elsewhere may lack
 	st.NextSegID, st.Epoch = max(st.NextSegID, nextSeg), max(st.Epoch, epoch)
