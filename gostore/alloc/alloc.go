@@ -128,12 +128,13 @@ type Range struct{ Offset, Size uint64 }
 // is not restored: its index is returned in refused.
 func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []int) {
 	a = empty(capacity, align)
+	a.allocated = make(map[uint64]uint64, len(ranges)) // sized once: a restore of millions of ranges
 	type unitRange struct {
 		start, size uint64
 		index       int
 	}
 	kept := make([]unitRange, 0, len(ranges))
-	taken := make(map[uint64]bool) // starts kept so far, to refuse exact repeats fast
+	taken := make(map[uint64]bool, len(ranges)) // starts kept so far, to refuse exact repeats fast
 	for i, r := range ranges {
 		if r.Size == 0 || r.Offset&(align-1) != 0 || r.Offset >= capacity || r.Size > capacity-r.Offset ||
 			taken[r.Offset>>a.shift] {

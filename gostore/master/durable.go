@@ -285,7 +285,17 @@ func (c *Core) dropsDone(storage string, keys ...string) {
 // durable is o's durable state, or false when it has none (no COMPLETE
 // replica and no disk copy: an object still being written).
 func durable(o *object) (DurableObject, bool) {
-	d := DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writer, HardPin: o.hardPin, SoftPin: o.softPin != 0}
+	var d DurableObject
+	ok := durableInto(&d, new(DurableDisk), o)
+	return d, ok
+}
+
+// durableInto is durable writing into d, reusing its slices and disk (the
+// snapshot's walk allocates nothing per object: allocation there would
+// draft it into the collector's work while it holds a shard's lock).
+func durableInto(d *DurableObject, disk *DurableDisk, o *object) bool {
+	*d = DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writer, HardPin: o.hardPin, SoftPin: o.softPin != 0,
+		Replicas: d.Replicas[:0], Writing: d.Writing[:0]}
 	for _, r := range o.replicas {
 		dr := DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset}
 		if r.status == replicaComplete {
@@ -294,10 +304,17 @@ func durable(o *object) (DurableObject, bool) {
 			d.Writing = append(d.Writing, dr)
 		}
 	}
-	if o.disk != nil {
-		d.Disk = &DurableDisk{Client: o.disk.client, Endpoint: o.disk.endpoint, Storage: o.disk.storage}
+	if len(d.Replicas) == 0 {
+		d.Replicas = nil // as a decoded record has it
 	}
-	return d, len(d.Replicas) > 0 || d.Disk != nil || len(d.Writing) > 0
+	if len(d.Writing) == 0 {
+		d.Writing = nil
+	}
+	if o.disk != nil {
+		*disk = DurableDisk{Client: o.disk.client, Endpoint: o.disk.endpoint, Storage: o.disk.storage}
+		d.Disk = disk
+	}
+	return len(d.Replicas) > 0 || d.Disk != nil || len(d.Writing) > 0
 }
 
 // record reports key's durable state after a change (o nil: the key is
@@ -483,9 +500,27 @@ func (c *Core) Restore(st *State) RestoreReport {
 	// either: the state restored stays on disk until the next snapshot,
 	// and a new segment under that id would give the replica a place.
 	named := uint64(0)
+	// The replicas of every object share one array (each object's slice
+	// capped at its own, so an append later copies): one allocation, not
+	// one per object. Each segment's claims are counted first, for the
+	// same reason.
+	nreps := 0
+	perSeg := map[*segment]int{}
+	for _, d := range st.Objects {
+		nreps += len(d.Replicas) + len(d.Writing)
+		for _, r := range d.Replicas {
+			perSeg[segs[r.SegID]]++
+		}
+		for _, r := range d.Writing {
+			perSeg[segs[r.SegID]]++
+		}
+	}
+	backing := make([]replica, nreps)
 	entries := make([]restoreEntry, 0, len(st.Objects))
 	for k, d := range st.Objects {
-		e := restoreEntry{key: k, d: d, reps: make([]replica, len(d.Replicas)), writing: make([]replica, len(d.Writing))}
+		e := restoreEntry{key: k, d: d}
+		e.reps, backing = backing[:len(d.Replicas):len(d.Replicas)], backing[len(d.Replicas):]
+		e.writing, backing = backing[:len(d.Writing):len(d.Writing)], backing[len(d.Writing):]
 		for j, r := range d.Replicas {
 			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset, status: replicaComplete}
 			named = max(named, r.SegID)
@@ -512,7 +547,12 @@ func (c *Core) Restore(st *State) RestoreReport {
 		holds = append(holds, e)
 	}
 	c.segs.nextID = max(c.segs.nextID, named)
-	claims := map[*segment][]restoreClaim{}
+	claims := make(map[*segment][]restoreClaim, len(segs))
+	for s, n := range perSeg {
+		if s != nil {
+			claims[s] = make([]restoreClaim, 0, n)
+		}
+	}
 	for i := range entries {
 		e := &entries[i]
 		for j := range e.reps {
@@ -796,6 +836,13 @@ func EncodeChange(buf []byte, ch Change) ([]byte, error) {
 		}
 		return buf, nil
 	}
+	return encodeMsgpack(buf, ch)
+}
+
+// encodeMsgpack appends the stored form of a change that is not an
+// object's. A function of its own: msgpack takes ch's address, which
+// would move every object change to the heap too.
+func encodeMsgpack(buf []byte, ch Change) ([]byte, error) {
 	body, err := msgpack.Marshal(&ch)
 	buf = append(buf, body...)
 	if err == nil && ch.Kind == SegmentMounted && ch.GrantKey != nil {

@@ -107,6 +107,8 @@ func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 	if _, err := cw.Write(f.buf); err != nil {
 		return info, err
 	}
+	var d DurableObject // reused: see durableInto
+	var disk DurableDisk
 	for i := range c.shards {
 		sh := &c.shards[i]
 		n := 0
@@ -117,7 +119,7 @@ func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 		// it is iterated (an entry added meanwhile may or may not come, one
 		// deleted does not), and each change has its record after seq0.
 		for key, o := range sh.objects {
-			if d, ok := durable(o); ok {
+			if durableInto(&d, &disk, o) {
 				f.add(Change{Kind: ObjectSet, Key: key, Object: d}) // binary: no error
 				info.Objects++
 			}
