@@ -51,6 +51,23 @@
 //     under the lock that made it, so replaying the reports gives the live
 //     durable state (a property test checks it after every step of a
 //     random workload). A new mutation of those needs its report.
+//   - Each report is made under the lock WriteState reads its subject
+//     under (a shard's for objects, segs' for segments, held's for holds,
+//     drops' for SSD drops), after the change it reports. So WriteState's
+//     fuzzy snapshot, walking the state a chunk at a time while the core
+//     serves, sees every part as it was at some moment after the log
+//     position read before it; every change after that moment has a
+//     report after that position; and each report sets the whole state of
+//     its subject (ObjectSet/Gone an object's, SegmentMounted/Removed a
+//     segment's and its grant key's, RangesHeld/Released a hold's by its
+//     id, DropAdded/DropsDone one (directory, key) pair's; the high-water
+//     marks only grow). Snapshot plus the reports after its position is
+//     therefore the live state at the reports' end (a test checks it with
+//     the walk letting go of each shard between any two objects). Hold ids
+//     are never reused, across a Restore too.
+//   - Restore's result depends on the state only (no map order): a
+//     conflict over a range goes to the higher epoch, then the smaller
+//     key; holds by id.
 //   - A range goes back to its segment only after the report that lets it
 //     go (object.release, then free): a server acknowledging a new write
 //     in its range has the release in its log before it.

@@ -17,8 +17,14 @@
 // written to the local journal: they are synced with the put's end, and
 // a restart after a reboot of the machine quarantines restored segments
 // for the writers whose holds it may have lost. Snapshots fold
-// the log periodically and at a clean stop; Start restores from the log
-// before it serves. Under HA, Start campaigns first (a standby following
+// the log periodically, after a restore and at a clean stop, one at a
+// time and while the core serves: the log's position is read first, then
+// master.Core.WriteState streams a fuzzy snapshot (state version 2, the
+// log's own records) into journal.SnapshotWith (the log on etcd takes the
+// bytes whole); each logs one line and sets gostore_master_snapshot_*.
+// stateOf reads version 2 and the older msgpack envelope (version 1).
+// Start restores from the log before it serves, and snapshots the
+// restored state in the background. Under HA, Start campaigns first (a standby following
 // the log until it leads) and the server steps down (Done closes) when
 // its leadership is lost.
 //
