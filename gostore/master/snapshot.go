@@ -50,6 +50,9 @@ type SnapshotInfo struct {
 // records after seq0 on top of what WriteState wrote gives exactly the
 // live state at the end of those records (see the package doc).
 //
+// Holds are written from the mirror the core keeps only when it reports
+// changes (Config.OnChange): a core without it has no journal to fold.
+//
 // The stored form is StateMagic, NextSegID, Epoch and about how many
 // objects follow (uvarints: the count sizes the reader's maps, no more),
 // then frames (a uvarint length, then one EncodeChange record), then a
