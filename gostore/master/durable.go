@@ -500,92 +500,71 @@ func (c *Core) Restore(st *State) RestoreReport {
 	// either: the state restored stays on disk until the next snapshot,
 	// and a new segment under that id would give the replica a place.
 	named := uint64(0)
-	// The replicas of every object share one array (each object's slice
-	// capped at its own, so an append later copies): one allocation, not
-	// one per object. Each segment's claims are counted first, for the
-	// same reason.
-	nreps := 0
-	perSeg := map[*segment]int{}
-	for _, d := range st.Objects {
-		nreps += len(d.Replicas) + len(d.Writing)
-		for _, r := range d.Replicas {
-			perSeg[segs[r.SegID]]++
+	// The replicas are cut from shared blocks (each object's slice capped
+	// at its own, so an append later copies): few allocations, not one
+	// per object. Segments are found by id in a slice (a lookup per
+	// replica: millions). entries never grows past its capacity, so the
+	// claims' pointers into it stay valid.
+	ix := newSegIndex(segs)
+	claims := make([][]restoreClaim, len(ix.list))
+	var block []replica
+	take := func(n int) []replica {
+		if n == 0 {
+			return nil
 		}
-		for _, r := range d.Writing {
-			perSeg[segs[r.SegID]]++
+		if len(block) < n {
+			block = make([]replica, max(n, 1<<16))
+		}
+		out := block[:n:n]
+		block = block[n:]
+		return out
+	}
+	claim := func(reps []replica, from []DurableReplica, status replicaStatus, size uint64, entry int32) {
+		for j, r := range from {
+			named = max(named, r.SegID)
+			reps[j] = replica{offset: r.Offset, status: status}
+			if x := ix.idx(r.SegID); x >= 0 {
+				reps[j].seg = ix.list[x]
+				claims[x] = append(claims[x], restoreClaim{size: size, rep: &reps[j], entry: entry})
+			}
 		}
 	}
-	backing := make([]replica, nreps)
 	entries := make([]restoreEntry, 0, len(st.Objects))
 	for k, d := range st.Objects {
-		e := restoreEntry{key: k, d: d}
-		e.reps, backing = backing[:len(d.Replicas):len(d.Replicas)], backing[len(d.Replicas):]
-		e.writing, backing = backing[:len(d.Writing):len(d.Writing)], backing[len(d.Writing):]
-		for j, r := range d.Replicas {
-			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset, status: replicaComplete}
-			named = max(named, r.SegID)
-		}
-		for j, r := range d.Writing {
-			e.writing[j] = replica{seg: segs[r.SegID], offset: r.Offset}
-			named = max(named, r.SegID)
-		}
-		entries = append(entries, e)
+		i := len(entries)
+		entries = append(entries, restoreEntry{key: k, d: d, reps: take(len(d.Replicas)), writing: take(len(d.Writing))})
+		e := &entries[i]
+		claim(e.reps, d.Replicas, replicaComplete, d.Size, int32(i))
+		claim(e.writing, d.Writing, 0, d.Size, int32(i))
 	}
 	holds := make([]restoreHold, 0, len(st.Held))
 	for _, h := range st.Held {
-		e := restoreHold{h: h, reps: make([]replica, len(h.Ranges))}
 		// A hold keeps its id, and new ones are numbered above: until the
 		// snapshot after the restore, the journal on disk is the old state
 		// and the records after it, which must name the same holds.
 		if h.ID > c.holds.Load() {
 			c.holds.Store(h.ID)
 		}
-		for j, r := range h.Ranges {
-			e.reps[j] = replica{seg: segs[r.SegID], offset: r.Offset}
-			named = max(named, r.SegID)
-		}
-		holds = append(holds, e)
-	}
-	c.segs.nextID = max(c.segs.nextID, named)
-	claims := make(map[*segment][]restoreClaim, len(segs))
-	for s, n := range perSeg {
-		if s != nil {
-			claims[s] = make([]restoreClaim, 0, n)
-		}
-	}
-	for i := range entries {
-		e := &entries[i]
-		for j := range e.reps {
-			if s := e.reps[j].seg; s != nil {
-				claims[s] = append(claims[s], restoreClaim{size: e.d.Size, rep: &e.reps[j], entry: int32(i)})
-			}
-		}
-		for j := range e.writing {
-			if s := e.writing[j].seg; s != nil {
-				claims[s] = append(claims[s], restoreClaim{size: e.d.Size, rep: &e.writing[j], entry: int32(i)})
-			}
-		}
+		holds = append(holds, restoreHold{h: h, reps: make([]replica, len(h.Ranges))})
 	}
 	for i := range holds {
 		h := &holds[i]
-		for j := range h.reps {
-			if s := h.reps[j].seg; s != nil {
-				claims[s] = append(claims[s], restoreClaim{size: h.h.Size, rep: &h.reps[j], entry: -1 - int32(i)})
-			}
-		}
+		claim(h.reps, h.h.Ranges, 0, h.h.Size, -1-int32(i))
 	}
+	c.segs.nextID = max(c.segs.nextID, named)
 	// The segments' allocators are rebuilt in parallel (each sorts only
 	// its own ranges by offset: no sort of all keys).
-	work := make(chan *segment, len(segs))
-	for _, s := range segs {
-		work <- s
+	work := make(chan int, len(ix.list))
+	for x := range ix.list {
+		work <- x
 	}
 	close(work)
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), max(len(segs), 1)) {
+	for range min(runtime.GOMAXPROCS(0), max(len(ix.list), 1)) {
 		wg.Go(func() {
-			for s := range work {
-				s.alloc = restoreAlloc(s.desc.Size, claims[s], entries, holds)
+			for x := range work {
+				s := ix.list[x]
+				s.alloc = restoreAlloc(s.desc.Size, claims[x], entries, holds)
 			}
 		})
 	}
@@ -683,6 +662,47 @@ func (c *Core) Restore(st *State) RestoreReport {
 	c.discarded.list = append(c.discarded.list, held...)
 	c.discarded.Unlock()
 	return rep
+}
+
+// segIndex finds restored segments by id: a slice for the dense ids a
+// pool hands out (1, 2, ...), a map for any past it.
+type segIndex struct {
+	dense  []int32 // id -> index in list, -1 for none
+	sparse map[uint64]int32
+	list   []*segment
+}
+
+func newSegIndex(segs map[uint64]*segment) *segIndex {
+	ix := &segIndex{sparse: map[uint64]int32{}}
+	top := uint64(0)
+	for id := range segs {
+		top = max(top, id)
+	}
+	ix.dense = make([]int32, min(top+1, 1<<16))
+	for i := range ix.dense {
+		ix.dense[i] = -1
+	}
+	for id, s := range segs {
+		x := int32(len(ix.list))
+		ix.list = append(ix.list, s)
+		if id < uint64(len(ix.dense)) {
+			ix.dense[id] = x
+		} else {
+			ix.sparse[id] = x
+		}
+	}
+	return ix
+}
+
+// idx is the index of segment id in list, -1 when it was not restored.
+func (ix *segIndex) idx(id uint64) int {
+	if id < uint64(len(ix.dense)) {
+		return int(ix.dense[id])
+	}
+	if x, ok := ix.sparse[id]; ok {
+		return int(x)
+	}
+	return -1
 }
 
 // restoreEntry is an object of a state being restored: its replicas and
