@@ -292,8 +292,36 @@ func checkRestored(t *testing.T, c *Core) {
 	}
 }
 
-// FuzzReplayChanges: a snapshot (a State as the server stores it, or
-// none) and a log of records, replayed as the server's restart does:
+// stateV2 is st in the stored form WriteState writes.
+func stateV2(f *testing.F, st *State) []byte {
+	b := binary.AppendUvarint([]byte(StateMagic), st.NextSegID)
+	b = binary.AppendUvarint(b, st.Epoch)
+	b = binary.AppendUvarint(b, uint64(len(st.Objects)))
+	fr := &frames{buf: b}
+	add := func(ch Change) {
+		if err := fr.add(ch); err != nil {
+			f.Fatal(err)
+		}
+	}
+	for id, d := range st.Segments {
+		add(Change{Kind: SegmentMounted, Segment: &d, GrantKey: st.GrantKeys[id]})
+	}
+	for _, h := range st.Held {
+		add(Change{Kind: RangesHeld, Hold: &h})
+	}
+	for storage, keys := range st.Drops {
+		for k := range keys {
+			add(Change{Kind: DropAdded, Storage: storage, Key: k})
+		}
+	}
+	for k, o := range st.Objects {
+		add(Change{Kind: ObjectSet, Key: k, Object: o})
+	}
+	return append(fr.buf, 0)
+}
+
+// FuzzReplayChanges: a snapshot (a State as the server stores it: state
+// version 1's msgpack or version 2's records, or none) and a log of records, replayed as the server's restart does:
 // every record that decodes is applied, then the State restored into a
 // fresh core. Nothing may panic, the restored core must be consistent
 // (checkRestored), a core restored from its durable state gets all of it
@@ -323,6 +351,7 @@ func FuzzReplayChanges(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(snap, joinRecords(w[len(w)/2:]))
+		f.Add(stateV2(f, st), joinRecords(w[len(w)/2:])) // as WriteState stores it
 	}
 	// A snapshot from before holds were journaled (no "held" map), then a hold.
 	old, _ := msgpack.Marshal(map[string]any{"segs": map[uint64]wire.SegmentDesc{}, "objs": map[string]DurableObject{}})
@@ -347,7 +376,11 @@ func FuzzReplayChanges(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, snap, log []byte) {
 		st := NewState()
-		if len(snap) > 0 {
+		if bytes.HasPrefix(snap, []byte(StateMagic)) {
+			if ReadState(bytes.NewReader(snap), st) != nil {
+				return
+			}
+		} else if len(snap) > 0 {
 			// As the server reads a snapshot: vetted, then decoded; maps
 			// it does not hold stay nil.
 			st = &State{}
