@@ -56,9 +56,14 @@ def test_kill_9_and_restart_loses_no_acknowledged_object(launcher, tmp_path, sna
     m2 = _restart(launcher, m, state, **flags)
     assert m2.rpc_port == m.rpc_port
     assert "state restored" in m2.log()
-    # The clients find the new master by themselves (their next call or ping).
+    # The clients find the new master by themselves (their next call or ping);
+    # a client fails its calls at once until its ping reaches the new master,
+    # so both must have found it before reading (the master now serves as
+    # soon as it has restored, before its snapshot).
     wait_until(lambda: b.check_pattern("restart/1", *objects["restart/1"]), timeout=30,
                what="a read through the restarted master")
+    wait_until(lambda: a.check_pattern("restart/2", *objects["restart/2"]), timeout=30,
+               what="the other client's read through the restarted master")
     for key, (size, seed) in objects.items():
         reader = b if int(key.split("/")[1]) % 2 == 0 else a  # the other client reads it
         assert reader.check_pattern(key, size, seed), key
