@@ -357,10 +357,12 @@ func (c *Core) recordSegment(s *segment, mounted bool) {
 	}
 }
 
-// DurableState is a consistent copy of the durable state. fn, when not
-// nil, runs while every lock is held (no change can be reported
-// meanwhile): the server reads its journal's position there, so the copy
-// holds exactly the changes up to it.
+// DurableState is a consistent copy of the durable state, taken under
+// every lock at once: it stops the core for as long as the copy takes, so
+// no server calls it (servers use WriteState). Tests do: it reads the
+// holds from the quarantine and the task table, not from the mirror
+// WriteState writes, and so checks that mirror too. fn, when not nil,
+// runs while every lock is held (no change can be reported meanwhile).
 func (c *Core) DurableState(fn func()) *State {
 	st := NewState()
 	c.segs.Lock()
