@@ -49,9 +49,11 @@ type durability struct {
 	// caller gets failCode instead of hanging (reads keep being served).
 	limit    time.Duration
 	failCode wire.Code
-	// mustSync is the last record that is more than a hold (see
-	// master.Change.OnlyHolds): writeOps answer once it is synced and
-	// their own holds are only written.
+	// mustSync is the last record that is more than a hold or a write's
+	// completion (see master.Change.OnlyHolds and Completes): writeOps
+	// answer once it is synced and their own holds are only written. A
+	// completion frees no range a write start could be handed, so
+	// concurrent puts' starts do not wait for each other's ends' syncs.
 	mustSync atomic.Uint64
 }
 
@@ -252,7 +254,7 @@ func (d *durability) record(ch master.Change) {
 	if err == nil {
 		seq, err = d.j.Enqueue(b)
 	}
-	for !ch.OnlyHolds && err == nil {
+	for !ch.OnlyHolds && !ch.Completes && err == nil {
 		if last := d.mustSync.Load(); last >= seq || d.mustSync.CompareAndSwap(last, seq) {
 			break
 		}
@@ -271,7 +273,9 @@ func (d *durability) wait(seq uint64) error {
 }
 
 // waitHeld returns once every change up to seq is durable, except that the
-// holds after the last other change need only be written: they then
+// holds and write completions after the last other change need only be
+// written (a completion, lost in a crash, leaves its write's ranges held as
+// its start recorded them, and frees nothing to hand out): they then
 // survive a crash of the process, and one of the machine is covered by the
 // quarantine after a reboot (see restoreQuarantine). The log on etcd has no
 // such middle state: there it is wait.
