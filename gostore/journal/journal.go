@@ -41,6 +41,9 @@ var (
 	ErrClosed = errors.New("journal: closed")
 	// ErrTooLarge: a record over MaxRecord.
 	ErrTooLarge = errors.New("journal: record too large")
+	// ErrEmpty: a record of no bytes (a zero frame length marks the
+	// unwritten, preallocated end of a log file).
+	ErrEmpty = errors.New("journal: empty record")
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -179,6 +182,9 @@ func (j *Journal) Enqueue(rec []byte) (uint64, error) {
 	if len(rec) > MaxRecord {
 		return 0, ErrTooLarge
 	}
+	if len(rec) == 0 {
+		return 0, ErrEmpty
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {
@@ -281,7 +287,7 @@ func (j *Journal) Close() error {
 	j.mu.Unlock()
 	close(j.stop)
 	<-j.stopped
-	err := j.file.Close()
+	err := j.closeFile()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.err != nil {
@@ -349,7 +355,7 @@ func (j *Journal) flush(forceSync bool) {
 	if j.beforeSync != nil {
 		j.beforeSync()
 	}
-	err = j.file.Sync()
+	err = datasync(j.file)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err != nil {
@@ -376,11 +382,11 @@ func (j *Journal) writeBatch(first uint64, batch [][]byte) (int64, error) {
 		size += frameHeader + len(r)
 	}
 	if j.fileSize > logHeaderSize && j.fileSize+int64(size) > j.opts.SegmentBytes {
-		if err := j.file.Sync(); err != nil {
+		if err := datasync(j.file); err != nil {
 			return 0, err
 		}
 		j.dirty = false
-		if err := j.file.Close(); err != nil {
+		if err := j.closeFile(); err != nil {
 			return 0, err
 		}
 		if err := j.startFile(first); err != nil {
@@ -429,6 +435,9 @@ func (j *Journal) startFile(first uint64) error {
 		os.Remove(path)
 		return fmt.Errorf("journal: %w", err)
 	}
+	// Reserved up to the segment's size (see preallocate), the length and
+	// block map synced here once rather than with every batch.
+	preallocate(f, j.opts.SegmentBytes)
 	if err := f.Sync(); err != nil {
 		f.Close()
 		return fmt.Errorf("journal: %w", err)
@@ -445,6 +454,23 @@ func (j *Journal) startFile(first uint64) error {
 		j.files = append(j.files, logFile{first, path})
 	}
 	j.filesMu.Unlock()
+	return nil
+}
+
+// closeFile ends the current log file at its last record: the reserved
+// space after it goes (synced, so that a clean stop leaves no zeros for
+// Open to read past), then the file is closed.
+func (j *Journal) closeFile() error {
+	err := j.file.Truncate(j.fileSize)
+	if err == nil {
+		err = j.file.Sync()
+	}
+	if cerr := j.file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
 	return nil
 }
 

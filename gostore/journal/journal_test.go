@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -289,7 +290,24 @@ func TestFullFileSystemFailsAppendsAndLosesNothingAcknowledged(t *testing.T) {
 		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
 	}
 	defer exec.Command("umount", dir).Run()
-	j, _ := open(t, Options{Dir: dir})
+	for _, segment := range []int64{0, 64 << 10} {
+		// Default segments are too big to preallocate here (plain
+		// appends meet the full disk); 64 KiB ones are preallocated
+		// until a new one finds no room.
+		t.Run(fmt.Sprintf("segments of %d", segment), func(t *testing.T) {
+			sub := filepath.Join(dir, strconv.FormatInt(segment, 10))
+			exec.Command("mount", "-o", "remount,size=256k", dir).Run()
+			fillTheFileSystem(t, Options{Dir: sub, SegmentBytes: segment})
+			os.RemoveAll(sub)
+		})
+	}
+}
+
+// fillTheFileSystem appends in opts.Dir, on a small tmpfs, until the disk
+// is full, then makes room and checks what comes back.
+func fillTheFileSystem(t *testing.T, opts Options) {
+	dir := opts.Dir
+	j, _ := open(t, opts)
 	acked := 0
 	var failure error
 	for i := 1; i <= 100000; i++ {
@@ -307,8 +325,8 @@ func TestFullFileSystemFailsAppendsAndLosesNothingAcknowledged(t *testing.T) {
 	}
 	j.Close()
 	// Room again (as an operator would make it), then reopen.
-	exec.Command("mount", "-o", "remount,size=4m", dir).Run()
-	j, r := open(t, Options{Dir: dir})
+	exec.Command("mount", "-o", "remount,size=4m", filepath.Dir(dir)).Run()
+	j, r := open(t, opts)
 	defer j.Close() // before the unmount
 	if len(r.Records) < acked {
 		t.Fatalf("%d acknowledged, %d recovered", acked, len(r.Records))
