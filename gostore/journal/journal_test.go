@@ -95,7 +95,7 @@ func TestConcurrentAppendsShareOneSync(t *testing.T) {
 	<-entered
 	for {
 		j.mu.Lock()
-		queued := len(j.pending)
+		queued := j.pendingN
 		j.mu.Unlock()
 		if queued == n {
 			break
