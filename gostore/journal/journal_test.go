@@ -414,3 +414,61 @@ func TestOpenTellsAProcessCrashFromAReboot(t *testing.T) {
 		t.Fatalf("boot file holds %q", got)
 	}
 }
+
+// A waiter that needs its record only written does not wait for a sync in
+// progress: the next batch goes to the file meanwhile.
+func TestARecordIsWrittenWhileASyncRuns(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir, SyncInterval: time.Hour})
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	j.beforeSync = func() {
+		once.Do(func() { close(entered); <-gate })
+	}
+	synced := make(chan error, 1)
+	go func() {
+		_, err := j.Append(rec(1))
+		synced <- err
+	}()
+	<-entered // record 1 is being synced, and the sync holds
+	seq, err := j.Enqueue(rec(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan error, 1)
+	go func() { written <- j.WaitWritten(seq) }()
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(gate)
+		t.Fatal("writing record 2 waited for the sync of record 1")
+	}
+	close(gate)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	_, r := open(t, Options{Dir: dir})
+	wantRecords(t, r, 1, 2)
+}
+
+// Enqueue copies its record: the caller's buffer is free at once.
+func TestEnqueueCopiesTheRecord(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir})
+	buf := append([]byte(nil), rec(1)...)
+	seq, err := j.Enqueue(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "overwritten")
+	if err := j.Wait(seq); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	_, r := open(t, Options{Dir: dir})
+	wantRecords(t, r, 1, 1)
+}
