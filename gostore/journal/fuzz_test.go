@@ -129,7 +129,7 @@ func FuzzRecoverLog(f *testing.F) {
 	f.Add(uint8(4), []byte{0, 0, 0, 3, 0, 0, 0, 0, 'x'}, false)                            // 48 MiB claimed, under MaxRecord
 	f.Add(uint8(4), []byte{0, 0, 0, 3, 0, 0, 0, 0, 'x'}, true)
 	f.Add(uint8(0), append(logHeader(9), good[16:]...), false) // header names another first record
-	f.Add(uint8(fuzzRecords+1), make([]byte, 4096), false)      // preallocated space after the records
+	f.Add(uint8(fuzzRecords+1), make([]byte, 4096), false)     // preallocated space after the records
 	f.Add(uint8(fuzzRecords+1), make([]byte, 4096), true)
 	f.Add(uint8(3), append(make([]byte, 600), good[16:]...), false) // a zero sector, then written frames
 	f.Fuzz(func(t *testing.T, keep uint8, data []byte, later bool) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,7 +56,13 @@ type durability struct {
 	// completion frees no range a write start could be handed, so
 	// concurrent puts' starts do not wait for each other's ends' syncs.
 	mustSync atomic.Uint64
+	// copies: the log copies a record at Enqueue (the local journal), so
+	// record encodes into a pooled buffer; the log on etcd keeps it.
+	copies bool
 }
+
+// encodeBufs are record's buffers (*[]byte) when the log copies.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // openState opens the state directory's journal and reads the state it
 // holds; it sets opts.RestoreQuarantine for what it found.
@@ -78,7 +85,7 @@ func openState(opts *Options, log *slog.Logger) (*durability, *master.State, err
 			"last_write", rec.LastWrite.Format(time.RFC3339Nano), "quarantine", q)
 		opts.RestoreQuarantine = q
 	}
-	return &durability{j: j, log: log}, st, nil
+	return &durability{j: j, log: log, copies: true}, st, nil
 }
 
 // restoreQuarantine is how long restored segments take no new object.
@@ -249,10 +256,21 @@ func fill(st *master.State) {
 // only encodes and enqueues; the RPC waits for the disk after (see
 // durableOps).
 func (d *durability) record(ch master.Change) {
-	b, err := master.EncodeChange(make([]byte, 0, 64+len(ch.Key)), ch)
+	var buf *[]byte
+	if d.copies {
+		buf = encodeBufs.Get().(*[]byte)
+	} else {
+		b := make([]byte, 0, 64+len(ch.Key))
+		buf = &b
+	}
+	b, err := master.EncodeChange((*buf)[:0], ch)
 	var seq uint64
 	if err == nil {
 		seq, err = d.j.Enqueue(b)
+	}
+	if d.copies && cap(b) <= 64<<10 {
+		*buf = b
+		encodeBufs.Put(buf)
 	}
 	for !ch.OnlyHolds && !ch.Completes && err == nil {
 		if last := d.mustSync.Load(); last >= seq || d.mustSync.CompareAndSwap(last, seq) {
