@@ -621,6 +621,13 @@ func EncodeChange(buf []byte, ch Change) ([]byte, error) {
 		}
 		return buf, nil
 	}
+	return appendMsgpack(buf, ch)
+}
+
+// appendMsgpack appends the msgpack form of a change that is no object's
+// (and the grant key after it). Apart from EncodeChange so that only these
+// rarer changes escape to the heap, not every object change.
+func appendMsgpack(buf []byte, ch Change) ([]byte, error) {
 	body, err := msgpack.Marshal(&ch)
 	buf = append(buf, body...)
 	if err == nil && ch.Kind == SegmentMounted && ch.GrantKey != nil {
