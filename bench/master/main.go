@@ -265,7 +265,7 @@ type journalRow struct {
 // diskLimits are the disk's own rates under the journal's directory.
 type diskLimits struct {
 	FsyncPS     float64 // 4 KiB append + fsync round trips per second
-	FdatasyncPS float64 // 4 KiB write + fdatasync, into a preallocated file (what the journal does)
+	FdatasyncPS float64 // 128 B write + fdatasync into a preallocated file: a put's records, as the journal writes them
 }
 
 // journalCost measures puts with the journal off, on, and on with
@@ -361,7 +361,7 @@ func offRow(rows []journalRow, r journalRow) *journalRow {
 // row of its shape and, for the journal on, beside the disk's bound.
 func printJournalCost(rows []journalRow, disk diskLimits) {
 	fmt.Printf("\nthe journal's cost (--snapshot_backup_dir): 4 KiB puts, PutStart+PutEnd over RPC\n")
-	fmt.Printf("limits of this disk: %.0f 4 KiB append+fsync/s, %.0f 4 KiB write+fdatasync/s into a preallocated file (the journal's way)\n",
+	fmt.Printf("limits of this disk: %.0f 4 KiB append+fsync/s, %.0f 128 B write+fdatasync/s into a preallocated file (a put's records, the journal's way)\n",
 		disk.FsyncPS, disk.FdatasyncPS)
 	fmt.Printf("%-22s %6s %8s %14s %14s %16s %10s %16s\n", "journal", "batch", "callers", "keys/s", "us/put call", "bytes/object", "vs off", "sync bound")
 	for _, r := range rows {
@@ -386,9 +386,10 @@ func syncRates(dir string, d time.Duration) diskLimits {
 	return diskLimits{FsyncPS: syncRate(dir, d, false), FdatasyncPS: syncRate(dir, d, true)}
 }
 
-// syncRate is how many 4 KiB write+sync round trips per second the disk
-// under dir does: appends synced with fsync, or (prealloc) writes into a
-// preallocated file synced with fdatasync.
+// syncRate is how many write+sync round trips per second the disk under
+// dir does: 4 KiB appends synced with fsync, or (prealloc) 128 B writes
+// (about one put's records) into a preallocated file synced with
+// fdatasync.
 func syncRate(dir string, d time.Duration, prealloc bool) float64 {
 	f, err := os.Create(filepath.Join(dir, "sync-probe"))
 	if err != nil {
@@ -404,6 +405,9 @@ func syncRate(dir string, d time.Duration, prealloc bool) float64 {
 		sync = func() error { return unix.Fdatasync(int(f.Fd())) }
 	}
 	buf := make([]byte, 4096)
+	if prealloc {
+		buf = buf[:128]
+	}
 	n := 0
 	start := time.Now()
 	for time.Since(start) < d {
