@@ -36,11 +36,8 @@
 //     Concurrent Appends share one write and one sync (group commit). The
 //     waiters do the writing and syncing themselves (the first to find
 //     its record unwritten writes every pending record in one call; one
-//     that finds it written and not covered by a sync running syncs):
-//     one write at a time, up to two syncs (the disk overlaps them), a
-//     write while syncs run; no goroutine hand-off. Each sync makes
-//     durable every record written before it began, whatever order the
-//     syncs end in.
+//     that finds it written and unsynced syncs), one write and one sync
+//     at a time, a write while a sync runs; no goroutine hand-off.
 //   - With Options.AckBeforeSync, Append returns once the record is
 //     written, and the writer syncs at least every Options.SyncInterval:
 //     a crash loses at most that window.

@@ -112,15 +112,10 @@ type Journal struct {
 	spare    []byte
 	written  uint64 // last sequence number written to the file
 	synced   uint64 // last sequence number synced
-	// writing: a waiting caller (or the ticker, or Close) is writing a
-	// batch, with mu released (see until); one at a time. syncs: how many
-	// syncs of the file run (at most maxSyncs), the newest covering the
-	// records up to syncingTo; rotating: the file is being replaced, and
-	// no sync starts. A batch is written while syncs run.
-	writing   bool
-	syncs     int
-	syncingTo uint64
-	rotating  bool
+	// writing, syncing: a waiting caller (or the ticker, or Close) is
+	// writing a batch, or syncing the file, with mu released (see until).
+	// One of each at a time; a batch is written while a sync runs.
+	writing, syncing bool
 	err              error // the first write or sync failure: the journal is failed
 	closed           bool
 	stats            Stats
@@ -142,13 +137,6 @@ type Journal struct {
 
 // maxSpare bounds the batch buffer a Journal keeps for reuse.
 const maxSpare = 4 << 20
-
-// maxSyncs bounds the syncs of the log file that run at once. A record
-// written while a sync runs need not wait for it to end before its own
-// starts: the disk overlaps them (two concurrent fdatasyncs of one file
-// take about the time of one), so it waits about one sync, not one and a
-// half. Two, not more: more would split the batches that share a sync.
-const maxSyncs = 2
 
 // Open recovers dir (creating it when missing) and opens it for appending.
 func Open(opts Options) (*Journal, *Recovered, error) {
@@ -257,7 +245,7 @@ func (j *Journal) until(seq uint64, sync bool) error {
 			return ErrClosed
 		case j.written < seq && !j.writing:
 			j.write()
-		case j.written >= seq && j.syncingTo < seq && j.syncs < maxSyncs && !j.rotating:
+		case j.written >= seq && !j.syncing:
 			j.sync()
 		default:
 			j.cond.Wait()
@@ -296,21 +284,18 @@ func (j *Journal) write() {
 // sync makes the records written so far durable; j.mu is held, and
 // released while the file syncs.
 func (j *Journal) sync() {
-	j.syncs++
+	j.syncing = true
 	mark, f := j.written, j.file
-	j.syncingTo = mark
 	j.mu.Unlock()
 	if j.beforeSync != nil {
 		j.beforeSync()
 	}
 	err := datasync(f)
 	j.mu.Lock()
-	j.syncs--
+	j.syncing = false
 	if err != nil {
 		j.fail(err)
 	} else {
-		// Whatever the order syncs end in: each made durable everything
-		// written before it began.
 		j.stats.Syncs++
 		j.synced = max(j.synced, mark)
 	}
@@ -351,7 +336,7 @@ func (j *Journal) Close() error {
 	<-j.stopped
 	j.mu.Lock()
 	j.until(j.next-1, true) // nothing is appended any more
-	for j.writing || j.syncs > 0 {
+	for j.writing || j.syncing {
 		j.cond.Wait()
 	}
 	j.mu.Unlock()
@@ -413,21 +398,21 @@ func (j *Journal) writeBatch(first uint64, batch []byte) (int64, error) {
 }
 
 // rotate ends the current log file (synced: closeFile) and starts the
-// next, whose first record is first. No sync runs meanwhile: nobody syncs
-// a file being closed.
+// next, whose first record is first. It takes the sync role meanwhile, so
+// that nobody syncs a file being closed.
 func (j *Journal) rotate(first uint64) error {
 	j.mu.Lock()
-	j.rotating = true
-	for j.syncs > 0 {
+	for j.syncing {
 		j.cond.Wait()
 	}
+	j.syncing = true
 	j.mu.Unlock()
 	err := j.closeFile()
 	if err == nil {
 		err = j.startFile(first)
 	}
 	j.mu.Lock()
-	j.rotating = false
+	j.syncing = false
 	if err == nil {
 		j.synced = max(j.synced, first-1) // the old file's records, all written, synced by closeFile
 	}

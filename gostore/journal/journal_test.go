@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -472,54 +471,4 @@ func TestEnqueueCopiesTheRecord(t *testing.T) {
 	j.Close()
 	_, r := open(t, Options{Dir: dir})
 	wantRecords(t, r, 1, 1)
-}
-
-// A record written while a sync runs gets its own sync at once, beside the
-// one running (the disk overlaps them), rather than after it.
-func TestASecondSyncRunsBesideASlowOne(t *testing.T) {
-	dir := t.TempDir()
-	j, _ := open(t, Options{Dir: dir, SyncInterval: time.Hour})
-	entered, gate := make(chan struct{}), make(chan struct{})
-	var syncs atomic.Int32
-	j.beforeSync = func() {
-		if syncs.Add(1) == 1 { // the first sync holds; the others go on
-			close(entered)
-			<-gate
-		}
-	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := j.Append(rec(1))
-		first <- err
-	}()
-	<-entered // record 1's sync holds
-	second := make(chan error, 1)
-	go func() {
-		_, err := j.Append(rec(2))
-		second <- err
-	}()
-	select {
-	case err := <-second:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(5 * time.Second):
-		close(gate)
-		t.Fatal("record 2's sync waited for record 1's to end")
-	}
-	select {
-	case <-first:
-		t.Fatal("record 1 was acknowledged while its sync still ran")
-	default:
-	}
-	close(gate)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if st := j.Stats(); st.Syncs != 2 {
-		t.Fatalf("%+v, want two syncs", st)
-	}
-	j.Close()
-	_, r := open(t, Options{Dir: dir})
-	wantRecords(t, r, 1, 2)
 }
