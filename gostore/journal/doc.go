@@ -20,7 +20,9 @@
 //
 // A log file is preallocated to Options.SegmentBytes when it is started
 // (so that a sync, fdatasync, writes no new length) and cut to its last
-// frame when it is closed. No record is empty: a frame length of 0 is
+// frame when it is closed. At least once a second a sync is a full
+// fsync, so that the file's modification time on disk lags its last
+// synced write by at most that (Recovered.LastWrite adds the second). No record is empty: a frame length of 0 is
 // space not yet written, and zeros from there to the end of the file
 // end its records.
 //

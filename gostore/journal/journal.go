@@ -76,7 +76,9 @@ type Recovered struct {
 	// written, never synced (WaitWritten, AckBeforeSync), may then be
 	// lost; after a process crash they are not (the kernel still had them).
 	Rebooted bool
-	// LastWrite is when the newest log file was last written (zero when
+	// LastWrite is no earlier than the last write of the newest log file
+	// (its modification time, taken before a torn tail is cut, plus
+	// mtimeLag: a data sync does not store that time; zero when
 	// there is none).
 	LastWrite time.Time
 }
@@ -131,9 +133,21 @@ type Journal struct {
 	filesMu sync.Mutex
 	files   []logFile // oldest first; the last is the one written
 
+	// fullSyncAt: when a sync last stored the file's modification time
+	// (see mtimeLag); fullSyncs counts such syncs. Both under mu.
+	fullSyncAt time.Time
+	fullSyncs  uint64
+
 	beforeFlush func() // tests: runs in the writer before it takes a batch
 	beforeSync  func() // tests: runs in the syncer before it syncs
 }
+
+// mtimeLag bounds how far the log file's modification time on disk may
+// lag its last synced write: a data sync (fdatasync) does not store the
+// time, so at least once this long a sync is a full one (fsync), which
+// does. After a crash of the machine the time, plus this, is still no
+// earlier than any write acknowledged (see Recovered.LastWrite).
+const mtimeLag = time.Second
 
 // maxSpare bounds the batch buffer a Journal keeps for reuse.
 const maxSpare = 4 << 20
@@ -152,9 +166,15 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("journal: %w", err)
 	}
+	// The newest log file's time before recovery: cutting a torn (or
+	// preallocated) tail would make it now.
+	lastWrite := newestLogTime(opts.Dir)
 	rec, files, err := recoverDir(opts.Dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !lastWrite.IsZero() {
+		rec.LastWrite = lastWrite.Add(mtimeLag)
 	}
 	if err := checkBoot(opts, rec, files); err != nil {
 		return nil, nil, err
@@ -169,6 +189,20 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	}
 	go j.run()
 	return j, rec, nil
+}
+
+// newestLogTime is the modification time of dir's newest log file (zero
+// when there is none).
+func newestLogTime(dir string) time.Time {
+	ls, err := listDir(dir)
+	if err != nil || len(ls.logs) == 0 {
+		return time.Time{}
+	}
+	fi, err := os.Stat(ls.logs[len(ls.logs)-1].path)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
 }
 
 // Append writes rec as the next record and returns its sequence number
@@ -286,11 +320,18 @@ func (j *Journal) write() {
 func (j *Journal) sync() {
 	j.syncing = true
 	mark, f := j.written, j.file
+	now := time.Now()
+	full := now.Sub(j.fullSyncAt) >= mtimeLag
 	j.mu.Unlock()
 	if j.beforeSync != nil {
 		j.beforeSync()
 	}
-	err := datasync(f)
+	var err error
+	if full {
+		err = f.Sync()
+	} else {
+		err = datasync(f)
+	}
 	j.mu.Lock()
 	j.syncing = false
 	if err != nil {
@@ -298,6 +339,10 @@ func (j *Journal) sync() {
 	} else {
 		j.stats.Syncs++
 		j.synced = max(j.synced, mark)
+		if full {
+			j.fullSyncAt = now
+			j.fullSyncs++
+		}
 	}
 	j.cond.Broadcast()
 }

@@ -188,3 +188,50 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 	}
 	wantRecords(t, r, 1, len(r.Records))
 }
+
+// Recovered.LastWrite (which sets the quarantine after a reboot) is the
+// newest log file's time from before recovery cut its torn tail, not the
+// time of the cut.
+func TestLastWriteIsTakenBeforeATornTailIsCut(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir})
+	for i := 1; i <= 5; i++ {
+		j.Append(rec(i))
+	}
+	j.Close()
+	path := filepath.Join(dir, logName(1))
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, append(b, 7, 0, 0), 0o600) // half a frame header: torn
+	then := time.Now().Add(-time.Hour).Truncate(time.Second)
+	if err := os.Chtimes(path, then, then); err != nil {
+		t.Fatal(err)
+	}
+	_, r := open(t, Options{Dir: dir})
+	wantRecords(t, r, 1, 5)
+	if r.LastWrite.Before(then) || r.LastWrite.After(then.Add(mtimeLag)) {
+		t.Fatalf("last write %v, the file was last written at %v", r.LastWrite, then)
+	}
+}
+
+// A data sync does not store the file's time: at least once a second a
+// sync is a full one, which does (mtimeLag).
+func TestASyncStoresTheFileTimeOnceASecond(t *testing.T) {
+	j, _ := open(t, Options{Dir: t.TempDir(), SyncInterval: time.Hour})
+	for i := 1; i <= 3; i++ {
+		j.Append(rec(i))
+	}
+	j.mu.Lock()
+	full, syncs := j.fullSyncs, j.stats.Syncs
+	j.fullSyncAt = time.Now().Add(-2 * mtimeLag) // as if the last full sync were long ago
+	j.mu.Unlock()
+	if syncs != 3 || full != 1 {
+		t.Fatalf("3 syncs in a row: %d, %d of them full; want the first full, the others data only", syncs, full)
+	}
+	j.Append(rec(4))
+	j.mu.Lock()
+	full = j.fullSyncs
+	j.mu.Unlock()
+	if full != 2 {
+		t.Fatalf("a sync %v after the last full one was not full", 2*mtimeLag)
+	}
+}
