@@ -25,7 +25,7 @@ func thisBoot() string {
 
 // checkBoot fills rec.Rebooted, then records this boot in the directory
 // (synced, before any record of this boot is written).
-func checkBoot(opts Options, rec *Recovered, files []logFile) error {
+func checkBoot(opts Options, rec *Recovered) error {
 	boot := opts.BootID
 	if boot == "" {
 		boot = thisBoot()

@@ -176,7 +176,7 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	if !lastWrite.IsZero() {
 		rec.LastWrite = lastWrite.Add(mtimeLag)
 	}
-	if err := checkBoot(opts, rec, files); err != nil {
+	if err := checkBoot(opts, rec); err != nil {
 		return nil, nil, err
 	}
 	j := &Journal{opts: opts, files: files, stop: make(chan struct{}), stopped: make(chan struct{})}
