@@ -256,9 +256,10 @@ type journalRow struct {
 	KeysPS   float64 `json:"keys_per_s"`
 	PutUS    float64 `json:"us_per_put_call"` // PutStart+PutEnd of one batch, one caller's view
 	BytesPer float64 `json:"journal_bytes_per_object,omitempty"`
-	// SyncBoundPS (journal on): the most keys/s the callers could get if
-	// each put call took the journal-off row's time plus one sync of the
-	// log (its PutEnd's), the disk's own limit for callers that wait.
+	// SyncBoundPS (journal on, one caller): the most keys/s the caller
+	// could get if each put call took the journal-off row's time plus one
+	// sync of the log (its PutEnd's), the disk's own limit for a caller
+	// that waits. Several callers share syncs: no such bound.
 	SyncBoundPS float64 `json:"sync_bound_keys_per_s,omitempty"`
 }
 
@@ -339,9 +340,9 @@ func journalCost(d time.Duration) ([]journalRow, diskLimits) {
 	after := syncRates(tmp, d/2)
 	disk.FsyncPS, disk.FdatasyncPS = max(disk.FsyncPS, after.FsyncPS), max(disk.FdatasyncPS, after.FdatasyncPS)
 	for i, r := range rows {
-		if off := offRow(rows, r); r.Mode == "on" && off != nil && disk.FdatasyncPS > 0 {
+		if off := offRow(rows, r); r.Mode == "on" && r.Callers == 1 && off != nil && disk.FdatasyncPS > 0 {
 			callUS := off.PutUS + 1e6/disk.FdatasyncPS
-			rows[i].SyncBoundPS = float64(r.Callers*r.Batch) * 1e6 / callUS
+			rows[i].SyncBoundPS = float64(r.Batch) * 1e6 / callUS
 		}
 	}
 	return rows, disk
@@ -376,9 +377,10 @@ func printJournalCost(rows []journalRow, disk diskLimits) {
 		fmt.Printf("%-22s %6d %8d %14.0f %14.1f %16.0f %9.0f%% %16s\n", r.Mode, r.Batch, r.Callers, r.KeysPS, r.PutUS, r.BytesPer,
 			100*r.KeysPS/max(off, 1), bound)
 	}
-	fmt.Println("sync bound: the off row's call time plus one fdatasync per call (the PutEnd's answer waits for it); " +
-		"a caller that waits for each put can go no faster. \"ack before sync\" vs off is the CPU cost of journaling " +
-		"(encode, frame, write); the rest of the gap of \"on\" is waiting for the disk.")
+	fmt.Println("sync bound (one caller): the off row's call time plus one fdatasync per call (the PutEnd's answer waits " +
+		"for it); a caller that waits for each put can go no faster, whatever the journal does (several callers share " +
+		"syncs). \"ack before sync\" vs off is the CPU cost of journaling (encode, frame, write); the rest of the gap " +
+		"of \"on\" is waiting for the disk.")
 }
 
 // syncRates measures the disk's limits in dir (see diskLimits), each for d.
