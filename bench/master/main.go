@@ -28,6 +28,7 @@ import (
 	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/rpc"
 	"github.com/gostore/gostore/gostore/wire"
+	"golang.org/x/sys/unix"
 )
 
 type row struct {
@@ -57,24 +58,14 @@ func main() {
 	rows = append(rows, inProcess(dur)...)
 	rows = append(rows, overRPC(dur)...)
 	evictMS, bytesPerObject, rssPerObject := evictionAndMemory(*objects)
-	jrows, syncsPS := journalCost(dur)
+	jrows, disk := journalCost(dur)
 
 	fmt.Printf("\nmaster metadata throughput (GOMAXPROCS=%d)\n", runtime.GOMAXPROCS(0))
 	fmt.Printf("%-22s %-10s %6s %8s %14s %12s\n", "operation", "where", "batch", "callers", "keys/s", "calls/s")
 	for _, r := range rows {
 		fmt.Printf("%-22s %-10s %6d %8d %14.0f %12.0f\n", r.Name, r.Where, r.Batch, r.Callers, r.KeysPS, r.CallsPS)
 	}
-	fmt.Printf("\nthe journal's cost (--snapshot_backup_dir): 4 KiB puts, PutStart+PutEnd over RPC; this disk does %.0f 4 KiB write+fsync/s\n", syncsPS)
-	fmt.Printf("%-22s %6s %8s %14s %14s %16s %10s\n", "journal", "batch", "callers", "keys/s", "us/put call", "bytes/object", "vs off")
-	for _, r := range jrows {
-		off := 0.0
-		for _, o := range jrows {
-			if o.Mode == "off" && o.Batch == r.Batch && o.Callers == r.Callers {
-				off = o.KeysPS
-			}
-		}
-		fmt.Printf("%-22s %6d %8d %14.0f %14.1f %16.0f %9.0f%%\n", r.Mode, r.Batch, r.Callers, r.KeysPS, r.PutUS, r.BytesPer, 100*r.KeysPS/max(off, 1))
-	}
+	printJournalCost(jrows, disk)
 	fmt.Printf("\neviction pass over %d objects: %.1f ms (target < 200 ms)\n", *objects, evictMS)
 	fmt.Printf("master memory per object at %d objects: %.0f bytes of heap in use, %.0f bytes of RSS growth (target <= 300)\n",
 		*objects, bytesPerObject, rssPerObject)
@@ -90,7 +81,7 @@ func main() {
 	fmt.Printf("targets: single ops over RPC %.0f/s (>= 150k), batches of 128 over RPC %.0f keys/s (>= 1M)\n",
 		best("rpc", 1), best("rpc", 128))
 	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(map[string]any{"rows": rows, "journal": jrows, "fsyncs_per_s": syncsPS,
+		b, _ := json.MarshalIndent(map[string]any{"rows": rows, "journal": jrows, "fsyncs_per_s": disk.FsyncPS, "fdatasyncs_per_s": disk.FdatasyncPS,
 			"eviction_ms": evictMS, "objects": *objects,
 			"bytes_per_object": bytesPerObject, "rss_bytes_per_object": rssPerObject, "gomaxprocs": runtime.GOMAXPROCS(0), "time": time.Now().UTC()}, "", "  ")
 		os.WriteFile(*jsonOut, b, 0o644)
@@ -257,7 +248,7 @@ func startServer(args ...string) (string, func()) {
 
 // journalRow is one cell of the journal's cost: puts (PutStart+PutEnd of
 // 4 KiB objects) against a master without a state directory, with one
-// (each answer after its fsync), and with one acknowledging first.
+// (each answer after its sync), and with one acknowledging first.
 type journalRow struct {
 	Mode     string  `json:"mode"`
 	Batch    int     `json:"batch"`
@@ -265,18 +256,30 @@ type journalRow struct {
 	KeysPS   float64 `json:"keys_per_s"`
 	PutUS    float64 `json:"us_per_put_call"` // PutStart+PutEnd of one batch, one caller's view
 	BytesPer float64 `json:"journal_bytes_per_object,omitempty"`
+	// SyncBoundPS (journal on, one caller): the most keys/s the caller
+	// could get if each put call took the journal-off row's time plus one
+	// sync of the log (its PutEnd's), the disk's own limit for a caller
+	// that waits. Several callers share syncs: no such bound.
+	SyncBoundPS float64 `json:"sync_bound_keys_per_s,omitempty"`
+}
+
+// diskLimits are the disk's own rates under the journal's directory.
+type diskLimits struct {
+	FsyncPS     float64 // 4 KiB append + fsync round trips per second
+	FdatasyncPS float64 // 128 B write + fdatasync into a preallocated file: a put's records, as the journal writes them
 }
 
 // journalCost measures puts with the journal off, on, and on with
 // acknowledgement before the sync, in one run, beside the disk's own
-// limit: 4 KiB write+fsync round trips per second in the same directory.
-func journalCost(d time.Duration) ([]journalRow, float64) {
+// limits in the same directory, measured before and after the rows (the
+// better of the two: the disk is shared).
+func journalCost(d time.Duration) ([]journalRow, diskLimits) {
 	tmp, err := os.MkdirTemp("", "gostore-journal-bench-")
 	if err != nil {
 		panic(err)
 	}
 	defer os.RemoveAll(tmp)
-	syncsPS := fsyncRate(tmp, d)
+	disk := syncRates(tmp, d/2)
 	var rows []journalRow
 	for _, mode := range []string{"off", "on", "on, ack before sync"} {
 		dir := filepath.Join(tmp, strings.ReplaceAll(mode, " ", "_"))
@@ -334,24 +337,88 @@ func journalCost(d time.Duration) ([]journalRow, float64) {
 			}
 		}
 	}
-	return rows, syncsPS
+	after := syncRates(tmp, d/2)
+	disk.FsyncPS, disk.FdatasyncPS = max(disk.FsyncPS, after.FsyncPS), max(disk.FdatasyncPS, after.FdatasyncPS)
+	for i, r := range rows {
+		if off := offRow(rows, r); r.Mode == "on" && r.Callers == 1 && off != nil && disk.FdatasyncPS > 0 {
+			callUS := off.PutUS + 1e6/disk.FdatasyncPS
+			rows[i].SyncBoundPS = float64(r.Batch) * 1e6 / callUS
+		}
+	}
+	return rows, disk
 }
 
-// fsyncRate is how many 4 KiB append+fsync round trips per second the
-// disk under dir does: the physical limit of a synced journal's single
-// writer.
-func fsyncRate(dir string, d time.Duration) float64 {
-	f, err := os.Create(filepath.Join(dir, "fsync-probe"))
+// offRow is the journal-off row of r's shape.
+func offRow(rows []journalRow, r journalRow) *journalRow {
+	for i, o := range rows {
+		if o.Mode == "off" && o.Batch == r.Batch && o.Callers == r.Callers {
+			return &rows[i]
+		}
+	}
+	return nil
+}
+
+// printJournalCost prints the journal's rows, each beside the journal-off
+// row of its shape and, for the journal on, beside the disk's bound.
+func printJournalCost(rows []journalRow, disk diskLimits) {
+	fmt.Printf("\nthe journal's cost (--snapshot_backup_dir): 4 KiB puts, PutStart+PutEnd over RPC\n")
+	fmt.Printf("limits of this disk: %.0f 4 KiB append+fsync/s, %.0f 128 B write+fdatasync/s into a preallocated file (a put's records, the journal's way)\n",
+		disk.FsyncPS, disk.FdatasyncPS)
+	fmt.Printf("%-22s %6s %8s %14s %14s %16s %10s %16s\n", "journal", "batch", "callers", "keys/s", "us/put call", "bytes/object", "vs off", "sync bound")
+	for _, r := range rows {
+		off := 0.0
+		if o := offRow(rows, r); o != nil {
+			off = o.KeysPS
+		}
+		bound := ""
+		if r.SyncBoundPS > 0 {
+			bound = fmt.Sprintf("%.0f (%.0f%%)", r.SyncBoundPS, 100*r.SyncBoundPS/max(off, 1))
+		}
+		fmt.Printf("%-22s %6d %8d %14.0f %14.1f %16.0f %9.0f%% %16s\n", r.Mode, r.Batch, r.Callers, r.KeysPS, r.PutUS, r.BytesPer,
+			100*r.KeysPS/max(off, 1), bound)
+	}
+	fmt.Println("sync bound (one caller): the off row's call time plus one fdatasync per call (the PutEnd's answer waits " +
+		"for it); a caller that waits for each put can go no faster, whatever the journal does (several callers share " +
+		"syncs). \"ack before sync\" vs off is the CPU cost of journaling (encode, frame, write); the rest of the gap " +
+		"of \"on\" is waiting for the disk.")
+}
+
+// syncRates measures the disk's limits in dir (see diskLimits), each for d.
+func syncRates(dir string, d time.Duration) diskLimits {
+	return diskLimits{FsyncPS: syncRate(dir, d, false), FdatasyncPS: syncRate(dir, d, true)}
+}
+
+// syncRate is how many write+sync round trips per second the disk under
+// dir does: 4 KiB appends synced with fsync, or (prealloc) 128 B writes
+// (about one put's records) into a preallocated file synced with
+// fdatasync.
+func syncRate(dir string, d time.Duration, prealloc bool) float64 {
+	f, err := os.Create(filepath.Join(dir, "sync-probe"))
 	if err != nil {
 		return 0
 	}
+	defer os.Remove(f.Name())
 	defer f.Close()
+	sync := f.Sync
+	if prealloc {
+		if unix.Fallocate(int(f.Fd()), 0, 0, 64<<20) != nil || f.Sync() != nil {
+			return 0
+		}
+		sync = func() error { return unix.Fdatasync(int(f.Fd())) }
+	}
 	buf := make([]byte, 4096)
+	if prealloc {
+		buf = buf[:128]
+	}
 	n := 0
 	start := time.Now()
 	for time.Since(start) < d {
-		f.Write(buf)
-		f.Sync()
+		if _, err := f.Write(buf); err != nil {
+			return 0
+		}
+		if sync() != nil {
+			return 0
+		}
 		n++
 	}
 	return float64(n) / time.Since(start).Seconds()

@@ -23,9 +23,9 @@ func thisBoot() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// checkBoot fills rec.Rebooted and rec.LastWrite, then records this boot
-// in the directory (synced, before any record of this boot is written).
-func checkBoot(opts Options, rec *Recovered, files []logFile) error {
+// checkBoot fills rec.Rebooted, then records this boot in the directory
+// (synced, before any record of this boot is written).
+func checkBoot(opts Options, rec *Recovered) error {
 	boot := opts.BootID
 	if boot == "" {
 		boot = thisBoot()
@@ -34,11 +34,6 @@ func checkBoot(opts Options, rec *Recovered, files []logFile) error {
 	last, err := os.ReadFile(path)
 	held := rec.Snapshot != nil || len(rec.Records) > 0
 	rec.Rebooted = held && (err != nil || boot == "" || string(last) != boot)
-	if n := len(files); n > 0 {
-		if fi, err := os.Stat(files[n-1].path); err == nil {
-			rec.LastWrite = fi.ModTime()
-		}
-	}
 	if string(last) == boot && boot != "" {
 		return nil
 	}

@@ -18,6 +18,14 @@
 //
 //	u32 payload length | u32 CRC-32C of the payload | payload
 //
+// A log file is preallocated to Options.SegmentBytes when it is started
+// (so that a sync, fdatasync, writes no new length) and cut to its last
+// frame when it is closed. At least once a second a sync is a full
+// fsync, so that the file's modification time on disk lags its last
+// synced write by at most that (Recovered.LastWrite adds the second). No record is empty: a frame length of 0 is
+// space not yet written, and zeros from there to the end of the file
+// end its records.
+//
 // A snapshot file is a 24-byte header (magic "GSSNAP", version u16, the
 // sequence number it covers u64, payload length u64), the payload's
 // CRC-32C (u32), then the payload; it is written to a temporary name,
@@ -30,22 +38,26 @@
 //
 //   - Append returns only once its record is on disk (written and synced):
 //     a change the caller acknowledges after Append survives a crash.
-//     Concurrent Appends share one write and one fsync (group commit).
+//     Concurrent Appends share one write and one sync (group commit). The
+//     waiters do the writing and syncing themselves (the first to find
+//     its record unwritten writes every pending record in one call; one
+//     that finds it written and unsynced syncs), one write and one sync
+//     at a time, a write while a sync runs; no goroutine hand-off.
 //   - With Options.AckBeforeSync, Append returns once the record is
 //     written, and the writer syncs at least every Options.SyncInterval:
 //     a crash loses at most that window.
 //   - WaitWritten returns once a record is written, before its sync: it
 //     survives a crash of the process, not necessarily of the machine.
-//     The writer syncs when a Wait needs it (so records only written share
-//     the next waited record's sync) and at least every SyncInterval.
+//     Records only written share the next waited record's sync; records
+//     nobody waits for are written and synced within SyncInterval.
 //     Open says which may have happened (Recovered.Rebooted: another boot
 //     id than the one that last opened the directory).
 //   - Open recovers the newest valid snapshot and every record after it,
-//     in order, with no gap. A torn frame at the end of the last log file
-//     (a crash mid-write: short, or the file's last frame failing its
-//     checksum) is cut off; a bad frame anywhere else, or a gap, is
-//     corruption and Open refuses with ErrCorrupt rather than serve a
-//     state that never existed.
+//     in order, with no gap. A torn tail of the last log file (a crash
+//     mid-write: a short frame, a frame of length 0, a bad frame with a
+//     zero sector in it or only zeros after it) is cut off; a bad frame
+//     anywhere else, or a gap, is corruption and Open refuses with
+//     ErrCorrupt rather than serve a state that never existed.
 //   - Nothing read from disk is trusted: lengths are bounded (MaxRecord)
 //     before anything is allocated.
 //   - Once a write or sync fails, the journal is failed: every later

@@ -76,6 +76,9 @@ func allocBound(total int, logs int) uint64 {
 func frames(b []byte) (recs [][]byte, whole bool) {
 	for len(b) >= frameHeader {
 		n := binary.LittleEndian.Uint32(b)
+		if n == 0 { // no frame: preallocated space, when only zeros follow
+			return recs, bytes.Count(b, []byte{0}) == len(b)
+		}
 		if uint64(n) > uint64(len(b)-frameHeader) {
 			return recs, false
 		}
@@ -125,6 +128,9 @@ func FuzzRecoverLog(f *testing.F) {
 	f.Add(uint8(4), []byte{0, 0, 0, 3, 0, 0, 0, 0, 'x'}, false)                            // 48 MiB claimed, under MaxRecord
 	f.Add(uint8(4), []byte{0, 0, 0, 3, 0, 0, 0, 0, 'x'}, true)
 	f.Add(uint8(0), append(logHeader(9), good[16:]...), false) // header names another first record
+	f.Add(uint8(fuzzRecords+1), make([]byte, 4096), false)     // preallocated space after the records
+	f.Add(uint8(fuzzRecords+1), make([]byte, 4096), true)
+	f.Add(uint8(3), append(make([]byte, 600), good[16:]...), false) // a zero sector, then written frames
 	f.Fuzz(func(t *testing.T, keep uint8, data []byte, later bool) {
 		var file []byte
 		if keep > 0 {

@@ -43,6 +43,9 @@ var (
 	ErrClosed = errors.New("journal: closed")
 	// ErrTooLarge: a record over MaxRecord.
 	ErrTooLarge = errors.New("journal: record too large")
+	// ErrEmpty: a record of no bytes (a zero frame length marks the
+	// unwritten, preallocated end of a log file).
+	ErrEmpty = errors.New("journal: empty record")
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -75,7 +78,9 @@ type Recovered struct {
 	// written, never synced (WaitWritten, AckBeforeSync), may then be
 	// lost; after a process crash they are not (the kernel still had them).
 	Rebooted bool
-	// LastWrite is when the newest log file was last written (zero when
+	// LastWrite is no earlier than the last write of the newest log file
+	// (its modification time, taken before a torn tail is cut, plus
+	// mtimeLag: a data sync does not store that time; zero when
 	// there is none).
 	LastWrite time.Time
 }
@@ -100,37 +105,56 @@ type logFile struct {
 type Journal struct {
 	opts Options
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	next    uint64   // sequence number the next Append gets
-	pending [][]byte // appended, not yet written; the first is seq written+1
-	written uint64   // last sequence number written to the file
-	synced  uint64   // last sequence number synced
-	// wanted: the last sequence number a Wait needs synced. The writer
-	// syncs on demand, so records only written (WaitWritten) share the
-	// sync of the next record someone waits for.
-	wanted uint64
-	err    error // the first write or sync failure: the journal is failed
-	closed bool
-	stats  Stats
+	mu   sync.Mutex
+	cond *sync.Cond
+	next uint64 // sequence number the next Append gets
+	// pending: the frames of the records appended and not yet written,
+	// pendingN of them, the first being written+1. spare: a written batch's
+	// buffer kept for the next, so that a steady load allocates none.
+	pending  []byte
+	pendingN uint64
+	spare    []byte
+	written  uint64 // last sequence number written to the file
+	synced   uint64 // last sequence number synced
+	// writing, syncing: a waiting caller (or the ticker, or Close) is
+	// writing a batch, or syncing the file, with mu released (see until).
+	// One of each at a time; a batch is written while a sync runs.
+	writing, syncing bool
+	err              error // the first write or sync failure: the journal is failed
+	closed           bool
+	stats            Stats
 
-	wake    chan struct{}
 	stop    chan struct{}
 	stopped chan struct{}
 
-	// Owned by the writer goroutine (and by Close after it ends).
+	// file is the log file written; it changes (under mu) only in the
+	// writer's rotate and in Close. fileSize belongs to the writer.
 	file     *os.File
 	fileSize int64
-	dirty    bool // written since the last sync
 
 	filesMu sync.Mutex
 	files   []logFile // oldest first; the last is the one written
 
+	// fullSyncAt: when a sync last stored the file's modification time
+	// (see mtimeLag); fullSyncs counts such syncs. Both under mu.
+	fullSyncAt time.Time
+	fullSyncs  uint64
+
 	beforeFlush func() // tests: runs in the writer before it takes a batch
-	beforeSync  func() // tests: runs in the writer before it syncs
+	beforeSync  func() // tests: runs in the syncer before it syncs
 	// afterSnapStep (tests) runs after each step of SnapshotWith.
 	afterSnapStep func(step int)
 }
+
+// mtimeLag bounds how far the log file's modification time on disk may
+// lag its last synced write: a data sync (fdatasync) does not store the
+// time, so at least once this long a sync is a full one (fsync), which
+// does. After a crash of the machine the time, plus this, is still no
+// earlier than any write acknowledged (see Recovered.LastWrite).
+const mtimeLag = time.Second
+
+// maxSpare bounds the batch buffer a Journal keeps for reuse.
+const maxSpare = 4 << 20
 
 // Open recovers dir (creating it when missing) and opens it for appending.
 func Open(opts Options) (*Journal, *Recovered, error) {
@@ -146,15 +170,20 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("journal: %w", err)
 	}
+	// The newest log file's time before recovery: cutting a torn (or
+	// preallocated) tail would make it now.
+	lastWrite := newestLogTime(opts.Dir)
 	rec, files, err := recoverDir(opts.Dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkBoot(opts, rec, files); err != nil {
+	if !lastWrite.IsZero() {
+		rec.LastWrite = lastWrite.Add(mtimeLag)
+	}
+	if err := checkBoot(opts, rec); err != nil {
 		return nil, nil, err
 	}
-	j := &Journal{opts: opts, files: files, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		stopped: make(chan struct{})}
+	j := &Journal{opts: opts, files: files, stop: make(chan struct{}), stopped: make(chan struct{})}
 	j.cond = sync.NewCond(&j.mu)
 	j.written = rec.LastSeq()
 	j.synced = j.written
@@ -164,6 +193,20 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	}
 	go j.run()
 	return j, rec, nil
+}
+
+// newestLogTime is the modification time of dir's newest log file (zero
+// when there is none).
+func newestLogTime(dir string) time.Time {
+	ls, err := listDir(dir)
+	if err != nil || len(ls.logs) == 0 {
+		return time.Time{}
+	}
+	fi, err := os.Stat(ls.logs[len(ls.logs)-1].path)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
 }
 
 // Append writes rec as the next record and returns its sequence number
@@ -178,10 +221,15 @@ func (j *Journal) Append(rec []byte) (uint64, error) {
 
 // Enqueue hands rec to the writer as the next record and returns its
 // sequence number at once, without waiting for the disk: a caller holding
-// locks enqueues, and Waits after releasing them.
+// locks enqueues, and Waits after releasing them. rec is copied (framed
+// for the file): the caller may reuse it. A record nobody waits for is
+// written and synced within Options.SyncInterval.
 func (j *Journal) Enqueue(rec []byte) (uint64, error) {
 	if len(rec) > MaxRecord {
 		return 0, ErrTooLarge
+	}
+	if len(rec) == 0 {
+		return 0, ErrEmpty
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -193,17 +241,10 @@ func (j *Journal) Enqueue(rec []byte) (uint64, error) {
 	}
 	seq := j.next
 	j.next++
-	j.pending = append(j.pending, rec)
+	j.pending = appendFrame(j.pending, rec)
+	j.pendingN++
 	j.stats.Records++
-	j.wakeWriter()
 	return seq, nil
-}
-
-func (j *Journal) wakeWriter() {
-	select {
-	case j.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Wait returns once every record up to seq is durable (see
@@ -211,22 +252,7 @@ func (j *Journal) wakeWriter() {
 func (j *Journal) Wait(seq uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if seq > j.wanted && seq > j.synced && !j.opts.AckBeforeSync {
-		j.wanted = seq
-		if j.written >= seq { // nothing left to write: wake the writer to sync
-			j.wakeWriter()
-		}
-	}
-	for j.err == nil && !j.done(seq) && seq < j.next { // Close's last flush writes all enqueued
-		j.cond.Wait()
-	}
-	if j.done(seq) {
-		return nil
-	}
-	if j.err != nil {
-		return j.err
-	}
-	return ErrClosed
+	return j.until(seq, !j.opts.AckBeforeSync)
 }
 
 // WaitWritten returns once every record up to seq is written to its file,
@@ -235,22 +261,94 @@ func (j *Journal) Wait(seq uint64) error {
 func (j *Journal) WaitWritten(seq uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for j.err == nil && j.written < seq && seq < j.next {
-		j.cond.Wait()
-	}
-	if j.written >= seq {
-		return nil
-	}
-	if j.err != nil {
-		return j.err
-	}
-	return ErrClosed
+	return j.until(seq, false)
 }
 
-// done reports whether record seq is as durable as Append promises; j.mu
-// is held.
-func (j *Journal) done(seq uint64) bool {
-	return j.written >= seq && (j.opts.AckBeforeSync || j.synced >= seq)
+// until returns once every record up to seq is written, and synced when
+// sync asks; j.mu is held. The waiter does the work it waits for when
+// nobody is doing it: the first of several writes the batch of all
+// (group commit), the next batch is written while a sync runs, and the
+// records arriving during a sync go out together once it ends. Nothing
+// is handed to another goroutine and back on the way from an RPC to the
+// disk.
+func (j *Journal) until(seq uint64, sync bool) error {
+	for {
+		if j.written >= seq && (!sync || j.synced >= seq) {
+			return nil
+		}
+		switch {
+		case j.err != nil:
+			return j.err
+		case seq >= j.next || j.file == nil: // never appended, or closed
+			return ErrClosed
+		case j.written < seq && !j.writing:
+			j.write()
+		case j.written >= seq && !j.syncing:
+			j.sync()
+		default:
+			j.cond.Wait()
+		}
+	}
+}
+
+// write writes the pending records as one batch; j.mu is held, and
+// released while the file is written.
+func (j *Journal) write() {
+	j.writing = true
+	if j.beforeFlush != nil {
+		j.mu.Unlock()
+		j.beforeFlush()
+		j.mu.Lock()
+	}
+	batch, n, first := j.pending, j.pendingN, j.written+1
+	j.pending, j.pendingN, j.spare = j.spare[:0], 0, nil
+	j.mu.Unlock()
+	wrote, err := j.writeBatch(first, batch)
+	j.mu.Lock()
+	j.writing = false
+	j.stats.Bytes += uint64(wrote)
+	if err != nil {
+		j.fail(err)
+	} else if n > 0 {
+		j.stats.Batches++
+		j.written += n
+	}
+	if cap(batch) <= maxSpare {
+		j.spare = batch[:0]
+	}
+	j.cond.Broadcast()
+}
+
+// sync makes the records written so far durable; j.mu is held, and
+// released while the file syncs.
+func (j *Journal) sync() {
+	j.syncing = true
+	mark, f := j.written, j.file
+	now := time.Now()
+	full := now.Sub(j.fullSyncAt) >= mtimeLag
+	j.mu.Unlock()
+	if j.beforeSync != nil {
+		j.beforeSync()
+	}
+	var err error
+	if full {
+		err = f.Sync()
+	} else {
+		err = datasync(f)
+	}
+	j.mu.Lock()
+	j.syncing = false
+	if err != nil {
+		j.fail(err)
+	} else {
+		j.stats.Syncs++
+		j.synced = max(j.synced, mark)
+		if full {
+			j.fullSyncAt = now
+			j.fullSyncs++
+		}
+	}
+	j.cond.Broadcast()
 }
 
 // LastSeq is the sequence number of the last record appended.
@@ -285,85 +383,38 @@ func (j *Journal) Close() error {
 	j.mu.Unlock()
 	close(j.stop)
 	<-j.stopped
-	err := j.file.Close()
+	j.mu.Lock()
+	j.until(j.next-1, true) // nothing is appended any more
+	for j.writing || j.syncing {
+		j.cond.Wait()
+	}
+	j.mu.Unlock()
+	err := j.closeFile()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	j.file = nil
+	j.cond.Broadcast()
 	if j.err != nil {
 		return j.err
 	}
 	return err
 }
 
+// run writes and syncs, every SyncInterval, the records nobody waited for.
 func (j *Journal) run() {
 	defer close(j.stopped)
-	t := time.NewTicker(j.opts.SyncInterval) // records nobody waits for are synced too
+	t := time.NewTicker(j.opts.SyncInterval)
 	defer t.Stop()
-	tick := t.C
 	for {
 		select {
-		case <-j.wake:
-			j.flush(false)
-		case <-tick:
-			j.flush(true)
+		case <-t.C:
+			j.mu.Lock()
+			j.until(j.next-1, true)
+			j.mu.Unlock()
 		case <-j.stop:
-			j.flush(true)
 			return
 		}
 	}
-}
-
-// flush writes the pending records as one batch and syncs them when a
-// Wait needs it or forceSync (the ticker, Close) asks.
-func (j *Journal) flush(forceSync bool) {
-	if j.beforeFlush != nil {
-		j.beforeFlush()
-	}
-	j.mu.Lock()
-	batch, first, failed := j.pending, j.written+1, j.err != nil
-	j.pending = nil
-	j.mu.Unlock()
-	if failed {
-		return
-	}
-	var n int64
-	var err error
-	if len(batch) > 0 {
-		n, err = j.writeBatch(first, batch)
-	}
-	// Written records are published before the sync: WaitWritten's callers
-	// go on while the disk works. A Wait that comes after this sees them
-	// written and wakes the writer to sync.
-	j.mu.Lock()
-	j.stats.Bytes += uint64(n)
-	if err != nil {
-		j.fail(err)
-		j.mu.Unlock()
-		return
-	}
-	if len(batch) > 0 {
-		j.stats.Batches++
-		j.written += uint64(len(batch))
-		j.cond.Broadcast()
-	}
-	needSync := j.dirty && (forceSync || j.wanted > j.synced)
-	j.mu.Unlock()
-	if !needSync {
-		return
-	}
-	if j.beforeSync != nil {
-		j.beforeSync()
-	}
-	err = j.file.Sync()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if err != nil {
-		j.fail(err)
-		return
-	}
-	j.dirty = false
-	j.stats.Syncs++
-	j.synced = j.written // only this goroutine writes: nothing unsynced since
-	j.cond.Broadcast()
 }
 
 // fail stops the journal with err; j.mu is held.
@@ -372,34 +423,19 @@ func (j *Journal) fail(err error) {
 	j.cond.Broadcast()
 }
 
-// writeBatch appends the frames of records first, first+1, ... to the
-// current log file, starting a new one first when it is full.
-func (j *Journal) writeBatch(first uint64, batch [][]byte) (int64, error) {
-	size := 0
-	for _, r := range batch {
-		size += frameHeader + len(r)
+// writeBatch appends batch, the frames of records first, first+1, ...,
+// to the current log file, starting a new one first when it is full.
+func (j *Journal) writeBatch(first uint64, batch []byte) (int64, error) {
+	if len(batch) == 0 {
+		return 0, nil
 	}
-	if j.fileSize > logHeaderSize && j.fileSize+int64(size) > j.opts.SegmentBytes {
-		if err := j.file.Sync(); err != nil {
-			return 0, err
-		}
-		j.dirty = false
-		if err := j.file.Close(); err != nil {
-			return 0, err
-		}
-		if err := j.startFile(first); err != nil {
+	if j.fileSize > logHeaderSize && j.fileSize+int64(len(batch)) > j.opts.SegmentBytes {
+		if err := j.rotate(first); err != nil {
 			return 0, err
 		}
 	}
-	buf := make([]byte, 0, size)
-	for _, r := range batch {
-		buf = appendFrame(buf, r)
-	}
-	n, err := j.file.Write(buf)
+	n, err := j.file.Write(batch)
 	j.fileSize += int64(n)
-	if n > 0 {
-		j.dirty = true
-	}
 	if err != nil {
 		// Cut the partial frame so the file ends on a whole record; Open
 		// would cut it too, but the next batch must not follow garbage.
@@ -408,6 +444,30 @@ func (j *Journal) writeBatch(first uint64, batch [][]byte) (int64, error) {
 		}
 	}
 	return int64(n), err
+}
+
+// rotate ends the current log file (synced: closeFile) and starts the
+// next, whose first record is first. It takes the sync role meanwhile, so
+// that nobody syncs a file being closed.
+func (j *Journal) rotate(first uint64) error {
+	j.mu.Lock()
+	for j.syncing {
+		j.cond.Wait()
+	}
+	j.syncing = true
+	j.mu.Unlock()
+	err := j.closeFile()
+	if err == nil {
+		err = j.startFile(first)
+	}
+	j.mu.Lock()
+	j.syncing = false
+	if err == nil {
+		j.synced = max(j.synced, first-1) // the old file's records, all written, synced by closeFile
+	}
+	j.cond.Broadcast()
+	j.mu.Unlock()
+	return err
 }
 
 func appendFrame(buf, payload []byte) []byte {
@@ -433,6 +493,9 @@ func (j *Journal) startFile(first uint64) error {
 		os.Remove(path)
 		return fmt.Errorf("journal: %w", err)
 	}
+	// Reserved up to the segment's size (see preallocate), the length and
+	// block map synced here once rather than with every batch.
+	preallocate(f, j.opts.SegmentBytes)
 	if err := f.Sync(); err != nil {
 		f.Close()
 		return fmt.Errorf("journal: %w", err)
@@ -441,7 +504,9 @@ func (j *Journal) startFile(first uint64) error {
 		f.Close()
 		return err
 	}
-	j.file, j.fileSize, j.dirty = f, logHeaderSize, false
+	j.mu.Lock()
+	j.file, j.fileSize = f, logHeaderSize
+	j.mu.Unlock()
 	j.filesMu.Lock()
 	if n := len(j.files); n > 0 && j.files[n-1].first == first {
 		j.files[n-1].path = path // an empty file of the same name, replaced
@@ -449,6 +514,23 @@ func (j *Journal) startFile(first uint64) error {
 		j.files = append(j.files, logFile{first, path})
 	}
 	j.filesMu.Unlock()
+	return nil
+}
+
+// closeFile ends the current log file at its last record: the reserved
+// space after it goes (synced, so that a clean stop leaves no zeros for
+// Open to read past), then the file is closed.
+func (j *Journal) closeFile() error {
+	err := j.file.Truncate(j.fileSize)
+	if err == nil {
+		err = j.file.Sync()
+	}
+	if cerr := j.file.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
 	return nil
 }
 

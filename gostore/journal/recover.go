@@ -4,6 +4,7 @@ package journal
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -145,10 +146,17 @@ func readSnapshot(s snapFile) ([]byte, error) {
 }
 
 // readLog returns the records of one log file and its first sequence
-// number. In the last file a torn or corrupt tail (a crash mid-write) is
-// left out, and cut says where it starts (0: there is none), for the
-// caller to cut off once the whole directory proves recoverable; anywhere
-// else it is corruption.
+// number. A frame of length 0 ends the records when only zeros follow it:
+// space preallocated and never written (the writer writes no empty
+// record). In the last file a torn tail (a crash mid-write) is left out,
+// and cut says where it starts (0: there is none), for the caller to cut
+// off once the whole directory proves recoverable; anywhere else a bad
+// frame is corruption. A tail is torn when its first bad frame runs past
+// the file, has a length of 0 or past MaxRecord, holds a piece between two
+// sector boundaries that is all zeros (a sector that never reached the
+// disk: the writes of an unsynced batch land in any order), or is followed
+// by nothing but zeros; a bad checksum with written data after it and no
+// such sign is damage.
 func readLog(lf logFile, last bool) (records [][]byte, first uint64, cut int64, err error) {
 	f, err := os.Open(lf.path)
 	if err != nil {
@@ -178,10 +186,16 @@ func readLog(lf logFile, last bool) (records [][]byte, first uint64, cut int64, 
 		if err == io.EOF {
 			return records, first, 0, nil
 		}
+		if err == errNoFrame && zerosToEnd(r) {
+			if last && good < st.Size() {
+				cut = good // the reserved space goes with the tail
+			}
+			return records, first, cut, nil
+		}
 		if err != nil {
-			_, more := r.Peek(1)
-			if !last || (errors.Is(err, errBadSum) && more == nil) {
-				// Damage with whole records after it is no torn write.
+			torn := err != errBadSum || zeroPiece(good, payload) || zerosToEnd(r)
+			if !last || !torn {
+				// Damage with written data after it is no torn write.
 				return nil, 0, 0, corrupt("%s: record %d: %v", lf.path, first+uint64(len(records)), err)
 			}
 			return records, first, good, nil
@@ -208,12 +222,52 @@ func cutTail(path string, size int64) error {
 }
 
 var (
-	errTorn   = errors.New("torn frame")
-	errBadSum = errors.New("checksum mismatch")
+	errTorn    = errors.New("torn frame")
+	errBadSum  = errors.New("checksum mismatch")
+	errNoFrame = errors.New("a frame of length 0")
 )
 
+// sectorSize is the unit a disk writes whole or not at all.
+const sectorSize = 512
+
+var zeros [64 << 10]byte
+
+// zeroPiece reports whether the frame read at offset at (its header, then
+// payload) holds a piece between two sector boundaries of the file, or
+// between one and the frame's end, that is all zeros.
+func zeroPiece(at int64, frame []byte) bool {
+	for len(frame) > 0 {
+		n := min(int64(len(frame)), sectorSize-at%sectorSize)
+		if bytes.Equal(frame[:n], zeros[:n]) {
+			return true
+		}
+		frame, at = frame[n:], at+n
+	}
+	return false
+}
+
+// zerosToEnd reads r to its end and reports whether all of it is zeros.
+func zerosToEnd(r *bufio.Reader) bool {
+	for {
+		b, err := r.Peek(r.Size())
+		if len(b) > 0 {
+			for len(b) > 0 {
+				n := min(len(b), len(zeros))
+				if !bytes.Equal(b[:n], zeros[:n]) {
+					return false
+				}
+				r.Discard(n)
+				b = b[n:]
+			}
+			continue
+		}
+		return err == io.EOF
+	}
+}
+
 // readFrame reads the next frame; room is what the file holds from the
-// frame's start on.
+// frame's start on. With errBadSum it returns the whole frame read (header
+// and payload) for the caller to judge.
 func readFrame(r *bufio.Reader, room int64) ([]byte, error) {
 	var h [frameHeader]byte
 	n, err := io.ReadFull(r, h[:])
@@ -224,6 +278,9 @@ func readFrame(r *bufio.Reader, room int64) ([]byte, error) {
 		return nil, errTorn
 	}
 	size := binary.LittleEndian.Uint32(h[:4])
+	if size == 0 {
+		return nil, errNoFrame
+	}
 	if size > MaxRecord {
 		return nil, fmt.Errorf("length %d over the limit", size)
 	}
@@ -232,12 +289,14 @@ func readFrame(r *bufio.Reader, room int64) ([]byte, error) {
 		// damaged length), and nothing is allocated for what is not there.
 		return nil, errTorn
 	}
-	payload := make([]byte, size)
+	frame := make([]byte, frameHeader+size)
+	copy(frame, h[:])
+	payload := frame[frameHeader:]
 	if _, err := io.ReadFull(r, payload); err != nil {
 		return nil, errTorn
 	}
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(h[4:]) {
-		return nil, errBadSum
+		return frame, errBadSum
 	}
 	return payload, nil
 }

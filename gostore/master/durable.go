@@ -68,6 +68,12 @@ type Change struct {
 	// handing those ranges out again while their writer copies, so a
 	// server may answer before it is synced (see the server's durability).
 	OnlyHolds bool `msgpack:"-"`
+	// Completes (not journaled): the change only marks a write's ranges,
+	// already held by its earlier record, complete (PutEnd). It frees no
+	// range, so a write started after it cannot be handed one whose loss
+	// in a crash would expose; a server need not sync it before answering
+	// a later write start (only before acknowledging it).
+	Completes bool `msgpack:"-"`
 }
 
 // DurableObject is what of an object survives a restart: its size, the
@@ -320,23 +326,31 @@ func durableInto(d *DurableObject, disk *DurableDisk, o *object) bool {
 // record reports key's durable state after a change (o nil: the key is
 // gone). The caller holds key's shard lock.
 func (c *Core) record(key string, o *object) {
-	c.report(key, o, false)
+	c.report(key, o, Change{})
 }
 
 // recordNewWrite reports a new object being written under key (Change.OnlyHolds):
 // the key's previous state was nothing, or ranges already held (a write
 // taken over, replicas discarded by an upsert), so its ranges are fresh.
 func (c *Core) recordNewWrite(key string, o *object) {
-	c.report(key, o, true)
+	c.report(key, o, Change{OnlyHolds: true})
 }
 
-func (c *Core) report(key string, o *object, onlyHolds bool) {
+// recordCompleted reports a write ended (Change.Completes): o's ranges,
+// all held since its start, are now its complete replicas.
+func (c *Core) recordCompleted(key string, o *object) {
+	c.report(key, o, Change{Completes: true})
+}
+
+// report tells OnChange key's state; how carries the change's flags.
+func (c *Core) report(key string, o *object, how Change) {
 	if c.cfg.OnChange == nil {
 		return
 	}
 	if o != nil {
 		if d, ok := durable(o); ok {
-			c.cfg.OnChange(Change{Kind: ObjectSet, Key: key, Object: d, OnlyHolds: onlyHolds})
+			how.Kind, how.Key, how.Object = ObjectSet, key, d
+			c.cfg.OnChange(how)
 			return
 		}
 	}

@@ -284,7 +284,7 @@ func (c *Core) PutEndHold(clientID string, keys []string, epochs []uint64, hold 
 			}
 			o.lastUse, o.held = now, held
 			c.dropDisk(key, o) // a rewritten object's old disk copy is stale
-			c.record(key, o)
+			c.recordCompleted(key, o)
 			if c.cfg.EnableOffload && !c.cfg.OffloadOnEvict {
 				c.wantOffload(key, o)
 			}

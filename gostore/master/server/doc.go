@@ -13,8 +13,10 @@
 // change log (the local journal, or the leader's log on etcd), and the
 // RPCs that change durable state, or hand out ranges, answer only once
 // the log holds everything enqueued so far (durableOps). Write starts
-// (writeOps) wait for that too, except that their own holds need only be
-// written to the local journal: they are synced with the put's end, and
+// (writeOps) wait for that too, except that their own holds, and other
+// puts' ends (master.Change.Completes: they free nothing a start could be
+// handed), need only be written to the local journal: they are synced
+// with the put's end, and
 // a restart after a reboot of the machine quarantines restored segments
 // for the writers whose holds it may have lost. Snapshots fold
 // the log periodically, after a restore and at a clean stop, one at a

@@ -66,11 +66,19 @@ type durability struct {
 	// caller gets failCode instead of hanging (reads keep being served).
 	limit    time.Duration
 	failCode wire.Code
-	// mustSync is the last record that is more than a hold (see
-	// master.Change.OnlyHolds): writeOps answer once it is synced and
-	// their own holds are only written.
+	// mustSync is the last record that is more than a hold or a write's
+	// completion (see master.Change.OnlyHolds and Completes): writeOps
+	// answer once it is synced and their own holds are only written. A
+	// completion frees no range a write start could be handed, so
+	// concurrent puts' starts do not wait for each other's ends' syncs.
 	mustSync atomic.Uint64
+	// copies: the log copies a record at Enqueue (the local journal), so
+	// record encodes into a pooled buffer; the log on etcd keeps it.
+	copies bool
 }
+
+// encodeBufs are record's buffers (*[]byte) when the log copies.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // openState opens the state directory's journal and reads the state it
 // holds; it sets opts.RestoreQuarantine for what it found.
@@ -93,7 +101,7 @@ func openState(opts *Options, log *slog.Logger) (*durability, *master.State, err
 			"last_write", rec.LastWrite.Format(time.RFC3339Nano), "quarantine", q)
 		opts.RestoreQuarantine = q
 	}
-	return &durability{j: j, log: log}, st, nil
+	return &durability{j: j, log: log, copies: true}, st, nil
 }
 
 // restoreQuarantine is how long restored segments take no new object.
@@ -268,12 +276,23 @@ func fill(st *master.State) {
 // only encodes and enqueues; the RPC waits for the disk after (see
 // durableOps).
 func (d *durability) record(ch master.Change) {
-	b, err := master.EncodeChange(make([]byte, 0, 64+len(ch.Key)), ch)
+	var buf *[]byte
+	if d.copies {
+		buf = encodeBufs.Get().(*[]byte)
+	} else {
+		b := make([]byte, 0, 64+len(ch.Key))
+		buf = &b
+	}
+	b, err := master.EncodeChange((*buf)[:0], ch)
 	var seq uint64
 	if err == nil {
 		seq, err = d.j.Enqueue(b)
 	}
-	for !ch.OnlyHolds && err == nil {
+	if d.copies && cap(b) <= 64<<10 {
+		*buf = b
+		encodeBufs.Put(buf)
+	}
+	for !ch.OnlyHolds && !ch.Completes && err == nil {
 		if last := d.mustSync.Load(); last >= seq || d.mustSync.CompareAndSwap(last, seq) {
 			break
 		}
@@ -292,7 +311,9 @@ func (d *durability) wait(seq uint64) error {
 }
 
 // waitHeld returns once every change up to seq is durable, except that the
-// holds after the last other change need only be written: they then
+// holds and write completions after the last other change need only be
+// written (a completion, lost in a crash, leaves its write's ranges held as
+// its start recorded them, and frees nothing to hand out): they then
 // survive a crash of the process, and one of the machine is covered by the
 // quarantine after a reboot (see restoreQuarantine). The log on etcd has no
 // such middle state: there it is wait.

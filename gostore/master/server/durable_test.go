@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // waitsLog is a change log that notes what each wait asked for: whose
@@ -58,6 +59,47 @@ func TestAWriteStartWaitsForItsHoldsToBeWrittenAndTheRestSynced(t *testing.T) {
 		if l.synced != c.allSynced || l.written != c.allWritten {
 			t.Errorf("%s: a durable op waited for %d synced, %d written", c.name, l.synced, l.written)
 		}
+	}
+}
+
+// Concurrent puts: a write start's answer does not wait for the sync of
+// another put's end (a completion frees no range it could be handed), but
+// still for that of a removal, whose freed ranges it may be handed. The
+// changes come from a real core, as the server wires it.
+func TestAWriteStartDoesNotWaitForAnotherPutsEndToBeSynced(t *testing.T) {
+	l := &waitsLog{}
+	d := &durability{j: l}
+	c := master.New(master.Config{OnChange: d.record})
+	if _, err := c.MountSegment(wire.SegmentDesc{Name: "s", ClientID: "c", Size: 1 << 20}, nil); err != nil {
+		t.Fatal(err)
+	}
+	put := func(key string) {
+		if _, err := c.PutStart("w", "", []string{key}, []uint64{4096}, wire.ReplicaConfig{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a")
+	if codes := c.PutEnd("w", []string{"a"}, nil); codes[0] != 0 {
+		t.Fatalf("PutEnd: %v", codes)
+	}
+	afterMount := l.next - 2 // the mount's record(s), then a's start and end
+	put("b")
+	l.synced, l.written = 0, 0
+	if err := d.waitHeld(l.LastSeq()); err != nil {
+		t.Fatal(err)
+	}
+	if l.synced > afterMount || l.written != l.next {
+		t.Fatalf("b's start waited for records synced up to %d (the mount is %d, a's end %d) and written up to %d of %d",
+			l.synced, afterMount, afterMount+2, l.written, l.next)
+	}
+	c.Remove([]string{"a"}, false)
+	gone := l.next
+	put("c")
+	l.synced, l.written = 0, 0
+	d.waitHeld(l.LastSeq())
+	if l.synced != gone || l.written != l.next {
+		t.Fatalf("c's start after a's removal (record %d) waited for %d synced, %d written of %d",
+			gone, l.synced, l.written, l.next)
 	}
 }
 
