@@ -92,15 +92,17 @@ def _etcd(tmp_path, names):
         shutil.rmtree(tmp_path / n, ignore_errors=True)
 
 
-def _start_master(launcher, endpoints: str, wait: bool = True):
-    """A master with --enable_ha (clients use the default cluster id). A
-    standby prints nothing until it leads: without ``wait`` it is returned
-    running, and its ready() waits for the leadership."""
-    return launcher.master(wait=wait, enable_ha=True, etcd_endpoints=endpoints, ha_lease_ttl_ms=2000)
+def _start_master(launcher, endpoints: str, state, wait: bool = True, **flags):
+    """A master with --enable_ha (clients use the default cluster id) on
+    its own state directory ``state``. A standby prints nothing until it
+    leads: without ``wait`` it is returned running, and its ready() waits
+    for the leadership."""
+    return launcher.master(wait=wait, enable_ha=True, etcd_endpoints=endpoints, ha_lease_ttl_ms=2000,
+                           snapshot_backup_dir=str(state), **flags)
 
 
 def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cluster, tmp_path):
-    leader = _start_master(launcher, etcd_cluster)
+    leader = _start_master(launcher, etcd_cluster, tmp_path / "a")
     addr = "etcd://" + etcd_cluster
     a = launcher.peer(addr)
     b = launcher.peer(addr)
@@ -112,7 +114,7 @@ def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cl
 
     # The standby: started now, it waits for the leadership (it prints its
     # "listening" line only once it leads).
-    standby = _start_master(launcher, etcd_cluster, wait=False)
+    standby = _start_master(launcher, etcd_cluster, tmp_path / "b", wait=False)
     # Longer than the lease: it really waits while the leader lives. (A
     # negative check: nothing to wait on but time.)
     time.sleep(3)
@@ -133,12 +135,13 @@ def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cl
     assert b.call("is_exist", key="ha/never")["rc"] == 0
 
 
-def test_etcd_members_fail_one_at_a_time(launcher, etcd_cluster):
+def test_etcd_members_fail_one_at_a_time(launcher, etcd_cluster, tmp_path):
     """One etcd member down: the master serves on. Two down (no quorum):
     writes are refused with ETCD_OPERATION_ERROR (-1000) and never
     acknowledged, reads of what exists keep working. The members back:
     writes work again, and nothing acknowledged was lost."""
-    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_cluster, ha_lease_ttl_ms=15000)
+    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_cluster, ha_lease_ttl_ms=15000,
+                        snapshot_backup_dir=str(tmp_path / "m"))
     addr = "etcd://" + etcd_cluster
     a, b = launcher.peer(addr), launcher.peer(addr)
     for i in range(10):
@@ -167,7 +170,8 @@ def test_clients_of_a_named_cluster_find_its_master(launcher, etcd_one, tmp_path
     setup's cluster_id key, gostore-client's --cluster_id) and reads back
     what another wrote; one that is not told looks under the default id and
     its setup fails with -900 and one line naming the id it looked under."""
-    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_one, ha_lease_ttl_ms=2000, cluster_id="blue")
+    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_one, ha_lease_ttl_ms=2000, cluster_id="blue",
+                        snapshot_backup_dir=str(tmp_path / "m"))
     addr = "etcd://" + etcd_one
     by_env = launcher.peer(addr, env={"MC_STORE_CLUSTER_ID": "blue"})
     value = os.urandom(70_000)

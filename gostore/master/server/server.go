@@ -88,7 +88,7 @@ func Start(opts Options) (*Server, error) {
 	var leader *ha.Leader
 	switch {
 	case opts.EnableHA:
-		state, saved, leader, err = campaign(opts, dialable(rpcLn.Addr()), log)
+		state, saved, leader, err = campaign(opts, dialable(rpcLn.Addr()), guard, log)
 	case opts.StateDir != "":
 		state, saved, err = openState(&opts, log)
 	}
@@ -168,6 +168,17 @@ func Start(opts Options) (*Server, error) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()
+		if leader != nil {
+			// Standbys whose state the log on etcd no longer reaches fetch
+			// this leader's snapshot there.
+			url := guard.HTTPScheme() + "://" + s.HTTPAddr() + snapshotPath
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := leader.Advertise(ctx, url)
+			cancel()
+			if err != nil {
+				log.Error("ha: cannot name this leader's snapshot source on etcd: standbys behind the log's tail cannot catch up", "err", err)
+			}
+		}
 	}
 	s.wg.Add(2)
 	go func() {
