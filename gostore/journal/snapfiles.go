@@ -13,6 +13,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 )
 
 // SaveSnapshot writes state as the snapshot of record seq in dir (whole or
@@ -32,11 +35,11 @@ func SaveSnapshot(dir string, seq uint64, state []byte) error {
 }
 
 func dropOlderSnapshots(dir string, seq uint64) error {
-	ls, err := listDir(dir)
+	snaps, err := listSnapshots(dir)
 	if err != nil {
 		return err
 	}
-	for _, s := range ls.snaps {
+	for _, s := range snaps {
 		if s.seq < seq {
 			os.Remove(s.path)
 		}
@@ -44,9 +47,32 @@ func dropOlderSnapshots(dir string, seq uint64) error {
 	return syncDir(dir)
 }
 
+// listSnapshots is listDir's snapshots, newest first, without its
+// deleting of temporary files: those may be a snapshot being written
+// meanwhile (listDir runs when nothing writes: at Open).
+func listSnapshots(dir string) ([]snapFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	var out []snapFile
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "snap-") || !strings.HasSuffix(name, ".gsnap") {
+			continue
+		}
+		if seq, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(name, "snap-"), ".gsnap"), 10, 64); err == nil {
+			out = append(out, snapFile{seq, filepath.Join(dir, name)})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].seq > out[b].seq })
+	return out, nil
+}
+
 // NewestSnapshot reads the newest whole snapshot in dir: the record it
 // includes and its payload (0 and nil when dir holds none, or does not
-// exist). A damaged newer one is passed over, as Open does.
+// exist). A damaged newer one is passed over, as Open does. Like Open it
+// deletes temporary files a crash left: call it before anything writes.
 func NewestSnapshot(dir string) (seq uint64, state []byte, err error) {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return 0, nil, nil
@@ -68,14 +94,14 @@ func NewestSnapshot(dir string) (seq uint64, state []byte, err error) {
 // record it includes and its size; ErrNoSnapshot when there is none. The
 // file stays readable while open even if a newer snapshot replaces it.
 func OpenNewestSnapshot(dir string) (seq uint64, f *os.File, size int64, err error) {
-	ls, err := listDir(dir)
+	snaps, err := listSnapshots(dir)
 	if err != nil {
 		return 0, nil, 0, err
 	}
-	if len(ls.snaps) == 0 {
+	if len(snaps) == 0 {
 		return 0, nil, 0, ErrNoSnapshot
 	}
-	s := ls.snaps[0]
+	s := snaps[0]
 	f, err = os.Open(s.path)
 	if err != nil {
 		return 0, nil, 0, fmt.Errorf("journal: %w", err)
@@ -97,9 +123,11 @@ var ErrNoSnapshot = errors.New("journal: no snapshot")
 // payload length within MaxSnapshot, exactly that many bytes and no more,
 // the checksum. Bytes are streamed to a temporary file as they arrive,
 // never held beyond that, so a peer that claims more than it sends costs
-// nothing. It returns the record the snapshot includes and its payload;
-// anything else is an error saying what was wrong, and dir is unchanged.
-func ReceiveSnapshot(dir string, r io.Reader) (seq uint64, state []byte, err error) {
+// nothing. check, when set, sees the payload before it is installed and
+// may refuse it (a state that does not decode, say). It returns the record
+// the snapshot includes and its payload; anything else is an error saying
+// what was wrong, and dir is unchanged.
+func ReceiveSnapshot(dir string, r io.Reader, check func(seq uint64, state []byte) error) (seq uint64, state []byte, err error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	var head [snapHeaderSize + 4]byte
 	if n, err := io.ReadFull(br, head[:]); err != nil {
@@ -149,13 +177,17 @@ func ReceiveSnapshot(dir string, r io.Reader) (seq uint64, state []byte, err err
 	if err := f.Close(); err != nil {
 		return 0, nil, fmt.Errorf("journal: %w", err)
 	}
+	if state, err = readSnapshot(snapFile{seq, tmp}); err != nil {
+		return 0, nil, err
+	}
+	if check != nil {
+		if err := check(seq, state); err != nil {
+			return 0, nil, err
+		}
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		return 0, nil, fmt.Errorf("journal: %w", err)
 	}
 	ok = true
-	if err := dropOlderSnapshots(dir, seq); err != nil {
-		return 0, nil, err
-	}
-	state, err = readSnapshot(snapFile{seq, path})
-	return seq, state, err
+	return seq, state, dropOlderSnapshots(dir, seq)
 }

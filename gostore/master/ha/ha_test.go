@@ -240,7 +240,7 @@ func TestLogTrimAndOldSnapshotRecovery(t *testing.T) {
 	if tr, err := Trimmed(ctx, opts); err != nil || tr != starts[0]-1 {
 		t.Fatalf("trimmed %d (%v), the log starts at %d", tr, err, starts[0])
 	}
-	if old, _, err := a.kv.Range(ctx, []byte(a.opts.Prefix+"snap"), etcdkv.PrefixEnd([]byte(a.opts.Prefix+"snap")),
+	if old, _, err := a.kv.Range(ctx, []byte(a.opts.Prefix+"snap"), etcdkv.PrefixEnd([]byte(a.opts.Prefix+"snap")), // "snap/..." and "snaphead"
 		etcdkv.RangeOptions{KeysOnly: true}); err != nil || len(old) != 0 {
 		t.Fatalf("the old snapshot's keys after a trim: %d (%v)", len(old), err)
 	}

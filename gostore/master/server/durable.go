@@ -270,22 +270,16 @@ func (f *follower) fetch(ctx context.Context, trimmed uint64) error {
 	fctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
 	defer cancel()
 	start := time.Now()
-	seq, state, err := fetchSnapshot(fctx, url, f.auth, f.dir)
+	seq, st, err := fetchSnapshot(fctx, url, f.auth, f.dir)
 	if err != nil {
 		return err
 	}
 	if seq < trimmed {
 		return fmt.Errorf("the leader's snapshot includes records up to %d, the log on etcd starts after %d", seq, trimmed)
 	}
-	took := time.Since(start)
-	st, err := stateOf(state, seq, nil)
-	if err != nil {
-		return fmt.Errorf("the leader's snapshot: %w", err)
-	}
 	f.st, f.last, f.saved, f.savedAt = st, seq, seq, time.Now()
 	f.fetched++
-	f.log.Info("standby: fetched the leader's snapshot", "seq", seq, "bytes", len(state), "took", took,
-		"mb_per_s", float64(len(state))/1e6/max(took.Seconds(), 1e-9))
+	f.log.Info("standby: fetched the leader's snapshot", "seq", seq, "objects", len(st.Objects), "took", time.Since(start))
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,10 +41,10 @@ type haLog struct {
 	log    *slog.Logger
 	// full is signalled when the log since the last snapshot reaches the
 	// tail's bound: a snapshot then keeps etcd within about twice it.
-	full    chan struct{}
-	since   atomic.Uint64 // records enqueued since the last snapshot
-	sinceB  atomic.Int64  // their bytes
-	trimErr atomic.Pointer[error]
+	full   chan struct{}
+	since  atomic.Uint64 // records enqueued since the last snapshot
+	sinceB atomic.Int64  // their bytes
+	snapMu sync.Mutex    // one snapshot at a time (the loop's, an early one's, the stop's)
 }
 
 func newHALog(leader *ha.Leader, last uint64, dir string, tail ha.Tail, ttl time.Duration, log *slog.Logger) *haLog {
@@ -75,6 +76,8 @@ func (h *haLog) Enqueue(rec []byte) (uint64, error) {
 // etcd to what a standby needs beyond it. The trim is fenced: a deposed
 // leader's fails with ErrDeposed (and its Lost closes).
 func (h *haLog) Snapshot(seq uint64, state []byte) error {
+	h.snapMu.Lock()
+	defer h.snapMu.Unlock()
 	h.since.Store(h.Log.LastSeq() - seq)
 	h.sinceB.Store(0)
 	// Every record the state includes is in etcd first: a snapshot on disk
@@ -125,8 +128,10 @@ func serveSnapshot(dir string, log *slog.Logger) http.HandlerFunc {
 }
 
 // fetchSnapshot gets the leader's newest snapshot from url into dir (see
-// journal.ReceiveSnapshot): the record it includes and its payload.
-func fetchSnapshot(ctx context.Context, url string, a *auth.Auth, dir string) (uint64, []byte, error) {
+// journal.ReceiveSnapshot): the record it includes and the state it holds.
+// A snapshot whose state does not decode is refused before it is
+// installed.
+func fetchSnapshot(ctx context.Context, url string, a *auth.Auth, dir string) (uint64, *master.State, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, nil, fmt.Errorf("the leader's snapshot at %q: %w", url, err)
@@ -145,11 +150,15 @@ func fetchSnapshot(ctx context.Context, url string, a *auth.Auth, dir string) (u
 	}
 	// The file's own header says which record it includes; the HTTP
 	// header is for people looking on.
-	seq, state, err := journal.ReceiveSnapshot(dir, resp.Body)
+	var st *master.State
+	seq, _, err := journal.ReceiveSnapshot(dir, resp.Body, func(seq uint64, state []byte) (err error) {
+		st, err = stateOf(state, seq, nil)
+		return err
+	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("the leader's snapshot at %s: %w", url, err)
 	}
-	return seq, state, nil
+	return seq, st, nil
 }
 
 // encodeState is a snapshot's bytes for st, as snapshot writes them: what
