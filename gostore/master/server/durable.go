@@ -227,14 +227,14 @@ func (f *follower) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for i, raw := range recs {
+	for _, raw := range recs {
 		ch, err := master.DecodeChange(raw)
 		if err != nil {
-			return fmt.Errorf("record %d cannot be read: %v", f.last+uint64(i)+1, err)
+			return fmt.Errorf("record %d cannot be read: %v", f.last+1, err)
 		}
 		f.st.Apply(ch)
+		f.last++ // per record: a later catch-up never applies one twice
 	}
-	f.last += uint64(len(recs))
 	snap, err := ha.SnapshotSeq(ctx, f.hopts)
 	if err != nil || snap <= f.last {
 		return err

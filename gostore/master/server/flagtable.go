@@ -392,7 +392,7 @@ var specs = []flagSpec{
 		help: "--enable_ha: the most records of the log on etcd kept before the leader's newest snapshot (a standby that far behind still catches up without a snapshot)",
 		set:  to(func(o *Options) *uint64 { return &o.HATail.Records }, asUint64)},
 	{name: "ha_log_tail_bytes", gtype: "uint64", def: "16777216",
-		help: "--enable_ha: the most bytes of the log on etcd kept before the leader's newest snapshot; the leader also takes a snapshot early once the log since its last one holds this much",
+		help: "--enable_ha: the most bytes of the log on etcd kept before the leader's newest snapshot; the leader also takes a snapshot early once the log since its last one holds four times this much",
 		set: func(st *flagState, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/auth/authtest"
 	"github.com/gostore/gostore/gostore/etcdkv"
 	"github.com/gostore/gostore/gostore/internal/etcdtest"
 	"github.com/gostore/gostore/gostore/journal"
@@ -443,3 +445,32 @@ func TestSnapshotTransferRefusesWrongInput(t *testing.T) {
 }
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+// Under mutual TLS the leader serves its snapshot over HTTPS to a standby
+// presenting a certificate of the CA, and refuses a client without one.
+func TestSnapshotTransferUnderMutualTLS(t *testing.T) {
+	h := newHACluster(t, "mtls")
+	dir := t.TempDir()
+	ca := authtest.NewCA(t, dir, "ha")
+	leaderCert, standbyCert := ca.Issue(t, "leader"), ca.Issue(t, "standby")
+	dirA := t.TempDir()
+	a := h.lead(h.start(dirA, "--tls_ca_file="+leaderCert.CAFile, "--tls_cert_file="+leaderCert.CertFile,
+		"--tls_key_file="+leaderCert.KeyFile))
+	url, err := ha.SnapshotSource(h.ctx, h.hopts())
+	if err != nil || url != "https://"+a.HTTPAddr()+snapshotPath {
+		t.Fatalf("snapshot source %q (%v)", url, err)
+	}
+	seq, st, err := fetchSnapshot(h.ctx, url, authtest.Must(t, standbyCert), t.TempDir())
+	if err != nil || seq != snapshotSeq(t, dirA) || st == nil {
+		t.Fatalf("fetch with the CA's certificate: %d %v", seq, err)
+	}
+	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := noCert.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without a certificate: %s", resp.Status)
+	}
+}

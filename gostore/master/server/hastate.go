@@ -30,6 +30,12 @@ const snapshotPath = "/ha/snapshot"
 // snapshotSeqHeader names the record the served snapshot includes.
 const snapshotSeqHeader = "Gostore-Snapshot-Seq"
 
+// earlyFactor: the log since the last snapshot that brings the next one
+// early, in tails. A snapshot costs the whole state (seconds at 10^7
+// objects); one per tail's worth of writes would take them back to back
+// under a heavy write load.
+const earlyFactor = 4
+
 // haLog is the HA leader's changeLog: records on etcd, each snapshot a
 // file on its own disk, after which the log on etcd is trimmed.
 type haLog struct {
@@ -39,8 +45,9 @@ type haLog struct {
 	tail   ha.Tail
 	ttl    time.Duration
 	log    *slog.Logger
-	// full is signalled when the log since the last snapshot reaches the
-	// tail's bound: a snapshot then keeps etcd within about twice it.
+	// full is signalled when the log since the last snapshot reaches
+	// earlyFactor times the tail's bound: a snapshot then keeps etcd
+	// within about earlyFactor+1 times it, however fast the writes come.
 	full   chan struct{}
 	since  atomic.Uint64 // records enqueued since the last snapshot
 	sinceB atomic.Int64  // their bytes
@@ -62,7 +69,7 @@ func (h *haLog) Enqueue(rec []byte) (uint64, error) {
 	seq, err := h.Log.Enqueue(rec)
 	if err == nil {
 		n, b := h.since.Add(1), h.sinceB.Add(int64(len(rec)+4))
-		if n >= h.tail.Records || b >= h.tail.Bytes {
+		if n >= earlyFactor*h.tail.Records || b >= earlyFactor*h.tail.Bytes {
 			select {
 			case h.full <- struct{}{}:
 			default:
