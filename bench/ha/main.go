@@ -62,8 +62,9 @@ type row struct {
 	LeaseSecs    float64 `json:"lease_seconds"` // what a takeover must wait out
 	// Where the failover's time went, from the standby's log: kill ->
 	// leadership won and the log read; -> serving (restored, snapshot).
-	LeadingSecs float64 `json:"leading_seconds"`
-	ServingSecs float64 `json:"serving_seconds"`
+	LeadingSecs  float64 `json:"leading_seconds"`
+	RestoredSecs float64 `json:"restored_seconds"` // the core holds the state (Restore done)
+	ServingSecs  float64 `json:"serving_seconds"`  // after the takeover's snapshot too
 }
 
 const lease = 2 * time.Second
@@ -90,14 +91,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench/ha: %+v\n", rows[len(rows)-1])
 		}
 	}
-	fmt.Printf("%-6s %9s %7s %7s | %22s %22s | %10s %10s %8s %10s | %8s %6s %8s %8s\n", "design", "objects", "put s", "batch",
+	fmt.Printf("%-6s %9s %7s %7s | %22s %22s | %10s %10s %8s %10s | %8s %6s %8s %8s %8s\n", "design", "objects", "put s", "batch",
 		"etcd max keys/bytes", "etcd after keys/bytes", "snap MB", "HTTP MB/s", "fetch s", "TCP MB/s", "failover", "lease",
-		"leading", "serving")
+		"leading", "restored", "serving")
 	for _, r := range rows {
-		fmt.Printf("%-6s %9d %7.1f %6.2fs | %8d %13d %8d %13d | %10.1f %10.0f %8.2f %10.0f | %7.2fs %5.1fs %7.2fs %7.2fs\n",
+		fmt.Printf("%-6s %9d %7.1f %6.2fs | %8d %13d %8d %13d | %10.1f %10.0f %8.2f %10.0f | %7.2fs %5.1fs %7.2fs %7.2fs %7.2fs\n",
 			r.Design, r.Objects, r.PutSecs, r.MaxBatchSecs, r.EtcdMaxKeys, r.EtcdMaxBytes, r.EtcdKeysAfter, r.EtcdBytesAfter,
 			float64(r.SnapshotBytes)/1e6, r.HTTPMBps, r.FetchSecs, r.LoopbackTCPMBps, r.FailoverSecs, r.LeaseSecs,
-			r.LeadingSecs, r.ServingSecs)
+			r.LeadingSecs, r.RestoredSecs, r.ServingSecs)
 	}
 	if *out != "" {
 		b, _ := json.MarshalIndent(rows, "", "  ")
@@ -123,8 +124,9 @@ func freePort() int {
 
 // proc is a child process whose output goes to a file.
 type proc struct {
-	cmd *exec.Cmd
-	log string
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
 }
 
 func start(log string, name string, args ...string) *proc {
@@ -138,8 +140,9 @@ func start(log string, name string, args ...string) *proc {
 	if err := cmd.Start(); err != nil {
 		die(err)
 	}
-	go func() { cmd.Wait(); f.Close() }()
-	return &proc{cmd: cmd, log: log}
+	p := &proc{cmd: cmd, log: log, exited: make(chan struct{})}
+	go func() { cmd.Wait(); f.Close(); close(p.exited) }()
+	return p
 }
 
 func (p *proc) kill() { p.cmd.Process.Kill() }
@@ -350,6 +353,13 @@ func run(bin string, n int, old bool) row {
 		if err == nil && len(gr.Results) == 1 && gr.Results[0].Code == wire.OK {
 			break
 		}
+		select {
+		case <-s.p.exited: // the previous design's standby can fail its takeover
+			fmt.Fprintf(os.Stderr, "bench/ha: the standby exited without serving: %s\n", tail(s.p.log))
+			r.FailoverSecs = -1
+			return r
+		default:
+		}
 		if time.Since(t1) > 10*time.Minute {
 			die("the standby never answered")
 		}
@@ -364,7 +374,7 @@ func run(bin string, n int, old bool) row {
 		}
 		return t.Sub(t1).Seconds()
 	}
-	r.LeadingSecs, r.ServingSecs = at("leading: state read from etcd"), at("master serving")
+	r.LeadingSecs, r.RestoredSecs, r.ServingSecs = at("leading: state read from etcd"), at("state restored"), at("master serving")
 	return r
 }
 
@@ -422,4 +432,9 @@ func newestFile(dir string) uint64 {
 		}
 	}
 	return newest
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b[max(0, len(b)-300):])
 }

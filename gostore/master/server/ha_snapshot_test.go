@@ -169,6 +169,19 @@ func copySnapshot(t *testing.T, dir, to string) uint64 {
 	return seq
 }
 
+// waitForSnapshot waits for the first snapshot in dir (a new leader takes
+// one once it serves).
+func waitForSnapshot(t *testing.T, ctx context.Context, dir string) {
+	t.Helper()
+	waitFor(t, ctx, "a snapshot in "+dir, func() bool {
+		_, f, _, err := journal.OpenNewestSnapshot(dir)
+		if err == nil {
+			f.Close()
+		}
+		return err == nil
+	})
+}
+
 func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	for !cond() {
@@ -339,6 +352,11 @@ func TestOldFormatSnapshotOnEtcdIsTakenOverThenDeleted(t *testing.T) {
 	}
 	b := h.lead(h.start(t.TempDir()))
 	sameReplicas(t, before, replicas(t, h.ctx, b, keys))
+	// Its first snapshot, taken once it serves, trims the old one away.
+	waitFor(t, h.ctx, "the old snapshot's head to go", func() bool {
+		_, found, err := kv.Get(h.ctx, []byte(p+"snaphead"))
+		return err == nil && !found
+	})
 	old, _, err := kv.Range(h.ctx, []byte(p+"snap/"), etcdkv.PrefixEnd([]byte(p+"snap/")), etcdkv.RangeOptions{KeysOnly: true})
 	_, headLeft, herr := kv.Get(h.ctx, []byte(p+"snaphead"))
 	if err != nil || herr != nil || len(old) != 0 || headLeft {
@@ -356,6 +374,7 @@ func TestSnapshotTransferRefusesWrongInput(t *testing.T) {
 	os.WriteFile(secret, []byte("0123456789abcdef0123456789abcdef"), 0o600)
 	dirA := t.TempDir()
 	a := h.lead(h.start(dirA, "--auth_secret_file="+secret))
+	waitForSnapshot(t, h.ctx, dirA)
 	url, err := ha.SnapshotSource(h.ctx, h.hopts())
 	if err != nil || url != "http://"+a.HTTPAddr()+snapshotPath {
 		t.Fatalf("snapshot source %q (%v)", url, err)
@@ -456,6 +475,7 @@ func TestSnapshotTransferUnderMutualTLS(t *testing.T) {
 	dirA := t.TempDir()
 	a := h.lead(h.start(dirA, "--tls_ca_file="+leaderCert.CAFile, "--tls_cert_file="+leaderCert.CertFile,
 		"--tls_key_file="+leaderCert.KeyFile))
+	waitForSnapshot(t, h.ctx, dirA)
 	url, err := ha.SnapshotSource(h.ctx, h.hopts())
 	if err != nil || url != "https://"+a.HTTPAddr()+snapshotPath {
 		t.Fatalf("snapshot source %q (%v)", url, err)

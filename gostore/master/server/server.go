@@ -125,11 +125,17 @@ func Start(opts Options) (*Server, error) {
 				"bad_segments", rep.BadSegments)
 		}
 		// The restore itself is no change in the journal: a snapshot makes
-		// it the new starting point (the ranges it holds included).
-		if err := state.snapshot(core); err != nil {
-			state.j.Close()
-			rpcLn.Close()
-			return nil, fmt.Errorf("snapshot after the restore: %w", err)
+		// it the new starting point (the ranges it holds included). A new
+		// HA leader takes it once it serves (below): the log on etcd and
+		// the snapshot it started from keep everything meanwhile (a crash
+		// restores the same again), and a failover then does not wait for
+		// a whole snapshot (seconds at 10^6 objects).
+		if leader == nil {
+			if err := state.snapshot(core); err != nil {
+				state.j.Close()
+				rpcLn.Close()
+				return nil, fmt.Errorf("snapshot after the restore: %w", err)
+			}
 		}
 	}
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
@@ -211,6 +217,11 @@ func Start(opts Options) (*Server, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			if leader != nil {
+				if err := state.snapshot(core); err != nil {
+					log.Error("snapshot after taking over failed", "err", err)
+				}
+			}
 			s.snapshotLoop(interval)
 		}()
 	}
