@@ -66,6 +66,9 @@ bench: install
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
 	$(PY) bench/setup.py --json bench/setup-results.json
+	@if command -v etcd >/dev/null; then go run $(GOLD) ./bench/ha -objects 100000 \
+		-master "$$($(PY) -c 'import gostore; print(gostore.master_binary_path())')" -json bench/ha-results.json; \
+	else echo "bench/ha: etcd-server is not installed: skipped"; fi
 	@for e in sglang lmcache vllm; do \
 		if [ -x .venv-engines/$$e/bin/python ]; then \
 			.venv-engines/$$e/bin/python -W ignore bench/engines.py --engine $$e \

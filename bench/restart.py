@@ -104,8 +104,11 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
     base = tempfile.mkdtemp(prefix="gostore-ha-bench-")
     procs, endpoints = start_etcd(base)
     try:
-        ha_flags = ("--rpc_port=0", "--enable_ha", f"--etcd_endpoints={endpoints}", f"--ha_lease_ttl_ms={lease_ms}")
-        a = start_master(*ha_flags)
+        # Each master has its own state directory (its snapshots) and an
+        # HTTP port (where a leader serves them): --enable_ha wants both.
+        ha_flags = ("--rpc_port=0", "--metrics_port=0", "--enable_ha", f"--etcd_endpoints={endpoints}",
+                    f"--ha_lease_ttl_ms={lease_ms}")
+        a = start_master(*ha_flags, f"--snapshot_backup_dir={base}/a")
         s = MooncakeDistributedStore()
         assert s.setup("127.0.0.1", "P2PHANDSHAKE", 512 << 20, 64 << 20, "tcp", "", "etcd://" + endpoints) == 0
         keys = [f"ha/{i}" for i in range(objects)]
@@ -115,7 +118,7 @@ def failover(objects: int, size: int, lease_ms: int) -> dict:
             assert s.put_batch(batch, [value(lo + j, size) for j in range(len(batch))]) == 0
         put_s = time.monotonic() - t0
         log_bytes = etcd_log_bytes(endpoints.split(";")[0])
-        b = start_master(*ha_flags, wait=False)
+        b = start_master(*ha_flags, f"--snapshot_backup_dir={base}/b", wait=False)
         time.sleep(0.5)  # b campaigns (and waits) before the kill
         kill_at = time.monotonic()
         a.send_signal(signal.SIGKILL)
@@ -194,7 +197,8 @@ def log_cost(rounds: int = 3) -> dict:
             "--rpc_port=0", f"--snapshot_backup_dir={base}/ja", "--journal_ack_before_sync")
         if shutil.which("etcd"):
             etcd, endpoints = start_etcd(base)
-            m = start_master("--rpc_port=0", "--enable_ha", f"--etcd_endpoints={endpoints}")
+            m = start_master("--rpc_port=0", "--metrics_port=0", "--enable_ha", f"--etcd_endpoints={endpoints}",
+                             f"--snapshot_backup_dir={base}/ha")
             masters["log on etcd"] = m
             m.client_addr = "etcd://" + endpoints  # type: ignore[attr-defined]
         fsyncs = fsync_rate(base)

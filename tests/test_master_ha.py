@@ -92,15 +92,17 @@ def _etcd(tmp_path, names):
         shutil.rmtree(tmp_path / n, ignore_errors=True)
 
 
-def _start_master(launcher, endpoints: str, wait: bool = True):
-    """A master with --enable_ha (clients use the default cluster id). A
-    standby prints nothing until it leads: without ``wait`` it is returned
-    running, and its ready() waits for the leadership."""
-    return launcher.master(wait=wait, enable_ha=True, etcd_endpoints=endpoints, ha_lease_ttl_ms=2000)
+def _start_master(launcher, endpoints: str, state, wait: bool = True, **flags):
+    """A master with --enable_ha (clients use the default cluster id) on
+    its own state directory ``state``. A standby prints nothing until it
+    leads: without ``wait`` it is returned running, and its ready() waits
+    for the leadership."""
+    return launcher.master(wait=wait, enable_ha=True, etcd_endpoints=endpoints, ha_lease_ttl_ms=2000,
+                           snapshot_backup_dir=str(state), **flags)
 
 
 def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cluster, tmp_path):
-    leader = _start_master(launcher, etcd_cluster)
+    leader = _start_master(launcher, etcd_cluster, tmp_path / "a")
     addr = "etcd://" + etcd_cluster
     a = launcher.peer(addr)
     b = launcher.peer(addr)
@@ -112,7 +114,7 @@ def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cl
 
     # The standby: started now, it waits for the leadership (it prints its
     # "listening" line only once it leads).
-    standby = _start_master(launcher, etcd_cluster, wait=False)
+    standby = _start_master(launcher, etcd_cluster, tmp_path / "b", wait=False)
     # Longer than the lease: it really waits while the leader lives. (A
     # negative check: nothing to wait on but time.)
     time.sleep(3)
@@ -133,12 +135,13 @@ def test_kill_9_the_leader_and_the_standby_serves_every_object(launcher, etcd_cl
     assert b.call("is_exist", key="ha/never")["rc"] == 0
 
 
-def test_etcd_members_fail_one_at_a_time(launcher, etcd_cluster):
+def test_etcd_members_fail_one_at_a_time(launcher, etcd_cluster, tmp_path):
     """One etcd member down: the master serves on. Two down (no quorum):
     writes are refused with ETCD_OPERATION_ERROR (-1000) and never
     acknowledged, reads of what exists keep working. The members back:
     writes work again, and nothing acknowledged was lost."""
-    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_cluster, ha_lease_ttl_ms=15000)
+    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_cluster, ha_lease_ttl_ms=15000,
+                        snapshot_backup_dir=str(tmp_path / "m"))
     addr = "etcd://" + etcd_cluster
     a, b = launcher.peer(addr), launcher.peer(addr)
     for i in range(10):
@@ -167,7 +170,8 @@ def test_clients_of_a_named_cluster_find_its_master(launcher, etcd_one, tmp_path
     setup's cluster_id key, gostore-client's --cluster_id) and reads back
     what another wrote; one that is not told looks under the default id and
     its setup fails with -900 and one line naming the id it looked under."""
-    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_one, ha_lease_ttl_ms=2000, cluster_id="blue")
+    m = launcher.master(enable_ha=True, etcd_endpoints=etcd_one, ha_lease_ttl_ms=2000, cluster_id="blue",
+                        snapshot_backup_dir=str(tmp_path / "m"))
     addr = "etcd://" + etcd_one
     by_env = launcher.peer(addr, env={"MC_STORE_CLUSTER_ID": "blue"})
     value = os.urandom(70_000)
@@ -201,3 +205,70 @@ def test_clients_of_a_named_cluster_find_its_master(launcher, etcd_one, tmp_path
     assert len(lines) == 1, lost.log()
     assert 'cluster_id \\"mooncake_cluster\\"' in lines[0] or 'cluster_id "mooncake_cluster"' in lines[0], lines[0]
     assert "/gostore/mooncake_cluster/master/" in lines[0]
+
+
+def _etcd_footprint(endpoint: str, prefix: str):
+    """What etcd itself holds under prefix: the keys and their values'
+    bytes, read through etcd's JSON gateway."""
+    import base64
+    import json
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    body = json.dumps({"key": base64.b64encode(prefix.encode()).decode(),
+                       "range_end": base64.b64encode(end.encode()).decode()}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"http://{endpoint}/v3/kv/range", data=body), timeout=10) as r:
+        kvs = json.load(r).get("kvs", [])
+    keys = {base64.b64decode(kv["key"]).decode(): len(base64.b64decode(kv.get("value", ""))) for kv in kvs}
+    return keys, sum(keys.values())
+
+
+def test_a_standby_that_missed_snapshots_catches_up_and_serves_every_object(launcher, etcd_one, tmp_path):
+    """kill -9 a standby; the leader writes on, taking snapshots on its own
+    disk and trimming the log on etcd to a tail (20 records here) many
+    times over, so etcd never holds more than that tail and what follows
+    the newest snapshot. The standby started again on its directory finds
+    its own snapshot too old for the log, fetches the leader's over the
+    leader's HTTP port, follows the tail; kill -9 the leader and it serves
+    every object, bytes checked through the clients."""
+    tail = 20
+    leader = _start_master(launcher, etcd_one, tmp_path / "a", ha_log_tail_records=tail)
+    addr = "etcd://" + etcd_one
+    a, b = launcher.peer(addr), launcher.peer(addr)
+    objects = {}
+
+    def put(n):
+        for _ in range(n):
+            i = len(objects)
+            key, size = f"miss/{i}", (1, 4096, 100_000)[i % 3]
+            assert (a, b)[i % 2].put_pattern(key, size, seed=i) == 0
+            objects[key] = (size, i)
+
+    standby = _start_master(launcher, etcd_one, tmp_path / "b", wait=False)
+    put(20)
+    wait_until(lambda: "standby: campaigning" in standby.log(), what="the standby's start")
+    standby.kill()
+    prefix = "/gostore/mooncake_cluster/master/"
+    most = 0
+    for _ in range(6):
+        put(20)
+        keys, size = _etcd_footprint(etcd_one, prefix)
+        most = max(most, len(keys))
+    keys, size = _etcd_footprint(etcd_one, prefix)
+    assert f"{prefix}trimmed" in keys and not any(k.startswith(prefix + "snap/") for k in keys), keys
+    # A key per batch, a record or so each here (every put waits for its
+    # own): the tail, the records since the snapshot (four tails bring the
+    # next, and a put adds a few while it is written), the leader,
+    # trimmed, snapshot_source.
+    assert most <= 5 * tail + 10, (most, keys)
+
+    standby = _start_master(launcher, etcd_one, tmp_path / "b", wait=False)
+    wait_until(lambda: "standby: fetched the leader's snapshot" in standby.log(), timeout=30,
+               what="the restarted standby's fetch of the leader's snapshot")
+    put(5)  # the tail after it
+    leader.kill()
+    standby.ready(timeout=30)
+    assert f"objects={len(objects)}" in standby.log(), standby.log()[-2000:]
+    for p in (a, b):
+        wait_until(lambda p=p: p.health_check() == 0, timeout=30, what="a ping of the new leader answered")
+    for key, (size, seed) in objects.items():
+        reader = b if int(key.split("/")[1]) % 2 == 0 else a
+        assert reader.check_pattern(key, size, seed), key

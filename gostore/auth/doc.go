@@ -3,8 +3,9 @@
 // Package auth owns who may talk to a gostore process: the master's RPC
 // port, a client's transfer ports and the HTTP endpoints. It turns the
 // configuration (Options: certificate files or a shared-secret file) into
-// one value, *Auth, that secures connections on both sides and guards
-// HTTP handlers. It knows nothing of the protocols it protects: callers
+// one value, *Auth, that secures connections on both sides, guards
+// HTTP handlers, and makes HTTP requests that pass another process's guard
+// (HTTPClient, Authorize: a standby master fetching its leader's snapshot). It knows nothing of the protocols it protects: callers
 // hand it a net.Conn right after accept or dial and use what it returns.
 //
 // # Modes

@@ -100,3 +100,33 @@ func Check(a *Auth, what, host string, allowInsecure bool) error {
 		"%s would listen on %s without authentication: give a shared secret or TLS files, "+
 			"listen on loopback, or allow it explicitly (insecure)", what, host)
 }
+
+// HTTPScheme is the scheme of this process's guarded HTTP endpoints:
+// "https" with mutual TLS (HTTPListener), "http" otherwise.
+func (a *Auth) HTTPScheme() string {
+	if a != nil && a.server != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// HTTPClient is a client for another process's guarded endpoints: with
+// mutual TLS it presents this process's certificate and checks the
+// server's chain to the CA, as connections do; otherwise a plain client
+// (Authorize adds the shared secret to each request).
+func (a *Auth) HTTPClient() *http.Client {
+	// No proxy: masters reach each other directly, whatever the
+	// environment says for other traffic.
+	if a == nil || a.client == nil {
+		return &http.Client{Transport: &http.Transport{}}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: a.client.Clone()}}
+}
+
+// Authorize adds to req what Guard asks of it with a shared secret (the
+// Bearer header); with mutual TLS the certificate does (HTTPClient).
+func (a *Auth) Authorize(req *http.Request) {
+	if a != nil && a.secret != nil {
+		req.Header.Set("Authorization", "Bearer "+string(a.secret))
+	}
+}

@@ -290,6 +290,15 @@ type Compare struct {
 
 // Txn puts every key of puts when all compares hold; whether they held.
 func (c *Client) Txn(ctx context.Context, compares []Compare, puts []KV) (bool, int64, error) {
+	return c.TxnOps(ctx, compares, puts, nil)
+}
+
+// Range names the keys [Key, End) (End nil: Key alone).
+type Range struct{ Key, End []byte }
+
+// TxnOps is Txn that also deletes the ranges of deletes (after the puts)
+// when all compares hold: a fenced deletion.
+func (c *Client) TxnOps(ctx context.Context, compares []Compare, puts []KV, deletes []Range) (bool, int64, error) {
 	var cmps []map[string]any
 	for _, cp := range compares {
 		m := map[string]any{"key": b64(cp.Key), "target": cp.Target, "result": "EQUAL"}
@@ -307,6 +316,13 @@ func (c *Client) Txn(ctx context.Context, compares []Compare, puts []KV) (bool, 
 			put["lease"] = strconv.FormatInt(p.Lease, 10)
 		}
 		ops = append(ops, map[string]any{"request_put": put})
+	}
+	for _, d := range deletes {
+		del := map[string]any{"key": b64(d.Key)}
+		if d.End != nil {
+			del["range_end"] = b64(d.End)
+		}
+		ops = append(ops, map[string]any{"request_delete_range": del})
 	}
 	var resp struct {
 		Header    header `json:"header"`

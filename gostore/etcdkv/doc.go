@@ -1,7 +1,8 @@
 // Package etcdkv speaks etcd v3 over its JSON gateway (the HTTP/JSON API
 // every etcd 3.4+ member serves on its client port): the few calls the
 // master's high availability needs (put, range, transactions with
-// comparisons, leases), with failover between the cluster's endpoints.
+// comparisons that put and delete ranges, leases), with failover between
+// the cluster's endpoints.
 //
 // It is plain net/http and encoding/json: the master binary takes no gRPC
 // stack for five calls.

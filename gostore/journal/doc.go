@@ -66,6 +66,12 @@
 //
 // # The caller's duties
 //
+// A directory of snapshots alone (an HA master's: its log is on etcd) is
+// kept with SaveSnapshot and NewestSnapshot, without Open; a snapshot file
+// moves between machines whole with OpenNewestSnapshot (the sender) and
+// ReceiveSnapshot (the receiver, which checks every byte, holds none in
+// memory until they prove whole, and installs nothing otherwise).
+//
 // Call Open once per directory (Open takes no lock against a second
 // process: the master's own lock on the state directory does that), apply
 // what it recovered, then Append each change before acknowledging it.

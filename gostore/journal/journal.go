@@ -568,7 +568,38 @@ func (j *Journal) SnapshotWith(seq uint64, write func(io.Writer) error) error {
 	if last := j.LastSeq(); seq > last {
 		return fmt.Errorf("journal: snapshot at %d is past the last record %d", seq, last)
 	}
-	path := filepath.Join(j.opts.Dir, snapName(seq))
+	if err := writeSnapshotWith(j.opts.Dir, seq, write, j.snapStep); err != nil {
+		return err
+	}
+	// Older snapshots go, and every log file all of whose records the
+	// snapshot includes: those whose successor starts at or before seq+1.
+	// The file being written always stays.
+	snaps, _ := listSnapshots(j.opts.Dir) // not listDir: it deletes temporaries
+	for _, s := range snaps {
+		if s.seq < seq {
+			os.Remove(s.path)
+		}
+	}
+	j.filesMu.Lock()
+	keep := 0
+	for keep+1 < len(j.files) && j.files[keep+1].first <= seq+1 {
+		os.Remove(j.files[keep].path)
+		keep++
+	}
+	j.files = append([]logFile(nil), j.files[keep:]...)
+	j.filesMu.Unlock()
+	err := syncDir(j.opts.Dir)
+	j.snapStep(SnapOldDropped)
+	return err
+}
+
+// writeSnapshotWith writes the snapshot of record seq into dir from
+// write's stream: to a temporary name, its checksum computed while
+// writing and its header filled in after, synced, renamed into place,
+// the directory synced; step sees each step done (tests stop there as a
+// killed process would). The snapshot is whole or absent.
+func writeSnapshotWith(dir string, seq uint64, write func(io.Writer) error, step func(int)) error {
+	path := filepath.Join(dir, snapName(seq))
 	tmp := path + ".tmp"
 	// No defer: a test's crash (runtime.Goexit in a step hook) must leave
 	// the files as a killed process would.
@@ -603,11 +634,11 @@ func (j *Journal) SnapshotWith(seq uint64, write func(io.Writer) error) error {
 	if _, err := f.WriteAt(head, 0); err != nil {
 		return fail(err)
 	}
-	j.snapStep(SnapWritten)
+	step(SnapWritten)
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
-	j.snapStep(SnapSynced)
+	step(SnapSynced)
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("journal: snapshot: %w", err)
@@ -616,30 +647,11 @@ func (j *Journal) SnapshotWith(seq uint64, write func(io.Writer) error) error {
 		os.Remove(tmp)
 		return fmt.Errorf("journal: snapshot: %w", err)
 	}
-	j.snapStep(SnapRenamed)
-	if err := syncDir(j.opts.Dir); err != nil {
+	step(SnapRenamed)
+	if err := syncDir(dir); err != nil {
 		return err
 	}
-	// Older snapshots go, and every log file all of whose records the
-	// snapshot includes: those whose successor starts at or before seq+1.
-	// The file being written always stays.
-	snaps, _ := listDir(j.opts.Dir)
-	for _, s := range snaps.snaps {
-		if s.seq < seq {
-			os.Remove(s.path)
-		}
-	}
-	j.filesMu.Lock()
-	keep := 0
-	for keep+1 < len(j.files) && j.files[keep+1].first <= seq+1 {
-		os.Remove(j.files[keep].path)
-		keep++
-	}
-	j.files = append([]logFile(nil), j.files[keep:]...)
-	j.filesMu.Unlock()
-	err = syncDir(j.opts.Dir)
-	j.snapStep(SnapOldDropped)
-	return err
+	return nil
 }
 
 func (j *Journal) snapStep(step int) {

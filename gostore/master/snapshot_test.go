@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -203,5 +204,38 @@ func TestReadStateRefusesACutState(t *testing.T) {
 		d := bytes.Clone(b)
 		d[i] ^= 0xff
 		ReadState(bytes.NewReader(d), NewState()) // no panic
+	}
+}
+
+// A State written by State.WriteTo (a standby saving what it follows)
+// reads back as itself, and as WriteState's output of the core it mirrors.
+func TestStateWriteToReadsBackAsTheCoresOwnState(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "sa", 1<<20)
+	mount(t, c, "b", "sb", 1<<20)
+	for i := 0; i < 50; i++ {
+		put(t, c, fmt.Sprintf("k%d", i), uint64(100+i), wire.ReplicaConfig{ReplicaNum: 2})
+	}
+	var fromCore bytes.Buffer
+	if _, err := c.WriteState(&fromCore); err != nil {
+		t.Fatal(err)
+	}
+	want := NewState()
+	if err := ReadState(bytes.NewReader(fromCore.Bytes()), want); err != nil {
+		t.Fatal(err)
+	}
+	want.Held[7] = DurableHold{ID: 7, Size: 64, Ranges: []DurableReplica{{SegID: 1, Offset: 4096}}, ReleaseAt: 99}
+	want.Drops["/ssd/a"] = map[string]bool{"gone": true}
+	var buf bytes.Buffer
+	n, err := want.WriteTo(&buf)
+	if err != nil || n != int64(buf.Len()) {
+		t.Fatalf("WriteTo: %d bytes, %v (%d in the buffer)", n, err, buf.Len())
+	}
+	got := NewState()
+	if err := ReadState(bytes.NewReader(buf.Bytes()), got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back:\n%+v\nwant\n%+v", got, want)
 	}
 }

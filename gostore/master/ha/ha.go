@@ -49,6 +49,13 @@ type Leader struct {
 	lease int64
 	term  int64 // the leader key's create revision
 
+	// batches indexes the log on etcd for Trim: those this leader wrote
+	// (appended by Append), and, once Trim ran, those of earlier terms.
+	batchMu sync.Mutex
+	batches []batch
+	indexed bool // the log of earlier terms is in batches
+	trimmed uint64
+
 	lost     chan struct{}
 	lostOnce sync.Once
 	stopOnce sync.Once
@@ -155,6 +162,7 @@ func (l *Leader) Append(ctx context.Context, first uint64, records [][]byte) err
 			l.lostOnce.Do(func() { close(l.lost) })
 			return ErrDeposed
 		}
+		l.indexBatch(batch{first: first, n: uint64(n), bytes: int64(size)})
 		records, first = records[n:], first+uint64(n)
 	}
 	return nil
@@ -272,22 +280,6 @@ func ReadLog(ctx context.Context, opts Options, from uint64) ([][]byte, error) {
 		}
 		out = append(out, records[next-first:]...)
 		next = end
-	}
-	return out, nil
-}
-
-// batchStarts are the first sequence numbers of the log's batches, in order.
-func batchStarts(ctx context.Context, kv *etcdkv.Client, opts Options) ([]uint64, error) {
-	prefix := []byte(opts.Prefix + "log/")
-	kvs, _, err := kv.Range(ctx, prefix, etcdkv.PrefixEnd(prefix), etcdkv.RangeOptions{KeysOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]uint64, 0, len(kvs))
-	for _, e := range kvs {
-		if first, err := strconv.ParseUint(string(e.Key[len(prefix):]), 10, 64); err == nil {
-			out = append(out, first)
-		}
 	}
 	return out, nil
 }

@@ -1,5 +1,6 @@
 // Log: the leader's change log on etcd with the journal's interface
-// (Enqueue, Wait, LastSeq, Snapshot), group-committed, and its recovery.
+// (Enqueue, Wait, LastSeq), group-committed, and the reading of a log
+// that still holds a snapshot in the old format (Recover).
 
 package ha
 
@@ -14,10 +15,6 @@ import (
 
 	"github.com/gostore/gostore/gostore/etcdkv"
 )
-
-// snapChunk keeps each snapshot value under etcd's default request limit
-// (1.5 MiB).
-const snapChunk = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -174,58 +171,8 @@ func (g *Log) Close() error {
 	return g.err
 }
 
-// Snapshot stores state as including every record up to seq, fenced on
-// the term, then deletes the log records it covers.
-func (g *Log) Snapshot(seq uint64, state []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*g.ttl)
-	defer cancel()
-	p := g.l.opts.Prefix
-	head := make([]byte, 0, 20)
-	head = binary.LittleEndian.AppendUint64(head, seq)
-	head = binary.LittleEndian.AppendUint64(head, uint64(len(state)))
-	head = binary.LittleEndian.AppendUint32(head, crc32.Checksum(state, castagnoli))
-	// Chunks first, under the new sequence number, then the head that
-	// names them: a reader sees a whole snapshot or the previous one.
-	for i := 0; i*snapChunk < len(state) || i == 0; i++ {
-		part := state[i*snapChunk : min((i+1)*snapChunk, len(state))]
-		if err := g.fencedPut(ctx, []byte(fmt.Sprintf("%ssnap/%020d/%06d", p, seq, i)), part); err != nil {
-			return err
-		}
-		if len(state) == 0 {
-			break
-		}
-	}
-	if err := g.fencedPut(ctx, []byte(p+"snaphead"), head); err != nil {
-		return err
-	}
-	// What the snapshot covers may go: old chunks, and every log batch
-	// before the one holding record seq+1 (that one and later stay).
-	g.kv.DeleteRange(ctx, []byte(p+"snap/"), []byte(fmt.Sprintf("%ssnap/%020d", p, seq)))
-	starts, err := batchStarts(ctx, g.kv, g.l.opts)
-	if err == nil {
-		keep := uint64(0)
-		for _, f := range starts {
-			if f <= seq+1 {
-				keep = f
-			}
-		}
-		if keep > 0 {
-			g.kv.DeleteRange(ctx, []byte(p+"log/"), logKey(p, keep))
-		}
-	}
-	return nil
-}
-
-func (g *Log) fencedPut(ctx context.Context, key, value []byte) error {
-	ok, _, err := g.kv.Txn(ctx, []etcdkv.Compare{{Key: leaderKey(g.l.opts.Prefix), Target: "CREATE", Revision: g.l.term}},
-		[]etcdkv.KV{{Key: key, Value: value}})
-	if err == nil && !ok {
-		err = ErrDeposed
-	}
-	return err
-}
-
-// Recovered is what a new leader reads before it serves.
+// Recovered is what Recover read: a snapshot that an older gostore stored
+// on etcd ("snaphead" and "snap/<seq>/<chunk>"), and the log after it.
 type Recovered struct {
 	Snapshot    []byte // nil: none
 	SnapshotSeq uint64
@@ -235,7 +182,8 @@ type Recovered struct {
 // LastSeq is the last record recovered.
 func (r *Recovered) LastSeq() uint64 { return r.SnapshotSeq + uint64(len(r.Records)) }
 
-// SnapshotSeq is the record the newest whole snapshot includes (0: none).
+// SnapshotSeq is the record the old format's snapshot on etcd includes
+// (0: none; this gostore writes none, and Trim deletes one it finds).
 func SnapshotSeq(ctx context.Context, opts Options) (uint64, error) {
 	opts.fill()
 	head, found, err := etcdkv.New(opts.Endpoints).Get(ctx, []byte(opts.Prefix+"snaphead"))
@@ -248,7 +196,8 @@ func SnapshotSeq(ctx context.Context, opts Options) (uint64, error) {
 	return binary.LittleEndian.Uint64(head.Value), nil
 }
 
-// Recover reads the newest snapshot and the records after it.
+// Recover reads the old format's snapshot on etcd, if any, and the
+// records after it.
 func Recover(ctx context.Context, opts Options) (*Recovered, error) {
 	opts.fill()
 	kv := etcdkv.New(opts.Endpoints)

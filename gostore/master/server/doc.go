@@ -28,7 +28,12 @@
 // Start restores from the log before it serves, and snapshots the
 // restored state in the background. Under HA, Start campaigns first (a standby following
 // the log until it leads) and the server steps down (Done closes) when
-// its leadership is lost.
+// its leadership is lost. An HA master's state directory holds its
+// snapshots only (the log is on etcd): the leader writes one once its
+// records are all on etcd, then trims the log on etcd to a bounded tail
+// (ha.Trim), and serves its newest at /ha/snapshot for standbys whose
+// state the log no longer reaches (hastate.go). A master never leads with
+// a state the log does not continue: it gives the leadership back.
 //
 // # Limits
 //

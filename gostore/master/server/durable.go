@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/journal"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/master/ha"
@@ -75,6 +76,9 @@ type durability struct {
 	// copies: the log copies a record at Enqueue (the local journal), so
 	// record encodes into a pooled buffer; the log on etcd keeps it.
 	copies bool
+	// fetched: snapshots this HA master fetched from a leader before it
+	// led (none for a standby that kept up).
+	fetched int
 }
 
 // encodeBufs are record's buffers (*[]byte) when the log copies.
@@ -126,57 +130,100 @@ func restoreQuarantine(opts Options, rebooted bool, lastWrite, now time.Time) ti
 
 // campaign waits until this master leads the cluster on etcd, following
 // the log meanwhile (a hot standby: its state keeps up with the leader's
-// log), then reads the rest of the log and serves.
-func campaign(opts Options, addr string, log *slog.Logger) (*durability, *master.State, *ha.Leader, error) {
+// log), then reads the rest of the log and serves. Its state starts from
+// its own newest snapshot in opts.StateDir; where the log on etcd no
+// longer reaches back to it, from the leader's snapshot (fetched over the
+// leader's HTTP port). A master that wins but cannot make its state meet
+// the log (the leader that trimmed it is gone, its snapshot with it)
+// gives the leadership back and campaigns again: it never serves a state
+// with a gap.
+func campaign(opts Options, addr string, guard *auth.Auth, log *slog.Logger) (*durability, *master.State, *ha.Leader, error) {
 	hopts := ha.Options{Endpoints: opts.EtcdEndpoints, Prefix: "/gostore/" + opts.ClusterID + "/master/",
 		ID: addr, TTL: opts.HALeaseTTL}
 	if hopts.TTL <= 0 {
 		hopts.TTL = 5 * time.Second
 	}
-	log.Info("standby: campaigning for leadership", "etcd", opts.EtcdEndpoints, "advertise", addr)
-	f := follow(hopts, log)
-	leader, err := ha.Campaign(context.Background(), hopts)
+	f, err := newFollower(hopts, opts, guard, log)
 	if err != nil {
-		f.finish(context.Background())
-		return nil, nil, nil, fmt.Errorf("--enable_ha: campaign on --etcd_endpoints=%s: %w", strings.Join(opts.EtcdEndpoints, ";"), err)
+		return nil, nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, behind, last, err := f.finish(ctx)
-	if err != nil {
+	log.Info("standby: campaigning for leadership", "etcd", opts.EtcdEndpoints, "advertise", addr,
+		"own_snapshot", f.last)
+	for {
+		f.start()
+		leader, err := ha.Campaign(context.Background(), hopts)
+		if err != nil {
+			f.finish(context.Background())
+			return nil, nil, nil, fmt.Errorf("--enable_ha: campaign on --etcd_endpoints=%s: %w", strings.Join(opts.EtcdEndpoints, ";"), err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		behind, err := f.finish(ctx)
+		cancel()
+		if err == nil {
+			log.Info("leading: state read from etcd", "term", leader.Term(), "last", f.last, "read_at_takeover", f.last-behind,
+				"snapshots_fetched", f.fetched, "objects", len(f.st.Objects), "segments", len(f.st.Segments))
+			// A write waits a third of the lease for etcd at most: long
+			// enough for an etcd leader election, short enough for the
+			// caller to retry.
+			return &durability{j: newHALog(leader, f.last, opts.StateDir, opts.HATail, hopts.TTL, log), log: log,
+				limit: max(hopts.TTL/3, time.Second), failCode: wire.ErrEtcdOperation, fetched: f.fetched}, f.st, leader, nil
+		}
+		log.Error("won the leadership but cannot serve the whole state: giving it back, campaigning again after a lease",
+			"err", err, "last", f.last)
 		leader.Resign(context.Background())
-		return nil, nil, nil, fmt.Errorf("reading the log on etcd: %w", err)
+		time.Sleep(hopts.TTL) // another master (one that kept up) may take it meanwhile
 	}
-	log.Info("leading: state read from etcd", "term", leader.Term(), "last", last, "read_at_takeover", last-behind,
-		"objects", len(st.Objects), "segments", len(st.Segments))
-	// A write waits a third of the lease for etcd at most: long enough for
-	// an etcd leader election, short enough for the caller to retry.
-	return &durability{j: ha.OpenLog(leader, last), log: log, limit: max(hopts.TTL/3, time.Second),
-		failCode: wire.ErrEtcdOperation}, st, leader, nil
 }
 
-// follower keeps a standby's state up with the leader's log.
+// follower keeps a standby's state up with the leader's log, and its own
+// snapshot on disk within a snapshot interval of it.
 type follower struct {
-	hopts ha.Options
-	log   *slog.Logger
-	st    *master.State
-	last  uint64 // the last record applied to st
-	stop  chan struct{}
-	done  chan struct{}
+	hopts   ha.Options
+	dir     string
+	auth    *auth.Auth
+	every   time.Duration // own snapshots at most this often
+	log     *slog.Logger
+	st      *master.State
+	last    uint64 // the last record applied to st
+	saved   uint64 // the record the newest snapshot on disk includes
+	savedAt time.Time
+	fetched int // snapshots fetched from the leader
+	stop    chan struct{}
+	done    chan struct{}
 }
 
-func follow(hopts ha.Options, log *slog.Logger) *follower {
-	f := &follower{hopts: hopts, log: log, st: master.NewState(), stop: make(chan struct{}), done: make(chan struct{})}
+// newFollower starts from the newest snapshot in the state directory.
+func newFollower(hopts ha.Options, opts Options, guard *auth.Auth, log *slog.Logger) (*follower, error) {
+	seq, snap, err := journal.NewestSnapshot(opts.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", opts.StateDir, err)
+	}
+	st, err := stateOf(snap, seq, nil)
+	if err != nil {
+		return nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", opts.StateDir, err)
+	}
+	every := opts.SnapshotInterval
+	if every <= 0 {
+		every = 10 * time.Minute
+	}
+	return &follower{hopts: hopts, dir: opts.StateDir, auth: guard, every: every, log: log, st: st, last: seq,
+		saved: seq, savedAt: time.Now()}, nil
+}
+
+// start follows the log until finish.
+func (f *follower) start() {
+	f.stop, f.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(f.done)
-		t := time.NewTicker(hopts.TTL / 2)
+		t := time.NewTicker(f.hopts.TTL / 2)
 		defer t.Stop()
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), hopts.TTL)
+			ctx, cancel := context.WithTimeout(context.Background(), f.hopts.TTL)
 			if err := f.catchUp(ctx); err != nil {
-				log.Warn("standby: following the log", "err", err)
+				f.log.Warn("standby: following the log", "err", err)
 			}
 			cancel()
+			f.save()
 			select {
 			case <-f.stop:
 				return
@@ -184,26 +231,35 @@ func follow(hopts ha.Options, log *slog.Logger) *follower {
 			}
 		}
 	}()
-	return f
 }
 
-// catchUp applies the records after f.last; when a snapshot has folded
-// records it never read (they are gone from the log), it starts over from
-// that snapshot. The snapshot's head is read after the tail: a snapshot
-// taken meanwhile is seen.
+// catchUp applies the records after f.last. Where the log on etcd no
+// longer holds the next one (trimmed), it starts over from the leader's
+// snapshot; from a snapshot in the old format on etcd where one is newer
+// than f.last. Trimmed is read before the log: a trim meanwhile leaves
+// ReadLog a gap at its start, and it then reads nothing.
 func (f *follower) catchUp(ctx context.Context) error {
+	trimmed, err := ha.Trimmed(ctx, f.hopts)
+	if err != nil {
+		return err
+	}
+	if f.last < trimmed {
+		if err := f.fetch(ctx, trimmed); err != nil {
+			return err
+		}
+	}
 	recs, err := ha.ReadLog(ctx, f.hopts, f.last+1)
 	if err != nil {
 		return err
 	}
-	for i, raw := range recs {
+	for _, raw := range recs {
 		ch, err := master.DecodeChange(raw)
 		if err != nil {
-			return fmt.Errorf("record %d cannot be read: %v", f.last+uint64(i)+1, err)
+			return fmt.Errorf("record %d cannot be read: %v", f.last+1, err)
 		}
 		f.st.Apply(ch)
+		f.last++ // per record: a later catch-up never applies one twice
 	}
-	f.last += uint64(len(recs))
 	snap, err := ha.SnapshotSeq(ctx, f.hopts)
 	if err != nil || snap <= f.last {
 		return err
@@ -216,18 +272,66 @@ func (f *follower) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	f.log.Info("standby: read a snapshot in the old format from etcd", "seq", rec.SnapshotSeq, "bytes", len(rec.Snapshot))
 	f.st, f.last = st, rec.LastSeq()
 	return nil
 }
 
-// finish stops following and catches up once more: the state to lead
-// with, and the last record before and after that catch-up.
-func (f *follower) finish(ctx context.Context) (st *master.State, before, last uint64, err error) {
+// fetchTimeout bounds one snapshot transfer from the leader (hundreds of
+// MB at 10^7 objects take seconds on a LAN).
+const fetchTimeout = 10 * time.Minute
+
+// fetch replaces f's state with the leader's newest snapshot, which must
+// include record trimmed at least.
+func (f *follower) fetch(ctx context.Context, trimmed uint64) error {
+	url, err := ha.SnapshotSource(ctx, f.hopts)
+	if err != nil {
+		return err
+	}
+	if url == "" {
+		return fmt.Errorf("this master's state ends at record %d, the log on etcd no longer holds records up to %d, "+
+			"and no leader serves a snapshot", f.last, trimmed)
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), fetchTimeout)
+	defer cancel()
+	start := time.Now()
+	seq, st, err := fetchSnapshot(fctx, url, f.auth, f.dir)
+	if err != nil {
+		return err
+	}
+	if seq < trimmed {
+		return fmt.Errorf("the leader's snapshot includes records up to %d, the log on etcd starts after %d", seq, trimmed)
+	}
+	f.st, f.last, f.saved, f.savedAt = st, seq, seq, time.Now()
+	f.fetched++
+	f.log.Info("standby: fetched the leader's snapshot", "seq", seq, "objects", len(st.Objects), "took", time.Since(start))
+	return nil
+}
+
+// save writes f's state to its own disk when it moved on and the last
+// save is an interval old: a restart then starts from there.
+func (f *follower) save() {
+	if f.last == f.saved || time.Since(f.savedAt) < f.every {
+		return
+	}
+	err := journal.SaveSnapshotWith(f.dir, f.last, func(w io.Writer) error {
+		_, err := f.st.WriteTo(w)
+		return err
+	})
+	if err != nil {
+		f.log.Warn("standby: snapshot of the followed state", "err", err)
+		return
+	}
+	f.saved, f.savedAt = f.last, time.Now()
+}
+
+// finish stops following and catches up once more: the last record
+// before that catch-up.
+func (f *follower) finish(ctx context.Context) (before uint64, err error) {
 	close(f.stop)
 	<-f.done
 	before = f.last
-	err = f.catchUp(ctx)
-	return f.st, before, f.last, err
+	return before, f.catchUp(ctx)
 }
 
 // stateOf is the state a snapshot and the records after it hold.
@@ -471,10 +575,18 @@ func (d *durability) waitForDisk(r *rpc.Server) {
 func (s *Server) snapshotLoop(interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	var full chan struct{} // under HA: the log on etcd since the last snapshot reached its bound
+	if h, ok := s.state.j.(*haLog); ok {
+		full = h.full
+	}
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-full:
+			if err := s.state.snapshot(s.core); err != nil {
+				s.log.Error("snapshot failed", "err", err)
+			}
 		case <-t.C:
 			if err := s.state.snapshot(s.core); err != nil {
 				s.log.Error("snapshot failed", "err", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/master/ha"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -66,6 +67,9 @@ type Options struct {
 	EtcdEndpoints []string
 	ClusterID     string
 	HALeaseTTL    time.Duration // default 5 s
+	// HATail bounds the log on etcd kept before the leader's newest
+	// snapshot (ha.Trim); zero fields take ha.DefaultTail's.
+	HATail ha.Tail
 
 	// Limits on one request (master.Config's): the longest key, the most
 	// keys in one request, the largest object. Zero takes the core's
@@ -276,8 +280,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--metrics_port=%d: out of range, at most 65535 (negative turns HTTP off)", o.MetricsPort)
 	case o.EnableHA && len(o.EtcdEndpoints) == 0:
 		return fmt.Errorf("--enable_ha needs --etcd_endpoints")
-	case o.EnableHA && o.StateDir != "":
-		return fmt.Errorf("--enable_ha keeps the master's state on etcd: give no --snapshot_backup_dir")
+	case o.EnableHA && o.StateDir == "":
+		return fmt.Errorf("--enable_ha needs --snapshot_backup_dir: each master keeps its snapshots on its own disk (etcd holds only the log's tail)")
+	case o.EnableHA && o.MetricsPort < 0:
+		return fmt.Errorf("--enable_ha needs the HTTP port (--metrics_port >= 0; 0 for a free one): the leader serves its snapshot to standbys there")
 	case o.MaxKeyBytes < 1 || o.MaxKeyBytes > master.MaxKeyBytesLimit:
 		return fmt.Errorf("--max_key_bytes=%d: from 1 to %d (the longest key the SSD tier stores)",
 			o.MaxKeyBytes, master.MaxKeyBytesLimit)

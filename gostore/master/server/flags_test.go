@@ -53,7 +53,8 @@ var ourFlags = map[string]bool{"tick_interval_ms": true, "log_level": true, "res
 	"journal_ack_before_sync": true, "ha_lease_ttl_ms": true, "max_key_bytes": true, "max_batch_keys": true,
 	"max_object_bytes": true, "rpc_max_request_bytes": true, "rpc_max_connections_per_ip": true,
 	"rpc_max_inflight_per_ip": true, "auth_secret_file": true, "tls_ca_file": true, "tls_cert_file": true,
-	"tls_key_file": true, "allow_insecure": true, "rpc_spin_us": true}
+	"tls_key_file": true, "allow_insecure": true, "rpc_spin_us": true,
+	"ha_log_tail_records": true, "ha_log_tail_bytes": true}
 
 func TestFlagTableMatchesMooncake(t *testing.T) {
 	wheel := map[string]bool{}

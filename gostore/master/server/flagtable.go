@@ -388,6 +388,19 @@ var specs = []flagSpec{
 	{name: "ha_lease_ttl_ms", unit: time.Millisecond, def: "5000",
 		help: "--enable_ha: the leader's etcd lease; a dead leader is replaced this long after (milliseconds, or 2s)",
 		set:  to(func(o *Options) *time.Duration { return &o.HALeaseTTL }, asDuration)},
+	{name: "ha_log_tail_records", gtype: "uint64", def: "100000",
+		help: "--enable_ha: the most records of the log on etcd kept before the leader's newest snapshot (a standby that far behind still catches up without a snapshot)",
+		set:  to(func(o *Options) *uint64 { return &o.HATail.Records }, asUint64)},
+	{name: "ha_log_tail_bytes", gtype: "uint64", def: "16777216",
+		help: "--enable_ha: the most bytes of the log on etcd kept before the leader's newest snapshot; the leader also takes a snapshot early once the log since its last one holds four times this much",
+		set: func(st *flagState, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("not a byte count")
+			}
+			st.o.HATail.Bytes = n
+			return nil
+		}},
 	{name: "journal_ack_before_sync", gtype: "bool", def: "false",
 		help: "with --snapshot_backup_dir: answer once a change is written, before its fsync (a machine crash loses at most the last 100 ms of changes)",
 		set:  to(func(o *Options) *bool { return &o.AckBeforeSync }, asBool)},

@@ -18,8 +18,8 @@ import (
 func TestStandbyTakesOverWithEveryAcknowledgedObject(t *testing.T) {
 	cl := etcdtest.Start(t, 3)
 	start := func() (*Server, error) {
-		return Start(parse(t, append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1",
-			"--log_level=error", "--client_ttl=60"}, cl.MasterFlags("t1")...)...))
+		return Start(parse(t, append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0",
+			"--log_level=error", "--client_ttl=60", "--snapshot_backup_dir=" + t.TempDir()}, cl.MasterFlags("t1")...)...))
 	}
 	a, err := start()
 	if err != nil {

@@ -110,6 +110,9 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("OK\n"))
 	})
+	if s.opts.EnableHA {
+		mux.HandleFunc(snapshotPath, serveSnapshot(s.opts.StateDir, s.log))
+	}
 	mux.HandleFunc("/get_all_segments", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.core.Segments())
 	})

@@ -88,7 +88,7 @@ func Start(opts Options) (*Server, error) {
 	var leader *ha.Leader
 	switch {
 	case opts.EnableHA:
-		state, saved, leader, err = campaign(opts, dialable(rpcLn.Addr()), log)
+		state, saved, leader, err = campaign(opts, dialable(rpcLn.Addr()), guard, log)
 	case opts.StateDir != "":
 		state, saved, err = openState(&opts, log)
 	}
@@ -164,6 +164,17 @@ func Start(opts Options) (*Server, error) {
 				log.Error("http server stopped", "err", err)
 			}
 		}()
+		if leader != nil {
+			// Standbys whose state the log on etcd no longer reaches fetch
+			// this leader's snapshot there.
+			url := guard.HTTPScheme() + "://" + s.HTTPAddr() + snapshotPath
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := leader.Advertise(ctx, url)
+			cancel()
+			if err != nil {
+				log.Error("ha: cannot name this leader's snapshot source on etcd: standbys behind the log's tail cannot catch up", "err", err)
+			}
+		}
 	}
 	s.wg.Add(2)
 	go func() {
@@ -202,7 +213,10 @@ func Start(opts Options) (*Server, error) {
 				// the master serves (a fuzzy snapshot stops no call), not
 				// before: until it is whole, the directory restores the
 				// same core again (see master.Core.Restore), and the
-				// records written meanwhile apply on top.
+				// records written meanwhile apply on top. A new HA leader
+				// likewise: the log on etcd and the snapshot it started
+				// from keep everything meanwhile, so a failover does not
+				// wait for a whole snapshot.
 				if err := s.state.snapshot(s.core); err != nil {
 					s.log.Error("snapshot after the restore failed", "err", err)
 				}
