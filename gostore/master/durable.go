@@ -532,7 +532,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 		}
 		sh := c.shardOf(k)
 		sh.mu.Lock()
-		sh.objects[k] = o
+		sh.set(k, o)
 		sh.mu.Unlock()
 		rep.Objects++
 	}

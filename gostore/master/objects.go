@@ -219,7 +219,7 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 	}
 	o := &object{size: size, replicas: reps, hardPin: hardPin}
 	c.startWrite(o, now, clientID, cfg)
-	sh.objects[key] = o
+	sh.set(key, o)
 	c.recordNewWrite(key, o) // its ranges, held across a restart while the writer copies
 	return c.writeResult(o, now)
 }
@@ -516,16 +516,14 @@ func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]
-		sh.mu.Lock()
-		for key, o := range sh.objects {
+		sh.sweep(func(key string, o *object) {
 			if match(key) && removable(o, now, force) == wire.OK {
 				f := o.release()
 				c.deleteObject(sh, key, o)
 				f.free(&c.stats)
 				n++
 			}
-		}
-		sh.mu.Unlock()
+		})
 	}
 	c.stats.Removes.Add(n)
 	return n

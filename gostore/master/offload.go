@@ -153,7 +153,7 @@ func (c *Core) dropDisk(key string, o *object) {
 // holds sh's lock.
 func (c *Core) deleteObject(sh *shard, key string, o *object) {
 	c.dropDisk(key, o)
-	delete(sh.objects, key)
+	sh.remove(key)
 	c.record(key, nil)
 }
 
@@ -162,7 +162,7 @@ func (c *Core) deleteObject(sh *shard, key string, o *object) {
 // that took replicas or its disk copy away. The caller holds sh's lock.
 func (c *Core) settle(sh *shard, key string, o *object) {
 	if len(o.replicas) == 0 && o.disk == nil {
-		delete(sh.objects, key)
+		sh.remove(key)
 		c.record(key, nil)
 		return
 	}
@@ -326,7 +326,7 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 			o = &object{size: sizes[i], lastUse: now, started: now, epoch: c.epochs.Add(1),
 				disk: &diskCopy{client: clientID, endpoint: endpoint, storage: storage}}
 			o.placed = o.epoch
-			sh.objects[key] = o
+			sh.set(key, o)
 			c.stats.DiskRecovered.Add(1)
 			c.record(key, o)
 		case o.disk != nil && o.disk.storage == storage && o.size == sizes[i] && !o.unfinished():
