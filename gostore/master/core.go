@@ -757,7 +757,7 @@ func (c *Core) Census() Census {
 			if o.complete() {
 				n.InMemory++
 			}
-			if o.disk != nil {
+			if o.onDisk() != nil {
 				n.OnDisk++
 			}
 		})

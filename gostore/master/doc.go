@@ -47,6 +47,11 @@
 //     silence rules out a live one elsewhere), retiring it as ClientLeave
 //     would; a holder heard from more recently keeps it (-102).
 //   - An object is readable only once it has a COMPLETE replica.
+//   - An object's fields are read and set through its accessors
+//     (objects.go): the first replica is inline and the rare fields (more
+//     replicas, pins, holds, a disk copy, tasks) live in a side struct that
+//     exists only while one of them is set, so the common object is one
+//     80-byte allocation.
 //   - An eviction pass never takes an object its writer's call still holds
 //     (PutEndHold, until PutUnhold or the hold's end, at most
 //     PutStartDiscardTimeout) unless it has a disk copy: the call waits

@@ -243,8 +243,8 @@ func (c *Core) dropsDone(storage string, keys ...string) {
 // durable is o's durable state, or false when it has none (no COMPLETE
 // replica and no disk copy: an object still being written).
 func durable(o *object) (DurableObject, bool) {
-	d := DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writer, HardPin: o.hardPin, SoftPin: o.softPin != 0}
-	for _, r := range o.replicas {
+	d := DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writerID(), HardPin: o.hardPin, SoftPin: o.softPinUntil() != 0}
+	for _, r := range o.reps() {
 		dr := DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset}
 		if r.status == replicaComplete {
 			d.Replicas = append(d.Replicas, dr)
@@ -252,8 +252,8 @@ func durable(o *object) (DurableObject, bool) {
 			d.Writing = append(d.Writing, dr)
 		}
 	}
-	if o.disk != nil {
-		d.Disk = &DurableDisk{Client: o.disk.client, Endpoint: o.disk.endpoint, Storage: o.disk.storage}
+	if disk := o.onDisk(); disk != nil {
+		d.Disk = &DurableDisk{Client: disk.client, Endpoint: disk.endpoint, Storage: disk.storage}
 	}
 	return d, len(d.Replicas) > 0 || d.Disk != nil || len(d.Writing) > 0
 }
@@ -503,15 +503,18 @@ func (c *Core) Restore(st *State) RestoreReport {
 		d := st.Objects[k]
 		// The replica set gets a name no reader saw: what happened to the
 		// ranges while no master ran is not known.
-		o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), writer: d.Writer, hardPin: d.HardPin, lastUse: now}
+		o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), hardPin: d.HardPin, lastUse: now}
+		o.setWriter(d.Writer)
 		if d.SoftPin {
-			o.softPin = now + int64(c.cfg.SoftPinTTL)
+			o.setSoftPin(now + int64(c.cfg.SoftPinTTL))
 		}
+		var reps []replica
 		for j, r := range d.Replicas {
 			if s := segs[r.SegID]; s != nil && !refused[owner{k, 0, j, false}] {
-				o.replicas = append(o.replicas, replica{seg: s, offset: r.Offset, status: replicaComplete})
+				reps = append(reps, replica{seg: s, offset: r.Offset, status: replicaComplete})
 			}
 		}
+		o.setReplicas(reps)
 		// A write in progress at the stop cannot end now: its ranges wait
 		// out the quarantine, as a taken-over put's do.
 		var writing []replica
@@ -522,9 +525,9 @@ func (c *Core) Restore(st *State) RestoreReport {
 		}
 		held(writing, d.Size, 0)
 		if d.Disk != nil {
-			o.disk = &diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage}
+			o.setDisk(&diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage})
 		}
-		if len(o.replicas) == 0 && o.disk == nil {
+		if o.numReplicas() == 0 && o.onDisk() == nil {
 			if len(d.Replicas) > 0 {
 				rep.Dropped++ // it was readable, and nothing can serve it now
 			}

@@ -51,7 +51,7 @@ func (c *Core) reclaimAbandoned(now int64) {
 	for i := first; i < first+reclaimShardsPerTick; i++ {
 		sh := &c.shards[i%NumShards]
 		sh.sweep(func(key string, o *object) {
-			if !o.unfinished() || now-o.started < int64(c.cfg.PutStartDiscardTimeout) || o.tasks > 0 {
+			if !o.unfinished() || now-o.lastUse < int64(c.cfg.PutStartDiscardTimeout) || o.taskCount() > 0 {
 				return
 			}
 			c.discard(o.takeReplicas(replicaProcessing), o.size, now)
@@ -97,10 +97,10 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.sweep(func(key string, o *object) {
-			if dead[o.writer] && o.unfinished() {
+			if dead[o.writerID()] && o.unfinished() {
 				f := o.release()
 				n++
-				if o.disk == nil || dead[o.disk.client] {
+				if o.onDisk() == nil || dead[o.onDisk().client] {
 					sh.remove(key)
 					c.record(key, nil)
 					f.free(&c.stats)
@@ -109,8 +109,8 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 				c.record(key, o)
 				f.free(&c.stats)
 			}
-			if disks && o.disk != nil && dead[o.disk.client] {
-				o.disk = nil
+			if disks && o.onDisk() != nil && dead[o.onDisk().client] {
+				o.setDisk(nil)
 				c.settle(sh, key, o)
 			}
 		})
@@ -126,7 +126,7 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 // (it waits for its offload); objects on segments without a tier are
 // evicted as before.
 func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
-	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 || o.heldInCall(now) {
+	if o.hardPin || o.leased(now) || o.unfinished() || o.taskCount() > 0 || o.numReplicas() == 0 || o.heldInCall(now) {
 		return false, false
 	}
 	if c.waitsForDisk(o) {
@@ -136,14 +136,14 @@ func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
 }
 
 func (c *Core) waitsForDisk(o *object) bool {
-	return c.cfg.EnableOffload && o.disk == nil && o.offloader() != ""
+	return c.cfg.EnableOffload && o.onDisk() == nil && o.offloader() != ""
 }
 
 // awaitsOffload reports an object eviction would take but for its missing
 // disk copy.
 func (c *Core) awaitsOffload(o *object, now int64) bool {
 	return c.waitsForDisk(o) && !o.hardPin && !o.leased(now) &&
-		!o.unfinished() && o.tasks == 0 && len(o.replicas) > 0
+		!o.unfinished() && o.taskCount() == 0 && o.numReplicas() > 0
 }
 
 // usage is the pool's used/capacity ratio.
@@ -398,7 +398,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			if !cuts[class].take(o.lastUse) {
 				continue
 			}
-			bytes.Add(int64(o.size) * int64(len(o.replicas)))
+			bytes.Add(int64(o.size) * int64(o.numReplicas()))
 			f := o.release()
 			c.settle(sh, key, o) // with a disk copy it lives on in the SSD tier
 			f.free(&c.stats)
