@@ -190,8 +190,8 @@ type EvictResult struct {
 // map: keys hash uniformly over shards and a map starts an iteration at a
 // random slot, so these are a uniform sample of ages whatever the size.
 const (
-	evictSample       = 4096
-	evictSampleShards = 64
+	evictSample       = 2048
+	evictSampleShards = 32
 )
 
 // evictSpread bounds a pass's work by what it evicts: the cut is never

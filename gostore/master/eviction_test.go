@@ -229,11 +229,11 @@ func TestSampledEvictionTakesAboutTheOldest(t *testing.T) {
 	c, clk := newTestCore(t)
 	c.cfg.EvictionRatio = 0.2
 	mount(t, c, "a", "seg", 1<<30)
-	all := fillBatches(c, clk, evictSample*10, 1000)
+	all := fillBatches(c, clk, evictSample*20, 100)
 	n := len(all)
 	res := c.Evict()
-	want := n / 5
-	if res.Objects < want*9/10 || res.Objects > want*11/10 {
+	want := n / 5 // give or take the sample's error (1σ: 4% of want)
+	if res.Objects < want*8/10 || res.Objects > want*12/10 {
 		t.Fatalf("evicted %d, want about %d", res.Objects, want)
 	}
 	// Every evicted key is among the oldest 25%, and the oldest 15% all went.
@@ -313,7 +313,7 @@ func TestSmallPassKeepsTheClassOrder(t *testing.T) {
 	// The candidates' count is estimated from the sample: about 400 go.
 	c.cfg.EvictionRatio = 400.0 / 39_000
 	res := c.Evict()
-	if res.Objects < 360 || res.Objects > 440 {
+	if res.Objects < 340 || res.Objects > 460 {
 		t.Fatalf("evicted %d, want about 400", res.Objects)
 	}
 	if left := len(present(c, plain)); left != 20_000-res.Objects {
@@ -325,7 +325,7 @@ func TestSmallPassKeepsTheClassOrder(t *testing.T) {
 	// With the plain ones gone but for the leased, the soft-pinned follow.
 	c.Remove(plain[1000:], false)
 	c.cfg.EvictionRatio = 300.0 / 21_000
-	if res := c.Evict(); res.Objects < 270 || res.Objects > 330 || len(present(c, soft)) != 20_000-res.Objects {
+	if res := c.Evict(); res.Objects < 255 || res.Objects > 345 || len(present(c, soft)) != 20_000-res.Objects {
 		t.Fatalf("soft pass %+v; soft left %d", res, len(present(c, soft)))
 	}
 	if len(present(c, hard)) != 20_000 || len(present(c, plain[:1000])) != 1000 {
