@@ -184,11 +184,12 @@ type EvictResult struct {
 
 // evictSample is how many objects a pass looks at to place its cuts: up to
 // this many objects it looks at every one and the pass is exact (each
-// class's oldest go, ties by count). Beyond, it takes evictSampleShards
-// shards spread evenly from a random start, up to
-// evictSample/evictSampleShards objects of each, from a random place in its
-// map: keys hash uniformly over shards and a map starts an iteration at a
-// random slot, so these are a uniform sample of ages whatever the size.
+// class's oldest go, ties by count). Beyond, it takes shards spread evenly
+// from a random start (at least evictSampleShards, more while shards are
+// small) and an equal number of objects of each, from a random place in
+// its map: keys hash uniformly over shards and a map starts an iteration
+// at a random slot, so these are a uniform sample of ages whatever the
+// size.
 const (
 	evictSample       = 2048
 	evictSampleShards = 32
@@ -292,7 +293,9 @@ func (q *classCut) done() bool {
 func (c *Core) sampleAges(now int64, total int) (plain, soft []int64, sampled int) {
 	stride, first, perShard := 1, 0, math.MaxInt
 	if total > evictSample {
-		stride, perShard = NumShards/evictSampleShards, evictSample/evictSampleShards
+		// k shards of total/NumShards objects each hold evictSample.
+		k := min(NumShards, max(evictSampleShards, NumShards*evictSample/total))
+		stride, perShard = NumShards/k, max(1, evictSample/k)
 		c.randMu.Lock()
 		first = c.cfg.Rand.IntN(stride)
 		c.randMu.Unlock()
