@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -490,12 +492,7 @@ func TestSweepVisitsALargeShardInChunks(t *testing.T) {
 	c, _ := newTestCore(t)
 	mount(t, c, "a", "seg", 1<<30)
 	sh := &c.shards[0]
-	var keys []string
-	for i := 0; len(keys) < 3*sweepChunk+7; i++ {
-		if k := fmt.Sprintf("k%d", i); c.shardOf(k) == sh {
-			keys = append(keys, k)
-		}
-	}
+	keys := keysInShard(c, sh, 2*sweepChunk+7)
 	sizes := make([]uint64, len(keys))
 	for i := range sizes {
 		sizes[i] = 64
@@ -522,4 +519,65 @@ func TestSweepVisitsALargeShardInChunks(t *testing.T) {
 	if got, want := c.objectCount(), len(keys)-len(keys)/2; got != want || len(sh.objects) != want {
 		t.Fatalf("after deleting half: count %d, map %d, want %d", got, len(sh.objects), want)
 	}
+}
+
+// A dead client's cleanup over a shard larger than a chunk lets a call on
+// that shard through between chunks: a get behind the sweep waits for one
+// chunk, not for the whole shard (at 10^8 objects, ~10^5 per shard).
+func TestCleanupSweepLetsACallThroughBetweenChunks(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "seg", 1<<30)
+	sh := &c.shards[0]
+	keys := keysInShard(c, sh, 2*sweepChunk+1)
+	sizes := make([]uint64, len(keys))
+	for i := range sizes {
+		sizes[i] = 64
+	}
+	if _, err := c.PutStart("dead", "", keys, sizes, wire.ReplicaConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every free below runs under the shard's lock, inside the sweep. At
+	// the first, a caller starts waiting for the lock; by the last it must
+	// have had it. (It waits over a millisecond, so Go's mutex hands the
+	// lock to it at the next unlock instead of letting the sweep take it
+	// back.)
+	var frees int
+	var through atomic.Bool
+	waiting := make(chan struct{})
+	testHookFree = func(*segment, uint64, uint64) {
+		frees++
+		switch frees {
+		case 1:
+			go func() {
+				close(waiting)
+				sh.mu.Lock()
+				through.Store(true)
+				sh.mu.Unlock()
+			}()
+			<-waiting
+			time.Sleep(5 * time.Millisecond) // the caller is queued and starving
+		case len(keys):
+			if !through.Load() {
+				t.Errorf("a call on the shard waited for all %d objects of the sweep", len(keys))
+			}
+		}
+	}
+	t.Cleanup(func() { testHookFree = nil })
+	c.forgetClients(map[string]bool{"dead": true}, false)
+	if frees != len(keys) || len(sh.objects) != 0 || c.objectCount() != 0 {
+		t.Fatalf("%d frees for %d unfinished puts; %d objects left (count %d)", frees, len(keys), len(sh.objects), c.objectCount())
+	}
+}
+
+// keysInShard returns n keys that c places in sh.
+func keysInShard(c *Core, sh *shard, n int) []string {
+	keys := make([]string, 0, n)
+	b := []byte("k")
+	for i := 0; len(keys) < n; i++ {
+		b = strconv.AppendInt(b[:1], int64(i), 10)
+		if c.shardOf(string(b)) == sh { // no allocation: the compiler sees through it
+			keys = append(keys, string(b))
+		}
+	}
+	return keys
 }
