@@ -230,6 +230,60 @@ func (st *Stats) roomFreed() uint64 {
 type shard struct {
 	mu      sync.Mutex
 	objects map[string]*object
+	// n is len(objects), kept for readers that take no lock (objectCount):
+	// every insert and delete goes through set and remove.
+	n atomic.Int64
+}
+
+// set stores o under key; the caller holds mu.
+func (sh *shard) set(key string, o *object) {
+	sh.objects[key] = o
+	sh.n.Store(int64(len(sh.objects)))
+}
+
+// remove deletes key; the caller holds mu.
+func (sh *shard) remove(key string) {
+	delete(sh.objects, key)
+	sh.n.Store(int64(len(sh.objects)))
+}
+
+// sweepChunk bounds the objects a sweep looks at per hold of a shard's
+// lock: at 10^8 objects a shard holds ~10^5, and a call on one of its keys
+// must not wait for all of them.
+const sweepChunk = 1024
+
+// sweep calls f on every object of sh with sh.mu held, taking the lock for
+// at most sweepChunk objects at a time: a larger shard's keys are listed
+// under one hold (no object is looked at: a fraction of a millisecond at
+// 10^5 keys), then looked up again a chunk at a time. f may delete the
+// object. A key inserted during the sweep may be missed; one deleted is
+// not seen; one replaced is seen with its new object, so f decides on what
+// the shard holds now.
+func (sh *shard) sweep(f func(key string, o *object)) {
+	sh.mu.Lock()
+	if len(sh.objects) <= sweepChunk {
+		for key, o := range sh.objects {
+			f(key, o)
+		}
+		sh.mu.Unlock()
+		return
+	}
+	keys := make([]string, 0, len(sh.objects))
+	for key := range sh.objects {
+		keys = append(keys, key)
+	}
+	sh.mu.Unlock()
+	for len(keys) > 0 {
+		n := min(sweepChunk, len(keys))
+		sh.mu.Lock()
+		for _, key := range keys[:n] {
+			if o, ok := sh.objects[key]; ok {
+				f(key, o)
+			}
+		}
+		sh.mu.Unlock()
+		keys = keys[n:]
+	}
 }
 
 type segment struct {
@@ -500,14 +554,11 @@ func (c *Core) removeSegmentLocked(s *segment) {
 func (c *Core) dropReplicasOn(s *segment) {
 	for i := range c.shards {
 		sh := &c.shards[i]
-		sh.mu.Lock()
-		for key, o := range sh.objects {
-			if !o.dropReplicasOn(s) {
-				continue
+		sh.sweep(func(key string, o *object) {
+			if o.dropReplicasOn(s) {
+				c.settle(sh, key, o)
 			}
-			c.settle(sh, key, o)
-		}
-		sh.mu.Unlock()
+		})
 	}
 }
 
@@ -701,25 +752,22 @@ type Census struct {
 }
 
 // Census looks at every object once: a scrape's cost, O(objects) with
-// each shard locked in turn, never all at once.
+// each shard locked a chunk at a time (shard.sweep), never all at once.
 func (c *Core) Census() Census {
 	var n Census
 	now := c.now()
 	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		for _, o := range sh.objects {
+		c.shards[i].sweep(func(_ string, o *object) {
 			if o.softPinned(now) {
 				n.SoftPinned++
 			}
 			if o.complete() {
 				n.InMemory++
 			}
-			if o.disk != nil {
+			if o.onDisk() != nil {
 				n.OnDisk++
 			}
-		}
-		sh.mu.Unlock()
+		})
 	}
 	return n
 }

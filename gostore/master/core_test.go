@@ -322,7 +322,7 @@ func TestConcurrentPutsAndUnmount(t *testing.T) {
 	}
 	for i := range c.shards {
 		for k, o := range c.shards[i].objects {
-			for _, r := range o.replicas {
+			for _, r := range o.reps() {
 				if !mounted[r.seg.desc.ID] {
 					t.Fatalf("%s has a replica on unmounted segment %d", k, r.seg.desc.ID)
 				}

@@ -13,7 +13,14 @@
 //
 // Invariants
 //   - Objects are spread over NumShards shards by key hash; each shard's mutex
-//     guards its map and the objects in it.
+//     guards its map and the objects in it. Every insert and delete goes
+//     through shard.set/remove, which keep the shard's atomic count, so
+//     counting objects takes no lock. A sweep of every object (a client's
+//     or segment's cleanup, reclaiming abandoned writes, a census, a
+//     remove-all) goes through shard.sweep: a shard's lock is held for at
+//     most sweepChunk objects at a time. An eviction pass that wants a
+//     small share of the objects visits a number bound by what it evicts
+//     (eviction.go), not by the number of objects.
 //   - A replica's byte range belongs to its segment's allocator from PutStart
 //     until the replica is dropped; it is returned to the allocator exactly
 //     once, unless the segment was unmounted first (then the whole range went
@@ -40,6 +47,11 @@
 //     silence rules out a live one elsewhere), retiring it as ClientLeave
 //     would; a holder heard from more recently keeps it (-102).
 //   - An object is readable only once it has a COMPLETE replica.
+//   - An object's fields are read and set through its accessors
+//     (objects.go): the first replica is inline and the rare fields (more
+//     replicas, pins, holds, a disk copy, tasks) live in a side struct that
+//     exists only while one of them is set, so the common object is one
+//     80-byte allocation.
 //   - An eviction pass never takes an object its writer's call still holds
 //     (PutEndHold, until PutUnhold or the hold's end, at most
 //     PutStartDiscardTimeout) unless it has a disk copy: the call waits

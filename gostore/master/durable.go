@@ -300,9 +300,9 @@ func durable(o *object) (DurableObject, bool) {
 // snapshot's walk allocates nothing per object: allocation there would
 // draft it into the collector's work while it holds a shard's lock).
 func durableInto(d *DurableObject, disk *DurableDisk, o *object) bool {
-	*d = DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writer, HardPin: o.hardPin, SoftPin: o.softPin != 0,
+	*d = DurableObject{Size: o.size, Epoch: o.epoch, Writer: o.writerID(), HardPin: o.hardPin, SoftPin: o.softPinUntil() != 0,
 		Replicas: d.Replicas[:0], Writing: d.Writing[:0]}
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		dr := DurableReplica{SegID: r.seg.desc.ID, Offset: r.offset}
 		if r.status == replicaComplete {
 			d.Replicas = append(d.Replicas, dr)
@@ -316,8 +316,8 @@ func durableInto(d *DurableObject, disk *DurableDisk, o *object) bool {
 	if len(d.Writing) == 0 {
 		d.Writing = nil
 	}
-	if o.disk != nil {
-		*disk = DurableDisk{Client: o.disk.client, Endpoint: o.disk.endpoint, Storage: o.disk.storage}
+	if od := o.onDisk(); od != nil {
+		*disk = DurableDisk{Client: od.client, Endpoint: od.endpoint, Storage: od.storage}
 		d.Disk = disk
 	}
 	return len(d.Replicas) > 0 || d.Disk != nil || len(d.Writing) > 0
@@ -613,12 +613,12 @@ func (c *Core) Restore(st *State) RestoreReport {
 				d := &e.d
 				// The replica set gets a name no reader saw: what happened
 				// to the ranges while no master ran is not known.
-				o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), writer: d.Writer,
-					hardPin: d.HardPin, lastUse: now}
+				o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), hardPin: d.HardPin, lastUse: now}
+				o.setWriter(d.Writer)
 				if d.SoftPin {
-					o.softPin = now + int64(c.cfg.SoftPinTTL)
+					o.setSoftPin(now + int64(c.cfg.SoftPinTTL))
 				}
-				o.replicas = kept(e.reps)
+				o.setReplicas(kept(e.reps))
 				// A write in progress at the stop cannot end now: its ranges
 				// wait out the quarantine, as a taken-over put's do.
 				if w := kept(e.writing); len(w) > 0 {
@@ -626,9 +626,9 @@ func (c *Core) Restore(st *State) RestoreReport {
 						releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)})
 				}
 				if d.Disk != nil {
-					o.disk = &diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage}
+					o.setDisk(&diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage})
 				}
-				if len(o.replicas) == 0 && o.disk == nil {
+				if o.numReplicas() == 0 && o.onDisk() == nil {
 					if len(d.Replicas) > 0 {
 						res.dropped++ // it was readable, and nothing can serve it now
 					}
@@ -636,7 +636,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 				}
 				sh := c.shardOf(e.key)
 				sh.mu.Lock()
-				sh.objects[e.key] = o
+				sh.set(e.key, o)
 				sh.mu.Unlock()
 				res.objects++
 			}

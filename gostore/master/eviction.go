@@ -50,16 +50,14 @@ func (c *Core) reclaimAbandoned(now int64) {
 	var n int64
 	for i := first; i < first+reclaimShardsPerTick; i++ {
 		sh := &c.shards[i%NumShards]
-		sh.mu.Lock()
-		for key, o := range sh.objects {
-			if !o.unfinished() || now-o.started < int64(c.cfg.PutStartDiscardTimeout) || o.tasks > 0 {
-				continue
+		sh.sweep(func(key string, o *object) {
+			if !o.unfinished() || now-o.lastUse < int64(c.cfg.PutStartDiscardTimeout) || o.taskCount() > 0 {
+				return
 			}
 			c.discard(o.takeReplicas(replicaProcessing), o.size, now)
 			c.settle(sh, key, o)
 			n++
-		}
-		sh.mu.Unlock()
+		})
 	}
 	c.stats.PutsReclaimed.Add(n)
 }
@@ -98,26 +96,24 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]
-		sh.mu.Lock()
-		for key, o := range sh.objects {
-			if dead[o.writer] && o.unfinished() {
+		sh.sweep(func(key string, o *object) {
+			if dead[o.writerID()] && o.unfinished() {
 				f := o.release()
 				n++
-				if o.disk == nil || dead[o.disk.client] {
-					delete(sh.objects, key)
+				if o.onDisk() == nil || dead[o.onDisk().client] {
+					sh.remove(key)
 					c.record(key, nil)
 					f.free(&c.stats)
-					continue
+					return
 				} // a rewrite that never ended: the disk keeps the last value
 				c.record(key, o)
 				f.free(&c.stats)
 			}
-			if disks && o.disk != nil && dead[o.disk.client] {
-				o.disk = nil
+			if disks && o.onDisk() != nil && dead[o.onDisk().client] {
+				o.setDisk(nil)
 				c.settle(sh, key, o)
 			}
-		}
-		sh.mu.Unlock()
+		})
 	}
 	c.stats.PutsOfDeadClients.Add(n)
 }
@@ -130,7 +126,7 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 // (it waits for its offload); objects on segments without a tier are
 // evicted as before.
 func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
-	if o.hardPin || o.leased(now) || o.unfinished() || o.tasks > 0 || len(o.replicas) == 0 || o.heldInCall(now) {
+	if o.hardPin || o.leased(now) || o.unfinished() || o.taskCount() > 0 || o.numReplicas() == 0 || o.heldInCall(now) {
 		return false, false
 	}
 	if c.waitsForDisk(o) {
@@ -140,14 +136,14 @@ func (c *Core) evictable(o *object, now int64) (ok, soft bool) {
 }
 
 func (c *Core) waitsForDisk(o *object) bool {
-	return c.cfg.EnableOffload && o.disk == nil && o.offloader() != ""
+	return c.cfg.EnableOffload && o.onDisk() == nil && o.offloader() != ""
 }
 
 // awaitsOffload reports an object eviction would take but for its missing
 // disk copy.
 func (c *Core) awaitsOffload(o *object, now int64) bool {
 	return c.waitsForDisk(o) && !o.hardPin && !o.leased(now) &&
-		!o.unfinished() && o.tasks == 0 && len(o.replicas) > 0
+		!o.unfinished() && o.taskCount() == 0 && o.numReplicas() > 0
 }
 
 // usage is the pool's used/capacity ratio.
@@ -181,11 +177,32 @@ type EvictResult struct {
 	// OffloadAsked counts the objects the pass would have evicted but
 	// asked to be persisted first (their disk copy does not exist yet).
 	OffloadAsked int
+	// Visited counts the objects the pass looked at (its sample and its
+	// sweep): what it cost.
+	Visited int
 }
 
-// exactEvictionLimit bounds the object count for which a pass looks at every
-// object to place its cut; above it the cut comes from a sample of shards.
-const exactEvictionLimit = 1 << 16
+// evictSample is how many objects a pass looks at to place its cuts: up to
+// this many objects it looks at every one and the pass is exact (each
+// class's oldest go, ties by count). Beyond, it takes shards spread evenly
+// from a random start (at least evictSampleShards, more while shards are
+// small) and an equal number of objects of each, from a random place in
+// its map: keys hash uniformly over shards and a map starts an iteration
+// at a random slot, so these are a uniform sample of ages whatever the
+// size.
+const (
+	evictSample       = 2048
+	evictSampleShards = 32
+)
+
+// evictSpread bounds a pass's work by what it evicts: the cut is never
+// placed below the oldest 1/evictSpread of a class, so a sweep in random
+// shard order finds what it wants after visiting about evictSpread objects
+// per eviction, and stops. A pass that wants less than that share of a
+// class takes as many objects as it wants from among that class's oldest
+// 1/evictSpread, not the very oldest: approximate LRU, as Redis's sampled
+// eviction is.
+const evictSpread = 8
 
 // EvictionDue reports that a put found no room since the last Tick and the
 // next Tick will run an eviction pass for it.
@@ -197,14 +214,17 @@ func (c *Core) EvictionDue() bool { return c.evictSoon.Load() }
 // latter only if AllowEvictSoftPinned).
 //
 // The pass first places an age cut per class (plain, soft-pinned) with a
-// selection over the candidates' ages, then sweeps the shards once, in
-// parallel, evicting what is older than the cut; objects exactly at the cut
-// (a batch shares one clock reading) go while the count allows, so ties
-// never push out an older object. Up to exactEvictionLimit objects every
-// object is looked at and the pass is exact. Beyond, a million objects must
-// be swept in well under 200 ms on two cores, so the ages come from a
-// sample of shards: keys hash uniformly over shards, and 64k objects place
-// the cut to a fraction of a percent.
+// selection over a sample of the candidates' ages (all of them up to
+// evictSample objects), then sweeps the shards from a random one in a
+// random order, in parallel, evicting what is at or older than the cut.
+// When the class's share to go is at least 1/evictSpread (or the pass
+// saw every object) the sweep covers every shard and takes everything
+// strictly older than the cut, and objects exactly at the cut (a batch
+// shares one clock reading) while the count allows, so ties never push
+// out an older object; up to evictSample objects the pass is exact. A
+// smaller share places the cut at the oldest 1/evictSpread and the sweep
+// stops once it has taken its count: a pass costs what it evicts, not
+// what the master holds (docs/operations.md, "Eviction").
 func (c *Core) Evict() EvictResult {
 	now := c.now()
 	ratio := max(c.cfg.EvictionRatio, c.usage()-c.cfg.HighWatermark+c.cfg.EvictionRatio)
@@ -224,34 +244,71 @@ func (c *Core) evictPass(now int64, share float64) EvictResult {
 	return res
 }
 
+// objectCount is the number of objects, from the shards' counters: no
+// lock is taken.
 func (c *Core) objectCount() int {
-	n := 0
+	n := int64(0)
 	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		n += len(sh.objects)
-		sh.mu.Unlock()
+		n += c.shards[i].n.Load()
 	}
-	return n
+	return int(n)
 }
 
-func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
-	// Look at every stride-th shard from a random start: about
-	// exactEvictionLimit objects (all of them below that).
-	stride, first := 1, 0
-	if total > exactEvictionLimit {
-		stride = NumShards / max(1, NumShards*exactEvictionLimit/total)
+// classCut is where a pass cuts one class (plain, soft-pinned): objects
+// older than cut go while below allows (nil: all of them), those at cut
+// while ties allows. A bounded pass shares one count between the two.
+type classCut struct {
+	cut   int64
+	below *atomic.Int64
+	ties  *atomic.Int64
+}
+
+// take reports whether an object of age lastUse goes, counting it.
+func (q *classCut) take(lastUse int64) bool {
+	switch {
+	case lastUse > q.cut:
+		return false
+	case lastUse == q.cut:
+		return q.ties.Add(-1) >= 0
+	default:
+		return q.below == nil || q.below.Add(-1) >= 0
+	}
+}
+
+// ask reports whether an object of age lastUse that awaits its disk copy
+// would have gone (its offload is asked for instead), counting it in a
+// bounded pass: ties are left to the objects that can go now.
+func (q *classCut) ask(lastUse int64) bool {
+	return lastUse <= q.cut && (q.below == nil || q.below.Add(-1) >= 0)
+}
+
+// done reports a class the rest of the sweep can take nothing from.
+func (q *classCut) done() bool {
+	return q.cut == math.MinInt64 || (q.below != nil && q.below.Load() <= 0)
+}
+
+// sampleAges returns the ages of evictable objects by class, from every
+// object up to evictSample and from a sample beyond, and how many objects
+// it looked at.
+func (c *Core) sampleAges(now int64, total int) (plain, soft []int64, sampled int) {
+	stride, first, perShard := 1, 0, math.MaxInt
+	if total > evictSample {
+		// k shards of total/NumShards objects each hold evictSample.
+		k := min(NumShards, max(evictSampleShards, NumShards*evictSample/total))
+		stride, perShard = NumShards/k, max(1, evictSample/k)
 		c.randMu.Lock()
 		first = c.cfg.Rand.IntN(stride)
 		c.randMu.Unlock()
 	}
-	var plain, soft []int64
-	sampled := 0
 	for i := first; i < NumShards; i += stride {
 		sh := &c.shards[i]
 		sh.mu.Lock()
-		sampled += len(sh.objects)
+		seen := 0
 		for _, o := range sh.objects {
+			if seen == perShard {
+				break
+			}
+			seen++
 			if ok, isSoft := c.evictable(o, now); ok {
 				if isSoft {
 					soft = append(soft, o.lastUse)
@@ -265,14 +322,21 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 				plain = append(plain, o.lastUse)
 			}
 		}
+		sampled += seen
 		sh.mu.Unlock()
 	}
+	return plain, soft, sampled
+}
+
+func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
+	plain, soft, sampled := c.sampleAges(now, total)
 	if sampled == 0 {
 		return EvictResult{}
 	}
+	exact := sampled >= total
 	scale := float64(total) / float64(sampled)
 	estPlain, estSoft := float64(len(plain))*scale, float64(len(soft))*scale
-	res := EvictResult{Candidates: int(estPlain + estSoft), Reclaimable: int(estPlain)}
+	res := EvictResult{Candidates: int(estPlain + estSoft), Reclaimable: int(estPlain), Visited: sampled}
 	if c.cfg.AllowEvictSoftPinned {
 		res.Reclaimable += int(estSoft)
 	}
@@ -282,25 +346,47 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 	if c.cfg.AllowEvictSoftPinned {
 		softN = min(want-plainN, estSoft)
 	}
-	// Objects strictly older than a class's cut all go; those exactly at
-	// the cut (a batch shares one clock reading) go while the estimate
-	// allows, so ties never push out an older object.
-	var cut [2]int64
-	var tiesLeft [2]atomic.Int64
+	var cuts [2]classCut
 	for class, cl := range []struct {
 		ages []int64
 		n    float64 // estimated evictions in the class
 	}{{plain, plainN}, {soft, softN}} {
-		var below int
-		cut[class], below = threshold(cl.ages, cl.n/(float64(max(len(cl.ages), 1))*scale))
-		tiesLeft[class].Store(int64(cl.n - float64(below)*scale))
+		share := cl.n / (float64(max(len(cl.ages), 1)) * scale)
+		if exact || share >= 1.0/evictSpread || share <= 0 {
+			// Every shard is swept: all strictly older than the cut go,
+			// those at the cut while the estimate allows.
+			cut, below := threshold(cl.ages, share)
+			cuts[class] = classCut{cut: cut, ties: new(atomic.Int64)}
+			cuts[class].ties.Store(int64(cl.n - float64(below)*scale))
+			continue
+		}
+		cut, _ := threshold(cl.ages, 1.0/evictSpread)
+		left := new(atomic.Int64)
+		left.Store(int64(math.Ceil(cl.n)))
+		cuts[class] = classCut{cut: cut, below: left, ties: left}
 	}
-	var objects, bytes, asked atomic.Int64
-	c.forShards(func(_ int, sh *shard) {
+	done := func() bool { return cuts[0].done() && cuts[1].done() }
+	var objects, bytes, asked, visited atomic.Int64
+	c.randMu.Lock()
+	first, step := c.cfg.Rand.IntN(NumShards), 2*c.cfg.Rand.IntN(NumShards/2)+1 // odd: a permutation
+	c.randMu.Unlock()
+	fanout.Each(NumShards, runtime.GOMAXPROCS(0), func(i int) {
+		if done() {
+			return
+		}
+		sh := &c.shards[(first+i*step)%NumShards]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		seen := 0
+		defer func() { visited.Add(int64(seen)) }()
 		for key, o := range sh.objects {
+			if done() {
+				return
+			}
+			seen++
 			ok, isSoft := c.evictable(o, now)
 			if !ok {
-				if c.awaitsOffload(o, now) && o.lastUse <= cut[0] {
+				if c.awaitsOffload(o, now) && cuts[0].ask(o.lastUse) {
 					// Would have gone: ask its holder to persist it first.
 					c.wantOffload(key, o)
 					c.stats.EvictionsOffloadWait.Add(1)
@@ -312,10 +398,10 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			if isSoft {
 				class = 1
 			}
-			if o.lastUse > cut[class] || (o.lastUse == cut[class] && tiesLeft[class].Add(-1) < 0) {
+			if !cuts[class].take(o.lastUse) {
 				continue
 			}
-			bytes.Add(int64(o.size) * int64(len(o.replicas)))
+			bytes.Add(int64(o.size) * int64(o.numReplicas()))
 			f := o.release()
 			c.settle(sh, key, o) // with a disk copy it lives on in the SSD tier
 			f.free(&c.stats)
@@ -323,6 +409,7 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 		}
 	})
 	res.Objects, res.Bytes, res.OffloadAsked = int(objects.Load()), uint64(bytes.Load()), int(asked.Load())
+	res.Visited += int(visited.Load())
 	return res
 }
 
@@ -341,17 +428,6 @@ func threshold(ages []int64, share float64) (cut int64, below int) {
 		}
 	}
 	return cut, below
-}
-
-// forShards runs f on every shard with its lock held, spreading the shards
-// over GOMAXPROCS goroutines.
-func (c *Core) forShards(f func(i int, sh *shard)) {
-	fanout.Each(NumShards, runtime.GOMAXPROCS(0), func(i int) {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		f(i, sh)
-		sh.mu.Unlock()
-	})
 }
 
 // nthSmallest returns the k-th smallest value of a (0-based), reordering a.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,44 +224,135 @@ func TestNthSmallestMatchesSort(t *testing.T) {
 	}
 }
 
-// Above exactEvictionLimit objects the thresholds come from a sample: the
-// pass must still take about the right number, and the oldest ones.
+// Above evictSample objects the cuts come from a sample. A share of at
+// least 1/evictSpread is swept whole: about the right number go, and the
+// oldest ones.
 func TestSampledEvictionTakesAboutTheOldest(t *testing.T) {
 	c, clk := newTestCore(t)
+	c.cfg.EvictionRatio = 0.2
 	mount(t, c, "a", "seg", 1<<30)
-	const n = exactEvictionLimit + 30000
-	keys := make([]string, 0, 1000)
-	sizes := make([]uint64, 1000)
+	all := fillBatches(c, clk, evictSample*20, 100)
+	n := len(all)
+	res := c.Evict()
+	want := n / 5 // give or take the sample's error (1σ: 4% of want)
+	if res.Objects < want*8/10 || res.Objects > want*12/10 {
+		t.Fatalf("evicted %d, want about %d", res.Objects, want)
+	}
+	// Every evicted key is among the oldest 25%, and the oldest 15% all went.
+	for i, k := range all {
+		_, ok := c.QueryKey(k)
+		switch {
+		case !ok && i > n*25/100:
+			t.Fatalf("evicted %s, the %d-th oldest of %d", k, i, n)
+		case ok && i < n*15/100:
+			t.Fatalf("kept %s, the %d-th oldest of %d", k, i, n)
+		}
+	}
+}
+
+// fillBatches puts n objects of 64 bytes in batches that share a clock
+// reading, one millisecond apart, and returns the keys oldest first.
+func fillBatches(c *Core, clk *fakeClock, n, batch int) []string {
+	keys := make([]string, 0, batch)
+	sizes := make([]uint64, batch)
 	for i := range sizes {
 		sizes[i] = 64
 	}
-	var all []string
+	all := make([]string, 0, n)
 	for len(all) < n {
 		keys = keys[:0]
-		for j := 0; j < 1000 && len(all) < n; j++ {
+		for j := 0; j < batch && len(all) < n; j++ {
 			k := fmt.Sprintf("k%07d", len(all))
 			keys = append(keys, k)
 			all = append(all, k)
 		}
 		c.PutStart("w", "", keys, sizes[:len(keys)], wire.ReplicaConfig{})
-		c.PutEnd("w", keys, nil) // one clock reading per batch: 1000 share an age
+		c.PutEnd("w", keys, nil)
 		clk.Advance(time.Millisecond)
 	}
+	return all
+}
+
+// A pass that wants less than 1/evictSpread of a large store takes exactly
+// what it wants, from among the oldest, and stops: it looks at a number of
+// objects bound by what it evicts, not by the store.
+func TestSmallPassOnALargeStoreStopsEarly(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "a", "seg", 1<<30)
+	all := fillBatches(c, clk, 200_000, 100)
+	n := len(all)
+	const want = 500
+	c.cfg.EvictionRatio = float64(want) / float64(n)
 	res := c.Evict()
-	want := n / 20 // ratio 0.05
-	if res.Objects < want*9/10 || res.Objects > want*11/10 {
-		t.Fatalf("evicted %d, want about %d", res.Objects, want)
+	if res.Objects != want {
+		t.Fatalf("evicted %d, want %d exactly", res.Objects, want)
 	}
-	// Every evicted key is among the oldest 7%, and the oldest 4% all went.
+	// The sample, the sweep up to about evictSpread per eviction, and the
+	// shards whose iteration was under way when the count was met.
+	if limit := evictSample + 3*evictSpread*want; res.Visited > limit {
+		t.Fatalf("visited %d objects for %d evictions (limit %d)", res.Visited, want, limit)
+	}
+	// Each evicted key is among the oldest 1/evictSpread, give or take
+	// the sample's error.
 	for i, k := range all {
-		_, ok := c.QueryKey(k)
-		switch {
-		case !ok && i > n*7/100:
+		if _, ok := c.QueryKey(k); !ok && i > n*3/(2*evictSpread) {
 			t.Fatalf("evicted %s, the %d-th oldest of %d", k, i, n)
-		case ok && i < n*4/100:
-			t.Fatalf("kept %s, the %d-th oldest of %d", k, i, n)
 		}
 	}
+}
+
+// Per class: a bounded pass takes the plain objects first and the
+// soft-pinned only for what the plain ones could not give; hard-pinned
+// and leased ones never.
+func TestSmallPassKeepsTheClassOrder(t *testing.T) {
+	c, clk := newTestCore(t)
+	c.cfg.AllowEvictSoftPinned = true
+	mount(t, c, "a", "seg", 1<<30)
+	soft := fillAgedQuiet(c, clk, "soft", 20_000, wire.ReplicaConfig{SoftPin: true})
+	hard := fillAgedQuiet(c, clk, "hard", 20_000, wire.ReplicaConfig{HardPin: true})
+	plain := fillAgedQuiet(c, clk, "plain", 20_000, wire.ReplicaConfig{})
+	c.GetReplicas(plain[:1000], false) // leased
+	// The candidates' count is estimated from the sample: about 400 go.
+	c.cfg.EvictionRatio = 400.0 / 39_000
+	res := c.Evict()
+	if res.Objects < 340 || res.Objects > 460 {
+		t.Fatalf("evicted %d, want about 400", res.Objects)
+	}
+	if left := len(present(c, plain)); left != 20_000-res.Objects {
+		t.Fatalf("plain left %d, want %d", left, 20_000-res.Objects)
+	}
+	if len(present(c, soft)) != 20_000 || len(present(c, hard)) != 20_000 || len(present(c, plain[:1000])) != 1000 {
+		t.Fatal("a soft-pinned, hard-pinned or leased object went before the plain ones")
+	}
+	// With the plain ones gone but for the leased, the soft-pinned follow.
+	c.Remove(plain[1000:], false)
+	c.cfg.EvictionRatio = 300.0 / 21_000
+	if res := c.Evict(); res.Objects < 255 || res.Objects > 345 || len(present(c, soft)) != 20_000-res.Objects {
+		t.Fatalf("soft pass %+v; soft left %d", res, len(present(c, soft)))
+	}
+	if len(present(c, hard)) != 20_000 || len(present(c, plain[:1000])) != 1000 {
+		t.Fatal("a hard-pinned or leased object went")
+	}
+}
+
+// fillAgedQuiet is fillAged for many objects: batches of 100 share a clock
+// reading.
+func fillAgedQuiet(c *Core, clk *fakeClock, prefix string, n int, cfg wire.ReplicaConfig) []string {
+	keys := make([]string, n)
+	sizes := make([]uint64, 100)
+	for i := range sizes {
+		sizes[i] = 64
+	}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%06d", prefix, i)
+	}
+	for i := 0; i < n; i += 100 {
+		b := keys[i:min(i+100, n)]
+		c.PutStart("w", "", b, sizes[:len(b)], cfg)
+		c.PutEnd("w", b, nil)
+		clk.Advance(time.Millisecond)
+	}
+	return keys
 }
 
 // A batch shares one clock reading. When the cut falls inside a batch, every
@@ -390,4 +483,101 @@ func TestEvictionTakesAHeldObjectWithADiskCopyTranscript(t *testing.T) {
 		present b0 => yes
 		start b2 786432 => seg
 	`)
+}
+
+// A sweep of a shard larger than a chunk sees every object once, lets f
+// delete, and keeps the shard's count, which objectCount reads without a
+// lock, equal to its map's size.
+func TestSweepVisitsALargeShardInChunks(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "seg", 1<<30)
+	sh := &c.shards[0]
+	keys := keysInShard(c, sh, 2*sweepChunk+7)
+	sizes := make([]uint64, len(keys))
+	for i := range sizes {
+		sizes[i] = 64
+	}
+	c.PutStart("w", "", keys, sizes, wire.ReplicaConfig{})
+	c.PutEnd("w", keys, nil)
+	if got := c.objectCount(); got != len(keys) || sh.n.Load() != int64(len(keys)) {
+		t.Fatalf("count %d (shard %d), want %d", got, sh.n.Load(), len(keys))
+	}
+	seen := map[string]int{}
+	sh.sweep(func(key string, o *object) {
+		seen[key]++
+		if len(seen)%2 == 0 {
+			f := o.release()
+			c.deleteObject(sh, key, o)
+			f.free(&c.stats)
+		}
+	})
+	for _, k := range keys {
+		if seen[k] != 1 {
+			t.Fatalf("%s seen %d times", k, seen[k])
+		}
+	}
+	if got, want := c.objectCount(), len(keys)-len(keys)/2; got != want || len(sh.objects) != want {
+		t.Fatalf("after deleting half: count %d, map %d, want %d", got, len(sh.objects), want)
+	}
+}
+
+// A dead client's cleanup over a shard larger than a chunk lets a call on
+// that shard through between chunks: a get behind the sweep waits for one
+// chunk, not for the whole shard (at 10^8 objects, ~10^5 per shard).
+func TestCleanupSweepLetsACallThroughBetweenChunks(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "seg", 1<<30)
+	sh := &c.shards[0]
+	keys := keysInShard(c, sh, 2*sweepChunk+1)
+	sizes := make([]uint64, len(keys))
+	for i := range sizes {
+		sizes[i] = 64
+	}
+	if _, err := c.PutStart("dead", "", keys, sizes, wire.ReplicaConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every free below runs under the shard's lock, inside the sweep. At
+	// the first, a caller starts waiting for the lock; by the last it must
+	// have had it. (It waits over a millisecond, so Go's mutex hands the
+	// lock to it at the next unlock instead of letting the sweep take it
+	// back.)
+	var frees int
+	var through atomic.Bool
+	waiting := make(chan struct{})
+	testHookFree = func(*segment, uint64, uint64) {
+		frees++
+		switch frees {
+		case 1:
+			go func() {
+				close(waiting)
+				sh.mu.Lock()
+				through.Store(true)
+				sh.mu.Unlock()
+			}()
+			<-waiting
+			time.Sleep(5 * time.Millisecond) // the caller is queued and starving
+		case len(keys):
+			if !through.Load() {
+				t.Errorf("a call on the shard waited for all %d objects of the sweep", len(keys))
+			}
+		}
+	}
+	t.Cleanup(func() { testHookFree = nil })
+	c.forgetClients(map[string]bool{"dead": true}, false)
+	if frees != len(keys) || len(sh.objects) != 0 || c.objectCount() != 0 {
+		t.Fatalf("%d frees for %d unfinished puts; %d objects left (count %d)", frees, len(keys), len(sh.objects), c.objectCount())
+	}
+}
+
+// keysInShard returns n keys that c places in sh.
+func keysInShard(c *Core, sh *shard, n int) []string {
+	keys := make([]string, 0, n)
+	b := []byte("k")
+	for i := 0; len(keys) < n; i++ {
+		b = strconv.AppendInt(b[:1], int64(i), 10)
+		if c.shardOf(string(b)) == sh { // no allocation: the compiler sees through it
+			keys = append(keys, string(b))
+		}
+	}
+	return keys
 }

@@ -263,7 +263,7 @@ func checkRestored(t *testing.T, c *Core) {
 	}
 	for i := range c.shards {
 		for k, o := range c.shards[i].objects {
-			for _, r := range o.replicas {
+			for _, r := range o.reps() {
 				add(k, r, o.size)
 			}
 		}

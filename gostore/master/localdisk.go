@@ -40,11 +40,11 @@ func (c *Core) UnmountLocalDisk(clientID string) error {
 		sh := &c.shards[i]
 		sh.mu.Lock()
 		for key, o := range sh.objects {
-			if o.disk == nil || o.disk.client != clientID {
+			if o.onDisk() == nil || o.onDisk().client != clientID {
 				continue
 			}
-			c.pushDrop(o.disk.storage, key) // whoever opens the directory next deletes it
-			o.disk = nil
+			c.pushDrop(o.onDisk().storage, key) // whoever opens the directory next deletes it
+			o.setDisk(nil)
 			c.settle(sh, key, o)
 		}
 		sh.mu.Unlock()

@@ -3,8 +3,11 @@
 package master
 
 import (
+	"iter"
 	"regexp"
+	"slices"
 	"time"
+	"unique"
 
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -29,34 +32,189 @@ type replica struct {
 	status replicaStatus
 }
 
-// object is one key's metadata; its shard's mutex guards it. Times are
-// nanoseconds of the injected clock (int64, not time.Time: a million objects
-// must stay cheap).
+// object is one key's metadata; its shard's mutex guards it. A master
+// holds 10^7..10^8 of them, so the layout is kept to one 80-byte
+// allocation for the common object (one replica, no pin, no disk copy, no
+// task): the first replica is inline, the writer an interned handle, and
+// what few objects use lives in a side struct (objectExtra) allocated only
+// while one of its fields is set. Times are nanoseconds of the injected
+// clock (int64, not time.Time).
 type object struct {
-	size     uint64
-	replicas []replica
-	lease    int64 // reads extend it; leased objects are neither removed nor evicted
-	lastUse  int64 // put end or last lease: eviction takes the oldest first
-	started  int64 // PutStart time, for taking over abandoned puts
-	softPin  int64 // soft-pinned until then (0: not soft-pinned)
-	held     int64 // its writer's call goes on until then: see PutEndHold
-	writer   string
-	epoch    uint64    // of the current or last write; see wire.PutStartResult
-	placed   uint64    // names the replica set: see wire.GetResult.Placed
-	readers  int32     // gets between GetReplicas(ForRead) and ReadDone
-	tasks    int32     // replica tasks running on the object
-	hardPin  bool      // never evicted; only remove takes it away
-	disk     *diskCopy // LOCAL_DISK replica in a client's SSD tier, or nil
+	size  uint64
+	lease int64 // reads extend it; leased objects are neither removed nor evicted
+	// lastUse: once written, the put's end or the last lease (eviction
+	// takes the oldest first); while a write is in progress, when it
+	// started (PutStart, for taking over abandoned puts). Nothing reads
+	// the one meaning in the other state: eviction never takes an
+	// unfinished object, and a takeover only looks at one.
+	lastUse int64
+	epoch   uint64 // of the current or last write; see wire.PutStartResult
+	placed  uint64 // names the replica set: see wire.GetResult.Placed
+	// The first replica (seg0 nil: none; then there are no others).
+	seg0    *segment
+	off0    uint64
+	writer  unique.Handle[string] // the client of the current or last write
+	x       *objectExtra          // nil while every field of it is zero
+	readers int32                 // gets between GetReplicas(ForRead) and ReadDone
+	status0 replicaStatus
+	hardPin bool // never evicted; only remove takes it away
+}
+
+// objectExtra holds the fields few objects set; see object.trim.
+type objectExtra struct {
+	more    []replica // the replicas after the first
+	softPin int64     // soft-pinned until then (0: not soft-pinned)
+	held    int64     // its writer's call goes on until then: see PutEndHold
+	disk    *diskCopy // LOCAL_DISK replica in a client's SSD tier, or nil
+	tasks   int32     // replica tasks running on the object
+}
+
+func (o *object) extra() *objectExtra {
+	if o.x == nil {
+		o.x = &objectExtra{}
+	}
+	return o.x
+}
+
+// trim drops the side struct once nothing is left in it.
+func (o *object) trim() {
+	if x := o.x; x != nil && len(x.more) == 0 && x.softPin == 0 && x.held == 0 && x.disk == nil && x.tasks == 0 {
+		o.x = nil
+	}
+}
+
+// writerID is the client of the current or last write ("" if none).
+func (o *object) writerID() string {
+	if o.writer == (unique.Handle[string]{}) {
+		return ""
+	}
+	return o.writer.Value()
+}
+
+func (o *object) setWriter(clientID string) { o.writer = unique.Make(clientID) }
+
+func (o *object) softPinUntil() int64 {
+	if o.x == nil {
+		return 0
+	}
+	return o.x.softPin
+}
+
+func (o *object) setSoftPin(until int64) {
+	if until != 0 || o.x != nil {
+		o.extra().softPin = until
+		o.trim()
+	}
+}
+
+func (o *object) heldUntil() int64 {
+	if o.x == nil {
+		return 0
+	}
+	return o.x.held
+}
+
+func (o *object) setHeld(until int64) {
+	if until != 0 || o.x != nil {
+		o.extra().held = until
+		o.trim()
+	}
+}
+
+// onDisk is the object's disk copy, or nil.
+func (o *object) onDisk() *diskCopy {
+	if o.x == nil {
+		return nil
+	}
+	return o.x.disk
+}
+
+func (o *object) setDisk(d *diskCopy) {
+	if d != nil || o.x != nil {
+		o.extra().disk = d
+		o.trim()
+	}
+}
+
+func (o *object) taskCount() int32 {
+	if o.x == nil {
+		return 0
+	}
+	return o.x.tasks
+}
+
+func (o *object) addTasks(n int32) {
+	o.extra().tasks += n
+	o.trim()
+}
+
+func (o *object) numReplicas() int {
+	switch {
+	case o.seg0 == nil:
+		return 0
+	case o.x == nil:
+		return 1
+	}
+	return 1 + len(o.x.more)
+}
+
+// reps yields the replicas in order, by value (edit them with setReplicas
+// or setStatus).
+func (o *object) reps() iter.Seq2[int, replica] {
+	return func(yield func(int, replica) bool) {
+		if o.seg0 == nil || !yield(0, replica{seg: o.seg0, offset: o.off0, status: o.status0}) || o.x == nil {
+			return
+		}
+		for i, r := range o.x.more {
+			if !yield(i+1, r) {
+				return
+			}
+		}
+	}
+}
+
+// replicaList is a copy of the replicas, for callers that keep or edit it.
+func (o *object) replicaList() []replica {
+	out := make([]replica, 0, o.numReplicas())
+	for _, r := range o.reps() {
+		out = append(out, r)
+	}
+	return out
+}
+
+// setReplicas makes reps the replicas (copied: the caller keeps reps).
+func (o *object) setReplicas(reps []replica) {
+	if len(reps) == 0 {
+		o.seg0, o.off0, o.status0 = nil, 0, 0
+	} else {
+		o.seg0, o.off0, o.status0 = reps[0].seg, reps[0].offset, reps[0].status
+	}
+	if len(reps) > 1 {
+		o.extra().more = slices.Clone(reps[1:])
+	} else if o.x != nil {
+		o.x.more = nil
+		o.trim()
+	}
+}
+
+// setStatus puts every replica in state st.
+func (o *object) setStatus(st replicaStatus) {
+	o.status0 = st
+	if o.x != nil {
+		for j := range o.x.more {
+			o.x.more[j].status = st
+		}
+	}
 }
 
 // readable reports whether a get can be served: a complete memory replica,
 // or a disk copy when no write is in progress.
 func (o *object) readable() bool {
-	return o.complete() || (o.disk != nil && !o.unfinished())
+	return o.complete() || (o.onDisk() != nil && !o.unfinished())
 }
 
 func (o *object) complete() bool {
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		if r.status == replicaComplete {
 			return true
 		}
@@ -66,7 +224,7 @@ func (o *object) complete() bool {
 
 // unfinished reports whether a put is still writing the object.
 func (o *object) unfinished() bool {
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		if r.status != replicaComplete {
 			return true
 		}
@@ -80,18 +238,18 @@ func (o *object) leased(now int64) bool { return now < o.lease }
 // lease no longer counts: its transfer reports LEASE_EXPIRED instead.
 func (o *object) busy(now int64) bool { return o.readers > 0 && o.leased(now) }
 
-func (o *object) softPinned(now int64) bool { return now < o.softPin }
+func (o *object) softPinned(now int64) bool { return now < o.softPinUntil() }
 
 // heldInCall reports an object its writer's call still protects from
 // eviction (PutEndHold): one without a disk copy would go to nowhere.
-func (o *object) heldInCall(now int64) bool { return now < o.held && o.disk == nil }
+func (o *object) heldInCall(now int64) bool { return now < o.heldUntil() && o.onDisk() == nil }
 
 // touch records a read: the lease and a soft pin are extended.
 func (o *object) touch(now int64, cfg *Config) {
 	o.lease = max(o.lease, now+int64(cfg.DefaultKVLeaseTTL))
 	o.lastUse = now
-	if o.softPin != 0 {
-		o.softPin = max(o.softPin, now+int64(cfg.SoftPinTTL))
+	if pin := o.softPinUntil(); pin != 0 {
+		o.setSoftPin(max(pin, now+int64(cfg.SoftPinTTL)))
 	}
 }
 
@@ -101,8 +259,8 @@ func (o *object) touch(now int64, cfg *Config) {
 // writer could be handed it, and copy into it, while a restart would bring
 // the old object back on those bytes.
 func (o *object) release() freed {
-	f := freed{o.replicas, o.size}
-	o.replicas = nil
+	f := freed{o.replicaList(), o.size}
+	o.setReplicas(nil)
 	return f
 }
 
@@ -124,15 +282,17 @@ func freeRanges(reps []replica, size uint64, st *Stats) {
 // dropReplicasOn forgets replicas on the dead segment s (their memory left
 // with it) and reports whether any were dropped.
 func (o *object) dropReplicasOn(s *segment) bool {
-	kept := o.replicas[:0]
-	for _, r := range o.replicas {
+	if !o.hasReplicaOn(s) {
+		return false
+	}
+	var kept []replica
+	for _, r := range o.reps() {
 		if r.seg != s {
 			kept = append(kept, r)
 		}
 	}
-	dropped := len(kept) != len(o.replicas)
-	o.replicas = kept
-	return dropped
+	o.setReplicas(kept)
+	return true
 }
 
 // testHookFree, when set (tests), sees every range returned to a live
@@ -196,12 +356,12 @@ func (c *Core) putStartOne(now int64, clientID, key string, size uint64, cfg wir
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if old, ok := sh.objects[key]; ok {
-		if !old.unfinished() || now-old.started < int64(c.cfg.PutStartDiscardTimeout) {
+		if !old.unfinished() || now-old.lastUse < int64(c.cfg.PutStartDiscardTimeout) {
 			return wire.PutStartResult{Code: wire.ErrObjectAlreadyExists}
 		}
 		// An abandoned put: the new one takes the key. The old writer may
 		// still be copying, so its ranges are quarantined, not freed.
-		c.discard(old.replicas, old.size, now)
+		c.discard(old.replicaList(), old.size, now)
 		c.deleteObject(sh, key, old)
 		c.stats.PutsTakenOver.Add(1)
 	}
@@ -217,30 +377,33 @@ func (c *Core) insertLocked(sh *shard, now int64, clientID, key string, size uin
 		return wire.PutStartResult{Code: wire.ErrNoAvailableHandle, NoSpace: &wire.NoSpace{Why: why, Space: space,
 			Passes: uint64(c.stats.EvictionPasses.Load()), Progress: c.stats.roomFreed()}}
 	}
-	o := &object{size: size, replicas: reps, hardPin: hardPin}
+	o := &object{size: size, hardPin: hardPin}
+	o.setReplicas(reps)
 	c.startWrite(o, now, clientID, cfg)
-	sh.objects[key] = o
+	sh.set(key, o)
 	c.recordNewWrite(key, o) // its ranges, held across a restart while the writer copies
 	return c.writeResult(o, now)
 }
 
 // startWrite makes clientID the object's writer under a fresh epoch.
 func (c *Core) startWrite(o *object, now int64, clientID string, cfg wire.ReplicaConfig) {
-	o.started, o.writer, o.epoch = now, clientID, c.epochs.Add(1)
+	o.lastUse, o.epoch = now, c.epochs.Add(1) // lastUse: when the write started
+	o.setWriter(clientID)
 	o.placed = o.epoch
 	o.readers = 0 // only lapsed readers can remain (busy objects are not rewritten)
-	o.softPin = 0
+	pin := int64(0)
 	if cfg.SoftPin {
-		o.softPin = now + int64(c.cfg.SoftPinTTL)
+		pin = now + int64(c.cfg.SoftPinTTL)
 	}
+	o.setSoftPin(pin)
 }
 
 // writeResult is the answer to the write that just started on o: its
 // replicas, each with the grant to write it.
 func (c *Core) writeResult(o *object, now int64) wire.PutStartResult {
-	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, len(o.replicas)), Epoch: o.epoch}
+	res := wire.PutStartResult{Code: wire.OK, Replicas: make([]wire.Replica, o.numReplicas()), Epoch: o.epoch}
 	expiry := c.writeGrantExpiry(now)
-	for j, r := range o.replicas {
+	for j, r := range o.reps() {
 		res.Replicas[j] = wireReplica(r, o.size, true, expiry)
 	}
 	return res
@@ -276,13 +439,12 @@ func (c *Core) PutEndHold(clientID string, keys []string, epochs []uint64, hold 
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok || len(o.replicas) == 0 || !o.writtenBy(clientID, epochs, i):
+		case !ok || o.numReplicas() == 0 || !o.writtenBy(clientID, epochs, i):
 			out[i] = wire.ErrObjectNotFound
 		default:
-			for j := range o.replicas {
-				o.replicas[j].status = replicaComplete
-			}
-			o.lastUse, o.held = now, held
+			o.setStatus(replicaComplete)
+			o.lastUse = now
+			o.setHeld(held)
 			c.dropDisk(key, o) // a rewritten object's old disk copy is stale
 			c.recordCompleted(key, o)
 			if c.cfg.EnableOffload && !c.cfg.OffloadOnEvict {
@@ -309,7 +471,7 @@ func (c *Core) PutUnhold(clientID string, keys []string, epochs []uint64, grace 
 		sh := c.shardOf(key)
 		sh.mu.Lock()
 		if o, ok := sh.objects[key]; ok && o.writtenBy(clientID, epochs, i) {
-			o.held = held
+			o.setHeld(held)
 		}
 		sh.mu.Unlock()
 	}
@@ -342,7 +504,7 @@ func (c *Core) PutRevoke(clientID string, keys []string, epochs []uint64) []wire
 // writtenBy reports whether the current write is the caller's (and, with
 // epochs, the very write the caller started).
 func (o *object) writtenBy(clientID string, epochs []uint64, i int) bool {
-	return o.writer == clientID && (i >= len(epochs) || epochs[i] == o.epoch)
+	return o.writerID() == clientID && (i >= len(epochs) || epochs[i] == o.epoch)
 }
 
 // GetReplicas returns each key's size and COMPLETE replicas and extends its
@@ -381,12 +543,12 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 			// The replicas are not leased: nothing reads them but a
 			// header check, whose epoch guards against reuse.
 			out[i].Size, out[i].Epoch = o.size, o.epoch
-			for _, r := range o.replicas {
+			for _, r := range o.reps() {
 				out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 			}
 		default:
-			if o.disk != nil {
-				out[i].Disk = o.disk.endpoint
+			if d := o.onDisk(); d != nil {
+				out[i].Disk = d.endpoint
 			}
 			if use {
 				if !o.leased(now) {
@@ -400,8 +562,8 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 			out[i].Size = o.size
 			out[i].LeaseMS = c.cfg.DefaultKVLeaseTTL.Milliseconds()
 			out[i].Epoch, out[i].Placed = o.epoch, o.placed
-			out[i].Replicas = make([]wire.Replica, 0, len(o.replicas))
-			for _, r := range o.replicas {
+			out[i].Replicas = make([]wire.Replica, 0, o.numReplicas())
+			for _, r := range o.reps() {
 				if r.status == replicaComplete {
 					out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 				}
@@ -459,7 +621,7 @@ func (c *Core) Exist(keys []string) []wire.Code {
 
 // removable says why o may not be removed now (OK if it may).
 func removable(o *object, now int64, force bool) wire.Code {
-	if o.tasks > 0 {
+	if o.taskCount() > 0 {
 		return wire.ErrObjectHasReplicationTask // even forced: the task holds ranges
 	}
 	if force {
@@ -516,16 +678,14 @@ func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 	var n int64
 	for i := range c.shards {
 		sh := &c.shards[i]
-		sh.mu.Lock()
-		for key, o := range sh.objects {
+		sh.sweep(func(key string, o *object) {
 			if match(key) && removable(o, now, force) == wire.OK {
 				f := o.release()
 				c.deleteObject(sh, key, o)
 				f.free(&c.stats)
 				n++
 			}
-		}
-		sh.mu.Unlock()
+		})
 	}
 	c.stats.Removes.Add(n)
 	return n
@@ -561,11 +721,11 @@ func (c *Core) QueryKey(key string) (ObjectInfo, bool) {
 		return ObjectInfo{}, false
 	}
 	info := ObjectInfo{Key: key, Size: o.size, LeaseUntil: time.Unix(0, o.lease).UTC(),
-		SoftPin: o.softPin > 0, HardPin: o.hardPin}
-	if o.disk != nil {
-		info.Disk = o.disk.endpoint
+		SoftPin: o.softPinUntil() > 0, HardPin: o.hardPin}
+	if d := o.onDisk(); d != nil {
+		info.Disk = d.endpoint
 	}
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		info.Replicas = append(info.Replicas, ReplicaInfo{Segment: r.seg.desc.Name, SegID: r.seg.desc.ID,
 			Offset: r.offset, Status: r.status.String()})
 	}
@@ -601,7 +761,7 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok || o.writer != clientID || o.leased(now) || o.unfinished() || o.tasks > 0:
+		case !ok || o.writerID() != clientID || o.leased(now) || o.unfinished() || o.taskCount() > 0:
 		case seg == nil:
 			f := o.release()
 			c.deleteObject(sh, key, o)
@@ -610,16 +770,16 @@ func (c *Core) ReplicaClear(clientID string, keys []string, segName string) []st
 			cleared = append(cleared, key)
 		case o.hasReplicaOn(seg):
 			f := freed{size: o.size}
-			kept := make([]replica, 0, len(o.replicas))
-			for _, r := range o.replicas {
+			kept := make([]replica, 0, o.numReplicas())
+			for _, r := range o.reps() {
 				if r.seg == seg {
 					f.reps = append(f.reps, r)
 				} else {
 					kept = append(kept, r)
 				}
 			}
-			o.replicas = kept
-			if len(kept) == 0 && o.disk == nil {
+			o.setReplicas(kept)
+			if len(kept) == 0 && o.onDisk() == nil {
 				c.deleteObject(sh, key, o)
 				c.stats.Removes.Add(1)
 			} else {

@@ -127,7 +127,7 @@ func (q *offloadQueues) popLocked(client string, max int) []string {
 // offloader returns the client that should persist o: the owner of the
 // first memory replica whose segment has an SSD tier ("" if none has).
 func (o *object) offloader() string {
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		if r.seg.desc.Offload && !r.seg.noDisk.Load() {
 			return r.seg.desc.ClientID
 		}
@@ -138,7 +138,7 @@ func (o *object) offloader() string {
 // wantOffload queues o (under key) for its offloader; the caller holds o's
 // shard lock.
 func (c *Core) wantOffload(key string, o *object) {
-	if o.disk != nil {
+	if o.onDisk() != nil {
 		return
 	}
 	if client := o.offloader(); client != "" {
@@ -152,11 +152,11 @@ func (c *Core) wantOffload(key string, o *object) {
 // its holder is down reaches the holder's successor. The caller holds o's
 // shard lock.
 func (c *Core) dropDisk(key string, o *object) {
-	if o.disk == nil {
+	if o.onDisk() == nil {
 		return
 	}
-	c.pushDrop(o.disk.storage, key)
-	o.disk = nil
+	c.pushDrop(o.onDisk().storage, key)
+	o.setDisk(nil)
 }
 
 // deleteObject removes key from sh and drops its disk copy, if any: every
@@ -165,7 +165,7 @@ func (c *Core) dropDisk(key string, o *object) {
 // holds sh's lock.
 func (c *Core) deleteObject(sh *shard, key string, o *object) {
 	c.dropDisk(key, o)
-	delete(sh.objects, key)
+	sh.remove(key)
 	c.record(key, nil)
 }
 
@@ -173,8 +173,8 @@ func (c *Core) deleteObject(sh *shard, key string, o *object) {
 // disk copy) and reports its durable state either way, after a change
 // that took replicas or its disk copy away. The caller holds sh's lock.
 func (c *Core) settle(sh *shard, key string, o *object) {
-	if len(o.replicas) == 0 && o.disk == nil {
-		delete(sh.objects, key)
+	if o.numReplicas() == 0 && o.onDisk() == nil {
+		sh.remove(key)
 		c.record(key, nil)
 		return
 	}
@@ -227,7 +227,7 @@ func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []strin
 	for _, key := range c.offload.pop(clientID, max) {
 		sh := c.shardOf(key)
 		sh.mu.Lock()
-		if o, ok := sh.objects[key]; ok && o.disk == nil && !o.unfinished() && o.hasReplicaOf(clientID) {
+		if o, ok := sh.objects[key]; ok && o.onDisk() == nil && !o.unfinished() && o.hasReplicaOf(clientID) {
 			keys, sizes = append(keys, key), append(sizes, o.size)
 		}
 		sh.mu.Unlock()
@@ -236,7 +236,7 @@ func (c *Core) OffloadHeartbeat(clientID, storage string, max int) (keys []strin
 }
 
 func (o *object) hasReplicaOf(clientID string) bool {
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		if r.seg.desc.ClientID == clientID {
 			return true
 		}
@@ -269,12 +269,12 @@ func (c *Core) NotifyOffloaded(clientID, endpoint, storage string, keys []string
 			out[i] = wire.ErrObjectNotFound
 		case o.size != sizes[i] || o.unfinished() || (len(epochs) != 0 && epochs[i] != o.epoch):
 			out[i] = wire.ErrInvalidParams
-		case o.disk != nil && o.disk.storage != storage:
+		case o.onDisk() != nil && o.onDisk().storage != storage:
 			// One disk copy per object, the first: once it exists the
 			// memory this copy was read from may have been evicted.
 			out[i] = wire.ErrReplicaAlreadyExists
 		default:
-			o.disk = &diskCopy{client: clientID, endpoint: endpoint, storage: storage}
+			o.setDisk(&diskCopy{client: clientID, endpoint: endpoint, storage: storage})
 			c.stats.Offloaded.Add(1)
 			c.record(key, o)
 		}
@@ -292,10 +292,10 @@ func (c *Core) EvictDiskReplicas(clientID string, keys []string) []wire.Code {
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		switch {
-		case !ok || o.disk == nil || o.disk.client != clientID:
+		case !ok || o.onDisk() == nil || o.onDisk().client != clientID:
 			out[i] = wire.ErrReplicaNotFound
 		default:
-			o.disk = nil
+			o.setDisk(nil)
 			c.settle(sh, key, o)
 		}
 		sh.mu.Unlock()
@@ -333,14 +333,14 @@ func (c *Core) RecoverDisk(clientID, endpoint, storage string, keys []string, si
 		o, ok := sh.objects[key]
 		switch {
 		case !ok:
-			o = &object{size: sizes[i], lastUse: now, started: now, epoch: c.epochs.Add(1),
-				disk: &diskCopy{client: clientID, endpoint: endpoint, storage: storage}}
+			o = &object{size: sizes[i], lastUse: now, epoch: c.epochs.Add(1)}
+			o.setDisk(&diskCopy{client: clientID, endpoint: endpoint, storage: storage})
 			o.placed = o.epoch
-			sh.objects[key] = o
+			sh.set(key, o)
 			c.stats.DiskRecovered.Add(1)
 			c.record(key, o)
-		case o.disk != nil && o.disk.storage == storage && o.size == sizes[i] && !o.unfinished():
-			o.disk.client, o.disk.endpoint = clientID, endpoint
+		case o.onDisk() != nil && o.onDisk().storage == storage && o.size == sizes[i] && !o.unfinished():
+			o.onDisk().client, o.onDisk().endpoint = clientID, endpoint
 			c.stats.DiskRecovered.Add(1)
 			c.record(key, o)
 		default:

@@ -21,7 +21,7 @@ func TestReplicaClear(t *testing.T) {
 	put(t, c, "leased", 4096, wire.ReplicaConfig{})
 	put(t, c, "other", 4096, wire.ReplicaConfig{})
 	// "other" is another client's; "open" is still being written.
-	c.shardOf("other").objects["other"].writer = "someone-else"
+	c.shardOf("other").objects["other"].setWriter("someone-else")
 	if res, _ := c.PutStart("w", "", []string{"open"}, []uint64{10}, wire.ReplicaConfig{}); res[0].Code != wire.OK {
 		t.Fatal(res[0].Code)
 	}

@@ -4,6 +4,7 @@
 package master
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -69,7 +70,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		return plan, segErr
 	case o.unfinished():
 		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", req.Key)
-	case o.tasks > 0:
+	case o.taskCount() > 0:
 		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", req.Key)
 	case source != nil && !o.hasReplicaOn(source):
 		return plan, wire.Errorf(wire.ErrInvalidParams, "%q has no replica on %s to move", req.Key, req.Source)
@@ -105,10 +106,10 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		c.stats.TasksCreated.Add(1)
 		return plan, nil
 	}
-	o.tasks++
+	o.addTasks(1)
 	t.hold = c.holdRanges(t.targets, o.size, 0) // under the shard lock: before any TaskDone
 	expiry := c.taskGrantExpiry(now)
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		plan.Sources = append(plan.Sources, wireReplica(r, o.size, false, expiry))
 	}
 	for _, r := range t.targets {
@@ -133,9 +134,9 @@ func (c *Core) addTask(t *task) string {
 // move); readers may still copy out of it, so its range waits out the
 // quarantine like a preempted write. The shard's lock is held.
 func (c *Core) dropReplicaOn(o *object, seg *segment, now int64) {
-	for i, r := range o.replicas {
+	for i, r := range o.reps() {
 		if r.seg == seg {
-			o.replicas = append(o.replicas[:i], o.replicas[i+1:]...)
+			o.setReplicas(slices.Delete(o.replicaList(), i, i+1))
 			c.discard([]replica{r}, o.size, now)
 			return
 		}
@@ -171,7 +172,7 @@ func (c *Core) taskSegments(req wire.CreateTaskReq) (targets []*segment, source 
 }
 
 func (o *object) hasReplicaOn(s *segment) bool {
-	for _, r := range o.replicas {
+	for _, r := range o.reps() {
 		if r.seg == s {
 			return true
 		}
@@ -218,17 +219,19 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 	o, ok := sh.objects[t.info.Key]
 	ok = ok && o == t.obj // the object may be gone and its key reused
 	if ok {
-		o.tasks--
+		o.addTasks(-1)
 	}
 	var added int
 	if ok && code == wire.OK {
+		reps := o.replicaList()
 		for _, r := range t.targets {
 			if !r.seg.isDead() {
 				r.status = replicaComplete
-				o.replicas = append(o.replicas, r)
+				reps = append(reps, r)
 				added++
 			}
 		}
+		o.setReplicas(reps)
 		if t.source != nil && added > 0 {
 			c.dropReplicaOn(o, t.source, now)
 		}

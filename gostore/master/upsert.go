@@ -32,13 +32,13 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		return c.insertLocked(sh, now, clientID, key, size, cfg, cfg.HardPin, p)
 	}
 	hardPin := o.hardPin || cfg.HardPin
-	if o.tasks > 0 {
+	if o.taskCount() > 0 {
 		return wire.PutStartResult{Code: wire.ErrObjectHasReplicationTask}
 	}
 	if o.unfinished() {
 		c.discard(o.takeReplicas(replicaProcessing), o.size, now)
 		c.stats.WritesPreempted.Add(1)
-		if len(o.replicas) == 0 {
+		if o.numReplicas() == 0 {
 			c.deleteObject(sh, key, o)
 			return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
 		}
@@ -47,10 +47,8 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 	if o.busy(now) {
 		return wire.PutStartResult{Code: wire.ErrObjectReplicaBusy}
 	}
-	if o.size == size && len(o.replicas) > 0 { // a disk-only object has no ranges to reuse
-		for j := range o.replicas {
-			o.replicas[j].status = replicaProcessing
-		}
+	if o.size == size && o.numReplicas() > 0 { // a disk-only object has no ranges to reuse
+		o.setStatus(replicaProcessing)
 		o.hardPin = hardPin
 		c.startWrite(o, now, clientID, cfg)
 		c.stats.UpsertsInPlace.Add(1)
@@ -59,22 +57,23 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		c.record(key, o)
 		return c.writeResult(o, now)
 	}
-	c.discard(o.replicas, o.size, now)
+	c.discard(o.replicaList(), o.size, now)
 	c.deleteObject(sh, key, o)
 	return c.insertLocked(sh, now, clientID, key, size, cfg, hardPin, p)
 }
 
 // takeReplicas removes and returns the replicas in the given state.
 func (o *object) takeReplicas(st replicaStatus) []replica {
-	var taken []replica
-	kept := o.replicas[:0]
-	for _, r := range o.replicas {
+	var taken, kept []replica
+	for _, r := range o.reps() {
 		if r.status == st {
 			taken = append(taken, r)
 		} else {
 			kept = append(kept, r)
 		}
 	}
-	o.replicas = kept
+	if len(taken) > 0 {
+		o.setReplicas(kept)
+	}
 	return taken
 }
