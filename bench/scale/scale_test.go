@@ -1,0 +1,163 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+func TestGrowthExponent(t *testing.T) {
+	for _, c := range []struct {
+		n1, t1, n2, t2, want float64
+	}{
+		{1e5, 2, 1e6, 20, 1},      // linear
+		{1e5, 3, 1e7, 3, 0},       // flat
+		{1e5, 1, 1e6, 100, 2},     // quadratic
+		{1e6, 10.3, 4e6, 41.2, 1}, // the 4x objects, 4x time
+		{1e6, 8, 1e5, 0.8, 1},     // sizes in either order
+	} {
+		if got := growth(c.n1, c.t1, c.n2, c.t2); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("growth(%v, %v, %v, %v) = %v, want %v", c.n1, c.t1, c.n2, c.t2, got, c.want)
+		}
+	}
+	// Missing figures and equal sizes give no exponent, not a number.
+	for _, c := range [][4]float64{{1e5, 0, 1e6, 1}, {1e5, 1, 1e6, 0}, {1e5, 1, 1e5, 2}, {0, 1, 1e6, 1}, {1e5, math.NaN(), 1e6, 1}} {
+		if got := growth(c[0], c[1], c[2], c[3]); !math.IsNaN(got) {
+			t.Errorf("growth%v = %v, want NaN", c, got)
+		}
+	}
+}
+
+func TestPercentileNearestRank(t *testing.T) {
+	ds := make([]time.Duration, 100)
+	for i := range ds { // 100 ms .. 1 ms: unsorted on purpose
+		ds[i] = time.Duration(100-i) * time.Millisecond
+	}
+	for _, c := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 50 * time.Millisecond}, {99, 99 * time.Millisecond}, {100, 100 * time.Millisecond}, {1, time.Millisecond}, {0.1, time.Millisecond}} {
+		if got := percentile(ds, c.p); got != c.want {
+			t.Errorf("p%v of 1..100 ms = %v, want %v", c.p, got, c.want)
+		}
+	}
+	// 10 values: p99 is the largest (rank ceil(9.9) = 10), p90 the 9th.
+	ten := []time.Duration{7, 3, 9, 1, 10, 2, 8, 4, 6, 5}
+	if got := percentile(ten, 99); got != 10 {
+		t.Errorf("p99 of 1..10 = %v, want 10", got)
+	}
+	if got := percentile(ten, 90); got != 9 {
+		t.Errorf("p90 of 1..10 = %v, want 9", got)
+	}
+	if got := percentile(nil, 99); got != 0 {
+		t.Errorf("p99 of nothing = %v, want 0", got)
+	}
+	l := summarize([]time.Duration{time.Millisecond, 11 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond})
+	if l.Calls != 4 || l.Over10ms != 2 || l.MaxUS != 30000 || l.P50US != 10000 {
+		t.Errorf("summarize = %+v, want 4 calls, 2 over 10 ms, max 30000 us, p50 10000 us", l)
+	}
+}
+
+func TestMeanKeyBytes(t *testing.T) {
+	for _, n := range []int{1, 999, 12345} {
+		total := 0
+		for i := range n {
+			total += len(keyOf(i))
+		}
+		if got, want := meanKeyBytes(n), float64(total)/float64(n); math.Abs(got-want) > 1e-9 {
+			t.Errorf("meanKeyBytes(%d) = %v, want %v", n, got, want)
+		}
+	}
+	// Past 10^8 the block number takes nine digits.
+	if got, want := meanKeyBytes(2e8), 27.5; got != want {
+		t.Errorf("meanKeyBytes(2e8) = %v, want %v", got, want)
+	}
+}
+
+// TestEvictFixedAmount checks the driver: a pass on a core made with
+// evictionRatio(want, n) frees about want objects whatever n is, and the
+// count it reports is the objects that are really gone.
+func TestEvictFixedAmount(t *testing.T) {
+	if got := evictionRatio(1000, 100000); got != 0.01 {
+		t.Errorf("evictionRatio(1000, 1e5) = %v, want 0.01", got)
+	}
+	if got := evictionRatio(1000, 10); got != 1 {
+		t.Errorf("evictionRatio(1000, 10) = %v, want 1 (everything)", got)
+	}
+	if got := evictionRatio(1000, 0); got != 0 {
+		t.Errorf("evictionRatio(1000, 0) = %v, want 0", got)
+	}
+	for _, n := range []int{5000, 20000} {
+		const want, passes = 300, 2
+		clk := &fakeClock{}
+		c := newCore(clk, evictionRatio(want, n))
+		if err := fillCore(c, n); err != nil {
+			t.Fatal(err)
+		}
+		clk.advance(24 * time.Hour)
+		e := evictFixed(c, want, passes)
+		gone := 0
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = keyOf(i)
+		}
+		for _, code := range c.Exist(keys) {
+			if code != wire.OK {
+				gone++
+			}
+		}
+		if e.Evicted != gone {
+			t.Errorf("n=%d: the driver counted %d evicted, %d keys are gone", n, e.Evicted, gone)
+		}
+		// A pass places its cut from the candidates' ages: allow 20%.
+		if per := float64(gone) / passes; per < 0.8*want || per > 1.2*want {
+			t.Errorf("n=%d: %.0f objects per pass, want about %d", n, per, want)
+		}
+		if e.Passes != passes || !(e.PassMS > 0) || !(e.PerObjUS > 0) {
+			t.Errorf("n=%d: figures %+v", n, e)
+		}
+	}
+}
+
+// TestHarnessTiny runs the whole benchmark at 2000 objects with the real
+// gostore-master: every phase happens (a snapshot is seen, both restarts
+// answer an old key), nothing is missed, and the table shows the size.
+func TestHarnessTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gostore-master and runs it")
+	}
+	bin, err := buildMaster(t.TempDir())
+	if err != nil {
+		t.Fatalf("building gostore-master: %v", err)
+	}
+	const n = 2000
+	runs, err := measure([]int{n}, options{master: bin, evictWant: 100, evictPasses: 2,
+		interval: 300 * time.Millisecond, baseline: 200 * time.Millisecond, lookupFor: 20 * time.Millisecond,
+		lease: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, c := runs[0].E2E, runs[0].Core
+	if !e.SnapshotSeen || e.SnapshotBytes <= 0 || !(e.SnapshotS > -0.05) {
+		t.Errorf("no snapshot seen after the restart: %+v", e)
+	}
+	if e.FalseMisses != 0 || e.Errors != 0 || e.Baseline.Calls == 0 || e.Snapshot.Calls == 0 {
+		t.Errorf("reads: %+v", e)
+	}
+	if !(e.RestartS > 0) || !(e.RestartJournalS > 0) || e.StateBytes < e.SnapshotBytes {
+		t.Errorf("restarts: %+v", e)
+	}
+	if !(e.MemcpyS > 0) || !(e.WriteFsyncS > 0) || !(e.ReadStateS > 0) {
+		t.Errorf("limits: %+v", e)
+	}
+	if !(c.HeapPerObject > 0) || !(c.GetReplicasNS > 0) || !(c.ExistNS > 0) || !(c.BareMapNS > 0) || c.Eviction.Evicted == 0 {
+		t.Errorf("in process: %+v", c)
+	}
+	out := table(runs).String()
+	if !strings.Contains(out, "N=2000") || !strings.Contains(out, "restart: kill -9 -> first old get") {
+		t.Errorf("table:\n%s", out)
+	}
+}
