@@ -25,7 +25,8 @@ import (
 // e2eFigures are the figures of the real gostore-master at one size.
 type e2eFigures struct {
 	Objects    int     `json:"objects"`
-	FillKeysPS float64 `json:"fill_keys_per_s"` // batched PutStart+PutEnd over RPC, journal on
+	FillKeysPS float64 `json:"fill_keys_per_s"`     // batched PutStart+PutEnd over RPC, journal on
+	FillWorstS float64 `json:"fill_slowest_call_s"` // the longest of those calls
 	// Baseline: one client's gets while no snapshot can run (interval 1 h).
 	Baseline latencies `json:"baseline"`
 	// Snapshot: the gets overlapping the first snapshot after a restart,
@@ -148,8 +149,11 @@ func freePort() (int, error) {
 // reader reads random existing keys as a client's get does (GetReplicas
 // for a read, one key) and records every call.
 type reader struct {
-	n                          int
-	rng                        *rand.Rand
+	n   int
+	rng *rand.Rand
+	// timeout bounds each call: far above the client's default, so that
+	// a long pause is measured, not cut short.
+	timeout                    time.Duration
 	falseMiss, overLease, errs int
 }
 
@@ -157,6 +161,8 @@ type reader struct {
 func (r *reader) read(ctx context.Context, cl *rpc.Client) (time.Time, time.Duration) {
 	key := keyOf(r.rng.IntN(r.n))
 	var resp wire.GetReplicasResp
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	start := time.Now()
 	err := cl.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: "scale-reader", Keys: []string{key}, ForRead: true}, &resp)
 	d := time.Since(start)
@@ -180,10 +186,22 @@ func (r *reader) classify(err error, resp wire.GetReplicasResp, d time.Duration)
 	}
 }
 
-// fillRPC puts objects [0, n) through cl in batches from four callers:
-// while one waits for the journal's fsync the others' batches are decoded.
-func fillRPC(ctx context.Context, cl *rpc.Client, n int) error {
+// fillRPC puts objects [0, n) through cl in batches from four callers
+// (while one waits for the journal's fsync the others' batches are
+// decoded), each call bounded by timeout, and returns the longest call.
+func fillRPC(ctx context.Context, cl *rpc.Client, n int, timeout time.Duration) (time.Duration, error) {
 	const batch = 16384
+	var slowest atomic.Int64
+	call := func(op wire.Op, req, resp any) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		start := time.Now()
+		err := cl.Call(ctx, op, req, resp)
+		d := int64(time.Since(start))
+		for old := slowest.Load(); d > old && !slowest.CompareAndSwap(old, d); old = slowest.Load() {
+		}
+		return err
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
@@ -205,7 +223,7 @@ func fillRPC(ctx context.Context, cl *rpc.Client, n int) error {
 					ks[j] = keyOf(lo + j)
 				}
 				var ps wire.PutStartResp
-				if err := cl.Call(ctx, wire.OpPutStart, &wire.PutStartReq{ClientID: "scale", Keys: ks, Sizes: sizes[:len(ks)]}, &ps); err != nil {
+				if err := call(wire.OpPutStart, &wire.PutStartReq{ClientID: "scale", Keys: ks, Sizes: sizes[:len(ks)]}, &ps); err != nil {
 					errs[g] = err
 					return
 				}
@@ -216,7 +234,7 @@ func fillRPC(ctx context.Context, cl *rpc.Client, n int) error {
 					}
 				}
 				var codes wire.CodesResp
-				if err := cl.Call(ctx, wire.OpPutEnd, &wire.KeysReq{ClientID: "scale", Keys: ks}, &codes); err != nil {
+				if err := call(wire.OpPutEnd, &wire.KeysReq{ClientID: "scale", Keys: ks}, &codes); err != nil {
 					errs[g] = err
 					return
 				}
@@ -224,7 +242,7 @@ func fillRPC(ctx context.Context, cl *rpc.Client, n int) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return time.Duration(slowest.Load()), errors.Join(errs...)
 }
 
 // firstGet polls an old key on a new client until the master answers it,
@@ -346,13 +364,15 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 		return f, fmt.Errorf("mount: %w", err)
 	}
 	start := time.Now()
-	if err := fillRPC(ctx, cl, n); err != nil {
+	slowest, err := fillRPC(ctx, cl, n, o.timeout)
+	if err != nil {
 		cl.Close()
 		return f, fmt.Errorf("fill: %w", err)
 	}
 	f.FillKeysPS = float64(n) / time.Since(start).Seconds()
+	f.FillWorstS = slowest.Seconds()
 
-	rd := &reader{n: n, rng: rand.New(rand.NewPCG(uint64(n), 7))}
+	rd := &reader{n: n, rng: rand.New(rand.NewPCG(uint64(n), 7)), timeout: o.timeout}
 	var base []time.Duration
 	for end := time.Now().Add(o.baseline); time.Now().Before(end); {
 		_, d := rd.read(ctx, cl)

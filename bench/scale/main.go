@@ -25,6 +25,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -40,6 +41,7 @@ type run struct {
 	Objects int          `json:"objects"`
 	Core    *coreFigures `json:"in_process,omitempty"`
 	E2E     *e2eFigures  `json:"end_to_end,omitempty"`
+	Error   string       `json:"error,omitempty"` // a part that could not run
 }
 
 func main() {
@@ -71,11 +73,11 @@ func main() {
 	runs, err := measure(sizes, options{master: bin, evictWant: *evictWant, evictPasses: 5,
 		interval: *interval, baseline: 2 * time.Second, lookupFor: 500 * time.Millisecond, lease: 100 * time.Millisecond,
 		progress: os.Stderr})
-	if err != nil {
+	tab := table(runs) // what was measured, also when a part failed
+	if len(runs) == 0 {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
-	tab := table(runs)
 	fmt.Print(tab.String())
 	jrows := journalRates(*journalJSON)
 	fmt.Print(jrows.String())
@@ -86,6 +88,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "scale:", err)
 			os.Exit(1)
 		}
+	}
+	if err != nil {
+		os.Exit(1) // a part could not run (the table says which)
 	}
 }
 
@@ -112,26 +117,36 @@ type options struct {
 
 // measure runs every size, end to end first (the master holds the objects
 // in its own process), then in process; each size's memory is garbage
-// before the next starts.
+// before the next starts. A part that fails is reported in its run
+// (Error) and the rest goes on; the error returned joins them.
 func measure(sizes []int, o options) ([]run, error) {
 	var runs []run
+	var errs []error
 	for _, n := range sizes {
+		r := run{Objects: n}
 		say(o.progress, "scale: %d objects, end to end", n)
 		// A restart or a snapshot takes ~1 µs..10 µs per object today:
 		// the bound only catches a master that hangs.
 		timeout := 60*time.Second + time.Duration(n)*60*time.Microsecond
 		e, err := endToEnd(n, e2eOptions{master: o.master, interval: o.interval, baseline: o.baseline, timeout: timeout, lease: o.lease})
 		if err != nil {
-			return runs, fmt.Errorf("%d objects end to end: %w", n, err)
+			err = fmt.Errorf("%d objects end to end: %w", n, err)
+			say(o.progress, "scale: %v", err)
+			r.Error, errs = err.Error(), append(errs, err)
+		} else {
+			r.E2E = &e
 		}
 		say(o.progress, "scale: %d objects, in process", n)
 		c, err := inProcess(n, o.evictWant, o.evictPasses, o.lookupFor)
 		if err != nil {
-			return runs, fmt.Errorf("%d objects in process: %w", n, err)
+			err = fmt.Errorf("%d objects in process: %w", n, err)
+			r.Error, errs = strings.TrimPrefix(r.Error+"; "+err.Error(), "; "), append(errs, err)
+		} else {
+			r.Core = &c
 		}
-		runs = append(runs, run{Objects: n, Core: &c, E2E: &e})
+		runs = append(runs, r)
 	}
-	return runs, nil
+	return runs, errors.Join(errs...)
 }
 
 func say(w *os.File, format string, args ...any) {

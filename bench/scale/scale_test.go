@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -159,5 +160,35 @@ func TestHarnessTiny(t *testing.T) {
 	out := table(runs).String()
 	if !strings.Contains(out, "N=2000") || !strings.Contains(out, "restart: kill -9 -> first old get") {
 		t.Errorf("table:\n%s", out)
+	}
+}
+
+// TestTableMissingPart: a size whose end-to-end part failed shows "-" for
+// those figures (JSON null), keeps its in-process ones, and says why.
+func TestTableMissingPart(t *testing.T) {
+	runs := []run{
+		{Objects: 1000, Core: &coreFigures{HeapPerObject: 200, GetReplicasNS: 100}, E2E: &e2eFigures{RestartS: 1}},
+		{Objects: 10000, Core: &coreFigures{HeapPerObject: 200, GetReplicasNS: 100}, Error: "fill: RPC_TIMEOUT"},
+	}
+	tab := table(runs)
+	out := tab.String()
+	if !strings.Contains(out, "not measured: N=1e4: fill: RPC_TIMEOUT") {
+		t.Errorf("the failure is not shown:\n%s", out)
+	}
+	for _, f := range tab.rows {
+		switch f.Name {
+		case "restart: kill -9 -> first old get":
+			if f.Values[0] != 1 || !math.IsNaN(float64(f.Values[1])) || !math.IsNaN(float64(f.Growth[0])) {
+				t.Errorf("restart row %v %v, want 1, NaN, no growth", f.Values, f.Growth)
+			}
+		case "heap per object beyond the key":
+			if f.Values[1] != 200 || f.Growth[0] != 0 {
+				t.Errorf("heap row %v %v, want 200 at both sizes, growth 0", f.Values, f.Growth)
+			}
+		}
+	}
+	b, err := json.Marshal(tab.rows)
+	if err != nil || !strings.Contains(string(b), `"values":[1,null]`) {
+		t.Errorf("JSON %s (%v): want a missing value as null", b, err)
 	}
 }

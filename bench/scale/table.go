@@ -11,17 +11,29 @@ import (
 // figure is one row of the table: a value per size, the growth exponent
 // between consecutive sizes (nil where it means nothing), and the goal.
 type figure struct {
-	Name   string     `json:"name"`
-	Unit   string     `json:"unit"`
-	Values []float64  `json:"values"`
-	Growth []*float64 `json:"growth,omitempty"`
-	Goal   string     `json:"goal,omitempty"`
-	Limit  bool       `json:"limit,omitempty"` // a physical limit, beside the figure above it
+	Name   string  `json:"name"`
+	Unit   string  `json:"unit"`
+	Values []value `json:"values"`
+	Growth []value `json:"growth,omitempty"`
+	Goal   string  `json:"goal,omitempty"`
+	Limit  bool    `json:"limit,omitempty"` // a physical limit, beside the figure above it
+}
+
+// value is a figure that may be missing (NaN: not measured, or no
+// exponent): JSON null then, "-" in the table.
+type value float64
+
+func (v value) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(v))
 }
 
 type scaleTable struct {
-	sizes []int
-	rows  []figure
+	sizes  []int
+	rows   []figure
+	errors []string // what could not be measured, per size
 }
 
 // table lays the runs out as rows of figures.
@@ -29,20 +41,21 @@ func table(runs []run) scaleTable {
 	t := scaleTable{}
 	for _, r := range runs {
 		t.sizes = append(t.sizes, r.Objects)
+		if r.Error != "" {
+			t.errors = append(t.errors, fmt.Sprintf("N=%s: %s", short(r.Objects), r.Error))
+		}
 	}
+	// A size whose end-to-end or in-process part failed has no figures
+	// there: missing panics in v are turned into NaN by the accessors.
 	add := func(name, unit, goal string, limit, grows bool, v func(r run) float64) {
 		f := figure{Name: name, Unit: unit, Goal: goal, Limit: limit}
 		for _, r := range runs {
-			f.Values = append(f.Values, v(r))
+			f.Values = append(f.Values, value(measured(r, v)))
 		}
 		if grows {
 			for i := 1; i < len(runs); i++ {
-				g := growth(float64(runs[i-1].Objects), f.Values[i-1], float64(runs[i].Objects), f.Values[i])
-				if math.IsNaN(g) {
-					f.Growth = append(f.Growth, nil)
-				} else {
-					f.Growth = append(f.Growth, &g)
-				}
+				f.Growth = append(f.Growth, value(growth(float64(runs[i-1].Objects), float64(f.Values[i-1]),
+					float64(runs[i].Objects), float64(f.Values[i]))))
 			}
 		}
 		t.rows = append(t.rows, f)
@@ -66,13 +79,14 @@ func table(runs []run) scaleTable {
 	add("state directory", "MB", "", false, true, func(r run) float64 { return float64(e(r).StateBytes) / 1e6 })
 	add("read the state dir (warm cache)", "s", "", true, true, func(r run) float64 { return e(r).ReadStateS })
 	add("fill: batched puts over RPC, journal on", "keys/s", "", false, false, func(r run) float64 { return e(r).FillKeysPS })
+	add("  slowest put call of the fill", "s", "", false, true, func(r run) float64 { return e(r).FillWorstS })
 	// In process, master.Core.
 	add("heap per object beyond the key", "B", "<= 150", false, true, func(r run) float64 { return c(r).HeapPerObject })
 	add("  mean key", "B", "", false, false, func(r run) float64 { return c(r).KeyBytes })
 	add("GetReplicas, one random key", "ns", "10^7 <= 1.2x 10^5", false, true, func(r run) float64 { return c(r).GetReplicasNS })
 	add("Exist, one random key", "ns", "10^7 <= 1.2x 10^5", false, true, func(r run) float64 { return c(r).ExistNS })
 	add("bare map[string]*obj lookup", "ns", "", true, true, func(r run) float64 { return c(r).BareMapNS })
-	if len(runs) > 0 {
+	if len(runs) > 0 && runs[0].Core != nil {
 		first := c(runs[0]).GetReplicasNS
 		add("  GetReplicas vs the smallest size", "x", "<= 1.2", false, false, func(r run) float64 { return c(r).GetReplicasNS / first })
 	}
@@ -102,18 +116,31 @@ func (t scaleTable) String() string {
 		}
 		fmt.Fprintf(&b, "%-42s %-7s", name, f.Unit)
 		for _, v := range f.Values {
-			fmt.Fprintf(&b, " %11s", num(v))
+			fmt.Fprintf(&b, " %11s", num(float64(v)))
 		}
 		for i := 1; i < len(t.sizes); i++ {
 			g := "-"
-			if i-1 < len(f.Growth) && f.Growth[i-1] != nil {
-				g = fmt.Sprintf("%.2f", *f.Growth[i-1])
+			if i-1 < len(f.Growth) && !math.IsNaN(float64(f.Growth[i-1])) {
+				g = fmt.Sprintf("%.2f", f.Growth[i-1])
 			}
 			fmt.Fprintf(&b, " %9s", g)
 		}
 		fmt.Fprintf(&b, "  %s\n", f.Goal)
 	}
+	for _, e := range t.errors {
+		fmt.Fprintf(&b, "not measured: %s\n", e)
+	}
 	return b.String()
+}
+
+// measured is v(r), or NaN where r lacks the part v reads.
+func measured(r run, v func(r run) float64) (out float64) {
+	defer func() {
+		if recover() != nil {
+			out = math.NaN()
+		}
+	}()
+	return v(r)
 }
 
 // short writes 100000 as 1e5 and 2000 as 2000.
