@@ -192,3 +192,29 @@ func TestTableMissingPart(t *testing.T) {
 		t.Errorf("JSON %s (%v): want a missing value as null", b, err)
 	}
 }
+
+// TestProjectTo1e8: a figure at 10^7 carried to 10^8 at its growth.
+func TestProjectTo1e8(t *testing.T) {
+	for _, c := range []struct{ f, n, g, want float64 }{
+		{2, 1e7, 1, 20},      // linear: 10x the objects, 10x the time
+		{2, 1e7, 0, 2},       // flat
+		{3, 1e6, 2, 30000},   // quadratic over 100x
+		{150, 1e8, 1.5, 150}, // measured there already
+	} {
+		if got := project(c.f, c.n, c.g); math.Abs(got-c.want) > 1e-9*c.want {
+			t.Errorf("project(%v, %v, %v) = %v, want %v", c.f, c.n, c.g, got, c.want)
+		}
+	}
+	if got := project(2, 1e7, math.NaN()); !math.IsNaN(got) {
+		t.Errorf("no growth: %v, want NaN", got)
+	}
+	md := markdownTable([]run{
+		{Objects: 1e5, Core: &coreFigures{HeapPerObject: 200}, E2E: &e2eFigures{RestartS: 0.5}},
+		{Objects: 1e6, Core: &coreFigures{HeapPerObject: 200}, E2E: &e2eFigures{RestartS: 5}},
+	})
+	if !strings.Contains(md, "| figure | 1e5 | 1e6 | growth, last two sizes |") ||
+		!strings.Contains(md, "| restart: kill -9 -> first old get (s) | 0.5 | 5 | 1.00 | 500 |") ||
+		!strings.Contains(md, "| heap per object beyond the key (B) | 200 | 200 | 0.00 | 200 |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}

@@ -159,6 +159,8 @@ func num(v float64) string {
 		return "-"
 	case v == 0:
 		return "0"
+	case math.Abs(v) >= 1e7:
+		return fmt.Sprintf("%.3g", v)
 	case math.Abs(v) >= 1000:
 		return fmt.Sprintf("%.0f", v)
 	default:
