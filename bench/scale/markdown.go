@@ -44,21 +44,27 @@ func markdownTable(runs []run) string {
 		return ""
 	}
 	t := table(runs)
-	last := len(runs) - 1
-	n := float64(runs[last].Objects)
 	fmt.Fprintf(&b, "| figure |")
 	for _, r := range runs {
 		fmt.Fprintf(&b, " %s |", short(r.Objects))
 	}
-	fmt.Fprintf(&b, " growth, last two sizes | 10^8 at that growth | goal |\n|---|")
+	fmt.Fprintf(&b, " growth, two largest sizes measured | 10^8 at that growth | goal |\n|---|")
 	for range runs {
 		b.WriteString("---|")
 	}
 	b.WriteString("---|---|---|\n")
 	for _, f := range t.rows {
+		// The two largest sizes with a value: a size whose part failed
+		// is skipped, not a reason to show nothing.
+		var at []int
+		for i := len(f.Values) - 1; i >= 0 && len(at) < 2; i-- {
+			if !math.IsNaN(float64(f.Values[i])) {
+				at = append(at, i)
+			}
+		}
 		g := math.NaN()
-		if len(f.Growth) > 0 {
-			g = float64(f.Growth[len(f.Growth)-1])
+		if len(f.Growth) > 0 && len(at) == 2 {
+			g = growth(float64(runs[at[1]].Objects), float64(f.Values[at[1]]), float64(runs[at[0]].Objects), float64(f.Values[at[0]]))
 		}
 		name := strings.TrimSpace(f.Name)
 		if f.Limit {
@@ -68,12 +74,12 @@ func markdownTable(runs []run) string {
 		for _, v := range f.Values {
 			fmt.Fprintf(&b, " %s |", num(float64(v)))
 		}
-		gs, at := "-", "-"
+		gs, proj := "-", "-"
 		if !math.IsNaN(g) {
 			gs = fmt.Sprintf("%.2f", g)
-			at = num(project(float64(f.Values[last]), n, g))
+			proj = num(project(float64(f.Values[at[0]]), float64(runs[at[0]].Objects), g))
 		}
-		fmt.Fprintf(&b, " %s | %s | %s |\n", gs, at, f.Goal)
+		fmt.Fprintf(&b, " %s | %s | %s |\n", gs, proj, f.Goal)
 	}
 	return b.String()
 }

@@ -212,9 +212,19 @@ func TestProjectTo1e8(t *testing.T) {
 		{Objects: 1e5, Core: &coreFigures{HeapPerObject: 200}, E2E: &e2eFigures{RestartS: 0.5}},
 		{Objects: 1e6, Core: &coreFigures{HeapPerObject: 200}, E2E: &e2eFigures{RestartS: 5}},
 	})
-	if !strings.Contains(md, "| figure | 1e5 | 1e6 | growth, last two sizes |") ||
+	if !strings.Contains(md, "| figure | 1e5 | 1e6 | growth, two largest sizes measured |") ||
 		!strings.Contains(md, "| restart: kill -9 -> first old get (s) | 0.5 | 5 | 1.00 | 500 |") ||
 		!strings.Contains(md, "| heap per object beyond the key (B) | 200 | 200 | 0.00 | 200 |") {
 		t.Errorf("markdown:\n%s", md)
+	}
+	// A largest size whose end-to-end part failed: the growth and the
+	// projection come from the two sizes before it.
+	md = markdownTable([]run{
+		{Objects: 1e5, Core: &coreFigures{HeapPerObject: 200}, E2E: &e2eFigures{RestartS: 0.5}},
+		{Objects: 1e6, Core: &coreFigures{HeapPerObject: 200}, E2E: &e2eFigures{RestartS: 5}},
+		{Objects: 1e7, Core: &coreFigures{HeapPerObject: 200}, Error: "killed"},
+	})
+	if !strings.Contains(md, "| restart: kill -9 -> first old get (s) | 0.5 | 5 | - | 1.00 | 500 |") {
+		t.Errorf("markdown with a failed part:\n%s", md)
 	}
 }
