@@ -62,6 +62,9 @@ type e2eFigures struct {
 	WriteFsyncS  float64 `json:"limit_write_fsync_snapshot_s"`
 	ReadStateS   float64 `json:"limit_read_state_dir_warm_s"`
 	SnapshotSeen bool    `json:"snapshot_seen"`
+	// MasterPeakRSS: the largest peak RSS (VmHWM) of the three master
+	// processes (fill, snapshot, restart on the snapshot).
+	MasterPeakRSS int64 `json:"master_peak_rss_bytes"`
 }
 
 // e2eOptions shape the end-to-end run.
@@ -71,6 +74,7 @@ type e2eOptions struct {
 	baseline time.Duration // how long the baseline reads run
 	timeout  time.Duration // bound on one restart or one snapshot
 	lease    time.Duration // --default_kv_lease_ttl
+	maxRSS   int64         // a master above this RSS is killed (0: no bound)
 }
 
 // masterProc is a running gostore-master.
@@ -78,11 +82,17 @@ type masterProc struct {
 	cmd    *exec.Cmd
 	addr   string
 	listen time.Time // when its "listening" line was read
+	peak   int64     // its peak RSS (VmHWM), read as it is killed
+	over   atomic.Pointer[string]
+	// exited closes once the process is gone and reaped (the one Wait);
+	// done stops the guard.
+	exited, done chan struct{}
 }
 
 // startMaster runs the binary with flags and waits (at most timeout) for
-// the line saying it listens.
-func startMaster(bin string, timeout time.Duration, flags ...string) (*masterProc, error) {
+// the line saying it listens. Above maxRSS bytes of RSS (0: no bound) the
+// master is killed, and what fails next says so.
+func startMaster(bin string, timeout time.Duration, maxRSS int64, flags ...string) (*masterProc, error) {
 	cmd := exec.Command(bin, flags...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the benchmark
@@ -92,6 +102,14 @@ func startMaster(bin string, timeout time.Duration, flags ...string) (*masterPro
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
+	}
+	m := &masterProc{cmd: cmd, done: make(chan struct{}), exited: make(chan struct{})}
+	go func() {
+		cmd.Wait()
+		close(m.exited)
+	}()
+	if maxRSS > 0 {
+		go m.guard(maxRSS)
 	}
 	line := make(chan string, 1)
 	go func() {
@@ -104,26 +122,91 @@ func startMaster(bin string, timeout time.Duration, flags ...string) (*masterPro
 	case l := <-line:
 		_, addr, ok := strings.Cut(l, "rpc=")
 		if !ok {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, fmt.Errorf("gostore-master did not start: %q", l)
+			m.kill()
+			return nil, fmt.Errorf("gostore-master did not start: %q%s", l, m.why())
 		}
-		addr, _, _ = strings.Cut(strings.TrimSpace(addr), " ")
-		return &masterProc{cmd: cmd, addr: addr, listen: time.Now()}, nil
+		m.addr, _, _ = strings.Cut(strings.TrimSpace(addr), " ")
+		m.listen = time.Now()
+		return m, nil
+	case <-m.exited:
+		m.kill()
+		return nil, fmt.Errorf("gostore-master exited before listening%s", m.why())
 	case <-time.After(timeout):
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("gostore-master not listening after %v", timeout)
+		m.kill()
+		return nil, fmt.Errorf("gostore-master not listening after %v%s", timeout, m.why())
 	}
 }
 
-// kill ends the master with SIGKILL and reaps it.
+// guard samples the master's RSS every 100 ms and kills it above max: a
+// master that outgrows its share of a shared machine ends, and the run
+// reports it instead of the machine running out.
+func (m *masterProc) guard(max int64) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-t.C:
+			if rss := statusBytes(m.cmd.Process.Pid, "VmRSS"); rss > max {
+				why := fmt.Sprintf(" (killed: %.1f GB of RSS, over -max-master-rss-gb=%.1f)", float64(rss)/1e9, float64(max)/1e9)
+				m.over.Store(&why)
+				m.cmd.Process.Kill()
+				return
+			}
+		}
+	}
+}
+
+// why is the guard's reason for a kill, or "".
+func (m *masterProc) why() string {
+	if w := m.over.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
+
+// statusBytes reads a "Name:   N kB" line of /proc/pid/status (0 if none).
+func statusBytes(pid int, name string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// kill ends the master with SIGKILL and waits until it is reaped, noting
+// its peak RSS. Killing one already gone does nothing.
 func (m *masterProc) kill() {
-	if m == nil || m.cmd.ProcessState != nil {
+	if m == nil {
 		return
 	}
+	select {
+	case <-m.done:
+		return
+	default:
+	}
+	m.peak = statusBytes(m.cmd.Process.Pid, "VmHWM")
+	close(m.done)
 	m.cmd.Process.Kill()
-	m.cmd.Wait()
+	<-m.exited
+}
+
+// gone is an error once the master process has ended (killed by the
+// guard, or crashed), nil while it runs.
+func (m *masterProc) gone() error {
+	select {
+	case <-m.exited:
+		return fmt.Errorf("gostore-master exited%s", m.why())
+	default:
+		return nil
+	}
 }
 
 // buildMaster builds gostore-master into dir.
@@ -247,10 +330,13 @@ func fillRPC(ctx context.Context, cl *rpc.Client, n int, timeout time.Duration) 
 
 // firstGet polls an old key on a new client until the master answers it,
 // and returns when it did.
-func firstGet(ctx context.Context, addr, key string, deadline time.Time) (time.Time, error) {
-	cl := rpc.NewClient(addr)
+func firstGet(ctx context.Context, m *masterProc, key string, deadline time.Time) (time.Time, error) {
+	cl := rpc.NewClient(m.addr)
 	defer cl.Close()
 	for {
+		if err := m.gone(); err != nil {
+			return time.Time{}, err
+		}
 		var resp wire.GetReplicasResp
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		err := cl.Call(cctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: "scale-reader", Keys: []string{key}, ForRead: true}, &resp)
@@ -350,11 +436,15 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 			"--default_kv_lease_ttl=" + strconv.FormatInt(o.lease.Milliseconds(), 10),
 			"--snapshot_interval_seconds=" + strconv.FormatInt(interval.Milliseconds(), 10) + "ms"}
 	}
-	m, err := startMaster(o.master, o.timeout, flags(time.Hour)...)
+	m, err := startMaster(o.master, o.timeout, o.maxRSS, flags(time.Hour)...)
 	if err != nil {
 		return f, err
 	}
 	defer func() { m.kill() }()
+	killed := func() { // kill -9, keeping the figure of its peak RSS
+		m.kill()
+		f.MasterPeakRSS = max(f.MasterPeakRSS, m.peak)
+	}
 	cl := rpc.NewClient(m.addr)
 	segKey := make([]byte, 32)
 	segKey[0] = 7
@@ -367,7 +457,7 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 	slowest, err := fillRPC(ctx, cl, n, o.timeout)
 	if err != nil {
 		cl.Close()
-		return f, fmt.Errorf("fill: %w", err)
+		return f, fmt.Errorf("fill: %w%s", err, m.why())
 	}
 	f.FillKeysPS = float64(n) / time.Since(start).Seconds()
 	f.FillWorstS = slowest.Seconds()
@@ -375,6 +465,10 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 	rd := &reader{n: n, rng: rand.New(rand.NewPCG(uint64(n), 7)), timeout: o.timeout}
 	var base []time.Duration
 	for end := time.Now().Add(o.baseline); time.Now().Before(end); {
+		if err := m.gone(); err != nil {
+			cl.Close()
+			return f, fmt.Errorf("baseline reads: %w", err)
+		}
 		_, d := rd.read(ctx, cl)
 		base = append(base, d)
 	}
@@ -384,13 +478,13 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 	// Restart on a directory holding only the journal.
 	oldKey := keyOf(n - 1)
 	kill := time.Now()
-	m.kill()
-	if m, err = startMaster(o.master, o.timeout, flags(o.interval)...); err != nil {
+	killed()
+	if m, err = startMaster(o.master, o.timeout, o.maxRSS, flags(o.interval)...); err != nil {
 		return f, fmt.Errorf("restart: %w", err)
 	}
-	got, err := firstGet(ctx, m.addr, oldKey, time.Now().Add(o.timeout))
+	got, err := firstGet(ctx, m, oldKey, time.Now().Add(o.timeout))
 	if err != nil {
-		return f, fmt.Errorf("restart: %w", err)
+		return f, fmt.Errorf("restart: %w%s", err, m.why())
 	}
 	f.RestartJournalS = got.Sub(kill).Seconds()
 
@@ -410,6 +504,11 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 	var w snapWatch
 reading:
 	for {
+		if err := m.gone(); err != nil {
+			close(stop)
+			cl.Close()
+			return f, fmt.Errorf("reads through a snapshot: %w", err)
+		}
 		s, d := rd.read(ctx, cl)
 		calls = append(calls, call{s, d})
 		select {
@@ -445,16 +544,16 @@ reading:
 
 	// Restart on the snapshot and the log written since.
 	kill = time.Now()
-	m.kill()
+	killed()
 	f.StateBytes = dirBytes(state)
-	if m, err = startMaster(o.master, o.timeout, flags(time.Hour)...); err != nil {
+	if m, err = startMaster(o.master, o.timeout, o.maxRSS, flags(time.Hour)...); err != nil {
 		return f, fmt.Errorf("second restart: %w", err)
 	}
-	if got, err = firstGet(ctx, m.addr, oldKey, time.Now().Add(o.timeout)); err != nil {
-		return f, fmt.Errorf("second restart: %w", err)
+	if got, err = firstGet(ctx, m, oldKey, time.Now().Add(o.timeout)); err != nil {
+		return f, fmt.Errorf("second restart: %w%s", err, m.why())
 	}
 	f.RestartS = got.Sub(kill).Seconds()
-	m.kill()
+	killed()
 
 	// The limits, with no master running.
 	if f.SnapshotBytes > 0 {

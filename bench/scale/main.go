@@ -53,6 +53,7 @@ func main() {
 	journalJSON := flag.String("journal", "bench/master-results.json", "bench/master's results, for the journal's on/off rates")
 	evictWant := flag.Int("evict", 1000, "objects one eviction pass frees")
 	interval := flag.Duration("snapshot-interval", 2*time.Second, "snapshot interval of the snapshot phase")
+	maxRSS := flag.Float64("max-master-rss-gb", 8, "kill a master process above this RSS (GB; 0: no bound) and report it")
 	md := flag.String("markdown", "", "print docs/operations.md's Scale table from this results file, and exit")
 	flag.Parse()
 	if *md != "" {
@@ -84,7 +85,7 @@ func main() {
 	}
 	runs, err := measure(sizes, options{master: bin, evictWant: *evictWant, evictPasses: 5,
 		interval: *interval, baseline: 2 * time.Second, lookupFor: 500 * time.Millisecond, lease: 100 * time.Millisecond,
-		progress: os.Stderr})
+		maxRSS: int64(*maxRSS * 1e9), progress: os.Stderr})
 	tab := table(runs) // what was measured, also when a part failed
 	if len(runs) == 0 {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -124,6 +125,7 @@ type options struct {
 	evictWant, evictPasses int
 	interval, baseline     time.Duration
 	lookupFor, lease       time.Duration
+	maxRSS                 int64    // bytes of RSS a master may take (0: no bound)
 	progress               *os.File // where each phase is announced (nil: nowhere)
 }
 
@@ -140,7 +142,7 @@ func measure(sizes []int, o options) ([]run, error) {
 		// A restart or a snapshot takes ~1 µs..10 µs per object today:
 		// the bound only catches a master that hangs.
 		timeout := 60*time.Second + time.Duration(n)*60*time.Microsecond
-		e, err := endToEnd(n, e2eOptions{master: o.master, interval: o.interval, baseline: o.baseline, timeout: timeout, lease: o.lease})
+		e, err := endToEnd(n, e2eOptions{master: o.master, interval: o.interval, baseline: o.baseline, timeout: timeout, lease: o.lease, maxRSS: o.maxRSS})
 		if err != nil {
 			err = fmt.Errorf("%d objects end to end: %w", n, err)
 			say(o.progress, "scale: %v", err)

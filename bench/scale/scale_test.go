@@ -151,6 +151,9 @@ func TestHarnessTiny(t *testing.T) {
 	if !(e.RestartS > 0) || !(e.RestartJournalS > 0) || e.StateBytes < e.SnapshotBytes {
 		t.Errorf("restarts: %+v", e)
 	}
+	if e.MasterPeakRSS < 1<<20 {
+		t.Errorf("master peak RSS %d bytes: not read", e.MasterPeakRSS)
+	}
 	if !(e.MemcpyS > 0) || !(e.WriteFsyncS > 0) || !(e.ReadStateS > 0) {
 		t.Errorf("limits: %+v", e)
 	}
@@ -226,5 +229,26 @@ func TestProjectTo1e8(t *testing.T) {
 	})
 	if !strings.Contains(md, "| restart: kill -9 -> first old get (s) | 0.5 | 5 | - | 1.00 | 500 |") {
 		t.Errorf("markdown with a failed part:\n%s", md)
+	}
+}
+
+// TestMasterOverRSSIsKilled: a master above -max-master-rss is killed and
+// the failure says so; the in-process part of that size still runs.
+func TestMasterOverRSSIsKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gostore-master and runs it")
+	}
+	bin, err := buildMaster(t.TempDir())
+	if err != nil {
+		t.Fatalf("building gostore-master: %v", err)
+	}
+	runs, err := measure([]int{500}, options{master: bin, evictWant: 10, evictPasses: 1,
+		interval: time.Hour, baseline: 100 * time.Millisecond, lookupFor: 5 * time.Millisecond,
+		lease: 5 * time.Second, maxRSS: 1 << 20}) // any Go process has more
+	if err == nil || !strings.Contains(err.Error(), "over -max-master-rss-gb=0.0") {
+		t.Fatalf("err = %v, want the master killed for its RSS", err)
+	}
+	if len(runs) != 1 || runs[0].E2E != nil || runs[0].Core == nil || !strings.Contains(runs[0].Error, "killed") {
+		t.Errorf("runs = %+v, want no end-to-end figures, the in-process ones, and the reason", runs)
 	}
 }

@@ -80,6 +80,8 @@ func table(runs []run) scaleTable {
 	add("read the state dir (warm cache)", "s", "", true, true, func(r run) float64 { return e(r).ReadStateS })
 	add("fill: batched puts over RPC, journal on", "keys/s", "", false, false, func(r run) float64 { return e(r).FillKeysPS })
 	add("  slowest put call of the fill", "s", "", false, true, func(r run) float64 { return e(r).FillWorstS })
+	add("master peak RSS (VmHWM)", "MB", "", false, true, func(r run) float64 { return float64(e(r).MasterPeakRSS) / 1e6 })
+	add("  per object", "B", "", false, true, func(r run) float64 { return float64(e(r).MasterPeakRSS) / float64(r.Objects) })
 	// In process, master.Core.
 	add("heap per object beyond the key", "B", "<= 150", false, true, func(r run) float64 { return c(r).HeapPerObject })
 	add("  mean key", "B", "", false, false, func(r run) float64 { return c(r).KeyBytes })
