@@ -76,7 +76,8 @@ bench: install
 
 # The master at 10^5, 10^6 and 10^7 objects (bench/README.md, "The master
 # at scale"): make bench runs the first two; this adds 10^7, which takes
-# minutes and about 5 GB of memory. Run nothing else big meanwhile.
+# about 30 minutes and GBs of memory (a master past 8 GB of RSS is killed
+# and reported). Run nothing else big meanwhile.
 bench-scale:
 	go run $(GOLD) ./bench/scale -sizes 1e5,1e6,1e7 --json bench/scale-10m-results.json
 
