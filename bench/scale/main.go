@@ -10,8 +10,10 @@
 // without one, calls over 10 ms, false misses, the snapshot's duration and
 // size beside a memcpy and a sequential write + fsync of its bytes), and
 // kill -9 → the first get of an old object answered, beside a sequential
-// read of the state directory. Snapshots are seen as new snap-*.gsnap
-// files in the directory, nothing internal.
+// read of the state directory; the masters' peak RSS. Snapshots are seen
+// as new snap-*.gsnap files in the directory, nothing internal. A master
+// past -max-master-rss-gb is killed and that size's end-to-end part is
+// reported as not measured.
 //
 // In process, on master.Core with a fake clock: heap per object beyond the
 // key's bytes, lookups of random existing keys (GetReplicas, Exist)
@@ -22,7 +24,8 @@
 // It prints a table and, with -json, writes the figures; -markdown turns
 // such a file into docs/operations.md's Scale table, with each figure
 // carried to 10^8 objects at its measured growth. It never fails on
-// a number; it exits non-zero only when a run cannot be made.
+// a number; it exits non-zero when a part could not run (after printing
+// everything else).
 package main
 
 import (
