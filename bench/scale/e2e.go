@@ -41,7 +41,7 @@ type e2eFigures struct {
 	FalseMisses int `json:"false_misses"`
 	OverLease   int `json:"answers_after_their_lease"`
 	Errors      int `json:"errors"`
-	// SnapshotS: due → file in place; SnapshotFileS: its .tmp first seen
+	// SnapshotS: started → file in place; SnapshotFileS: its .tmp first seen
 	// → in place (the part spent writing, when the writer makes the
 	// .tmp first). SnapshotBytes: the file's size.
 	SnapshotS     float64 `json:"snapshot_s"`
@@ -488,8 +488,9 @@ func endToEnd(n int, o e2eOptions) (e2eFigures, error) {
 	}
 	f.RestartJournalS = got.Sub(kill).Seconds()
 
-	// Reads through the first periodic snapshot of the restarted master
-	// (the one it takes after restoring, before it listens, is in old).
+	// Reads through the first snapshot the restarted master takes: the
+	// one after its restore (which runs while it serves) or, were that
+	// one done already, the first periodic one.
 	old := snapFiles(state)
 	due := m.listen.Add(o.interval)
 	stop := make(chan struct{})
@@ -523,8 +524,18 @@ reading:
 	close(stop)
 	cl.Close()
 	f.SnapshotSeen = !w.done.IsZero()
+	// The snapshot ran from its .tmp's first sight (or, missed: from when
+	// it was due, or from the listening line for one done before that) to
+	// its file in place.
+	begin := w.tmpSeen
+	if begin.IsZero() {
+		begin = due
+		if w.done.Before(due) {
+			begin = m.listen
+		}
+	}
 	if f.SnapshotSeen {
-		f.SnapshotS = w.done.Sub(due).Seconds()
+		f.SnapshotS = w.done.Sub(begin).Seconds()
 		if !w.tmpSeen.IsZero() {
 			f.SnapshotFileS = w.done.Sub(w.tmpSeen).Seconds()
 		}
@@ -532,7 +543,7 @@ reading:
 	}
 	var during []time.Duration
 	for _, c := range calls {
-		if c.start.Add(c.d).After(due) {
+		if c.start.Add(c.d).After(begin) && (w.done.IsZero() || c.start.Before(w.done)) {
 			during = append(during, c.d)
 		}
 	}

@@ -69,7 +69,7 @@ func table(runs []run) scaleTable {
 	add("  gets over 10 ms during it", "calls", "0", false, false, func(r run) float64 { return float64(e(r).Snapshot.Over10ms) })
 	add("false misses (not found, key exists)", "calls", "0", false, false, func(r run) float64 { return float64(e(r).FalseMisses) })
 	add("answers later than their lease", "calls", "0", false, false, func(r run) float64 { return float64(e(r).OverLease) })
-	add("snapshot: due -> file in place", "s", "", false, true, func(r run) float64 { return e(r).SnapshotS })
+	add("snapshot: started -> file in place", "s", "", false, true, func(r run) float64 { return e(r).SnapshotS })
 	add("snapshot: .tmp seen -> in place", "s", "", false, true, func(r run) float64 { return e(r).SnapshotFileS })
 	add("snapshot file", "MB", "", false, true, func(r run) float64 { return float64(e(r).SnapshotBytes) / 1e6 })
 	add("memcpy of the snapshot's bytes", "s", "", true, true, func(r run) float64 { return e(r).MemcpyS })
