@@ -45,6 +45,22 @@ func (l *recordLog) replayOnto(t *testing.T, st *State, seq uint64) *State {
 	return st
 }
 
+// changesAfter is the changes after seq.
+func (l *recordLog) changesAfter(t *testing.T, seq uint64) []Change {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Change
+	for i, b := range l.recs[seq:] {
+		ch, err := DecodeChange(b)
+		if err != nil {
+			t.Fatalf("record %d: %v", seq+uint64(i)+1, err)
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
 type takenSnapshot struct {
 	seq  uint64
 	data []byte
@@ -162,6 +178,18 @@ func TestSnapshotWhileServingReplaysToTheLiveState(t *testing.T) {
 				}
 				sameDurable(t, fmt.Sprintf("snapshot %d at %d (%+v) and %d records after it", i, s.seq, s.info,
 					log.last()-s.seq), live, log.replayOnto(t, st, s.seq))
+				// Restored from the stream, the snapshot and the records
+				// after it give the core that Restore makes of the state
+				// they replay to.
+				cfg := Config{ClientTTL: time.Hour, Now: clk.Now, OnChange: func(Change) {}}
+				fromState, streamed := New(cfg), New(cfg)
+				wantRep := fromState.Restore(st)
+				gotRep, err := streamed.RestoreFrom(bytes.NewReader(s.data), log.changesAfter(t, s.seq))
+				if err != nil || gotRep != wantRep {
+					t.Fatalf("snapshot %d restored from the stream: %+v, %v; from the state: %+v", i, gotRep, err, wantRep)
+				}
+				sameDurable(t, fmt.Sprintf("snapshot %d restored from the stream", i), fromState.DurableState(nil),
+					streamed.DurableState(nil))
 				if st.Epoch < whole.Epoch || st.NextSegID < whole.NextSegID {
 					t.Fatalf("snapshot %d: high-water marks %d/%d below the log's %d/%d", i, st.Epoch, st.NextSegID, whole.Epoch, whole.NextSegID)
 				}
