@@ -62,12 +62,17 @@ type Options struct {
 	// BootID names this boot of the machine (default: Linux's
 	// /proc/sys/kernel/random/boot_id); see Recovered.Rebooted.
 	BootID string
+	// StreamSnapshot: Open checks the snapshot's checksum in one
+	// sequential pass without keeping it, and Recovered.Snapshot stays
+	// nil: the caller reads it through Recovered.OpenSnapshot. A snapshot
+	// of millions of objects is then never whole in memory.
+	StreamSnapshot bool
 }
 
 // Recovered is what Open found: the newest snapshot and every record
 // after it, in order.
 type Recovered struct {
-	Snapshot    []byte // nil when there is none
+	Snapshot    []byte // nil when there is none (or Options.StreamSnapshot)
 	SnapshotSeq uint64 // the last record the snapshot includes (0: none)
 	Records     [][]byte
 	// Rebooted: the machine may have restarted since the directory was
@@ -78,6 +83,12 @@ type Recovered struct {
 	// LastWrite is when the newest log file was last written (zero when
 	// there is none).
 	LastWrite time.Time
+
+	// snapFile is the snapshot's file (Options.StreamSnapshot; "": none),
+	// its payload's size and checksum.
+	snapFile string
+	snapSize int64
+	snapSum  uint32
 }
 
 // LastSeq is the sequence number of the last record recovered.
@@ -146,7 +157,7 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("journal: %w", err)
 	}
-	rec, files, err := recoverDir(opts.Dir)
+	rec, files, err := recoverDir(opts.Dir, opts.StreamSnapshot)
 	if err != nil {
 		return nil, nil, err
 	}
