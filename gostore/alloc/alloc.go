@@ -180,7 +180,17 @@ func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []in
 		final = append(final, r)
 	}
 	a.restored, a.restoredLive = make([]unitRange, len(final)), len(final)
-	next := uint64(0)
+	// The free extents are the gaps: their maps are sized once.
+	gaps, next := 1, uint64(0)
+	for _, r := range final {
+		if r.start > next {
+			gaps++
+		}
+		next = r.start + r.size
+	}
+	a.byStart, a.byEnd = make(map[uint64]int, gaps), make(map[uint64]int, gaps)
+	a.nodes = make([]node, 0, gaps)
+	next = 0
 	for i, r := range final {
 		if r.start > next {
 			a.insertFree(next, r.start-next)
