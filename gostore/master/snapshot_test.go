@@ -2,6 +2,7 @@ package master
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -231,5 +232,70 @@ func TestReadStateRefusesACutState(t *testing.T) {
 		d := bytes.Clone(b)
 		d[i] ^= 0xff
 		ReadState(bytes.NewReader(d), NewState()) // no panic
+	}
+}
+
+// RestoreFrom refuses what is no whole state and then has restored
+// nothing (a cut state, an object's removal, which WriteState never
+// writes); a damaged byte restores another state or is refused, never a
+// panic; of two records of one key (a damaged state) the later is
+// restored, its ranges the only ones served.
+func TestRestoreFromRefusesDamageAndTakesTheLaterRecord(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "sa", 1<<20)
+	for i := 0; i < 20; i++ {
+		put(t, c, fmt.Sprintf("k%d", i), uint64(100+i), wire.ReplicaConfig{ReplicaNum: 1})
+	}
+	var buf bytes.Buffer
+	if _, err := c.WriteState(&buf); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	for n := 0; n < len(b); n++ {
+		r, _ := newTestCore(t)
+		if rep, err := r.RestoreFrom(bytes.NewReader(b[:n]), nil); err == nil {
+			t.Fatalf("a state cut at %d of %d bytes was restored: %+v", n, len(b), rep)
+		}
+		if len(r.Segments()) != 0 {
+			t.Fatalf("a state cut at %d bytes restored segments: %+v", n, r.Segments())
+		}
+	}
+	for i := range b {
+		d := bytes.Clone(b)
+		d[i] ^= 0xff
+		r, _ := newTestCore(t)
+		r.RestoreFrom(bytes.NewReader(d), nil) // no panic
+	}
+	// Records of their own after the whole state's: k1 again, now at
+	// another offset, and a removal.
+	body := b[:len(b)-1] // without the end frame
+	frame := func(ch Change) {
+		rec, err := EncodeChange(nil, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = binary.AppendUvarint(body, uint64(len(rec)))
+		body = append(body, rec...)
+	}
+	seg := c.Segments()[0].ID
+	frame(Change{Kind: ObjectSet, Key: "k1", Object: DurableObject{Size: 64, Epoch: 1,
+		Replicas: []DurableReplica{{SegID: seg, Offset: 512 << 10}}}})
+	r, _ := newTestCore(t)
+	rep, err := r.RestoreFrom(bytes.NewReader(append(bytes.Clone(body), 0)), nil)
+	if err != nil || rep.Objects != 20 {
+		t.Fatalf("a key twice: %+v, %v", rep, err)
+	}
+	if g := r.PeekReplicas([]string{"k1"}); g[0].Code != wire.OK || g[0].Size != 64 || len(g[0].Replicas) != 1 ||
+		g[0].Replicas[0].Offset != 512<<10 {
+		t.Fatalf("a key twice: the later record is not what is served: %+v", g[0])
+	}
+	// The earlier record's range (k1's 101 bytes: 128 allocated) is free.
+	if got, want := r.Segments()[0].Used, c.Segments()[0].Used-128+64; got != want {
+		t.Fatalf("a key twice: %d bytes used, want %d (the earlier record's range kept)", got, want)
+	}
+	frame(Change{Kind: ObjectGone, Key: "k2"})
+	r, _ = newTestCore(t)
+	if rep, err := r.RestoreFrom(bytes.NewReader(append(body, 0)), nil); err == nil || len(r.Segments()) != 0 {
+		t.Fatalf("a removal in a state was restored: %+v, %v", rep, err)
 	}
 }
