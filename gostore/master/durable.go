@@ -653,11 +653,11 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 }
 
 // newRestoredObject is the object a restore makes of d, without its
-// replicas (Restore gives it those whose ranges it keeps).
-func (c *Core) newRestoredObject(d *DurableObject, now int64) *object {
-	// The replica set gets a name no reader saw: what happened to the
-	// ranges while no master ran is not known.
-	o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), writer: d.Writer,
+// replicas (Restore gives it those whose ranges it keeps). placed names
+// its replica set: a name no reader saw (what happened to the ranges
+// while no master ran is not known).
+func (c *Core) newRestoredObject(d *DurableObject, now int64, placed uint64) *object {
+	o := &object{size: d.Size, epoch: d.Epoch, placed: placed, writer: d.Writer,
 		hardPin: d.HardPin, lastUse: now}
 	if d.SoftPin {
 		o.softPin = now + int64(c.cfg.SoftPinTTL)
@@ -705,6 +705,9 @@ func (c *Core) restoreObjects(entries []restoreEntry, now int64) [][]int32 {
 	for i, x := range shardOf {
 		byShard[x] = append(byShard[x], int32(i))
 	}
+	// The replica sets' names are taken in one block: one atomic add, not
+	// one per object from every goroutine.
+	placed := c.placements.Add(uint64(len(entries))) - uint64(len(entries))
 	c.forShards(func(x int, sh *shard) {
 		if len(sh.objects) == 0 {
 			sh.objects = make(map[string]*object, len(byShard[x]))
@@ -712,7 +715,7 @@ func (c *Core) restoreObjects(entries []restoreEntry, now int64) [][]int32 {
 		var lost map[*object]bool // objects a later entry of their key replaced: a damaged state only
 		for _, i := range byShard[x] {
 			e := &entries[i]
-			e.o = c.newRestoredObject(&e.d, now)
+			e.o = c.newRestoredObject(&e.d, now, placed+uint64(i)+1)
 			if prev, ok := sh.objects[e.key]; ok {
 				if lost == nil {
 					lost = map[*object]bool{}
