@@ -164,7 +164,7 @@ func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []in
 	// one pass.
 	byStart := func(x, y indexed) int { return cmp.Or(cmp.Compare(x.start, y.start), cmp.Compare(x.index, y.index)) }
 	if !slices.IsSortedFunc(kept, byStart) {
-		slices.SortFunc(kept, byStart)
+		kept = bucketSort(kept, a.capUnits, func(r indexed) uint64 { return r.start }, byStart)
 	}
 	final := kept[:0] // in place: final never passes the range it reads
 	for _, r := range kept {
@@ -204,6 +204,44 @@ func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []in
 	}
 	slices.Sort(refused)
 	return a, refused
+}
+
+// bucketSort sorts s by cmp, key(x) in [0, limit) being the first thing
+// cmp compares: each element goes to one of len(s) buckets by key, then
+// each bucket is sorted. Allocations spread over a segment, so a bucket
+// holds about one: linear time for a restore of millions of ranges, where
+// a comparison sort's log factor shows; crowded buckets cost at most that
+// sort. It returns the sorted copy.
+func bucketSort[T any](s []T, limit uint64, key func(T) uint64, cmp func(a, b T) int) []T {
+	n := uint64(len(s))
+	if n < 2 || limit == 0 {
+		return s
+	}
+	bucket := func(x T) uint64 { // key*n/limit without overflow: the key's share of limit
+		hi, lo := bits.Mul64(key(x), n)
+		q, _ := bits.Div64(hi, lo, limit)
+		return q
+	}
+	start := make([]int, n+1)
+	for _, x := range s {
+		start[bucket(x)+1]++
+	}
+	for b := uint64(1); b <= n; b++ {
+		start[b] += start[b-1]
+	}
+	out := make([]T, n)
+	at := slices.Clone(start[:n])
+	for _, x := range s {
+		b := bucket(x)
+		out[at[b]] = x
+		at[b]++
+	}
+	for b := uint64(0); b < n; b++ {
+		if part := out[start[b]:start[b+1]]; len(part) > 1 {
+			slices.SortFunc(part, cmp)
+		}
+	}
+	return out
 }
 
 func empty(capacity, align uint64) *Allocator {

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -848,5 +849,30 @@ func TestRestoredRangeFreesOnce(t *testing.T) {
 	checkInvariants(t, a)
 	if a.Used() != 0 || a.FreeExtents() != 1 || a.restored != nil {
 		t.Fatalf("used %d, %d extents, restored %v", a.Used(), a.FreeExtents(), a.restored)
+	}
+}
+
+// bucketSort sorts like a comparison sort, keys spread or crowded into
+// one bucket, and keys at both ends of the limit.
+func TestBucketSortSortsAsSortFuncDoes(t *testing.T) {
+	type kv struct{ k, v uint64 }
+	byKey := func(a, b kv) int { return cmp.Or(cmp.Compare(a.k, b.k), cmp.Compare(a.v, b.v)) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		n     int
+		limit uint64
+	}{{0, 10}, {1, 10}, {2, 2}, {1000, 1 << 20}, {1000, 3}, {1000, math.MaxUint64}, {5000, 1 << 40}} {
+		s := make([]kv, tc.n)
+		for i := range s {
+			s[i] = kv{rng.Uint64N(tc.limit), uint64(i)}
+		}
+		if tc.n > 2 {
+			s[0].k, s[1].k = 0, tc.limit-1
+		}
+		want := slices.Clone(s)
+		slices.SortFunc(want, byKey)
+		if got := bucketSort(s, tc.limit, func(x kv) uint64 { return x.k }, byKey); !slices.Equal(got, want) {
+			t.Fatalf("n %d limit %d: not sorted", tc.n, tc.limit)
+		}
 	}
 }
