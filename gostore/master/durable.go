@@ -715,6 +715,9 @@ func (c *Core) restoreObjects(entries []restoreEntry, now int64) [][]int32 {
 		var lost map[*object]bool // objects a later entry of their key replaced: a damaged state only
 		for _, i := range byShard[x] {
 			e := &entries[i]
+			if e.skip {
+				continue
+			}
 			e.o = c.newRestoredObject(&e.d, now, placed+uint64(i)+1)
 			if prev, ok := sh.objects[e.key]; ok {
 				if lost == nil {
@@ -815,7 +818,11 @@ type restoreEntry struct {
 	key           string
 	d             DurableObject
 	reps, writing []replica
-	o             *object // in its shard; nil when a later entry of the key won
+	o             *object // in its shard; nil when a later entry of the key won, or skip
+	// raw is the record RestoreFrom decodes into key and d (then nil);
+	// skip: a change after the state has the key's newer state.
+	raw  []byte
+	skip bool
 }
 
 // restoreHold is a hold of a state being restored.

@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
+
+	"github.com/gostore/gostore/gostore/internal/fanout"
 )
 
 // StateMagic starts a state in the stored form WriteState writes (version
@@ -238,10 +241,13 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 	}
 	st := NewState()
 	st.NextSegID, st.Epoch = head.nextSegID, head.epoch
-	var rb restoreBlocks
 	// The count only sizes the slice (a damaged one is capped: beyond it
 	// the slice grows as it must).
 	entries := make([]restoreEntry, 0, min(head.objects, 1<<24)+uint64(len(last)))
+	// The objects' records are only copied here (the reader reuses its
+	// buffer), into blocks that live until they are decoded, from every
+	// core, below: decoding is a third of a restore.
+	var raw []byte
 	for {
 		rec, err := sr.next()
 		if err != nil {
@@ -252,22 +258,11 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 		}
 		switch ChangeKind(rec[0]) {
 		case ObjectSet:
-			entries = append(entries, restoreEntry{})
-			e := &entries[len(entries)-1]
-			rd := reader{b: rec[1:]}
-			e.key = rd.object(&e.d, &rb)
-			if rd.err == nil && len(rd.b) != 0 {
-				rd.err = fmt.Errorf("%d bytes after the change", len(rd.b))
+			if len(raw)+len(rec) > cap(raw) {
+				raw = make([]byte, 0, max(len(rec), 4<<20))
 			}
-			if rd.err != nil {
-				return RestoreReport{}, sr.recordErr(rd.err)
-			}
-			if _, ok := last[e.key]; ok {
-				entries = entries[:len(entries)-1] // after has the newer state
-				continue
-			}
-			e.reps, e.writing = rb.replicas(len(e.d.Replicas)), rb.replicas(len(e.d.Writing))
-			st.Epoch = max(st.Epoch, e.d.Epoch)
+			raw = append(raw, rec[1:]...)
+			entries = append(entries, restoreEntry{raw: raw[len(raw)-len(rec)+1 : len(raw) : len(raw)]})
 		case ObjectGone:
 			return RestoreReport{}, sr.recordErr(errors.New("an object's removal in a state"))
 		default:
@@ -278,6 +273,41 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 			st.Apply(ch)
 		}
 	}
+	parts := runtime.GOMAXPROCS(0)
+	type partResult struct {
+		rb    restoreBlocks
+		epoch uint64
+		err   error
+	}
+	results := make([]partResult, parts)
+	fanout.Each(parts, parts, func(p int) {
+		res := &results[p]
+		for i := p * len(entries) / parts; i < (p+1)*len(entries)/parts; i++ {
+			e := &entries[i]
+			rd := reader{b: e.raw}
+			e.key, e.raw = rd.object(&e.d, &res.rb), nil
+			if rd.err == nil && len(rd.b) != 0 {
+				rd.err = fmt.Errorf("%d bytes after the change", len(rd.b))
+			}
+			if rd.err != nil {
+				res.err = fmt.Errorf("state object %d: %w", i, rd.err)
+				return
+			}
+			if _, ok := last[e.key]; ok {
+				e.skip = true // after has the newer state
+				continue
+			}
+			e.reps, e.writing = res.rb.replicas(len(e.d.Replicas)), res.rb.replicas(len(e.d.Writing))
+			res.epoch = max(res.epoch, e.d.Epoch)
+		}
+	})
+	for _, res := range results {
+		if res.err != nil {
+			return RestoreReport{}, res.err
+		}
+		st.Epoch = max(st.Epoch, res.epoch)
+	}
+	rb := &results[0].rb
 	for i, ch := range after {
 		switch ch.Kind {
 		case ObjectSet:
@@ -292,7 +322,7 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 			st.Apply(ch)
 		}
 	}
-	return c.restore(st, entries, &rb), nil
+	return c.restore(st, entries, rb), nil
 }
 
 // stateHead is the header of a stored state.
