@@ -116,6 +116,10 @@ func (c *checkedReader) Read(b []byte) (int, error) {
 
 func (c *checkedReader) Close() error { return c.f.Close() }
 
+// Len is how many bytes are left to read (the reader of a state sizes
+// what it makes by it).
+func (c *checkedReader) Len() int { return int(c.left) }
+
 // recoverDir reads dir's newest valid snapshot and the records after it;
 // stream: the snapshot is checked, not kept (Options.StreamSnapshot).
 func recoverDir(dir string, stream bool) (*Recovered, []logFile, error) {

@@ -195,14 +195,15 @@ func (cw *countingWriter) Write(b []byte) (int, error) {
 // short included (nothing read makes it panic or allocate past
 // maxStateRecord at a time).
 func ReadState(r io.Reader, st *State) error {
+	limit := countLimit(r)
 	sr, head, err := newStateReader(r)
 	if err != nil {
 		return err
 	}
 	if st.Objects == nil || len(st.Objects) == 0 {
 		// Sized once rather than grown through every power of two; a
-		// damaged count is capped (by what a record takes at least).
-		st.Objects = make(map[string]DurableObject, min(head.objects, 1<<27))
+		// damaged count is capped (see countLimit).
+		st.Objects = make(map[string]DurableObject, min(head.objects, limit))
 	}
 	st.Apply(Change{}) // makes the maps a State decoded elsewhere may lack
 	st.NextSegID, st.Epoch = max(st.NextSegID, head.nextSegID), max(st.Epoch, head.epoch)
@@ -235,15 +236,16 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 			last[ch.Key] = i
 		}
 	}
+	// The header's count sizes the slice, no further than countLimit
+	// (beyond, the slice grows as it must).
+	limit := countLimit(r)
 	sr, head, err := newStateReader(r)
 	if err != nil {
 		return RestoreReport{}, err
 	}
 	st := NewState()
 	st.NextSegID, st.Epoch = head.nextSegID, head.epoch
-	// The count only sizes the slice (a damaged one is capped: beyond it
-	// the slice grows as it must).
-	entries := make([]restoreEntry, 0, min(head.objects, 1<<24)+uint64(len(last)))
+	entries := make([]restoreEntry, 0, min(head.objects, limit)+uint64(len(last)))
 	// The objects' records are only copied here (the reader reuses its
 	// buffer), into blocks that live until they are decoded, from every
 	// core, below: decoding is a third of a restore.
@@ -323,6 +325,22 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 		}
 	}
 	return c.restore(st, entries, rb), nil
+}
+
+// minObjectRecord is the fewest bytes an object's frame takes in a stored
+// state: its length, kind, key length, size, epoch, writer length, flags
+// and two replica counts.
+const minObjectRecord = 9
+
+// countLimit is as many objects as the state r holds can have: the bytes
+// r has left over minObjectRecord, or 2^16 when r does not say (a
+// state's count of objects sizes what its reader makes, and is believed
+// no further: a damaged count allocates nothing the state does not back).
+func countLimit(r io.Reader) uint64 {
+	if l, ok := r.(interface{ Len() int }); ok {
+		return uint64(l.Len()) / minObjectRecord
+	}
+	return 1 << 16
 }
 
 // stateHead is the header of a stored state.
