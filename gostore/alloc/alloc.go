@@ -1,10 +1,11 @@
 package alloc
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/bits"
-	"sort"
+	"slices"
 )
 
 // Errors returned by Free, wrapped with the offending offset and size. A
@@ -100,11 +101,23 @@ type Allocator struct {
 	binMax   [numClasses]uint64
 	binMaxOK [numClasses]bool
 
-	// allocated maps the start of each live allocation to its size, both in
-	// units. It is what lets Free reject double and bogus frees instead of
-	// corrupting the free lists.
+	// allocated maps the start of each live allocation Alloc made to its
+	// size, both in units; restored holds Restore's, sorted by start, a
+	// freed one with size 0 (an allocation is in one or the other, never
+	// both: Alloc can only return a start no live allocation has). Together
+	// they let Free reject double and bogus frees instead of corrupting the
+	// free lists. Restore fills a slice rather than the map: a restore of
+	// millions of ranges then costs an append each, not a map insert, and
+	// 16 bytes a range.
 	allocated map[uint64]uint64
+	restored  []unitRange
+	// restoredLive counts restored's allocations not yet freed; at 0 the
+	// slice goes.
+	restoredLive int
 }
+
+// unitRange is an allocation in units.
+type unitRange struct{ start, size uint64 }
 
 // New returns an allocator over [0, capacity) with every byte free. align
 // must be a power of two >= 1 (New panics otherwise: it is a programming
@@ -128,16 +141,13 @@ type Range struct{ Offset, Size uint64 }
 // is not restored: its index is returned in refused.
 func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []int) {
 	a = empty(capacity, align)
-	a.allocated = make(map[uint64]uint64, len(ranges)) // sized once: a restore of millions of ranges
-	type unitRange struct {
-		start, size uint64
-		index       int
+	type indexed struct {
+		unitRange
+		index int
 	}
-	kept := make([]unitRange, 0, len(ranges))
-	taken := make(map[uint64]bool, len(ranges)) // starts kept so far, to refuse exact repeats fast
+	kept := make([]indexed, 0, len(ranges))
 	for i, r := range ranges {
-		if r.Size == 0 || r.Offset&(align-1) != 0 || r.Offset >= capacity || r.Size > capacity-r.Offset ||
-			taken[r.Offset>>a.shift] {
+		if r.Size == 0 || r.Offset&(align-1) != 0 || r.Offset >= capacity || r.Size > capacity-r.Offset {
 			refused = append(refused, i)
 			continue
 		}
@@ -146,12 +156,17 @@ func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []in
 			refused = append(refused, i)
 			continue
 		}
-		taken[r.Offset>>a.shift] = true
-		kept = append(kept, unitRange{r.Offset >> a.shift, u, i})
+		kept = append(kept, indexed{unitRange{r.Offset >> a.shift, u}, i})
 	}
-	// Sort by start; an overlap refuses the range given later.
-	sort.Slice(kept, func(x, y int) bool { return kept[x].start < kept[y].start })
-	var final []unitRange
+	// Sorted by start, and for one start in the order given; an overlap
+	// (an exact repeat included) refuses the range given later. A state
+	// written in offset order is sorted already, which the check finds in
+	// one pass.
+	byStart := func(x, y indexed) int { return cmp.Or(cmp.Compare(x.start, y.start), cmp.Compare(x.index, y.index)) }
+	if !slices.IsSortedFunc(kept, byStart) {
+		kept = bucketSort(kept, a.capUnits, func(r indexed) uint64 { return r.start }, byStart)
+	}
+	final := kept[:0] // in place: final never passes the range it reads
 	for _, r := range kept {
 		if n := len(final); n > 0 && final[n-1].start+final[n-1].size > r.start {
 			if final[n-1].index > r.index {
@@ -164,20 +179,69 @@ func Restore(capacity, align uint64, ranges []Range) (a *Allocator, refused []in
 		}
 		final = append(final, r)
 	}
-	next := uint64(0)
+	a.restored, a.restoredLive = make([]unitRange, len(final)), len(final)
+	// The free extents are the gaps: their maps are sized once.
+	gaps, next := 1, uint64(0)
 	for _, r := range final {
+		if r.start > next {
+			gaps++
+		}
+		next = r.start + r.size
+	}
+	a.byStart, a.byEnd = make(map[uint64]int, gaps), make(map[uint64]int, gaps)
+	a.nodes = make([]node, 0, gaps)
+	next = 0
+	for i, r := range final {
 		if r.start > next {
 			a.insertFree(next, r.start-next)
 		}
-		a.allocated[r.start] = r.size
+		a.restored[i] = r.unitRange
 		a.used += r.size
 		next = r.start + r.size
 	}
 	if next < a.capUnits {
 		a.insertFree(next, a.capUnits-next)
 	}
-	sort.Ints(refused)
+	slices.Sort(refused)
 	return a, refused
+}
+
+// bucketSort sorts s by cmp, key(x) in [0, limit) being the first thing
+// cmp compares: each element goes to one of len(s) buckets by key, then
+// each bucket is sorted. Allocations spread over a segment, so a bucket
+// holds about one: linear time for a restore of millions of ranges, where
+// a comparison sort's log factor shows; crowded buckets cost at most that
+// sort. It returns the sorted copy.
+func bucketSort[T any](s []T, limit uint64, key func(T) uint64, cmp func(a, b T) int) []T {
+	n := uint64(len(s))
+	if n < 2 || limit == 0 {
+		return s
+	}
+	bucket := func(x T) uint64 { // key*n/limit without overflow: the key's share of limit
+		hi, lo := bits.Mul64(key(x), n)
+		q, _ := bits.Div64(hi, lo, limit)
+		return q
+	}
+	start := make([]int, n+1)
+	for _, x := range s {
+		start[bucket(x)+1]++
+	}
+	for b := uint64(1); b <= n; b++ {
+		start[b] += start[b-1]
+	}
+	out := make([]T, n)
+	at := slices.Clone(start[:n])
+	for _, x := range s {
+		b := bucket(x)
+		out[at[b]] = x
+		at[b]++
+	}
+	for b := uint64(0); b < n; b++ {
+		if part := out[start[b]:start[b+1]]; len(part) > 1 {
+			slices.SortFunc(part, cmp)
+		}
+	}
+	return out
 }
 
 func empty(capacity, align uint64) *Allocator {
@@ -281,13 +345,28 @@ func (a *Allocator) Free(offset, size uint64) error {
 	start := offset >> a.shift
 	u := (size + a.align - 1) >> a.shift
 	got, ok := a.allocated[start]
+	r := -1 // the index in restored, when the allocation is there
+	if !ok {
+		if i, found := slices.BinarySearchFunc(a.restored, start, func(x unitRange, s uint64) int {
+			return cmp.Compare(x.start, s)
+		}); found && a.restored[i].size != 0 {
+			r, got, ok = i, a.restored[i].size, true
+		}
+	}
 	if !ok {
 		return fmt.Errorf("%w: offset %d size %d", ErrNotAllocated, offset, size)
 	}
 	if got != u {
 		return fmt.Errorf("%w: offset %d size %d, allocated %d", ErrSizeMismatch, offset, size, got<<a.shift)
 	}
-	delete(a.allocated, start)
+	if r >= 0 {
+		a.restored[r].size = 0
+		if a.restoredLive--; a.restoredLive == 0 {
+			a.restored = nil
+		}
+	} else {
+		delete(a.allocated, start)
+	}
 	a.used -= u
 
 	end := start + u

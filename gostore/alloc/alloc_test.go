@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -58,6 +59,16 @@ func checkInvariants(tb testing.TB, a *Allocator) {
 	for s, u := range a.allocated {
 		used += u
 		ranges = append(ranges, rng{s, u, false})
+	}
+	for _, r := range a.restored {
+		if r.size == 0 {
+			continue // freed since
+		}
+		if _, ok := a.allocated[r.start]; ok {
+			tb.Fatalf("allocation at %d both restored and allocated", r.start)
+		}
+		used += r.size
+		ranges = append(ranges, rng{r.start, r.size, false})
 	}
 	if used != a.used {
 		tb.Fatalf("allocated map sums to %d units, used is %d", used, a.used)
@@ -804,5 +815,64 @@ func TestRestoreRefusesWhatCannotBeAllocations(t *testing.T) {
 	}
 	if err := a.Free(0, 100); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A restored range frees once, whole: a second free, a free inside it or
+// of another size is refused; its start allocated again frees again.
+func TestRestoredRangeFreesOnce(t *testing.T) {
+	a, refused := Restore(1<<20, 64, []Range{{0, 128}, {4096, 64}, {8192, 256}})
+	if len(refused) != 0 {
+		t.Fatalf("refused %v", refused)
+	}
+	if err := a.Free(64, 64); !errors.Is(err, ErrNotAllocated) {
+		t.Fatalf("free inside a restored range: %v", err)
+	}
+	if err := a.Free(8192, 64); !errors.Is(err, ErrSizeMismatch) {
+		t.Fatalf("free of a restored range at another size: %v", err)
+	}
+	if err := a.Free(4096, 64); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(4096, 64); !errors.Is(err, ErrNotAllocated) {
+		t.Fatalf("second free of a restored range: %v", err)
+	}
+	checkInvariants(t, a)
+	if off, ok := a.Alloc(4096); !ok || off != 128 { // the hole [128, 8192) now takes it first
+		t.Fatalf("alloc: %d %v", off, ok)
+	}
+	for _, r := range []Range{{0, 128}, {8192, 256}, {128, 4096}} {
+		if err := a.Free(r.Offset, r.Size); err != nil {
+			t.Fatalf("free %+v: %v", r, err)
+		}
+	}
+	checkInvariants(t, a)
+	if a.Used() != 0 || a.FreeExtents() != 1 || a.restored != nil {
+		t.Fatalf("used %d, %d extents, restored %v", a.Used(), a.FreeExtents(), a.restored)
+	}
+}
+
+// bucketSort sorts like a comparison sort, keys spread or crowded into
+// one bucket, and keys at both ends of the limit.
+func TestBucketSortSortsAsSortFuncDoes(t *testing.T) {
+	type kv struct{ k, v uint64 }
+	byKey := func(a, b kv) int { return cmp.Or(cmp.Compare(a.k, b.k), cmp.Compare(a.v, b.v)) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		n     int
+		limit uint64
+	}{{0, 10}, {1, 10}, {2, 2}, {1000, 1 << 20}, {1000, 3}, {1000, math.MaxUint64}, {5000, 1 << 40}} {
+		s := make([]kv, tc.n)
+		for i := range s {
+			s[i] = kv{rng.Uint64N(tc.limit), uint64(i)}
+		}
+		if tc.n > 2 {
+			s[0].k, s[1].k = 0, tc.limit-1
+		}
+		want := slices.Clone(s)
+		slices.SortFunc(want, byKey)
+		if got := bucketSort(s, tc.limit, func(x kv) uint64 { return x.k }, byKey); !slices.Equal(got, want) {
+			t.Fatalf("n %d limit %d: not sorted", tc.n, tc.limit)
+		}
 	}
 }

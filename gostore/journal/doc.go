@@ -32,7 +32,10 @@
 // synced and renamed into place, so a snapshot is either whole or absent.
 // SnapshotWith streams the payload into the file (the checksum computed
 // on the way, the header's length and checksum filled in last), so a
-// state is never whole in memory; the files it writes are the same.
+// state is never whole in memory; the files it writes are the same. With
+// Options.StreamSnapshot the way back is streamed too: Open checks the
+// newest snapshot's checksum in one pass through a small buffer, and
+// Recovered.OpenSnapshot reads it from its file, checking it again.
 //
 // # Invariants
 //

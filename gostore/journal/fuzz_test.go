@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -151,7 +152,7 @@ func FuzzRecoverLog(f *testing.F) {
 		}
 		var r *Recovered
 		var err error
-		if n := fuzzkit.Allocated(func() { r, _, err = recoverDir(dir) }); n > allocBound(len(file), logs) {
+		if n := fuzzkit.Allocated(func() { r, _, err = recoverDir(dir, false) }); n > allocBound(len(file), logs) {
 			t.Fatalf("recovering a %d-byte log allocated %d bytes", len(file), n)
 		}
 		after, rerr := os.ReadFile(path)
@@ -198,7 +199,7 @@ func FuzzRecoverLog(f *testing.F) {
 			t.Fatalf("%d whole records, %d recovered", len(want), len(r.Records))
 		}
 		// Recovery is idempotent: the cut tail stays cut, nothing else goes.
-		r2, _, err := recoverDir(dir)
+		r2, _, err := recoverDir(dir, false)
 		if err != nil {
 			t.Fatalf("second recovery: %v", err)
 		}
@@ -266,7 +267,7 @@ func FuzzRecoverSnapshot(f *testing.F) {
 		}
 		var r *Recovered
 		var err error
-		if n := fuzzkit.Allocated(func() { r, _, err = recoverDir(dir) }); n > allocBound(total, logs) {
+		if n := fuzzkit.Allocated(func() { r, _, err = recoverDir(dir, false) }); n > allocBound(total, logs) {
 			t.Fatalf("recovering %d bytes of files allocated %d bytes", total, n)
 		}
 		// The reference: which snapshot is whole, which one wins.
@@ -299,6 +300,22 @@ func FuzzRecoverSnapshot(f *testing.F) {
 		}
 		if !bytes.Equal(r.Snapshot, wantSnap) || (wantSnap == nil) != (r.Snapshot == nil) || r.SnapshotSeq != wantSeq {
 			t.Fatalf("recovered snapshot %d (%d bytes), want %d (%d bytes)", r.SnapshotSeq, len(r.Snapshot), wantSeq, len(wantSnap))
+		}
+		// Streamed, the same snapshot is chosen, and reads back the same.
+		sr, _, err := recoverDir(dir, true)
+		if err != nil || sr.Snapshot != nil || sr.HasSnapshot() != (wantSnap != nil) || sr.SnapshotSeq != wantSeq {
+			t.Fatalf("streamed: snapshot %d (found %v), %v; want %d (%v)", sr.SnapshotSeq, sr.HasSnapshot(), err, wantSeq, wantSnap != nil)
+		}
+		if wantSnap != nil {
+			rc, err := sr.OpenSnapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil || !bytes.Equal(got, wantSnap) {
+				t.Fatalf("streamed snapshot: %d bytes, %v; want %d", len(got), err, len(wantSnap))
+			}
 		}
 		wantRecs := 0
 		if withLog && wantSeq < fuzzRecords {

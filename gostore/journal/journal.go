@@ -65,12 +65,17 @@ type Options struct {
 	// BootID names this boot of the machine (default: Linux's
 	// /proc/sys/kernel/random/boot_id); see Recovered.Rebooted.
 	BootID string
+	// StreamSnapshot: Open checks the snapshot's checksum in one
+	// sequential pass without keeping it, and Recovered.Snapshot stays
+	// nil: the caller reads it through Recovered.OpenSnapshot. A snapshot
+	// of millions of objects is then never whole in memory.
+	StreamSnapshot bool
 }
 
 // Recovered is what Open found: the newest snapshot and every record
 // after it, in order.
 type Recovered struct {
-	Snapshot    []byte // nil when there is none
+	Snapshot    []byte // nil when there is none (or Options.StreamSnapshot)
 	SnapshotSeq uint64 // the last record the snapshot includes (0: none)
 	Records     [][]byte
 	// Rebooted: the machine may have restarted since the directory was
@@ -83,6 +88,12 @@ type Recovered struct {
 	// mtimeLag: a data sync does not store that time; zero when
 	// there is none).
 	LastWrite time.Time
+
+	// snapFile is the snapshot's file (Options.StreamSnapshot; "": none),
+	// its payload's size and checksum.
+	snapFile string
+	snapSize int64
+	snapSum  uint32
 }
 
 // LastSeq is the sequence number of the last record recovered.
@@ -173,7 +184,7 @@ func Open(opts Options) (*Journal, *Recovered, error) {
 	// The newest log file's time before recovery: cutting a torn (or
 	// preallocated) tail would make it now.
 	lastWrite := newestLogTime(opts.Dir)
-	rec, files, err := recoverDir(opts.Dir)
+	rec, files, err := recoverDir(opts.Dir, opts.StreamSnapshot)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -635,3 +635,60 @@ func TestConcurrentWaitersAcrossRotations(t *testing.T) {
 		}
 	}
 }
+
+// A streamed snapshot is never whole in memory: Open checks it, and
+// OpenSnapshot reads it from its file, checking it again, so a file
+// changed after Open ends in corruption, not in a short or wrong state.
+func TestStreamedSnapshotIsCheckedAsItIsRead(t *testing.T) {
+	dir := t.TempDir()
+	j, _ := open(t, Options{Dir: dir})
+	for i := 1; i <= 10; i++ {
+		j.Append(rec(i))
+	}
+	state := bytes.Repeat([]byte("state after 8 "), 10000)
+	if err := j.Snapshot(8, state); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	readBack := func() ([]byte, error) {
+		j, r := open(t, Options{Dir: dir, StreamSnapshot: true})
+		defer j.Close()
+		if r.Snapshot != nil || !r.HasSnapshot() || r.SnapshotSeq != 8 {
+			t.Fatalf("streamed: %d bytes kept, found %v at %d", len(r.Snapshot), r.HasSnapshot(), r.SnapshotSeq)
+		}
+		wantRecords(t, r, 9, 10)
+		rc, err := r.OpenSnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		path := filepath.Join(dir, snapName(8))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-5] ^= 1 // changed after Open
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		b[len(b)-5] ^= 1
+		os.WriteFile(path, b, 0o600)
+		return got, err
+	}
+	got, err := readBack()
+	if !errors.Is(err, ErrCorrupt) || len(got) != len(state) {
+		t.Fatalf("a snapshot changed while read: %d bytes, %v", len(got), err)
+	}
+	// Unchanged, it reads back whole.
+	j, r := open(t, Options{Dir: dir, StreamSnapshot: true})
+	defer j.Close()
+	rc, err := r.OpenSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, state) {
+		t.Fatalf("streamed snapshot: %d bytes, %v", len(got), err)
+	}
+}

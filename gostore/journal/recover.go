@@ -59,17 +59,82 @@ func corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
-// recoverDir reads dir's newest valid snapshot and the records after it.
-func recoverDir(dir string) (*Recovered, []logFile, error) {
+// HasSnapshot reports whether a snapshot was recovered (in Snapshot, or
+// to read through OpenSnapshot).
+func (r *Recovered) HasSnapshot() bool { return r.Snapshot != nil || r.snapFile != "" }
+
+// OpenSnapshot reads the recovered snapshot's payload: from its file
+// (Options.StreamSnapshot), checking the checksum again as it reads, so
+// that a file changed since Open ends in an error wrapping ErrCorrupt
+// rather than io.EOF; from Snapshot otherwise. It is an error when there
+// is no snapshot.
+func (r *Recovered) OpenSnapshot() (io.ReadCloser, error) {
+	if r.snapFile == "" {
+		if r.Snapshot == nil {
+			return nil, errors.New("journal: no snapshot recovered")
+		}
+		return io.NopCloser(bytes.NewReader(r.Snapshot)), nil
+	}
+	f, err := os.Open(r.snapFile)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if _, err := f.Seek(snapHeaderSize+4, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return &checkedReader{f: f, path: r.snapFile, left: r.snapSize, sum: r.snapSum}, nil
+}
+
+// checkedReader reads left bytes of f, then checks their checksum.
+type checkedReader struct {
+	f    *os.File
+	path string
+	left int64
+	sum  uint32
+	crc  uint32
+}
+
+func (c *checkedReader) Read(b []byte) (int, error) {
+	if c.left <= 0 {
+		if c.crc != c.sum {
+			return 0, corrupt("%s: checksum mismatch", c.path)
+		}
+		return 0, io.EOF
+	}
+	n, err := c.f.Read(b[:min(int64(len(b)), c.left)])
+	c.crc = crc32.Update(c.crc, castagnoli, b[:n])
+	c.left -= int64(n)
+	if err == io.EOF && c.left > 0 {
+		return n, corrupt("%s: cut short", c.path)
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
+func (c *checkedReader) Close() error { return c.f.Close() }
+
+// Len is how many bytes are left to read (the reader of a state sizes
+// what it makes by it).
+func (c *checkedReader) Len() int { return int(c.left) }
+
+// recoverDir reads dir's newest valid snapshot and the records after it;
+// stream: the snapshot is checked, not kept (Options.StreamSnapshot).
+func recoverDir(dir string, stream bool) (*Recovered, []logFile, error) {
 	ls, err := listDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
 	rec := &Recovered{}
 	for _, s := range ls.snaps {
-		state, err := readSnapshot(s)
+		state, size, sum, err := readSnapshot(s, stream)
 		if err == nil {
 			rec.Snapshot, rec.SnapshotSeq = state, s.seq
+			if stream {
+				rec.snapFile, rec.snapSize, rec.snapSum = s.path, size, sum
+			}
 			break
 		}
 		// A snapshot is renamed into place whole: a bad one is damage. An
@@ -100,7 +165,7 @@ func recoverDir(dir string) (*Recovered, []logFile, error) {
 			}
 		}
 	}
-	if len(ls.snaps) > 0 && rec.Snapshot == nil && (len(ls.logs) == 0 || ls.logs[0].first > 1) {
+	if len(ls.snaps) > 0 && !rec.HasSnapshot() && (len(ls.logs) == 0 || ls.logs[0].first > 1) {
 		return nil, nil, corrupt("no snapshot in %s can be read and the log does not reach back to record 1", dir)
 	}
 	// Only a directory recovered whole is changed: a refused one stays as
@@ -113,36 +178,50 @@ func recoverDir(dir string) (*Recovered, []logFile, error) {
 	return rec, ls.logs, nil
 }
 
-func readSnapshot(s snapFile) ([]byte, error) {
+// readSnapshot reads and checks the snapshot s, returning its payload
+// (none when stream: it is only checked, in one pass through a small
+// buffer), the payload's size and its checksum.
+func readSnapshot(s snapFile, stream bool) (state []byte, size int64, sum uint32, err error) {
 	f, err := os.Open(s.path)
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	defer f.Close()
 	var head [snapHeaderSize + 4]byte
 	if _, err := io.ReadFull(f, head[:]); err != nil {
-		return nil, corrupt("%s: short header", s.path)
+		return nil, 0, 0, corrupt("%s: short header", s.path)
 	}
 	if string(head[:6]) != snapMagic || binary.LittleEndian.Uint16(head[6:]) != formatVersion ||
 		binary.LittleEndian.Uint64(head[8:]) != s.seq {
-		return nil, corrupt("%s: not a version-%d snapshot of record %d", s.path, formatVersion, s.seq)
+		return nil, 0, 0, corrupt("%s: not a version-%d snapshot of record %d", s.path, formatVersion, s.seq)
 	}
 	n := binary.LittleEndian.Uint64(head[16:])
 	st, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	if n > MaxSnapshot || int64(n) != st.Size()-int64(len(head)) {
-		return nil, corrupt("%s: payload of %d bytes in a file of %d", s.path, n, st.Size())
+		return nil, 0, 0, corrupt("%s: payload of %d bytes in a file of %d", s.path, n, st.Size())
 	}
-	state := make([]byte, n)
-	if _, err := io.ReadFull(f, state); err != nil {
-		return nil, corrupt("%s: %v", s.path, err)
+	sum = binary.LittleEndian.Uint32(head[snapHeaderSize:])
+	var got uint32
+	if stream {
+		h := crc32.New(castagnoli)
+		if _, err := io.CopyBuffer(h, io.LimitReader(f, int64(n)), make([]byte, 1<<20)); err != nil {
+			return nil, 0, 0, corrupt("%s: %v", s.path, err)
+		}
+		got = h.Sum32()
+	} else {
+		state = make([]byte, n)
+		if _, err := io.ReadFull(f, state); err != nil {
+			return nil, 0, 0, corrupt("%s: %v", s.path, err)
+		}
+		got = crc32.Checksum(state, castagnoli)
 	}
-	if crc32.Checksum(state, castagnoli) != binary.LittleEndian.Uint32(head[snapHeaderSize:]) {
-		return nil, corrupt("%s: checksum mismatch", s.path)
+	if got != sum {
+		return nil, 0, 0, corrupt("%s: checksum mismatch", s.path)
 	}
-	return state, nil
+	return state, int64(n), sum, nil
 }
 
 // readLog returns the records of one log file and its first sequence

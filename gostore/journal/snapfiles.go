@@ -92,7 +92,7 @@ func NewestSnapshot(dir string) (seq uint64, state []byte, err error) {
 		return 0, nil, err
 	}
 	for _, s := range ls.snaps {
-		if state, err := readSnapshot(s); err == nil {
+		if state, _, _, err := readSnapshot(s, false); err == nil {
 			return s.seq, state, nil
 		}
 	}
@@ -187,7 +187,7 @@ func ReceiveSnapshot(dir string, r io.Reader, check func(seq uint64, state []byt
 	if err := f.Close(); err != nil {
 		return 0, nil, fmt.Errorf("journal: %w", err)
 	}
-	if state, err = readSnapshot(snapFile{seq, tmp}); err != nil {
+	if state, _, _, err = readSnapshot(snapFile{seq, tmp}, false); err != nil {
 		return 0, nil, err
 	}
 	if check != nil {

@@ -79,7 +79,12 @@
 //     are never reused, across a Restore too.
 //   - Restore's result depends on the state only (no map order): a
 //     conflict over a range goes to the higher epoch, then the smaller
-//     key; holds by id.
+//     key; holds by id, the holds made for writes in progress numbered in
+//     the order of their ranges. RestoreFrom (the stored state streamed,
+//     the changes after it on top) gives the core Restore gives of the
+//     State those replay to (the concurrent-snapshot test checks it); it
+//     never holds a State of the objects, and of two records of one key
+//     in the stream the later is restored, the earlier claiming nothing.
 //   - A range goes back to its segment only after the report that lets it
 //     go (object.release, then free): a server acknowledging a new write
 //     in its range has the release in its log before it.

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"runtime"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/alloc"
 	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/internal/fanout"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -465,6 +467,20 @@ type RestoreReport struct {
 // objects refused, the holds under the same ids), so every record the
 // new core wrote meanwhile applies to what it changed.
 func (c *Core) Restore(st *State) RestoreReport {
+	var rb restoreBlocks
+	entries := make([]restoreEntry, 0, len(st.Objects))
+	for k, d := range st.Objects {
+		entries = append(entries, restoreEntry{key: k, d: d, reps: rb.replicas(len(d.Replicas)),
+			writing: rb.replicas(len(d.Writing))})
+	}
+	return c.restore(st, entries, &rb)
+}
+
+// restore is Restore with the objects as entries (d, reps and writing set;
+// any other field zero): st's Objects are not read, and st.Epoch is at
+// least every entry's. Keys are unique, except in a damaged state: of two
+// entries of one key the later is restored. rb cuts the holds' replicas.
+func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) RestoreReport {
 	now := c.now()
 	var rep RestoreReport
 	c.segs.Lock()
@@ -516,25 +532,15 @@ func (c *Core) Restore(st *State) RestoreReport {
 	// either: the state restored stays on disk until the next snapshot,
 	// and a new segment under that id would give the replica a place.
 	named := uint64(0)
-	// The replicas are cut from shared blocks (each object's slice capped
-	// at its own, so an append later copies): few allocations, not one
-	// per object. Segments are found by id in a slice (a lookup per
-	// replica: millions). entries never grows past its capacity, so the
-	// claims' pointers into it stay valid.
+	// Segments are found by id in a slice (a lookup per replica:
+	// millions). entries does not grow, so the claims' pointers into it
+	// stay valid.
 	ix := newSegIndex(segs)
 	claims := make([][]restoreClaim, len(ix.list))
-	var block []replica
-	take := func(n int) []replica {
-		if n == 0 {
-			return nil
-		}
-		if len(block) < n {
-			block = make([]replica, max(n, 1<<16))
-		}
-		out := block[:n:n]
-		block = block[n:]
-		return out
-	}
+	// The objects go into their shards first, each shard's by one
+	// goroutine: the key's later entry wins there, and only the winners
+	// claim ranges.
+	byShard := c.restoreObjects(entries, now)
 	claim := func(reps []replica, from []DurableReplica, status replicaStatus, size uint64, entry int32) {
 		for j, r := range from {
 			named = max(named, r.SegID)
@@ -545,13 +551,11 @@ func (c *Core) Restore(st *State) RestoreReport {
 			}
 		}
 	}
-	entries := make([]restoreEntry, 0, len(st.Objects))
-	for k, d := range st.Objects {
-		i := len(entries)
-		entries = append(entries, restoreEntry{key: k, d: d, reps: take(len(d.Replicas)), writing: take(len(d.Writing))})
-		e := &entries[i]
-		claim(e.reps, d.Replicas, replicaComplete, d.Size, int32(i))
-		claim(e.writing, d.Writing, 0, d.Size, int32(i))
+	for i := range entries {
+		if e := &entries[i]; e.o != nil {
+			claim(e.reps, e.d.Replicas, replicaComplete, e.d.Size, int32(i))
+			claim(e.writing, e.d.Writing, 0, e.d.Size, int32(i))
+		}
 	}
 	holds := make([]restoreHold, 0, len(st.Held))
 	for _, h := range st.Held {
@@ -561,7 +565,7 @@ func (c *Core) Restore(st *State) RestoreReport {
 		if h.ID > c.holds.Load() {
 			c.holds.Store(h.ID)
 		}
-		holds = append(holds, restoreHold{h: h, reps: make([]replica, len(h.Ranges))})
+		holds = append(holds, restoreHold{h: h, reps: rb.replicas(len(h.Ranges))})
 	}
 	for i := range holds {
 		h := &holds[i]
@@ -586,63 +590,38 @@ func (c *Core) Restore(st *State) RestoreReport {
 	}
 	wg.Wait()
 
-	// Objects go into their shards from GOMAXPROCS goroutines, each over a
-	// part of the entries; the ranges of writes in progress are gathered
-	// to be held after. An empty shard's map is made at its final size
-	// first: growing 1024 maps through every power of two costs more than
-	// filling them.
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		if len(sh.objects) == 0 {
-			sh.objects = make(map[string]*object, len(entries)/NumShards+len(entries)/NumShards/8)
-		}
-		sh.mu.Unlock()
-	}
-	parts := runtime.GOMAXPROCS(0)
+	// Each object gets the replicas whose ranges it kept; one left with
+	// nothing to serve it goes. The ranges of writes in progress are
+	// gathered to be held after.
 	type partResult struct {
 		objects, dropped int
 		held             []discardedPut
 	}
-	results := make([]partResult, parts)
-	for p := range parts {
-		wg.Go(func() {
-			res := &results[p]
-			for i := p * len(entries) / parts; i < (p+1)*len(entries)/parts; i++ {
-				e := &entries[i]
-				d := &e.d
-				// The replica set gets a name no reader saw: what happened
-				// to the ranges while no master ran is not known.
-				o := &object{size: d.Size, epoch: d.Epoch, placed: c.placements.Add(1), hardPin: d.HardPin, lastUse: now}
-				o.setWriter(d.Writer)
-				if d.SoftPin {
-					o.setSoftPin(now + int64(c.cfg.SoftPinTTL))
-				}
-				o.setReplicas(kept(e.reps))
-				// A write in progress at the stop cannot end now: its ranges
-				// wait out the quarantine, as a taken-over put's do.
-				if w := kept(e.writing); len(w) > 0 {
-					res.held = append(res.held, discardedPut{replicas: w, size: d.Size,
-						releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)})
-				}
-				if d.Disk != nil {
-					o.setDisk(&diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage})
-				}
-				if o.numReplicas() == 0 && o.onDisk() == nil {
-					if len(d.Replicas) > 0 {
-						res.dropped++ // it was readable, and nothing can serve it now
-					}
-					continue
-				}
-				sh := c.shardOf(e.key)
-				sh.mu.Lock()
-				sh.set(e.key, o)
-				sh.mu.Unlock()
-				res.objects++
+	results := make([]partResult, NumShards)
+	c.forShards(func(i int, sh *shard) {
+		res := &results[i]
+		for _, x := range byShard[i] {
+			e := &entries[x]
+			if e.o == nil {
+				continue // a later entry of its key won
 			}
-		})
-	}
-	wg.Wait()
+			e.o.setReplicas(kept(e.reps))
+			// A write in progress at the stop cannot end now: its ranges
+			// wait out the quarantine, as a taken-over put's do.
+			if w := kept(e.writing); len(w) > 0 {
+				res.held = append(res.held, discardedPut{replicas: w, size: e.d.Size,
+					releaseAt: now + int64(c.cfg.PutStartReleaseTimeout)})
+			}
+			if e.o.numReplicas() == 0 && e.o.onDisk() == nil {
+				if len(e.d.Replicas) > 0 {
+					res.dropped++ // it was readable, and nothing can serve it now
+				}
+				sh.remove(e.key)
+				continue
+			}
+			res.objects++
+		}
+	})
 	// The held ranges stay allocated but out of use until the quarantine
 	// releases them (a writer or task of the old master may still copy),
 	// in release order.
@@ -657,11 +636,19 @@ func (c *Core) Restore(st *State) RestoreReport {
 		}
 	}
 	slices.SortStableFunc(held, func(a, b discardedPut) int { return cmp.Compare(a.releaseAt, b.releaseAt) })
+	writes := len(held)
 	for _, res := range results {
 		rep.Objects += res.objects
 		rep.Dropped += res.dropped
 		held = append(held, res.held...) // all released at now+PutStartReleaseTimeout: the latest
 	}
+	// Numbered below in the order of their first range, not of the
+	// entries: the same state restores to the same holds, whatever order
+	// its objects came in (each range is allocated once: a total order).
+	slices.SortFunc(held[writes:], func(a, b discardedPut) int {
+		return cmp.Or(cmp.Compare(a.replicas[0].seg.desc.ID, b.replicas[0].seg.desc.ID),
+			cmp.Compare(a.replicas[0].offset, b.replicas[0].offset))
+	})
 	c.discarded.Lock()
 	c.held.Lock()
 	for i := range held {
@@ -677,7 +664,146 @@ func (c *Core) Restore(st *State) RestoreReport {
 	c.held.Unlock()
 	c.discarded.list = append(c.discarded.list, held...)
 	c.discarded.Unlock()
+	// Stale disk copies still to delete wait for their directory's next
+	// holder, as they did before the stop (the snapshot after the restore
+	// writes them again).
+	for storage, keys := range st.Drops {
+		for k := range keys {
+			c.drops.push(storage, k)
+		}
+	}
 	return rep
+}
+
+// newRestoredObject is the object a restore makes of d, without its
+// replicas (Restore gives it those whose ranges it keeps). placed names
+// its replica set: a name no reader saw (what happened to the ranges
+// while no master ran is not known).
+func (c *Core) newRestoredObject(d *DurableObject, now int64, placed uint64) *object {
+	o := &object{size: d.Size, epoch: d.Epoch, placed: placed, hardPin: d.HardPin, lastUse: now}
+	o.setWriter(d.Writer)
+	if d.SoftPin {
+		o.setSoftPin(now + int64(c.cfg.SoftPinTTL))
+	}
+	if d.Disk != nil {
+		o.setDisk(&diskCopy{client: d.Disk.Client, endpoint: d.Disk.Endpoint, storage: d.Disk.Storage})
+	}
+	return o
+}
+
+// restoreObjects puts an object for each entry into its shard (e.o); of
+// two entries of one key the later wins, and the earlier's o is nil. It
+// returns the entries' indexes by shard, in order. Each shard is filled by
+// one goroutine under one hold of its lock, its map made at its final size
+// when it is empty (growing 1024 maps through every power of two costs
+// more than filling them).
+func (c *Core) restoreObjects(entries []restoreEntry, now int64) [][]int32 {
+	shardOf := make([]uint16, len(entries))
+	counts := make([]int32, NumShards)
+	parts := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	partCounts := make([][NumShards]int32, parts)
+	for p := range parts {
+		wg.Go(func() {
+			for i := p * len(entries) / parts; i < (p+1)*len(entries)/parts; i++ {
+				x := uint16(maphash.String(c.seed, entries[i].key) % NumShards)
+				shardOf[i] = x
+				partCounts[p][x]++
+			}
+		})
+	}
+	wg.Wait()
+	for p := range parts {
+		for x := range counts {
+			counts[x] += partCounts[p][x]
+		}
+	}
+	// One array cut into the shards' lists: a counting sort, which keeps
+	// the entries' order within a shard.
+	all := make([]int32, len(entries))
+	byShard := make([][]int32, NumShards)
+	for x, at := range counts {
+		byShard[x], all = all[:0:at], all[at:]
+	}
+	for i, x := range shardOf {
+		byShard[x] = append(byShard[x], int32(i))
+	}
+	// The replica sets' names are taken in one block: one atomic add, not
+	// one per object from every goroutine.
+	placed := c.placements.Add(uint64(len(entries))) - uint64(len(entries))
+	c.forShards(func(x int, sh *shard) {
+		if len(sh.objects) == 0 {
+			sh.objects = make(map[string]*object, len(byShard[x]))
+		}
+		var lost map[*object]bool // objects a later entry of their key replaced: a damaged state only
+		for _, i := range byShard[x] {
+			e := &entries[i]
+			if e.skip {
+				continue
+			}
+			e.o = c.newRestoredObject(&e.d, now, placed+uint64(i)+1)
+			if prev, ok := sh.objects[e.key]; ok {
+				if lost == nil {
+					lost = map[*object]bool{}
+				}
+				lost[prev] = true
+			}
+			sh.set(e.key, e.o)
+		}
+		if lost != nil {
+			for _, i := range byShard[x] {
+				if lost[entries[i].o] {
+					entries[i].o = nil
+				}
+			}
+		}
+	})
+	return byShard
+}
+
+// forShards runs f on every shard with its lock held for the whole of
+// it, the shards spread over GOMAXPROCS goroutines: for a restore, which
+// runs before the core serves (a serving core's sweeps take a shard's
+// lock a chunk at a time: shard.sweep).
+func (c *Core) forShards(f func(i int, sh *shard)) {
+	fanout.Each(NumShards, runtime.GOMAXPROCS(0), func(i int) {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		f(i, sh)
+		sh.mu.Unlock()
+	})
+}
+
+// restoreBlocks cuts slices from shared blocks (each capped at its own
+// length, so an append later copies): a restore of millions of objects
+// makes few allocations, not one per object.
+type restoreBlocks struct {
+	reps    []replica
+	durable []DurableReplica
+}
+
+func (rb *restoreBlocks) replicas(n int) []replica {
+	if n == 0 {
+		return nil
+	}
+	if len(rb.reps) < n {
+		rb.reps = make([]replica, max(n, 1<<16))
+	}
+	out := rb.reps[:n:n]
+	rb.reps = rb.reps[n:]
+	return out
+}
+
+func (rb *restoreBlocks) durableReplicas(n int) []DurableReplica {
+	if n == 0 {
+		return nil
+	}
+	if len(rb.durable) < n {
+		rb.durable = make([]DurableReplica, max(n, 1<<16))
+	}
+	out := rb.durable[:n:n]
+	rb.durable = rb.durable[n:]
+	return out
 }
 
 // segIndex finds restored segments by id: a slice for the dense ids a
@@ -728,6 +854,11 @@ type restoreEntry struct {
 	key           string
 	d             DurableObject
 	reps, writing []replica
+	o             *object // in its shard; nil when a later entry of the key won, or skip
+	// raw is the record RestoreFrom decodes into key and d (then nil);
+	// skip: a change after the state has the key's newer state.
+	raw  []byte
+	skip bool
 }
 
 // restoreHold is a hold of a state being restored.
@@ -902,17 +1033,7 @@ func DecodeChange(b []byte) (Change, error) {
 	case ObjectGone:
 		ch.Key = r.str()
 	case ObjectSet:
-		o := &ch.Object
-		ch.Key = r.str()
-		o.Size, o.Epoch = r.uvarint(), r.uvarint()
-		o.Writer = r.str()
-		flags := r.byte()
-		o.HardPin, o.SoftPin = flags&1 != 0, flags&2 != 0
-		o.Replicas = r.replicas()
-		if flags&4 != 0 {
-			o.Disk = &DurableDisk{Client: r.str(), Endpoint: r.str(), Storage: r.str()}
-		}
-		o.Writing = r.replicas()
+		ch.Key = r.object(&ch.Object, nil)
 	case SegmentMounted, SegmentRemoved, DropAdded, DropsDone, RangesHeld, RangesReleased:
 		kind := ch.Kind
 		// msgpack allocates what a length claims before it reads the
@@ -958,6 +1079,22 @@ func DecodeChange(b []byte) (Change, error) {
 	return ch, r.err
 }
 
+// object reads the body of an ObjectSet record into o and returns its
+// key; rb, when not nil, cuts the replicas from its blocks.
+func (r *reader) object(o *DurableObject, rb *restoreBlocks) string {
+	key := r.str()
+	o.Size, o.Epoch = r.uvarint(), r.uvarint()
+	o.Writer = r.str()
+	flags := r.byte()
+	o.HardPin, o.SoftPin = flags&1 != 0, flags&2 != 0
+	o.Replicas = r.replicas(rb)
+	if flags&4 != 0 {
+		o.Disk = &DurableDisk{Client: r.str(), Endpoint: r.str(), Storage: r.str()}
+	}
+	o.Writing = r.replicas(rb)
+	return key
+}
+
 func appendString(buf []byte, s string) []byte {
 	buf = binary.AppendUvarint(buf, uint64(len(s)))
 	return append(buf, s...)
@@ -982,18 +1119,24 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
-// replicas reads a count, then that many (segment id, offset) pairs.
-func (r *reader) replicas() []DurableReplica {
+// replicas reads a count, then that many (segment id, offset) pairs, into
+// a slice of their own or (rb not nil) one cut from rb's blocks.
+func (r *reader) replicas(rb *restoreBlocks) []DurableReplica {
 	n := r.uvarint()
 	if r.err == nil && n > uint64(len(r.b))/2 { // every replica takes at least two bytes
 		r.err = errors.New("replica count past the record")
 	}
-	var out []DurableReplica
-	if r.err == nil && n > 0 {
-		out = make([]DurableReplica, 0, n)
+	if r.err != nil || n == 0 {
+		return nil
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		out = append(out, DurableReplica{SegID: r.uvarint(), Offset: r.uvarint()})
+	var out []DurableReplica
+	if rb != nil {
+		out = rb.durableReplicas(int(n))
+	} else {
+		out = make([]DurableReplica, n)
+	}
+	for i := range out {
+		out[i] = DurableReplica{SegID: r.uvarint(), Offset: r.uvarint()}
 	}
 	return out
 }

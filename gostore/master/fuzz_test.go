@@ -390,15 +390,30 @@ func FuzzReplayChanges(f *testing.F) {
 		}
 		// Each record that decodes is a journal some bytes spell; the
 		// server refuses one that does not, so it is left out here.
+		var after []Change
 		for _, raw := range splitRecords(log) {
 			if ch, err := DecodeChange(raw); err == nil {
 				st.Apply(ch)
+				after = append(after, ch)
 			}
 		}
 		clk := &fakeClock{now: time.Unix(5000, 0)}
 		c := New(restoreConfig(clk))
 		rep := c.Restore(st)
 		checkRestored(t, c)
+
+		// Streamed, the same state and changes restore the same core (or
+		// are refused: a removal inside a state, which ReadState applies).
+		if bytes.HasPrefix(snap, []byte(StateMagic)) {
+			cs := New(restoreConfig(&fakeClock{now: clk.Now()}))
+			if reps, err := cs.RestoreFrom(bytes.NewReader(snap), after); err == nil {
+				if reps != rep {
+					t.Fatalf("restored from the stream %+v, from the state %+v", reps, rep)
+				}
+				sameDurable(t, "restored from the stream", c.DurableState(nil), cs.DurableState(nil))
+				checkRestored(t, cs)
+			}
+		}
 
 		// What the restored core holds survives another restart whole.
 		clk2 := &fakeClock{now: clk.Now()}

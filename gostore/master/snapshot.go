@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
+
+	"github.com/gostore/gostore/gostore/internal/fanout"
 )
 
 // StateMagic starts a state in the stored form WriteState writes (version
@@ -232,57 +235,210 @@ func (cw *countingWriter) Write(b []byte) (int, error) {
 // short included (nothing read makes it panic or allocate past
 // maxStateRecord at a time).
 func ReadState(r io.Reader, st *State) error {
+	limit := countLimit(r)
+	sr, head, err := newStateReader(r)
+	if err != nil {
+		return err
+	}
+	if st.Objects == nil || len(st.Objects) == 0 {
+		// Sized once rather than grown through every power of two; a
+		// damaged count is capped (see countLimit).
+		st.Objects = make(map[string]DurableObject, min(head.objects, limit))
+	}
+	st.Apply(Change{}) // makes the maps a State decoded elsewhere may lack
+	st.NextSegID, st.Epoch = max(st.NextSegID, head.nextSegID), max(st.Epoch, head.epoch)
+	for {
+		rec, err := sr.next()
+		if err != nil || rec == nil {
+			return err
+		}
+		ch, err := DecodeChange(rec)
+		if err != nil {
+			return sr.recordErr(err)
+		}
+		st.Apply(ch)
+	}
+}
+
+// RestoreFrom restores, as Restore does, the state WriteState wrote to r
+// with the changes after it (the log's records after the snapshot)
+// applied on top, without ever holding the state whole: each object's
+// record is decoded straight into what Restore works from, and the
+// changes, few, are kept aside until the state is read. It returns an
+// error, and has restored nothing, when r holds no whole state or the
+// state holds an object's removal (WriteState writes none: damage).
+func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
+	// The last change of each key in after decides its state: the key's
+	// record in r, if any, is passed over.
+	last := make(map[string]int)
+	for i, ch := range after {
+		if ch.Kind == ObjectSet || ch.Kind == ObjectGone {
+			last[ch.Key] = i
+		}
+	}
+	// The header's count sizes the slice, no further than countLimit
+	// (beyond, the slice grows as it must).
+	limit := countLimit(r)
+	sr, head, err := newStateReader(r)
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	st := NewState()
+	st.NextSegID, st.Epoch = head.nextSegID, head.epoch
+	entries := make([]restoreEntry, 0, min(head.objects, limit)+uint64(len(last)))
+	// The objects' records are only copied here (the reader reuses its
+	// buffer), into blocks that live until they are decoded, from every
+	// core, below: decoding is a third of a restore.
+	var raw []byte
+	for {
+		rec, err := sr.next()
+		if err != nil {
+			return RestoreReport{}, err
+		}
+		if rec == nil {
+			break
+		}
+		switch ChangeKind(rec[0]) {
+		case ObjectSet:
+			if len(raw)+len(rec) > cap(raw) {
+				raw = make([]byte, 0, max(len(rec), 4<<20))
+			}
+			raw = append(raw, rec[1:]...)
+			entries = append(entries, restoreEntry{raw: raw[len(raw)-len(rec)+1 : len(raw) : len(raw)]})
+		case ObjectGone:
+			return RestoreReport{}, sr.recordErr(errors.New("an object's removal in a state"))
+		default:
+			ch, err := DecodeChange(rec)
+			if err != nil {
+				return RestoreReport{}, sr.recordErr(err)
+			}
+			st.Apply(ch)
+		}
+	}
+	parts := runtime.GOMAXPROCS(0)
+	type partResult struct {
+		rb    restoreBlocks
+		epoch uint64
+		err   error
+	}
+	results := make([]partResult, parts)
+	fanout.Each(parts, parts, func(p int) {
+		res := &results[p]
+		for i := p * len(entries) / parts; i < (p+1)*len(entries)/parts; i++ {
+			e := &entries[i]
+			rd := reader{b: e.raw}
+			e.key, e.raw = rd.object(&e.d, &res.rb), nil
+			if rd.err == nil && len(rd.b) != 0 {
+				rd.err = fmt.Errorf("%d bytes after the change", len(rd.b))
+			}
+			if rd.err != nil {
+				res.err = fmt.Errorf("state object %d: %w", i, rd.err)
+				return
+			}
+			if _, ok := last[e.key]; ok {
+				e.skip = true // after has the newer state
+				continue
+			}
+			e.reps, e.writing = res.rb.replicas(len(e.d.Replicas)), res.rb.replicas(len(e.d.Writing))
+			res.epoch = max(res.epoch, e.d.Epoch)
+		}
+	})
+	for _, res := range results {
+		if res.err != nil {
+			return RestoreReport{}, res.err
+		}
+		st.Epoch = max(st.Epoch, res.epoch)
+	}
+	rb := &results[0].rb
+	for i, ch := range after {
+		switch ch.Kind {
+		case ObjectSet:
+			if last[ch.Key] == i {
+				d := ch.Object
+				entries = append(entries, restoreEntry{key: ch.Key, d: d, reps: rb.replicas(len(d.Replicas)),
+					writing: rb.replicas(len(d.Writing))})
+			}
+			st.Epoch = max(st.Epoch, ch.Object.Epoch)
+		case ObjectGone:
+		default:
+			st.Apply(ch)
+		}
+	}
+	return c.restore(st, entries, rb), nil
+}
+
+// minObjectRecord is the fewest bytes an object's frame takes in a stored
+// state: its length, kind, key length, size, epoch, writer length, flags
+// and two replica counts.
+const minObjectRecord = 9
+
+// countLimit is as many objects as the state r holds can have: the bytes
+// r has left over minObjectRecord, or 2^16 when r does not say (a
+// state's count of objects sizes what its reader makes, and is believed
+// no further: a damaged count allocates nothing the state does not back).
+func countLimit(r io.Reader) uint64 {
+	if l, ok := r.(interface{ Len() int }); ok {
+		return uint64(l.Len()) / minObjectRecord
+	}
+	return 1 << 16
+}
+
+// stateHead is the header of a stored state.
+type stateHead struct{ nextSegID, epoch, objects uint64 }
+
+// stateReader reads the records of a stored state one at a time, reusing
+// one buffer.
+type stateReader struct {
+	r   io.Reader
+	br  io.ByteReader
+	rec []byte
+	i   int // records read
+}
+
+func newStateReader(r io.Reader) (*stateReader, stateHead, error) {
+	var head stateHead
 	br, ok := r.(io.ByteReader)
 	if !ok {
 		b := bufio.NewReaderSize(r, 1<<20)
 		br, r = b, b
 	}
-	head := make([]byte, len(StateMagic))
-	if _, err := io.ReadFull(r, head); err != nil || string(head) != StateMagic {
-		return errors.New("not a version-2 state")
+	magic := make([]byte, len(StateMagic))
+	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != StateMagic {
+		return nil, head, errors.New("not a version-2 state")
 	}
-	nextSeg, err := binary.ReadUvarint(br)
+	for _, v := range []*uint64{&head.nextSegID, &head.epoch, &head.objects} {
+		var err error
+		if *v, err = binary.ReadUvarint(br); err != nil {
+			return nil, head, fmt.Errorf("state header: %w", err)
+		}
+	}
+	return &stateReader{r: r, br: br}, head, nil
+}
+
+// next is the next record (valid until the next call), nil at the end.
+func (sr *stateReader) next() ([]byte, error) {
+	n, err := binary.ReadUvarint(sr.br)
 	if err != nil {
-		return fmt.Errorf("state header: %w", err)
+		return nil, fmt.Errorf("state cut short after %d records", sr.i)
 	}
-	epoch, err := binary.ReadUvarint(br)
-	if err != nil {
-		return fmt.Errorf("state header: %w", err)
+	if n == 0 {
+		return nil, nil
 	}
-	objects, err := binary.ReadUvarint(br)
-	if err != nil {
-		return fmt.Errorf("state header: %w", err)
+	if n > maxStateRecord {
+		return nil, fmt.Errorf("state record %d: length %d over the limit", sr.i, n)
 	}
-	if st.Objects == nil || len(st.Objects) == 0 {
-		// Sized once rather than grown through every power of two; a
-		// damaged count is capped (by what a record takes at least).
-		st.Objects = make(map[string]DurableObject, min(objects, 1<<27))
+	if uint64(cap(sr.rec)) < n {
+		sr.rec = make([]byte, n)
 	}
-	st.Apply(Change{}) // makes the maps a State decoded elsewhere may lack
-	st.NextSegID, st.Epoch = max(st.NextSegID, nextSeg), max(st.Epoch, epoch)
-	var rec []byte
-	for i := 0; ; i++ {
-		n, err := binary.ReadUvarint(br)
-		if err != nil {
-			return fmt.Errorf("state cut short after %d records", i)
-		}
-		if n == 0 {
-			return nil
-		}
-		if n > maxStateRecord {
-			return fmt.Errorf("state record %d: length %d over the limit", i, n)
-		}
-		if uint64(cap(rec)) < n {
-			rec = make([]byte, n)
-		}
-		rec = rec[:n]
-		if _, err := io.ReadFull(r, rec); err != nil {
-			return fmt.Errorf("state cut short in record %d", i)
-		}
-		ch, err := DecodeChange(rec)
-		if err != nil {
-			return fmt.Errorf("state record %d: %w", i, err)
-		}
-		st.Apply(ch)
+	sr.rec = sr.rec[:n]
+	if _, err := io.ReadFull(sr.r, sr.rec); err != nil {
+		return nil, fmt.Errorf("state cut short in record %d", sr.i)
 	}
+	sr.i++
+	return sr.rec, nil
+}
+
+// recordErr says which record err is about.
+func (sr *stateReader) recordErr(err error) error {
+	return fmt.Errorf("state record %d: %w", sr.i-1, err)
 }

@@ -2,6 +2,7 @@ package master
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -44,6 +45,22 @@ func (l *recordLog) replayOnto(t *testing.T, st *State, seq uint64) *State {
 		st.Apply(ch)
 	}
 	return st
+}
+
+// changesAfter is the changes after seq.
+func (l *recordLog) changesAfter(t *testing.T, seq uint64) []Change {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Change
+	for i, b := range l.recs[seq:] {
+		ch, err := DecodeChange(b)
+		if err != nil {
+			t.Fatalf("record %d: %v", seq+uint64(i)+1, err)
+		}
+		out = append(out, ch)
+	}
+	return out
 }
 
 type takenSnapshot struct {
@@ -163,6 +180,18 @@ func TestSnapshotWhileServingReplaysToTheLiveState(t *testing.T) {
 				}
 				sameDurable(t, fmt.Sprintf("snapshot %d at %d (%+v) and %d records after it", i, s.seq, s.info,
 					log.last()-s.seq), live, log.replayOnto(t, st, s.seq))
+				// Restored from the stream, the snapshot and the records
+				// after it give the core that Restore makes of the state
+				// they replay to.
+				cfg := Config{ClientTTL: time.Hour, Now: clk.Now, OnChange: func(Change) {}}
+				fromState, streamed := New(cfg), New(cfg)
+				wantRep := fromState.Restore(st)
+				gotRep, err := streamed.RestoreFrom(bytes.NewReader(s.data), log.changesAfter(t, s.seq))
+				if err != nil || gotRep != wantRep {
+					t.Fatalf("snapshot %d restored from the stream: %+v, %v; from the state: %+v", i, gotRep, err, wantRep)
+				}
+				sameDurable(t, fmt.Sprintf("snapshot %d restored from the stream", i), fromState.DurableState(nil),
+					streamed.DurableState(nil))
 				if st.Epoch < whole.Epoch || st.NextSegID < whole.NextSegID {
 					t.Fatalf("snapshot %d: high-water marks %d/%d below the log's %d/%d", i, st.Epoch, st.NextSegID, whole.Epoch, whole.NextSegID)
 				}
@@ -237,5 +266,103 @@ func TestStateWriteToReadsBackAsTheCoresOwnState(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("read back:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// RestoreFrom refuses what is no whole state and then has restored
+// nothing (a cut state, an object's removal, which WriteState never
+// writes); a damaged byte restores another state or is refused, never a
+// panic; of two records of one key (a damaged state) the later is
+// restored, its ranges the only ones served.
+func TestRestoreFromRefusesDamageAndTakesTheLaterRecord(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "sa", 1<<20)
+	for i := 0; i < 20; i++ {
+		put(t, c, fmt.Sprintf("k%d", i), uint64(100+i), wire.ReplicaConfig{ReplicaNum: 1})
+	}
+	var buf bytes.Buffer
+	if _, err := c.WriteState(&buf); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	for n := 0; n < len(b); n++ {
+		r, _ := newTestCore(t)
+		if rep, err := r.RestoreFrom(bytes.NewReader(b[:n]), nil); err == nil {
+			t.Fatalf("a state cut at %d of %d bytes was restored: %+v", n, len(b), rep)
+		}
+		if len(r.Segments()) != 0 {
+			t.Fatalf("a state cut at %d bytes restored segments: %+v", n, r.Segments())
+		}
+	}
+	for i := range b {
+		d := bytes.Clone(b)
+		d[i] ^= 0xff
+		r, _ := newTestCore(t)
+		r.RestoreFrom(bytes.NewReader(d), nil) // no panic
+	}
+	// Records of their own after the whole state's: k1 again, now at
+	// another offset, and a removal.
+	body := b[:len(b)-1] // without the end frame
+	frame := func(ch Change) {
+		rec, err := EncodeChange(nil, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = binary.AppendUvarint(body, uint64(len(rec)))
+		body = append(body, rec...)
+	}
+	seg := c.Segments()[0].ID
+	frame(Change{Kind: ObjectSet, Key: "k1", Object: DurableObject{Size: 64, Epoch: 1,
+		Replicas: []DurableReplica{{SegID: seg, Offset: 512 << 10}}}})
+	r, _ := newTestCore(t)
+	rep, err := r.RestoreFrom(bytes.NewReader(append(bytes.Clone(body), 0)), nil)
+	if err != nil || rep.Objects != 20 {
+		t.Fatalf("a key twice: %+v, %v", rep, err)
+	}
+	if g := r.PeekReplicas([]string{"k1"}); g[0].Code != wire.OK || g[0].Size != 64 || len(g[0].Replicas) != 1 ||
+		g[0].Replicas[0].Offset != 512<<10 {
+		t.Fatalf("a key twice: the later record is not what is served: %+v", g[0])
+	}
+	// The earlier record's range (k1's 101 bytes: 128 allocated) is free.
+	if got, want := r.Segments()[0].Used, c.Segments()[0].Used-128+64; got != want {
+		t.Fatalf("a key twice: %d bytes used, want %d (the earlier record's range kept)", got, want)
+	}
+	frame(Change{Kind: ObjectGone, Key: "k2"})
+	r, _ = newTestCore(t)
+	if rep, err := r.RestoreFrom(bytes.NewReader(append(body, 0)), nil); err == nil || len(r.Segments()) != 0 {
+		t.Fatalf("a removal in a state was restored: %+v, %v", rep, err)
+	}
+}
+
+// A stale disk copy still to delete at a stop is still to delete after a
+// restart, by either restore: it is in the next snapshot again.
+func TestDropsSurviveARestore(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "sa", 1<<20)
+	c.pushDrop("/ssd/a", "stale")
+	var buf bytes.Buffer
+	if _, err := c.WriteState(&buf); err != nil {
+		t.Fatal(err)
+	}
+	st := NewState()
+	if err := ReadState(bytes.NewReader(buf.Bytes()), st); err != nil || !st.Drops["/ssd/a"]["stale"] {
+		t.Fatalf("the snapshot lacks the drop: %v, %v", err, st.Drops)
+	}
+	for name, restore := range map[string]func(*Core) error{
+		"Restore":     func(r *Core) error { r.Restore(st); return nil },
+		"RestoreFrom": func(r *Core) error { _, err := r.RestoreFrom(bytes.NewReader(buf.Bytes()), nil); return err },
+	} {
+		r, _ := newTestCore(t)
+		if err := restore(r); err != nil {
+			t.Fatal(name, err)
+		}
+		var again bytes.Buffer
+		if _, err := r.WriteState(&again); err != nil {
+			t.Fatal(err)
+		}
+		got := NewState()
+		if err := ReadState(bytes.NewReader(again.Bytes()), got); err != nil || !got.Drops["/ssd/a"]["stale"] {
+			t.Fatalf("%s: the drop is gone after the restore: %v, %v", name, err, got.Drops)
+		}
 	}
 }

@@ -26,7 +26,10 @@
 // bytes whole); each logs one line and sets gostore_master_snapshot_*.
 // stateOf reads version 2 and the older msgpack envelope (version 1).
 // Start restores from the log before it serves, and snapshots the
-// restored state in the background. Under HA, Start campaigns first (a standby following
+// restored state in the background. The state directory's version-2
+// snapshot is restored as a stream (savedState: journal
+// Options.StreamSnapshot into master.Core.RestoreFrom), never whole in
+// memory, with the collector off for the restore. Under HA, Start campaigns first (a standby following
 // the log until it leads) and the server steps down (Done closes) when
 // its leadership is lost. An HA master's state directory holds its
 // snapshots only (the log is on etcd): the leader writes one once its

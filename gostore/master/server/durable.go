@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -84,28 +85,85 @@ type durability struct {
 // encodeBufs are record's buffers (*[]byte) when the log copies.
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
-// openState opens the state directory's journal and reads the state it
-// holds; it sets opts.RestoreQuarantine for what it found.
-func openState(opts *Options, log *slog.Logger) (*durability, *master.State, error) {
+// savedState is a state to restore: whole (the log on etcd, a version-1
+// snapshot, records without a snapshot), or a version-2 snapshot read
+// from its file as the core restores it, with the changes after it (the
+// local journal: the state of millions of objects is never whole in
+// memory, see master.Core.RestoreFrom).
+type savedState struct {
+	st       *master.State
+	snapshot *journal.Recovered // streamed: OpenSnapshot
+	after    []master.Change
+}
+
+// restore installs the saved state into core.
+func (s *savedState) restore(core *master.Core) (master.RestoreReport, error) {
+	if s.snapshot == nil {
+		return core.Restore(s.st), nil
+	}
+	r, err := s.snapshot.OpenSnapshot()
+	if err != nil {
+		return master.RestoreReport{}, err
+	}
+	defer r.Close()
+	rep, err := core.RestoreFrom(r, s.after)
+	if err != nil {
+		return rep, fmt.Errorf("snapshot %d cannot be read: %w", s.snapshot.SnapshotSeq, err)
+	}
+	return rep, nil
+}
+
+// openState opens the state directory's journal and what it holds to
+// restore; it sets opts.RestoreQuarantine for what it found.
+func openState(opts *Options, log *slog.Logger) (*durability, *savedState, error) {
 	dir := opts.StateDir
-	j, rec, err := journal.Open(journal.Options{Dir: dir, AckBeforeSync: opts.AckBeforeSync})
+	j, rec, err := journal.Open(journal.Options{Dir: dir, AckBeforeSync: opts.AckBeforeSync, StreamSnapshot: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", dir, err)
 	}
-	st, err := stateOf(rec.Snapshot, rec.SnapshotSeq, rec.Records)
+	saved, err := savedOf(rec)
 	if err != nil {
 		j.Close()
 		return nil, nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", dir, err)
 	}
-	log.Info("state directory read", "dir", dir, "snapshot", rec.SnapshotSeq, "records", len(rec.Records),
-		"objects", len(st.Objects), "segments", len(st.Segments))
+	log.Info("state directory read", "dir", dir, "snapshot", rec.SnapshotSeq, "records", len(rec.Records))
 	if q := restoreQuarantine(*opts, rec.Rebooted, rec.LastWrite, time.Now()); q != opts.RestoreQuarantine {
 		log.Warn("the machine restarted since the journal was last written: restored segments take no new "+
 			"object for a while (writers answered before their ranges were synced may still be copying)",
 			"last_write", rec.LastWrite.Format(time.RFC3339Nano), "quarantine", q)
 		opts.RestoreQuarantine = q
 	}
-	return &durability{j: j, log: log, copies: true}, st, nil
+	return &durability{j: j, log: log, copies: true}, saved, nil
+}
+
+// savedOf is what rec holds to restore: a version-2 snapshot is streamed,
+// a version-1 one (a msgpack envelope) read whole.
+func savedOf(rec *journal.Recovered) (*savedState, error) {
+	var snapshot []byte
+	if rec.HasSnapshot() {
+		r, err := rec.OpenSnapshot()
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		br := bufio.NewReader(r)
+		if head, _ := br.Peek(len(master.StateMagic)); string(head) == master.StateMagic {
+			saved := &savedState{snapshot: rec}
+			for i, raw := range rec.Records {
+				ch, err := master.DecodeChange(raw)
+				if err != nil {
+					return nil, fmt.Errorf("record %d cannot be read: %v", rec.SnapshotSeq+uint64(i)+1, err)
+				}
+				saved.after = append(saved.after, ch)
+			}
+			return saved, nil
+		}
+		if snapshot, err = io.ReadAll(br); err != nil {
+			return nil, err
+		}
+	}
+	st, err := stateOf(snapshot, rec.SnapshotSeq, rec.Records)
+	return &savedState{st: st}, err
 }
 
 // restoreQuarantine is how long restored segments take no new object.
