@@ -19,8 +19,11 @@ func TestClientFollowsTheLeaderThroughEtcd(t *testing.T) {
 	cl := etcdtest.Start(t, 3)
 	eps := strings.Join(cl.Endpoints(), ";")
 	start := func() (*server.Server, error) {
-		opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1",
-			"--log_level=error", "--client_ttl=60"}, cl.MasterFlags("ct")...), nil)
+		// Each master keeps its snapshots on its own disk and serves them
+		// to a standby over its HTTP port (see server's HA).
+		opts, err := server.ParseFlags(append([]string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0",
+			"--metrics_host=127.0.0.1", "--snapshot_backup_dir=" + t.TempDir(), "--log_level=error", "--client_ttl=60"},
+			cl.MasterFlags("ct")...), nil)
 		if err != nil {
 			return nil, err
 		}
