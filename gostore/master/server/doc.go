@@ -29,7 +29,7 @@
 // restored state in the background. The state directory's version-2
 // snapshot is restored as a stream (savedState: journal
 // Options.StreamSnapshot into master.Core.RestoreFrom), never whole in
-// memory, with the collector off for the restore. Under HA, Start campaigns first (a standby following
+// memory. Under HA, Start campaigns first (a standby following
 // the log until it leads) and the server steps down (Done closes) when
 // its leadership is lost. An HA master's state directory holds its
 // snapshots only (the log is on etcd): the leader writes one once its
