@@ -64,14 +64,11 @@ func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 	var info SnapshotInfo
 	bw := bufio.NewWriterSize(w, 1<<20)
 	cw := &countingWriter{w: bw}
-	f := &frames{buf: append([]byte(nil), StateMagic...)}
 	// The high-water marks are read before anything they bound: a segment
 	// or epoch made later is in a record after seq0 (replay keeps the max).
 	c.segs.RLock()
 	start := c.cfg.Now()
-	f.buf = binary.AppendUvarint(f.buf, c.segs.nextID)
-	f.buf = binary.AppendUvarint(f.buf, c.epochs.Load())
-	f.buf = binary.AppendUvarint(f.buf, uint64(c.countObjects()))
+	f := newFrames(c.segs.nextID, c.epochs.Load(), c.objectCount())
 	var err error
 	for _, s := range c.segs.list {
 		d := s.desc
@@ -158,10 +155,7 @@ func (c *Core) WriteState(w io.Writer) (SnapshotInfo, error) {
 func (st *State) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	cw := &countingWriter{w: bw}
-	f := &frames{buf: append([]byte(nil), StateMagic...)}
-	f.buf = binary.AppendUvarint(f.buf, st.NextSegID)
-	f.buf = binary.AppendUvarint(f.buf, st.Epoch)
-	f.buf = binary.AppendUvarint(f.buf, uint64(len(st.Objects)))
+	f := newFrames(st.NextSegID, st.Epoch, len(st.Objects))
 	for id, d := range st.Segments {
 		if err := f.add(Change{Kind: SegmentMounted, Segment: &d, GrantKey: st.GrantKeys[id]}); err != nil {
 			return cw.n, err
@@ -193,21 +187,18 @@ func (st *State) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, bw.Flush()
 }
 
-// countObjects is about how many objects the shards hold (each shard
-// counted under its lock, not all at once).
-func (c *Core) countObjects() int {
-	n := 0
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		n += len(sh.objects)
-		sh.mu.Unlock()
-	}
-	return n
-}
-
 // frames collects frames of the stored state; rec is reused for each.
 type frames struct{ buf, rec []byte }
+
+// newFrames starts a stored state: StateMagic, the high-water marks and
+// about how many objects follow (a hint that sizes the reader's maps).
+func newFrames(nextSegID, epoch uint64, objects int) *frames {
+	f := &frames{buf: append([]byte(nil), StateMagic...)}
+	f.buf = binary.AppendUvarint(f.buf, nextSegID)
+	f.buf = binary.AppendUvarint(f.buf, epoch)
+	f.buf = binary.AppendUvarint(f.buf, uint64(objects))
+	return f
+}
 
 func (f *frames) add(ch Change) error {
 	var err error
