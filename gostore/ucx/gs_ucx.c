@@ -209,13 +209,13 @@ static void gs_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
 	e->failed = 1;
 }
 
-ucs_status_t gs_ucx_ep_create(ucp_worker_h w, const void *addr, struct gs_ep *e) {
+ucs_status_t gs_ucx_ep_create(ucp_worker_h w, const void *addr, int peer_errors, struct gs_ep *e) {
 	ucp_ep_params_t params;
 	memset(&params, 0, sizeof(params));
 	params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
 	                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
 	params.address = (const ucp_address_t *)addr;
-	params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	params.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
 	params.err_handler.cb = gs_ep_error;
 	params.err_handler.arg = e;
 	e->failed = 0;

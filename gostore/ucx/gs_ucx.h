@@ -47,7 +47,9 @@ struct gs_ep {
 	volatile int failed;
 	volatile ucs_status_t status;
 };
-ucs_status_t gs_ucx_ep_create(ucp_worker_h w, const void *addr, struct gs_ep *e);
+/* peer_errors: UCP_ERR_HANDLING_MODE_PEER (else NONE: no transport of the
+ * context can detect a dead peer, e.g. shared memory alone in UCX 1.13). */
+ucs_status_t gs_ucx_ep_create(ucp_worker_h w, const void *addr, int peer_errors, struct gs_ep *e);
 /* Posting calls return UCS_OK (done, *req NULL), UCS_INPROGRESS (*req set)
  * or an error. */
 ucs_status_t gs_ucx_ep_close(struct gs_ep *e, int force, void **req);

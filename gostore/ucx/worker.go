@@ -11,6 +11,7 @@ import "C"
 
 import (
 	"context"
+	"log"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -54,6 +55,8 @@ type Worker struct {
 	active  int                  // Do calls between their post and their end
 	eps     map[string]*endpoint // by the peer's worker address
 	closing []closingEP          // endpoints whose close is in flight
+
+	noPeerErrors bool // UCP_ERR_HANDLING_MODE_PEER was unreachable: use NONE
 }
 
 // endpoint is a cached connection to one peer exposure's worker and the
@@ -296,7 +299,19 @@ func (w *Worker) connect(d *desc) (*endpoint, C.ucp_rkey_h, error) {
 	if ep == nil {
 		gs := (*C.struct_gs_ep)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gs_ep{}))))
 		abuf := C.CBytes(d.addr)
-		st := C.gs_ucx_ep_create(w.h, abuf, gs)
+		var st C.ucs_status_t = C.UCS_ERR_UNREACHABLE
+		if !w.noPeerErrors {
+			st = C.gs_ucx_ep_create(w.h, abuf, 1, gs)
+		}
+		if st == C.UCS_ERR_UNREACHABLE {
+			// No transport of this context detects a dead peer (UCX 1.13's
+			// shared memory): connect without, once logged; a dead peer is
+			// then seen only at the caller's deadline.
+			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
+				w.noPeerErrors = true
+				log.Printf("ucx: no transport of %v detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", w.c.info.Resources)
+			}
+		}
 		C.free(abuf)
 		if st != C.UCS_OK {
 			C.free(unsafe.Pointer(gs))
