@@ -294,3 +294,24 @@ func TestUCXRouteClosedExposureAndForget(t *testing.T) {
 		t.Fatalf("after Forget, reconnected: %s", d)
 	}
 }
+
+// Device parts go to UCX as GPU pointers only where its context has CUDA
+// and the part is GPU memory (not another process's); the conversion
+// puts each in its placeholder. (No CUDA here: the direct path itself is
+// only compiled; the staged one is TestUCXRouteMovesBytes's.)
+func TestUCXDeviceParts(t *testing.T) {
+	op := Op{Bufs: [][]byte{[]byte("ab"), nil, []byte("c")}, Device: []DevicePart{{Index: 1, Ptr: 0x7000, Size: 64}}}
+	withCUDA, without := &Engine{ucxCUDA: true}, &Engine{}
+	if !withCUDA.ucxDirect(&op) || without.ucxDirect(&op) {
+		t.Fatalf("direct with CUDA %v, without %v", withCUDA.ucxDirect(&op), without.ucxDirect(&op))
+	}
+	parts := ucxParts(&op)
+	if len(parts) != 3 || string(parts[0].Host) != "ab" || parts[1].Host != nil || parts[1].Dev != 0x7000 || parts[1].Len != 64 ||
+		string(parts[2].Host) != "c" {
+		t.Fatalf("parts %+v", parts)
+	}
+	op.Device[0].Pid = 42
+	if withCUDA.ucxDirect(&op) {
+		t.Fatal("a part in another process's memory went to UCX as a GPU pointer")
+	}
+}
