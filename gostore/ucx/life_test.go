@@ -3,6 +3,7 @@ package ucx
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -115,5 +116,53 @@ func TestContextCloseOrder(t *testing.T) {
 	}
 	if !bytes.Equal(r.mem[:len(src)], src) {
 		t.Fatal("after a refused Context.Close: bytes differ")
+	}
+}
+
+// Forget racing with Do calls from several goroutines: every op either
+// moves the right bytes or fails with TRANSFER_FAIL (its endpoint was
+// dropped under it), nothing crashes or races, and Do works afterwards.
+func TestForgetDuringDo(t *testing.T) {
+	r := newRig(t, "tcp", 8<<20)
+	fill(r.mem, 17)
+	d := r.x.Desc()
+	stop := make(chan struct{})
+	done := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func(g int) {
+			buf := make([]byte, 1<<20)
+			off := uint64(g) << 20
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				err := one(r.w, Op{Desc: d, Offset: off, Parts: scatter(buf, 2)})
+				if err != nil && wire.CodeOf(err) != wire.ErrTransferFail {
+					done <- err
+					return
+				}
+				if err == nil && !bytes.Equal(buf, r.mem[off:off+1<<20]) {
+					done <- fmt.Errorf("goroutine %d: wrong bytes", g)
+					return
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 50; i++ {
+		r.w.Forget(d)
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 4096)
+	if err := one(r.w, Op{Desc: d, Parts: []Part{{Host: buf}}}); err != nil || !bytes.Equal(buf, r.mem[:4096]) {
+		t.Fatalf("after the Forgets: %v", err)
 	}
 }
