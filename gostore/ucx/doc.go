@@ -34,7 +34,11 @@
 //     Each new endpoint reads the canary before any op and compares it with
 //     the nonce, because UCX's software RMA (tcp, shared memory) honours no
 //     registration at the target and a tcp port may be reused by a later
-//     worker of the same process.
+//     worker of the same process. Residual: where UCX moves RMA without
+//     the target's worker (cma in UCX >= 1.16, verbs), an op already
+//     connected and racing Close may still read the memory until its
+//     endpoint sees the closed worker (tcp reset, keepalive); on verbs
+//     mem_unmap invalidates the rkey.
 //   - Endpoints use UCP_ERR_HANDLING_MODE_PEER where the context has a
 //     transport that detects peer failure (tcp, cma, verbs). Where none does
 //     (UCX 1.13's posix/sysv alone) they connect without it, logged once: a
