@@ -116,3 +116,13 @@ func TestLibraryChild(t *testing.T) {
 		t.Fatal("NewContext without a library succeeded")
 	}
 }
+
+// A context that can open no transport is refused, naming what was asked.
+func TestContextNoTransport(t *testing.T) {
+	needUCX(t)
+	_, err := NewContext(ContextOptions{Transports: "tcp", Devices: []string{"nosuchdev0"}})
+	if err == nil || !strings.Contains(err.Error(), "nosuchdev0") {
+		t.Fatalf("NewContext on a device that does not exist: %v", err)
+	}
+	t.Log(err)
+}
