@@ -9,7 +9,7 @@ package ucx
 import "C"
 
 import (
-	"log"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,7 +103,7 @@ func (c *Context) Close() {
 		return
 	}
 	if c.children > 0 {
-		log.Printf("ucx: Context.Close refused: %d exposures/workers still open", c.children)
+		slog.Error("ucx: Context.Close refused: exposures or workers still open (close them first)", "open", c.children)
 		return
 	}
 	c.closed = true

@@ -11,7 +11,7 @@ import "C"
 
 import (
 	crand "crypto/rand"
-	"log"
+	"log/slog"
 	"runtime"
 	"sync"
 	"syscall"
@@ -165,7 +165,7 @@ func (x *Exposure) serve(addr *[]byte, started chan<- error) {
 		default:
 			// Cannot sleep on the fd: poll it with a timeout instead.
 			if !logged {
-				log.Printf("ucx exposure: worker_arm: %s (polling every 1 ms instead)", statusString(st))
+				slog.Warn("ucx exposure: worker_arm failed; polling every 1 ms instead", "status", statusString(st))
 				logged = true
 			}
 			if C.gs_ucx_wait(efd, C.int(x.stopR), 1) == 1 {

@@ -12,7 +12,7 @@ import "C"
 import (
 	"bytes"
 	"context"
-	"log"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -60,7 +60,7 @@ type Worker struct {
 	closing []closingEP          // endpoints whose close is in flight
 	orphans []request            // requests a Do gave up on (see orphan)
 
-	noPeerErrors bool // UCP_ERR_HANDLING_MODE_PEER was unreachable: use NONE
+	noPeerErrors bool // no transport detects peer failure: endpoints use MODE_NONE
 }
 
 // endpoint is a cached connection to one peer exposure's worker and the
@@ -70,7 +70,7 @@ type endpoint struct {
 	key    string
 	rkeys  map[string]*remoteKey // by the desc's packed rkey
 	users  int                   // Do calls and orphaned requests holding it
-	dead   bool                  // out of the cache: closed when the last user lets go
+	dead   bool                  // out of the cache; its rkeys go with the last user
 	closed bool                  // ucp_ep_close_nbx was called
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
@@ -95,7 +95,7 @@ func (c *Context) NewWorker() (*Worker, error) {
 	}
 	w := &Worker{c: c, eps: map[string]*endpoint{}, noPeerErrors: !peerFailureAM(c.info.Resources)}
 	if w.noPeerErrors {
-		log.Printf("ucx: no transport of %v detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", c.info.Resources)
+		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", c.info.Resources)
 	}
 	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &w.h); st != C.UCS_OK {
 		c.release()
@@ -472,7 +472,7 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 			// deadline.
 			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
 				w.noPeerErrors = true
-				log.Printf("ucx: no transport of %v detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", w.c.info.Resources)
+				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", w.c.info.Resources)
 			}
 		}
 		C.free(abuf)
