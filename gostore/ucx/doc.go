@@ -58,5 +58,9 @@
 // Exposure before freeing its memory; hand Descs (they hold remote keys)
 // only to authenticated peers. The owner cannot police peers' one-sided
 // ops: on verbs the NIC checks the rkey's range; on tcp and shared memory
-// UCX's software RMA does not.
+// UCX's software RMA (the target's worker copies what the op names) checks
+// nothing, so a peer that holds a Desc and ignores this package's range
+// check can read or write any address of the owner's process. Do's range
+// check protects honest peers from mistakes, not the owner from a hostile
+// one.
 package ucx
