@@ -166,3 +166,47 @@ func TestForgetDuringDo(t *testing.T) {
 		t.Fatalf("after the Forgets: %v", err)
 	}
 }
+
+// Worker.Close while Do calls are in flight: they end (with their bytes or
+// TRANSFER_FAIL), Close returns, and later Do calls are refused.
+func TestCloseDuringDo(t *testing.T) {
+	r := newRig(t, "tcp", 64<<20)
+	fill(r.mem, 19)
+	const n = 4
+	res := make(chan error, n)
+	started := make(chan struct{}, n)
+	for g := 0; g < n; g++ {
+		go func(g int) {
+			buf := make([]byte, 16<<20)
+			off := uint64(g) * (16 << 20)
+			started <- struct{}{}
+			err := one(r.w, Op{Desc: r.x.Desc(), Offset: off, Parts: []Part{{Host: buf}}})
+			if err == nil && !bytes.Equal(buf, r.mem[off:off+16<<20]) {
+				err = fmt.Errorf("goroutine %d: wrong bytes", g)
+			} else if err != nil && wire.CodeOf(err) != wire.ErrTransferFail {
+				err = fmt.Errorf("goroutine %d: %v", g, err)
+			} else {
+				err = nil
+			}
+			res <- err
+		}(g)
+	}
+	for g := 0; g < n; g++ {
+		<-started
+	}
+	closed := make(chan struct{})
+	go func() { r.w.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return with Do calls in flight")
+	}
+	for g := 0; g < n; g++ {
+		if err := <-res; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := one(r.w, Op{Desc: r.x.Desc(), Parts: []Part{{Host: make([]byte, 8)}}}); wire.CodeOf(err) != wire.ErrTransferFail {
+		t.Fatalf("Do after Close: %v", err)
+	}
+}
