@@ -31,5 +31,27 @@ func BenchmarkPutGet(b *testing.B) {
 				})
 			}
 		}
+		// 32 ops of 4 KiB per Do: what batching buys over one round trip
+		// (and one flush) per op.
+		for _, write := range []bool{true, false} {
+			name := "get"
+			if write {
+				name = "put"
+			}
+			b.Run(fmt.Sprintf("%s/%s/32x4KiB", tls, name), func(b *testing.B) {
+				ops := make([]Op, 32)
+				for i := range ops {
+					ops[i] = Op{Desc: r.x.Desc(), Offset: uint64(i) << 12, Parts: []Part{{Host: make([]byte, 4096)}}, Write: write}
+				}
+				b.SetBytes(32 << 12)
+				for b.Loop() {
+					for _, err := range r.w.Do(context.Background(), ops) {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
 	}
 }

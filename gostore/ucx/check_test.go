@@ -94,6 +94,7 @@ func TestExposureClosed(t *testing.T) {
 		// tcp detects the closed peer; shared memory cannot in UCX 1.13,
 		// so there the op's deadline ends it.
 		{"tcp", 10 * time.Second},
+		{"cma,tcp", 10 * time.Second},
 		{"posix", 2 * time.Second},
 	} {
 		t.Run(tc.tls, func(t *testing.T) {

@@ -9,7 +9,7 @@ package ucx
 import "C"
 
 import (
-	"log"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +67,8 @@ func createContext(opt ContextOptions) (C.ucp_context_h, error) {
 	var h C.ucp_context_h
 	var msg [256]C.char
 	if st := C.gs_ucx_context_create(devs, tls, rl, &h, &msg[0], C.int(len(msg))); st != C.UCS_OK {
-		return nil, wire.Errorf(wire.ErrTransferFail, "ucx context (%s): %s", C.GoString(&msg[0]), statusString(st))
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx context (transports %q, devices %q, rails %d): %s: %s",
+			opt.Transports, strings.Join(opt.Devices, ","), opt.Rails, C.GoString(&msg[0]), statusString(st))
 	}
 	return h, nil
 }
@@ -102,7 +103,7 @@ func (c *Context) Close() {
 		return
 	}
 	if c.children > 0 {
-		log.Printf("ucx: Context.Close refused: %d exposures/workers still open", c.children)
+		slog.Error("ucx: Context.Close refused: exposures or workers still open (close them first)", "open", c.children)
 		return
 	}
 	c.closed = true

@@ -34,7 +34,11 @@
 //     Each new endpoint reads the canary before any op and compares it with
 //     the nonce, because UCX's software RMA (tcp, shared memory) honours no
 //     registration at the target and a tcp port may be reused by a later
-//     worker of the same process.
+//     worker of the same process. Residual: where UCX moves RMA without
+//     the target's worker (cma in UCX >= 1.16, verbs), an op already
+//     connected and racing Close may still read the memory until its
+//     endpoint sees the closed worker (tcp reset, keepalive); on verbs
+//     mem_unmap invalidates the rkey.
 //   - Endpoints use UCP_ERR_HANDLING_MODE_PEER where the context has a
 //     transport that detects peer failure (tcp, cma, verbs). Where none does
 //     (UCX 1.13's posix/sysv alone) they connect without it, logged once: a
@@ -54,5 +58,9 @@
 // Exposure before freeing its memory; hand Descs (they hold remote keys)
 // only to authenticated peers. The owner cannot police peers' one-sided
 // ops: on verbs the NIC checks the rkey's range; on tcp and shared memory
-// UCX's software RMA does not.
+// UCX's software RMA (the target's worker copies what the op names) checks
+// nothing, so a peer that holds a Desc and ignores this package's range
+// check can read or write any address of the owner's process. Do's range
+// check protects honest peers from mistakes, not the owner from a hostile
+// one.
 package ucx

@@ -11,7 +11,7 @@ import "C"
 
 import (
 	crand "crypto/rand"
-	"log"
+	"log/slog"
 	"runtime"
 	"sync"
 	"syscall"
@@ -148,8 +148,13 @@ func (x *Exposure) serve(addr *[]byte, started chan<- error) {
 		return
 	}
 	started <- nil
+	logged := false
 	for {
-		for C.gs_ucx_progress(w) != 0 {
+		for i := 1; C.gs_ucx_progress(w) != 0; i++ {
+			// A peer that keeps the worker busy does not delay Close.
+			if i%1024 == 0 && C.gs_ucx_wait(-1, C.int(x.stopR), 0) == 1 {
+				return
+			}
 		}
 		switch st := C.gs_ucx_worker_arm(w); st {
 		case C.UCS_OK:
@@ -159,7 +164,10 @@ func (x *Exposure) serve(addr *[]byte, started chan<- error) {
 		case C.UCS_ERR_BUSY: // events arrived meanwhile: progress again
 		default:
 			// Cannot sleep on the fd: poll it with a timeout instead.
-			log.Printf("ucx exposure: worker_arm: %s", statusString(st))
+			if !logged {
+				slog.Warn("ucx exposure: worker_arm failed; polling every 1 ms instead", "status", statusString(st))
+				logged = true
+			}
 			if C.gs_ucx_wait(efd, C.int(x.stopR), 1) == 1 {
 				return
 			}

@@ -31,7 +31,8 @@ ucs_status_t gs_ucx_worker_address(ucp_worker_h w, void **addr, size_t *len);
 unsigned gs_ucx_progress(ucp_worker_h w);
 ucs_status_t gs_ucx_worker_efd(ucp_worker_h w, int *fd);
 ucs_status_t gs_ucx_worker_arm(ucp_worker_h w);
-/* gs_ucx_wait polls efd and stopfd; 1 when stopfd is readable, 0 otherwise. */
+/* gs_ucx_wait polls efd and stopfd (either ignored when < 0); 1 when stopfd
+ * is readable, 0 otherwise. */
 int gs_ucx_wait(int efd, int stopfd, int timeout_ms);
 
 ucs_status_t gs_ucx_mem_map(ucp_context_h ctx, uintptr_t base, size_t size, int memtype,

@@ -28,7 +28,7 @@ func TestProbeInfo(t *testing.T) {
 	if !slices.Contains(info.Components, "tcp") || !slices.Contains(info.Resources, "tcp/lo") {
 		t.Errorf("no tcp in %v / %v", info.Components, info.Resources)
 	}
-	c, err := NewContext(ContextOptions{Transports: "tcp", Devices: []string{"lo"}})
+	c, err := NewContext(ContextOptions{Transports: "tcp", Devices: []string{"lo"}, Rails: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestLibraryMissing(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestLibraryChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), EnvLibrary+"="+lib)
+			cmd.Env = append(os.Environ(), EnvLibrary+"="+lib, envLibChild+"=1")
 			cmd.Stderr = os.Stderr
 			out, err := cmd.Output()
 			if err != nil {
@@ -104,8 +104,10 @@ func TestLibraryMissing(t *testing.T) {
 	}
 }
 
+const envLibChild = "GOSTORE_UCX_TEST_LIBRARY_CHILD"
+
 func TestLibraryChild(t *testing.T) {
-	if os.Getenv(EnvLibrary) == "" {
+	if os.Getenv(envLibChild) == "" {
 		t.Skip("the child of TestLibraryMissing")
 	}
 	b, _ := json.Marshal(Probe())
@@ -113,4 +115,14 @@ func TestLibraryChild(t *testing.T) {
 	if _, err := NewContext(ContextOptions{}); err == nil {
 		t.Fatal("NewContext without a library succeeded")
 	}
+}
+
+// A context that can open no transport is refused, naming what was asked.
+func TestContextNoTransport(t *testing.T) {
+	needUCX(t)
+	_, err := NewContext(ContextOptions{Transports: "tcp", Devices: []string{"nosuchdev0"}})
+	if err == nil || !strings.Contains(err.Error(), "nosuchdev0") {
+		t.Fatalf("NewContext on a device that does not exist: %v", err)
+	}
+	t.Log(err)
 }

@@ -3,6 +3,7 @@ package ucx
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -115,5 +116,97 @@ func TestContextCloseOrder(t *testing.T) {
 	}
 	if !bytes.Equal(r.mem[:len(src)], src) {
 		t.Fatal("after a refused Context.Close: bytes differ")
+	}
+}
+
+// Forget racing with Do calls from several goroutines: every op either
+// moves the right bytes or fails with TRANSFER_FAIL (its endpoint was
+// dropped under it), nothing crashes or races, and Do works afterwards.
+func TestForgetDuringDo(t *testing.T) {
+	r := newRig(t, "tcp", 8<<20)
+	fill(r.mem, 17)
+	d := r.x.Desc()
+	stop := make(chan struct{})
+	done := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func(g int) {
+			buf := make([]byte, 1<<20)
+			off := uint64(g) << 20
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				err := one(r.w, Op{Desc: d, Offset: off, Parts: scatter(buf, 2)})
+				if err != nil && wire.CodeOf(err) != wire.ErrTransferFail {
+					done <- err
+					return
+				}
+				if err == nil && !bytes.Equal(buf, r.mem[off:off+1<<20]) {
+					done <- fmt.Errorf("goroutine %d: wrong bytes", g)
+					return
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 50; i++ {
+		r.w.Forget(d)
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 4096)
+	if err := one(r.w, Op{Desc: d, Parts: []Part{{Host: buf}}}); err != nil || !bytes.Equal(buf, r.mem[:4096]) {
+		t.Fatalf("after the Forgets: %v", err)
+	}
+}
+
+// Worker.Close while Do calls are in flight: they end (with their bytes or
+// TRANSFER_FAIL), Close returns, and later Do calls are refused.
+func TestCloseDuringDo(t *testing.T) {
+	r := newRig(t, "tcp", 64<<20)
+	fill(r.mem, 19)
+	const n = 4
+	res := make(chan error, n)
+	started := make(chan struct{}, n)
+	for g := 0; g < n; g++ {
+		go func(g int) {
+			buf := make([]byte, 16<<20)
+			off := uint64(g) * (16 << 20)
+			started <- struct{}{}
+			err := one(r.w, Op{Desc: r.x.Desc(), Offset: off, Parts: []Part{{Host: buf}}})
+			if err == nil && !bytes.Equal(buf, r.mem[off:off+16<<20]) {
+				err = fmt.Errorf("goroutine %d: wrong bytes", g)
+			} else if err != nil && wire.CodeOf(err) != wire.ErrTransferFail {
+				err = fmt.Errorf("goroutine %d: %v", g, err)
+			} else {
+				err = nil
+			}
+			res <- err
+		}(g)
+	}
+	for g := 0; g < n; g++ {
+		<-started
+	}
+	closed := make(chan struct{})
+	go func() { r.w.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return with Do calls in flight")
+	}
+	for g := 0; g < n; g++ {
+		if err := <-res; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := one(r.w, Op{Desc: r.x.Desc(), Parts: []Part{{Host: make([]byte, 8)}}}); wire.CodeOf(err) != wire.ErrTransferFail {
+		t.Fatalf("Do after Close: %v", err)
 	}
 }

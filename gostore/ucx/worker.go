@@ -12,8 +12,9 @@ import "C"
 import (
 	"bytes"
 	"context"
-	"log"
+	"log/slog"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -59,7 +60,7 @@ type Worker struct {
 	closing []closingEP          // endpoints whose close is in flight
 	orphans []request            // requests a Do gave up on (see orphan)
 
-	noPeerErrors bool // UCP_ERR_HANDLING_MODE_PEER was unreachable: use NONE
+	noPeerErrors bool // no transport detects peer failure: endpoints use MODE_NONE
 }
 
 // endpoint is a cached connection to one peer exposure's worker and the
@@ -69,7 +70,7 @@ type endpoint struct {
 	key    string
 	rkeys  map[string]*remoteKey // by the desc's packed rkey
 	users  int                   // Do calls and orphaned requests holding it
-	dead   bool                  // out of the cache: closed when the last user lets go
+	dead   bool                  // out of the cache; its rkeys go with the last user
 	closed bool                  // ucp_ep_close_nbx was called
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
@@ -92,7 +93,10 @@ func (c *Context) NewWorker() (*Worker, error) {
 	if !c.acquire() {
 		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker: context closed")
 	}
-	w := &Worker{c: c, eps: map[string]*endpoint{}}
+	w := &Worker{c: c, eps: map[string]*endpoint{}, noPeerErrors: !peerFailureAM(c.info.Resources)}
+	if w.noPeerErrors {
+		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", c.info.Resources)
+	}
 	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &w.h); st != C.UCS_OK {
 		c.release()
 		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker_create: %s", statusString(st))
@@ -463,11 +467,12 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 		}
 		if st == C.UCS_ERR_UNREACHABLE {
 			// No transport of this context detects a dead peer (UCX 1.13's
-			// shared memory): connect without, once logged; a dead peer is
-			// then seen only at the caller's deadline.
+			// shared memory; peerFailureAM missed it): connect without,
+			// once logged; a dead peer is then seen only at the caller's
+			// deadline.
 			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
 				w.noPeerErrors = true
-				log.Printf("ucx: no transport of %v detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", w.c.info.Resources)
+				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", w.c.info.Resources)
 			}
 		}
 		C.free(abuf)
@@ -624,6 +629,20 @@ func (w *Worker) Close() {
 	w.orphans, w.closing = nil, nil
 	w.mu.Unlock()
 	w.c.release()
+}
+
+// peerFailureAM reports whether resources hold a transport that carries
+// active messages (which UCX needs to connect) and detects a dead peer:
+// tcp and the verbs ones. Without one, asking for peer-failure handling
+// fails (after UCX logs an error per lane), so the worker does not ask.
+func peerFailureAM(resources []string) bool {
+	for _, r := range resources {
+		tl, _, _ := strings.Cut(r, "/")
+		if tl == "tcp" || strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "ud_") || strings.HasPrefix(tl, "dc_") {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Worker) opError(op *Op, d *desc, st C.ucs_status_t) error {
