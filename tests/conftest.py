@@ -728,7 +728,7 @@ def netns_hosts():
     """``make(n)``: ``n`` "hosts" on this machine, each a network namespace
     with a veth to one bridge (10.77.i.1/16); a list of ``{"ns", "ip",
     "wrap" (the command prefix that runs in it), "veth" (its outer end, to
-    cut the link)}``. Needs root; skips saying why where namespaces cannot
+    cut the link), "dev" (its inner end, the host's NIC)}``. Needs root; skips saying why where namespaces cannot
     be made. Everything made is deleted at teardown."""
     made: List[str] = []
     bridges: List[str] = []
@@ -756,8 +756,8 @@ def netns_hosts():
                 _ip("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
         except (subprocess.CalledProcessError, FileNotFoundError) as e:
             pytest.skip(f"cannot make network namespaces here: {e}")
-        return [{"ns": ns, "ip": f"10.77.{i}.1", "wrap": ["ip", "netns", "exec", ns], "veth": f"gsv{tag}{i}"}
-                for i, ns in enumerate(names)]
+        return [{"ns": ns, "ip": f"10.77.{i}.1", "wrap": ["ip", "netns", "exec", ns], "veth": f"gsv{tag}{i}",
+                 "dev": f"gsi{tag}{i}"} for i, ns in enumerate(names)]
 
     yield make
     for ns in made:
