@@ -24,6 +24,7 @@ import (
 	"github.com/gostore/gostore/gostore/client"
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/rdma"
+	"github.com/gostore/gostore/gostore/ucx"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -63,8 +64,8 @@ func init() {
 	configureDrivers()
 }
 
-// configureDrivers passes GOSTORE_LIBCUDA and GOSTORE_LIBIBVERBS to the
-// packages that open those libraries. Each library is opened once per
+// configureDrivers passes GOSTORE_LIBCUDA, GOSTORE_LIBIBVERBS and
+// GOSTORE_LIBUCX to the packages that open those libraries. Each library is opened once per
 // process, at its first use, so the paths are read once, here, as this
 // library loads: the same environment gpu and rdma used to read themselves
 // (os.Getenv in a c-shared library sees the one of the moment it loaded).
@@ -74,6 +75,9 @@ func configureDrivers() {
 	}
 	if err := rdma.Configure(rdma.Options{Library: getenv(rdma.EnvLibrary)}); err != nil {
 		logger.Warn("verbs library path not applied", "err", err)
+	}
+	if err := ucx.Configure(ucx.Options{Library: getenv(ucx.EnvLibrary)}); err != nil {
+		logger.Warn("UCX library path not applied", "err", err)
 	}
 }
 
@@ -282,6 +286,7 @@ func setupStore(s *store, cfg client.Config, edge setupEdge) C.int {
 	}
 	// The client reads no environment: what it takes from there comes here.
 	cfg.ForceTCP = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "tcp")
+	cfg.ForceUCX = strings.EqualFold(getenv("GOSTORE_TRANSPORT"), "ucx")
 	if ms := envUint("GOSTORE_PING_INTERVAL_MS"); ms > 0 {
 		cfg.PingInterval = time.Duration(min(ms, 1<<31)) * time.Millisecond
 	}

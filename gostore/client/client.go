@@ -61,6 +61,10 @@ type Config struct {
 	HTTPPort int `json:"-"`
 	// ForceTCP disables the shared-memory path (GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool `json:"-"`
+	// ForceUCX turns the UCX route on whatever the protocol, and takes it
+	// to same-host peers too instead of shared memory
+	// (GOSTORE_TRANSPORT=ucx).
+	ForceUCX bool `json:"-"`
 	// SysfsRoot is where the topology is read ("": /sys and NVML;
 	// GOSTORE_SYSFS_ROOT, for tests on fake trees).
 	SysfsRoot string `json:"-"`
@@ -194,6 +198,7 @@ type Client struct {
 	plans  *planclient.Client // the plan API (Plans)
 
 	transport TransportInfo
+	ucx       *ucxRoute // nil: the UCX route is off
 
 	metrics *clientmetrics.Metrics // nil with HTTPPort 0
 	http    *clientmetrics.Server  // nil when not serving
@@ -267,7 +272,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
 		return nil, wire.Errorf(wire.ErrInvalidParams, "topology under %q: %v", cfg.SysfsRoot, err)
 	}
-	if t := c.transport; t.Reason != "" || len(t.Unknown) > 0 {
+	if t := c.transport; (t.Reason != "" || len(t.Unknown) > 0) && t.Requested != "ucx" && t.Requested != "rdma" {
 		log.Warn("transport", "requested", t.Requested, "protocol", t.Protocol, "rdma_devices", t.RDMADevices,
 			"unknown_devices", t.Unknown, "reason", t.Reason)
 	}
@@ -308,9 +313,14 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	mopt := cfg.RPC // the master's calls only: disk holders are not the master
 	mopt.Observe = chainObservers(mopt.Observe, c.masterLog.observe)
 	c.master = rpc.NewClientWith(cfg.MasterServerAddr, mopt)
-	c.engine = transfer.NewEngine(transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{}, Auth: guard,
+	c.setupUCX(log)
+	topt := transfer.Options{Log: c.log, ForceTCP: cfg.ForceTCP, Driver: gpuDriver{}, Auth: guard,
 		BounceBytes: cfg.GPUBounceBytes, BeforeDeviceCopy: c.pinRegistered, Wrap: cfg.WrapTransport,
-		LaneSpin: cfg.SpinWait})
+		LaneSpin: cfg.SpinWait}
+	if c.ucx != nil {
+		topt.UCX, topt.UCXCUDA, topt.ForceUCX = c.ucx.worker, c.ucx.info.CUDA, cfg.ForceUCX
+	}
+	c.engine = transfer.NewEngine(topt)
 	c.peers.init(c.engine)
 	c.plans = planclient.New(clientHost{c}, c.log)
 	// ReadDone of a small read rides on the client's next call to the
@@ -427,9 +437,9 @@ func validate(cfg *Config) error {
 		return wire.Errorf(wire.ErrInvalidParams, "local_hostname is empty")
 	}
 	switch strings.ToLower(cfg.Protocol) {
-	case "", "tcp", "rdma":
+	case "", "tcp", "ucx", "rdma":
 	default:
-		return wire.Errorf(wire.ErrInvalidParams, "protocol %q: want \"tcp\" or \"rdma\"", cfg.Protocol)
+		return wire.Errorf(wire.ErrInvalidParams, "protocol %q: want \"tcp\", \"ucx\" or \"rdma\"", cfg.Protocol)
 	}
 	if cfg.MasterServerAddr == "" {
 		cfg.MasterServerAddr = "127.0.0.1:50051"
@@ -615,12 +625,15 @@ func (c *Client) mountQuiet(ctx context.Context) error {
 		mem = c.seg.Bytes()
 		desc.Base = uint64(addrOf(mem))
 	}
+	exposed := c.ucxDescOf(&desc, uintptr(desc.Base), desc.Size, c.devSeg != nil)
 	// A remount may bring a new id, which the master's grants name before
 	// the answer arrives here: the server takes grants for any id of this
 	// segment (its key is this segment's alone) until it knows.
 	c.server.SetSegID(0)
 	var resp wire.MountResp
-	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp); err != nil {
+	err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp)
+	exposed(err)
+	if err != nil {
 		return err
 	}
 	desc.ID = resp.SegID
@@ -768,6 +781,9 @@ func (c *Client) release() {
 		c.ssd.Close() // before the segment its offloads read goes away
 	}
 	c.engine.Close() // unpins the own segment and registered buffers too
+	if c.ucx != nil {
+		c.ucx.close() // the exposure before the segment's memory goes
+	}
 	c.master.Close()
 	if c.seg != nil {
 		c.seg.Close()

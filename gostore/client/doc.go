@@ -58,6 +58,19 @@
 // period; their memory is released only once no call is copying in or out
 // of it (Close's inFlight lock) and the master has let them go.
 //
+// The UCX route (transport.go, ucx.go): setup's protocol "ucx" or "rdma"
+// (or GOSTORE_TRANSPORT=ucx: Config.ForceUCX) loads UCX (gostore/ucx) and
+// plans the route (planTransport: off, with the reason, where UCX cannot
+// load or "rdma" meets a UCX without a verbs transport; then TCP); one
+// log line says which UCX, which transports, or why not. On, the client
+// makes one UCX context (NET_DEVICES: the NICs near the segment, for
+// "rdma") and the engine's worker, and exposes its segment afresh at each
+// mount (a GPU segment only where UCX has CUDA): the desc goes to the
+// master in the mount; the exposure before is closed once the new mount
+// succeeded, and at Close (after the engine, before the memory), so a
+// peer's stale desc fails rather than reach memory. Segments mounted at
+// run time are not exposed: peers reach them over TCP.
+//
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD
 // tier (gostore/ssdtier; the client holds its Tier, and a Reader that

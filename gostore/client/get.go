@@ -682,8 +682,8 @@ func capacity(bufs [][]byte) uint64 {
 }
 
 // orderReplicas puts the cheapest replica first, as the engine would
-// route it: own segment, then a same-host mapping, then TCP; replicas on
-// segments not resolved last.
+// route it: own segment, then a same-host mapping, then UCX, then TCP;
+// replicas on segments not resolved last.
 func (c *Client) orderReplicas(reps []wire.Replica) {
 	if len(reps) < 2 {
 		return
@@ -692,7 +692,7 @@ func (c *Client) orderReplicas(reps []wire.Replica) {
 		if p, ok := c.peers.get(r.SegID); ok {
 			return c.engine.Route(p).Cost()
 		}
-		return 3
+		return transfer.RouteTCP.Cost() + 1
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return cost(reps[i]) < cost(reps[j]) })
 }

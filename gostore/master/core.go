@@ -3,6 +3,7 @@
 package master
 
 import (
+	"bytes"
 	"hash/maphash"
 	"math/rand/v2"
 	"sort"
@@ -24,6 +25,12 @@ const NumShards = 1024
 // sums over the pool cannot overflow (a segment is memory the client
 // mapped: 256 TiB is far beyond any host).
 const maxSegmentSize = 256 << 40
+
+// MaxUCXDesc bounds a segment's UCX descriptor (wire.SegmentDesc.UCX), which
+// the master keeps, journals and hands to every peer without reading it: a
+// worker address and a packed remote key are a few hundred bytes on any
+// transport (tens more per verbs device).
+const MaxUCXDesc = 4 << 10
 
 // allocAlign is the alignment of replica offsets inside a segment: a cache
 // line, so that copies into neighbouring objects never share one.
@@ -288,7 +295,7 @@ func (sh *shard) sweep(f func(key string, o *object)) {
 
 type segment struct {
 	desc wire.SegmentDesc
-	mu   sync.Mutex // guards alloc, dead and drainAt
+	mu   sync.Mutex // guards alloc, dead and drainAt; desc.UCX with segs' lock (a remount changes it)
 	// alloc owns the segment's byte ranges.
 	alloc *alloc.Allocator
 	dead  bool
@@ -393,6 +400,9 @@ func (c *Core) Mount(d wire.SegmentDesc, grantKey []byte) (MountResult, error) {
 	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign || d.Size > maxSegmentSize {
 		return res, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
 	}
+	if len(d.UCX) > MaxUCXDesc {
+		return res, wire.Errorf(wire.ErrInvalidParams, "segment %q: a UCX descriptor of %d bytes, at most %d", d.Name, len(d.UCX), MaxUCXDesc)
+	}
 	var key *segmentKey
 	if grantKey != nil {
 		signer, ok := grant.NewKey(grantKey)
@@ -434,10 +444,23 @@ func (c *Core) mountOnce(d wire.SegmentDesc, key *segmentKey) (id uint64, dead s
 	}
 	if old, ok := c.segs.byName[d.Name]; ok {
 		if old.desc.ClientID == d.ClientID && old.desc.Size == d.Size && old.desc.ShmPath == d.ShmPath {
-			if key != nil && !old.hasKey(key.secret) {
+			newKey := key != nil && !old.hasKey(key.secret)
+			if newKey {
 				// A segment restored without its key (a state written
 				// before grants), or an owner that made a new one.
 				old.key.Store(key)
+			}
+			newUCX := !bytes.Equal(old.desc.UCX, d.UCX)
+			if newUCX {
+				// The owner exposes its memory afresh at each mount and
+				// closes the old exposure once this one succeeded: peers
+				// must get the new one. Under s.mu too: Segments copies
+				// desc under it alone.
+				old.mu.Lock()
+				old.desc.UCX = bytes.Clone(d.UCX)
+				old.mu.Unlock()
+			}
+			if newKey || newUCX {
 				c.recordSegment(old, true)
 			}
 			return old.desc.ID, "", 0, nil

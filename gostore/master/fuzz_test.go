@@ -32,6 +32,8 @@ import (
 // them.
 func kindChanges() []Change {
 	seg := wire.SegmentDesc{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, ShmPath: "/dev/shm/x", IPC: []byte{1, 2}}
+	segUCX := seg
+	segUCX.UCX = bytes.Repeat([]byte{0x5a}, 200)
 	return []Change{
 		{Kind: ObjectSet, Key: "k/1", Object: DurableObject{Size: 4096, Epoch: 99, Writer: "w", HardPin: true,
 			Replicas: []DurableReplica{{SegID: 7, Offset: 8192}, {SegID: 9, Offset: 0}}}},
@@ -43,6 +45,7 @@ func kindChanges() []Change {
 		{Kind: ObjectGone, Key: ""},
 		{Kind: SegmentMounted, Segment: &seg},
 		{Kind: SegmentMounted, Segment: &seg, GrantKey: bytes.Repeat([]byte{0xa5}, 32)},
+		{Kind: SegmentMounted, Segment: &segUCX, GrantKey: bytes.Repeat([]byte{0xa5}, 32)},
 		{Kind: SegmentRemoved, SegID: 7},
 		{Kind: DropAdded, Storage: "/ssd", Key: "k/2"},
 		{Kind: DropsDone, Storage: "/ssd", Keys: []string{"a", "b"}},

@@ -26,13 +26,27 @@
 // starts first so the network works while the caller's goroutine copies
 // the local routes.
 //
+// The UCX route (ucx.go) takes a peer whose owner exposed its segment with
+// UCX (Peer.UCX, the exposure's desc from the master) when the Engine has
+// a worker (Options.UCX) and the peer is on another host, or on this one
+// with Options.ForceUCX: one-sided puts and gets straight into the owner's
+// memory, a batch's ops all in flight at once, writes flushed (in the
+// owner's memory) before Do returns. It runs beside the local routes on a
+// goroutine of its own. A peer without a desc goes over TCP as before;
+// an op that fails on UCX fails (ErrTransferFail), it is not retried over
+// TCP: Forget(segID) drops the endpoint, and the next op reconnects.
+// Route.Cost orders own < shm, ipc < ucx < tcp; RouteOps counts the ops
+// each route took.
+//
 // # Where the caller's memory lives
 //
 // Op.Bufs are host parts; Op.Device names parts on a GPU (nil placeholders
 // in Bufs). A device part moves GPU to GPU into an IPC or own GPU segment,
-// in one DMA into a mapping the engine page-locked (Pins), and through
+// in one DMA into a mapping the engine page-locked (Pins), to UCX as a GPU
+// pointer when its context has CUDA (Options.UCXCUDA), and through
 // pinned bounce memory (staging.go) on a route that cannot reach the GPU
-// (TCP, a mapping that cannot be locked, Engine.Staged for the SSD tier).
+// (TCP, UCX without CUDA, a mapping that cannot be locked, Engine.Staged
+// for the SSD tier).
 // The GPU is reached only through the Driver the caller supplies: this
 // package links no driver, and tests supply a fake. A device part may
 // instead name another process's memory (DevicePart.Pid): it moves with
@@ -56,6 +70,16 @@
 // and the range. Server.Mint is the owner's own grant, for a peer it
 // invites into its memory.
 //
+// On the UCX route the grant is checked here, before anything is posted
+// (range and direction; the owner's key is not ours to verify), and the
+// op must lie inside the exposure (gostore/ucx checks its desc). The desc
+// is the capability: the master hands it only to the clients it
+// authenticated, and the owner revokes it by closing the exposure (at
+// unmount and after a remount), after which an op holding it fails rather
+// than move bytes. The owner cannot police one-sided ops once a peer
+// holds the desc: on verbs the NIC checks the rkey's range; on tcp and
+// shared memory UCX's software RMA does not.
+//
 // The local routes are not policed: the own segment is this process's,
 // and a same-host peer maps the owner's memfd (/proc/<pid>/fd/<n>) or
 // opens its GPU memory from an IPC handle, which takes ptrace rights over
@@ -72,9 +96,12 @@
 //     longer used, also after ctx ended.
 //   - The caller keeps its memory valid until Do returns, and never hands
 //     an op a range it does not own.
-//   - A mapping or connection that failed is dropped by Forget (the client
-//     calls it for segments whose ops failed in transfer); Close fails
-//     what is in flight, unmaps, unpins and frees the bounces.
+//   - A mapping, connection or UCX endpoint that failed is dropped by
+//     Forget (the client calls it for segments whose ops failed in
+//     transfer); Close fails what is in flight on TCP, unmaps, unpins and
+//     frees the bounces.
+//   - The UCX worker (Options.UCX) is the caller's: it outlives the Engine
+//     (closed after Engine.Close); UCX ops in flight end with their ctx.
 //
 // # TCP protocol
 //

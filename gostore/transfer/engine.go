@@ -15,6 +15,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/ucx"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -35,12 +36,15 @@ type Peer struct {
 	Location string
 	IPC      []byte
 	GPUPCI   string // the PCI bus id of a GPU segment's device
+	// UCX is the owner's UCX exposure of the segment (ucx.Exposure.Desc),
+	// empty when it runs none: reached over RouteUCX when set (Route).
+	UCX []byte
 }
 
 // PeerFromDesc builds a Peer from the master's description of a segment.
 func PeerFromDesc(d wire.SegmentDesc) Peer {
 	return Peer{SegID: d.ID, HostID: d.HostID, ShmPath: d.ShmPath, TransferAddr: d.TransferAddr, Size: d.Size,
-		Location: d.Location, IPC: d.IPC, GPUPCI: d.GPUPCI}
+		Location: d.Location, IPC: d.IPC, GPUPCI: d.GPUPCI, UCX: d.UCX}
 }
 
 // Op moves one object stored contiguously at Offset in the peer's segment
@@ -73,6 +77,17 @@ type Options struct {
 	// ForceTCP disables shared memory and CUDA IPC between processes (the
 	// bindings set it from GOSTORE_TRANSPORT=tcp).
 	ForceTCP bool
+	// UCX, when set, is the initiator that reaches peers' segments their
+	// owners exposed with UCX (RouteUCX). The caller owns it: it closes it
+	// after the Engine.
+	UCX *ucx.Worker
+	// UCXCUDA: UCX's context has CUDA (ucx.Info.CUDA): device parts go to
+	// it as GPU pointers instead of being staged.
+	UCXCUDA bool
+	// ForceUCX routes same-host peers with a UCX exposure over UCX too,
+	// instead of shared memory or IPC (the bindings set it from
+	// GOSTORE_TRANSPORT=ucx).
+	ForceUCX bool
 	// StreamsPerPeer is the number of TCP connections kept per peer address.
 	StreamsPerPeer int
 	// SliceSize is the largest request one op is cut into on TCP; slices of
@@ -118,6 +133,9 @@ const (
 // any peer over TCP. It is safe for concurrent use.
 type Engine struct {
 	forceTCP bool
+	forceUCX bool
+	ucx      *ucx.Worker // nil: no UCX route
+	ucxCUDA  bool
 	streams  int
 	slice    uint64
 	dialTO   time.Duration
@@ -136,6 +154,7 @@ type Engine struct {
 	beforeDeviceCopy func([]byte)
 	transports       [numRoutes]Transport
 	stagedParts      atomic.Uint64 // device parts staged through the bounces
+	routeOps         [numRoutes]atomic.Uint64
 
 	ownMu sync.RWMutex
 	own   ownSegment
@@ -143,6 +162,7 @@ type Engine struct {
 	mu      sync.Mutex
 	pools   map[string]*peerPool // by TransferAddr
 	segAddr map[uint64]string    // SegID → TransferAddr, for Forget
+	segUCX  map[uint64][]byte    // SegID → its UCX desc, for Forget
 	closed  bool
 }
 
@@ -157,6 +177,9 @@ type ownSegment struct {
 func NewEngine(opt Options) *Engine {
 	e := &Engine{
 		forceTCP:  opt.ForceTCP,
+		forceUCX:  opt.ForceUCX,
+		ucx:       opt.UCX,
+		ucxCUDA:   opt.UCXCUDA,
 		streams:   opt.StreamsPerPeer,
 		slice:     uint64(opt.SliceSize),
 		dialTO:    opt.DialTimeout,
@@ -168,6 +191,7 @@ func NewEngine(opt Options) *Engine {
 		driver:    opt.Driver,
 		pools:     map[string]*peerPool{},
 		segAddr:   map[uint64]string{},
+		segUCX:    map[uint64][]byte{},
 	}
 	if e.streams <= 0 {
 		e.streams = DefaultStreamsPerPeer
@@ -204,6 +228,7 @@ func NewEngine(opt Options) *Engine {
 		RouteShm: mappedTransport[[]byte]{e, e.shm, e.copyShm},
 		RouteIPC: mappedTransport[DeviceMemory]{e, e.ipc, e.copyIPC},
 		RouteTCP: tcpTransport{e},
+		RouteUCX: ucxTransport{e},
 	}
 	if opt.Wrap != nil {
 		for r := range e.transports {
@@ -233,6 +258,14 @@ func (e *Engine) IsOwn(segID uint64) bool {
 // so far: parts no direct GPU copy could reach.
 func (e *Engine) StagedParts() uint64 { return e.stagedParts.Load() }
 
+// RouteOps counts the ops Do sent over route r so far.
+func (e *Engine) RouteOps(r Route) uint64 {
+	if r >= numRoutes {
+		return 0
+	}
+	return e.routeOps[r].Load()
+}
+
 // Pins is the registry of host memory page-locked for GPU copies.
 func (e *Engine) Pins() *Pins { return e.pins }
 
@@ -241,6 +274,8 @@ func (e *Engine) Route(p Peer) Route {
 	switch {
 	case e.IsOwn(p.SegID):
 		return RouteOwn
+	case e.ucx != nil && len(p.UCX) > 0 && (e.forceUCX || p.HostID != e.host):
+		return RouteUCX
 	case e.forceTCP || p.HostID != e.host:
 		return RouteTCP
 	case p.Location != "":
@@ -255,11 +290,19 @@ func (e *Engine) Route(p Peer) Route {
 }
 
 // Forget drops what is cached for a segment that is gone: its shared
-// mapping (once no copy uses it) and, if no other known segment lives
-// there, the connections to its transfer server.
+// mapping (once no copy uses it), its UCX endpoint and remote key and, if
+// no other known segment lives there, the connections to its transfer
+// server.
 func (e *Engine) Forget(segID uint64) {
 	e.shm.forget(segID)
 	e.ipc.forget(segID)
+	e.mu.Lock()
+	desc, exposed := e.segUCX[segID]
+	delete(e.segUCX, segID)
+	e.mu.Unlock()
+	if exposed && e.ucx != nil {
+		e.ucx.Forget(desc)
+	}
 	e.mu.Lock()
 	var pool *peerPool
 	if addr, ok := e.segAddr[segID]; ok {
@@ -460,14 +503,27 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		}
 		r := e.Route(op.Peer)
 		routes[r] = append(routes[r], i)
+		e.routeOps[r].Add(1)
 	}
 
 	var st staging // device parts staged for TCP; released on return
 	defer st.release(e)
-	tcpOps, tcpIdx := st.stage(e, ops, routes[RouteTCP], errs)
+	tcpOps, tcpIdx := st.stage(e, ops, routes[RouteTCP], errs, nil)
 	var waits []func() []int
 	if len(tcpIdx) > 0 {
 		waits = append(waits, e.transports[RouteTCP].Start(ctx, tcpOps, tcpIdx, errs))
+	}
+	if ucxOps, ucxIdx := st.stage(e, ops, routes[RouteUCX], errs, e.ucxDirect); len(ucxIdx) > 0 {
+		// UCX's Do returns when its ops are done: beside local copies it
+		// runs on a goroutine of its own, so both proceed at once.
+		t := e.transports[RouteUCX]
+		if len(routes[RouteOwn])+len(routes[RouteShm])+len(routes[RouteIPC]) == 0 {
+			waits = append(waits, t.Start(ctx, ucxOps, ucxIdx, errs))
+		} else {
+			done := make(chan func() []int, 1)
+			go func() { done <- t.Start(ctx, ucxOps, ucxIdx, errs) }()
+			waits = append(waits, func() []int { return (<-done)() })
+		}
 	}
 	var late []int
 	for _, r := range [...]Route{RouteOwn, RouteShm, RouteIPC} {
@@ -476,7 +532,8 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		}
 	}
 	if len(late) > 0 {
-		if tcpOps, tcpIdx = st.stage(e, ops, late, errs); len(tcpIdx) > 0 {
+		e.routeOps[RouteTCP].Add(uint64(len(late)))
+		if tcpOps, tcpIdx = st.stage(e, ops, late, errs, nil); len(tcpIdx) > 0 {
 			waits = append(waits, e.transports[RouteTCP].Start(ctx, tcpOps, tcpIdx, errs))
 		}
 	}
@@ -511,7 +568,7 @@ func (e *Engine) Staged(ops []Op, fn func(host []Op) []error) []error {
 	}
 	var st staging
 	defer st.release(e)
-	host, idx := st.stage(e, ops, idx, errs)
+	host, idx := st.stage(e, ops, idx, errs, nil)
 	run := make([]Op, 0, len(idx))
 	for _, i := range idx {
 		run = append(run, host[i])

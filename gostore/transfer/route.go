@@ -1,6 +1,7 @@
 // route.go defines the routes an op can take and the Transport behind
 // each: the own segment, same-host shared memory and CUDA IPC copy in the
-// caller's goroutine; TCP pipelines requests to the peer's Server.
+// caller's goroutine; TCP pipelines requests to the peer's Server; UCX
+// (ucx.go) puts and gets straight into the peer's memory.
 
 package transfer
 
@@ -26,6 +27,9 @@ const (
 	RouteShm
 	// RouteIPC: a same-host peer's GPU segment, opened from its IPC handle.
 	RouteIPC
+	// RouteUCX: one-sided puts and gets into a peer's segment its owner
+	// exposed with UCX (Peer.UCX), over the Engine's Options.UCX worker.
+	RouteUCX
 	numRoutes
 )
 
@@ -39,20 +43,25 @@ func (r Route) String() string {
 		return "ipc"
 	case RouteTCP:
 		return "tcp"
+	case RouteUCX:
+		return "ucx"
 	}
 	return "unknown"
 }
 
 // Cost orders routes from cheapest: the own segment, then a mapping, then
-// the network.
+// UCX (one-sided, no server thread on its path where the NIC does RMA),
+// then our TCP.
 func (r Route) Cost() int {
 	switch r {
 	case RouteOwn:
 		return 0
 	case RouteShm, RouteIPC:
 		return 1
+	case RouteUCX:
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // A Transport moves the bytes of the ops the Engine routes to it.

@@ -1,5 +1,5 @@
 // staging.go defines how device parts cross a route that cannot reach
-// them (TCP, a mapping that cannot be page-locked, the SSD tier): through
+// them (TCP, UCX without CUDA, a mapping that cannot be page-locked, the SSD tier): through
 // host memory lent by a bouncePool (pinned for GPU parts when a driver is
 // there), copied off the part before a write, onto it after a read.
 
@@ -100,14 +100,15 @@ type staging struct{ ops []staged }
 
 // stage returns ops with each ops[i], i in idx, that has device parts
 // replaced by a host-only copy whose placeholders are bounces (filled from
-// the GPU for a write). ops itself is returned, unchanged, when no op has
-// device parts; otherwise a copy. An op that cannot be staged gets its
+// the GPU for a write), but for the ops direct (when not nil) says the
+// route reaches as they are. ops itself is returned, unchanged, when no
+// op is staged; otherwise a copy. An op that cannot be staged gets its
 // error in errs and is left out of the returned index list.
-func (st *staging) stage(e *Engine, ops []Op, idx []int, errs []error) ([]Op, []int) {
+func (st *staging) stage(e *Engine, ops []Op, idx []int, errs []error, direct func(*Op) bool) ([]Op, []int) {
 	out, keep := ops, idx
 	copied := false
 	for k, i := range idx {
-		if len(ops[i].Device) == 0 {
+		if len(ops[i].Device) == 0 || direct != nil && direct(&ops[i]) {
 			if copied {
 				keep = append(keep, i)
 			}

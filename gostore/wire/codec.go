@@ -244,6 +244,8 @@ var (
 	_ msgpack.CustomEncoder = (*Replica)(nil)
 	_ msgpack.CustomDecoder = (*Replica)(nil)
 	_ msgpack.CustomDecoder = (*MountReq)(nil)
+	_ msgpack.CustomEncoder = SegmentDesc{}
+	_ msgpack.CustomDecoder = (*SegmentDesc)(nil)
 )
 
 // EncodeMsgpack writes a replica as three fields; Grant came later, and an
@@ -319,6 +321,91 @@ func (m *MountReq) DecodeMsgpack(d *msgpack.Decoder) error {
 		m.GrantKey = nil
 	}
 	return skipRest(d, n, 2)
+}
+
+// segmentDescFields is how many fields a SegmentDesc had before UCX: what
+// older clients send and older journals and states hold.
+const segmentDescFields = 12
+
+// EncodeMsgpack (a value receiver: State holds descs in a map) writes a
+// SegmentDesc as reflection would, in 12 fields
+// when it has no UCX desc: the bytes of such a desc stay those journals
+// and older peers know, and an older master still reads it.
+func (s SegmentDesc) EncodeMsgpack(e *msgpack.Encoder) error {
+	n := segmentDescFields
+	if len(s.UCX) > 0 {
+		n++
+	}
+	if err := e.EncodeArrayLen(n); err != nil {
+		return err
+	}
+	for _, f := range [...]func() error{
+		func() error { return e.EncodeUint64(s.ID) },
+		func() error { return e.EncodeString(s.Name) },
+		func() error { return e.EncodeString(s.ClientID) },
+		func() error { return e.EncodeUint64(s.Size) },
+		func() error { return e.EncodeString(s.HostID) },
+		func() error { return e.EncodeString(s.ShmPath) },
+		func() error { return e.EncodeString(s.TransferAddr) },
+		func() error { return e.EncodeBool(s.Offload) },
+		func() error { return e.EncodeString(s.Location) },
+		func() error { return e.EncodeBytes(s.IPC) },
+		func() error { return e.EncodeString(s.GPUPCI) },
+		func() error { return e.EncodeUint64(s.Base) },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	if n > segmentDescFields {
+		return e.EncodeBytes(s.UCX)
+	}
+	return nil
+}
+
+// DecodeMsgpack reads a SegmentDesc of 12 fields (from before UCX) or
+// more; msgpack's reflection wants the exact count. A nil decodes as the
+// zero desc, as reflection does; an empty UCX desc as none.
+func (s *SegmentDesc) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := d.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	*s = SegmentDesc{}
+	if n == -1 {
+		return nil
+	}
+	if n < segmentDescFields {
+		return errShortArray(n, segmentDescFields)
+	}
+	for _, f := range [...]func() error{
+		func() (err error) { s.ID, err = d.DecodeUint64(); return },
+		func() (err error) { s.Name, err = d.DecodeString(); return },
+		func() (err error) { s.ClientID, err = d.DecodeString(); return },
+		func() (err error) { s.Size, err = d.DecodeUint64(); return },
+		func() (err error) { s.HostID, err = d.DecodeString(); return },
+		func() (err error) { s.ShmPath, err = d.DecodeString(); return },
+		func() (err error) { s.TransferAddr, err = d.DecodeString(); return },
+		func() (err error) { s.Offload, err = d.DecodeBool(); return },
+		func() (err error) { s.Location, err = d.DecodeString(); return },
+		func() (err error) { s.IPC, err = d.DecodeBytes(); return },
+		func() (err error) { s.GPUPCI, err = d.DecodeString(); return },
+		func() (err error) { s.Base, err = d.DecodeUint64(); return },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	if n == segmentDescFields {
+		return nil
+	}
+	if s.UCX, err = d.DecodeBytes(); err != nil {
+		return err
+	}
+	if len(s.UCX) == 0 {
+		s.UCX = nil
+	}
+	return skipRest(d, n, segmentDescFields+1)
 }
 
 // A response is a one-field array holding its list of results.

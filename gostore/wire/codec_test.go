@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -178,5 +180,61 @@ func TestGetResultOfAnOlderMaster(t *testing.T) {
 	want := GetResult{Code: OK, Size: 5, Replicas: []Replica{{SegID: 2, Offset: 64}}, LeaseMS: 10, Epoch: 77, Disk: "d"}
 	if len(got.Results) != 1 || !reflect.DeepEqual(got.Results[0], want) {
 		t.Fatalf("decoded %+v, want %+v", got.Results, want)
+	}
+}
+
+// descBeforeUCX is SegmentDesc as it was before the UCX field: what older
+// clients send and older journals and states hold.
+type descBeforeUCX struct {
+	_msgpack     struct{} `msgpack:",as_array"`
+	ID           uint64
+	Name         string
+	ClientID     string
+	Size         uint64
+	HostID       string
+	ShmPath      string
+	TransferAddr string
+	Offload      bool
+	Location     string
+	IPC          []byte
+	GPUPCI       string
+	Base         uint64
+}
+
+// A descriptor from before SegmentDesc.UCX decodes with every field and
+// no UCX, and one without UCX encodes as before; one with it keeps it byte
+// for byte; JSON never shows it.
+func TestSegmentDescUCX(t *testing.T) {
+	old := descBeforeUCX{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, HostID: "hid", ShmPath: "/proc/1/fd/3",
+		TransferAddr: "127.0.0.1:9", Offload: true, Location: "cuda:0", IPC: []byte{1, 2}, GPUPCI: "0000:01:00.0", Base: 4096}
+	b, err := msgpack.Marshal(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d SegmentDesc
+	if err := msgpack.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	want := SegmentDesc{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, HostID: "hid", ShmPath: "/proc/1/fd/3",
+		TransferAddr: "127.0.0.1:9", Offload: true, Location: "cuda:0", IPC: []byte{1, 2}, GPUPCI: "0000:01:00.0", Base: 4096}
+	if !reflect.DeepEqual(d, want) {
+		t.Fatalf("old desc decoded as %+v, want %+v", d, want)
+	}
+	// Without a UCX desc the bytes are the old layout's: older masters and
+	// journals read them.
+	if nb, _ := msgpack.Marshal(&want); !reflect.DeepEqual(nb, b) {
+		t.Fatalf("a desc without UCX encodes as %x, the old layout as %x", nb, b)
+	}
+	want.UCX = []byte{0, 0xff, 3, 'u', 'c', 'x'}
+	if b, err = msgpack.Marshal(&want); err != nil {
+		t.Fatal(err)
+	}
+	var got SegmentDesc
+	if err := msgpack.Unmarshal(b, &got); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded %+v %v, want %+v", got, err, want)
+	}
+	j, _ := json.Marshal(want)
+	if strings.Contains(strings.ToLower(string(j)), "ucx") || strings.Contains(string(j), base64.StdEncoding.EncodeToString(want.UCX)) {
+		t.Fatalf("JSON shows the UCX desc: %s", j)
 	}
 }

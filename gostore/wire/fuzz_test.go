@@ -168,7 +168,7 @@ func messageSeeds() []any {
 	reps := []Replica{{SegID: 1, Offset: 1 << 40, Grant: bytes.Repeat([]byte{7}, 56)}, {SegID: 7, Offset: 64}}
 	seg := SegmentDesc{ID: 3, Name: "10.0.0.1:12345", ClientID: "c1", Size: 1 << 30, HostID: "h",
 		ShmPath: "/proc/1/fd/3", TransferAddr: "10.0.0.1:7000", Offload: true, Location: "cuda:0",
-		IPC: []byte{1, 2, 3}, GPUPCI: "0000:3b:00.0", Base: 1 << 44}
+		IPC: []byte{1, 2, 3}, GPUPCI: "0000:3b:00.0", Base: 1 << 44, UCX: bytes.Repeat([]byte{0xa5}, 300)}
 	return []any{
 		&KeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, Peek: true},
 		&cfg,

@@ -100,6 +100,12 @@ type SegmentDesc struct {
 	// address for a GPU segment): replica descriptors report Base + offset
 	// as Mooncake does. Nothing but the owner may dereference it.
 	Base uint64
+	// UCX is the owner's UCX exposure of the segment (gostore/ucx
+	// Exposure.Desc: worker address and remote key), empty when the owner
+	// runs no UCX route. It is a capability: peers the master
+	// authenticated receive it, no listing prints it (json "-"). Last, so
+	// records written before it decode with it empty.
+	UCX []byte `json:"-"`
 }
 
 // ReplicaConfig is the wire form of Python's ReplicateConfig.

@@ -485,6 +485,8 @@ func (s *Server) register() {
 			// Debug: a client asks again for a while (its setup's takeover
 			// wait) and logs the refusal itself, naming the holder.
 			s.log.Debug("mount refused", "client", r.Seg.ClientID, "err", err)
+		case wire.CodeOf(err) == wire.ErrInvalidParams:
+			s.log.Warn("mount refused", "name", r.Seg.Name, "client", r.Seg.ClientID, "err", err)
 		}
 		return &wire.MountResp{SegID: res.ID}, err
 	})

@@ -1,0 +1,267 @@
+// ucx_test.go tests the UCX route with the real UCX (the host's libucp)
+// over its tcp transport on loopback: an owner context exposing a
+// LocalSegment, and an initiator Engine with a worker of its own context.
+
+package transfer
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/ucx"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// ucxOwner is a segment exposed with UCX by a context of its own: another
+// process's, as far as the initiator can tell.
+type ucxOwner struct {
+	ctx  *ucx.Context
+	seg  *LocalSegment
+	x    *ucx.Exposure
+	peer Peer
+}
+
+func needUCX(t testing.TB) {
+	t.Helper()
+	if info := ucx.Probe(); !info.Available {
+		t.Skipf("UCX unavailable: %s", info.Reason)
+	}
+}
+
+func ucxContext(t testing.TB) *ucx.Context {
+	t.Helper()
+	c, err := ucx.NewContext(ucx.ContextOptions{Transports: "tcp"})
+	if err != nil {
+		t.Fatalf("NewContext: %v", err)
+	}
+	t.Cleanup(c.Close) // after what the test made on it (cleanups run last first)
+	return c
+}
+
+func newUCXOwner(t testing.TB, size uint64) *ucxOwner {
+	t.Helper()
+	o := &ucxOwner{ctx: ucxContext(t), seg: localSegment(t, t.Name(), size)}
+	nextSegID++
+	o.peer = Peer{SegID: nextSegID, HostID: "elsewhere", Size: size}
+	o.expose(t)
+	return o
+}
+
+// expose exposes the segment afresh (as a remount does): a new Desc.
+func (o *ucxOwner) expose(t testing.TB) {
+	t.Helper()
+	x, err := o.ctx.Expose(uintptr(unsafe.Pointer(&o.seg.Bytes()[0])), o.seg.Size(), ucx.MemHost)
+	if err != nil {
+		t.Fatalf("Expose: %v", err)
+	}
+	t.Cleanup(x.Close)
+	o.x, o.peer.UCX = x, x.Desc()
+}
+
+// ucxEngine is an initiator Engine with a UCX worker of its own context.
+func ucxEngine(t testing.TB, opt Options) *Engine {
+	t.Helper()
+	w, err := ucxContext(t).NewWorker()
+	if err != nil {
+		t.Fatalf("NewWorker: %v", err)
+	}
+	opt.UCX, opt.Log = w, quietLog()
+	e := NewEngine(opt)
+	t.Cleanup(func() { e.Close(); w.Close() })
+	return e
+}
+
+func ucxDo(e *Engine, ops ...Op) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return e.Do(ctx, ops)
+}
+
+// Scattered writes and reads, single and a batch of 32, and device parts
+// (staged: this UCX has no CUDA; a FAKE driver stands for the GPU) move
+// over RouteUCX, every byte checked in the owner's memory and back.
+func TestUCXRouteMovesBytes(t *testing.T) {
+	needUCX(t)
+	const size = 32 << 20
+	o := newUCXOwner(t, size)
+	e := ucxEngine(t, Options{Driver: &fakeDriver{}, BounceBytes: 1 << 20})
+	if r := e.Route(o.peer); r != RouteUCX {
+		t.Fatalf("route %v, want ucx", r)
+	}
+	mem := o.seg.Bytes()
+
+	v := pattern(1, 5<<20+3)
+	mustOK(t, ucxDo(e, Op{Peer: o.peer, Offset: 4096, Bufs: scatter(v, 100000, 7, 1<<20), Write: true}))
+	if d := firstDiff(mem[4096:4096+len(v)], v); d != "" {
+		t.Fatalf("segment after a write: %s", d)
+	}
+	back := make([]byte, len(v))
+	mustOK(t, ucxDo(e, Op{Peer: o.peer, Offset: 4096, Bufs: scatter(back, 4096, 33)}))
+	if d := firstDiff(back, v); d != "" {
+		t.Fatalf("read back: %s", d)
+	}
+
+	const n, each = 32, 64 << 10
+	var writes, reads []Op
+	outs := make([][]byte, n)
+	for i := range n {
+		off := uint64(8<<20 + i*each)
+		writes = append(writes, Op{Peer: o.peer, Offset: off, Bufs: scatter(pattern(uint64(10+i), each), 5000), Write: true})
+		outs[i] = make([]byte, each)
+		reads = append(reads, Op{Peer: o.peer, Offset: off, Bufs: [][]byte{outs[i]}})
+	}
+	mustOK(t, ucxDo(e, writes...))
+	mustOK(t, ucxDo(e, reads...))
+	for i := range n {
+		want := pattern(uint64(10+i), each)
+		if d := firstDiff(mem[8<<20+i*each:][:each], want); d != "" {
+			t.Fatalf("batch op %d in the segment: %s", i, d)
+		}
+		if d := firstDiff(outs[i], want); d != "" {
+			t.Fatalf("batch op %d read back: %s", i, d)
+		}
+	}
+
+	dv := pattern(2, 3<<20)
+	before := e.StagedParts()
+	w, _ := mixedOp(o.peer, 16<<20, dv, true)
+	mustOK(t, ucxDo(e, w))
+	if d := firstDiff(mem[16<<20:][:len(dv)], dv); d != "" {
+		t.Fatalf("segment after a mixed write: %s", d)
+	}
+	rd, dev := mixedOp(o.peer, 16<<20, dv, false)
+	mustOK(t, ucxDo(e, rd))
+	if d := firstDiff(joinMixed(rd, dev), dv); d != "" {
+		t.Fatalf("mixed read back: %s", d)
+	}
+	if e.StagedParts() != before+2 {
+		t.Fatalf("%d device parts staged, want 2", e.StagedParts()-before)
+	}
+	if got := e.RouteOps(RouteUCX); got != 2+2*n+2 {
+		t.Fatalf("RouteOps(ucx) = %d, want %d", got, 2+2*n+2)
+	}
+	if got := e.RouteOps(RouteTCP); got != 0 {
+		t.Fatalf("RouteOps(tcp) = %d, want 0", got)
+	}
+}
+
+// Route picks UCX for a peer with a UCX desc on another host, or on this
+// one with ForceUCX; a same-host peer stays on shared memory otherwise,
+// and a peer without a desc (or an engine without a worker) on TCP.
+func TestUCXRouteRules(t *testing.T) {
+	needUCX(t)
+	o := newUCXOwner(t, 1<<20)
+	e := ucxEngine(t, Options{})
+	forced := ucxEngine(t, Options{ForceUCX: true})
+	plain := NewEngine(Options{Log: quietLog()})
+	defer plain.Close()
+	same := o.peer
+	same.HostID, same.ShmPath = HostID(), o.seg.ShmPath()
+	noDesc := o.peer
+	noDesc.UCX = nil
+	for _, c := range []struct {
+		e    *Engine
+		p    Peer
+		want Route
+	}{
+		{e, o.peer, RouteUCX}, {e, same, RouteShm}, {e, noDesc, RouteTCP},
+		{forced, same, RouteUCX}, {forced, o.peer, RouteUCX},
+		{plain, o.peer, RouteTCP}, {plain, same, RouteShm},
+	} {
+		if got := c.e.Route(c.p); got != c.want {
+			t.Errorf("peer on host %q with %d bytes of UCX desc: %v, want %v", c.p.HostID, len(c.p.UCX), got, c.want)
+		}
+	}
+	if !(RouteShm.Cost() < RouteUCX.Cost() && RouteUCX.Cost() < RouteTCP.Cost()) || RouteUCX.String() != "ucx" {
+		t.Fatalf("ucx costs %d between shm %d and tcp %d, named %q", RouteUCX.Cost(), RouteShm.Cost(), RouteTCP.Cost(), RouteUCX)
+	}
+	v := pattern(3, 100000)
+	mustOK(t, ucxDo(forced, Op{Peer: same, Offset: 0, Bufs: [][]byte{v}, Write: true}))
+	if d := firstDiff(o.seg.Bytes()[:len(v)], v); d != "" || forced.RouteOps(RouteUCX) != 1 {
+		t.Fatalf("forced same-host write: %s, %d ops over ucx", d, forced.RouteOps(RouteUCX))
+	}
+}
+
+// Ops the route cannot serve are refused with the contract's codes before
+// anything moves: outside the segment or the exposure (a Peer of unknown
+// size) or with a damaged desc ErrInvalidParams, outside their grant
+// ErrIllegalClient, as on TCP.
+func TestUCXRouteRefusals(t *testing.T) {
+	needUCX(t)
+	const size = 1 << 20
+	o := newUCXOwner(t, size)
+	e := ucxEngine(t, Options{})
+	v := pattern(4, 8192)
+	check := func(what string, op Op, code wire.Code) {
+		t.Helper()
+		clear(o.seg.Bytes())
+		wantCode(t, ucxDo(e, op)[0], code)
+		if !bytes.Equal(o.seg.Bytes(), make([]byte, size)) {
+			t.Fatalf("%s: the refused op wrote the segment", what)
+		}
+	}
+	check("past the end", Op{Peer: o.peer, Offset: size - 4096, Bufs: [][]byte{v}, Write: true}, wire.ErrInvalidParams)
+	unsized := o.peer
+	unsized.Size = 0
+	check("past the exposure", Op{Peer: unsized, Offset: size - 4096, Bufs: [][]byte{v}, Write: true}, wire.ErrInvalidParams)
+	key, _ := grant.NewKey(bytes.Repeat([]byte{1}, grant.KeySize))
+	g := grant.Mint(nil, key, grant.Fields{SegID: o.peer.SegID, Offset: 0, Length: 4096, Write: true, Expiry: time.Now().Add(time.Hour).UnixNano()})
+	check("past the grant", Op{Peer: o.peer, Offset: 0, Bufs: [][]byte{v}, Write: true, Grant: g}, wire.ErrIllegalClient)
+	readOnly := grant.Mint(nil, key, grant.Fields{SegID: o.peer.SegID, Offset: 0, Length: 8192, Expiry: time.Now().Add(time.Hour).UnixNano()})
+	check("a write on a read grant", Op{Peer: o.peer, Offset: 0, Bufs: [][]byte{v}, Write: true, Grant: readOnly}, wire.ErrIllegalClient)
+	bad := o.peer
+	bad.UCX = append([]byte(nil), o.peer.UCX...)
+	bad.UCX[len(bad.UCX)/2] ^= 0xff
+	check("a damaged desc", Op{Peer: bad, Offset: 0, Bufs: [][]byte{v}, Write: true}, wire.ErrInvalidParams)
+	// Inside its grant, the op goes.
+	mustOK(t, ucxDo(e, Op{Peer: o.peer, Offset: 0, Bufs: [][]byte{v[:4096]}, Write: true, Grant: g}))
+	if d := firstDiff(o.seg.Bytes()[:4096], v[:4096]); d != "" {
+		t.Fatal(d)
+	}
+}
+
+// An exposure closed (the owner unmounted, or remounted with a fresh one)
+// fails ops that hold its desc: an error, never bytes, and nothing of the
+// caller's buffer written. The new exposure of the same segment is reached
+// after Forget, on a new endpoint; so is the old segment after Forget.
+func TestUCXRouteClosedExposureAndForget(t *testing.T) {
+	needUCX(t)
+	const size = 1 << 20
+	o := newUCXOwner(t, size)
+	e := ucxEngine(t, Options{})
+	v := pattern(5, 65536)
+	copy(o.seg.Bytes(), v)
+	got := make([]byte, len(v))
+	mustOK(t, ucxDo(e, Op{Peer: o.peer, Bufs: [][]byte{got}}))
+	if d := firstDiff(got, v); d != "" {
+		t.Fatal(d)
+	}
+	old := o.peer
+	o.x.Close()
+	clear(got)
+	start := time.Now()
+	err := ucxDo(e, Op{Peer: old, Bufs: [][]byte{got}})[0]
+	wantCode(t, err, wire.ErrTransferFail)
+	if !bytes.Equal(got, make([]byte, len(got))) {
+		t.Fatal("a read of a closed exposure brought bytes")
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the failure took %v", took)
+	}
+	e.Forget(old.SegID)
+	o.expose(t)
+	mustOK(t, ucxDo(e, Op{Peer: o.peer, Bufs: [][]byte{got}}))
+	if d := firstDiff(got, v); d != "" {
+		t.Fatalf("after Forget and a fresh exposure: %s", d)
+	}
+	e.Forget(o.peer.SegID)
+	w := pattern(6, 4096)
+	mustOK(t, ucxDo(e, Op{Peer: o.peer, Bufs: [][]byte{w}, Write: true}))
+	if d := firstDiff(o.seg.Bytes()[:4096], w); d != "" {
+		t.Fatalf("after Forget, reconnected: %s", d)
+	}
+}

@@ -1,0 +1,445 @@
+// worker.go: the initiator side, one-sided puts and gets to peers'
+// exposures.
+
+package ucx
+
+/*
+#include <stdlib.h>
+#include "gs_ucx.h"
+*/
+import "C"
+
+import (
+	"context"
+	"log"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// Part is one piece of an op's local memory: Host (Go or C memory) when
+// non-nil, else the GPU pointer Dev with length Len.
+type Part struct {
+	Host []byte
+	Dev  uintptr
+	Len  uint64
+}
+
+func (p *Part) size() uint64 {
+	if p.Host != nil {
+		return uint64(len(p.Host))
+	}
+	return p.Len
+}
+
+// Op moves Parts, in order and contiguous, to (Write) or from the peer
+// exposure Desc at Offset.
+type Op struct {
+	Desc   []byte
+	Offset uint64
+	Parts  []Part
+	Write  bool
+}
+
+// Worker is the initiator: safe for concurrent use. The UCP worker is
+// UCS_THREAD_MODE_SERIALIZED and every call into it holds mu.
+type Worker struct {
+	c   *Context
+	efd C.int
+
+	mu      sync.Mutex
+	h       C.ucp_worker_h
+	closed  bool
+	active  int                  // Do calls between their post and their end
+	eps     map[string]*endpoint // by the peer's worker address
+	closing []closingEP          // endpoints whose close is in flight
+
+	noPeerErrors bool // UCP_ERR_HANDLING_MODE_PEER was unreachable: use NONE
+}
+
+// endpoint is a cached connection to one peer exposure's worker and the
+// rkeys unpacked on it.
+type endpoint struct {
+	gs     *C.struct_gs_ep // C memory: the error callback's argument
+	key    string
+	rkeys  map[string]C.ucp_rkey_h
+	users  int  // Do calls holding it
+	dead   bool // out of the cache: closed when the last user lets go
+	closed bool // ucp_ep_close_nbx was called
+}
+
+type closingEP struct {
+	req unsafe.Pointer
+	gs  *C.struct_gs_ep
+}
+
+// NewWorker makes an initiator worker on c.
+func (c *Context) NewWorker() (*Worker, error) {
+	if !c.acquire() {
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker: context closed")
+	}
+	w := &Worker{c: c, eps: map[string]*endpoint{}}
+	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &w.h); st != C.UCS_OK {
+		c.release()
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker_create: %s", statusString(st))
+	}
+	if st := C.gs_ucx_worker_efd(w.h, &w.efd); st != C.UCS_OK {
+		C.gs_ucx_worker_destroy(w.h)
+		c.release()
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker event fd: %s", statusString(st))
+	}
+	return w, nil
+}
+
+// request is one posted UCX request of a Do and the ops it completes.
+type request struct {
+	req unsafe.Pointer
+	ep  *endpoint
+	ops []int
+}
+
+// Do moves every op, many in flight, and returns one error per op (nil
+// when its bytes arrived). Writes are flushed: their bytes are in the
+// peer's memory when Do returns. On ctx end, the endpoints with requests
+// still in flight are force-closed, so Do never returns while UCX could
+// still touch the caller's memory.
+func (w *Worker) Do(ctx context.Context, ops []Op) []error {
+	errs := make([]error, len(ops))
+	descs := make([]*desc, len(ops))
+	for i := range ops {
+		descs[i], errs[i] = w.check(&ops[i])
+	}
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	var reqs []request
+	var held []*endpoint
+
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx: worker closed")
+			}
+		}
+		return errs
+	}
+	w.active++
+	flushes := map[*endpoint][]int{}
+	var flushOrder []*endpoint
+	for i := range ops {
+		if errs[i] != nil {
+			continue
+		}
+		op, d := &ops[i], descs[i]
+		ep, rkey, err := w.connect(d)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		held = append(held, ep)
+		raddr := d.base + op.Offset
+		for _, p := range op.Parts {
+			n := p.size()
+			if n == 0 {
+				continue
+			}
+			var local C.uintptr_t
+			mt := MemHost
+			if p.Host != nil {
+				pin.Pin(&p.Host[0])
+				local = C.uintptr_t(uintptr(unsafe.Pointer(&p.Host[0])))
+			} else {
+				local, mt = C.uintptr_t(p.Dev), MemCUDA
+			}
+			var req unsafe.Pointer
+			st := C.gs_ucx_rma(ep.gs.ep, b2i(op.Write), local, C.size_t(n), C.uint64_t(raddr), rkey, mt.ucs(), &req)
+			if st != C.UCS_OK && st != C.UCS_INPROGRESS {
+				errs[i] = w.opError(op, d, st)
+				break
+			}
+			if req != nil {
+				reqs = append(reqs, request{req: req, ep: ep, ops: []int{i}})
+			}
+			raddr += n
+		}
+		if op.Write && errs[i] == nil {
+			if _, ok := flushes[ep]; !ok {
+				flushOrder = append(flushOrder, ep)
+			}
+			flushes[ep] = append(flushes[ep], i)
+		}
+	}
+	// A put completes locally; the flush completes once every put before
+	// it on that endpoint is in the peer's memory.
+	for _, ep := range flushOrder {
+		var req unsafe.Pointer
+		st := C.gs_ucx_flush(ep.gs.ep, &req)
+		if req != nil {
+			reqs = append(reqs, request{req: req, ep: ep, ops: flushes[ep]})
+		} else if st != C.UCS_OK {
+			for _, i := range flushes[ep] {
+				setErr(errs, i, w.opError(&ops[i], descs[i], st))
+			}
+		}
+	}
+	w.mu.Unlock()
+
+	w.wait(ctx, reqs, ops, descs, errs)
+
+	w.mu.Lock()
+	for _, ep := range held {
+		ep.users--
+		w.retire(ep)
+	}
+	w.active--
+	w.mu.Unlock()
+	return errs
+}
+
+// wait progresses the worker until every request ended.
+func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*desc, errs []error) {
+	cancelled := false
+	for idle := 0; len(reqs) > 0; {
+		w.mu.Lock()
+		progressed := C.gs_ucx_progress(w.h) != 0
+		w.reapClosing()
+		live := reqs[:0]
+		for _, r := range reqs {
+			st := C.gs_ucx_request_test(r.req)
+			if st == C.UCS_INPROGRESS {
+				live = append(live, r)
+				continue
+			}
+			progressed = true
+			if st != C.UCS_OK {
+				for _, i := range r.ops {
+					setErr(errs, i, w.opError(&ops[i], descs[i], st))
+				}
+			}
+		}
+		reqs = live
+		for _, r := range reqs {
+			if r.ep.gs.failed != 0 {
+				w.fail(r.ep)
+			}
+		}
+		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
+			// Force-closing ends every request on those endpoints (other
+			// Do calls' too: they get errors, the endpoints are gone).
+			cancelled = true
+			for _, r := range reqs {
+				for _, i := range r.ops {
+					setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s: %v", opName(&ops[i]), ctx.Err()))
+				}
+				w.fail(r.ep)
+			}
+		}
+		armed := false
+		if len(reqs) > 0 && !progressed {
+			idle++
+			if idle > 64 {
+				armed = C.gs_ucx_worker_arm(w.h) == C.UCS_OK
+			}
+		} else {
+			idle = 0
+		}
+		w.mu.Unlock()
+		if armed {
+			// Sleep until the worker has an event; the timeout bounds
+			// the wait when another goroutine took the event, and how
+			// late a ctx end is seen.
+			C.gs_ucx_wait(w.efd, -1, 2)
+		} else if len(reqs) > 0 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// check validates op against its desc before anything is posted.
+func (w *Worker) check(op *Op) (*desc, error) {
+	d, err := decodeDesc(op.Desc)
+	if err != nil {
+		return nil, err
+	}
+	var total uint64
+	for j := range op.Parts {
+		p := &op.Parts[j]
+		if p.Host == nil && p.Len > 0 {
+			if p.Dev == 0 {
+				return nil, wire.Errorf(wire.ErrInvalidParams, "ucx: part %d has neither host nor device memory", j)
+			}
+			if !w.c.info.CUDA {
+				return nil, wire.Errorf(wire.ErrInvalidParams, "ucx: part %d is device memory and this UCX has no CUDA support", j)
+			}
+		}
+		n := p.size()
+		if total+n < total {
+			return nil, wire.Errorf(wire.ErrInvalidParams, "ucx: parts overflow")
+		}
+		total += n
+	}
+	if op.Offset > d.size || total > d.size-op.Offset {
+		return nil, wire.Errorf(wire.ErrInvalidParams, "ucx: %d bytes at offset %d outside the exposed %d", total, op.Offset, d.size)
+	}
+	return d, nil
+}
+
+// connect returns the cached endpoint to d's worker (holding it for the
+// caller) and d's rkey unpacked on it. w.mu held.
+func (w *Worker) connect(d *desc) (*endpoint, C.ucp_rkey_h, error) {
+	key := string(d.addr)
+	ep := w.eps[key]
+	if ep != nil && ep.gs.failed != 0 {
+		w.fail(ep)
+		ep = nil
+	}
+	if ep == nil {
+		gs := (*C.struct_gs_ep)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gs_ep{}))))
+		abuf := C.CBytes(d.addr)
+		var st C.ucs_status_t = C.UCS_ERR_UNREACHABLE
+		if !w.noPeerErrors {
+			st = C.gs_ucx_ep_create(w.h, abuf, 1, gs)
+		}
+		if st == C.UCS_ERR_UNREACHABLE {
+			// No transport of this context detects a dead peer (UCX 1.13's
+			// shared memory): connect without, once logged; a dead peer is
+			// then seen only at the caller's deadline.
+			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
+				w.noPeerErrors = true
+				log.Printf("ucx: no transport of %v detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", w.c.info.Resources)
+			}
+		}
+		C.free(abuf)
+		if st != C.UCS_OK {
+			C.free(unsafe.Pointer(gs))
+			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
+		}
+		ep = &endpoint{gs: gs, key: key, rkeys: map[string]C.ucp_rkey_h{}}
+		w.eps[key] = ep
+	}
+	rkey, ok := ep.rkeys[string(d.rkey)]
+	if !ok {
+		rbuf := C.CBytes(d.rkey)
+		st := C.gs_ucx_rkey_unpack(ep.gs.ep, rbuf, &rkey)
+		C.free(rbuf)
+		if st != C.UCS_OK {
+			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx rkey_unpack: %s", statusString(st))
+		}
+		ep.rkeys[string(d.rkey)] = rkey
+	}
+	ep.users++
+	return ep, rkey, nil
+}
+
+// fail takes ep out of the cache and force-closes it now, which ends its
+// requests in flight. w.mu held.
+func (w *Worker) fail(ep *endpoint) {
+	if w.eps[ep.key] == ep {
+		delete(w.eps, ep.key)
+	}
+	ep.dead = true
+	w.closeEP(ep)
+	w.retire(ep)
+}
+
+// closeEP starts the force close of ep once. w.mu held.
+func (w *Worker) closeEP(ep *endpoint) {
+	if ep.closed {
+		return
+	}
+	ep.closed = true
+	var req unsafe.Pointer
+	C.gs_ucx_ep_close(ep.gs, 1, &req)
+	w.closing = append(w.closing, closingEP{req: req, gs: ep.gs})
+}
+
+// retire releases a dead endpoint's rkeys once no Do holds it. w.mu held.
+func (w *Worker) retire(ep *endpoint) {
+	if !ep.dead || ep.users > 0 {
+		return
+	}
+	w.closeEP(ep)
+	for k, r := range ep.rkeys {
+		C.gs_ucx_rkey_destroy(r)
+		delete(ep.rkeys, k)
+	}
+}
+
+// reapClosing frees the endpoints whose close ended. w.mu held.
+func (w *Worker) reapClosing() {
+	live := w.closing[:0]
+	for _, c := range w.closing {
+		if c.req != nil && C.gs_ucx_request_test(c.req) == C.UCS_INPROGRESS {
+			live = append(live, c)
+			continue
+		}
+		C.free(unsafe.Pointer(c.gs))
+	}
+	w.closing = live
+}
+
+// Forget drops the endpoint and rkeys of desc's peer (after a failure, or
+// when the peer's exposure is known to be gone).
+func (w *Worker) Forget(descBytes []byte) {
+	d, err := decodeDesc(descBytes)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ep := w.eps[string(d.addr)]; ep != nil {
+		w.fail(ep)
+	}
+}
+
+// Close closes every endpoint, waits for Do calls in flight to end (their
+// requests are cancelled), and destroys the worker.
+func (w *Worker) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return
+	}
+	w.closed = true
+	for _, ep := range w.eps {
+		w.fail(ep)
+	}
+	for w.active > 0 || len(w.closing) > 0 {
+		C.gs_ucx_progress(w.h)
+		w.reapClosing()
+		w.mu.Unlock()
+		runtime.Gosched()
+		w.mu.Lock()
+	}
+	C.gs_ucx_worker_destroy(w.h)
+	w.mu.Unlock()
+	w.c.release()
+}
+
+func (w *Worker) opError(op *Op, d *desc, st C.ucs_status_t) error {
+	return wire.Errorf(wire.ErrTransferFail, "ucx %s at %#x+%d: %s", opName(op), d.base, op.Offset, statusString(st))
+}
+
+func opName(op *Op) string {
+	if op.Write {
+		return "put to"
+	}
+	return "get from"
+}
+
+func setErr(errs []error, i int, err error) {
+	if errs[i] == nil {
+		errs[i] = err
+	}
+}
+
+func b2i(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
