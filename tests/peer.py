@@ -35,6 +35,7 @@ line on stdin and answers one JSON line on stdout per command:
                     batch_get_into another -> ``{"put": [rc...], "get":
                     [rc...], "ok": bytes equal}``
 ``transport_info``  -> ``{"info": store.transport_info()}``
+``disk_reads``      -> ``{"n": store.get_offload_rpc_read_count()}``
 ``upsert``          ``key``, ``hex`` [, ``replica_num``, ``preferred_segment``,
                     ``hard_pin``, ``soft_pin``] -> ``{"rc": int}``
 ``upsert_pattern``  ``key``, ``size``, ``seed`` [, config as ``upsert``] -> ``{"rc": int}``
@@ -214,6 +215,8 @@ def handle(store, cmd: dict) -> dict:
             store.unregister_buffer(a)
             store.unregister_buffer(b)
         return {"put": list(put), "get": list(got), "ok": dst.raw == data}
+    if op == "disk_reads":
+        return {"n": store.get_offload_rpc_read_count()}
     if op == "transport_info":
         return {"info": store.transport_info()}
     if op == "upsert":
