@@ -105,7 +105,7 @@ def test_rdma_devices_auto_detected_on_a_fake_server(tmp_path, master, monkeypat
     assert t["requested"] == "rdma" and t["protocol"] == "tcp"
     assert t["rdma_devices"] == ["mlx5_0", "mlx5_1"] and t["unknown_devices"] == []
     assert t["nic_for"] == {"cpu:0": "mlx5_0", "cpu:1": "mlx5_1", "cuda:0": "mlx5_0", "cuda:1": "mlx5_1"}
-    assert "bytes move over TCP" in t["reason"]  # no verbs here; where verbs are: no RDMA data path
+    assert "bytes move over TCP" in t["reason"]  # no verbs transport in the UCX here (or no UCX)
     assert s.put("k", b"v" * 1000) == 0 and s.get("k") == b"v" * 1000
     s.close()
 

@@ -99,10 +99,10 @@ func planUCX(info *TransportInfo, u ucx.Info) {
 	switch {
 	case info.Reason != "":
 	case !u.Available:
-		info.Reason = "UCX cannot be used (" + u.Reason + "): bytes between hosts move over TCP"
+		info.Reason = "UCX cannot be used (" + u.Reason + "): between hosts, bytes move over TCP"
 	case info.Requested == "rdma" && !u.Verbs:
 		info.Reason = fmt.Sprintf("the UCX loaded (%s, %s) has no RDMA (verbs) transport with a device, only %s: "+
-			"bytes between hosts move over TCP", u.Library, u.Version, strings.Join(u.Resources, ", "))
+			"between hosts, bytes move over TCP", u.Library, u.Version, strings.Join(u.Resources, ", "))
 	default:
 		info.Protocol = "ucx"
 	}

@@ -53,7 +53,7 @@ func (c *Client) setupUCX(log *slog.Logger) {
 		r, err := newUCXRoute(t.UCXDevices)
 		if err != nil {
 			t.Protocol = "tcp"
-			t.Reason = fmt.Sprintf("the UCX context cannot be made (%v): bytes between hosts move over TCP", err)
+			t.Reason = fmt.Sprintf("the UCX context cannot be made (%v): between hosts, bytes move over TCP", err)
 		} else {
 			c.ucx, t.UCX = r, r.info
 		}

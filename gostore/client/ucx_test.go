@@ -108,8 +108,14 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 	if len(resp.Segs) != 1 || len(resp.Segs[0].UCX) == 0 || bytes.Equal(resp.Segs[0].UCX, before.UCX) {
 		t.Fatalf("the master's desc after a remount: %d descs, the old UCX desc kept or none", len(resp.Segs))
 	}
+	var reps wire.GetReplicasResp
+	if err := reader.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: reader.id, Keys: []string{"k"}, ForRead: true}, &reps); err != nil ||
+		len(reps.Results) != 1 || len(reps.Results[0].Replicas) != 1 {
+		t.Fatalf("GetReplicas: %+v, %v", reps, err)
+	}
+	rep := reps.Results[0].Replicas[0]
 	got := make([]byte, len(v))
-	errs := reader.engine.Do(ctx, []transfer.Op{{Peer: before, Bufs: [][]byte{got}}})
+	errs := reader.engine.Do(ctx, []transfer.Op{{Peer: before, Offset: rep.Offset, Bufs: [][]byte{got}, Grant: rep.Grant}})
 	if wire.CodeOf(errs[0]) != wire.ErrTransferFail || !bytes.Equal(got, make([]byte, len(v))) {
 		t.Fatalf("a read with the closed exposure's desc: %v", errs[0])
 	}

@@ -70,9 +70,12 @@
 // and the range. Server.Mint is the owner's own grant, for a peer it
 // invites into its memory.
 //
-// On the UCX route the grant is checked here, before anything is posted
-// (range and direction; the owner's key is not ours to verify), and the
-// op must lie inside the exposure (gostore/ucx checks its desc). The desc
+// On the UCX route no server of the owner sees an op, so the engine
+// refuses, before anything is posted, an op without a grant, or whose
+// grant is for another segment, range or direction, or expired, with the
+// codes the TCP route's server answers (whether the grant is authentic
+// only the owner's key could tell); the op must also lie inside the
+// exposure (gostore/ucx checks its desc). The desc
 // is the capability: the master hands it only to the clients it
 // authenticated, and the owner revokes it by closing the exposure (at
 // unmount and after a remount), after which an op holding it fails rather

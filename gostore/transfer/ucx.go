@@ -6,8 +6,11 @@ package transfer
 
 import (
 	"context"
+	"time"
 
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/ucx"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // ucxTransport hands ops to the Engine's UCX worker, which posts them all
@@ -18,19 +21,55 @@ type ucxTransport struct{ e *Engine }
 
 func (t ucxTransport) Start(ctx context.Context, ops []Op, idx []int, errs []error) func() []int {
 	e := t.e
-	uops := make([]ucx.Op, len(idx))
+	uops := make([]ucx.Op, 0, len(idx))
+	posted := make([]int, 0, len(idx))
+	now := time.Now().UnixNano()
 	e.mu.Lock()
-	for k, i := range idx {
+	for _, i := range idx {
 		op := &ops[i]
+		if err := ucxAllowed(op, now); err != nil {
+			errs[i] = err
+			continue
+		}
 		e.segUCX[op.Peer.SegID] = op.Peer.UCX
-		uops[k] = ucx.Op{Desc: op.Peer.UCX, Offset: op.Offset, Write: op.Write, Parts: ucxParts(op)}
+		uops = append(uops, ucx.Op{Desc: op.Peer.UCX, Offset: op.Offset, Write: op.Write, Parts: ucxParts(op)})
+		posted = append(posted, i)
 	}
 	e.mu.Unlock()
+	if len(uops) == 0 {
+		return noFallback
+	}
 	res := e.ucx.Do(ctx, uops)
-	for k, i := range idx {
+	for k, i := range posted {
 		errs[i] = res[k]
 	}
 	return noFallback
+}
+
+// ucxAllowed refuses, before it is posted, an op whose grant does not let
+// it go: on TCP the owner's server verifies every request's grant, but no
+// thread of the owner sees a one-sided op. So the op must carry a grant,
+// for its segment, range and direction, not expired: the bounded writes
+// of the TCP route hold for an initiator that keeps to this (whether the
+// grant is authentic only the owner's key could tell; the desc is the
+// capability, see doc.go).
+func ucxAllowed(op *Op, now int64) error {
+	f, err := grant.Decode(op.Grant)
+	if err == nil {
+		total, _ := opLen(op)
+		err = grant.Allows(f, grant.Request{SegID: op.Peer.SegID, Offset: op.Offset, N: total, Write: op.Write}, now)
+	}
+	if err != nil {
+		return wire.Errorf(wire.CodeOf(err), "segment %d over UCX, [%d,+) %s: %v", op.Peer.SegID, op.Offset, dirName(op.Write), err)
+	}
+	return nil
+}
+
+func dirName(write bool) string {
+	if write {
+		return "write"
+	}
+	return "read"
 }
 
 // ucxParts is op's memory as UCX parts: host buffers, and device parts

@@ -75,9 +75,24 @@ func ucxEngine(t testing.TB, opt Options) *Engine {
 	return e
 }
 
+// ucxKey stands for the owners' grant keys, as the master would sign.
+var ucxKey, _ = grant.NewKey(bytes.Repeat([]byte{7}, grant.KeySize))
+
+func ucxGrant(p Peer, off, n uint64, write bool, expiry time.Time) []byte {
+	return grant.Mint(nil, ucxKey, grant.Fields{SegID: p.SegID, Offset: off, Length: n, Write: write, Expiry: expiry.UnixNano()})
+}
+
+// ucxDo is e.Do with every op that has no grant given one for exactly its
+// range and direction, as the master mints them.
 func ucxDo(e *Engine, ops ...Op) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	for i := range ops {
+		if ops[i].Grant == nil {
+			n, _ := opLen(&ops[i])
+			ops[i].Grant = ucxGrant(ops[i].Peer, ops[i].Offset, n, ops[i].Write, time.Now().Add(time.Hour))
+		}
+	}
 	return e.Do(ctx, ops)
 }
 
@@ -188,8 +203,9 @@ func TestUCXRouteRules(t *testing.T) {
 
 // Ops the route cannot serve are refused with the contract's codes before
 // anything moves: outside the segment or the exposure (a Peer of unknown
-// size) or with a damaged desc ErrInvalidParams, outside their grant
-// ErrIllegalClient, as on TCP.
+// size) or with a damaged desc ErrInvalidParams; without a grant, outside
+// it, or with another segment's ErrIllegalClient, with an expired one
+// ErrLeaseExpired, as the TCP route's server answers.
 func TestUCXRouteRefusals(t *testing.T) {
 	needUCX(t)
 	const size = 1 << 20
@@ -208,11 +224,24 @@ func TestUCXRouteRefusals(t *testing.T) {
 	unsized := o.peer
 	unsized.Size = 0
 	check("past the exposure", Op{Peer: unsized, Offset: size - 4096, Bufs: [][]byte{v}, Write: true}, wire.ErrInvalidParams)
-	key, _ := grant.NewKey(bytes.Repeat([]byte{1}, grant.KeySize))
-	g := grant.Mint(nil, key, grant.Fields{SegID: o.peer.SegID, Offset: 0, Length: 4096, Write: true, Expiry: time.Now().Add(time.Hour).UnixNano()})
+	hour := time.Now().Add(time.Hour)
+	g := ucxGrant(o.peer, 0, 4096, true, hour)
 	check("past the grant", Op{Peer: o.peer, Offset: 0, Bufs: [][]byte{v}, Write: true, Grant: g}, wire.ErrIllegalClient)
-	readOnly := grant.Mint(nil, key, grant.Fields{SegID: o.peer.SegID, Offset: 0, Length: 8192, Expiry: time.Now().Add(time.Hour).UnixNano()})
-	check("a write on a read grant", Op{Peer: o.peer, Offset: 0, Bufs: [][]byte{v}, Write: true, Grant: readOnly}, wire.ErrIllegalClient)
+	check("a write on a read grant", Op{Peer: o.peer, Bufs: [][]byte{v}, Write: true, Grant: ucxGrant(o.peer, 0, 8192, false, hour)},
+		wire.ErrIllegalClient)
+	other := o.peer
+	other.SegID++
+	check("another segment's grant", Op{Peer: o.peer, Bufs: [][]byte{v}, Write: true, Grant: ucxGrant(other, 0, 8192, true, hour)},
+		wire.ErrIllegalClient)
+	check("an expired grant", Op{Peer: o.peer, Bufs: [][]byte{v}, Write: true, Grant: ucxGrant(o.peer, 0, 8192, true, time.Now().Add(-time.Second))},
+		wire.ErrLeaseExpired)
+	// No grant: no server stands behind the route to refuse it, so the
+	// engine does (the TCP route's server would: ErrIllegalClient).
+	clear(o.seg.Bytes())
+	wantCode(t, e.Do(context.Background(), []Op{{Peer: o.peer, Bufs: [][]byte{v}, Write: true}})[0], wire.ErrIllegalClient)
+	if !bytes.Equal(o.seg.Bytes(), make([]byte, size)) {
+		t.Fatal("an op without a grant wrote the segment")
+	}
 	bad := o.peer
 	bad.UCX = append([]byte(nil), o.peer.UCX...)
 	bad.UCX[len(bad.UCX)/2] ^= 0xff

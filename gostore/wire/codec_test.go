@@ -233,6 +233,12 @@ func TestSegmentDescUCX(t *testing.T) {
 	if err := msgpack.Unmarshal(b, &got); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("decoded %+v %v, want %+v", got, err, want)
 	}
+	// A newer peer's desc, a field past UCX, decodes; the field is skipped.
+	b, _ = msgpack.Marshal([]any{uint64(3), "n", "c", uint64(1 << 20), "", "", "", false, "", nil, "", uint64(0),
+		[]byte{1, 2, 3}, "a field from a newer peer"})
+	if err := msgpack.Unmarshal(b, &got); err != nil || got.Name != "n" || string(got.UCX) != "\x01\x02\x03" {
+		t.Fatalf("a newer desc decoded as %+v, %v", got, err)
+	}
 	j, _ := json.Marshal(want)
 	if strings.Contains(strings.ToLower(string(j)), "ucx") || strings.Contains(string(j), base64.StdEncoding.EncodeToString(want.UCX)) {
 		t.Fatalf("JSON shows the UCX desc: %s", j)
