@@ -350,12 +350,22 @@ def test_hosts_joined_by_veth_over_ucx_tcp(launcher, hosts, secret):
         assert ucx_info(info)["resources"] == [f"tcp/{h['dev']}"], info
 
 
-def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path):
+# UCX 1.13's shared-memory transports cannot tell a dead peer
+# (UCP_ERR_HANDLING_MODE_PEER is refused there, and gostore/ucx connects
+# without it): an op on a killed peer then waits for a deadline that a get
+# does not have. Strict: a fix turns these into failures until the mark goes.
+_SM_DEAD_PEER = pytest.mark.xfail(
+    strict=True, reason="UCX 1.13 shared memory: a read from a killed peer hangs (no peer failure detection)")
+
+
+@pytest.mark.parametrize("which", ["tcp", pytest.param("shm", marks=_SM_DEAD_PEER),
+                                   pytest.param("cma", marks=_SM_DEAD_PEER)])
+def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path, which):
     """b dies (SIGKILL) while a's threads read 8 MiB objects from it: every
     read ends (empty: an error), none returns wrong bytes, a stays healthy
     and serves from a third peer."""
     _library_or_skip()
-    tls = TLS["tcp"]
+    tls = TLS[which]
     m = launcher.master(client_ttl=2)
     a, b, c = (ucx_peer(launcher, m, tls) for _ in range(3))
     size = 8 * MiB
@@ -367,7 +377,7 @@ def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path):
     b.kill()
     open(stop, "w").close()
     t0 = time.monotonic()
-    stats = a.recv("read_loop", timeout=30)
+    stats = a.recv("read_loop", timeout=20)
     assert time.monotonic() - t0 < 20, "reads hung on the dead peer"
     assert stats["bad"] == 0 and stats["match"].get("5", 0) > 0 and stats["empty"] > 0, stats
     print("reads around the kill:", {k: stats[k] for k in ("reads", "empty", "match", "bad")},
@@ -434,3 +444,16 @@ def test_the_wheels_ucx_is_loaded_when_the_system_has_none(launcher, tmp_path):
     assert (out["rc"], out["env"], out["preloaded"]) == (0, lib, 1), out
     u = ucx_info(out["info"])
     assert u.get("available") and u.get("library") == lib and u.get("resources"), out["info"]
+
+
+@pytest.mark.xfail(strict=True, reason="gostore/ucx first tries UCP_ERR_HANDLING_MODE_PEER, which UCX 1.13 "
+                   "refuses on shared memory with an ERROR line that UCX prints on stdout")
+def test_the_route_prints_nothing_on_stdout(launcher):
+    """A process's stdout is its own (gostore-client's ready line, an
+    engine's output, tests/peer.py's answers): UCX's log must not land there
+    with UCX_LOG_FILE unset."""
+    _library_or_skip()
+    m = launcher.master()
+    a, b = (launcher.peer(m, transport="ucx", protocol="ucx", env={"UCX_TLS": TLS["shm"]}) for _ in range(2))
+    assert a.put_pattern("out/k", MiB, seed=1, preferred_segment=b.hostname) == 0  # an answer that is JSON
+    assert a.check_pattern("out/k", MiB, seed=1)
