@@ -272,7 +272,7 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 		log.Error("setup rejected: the host's topology cannot be read", "root", cfg.SysfsRoot, "err", err)
 		return nil, wire.Errorf(wire.ErrInvalidParams, "topology under %q: %v", cfg.SysfsRoot, err)
 	}
-	if t := c.transport; (t.Reason != "" || len(t.Unknown) > 0) && t.Requested != "ucx" && t.Requested != "rdma" {
+	if t := c.transport; (t.Reason != "" || len(t.Unknown) > 0) && !ucxAsked(cfg) {
 		log.Warn("transport", "requested", t.Requested, "protocol", t.Protocol, "rdma_devices", t.RDMADevices,
 			"unknown_devices", t.Unknown, "reason", t.Reason)
 	}

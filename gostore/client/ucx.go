@@ -58,7 +58,7 @@ func (c *Client) setupUCX(log *slog.Logger) {
 			c.ucx, t.UCX = r, r.info
 		}
 	}
-	if t.Requested != "ucx" && t.Requested != "rdma" && c.ucx == nil {
+	if !ucxAsked(c.cfg) {
 		return
 	}
 	u := t.UCX
@@ -73,6 +73,13 @@ func (c *Client) setupUCX(log *slog.Logger) {
 		args = append(args, "note", t.Reason)
 	}
 	log.Info("transport: UCX route on", args...)
+}
+
+// ucxAsked reports whether setup asked for the UCX route: then setupUCX
+// logs the transport line.
+func ucxAsked(cfg Config) bool {
+	p := strings.ToLower(cfg.Protocol)
+	return p == "ucx" || p == "rdma" || cfg.ForceUCX
 }
 
 // expose registers the segment's memory with UCX for a mount: its desc

@@ -503,10 +503,14 @@ func (e *Engine) Do(ctx context.Context, ops []Op) []error {
 		}
 		r := e.Route(op.Peer)
 		routes[r] = append(routes[r], i)
-		e.routeOps[r].Add(1)
+	}
+	for r, idx := range routes {
+		if len(idx) > 0 {
+			e.routeOps[r].Add(uint64(len(idx)))
+		}
 	}
 
-	var st staging // device parts staged for TCP; released on return
+	var st staging // device parts staged for TCP and UCX; released on return
 	defer st.release(e)
 	tcpOps, tcpIdx := st.stage(e, ops, routes[RouteTCP], errs, nil)
 	var waits []func() []int

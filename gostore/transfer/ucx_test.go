@@ -5,8 +5,16 @@
 package transfer
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -293,4 +301,122 @@ func TestUCXRouteClosedExposureAndForget(t *testing.T) {
 	if d := firstDiff(o.seg.Bytes()[:4096], w); d != "" {
 		t.Fatalf("after Forget, reconnected: %s", d)
 	}
+}
+
+// Device parts go to UCX as GPU pointers only where its context has CUDA
+// and the part is GPU memory (not another process's); the conversion
+// puts each in its placeholder. (No CUDA here: the direct path itself is
+// only compiled; the staged one is TestUCXRouteMovesBytes's.)
+func TestUCXDeviceParts(t *testing.T) {
+	op := Op{Bufs: [][]byte{[]byte("ab"), nil, []byte("c")}, Device: []DevicePart{{Index: 1, Ptr: 0x7000, Size: 64}}}
+	withCUDA, without := &Engine{ucxCUDA: true}, &Engine{}
+	if !withCUDA.ucxDirect(&op) || without.ucxDirect(&op) {
+		t.Fatalf("direct with CUDA %v, without %v", withCUDA.ucxDirect(&op), without.ucxDirect(&op))
+	}
+	parts := ucxParts(&op)
+	if len(parts) != 3 || string(parts[0].Host) != "ab" || parts[1].Host != nil || parts[1].Dev != 0x7000 || parts[1].Len != 64 ||
+		string(parts[2].Host) != "c" {
+		t.Fatalf("parts %+v", parts)
+	}
+	op.Device[0].Pid = 42
+	if withCUDA.ucxDirect(&op) {
+		t.Fatal("a part in another process's memory went to UCX as a GPU pointer")
+	}
+}
+
+const ucxChildEnv = "GOSTORE_TRANSFER_UCX_CHILD"
+
+// An owner process killed while ops on its segment are in flight over
+// UCX's tcp: they fail (ErrTransferFail) well before their ctx ends, never
+// hang, and later ops on its desc fail too.
+func TestUCXRoutePeerKilled(t *testing.T) {
+	needUCX(t)
+	const size = 32 << 20
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUCXRouteChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), ucxChildEnv+"=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe() // the child lives until it is killed or this closes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	r := bufio.NewReader(stdout)
+	var p Peer
+	for p.UCX == nil {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("child said nothing useful: %v", err)
+		}
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "UCXDESC" {
+			nextSegID++
+			p = Peer{SegID: nextSegID, HostID: "elsewhere", Size: size}
+			if p.UCX, err = hex.DecodeString(f[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e := ucxEngine(t, Options{})
+	bufs := make([][]byte, 4)
+	for i := range bufs {
+		bufs[i] = make([]byte, size/4)
+	}
+	batch := func() []Op {
+		ops := make([]Op, len(bufs))
+		for i := range ops {
+			ops[i] = Op{Peer: p, Offset: uint64(i * size / 4), Bufs: [][]byte{bufs[i]}}
+		}
+		return ops
+	}
+	mustOK(t, ucxDo(e, batch()...))
+	if d := firstDiff(bufs[1][:4096], pattern(79, size)[size/4:][:4096]); d != "" {
+		t.Fatalf("the child's bytes: %s", d)
+	}
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			for _, err := range ucxDo(e, batch()...) {
+				if err != nil {
+					failed <- err
+					return
+				}
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond) // some batches in flight
+	killed := time.Now()
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case err := <-failed:
+		wantCode(t, err, wire.ErrTransferFail)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the failure was the ctx's end, %v after the kill: %v", time.Since(killed), err)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("ops on a killed owner's segment still running 25 s after the kill")
+	}
+	start := time.Now()
+	wantCode(t, ucxDo(e, batch()[0])[0], wire.ErrTransferFail)
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("an op on the dead owner's desc took %v to fail", took)
+	}
+}
+
+// TestUCXRouteChild is the owner process of TestUCXRoutePeerKilled.
+func TestUCXRouteChild(t *testing.T) {
+	if os.Getenv(ucxChildEnv) != "1" {
+		t.Skip("runs as the child of TestUCXRoutePeerKilled")
+	}
+	o := newUCXOwner(t, 32<<20)
+	copy(o.seg.Bytes(), pattern(79, 32<<20))
+	fmt.Printf("UCXDESC %s\n", hex.EncodeToString(o.peer.UCX))
+	io.Copy(io.Discard, os.Stdin) // until the parent closes it, or kills this process
 }

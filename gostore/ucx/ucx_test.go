@@ -33,7 +33,7 @@ func newRig(t testing.TB, tls string, size int) *rig {
 		t.Fatalf("NewContext(%q): %v", tls, err)
 	}
 	r := &rig{ctx: c, mem: make([]byte, size)}
-	r.x, err = c.Expose(uintptr(unsafe.Pointer(&r.mem[0])), uint64(size), MemHost)
+	r.x, err = c.Expose(uintptrOf(r.mem), uint64(size), MemHost)
 	if err != nil {
 		c.Close()
 		t.Fatalf("Expose: %v", err)
@@ -80,3 +80,5 @@ func TestPutGetOverTCP(t *testing.T) {
 		t.Fatal("get: bytes read differ from the exposed memory")
 	}
 }
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }

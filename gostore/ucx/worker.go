@@ -14,6 +14,7 @@ import (
 	"log"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gostore/gostore/gostore/wire"
@@ -55,6 +56,7 @@ type Worker struct {
 	active  int                  // Do calls between their post and their end
 	eps     map[string]*endpoint // by the peer's worker address
 	closing []closingEP          // endpoints whose close is in flight
+	orphans []request            // requests a Do gave up on (see orphan)
 
 	noPeerErrors bool // UCP_ERR_HANDLING_MODE_PEER was unreachable: use NONE
 }
@@ -65,9 +67,11 @@ type endpoint struct {
 	gs     *C.struct_gs_ep // C memory: the error callback's argument
 	key    string
 	rkeys  map[string]C.ucp_rkey_h
-	users  int  // Do calls holding it
+	users  int  // Do calls and orphaned requests holding it
 	dead   bool // out of the cache: closed when the last user lets go
 	closed bool // ucp_ep_close_nbx was called
+
+	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
 }
 
 type closingEP struct {
@@ -98,6 +102,23 @@ type request struct {
 	req unsafe.Pointer
 	ep  *endpoint
 	ops []int
+	// bounce is C memory standing in for the caller's on an endpoint that
+	// cannot detect peer failure (its requests may never end; see post);
+	// into is a get's caller memory, filled from bounce once it succeeded.
+	bounce unsafe.Pointer
+	into   []byte
+}
+
+// end releases r after UCX ended it with st.
+func (r *request) end(st C.ucs_status_t) {
+	if r.bounce == nil {
+		return
+	}
+	if st == C.UCS_OK && r.into != nil {
+		copy(r.into, unsafe.Slice((*byte)(r.bounce), len(r.into)))
+	}
+	C.free(r.bounce)
+	r.bounce = nil
 }
 
 // Do moves every op, many in flight, and returns one error per op (nil
@@ -141,29 +162,17 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 		}
 		held = append(held, ep)
 		raddr := d.base + op.Offset
-		for _, p := range op.Parts {
-			n := p.size()
-			if n == 0 {
-				continue
-			}
-			var local C.uintptr_t
-			mt := MemHost
-			if p.Host != nil {
-				pin.Pin(&p.Host[0])
-				local = C.uintptr_t(uintptr(unsafe.Pointer(&p.Host[0])))
-			} else {
-				local, mt = C.uintptr_t(p.Dev), MemCUDA
-			}
-			var req unsafe.Pointer
-			st := C.gs_ucx_rma(ep.gs.ep, b2i(op.Write), local, C.size_t(n), C.uint64_t(raddr), rkey, mt.ucs(), &req)
+		for j := range op.Parts {
+			r, st := w.post(ep, rkey, op, &op.Parts[j], raddr, &pin)
 			if st != C.UCS_OK && st != C.UCS_INPROGRESS {
 				errs[i] = w.opError(op, d, st)
 				break
 			}
-			if req != nil {
-				reqs = append(reqs, request{req: req, ep: ep, ops: []int{i}})
+			if r.req != nil {
+				r.ops = []int{i}
+				reqs = append(reqs, r)
 			}
-			raddr += n
+			raddr += op.Parts[j].size()
 		}
 		if op.Write && errs[i] == nil {
 			if _, ok := flushes[ep]; !ok {
@@ -199,13 +208,52 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 	return errs
 }
 
+// post starts one part's put or get. With peer-failure detection, UCX
+// moves the caller's memory itself (pinned until Do returns): a dead peer
+// or a force close ends every request. Without it (UCX 1.13's shared
+// memory) a request to a dead peer never ends, so the part moves through
+// a C bounce buffer that an abandoned request keeps (see orphan), and Do
+// can still return without UCX holding the caller's memory. w.mu held.
+func (w *Worker) post(ep *endpoint, rkey C.ucp_rkey_h, op *Op, p *Part, raddr uint64, pin *runtime.Pinner) (request, C.ucs_status_t) {
+	r := request{ep: ep}
+	n := p.size()
+	if n == 0 {
+		return r, C.UCS_OK
+	}
+	var local C.uintptr_t
+	mt := MemHost
+	switch {
+	case p.Host == nil:
+		local, mt = C.uintptr_t(p.Dev), MemCUDA
+	case ep.peerErrors:
+		pin.Pin(&p.Host[0])
+		local = C.uintptr_t(uintptr(unsafe.Pointer(&p.Host[0])))
+	default:
+		r.bounce = C.malloc(C.size_t(n))
+		if r.bounce == nil {
+			return r, C.UCS_ERR_NO_MEMORY
+		}
+		if op.Write {
+			copy(unsafe.Slice((*byte)(r.bounce), n), p.Host)
+		} else {
+			r.into = p.Host
+		}
+		local = C.uintptr_t(uintptr(r.bounce))
+	}
+	st := C.gs_ucx_rma(ep.gs.ep, b2i(op.Write), local, C.size_t(n), C.uint64_t(raddr), rkey, mt.ucs(), &r.req)
+	if r.req == nil {
+		r.end(st)
+	}
+	return r, st
+}
+
 // wait progresses the worker until every request ended.
 func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*desc, errs []error) {
 	cancelled := false
 	for idle := 0; len(reqs) > 0; {
 		w.mu.Lock()
 		progressed := C.gs_ucx_progress(w.h) != 0
-		w.reapClosing()
+		w.reap()
 		live := reqs[:0]
 		for _, r := range reqs {
 			st := C.gs_ucx_request_test(r.req)
@@ -214,6 +262,7 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 				continue
 			}
 			progressed = true
+			r.end(st)
 			if st != C.UCS_OK {
 				for _, i := range r.ops {
 					setErr(errs, i, w.opError(&ops[i], descs[i], st))
@@ -227,15 +276,24 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			}
 		}
 		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
-			// Force-closing ends every request on those endpoints (other
-			// Do calls' too: they get errors, the endpoints are gone).
+			// Force-closing ends every request on endpoints with peer
+			// failure detection (other Do calls' too: they get errors, the
+			// endpoint is gone). Requests on the others may never end:
+			// they are left to the worker with their bounce buffers.
 			cancelled = true
+			live := reqs[:0]
 			for _, r := range reqs {
 				for _, i := range r.ops {
-					setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s: %v", opName(&ops[i]), ctx.Err()))
+					setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: %v", opName(&ops[i]), descs[i].base, ops[i].Offset, ctx.Err()))
 				}
 				w.fail(r.ep)
+				if r.ep.peerErrors {
+					live = append(live, r)
+				} else {
+					w.orphan(r)
+				}
 			}
+			reqs = live
 		}
 		armed := false
 		if len(reqs) > 0 && !progressed {
@@ -256,6 +314,15 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			runtime.Gosched()
 		}
 	}
+}
+
+// orphan hands an abandoned request (only ever one using a bounce buffer,
+// or a flush, neither touching the caller's memory) to the worker, which
+// frees it when it ends or at Close. w.mu held.
+func (w *Worker) orphan(r request) {
+	r.into = nil
+	r.ep.users++
+	w.orphans = append(w.orphans, r)
 }
 
 // check validates op against its desc before anything is posted.
@@ -317,7 +384,7 @@ func (w *Worker) connect(d *desc) (*endpoint, C.ucp_rkey_h, error) {
 			C.free(unsafe.Pointer(gs))
 			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
 		}
-		ep = &endpoint{gs: gs, key: key, rkeys: map[string]C.ucp_rkey_h{}}
+		ep = &endpoint{gs: gs, key: key, rkeys: map[string]C.ucp_rkey_h{}, peerErrors: !w.noPeerErrors}
 		w.eps[key] = ep
 	}
 	rkey, ok := ep.rkeys[string(d.rkey)]
@@ -368,8 +435,20 @@ func (w *Worker) retire(ep *endpoint) {
 	}
 }
 
-// reapClosing frees the endpoints whose close ended. w.mu held.
-func (w *Worker) reapClosing() {
+// reap frees the abandoned requests and the endpoints whose close ended.
+// w.mu held.
+func (w *Worker) reap() {
+	orphans := w.orphans[:0]
+	for _, r := range w.orphans {
+		if st := C.gs_ucx_request_test(r.req); st == C.UCS_INPROGRESS {
+			orphans = append(orphans, r)
+		} else {
+			r.end(st)
+			r.ep.users--
+			w.retire(r.ep)
+		}
+	}
+	w.orphans = orphans
 	live := w.closing[:0]
 	for _, c := range w.closing {
 		if c.req != nil && C.gs_ucx_request_test(c.req) == C.UCS_INPROGRESS {
@@ -407,20 +486,45 @@ func (w *Worker) Close() {
 	for _, ep := range w.eps {
 		w.fail(ep)
 	}
-	for w.active > 0 || len(w.closing) > 0 {
+	// Closes and abandoned requests on endpoints without peer-failure
+	// detection may never end: give them a moment, then destroying the
+	// worker ends them.
+	var deadline time.Time
+	for {
+		if w.active == 0 {
+			if len(w.closing)+len(w.orphans) == 0 {
+				break
+			}
+			if deadline.IsZero() {
+				deadline = time.Now().Add(time.Second)
+			} else if time.Now().After(deadline) {
+				break
+			}
+		}
 		C.gs_ucx_progress(w.h)
-		w.reapClosing()
+		w.reap()
 		w.mu.Unlock()
 		runtime.Gosched()
 		w.mu.Lock()
 	}
+	for _, r := range w.orphans {
+		r.ep.users = 0
+		w.retire(r.ep) // rkeys go before their worker
+	}
 	C.gs_ucx_worker_destroy(w.h)
+	for _, r := range w.orphans {
+		r.end(C.UCS_ERR_CANCELED)
+	}
+	for _, c := range w.closing {
+		C.free(unsafe.Pointer(c.gs))
+	}
+	w.orphans, w.closing = nil, nil
 	w.mu.Unlock()
 	w.c.release()
 }
 
 func (w *Worker) opError(op *Op, d *desc, st C.ucs_status_t) error {
-	return wire.Errorf(wire.ErrTransferFail, "ucx %s at %#x+%d: %s", opName(op), d.base, op.Offset, statusString(st))
+	return wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: %s", opName(op), d.base, op.Offset, statusString(st))
 }
 
 func opName(op *Op) string {
@@ -442,4 +546,3 @@ func b2i(b bool) C.int {
 	}
 	return 0
 }
-

@@ -30,8 +30,9 @@ func TestStandbyTakesOverWithEveryAcknowledgedObject(t *testing.T) {
 	ca := rpc.NewClient(a.Addr())
 	defer ca.Close()
 	var mr wire.MountResp
+	ucxDesc := []byte("a UCX exposure: worker address and remote key, opaque to the master \x00\xff")
 	if err := ca.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: wire.SegmentDesc{Name: "h:1", ClientID: "c1",
-		Size: 64 << 20, ShmPath: "/x"}}, &mr); err != nil {
+		Size: 64 << 20, ShmPath: "/x", UCX: ucxDesc}}, &mr); err != nil {
 		t.Fatal(err)
 	}
 	keys := make([]string, 50)
@@ -95,6 +96,11 @@ func TestStandbyTakesOverWithEveryAcknowledgedObject(t *testing.T) {
 	var after wire.GetReplicasResp
 	if err := cb.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{Keys: keys}, &after); err != nil {
 		t.Fatal(err)
+	}
+	var segs wire.QuerySegmentsResp
+	if err := cb.Call(ctx, wire.OpQuerySegments, &wire.QuerySegmentsReq{IDs: []uint64{mr.SegID}}, &segs); err != nil ||
+		len(segs.Segs) != 1 || string(segs.Segs[0].UCX) != string(ucxDesc) {
+		t.Fatalf("the segment's UCX desc on the new leader: %+v, %v", segs, err)
 	}
 	for i := range keys {
 		if after.Results[i].Code != wire.OK || fmt.Sprint(after.Results[i].Replicas) != fmt.Sprint(before.Results[i].Replicas) {

@@ -1,0 +1,223 @@
+package ucx
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// The peer process: the test binary re-executed with envPeer naming the
+// transports; it exposes peerSize bytes filled with fill(peerSeed), prints
+// its desc, then answers "check OFF LEN SEED" lines until stdin closes.
+const (
+	envPeer  = "GOSTORE_UCX_TEST_PEER"
+	peerSize = 64 << 20
+	peerSeed = 42
+)
+
+func TestPeerChild(t *testing.T) {
+	tls := os.Getenv(envPeer)
+	if tls == "" {
+		t.Skip("the peer process of TestAcrossProcesses")
+	}
+	c, err := NewContext(ContextOptions{Transports: tls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, peerSize)
+	fill(mem, peerSeed)
+	x, err := c.Expose(uintptrOf(mem), peerSize, MemHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("DESC %s\n", hex.EncodeToString(x.Desc()))
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var off, n, seed int64
+		if _, err := fmt.Sscanf(in.Text(), "check %d %d %d", &off, &n, &seed); err != nil {
+			fmt.Printf("bad request %q\n", in.Text())
+			continue
+		}
+		want := make([]byte, n)
+		fill(want, seed)
+		fmt.Printf("check %v\n", bytes.Equal(mem[off:off+n], want))
+	}
+	x.Close()
+	c.Close()
+}
+
+// peer is a running peer process.
+type peer struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	desc []byte
+}
+
+func startPeer(t *testing.T, tls string) *peer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envPeer+"="+tls)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &peer{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		p.in.Close()
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	})
+	for p.out.Scan() {
+		if hx, ok := strings.CutPrefix(p.out.Text(), "DESC "); ok {
+			if p.desc, err = hex.DecodeString(hx); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+	t.Fatalf("peer printed no desc: %v", p.out.Err())
+	return nil
+}
+
+// check asks the peer whether its memory at off holds fill(n, seed).
+func (p *peer) check(t *testing.T, off, n, seed int64) {
+	t.Helper()
+	fmt.Fprintf(p.in, "check %d %d %d\n", off, n, seed)
+	if !p.out.Scan() || p.out.Text() != "check true" {
+		t.Fatalf("peer's memory at %d+%d: %q", off, n, p.out.Text())
+	}
+}
+
+// Another process's exposed memory: a get returns its bytes and a put
+// lands in it.
+func TestAcrossProcesses(t *testing.T) {
+	for _, tls := range []string{"tcp", "posix", "cma,tcp"} {
+		t.Run(tls, func(t *testing.T) {
+			needUCX(t)
+			p := startPeer(t, tls)
+			c, err := NewContext(ContextOptions{Transports: tls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w, err := c.NewWorker()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+
+			want := make([]byte, peerSize)
+			fill(want, peerSeed)
+			got := make([]byte, 16<<20)
+			if err := one(w, Op{Desc: p.desc, Offset: 1 << 20, Parts: scatter(got, 3)}); err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if !bytes.Equal(got, want[1<<20:17<<20]) {
+				t.Fatal("get: bytes differ from the peer's")
+			}
+			src := make([]byte, 4<<20)
+			fill(src, 43)
+			if err := one(w, Op{Desc: p.desc, Offset: 8 << 20, Parts: scatter(src, 2), Write: true}); err != nil {
+				t.Fatalf("put: %v", err)
+			}
+			p.check(t, 8<<20, 4<<20, 43)
+		})
+	}
+}
+
+// A peer killed mid-transfer: Do returns an error within a bound (tcp
+// detects the dead peer; shared memory in UCX 1.13 cannot, so there the
+// op's deadline is the bound), and the worker stays usable and closes.
+func TestPeerKilled(t *testing.T) {
+	for _, tc := range []struct {
+		tls      string
+		deadline time.Duration // of each Do
+		bound    time.Duration // from the kill to Do's error
+	}{
+		{"tcp", time.Minute, 10 * time.Second},
+		{"posix", 3 * time.Second, 10 * time.Second},
+	} {
+		t.Run(tc.tls, func(t *testing.T) {
+			needUCX(t)
+			p := startPeer(t, tc.tls)
+			c, err := NewContext(ContextOptions{Transports: tc.tls})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w, err := c.NewWorker()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+
+			bufs := make([][]byte, 4)
+			for i := range bufs {
+				bufs[i] = make([]byte, 16<<20)
+			}
+			round := func() error {
+				ops := make([]Op, len(bufs))
+				for i := range ops {
+					ops[i] = Op{Desc: p.desc, Offset: uint64(i) * (16 << 20), Parts: []Part{{Host: bufs[i]}}}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+				defer cancel()
+				for _, err := range w.Do(ctx, ops) {
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			if err := round(); err != nil {
+				t.Fatalf("before the kill: %v", err)
+			}
+			failed := make(chan error, 1)
+			started := make(chan struct{})
+			go func() {
+				close(started)
+				for {
+					if err := round(); err != nil {
+						failed <- err
+						return
+					}
+				}
+			}()
+			<-started
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			select {
+			case err := <-failed:
+				t.Logf("after %v: %v", time.Since(killed), err)
+				if wire.CodeOf(err) != wire.ErrTransferFail {
+					t.Fatalf("code %v", wire.CodeOf(err))
+				}
+			case <-time.After(tc.bound):
+				t.Fatalf("no error %v after the peer was killed", tc.bound)
+			}
+			w.Forget(p.desc)
+		})
+	}
+}
