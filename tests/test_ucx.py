@@ -457,3 +457,22 @@ def test_the_route_prints_nothing_on_stdout(launcher):
     a, b = (launcher.peer(m, transport="ucx", protocol="ucx", env={"UCX_TLS": TLS["shm"]}) for _ in range(2))
     assert a.put_pattern("out/k", MiB, seed=1, preferred_segment=b.hostname) == 0  # an answer that is JSON
     assert a.check_pattern("out/k", MiB, seed=1)
+
+
+def test_the_sdist_carries_the_vendored_ucx_headers(tmp_path):
+    """gostore/ucx compiles against UCX's headers in third_party/ucx (no
+    libucx-dev needed): an sdist must ship them, with UCX's licence, or
+    `pip install gostore-*.tar.gz` fails to build."""
+    import tarfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)], cwd=root,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (tarball,) = tmp_path.glob("*.tar.gz")
+    with tarfile.open(tarball) as t:
+        shipped = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    vendored = {os.path.relpath(os.path.join(d, f), root)
+                for d, _, fs in os.walk(os.path.join(root, "third_party", "ucx")) for f in fs}
+    assert "third_party/ucx/include/ucp/api/ucp.h" in vendored
+    assert vendored <= shipped, sorted(vendored - shipped)
