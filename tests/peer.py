@@ -36,6 +36,8 @@ line on stdin and answers one JSON line on stdout per command:
                     [rc...], "ok": bytes equal}``
 ``transport_info``  -> ``{"info": store.transport_info()}``
 ``disk_reads``      -> ``{"n": store.get_offload_rpc_read_count()}``
+``allocate_segment`` ``size`` -> ``store.allocate_and_mount_segment(size)``
+``unmount_segment``  ``ids`` [, ``free``] -> ``{"rc": int}``
 ``upsert``          ``key``, ``hex`` [, ``replica_num``, ``preferred_segment``,
                     ``hard_pin``, ``soft_pin``] -> ``{"rc": int}``
 ``upsert_pattern``  ``key``, ``size``, ``seed`` [, config as ``upsert``] -> ``{"rc": int}``
@@ -215,6 +217,11 @@ def handle(store, cmd: dict) -> dict:
             store.unregister_buffer(a)
             store.unregister_buffer(b)
         return {"put": list(put), "get": list(got), "ok": dst.raw == data}
+    if op == "allocate_segment":
+        return store.allocate_and_mount_segment(int(cmd["size"]))
+    if op == "unmount_segment":
+        unmount = store.unmount_and_free_segment if cmd.get("free") else store.unmount_segment
+        return {"rc": unmount(list(cmd["ids"]))}
     if op == "disk_reads":
         return {"n": store.get_offload_rpc_read_count()}
     if op == "transport_info":

@@ -377,8 +377,8 @@ def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path, w
     b.kill()
     open(stop, "w").close()
     t0 = time.monotonic()
-    stats = a.recv("read_loop", timeout=20)
-    assert time.monotonic() - t0 < 20, "reads hung on the dead peer"
+    stats = a.recv("read_loop", timeout=10)
+    assert time.monotonic() - t0 < 10, "reads hung on the dead peer"
     assert stats["bad"] == 0 and stats["match"].get("5", 0) > 0 and stats["empty"] > 0, stats
     print("reads around the kill:", {k: stats[k] for k in ("reads", "empty", "match", "bad")},
           f"answered {time.monotonic() - t0:.2f} s after the stop")
@@ -476,3 +476,20 @@ def test_the_sdist_carries_the_vendored_ucx_headers(tmp_path):
                 for d, _, fs in os.walk(os.path.join(root, "third_party", "ucx")) for f in fs}
     assert "third_party/ucx/include/ucp/api/ucp.h" in vendored
     assert vendored <= shipped, sorted(vendored - shipped)
+
+
+@pytest.mark.xfail(strict=True, reason="gostore/client exposes only the setup segment to UCX: segments of "
+                   "allocate_and_mount_segment/mount_segment carry no UCX desc and are reached as before")
+def test_an_allocated_segment_is_reached_over_ucx(launcher):
+    """A segment mounted after setup (allocate_and_mount_segment) is a
+    segment like the first: with the route forced, a reaches it over UCX,
+    not by mapping its shared memory."""
+    _library_or_skip()
+    tls = TLS["tcp"]
+    m = launcher.master()
+    a, b = (ucx_peer(launcher, m, tls, segment="0") for _ in range(2))
+    assert b.call("allocate_segment", size=16 * MiB)["ret"] == 0
+    assert a.put_pattern("alloc/k", 4 * MiB, seed=1) == 0  # b's is the only segment
+    assert a.check_pattern("alloc/k", 4 * MiB, seed=1)
+    assert a.mapped_segments() == []
+    no_tcp_route(a.pid, b)
