@@ -154,21 +154,24 @@ func TestExposureClosed(t *testing.T) {
 
 // A desc survives encode/decode, and every framing fault is refused.
 func TestDescFraming(t *testing.T) {
-	d := &desc{memType: MemHost, base: 0x1000, size: 1 << 20, addr: []byte("address"), rkey: []byte("rkey")}
+	d := &desc{memType: MemHost, base: 0x1000, size: 1 << 20, canary: 0x2000, nonce: [16]byte{1, 2, 3},
+		addr: []byte("address"), rkey: []byte("rkey"), ckey: []byte("ckey")}
 	b := d.encode()
 	got, err := decodeDesc(b)
-	if err != nil || got.base != d.base || got.size != d.size || string(got.addr) != "address" || string(got.rkey) != "rkey" {
+	if err != nil || got.base != d.base || got.size != d.size || got.canary != d.canary || got.nonce != d.nonce ||
+		string(got.addr) != "address" || string(got.rkey) != "rkey" || string(got.ckey) != "ckey" {
 		t.Fatalf("round trip: %+v, %v", got, err)
 	}
 	bad := func(mut func([]byte) []byte) []byte { return mut(append([]byte(nil), b...)) }
 	for name, in := range map[string][]byte{
-		"version":  bad(func(b []byte) []byte { b[4] = 2; return b }),
-		"memtype":  bad(func(b []byte) []byte { b[5] = 9; return b }),
-		"reserved": bad(func(b []byte) []byte { b[6] = 1; return b }),
-		"addr len": bad(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[24:], 1<<30); return b }),
-		"zero key": bad(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[28:], 0); return b }),
-		"wraps":    (&desc{base: math.MaxUint64 - 10, size: 100, addr: []byte("a"), rkey: []byte("r")}).encode(),
-		"empty":    {},
+		"version":   bad(func(b []byte) []byte { b[4] = 2; return b }),
+		"memtype":   bad(func(b []byte) []byte { b[5] = 9; return b }),
+		"reserved":  bad(func(b []byte) []byte { b[6] = 1; return b }),
+		"addr len":  bad(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[48:], 1<<30); return b }),
+		"zero key":  bad(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[52:], 0); return b }),
+		"wraps":     (&desc{base: math.MaxUint64 - 10, size: 100, canary: 1, addr: []byte("a"), rkey: []byte("r"), ckey: []byte("c")}).encode(),
+		"no canary": (&desc{base: 4096, size: 100, addr: []byte("a"), rkey: []byte("r"), ckey: []byte("c")}).encode(),
+		"empty":     {},
 	} {
 		if _, err := decodeDesc(in); codeOf(err) != wire.ErrInvalidParams {
 			t.Errorf("%s: %v", name, err)
@@ -178,7 +181,7 @@ func TestDescFraming(t *testing.T) {
 
 // Decode of anything never panics; what it accepts re-encodes to itself.
 func FuzzDecodeDesc(f *testing.F) {
-	f.Add((&desc{memType: MemHost, base: 4096, size: 8192, addr: []byte("worker"), rkey: []byte("key")}).encode())
+	f.Add((&desc{memType: MemHost, base: 4096, size: 8192, canary: 64, addr: []byte("worker"), rkey: []byte("key"), ckey: []byte("c")}).encode())
 	f.Add([]byte("GSUX"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -193,4 +196,40 @@ func FuzzDecodeDesc(f *testing.F) {
 			t.Fatal("accepted desc does not re-encode to itself")
 		}
 	})
+}
+
+// A closed exposure's desc whose worker address leads to a live worker
+// (on tcp, a port reused by a later exposure of the process: simulated by
+// giving the old desc the new worker's address) is refused by the canary
+// check before any op: UCX's software RMA would serve it from whatever
+// memory lives at the old base now.
+func TestStaleDescReusedAddress(t *testing.T) {
+	r := newRig(t, "tcp", 1<<20)
+	old, err := decodeDesc(r.x.Desc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.x.Close()
+	fill(r.mem, 13) // what the memory holds once exposed again
+	x2, err := r.ctx.Expose(uintptrOf(r.mem), uint64(len(r.mem)), MemHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.x = x2
+	now, err := decodeDesc(x2.Desc())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := *old
+	stale.addr = now.addr
+	got := make([]byte, 4096)
+	err = r.w.Do(context.Background(), []Op{{Desc: stale.encode(), Parts: []Part{{Host: got}}}})[0]
+	t.Logf("stale desc: %v", err)
+	if codeOf(err) != wire.ErrTransferFail || bytes.Equal(got, r.mem[:4096]) {
+		t.Fatalf("stale desc at a reused address: err %v, bytes returned %v", err, bytes.Equal(got, r.mem[:4096]))
+	}
+	// The new desc still works on the same worker.
+	if err := one(r.w, Op{Desc: x2.Desc(), Parts: []Part{{Host: got}}}); err != nil || !bytes.Equal(got, r.mem[:4096]) {
+		t.Fatalf("new desc after a refused stale one: %v", err)
+	}
 }

@@ -26,13 +26,30 @@
 //     every request ended. Go memory is pinned while in flight.
 //   - Writes are flushed: when Do returns nil for a put, the bytes are in
 //     the peer's memory.
-//   - Endpoints use UCP_ERR_HANDLING_MODE_PEER: a dead peer or a closed
-//     exposure is an error (wire.ErrTransferFail) and drops the endpoint
-//     and its rkeys from the cache.
-//   - Closing an Exposure destroys its worker before unregistering the
-//     memory: a peer holding the old Desc gets an error, never bytes.
+//   - A dead peer or a closed exposure is an error (wire.ErrTransferFail)
+//     and drops the endpoint and its rkeys from the cache; so does Forget.
+//   - Closing an Exposure zeroes its canary (16 bytes of C memory holding
+//     the Desc's nonce, never freed), destroys its worker, then unregisters
+//     the memory: a peer holding the old Desc gets an error, never bytes.
+//     Each new endpoint reads the canary before any op and compares it with
+//     the nonce, because UCX's software RMA (tcp, shared memory) honours no
+//     registration at the target and a tcp port may be reused by a later
+//     worker of the same process.
+//   - Endpoints use UCP_ERR_HANDLING_MODE_PEER where the context has a
+//     transport that detects peer failure (tcp, cma, verbs). Where none does
+//     (UCX 1.13's posix/sysv alone) they connect without it, logged once: a
+//     dead peer is then seen only at the op's ctx deadline, UCX never ends
+//     such requests, so their parts move through C bounce buffers that the
+//     Worker keeps (freed when the request ends, or at Close).
 //
-// Callers' duties: close Workers and Exposures before their Context (a
+// Progress: an Exposure's goroutine sleeps on its worker's event fd and
+// wakes for peers' software RMA; a Worker is progressed by the goroutines in
+// Do, under its mutex, which sleep on the worker's event fd (2 ms at most)
+// once idle. Bounds: one request per Part, UCX fragments and pipelines;
+// a Desc's address and keys are at most 64 KiB each.
+//
+// Callers' duties: give every Do a ctx with a deadline (without peer-failure
+// detection it is the only bound); close Workers and Exposures before their Context (a
 // Context with live children refuses to close and logs it); close an
 // Exposure before freeing its memory; hand Descs (they hold remote keys)
 // only to authenticated peers. The owner cannot police peers' one-sided

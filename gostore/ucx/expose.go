@@ -10,6 +10,7 @@ package ucx
 import "C"
 
 import (
+	crand "crypto/rand"
 	"log"
 	"runtime"
 	"sync"
@@ -38,9 +39,11 @@ func (m MemType) ucs() C.int {
 // it, progressed by its own goroutine (locked to an OS thread) that sleeps
 // on the worker's event fd when idle.
 type Exposure struct {
-	c    *Context
-	memh C.ucp_mem_h
-	desc []byte
+	c      *Context
+	memh   C.ucp_mem_h
+	canary unsafe.Pointer // C memory holding the desc's nonce; never freed
+	cmemh  C.ucp_mem_h    // the canary's registration
+	desc   []byte
 
 	stopR, stopW int           // the pipe that wakes the goroutine to stop
 	done         chan struct{} // closed once the goroutine destroyed the worker
@@ -79,21 +82,40 @@ func (c *Context) Expose(base uintptr, size uint64, mt MemType) (*Exposure, erro
 	}
 	rkey := C.GoBytes(rbuf, C.int(rlen))
 	C.free(rbuf)
+	d := &desc{memType: mt, base: uint64(base), size: size, rkey: rkey}
+	if _, err := crand.Read(d.nonce[:]); err != nil {
+		C.gs_ucx_mem_unmap(c.h, x.memh)
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx expose: nonce: %v", err)
+	}
+	// The canary outlives the exposure (a stale Desc may still read it);
+	// nonceLen bytes per Expose are the price.
+	x.canary = C.calloc(1, nonceLen)
+	copy(unsafe.Slice((*byte)(x.canary), nonceLen), d.nonce[:])
+	d.canary = uint64(uintptr(x.canary))
+	if st := C.gs_ucx_mem_map(c.h, C.uintptr_t(d.canary), nonceLen, MemHost.ucs(), &x.cmemh); st != C.UCS_OK {
+		C.gs_ucx_mem_unmap(c.h, x.memh)
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx mem_map canary: %s", statusString(st))
+	}
+	if st := C.gs_ucx_rkey_pack(c.h, x.cmemh, &rbuf, &rlen); st != C.UCS_OK {
+		x.unmap()
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx rkey_pack canary: %s", statusString(st))
+	}
+	d.ckey = C.GoBytes(rbuf, C.int(rlen))
+	C.free(rbuf)
 	var p [2]int
 	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		C.gs_ucx_mem_unmap(c.h, x.memh)
+		x.unmap()
 		return nil, wire.Errorf(wire.ErrTransferFail, "ucx expose: pipe: %v", err)
 	}
 	x.stopR, x.stopW = p[0], p[1]
 	started := make(chan error, 1)
-	var addr []byte
-	go x.serve(&addr, started)
+	go x.serve(&d.addr, started)
 	if err := <-started; err != nil {
 		<-x.done
 		x.release()
 		return nil, err
 	}
-	x.desc = (&desc{memType: mt, base: uint64(base), size: size, addr: addr, rkey: rkey}).encode()
+	x.desc = d.encode()
 	ok = true
 	return x, nil
 }
@@ -155,6 +177,9 @@ func (x *Exposure) Desc() []byte { return append([]byte(nil), x.desc...) }
 // later. Close the exposure before the memory is freed.
 func (x *Exposure) Close() {
 	x.once.Do(func() {
+		// Zero the nonce first: from here on no new endpoint accepts the
+		// Desc, whichever worker its address leads to.
+		clear(unsafe.Slice((*byte)(x.canary), nonceLen))
 		syscall.Write(x.stopW, []byte{1})
 		<-x.done
 		x.release()
@@ -162,8 +187,13 @@ func (x *Exposure) Close() {
 	})
 }
 
-func (x *Exposure) release() {
+func (x *Exposure) unmap() {
+	C.gs_ucx_mem_unmap(x.c.h, x.cmemh)
 	C.gs_ucx_mem_unmap(x.c.h, x.memh)
+}
+
+func (x *Exposure) release() {
+	x.unmap()
 	syscall.Close(x.stopR)
 	syscall.Close(x.stopW)
 }

@@ -10,6 +10,7 @@ package ucx
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"log"
 	"runtime"
@@ -66,12 +67,19 @@ type Worker struct {
 type endpoint struct {
 	gs     *C.struct_gs_ep // C memory: the error callback's argument
 	key    string
-	rkeys  map[string]C.ucp_rkey_h
-	users  int  // Do calls and orphaned requests holding it
-	dead   bool // out of the cache: closed when the last user lets go
-	closed bool // ucp_ep_close_nbx was called
+	rkeys  map[string]*remoteKey // by the desc's packed rkey
+	users  int                   // Do calls and orphaned requests holding it
+	dead   bool                  // out of the cache: closed when the last user lets go
+	closed bool                  // ucp_ep_close_nbx was called
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
+}
+
+// remoteKey is a desc's rkey and canary key unpacked on an endpoint; the
+// endpoint serves the desc only once the canary read back its nonce.
+type remoteKey struct {
+	data, canary C.ucp_rkey_h
+	verified     bool
 }
 
 type closingEP struct {
@@ -148,22 +156,38 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 		return errs
 	}
 	w.active++
+	eps := make([]*endpoint, len(ops))
+	rks := make([]*remoteKey, len(ops))
+	for i := range ops {
+		if errs[i] != nil {
+			continue
+		}
+		ep, rk, err := w.connect(descs[i])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		held = append(held, ep)
+		eps[i], rks[i] = ep, rk
+	}
+	if w.verify(ctx, ops, descs, errs, eps, rks) {
+		// verify let go of w.mu while waiting: endpoints may have failed.
+		for i, ep := range eps {
+			if errs[i] == nil && ep.dead {
+				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: endpoint failed", opName(&ops[i]), descs[i].base, ops[i].Offset)
+			}
+		}
+	}
 	flushes := map[*endpoint][]int{}
 	var flushOrder []*endpoint
 	for i := range ops {
 		if errs[i] != nil {
 			continue
 		}
-		op, d := &ops[i], descs[i]
-		ep, rkey, err := w.connect(d)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		held = append(held, ep)
+		op, d, ep := &ops[i], descs[i], eps[i]
 		raddr := d.base + op.Offset
 		for j := range op.Parts {
-			r, st := w.post(ep, rkey, op, &op.Parts[j], raddr, &pin)
+			r, st := w.post(ep, rks[i].data, op, &op.Parts[j], raddr, &pin)
 			if st != C.UCS_OK && st != C.UCS_INPROGRESS {
 				errs[i] = w.opError(op, d, st)
 				break
@@ -206,6 +230,73 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 	w.active--
 	w.mu.Unlock()
 	return errs
+}
+
+// verify reads the canary of every desc not yet verified on its endpoint
+// and compares it with the desc's nonce: a worker address that now leads
+// to another worker (the exposure closed, its tcp port reused) fails here,
+// before any op reaches memory the desc never named. It reports whether it
+// waited (letting go of w.mu, which it holds again on return).
+func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []error, eps []*endpoint, rks []*remoteKey) bool {
+	var reqs []request
+	type check struct {
+		rk  *remoteKey
+		ep  *endpoint
+		d   *desc
+		got []byte
+		ops []int
+	}
+	var checks []*check
+	byKey := map[*remoteKey]*check{}
+	for i, rk := range rks {
+		if errs[i] != nil || rk.verified {
+			continue
+		}
+		if c := byKey[rk]; c != nil {
+			c.ops = append(c.ops, i)
+			continue
+		}
+		c := &check{rk: rk, ep: eps[i], d: descs[i], got: make([]byte, nonceLen), ops: []int{i}}
+		byKey[rk] = c
+		checks = append(checks, c)
+	}
+	if len(checks) == 0 {
+		return false
+	}
+	for _, c := range checks {
+		// Always through C memory: the get is small, and a request to a
+		// peer that cannot fail may outlive this Do.
+		r := request{ep: c.ep, into: c.got, bounce: C.calloc(1, nonceLen)}
+		st := C.gs_ucx_rma(c.ep.gs.ep, 0, C.uintptr_t(uintptr(r.bounce)), nonceLen, C.uint64_t(c.d.canary), c.rk.canary, MemHost.ucs(), &r.req)
+		if r.req == nil {
+			r.end(st)
+			if st != C.UCS_OK {
+				for _, i := range c.ops {
+					errs[i] = w.opError(&ops[i], descs[i], st)
+				}
+			}
+			continue
+		}
+		r.ops = c.ops
+		reqs = append(reqs, r)
+	}
+	w.mu.Unlock()
+	w.wait(ctx, reqs, ops, descs, errs)
+	w.mu.Lock()
+	for _, c := range checks {
+		if errs[c.ops[0]] != nil {
+			continue
+		}
+		if !bytes.Equal(c.got, c.d.nonce[:]) {
+			for _, i := range c.ops {
+				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the exposure is closed (its address leads elsewhere now)", opName(&ops[i]), descs[i].base, ops[i].Offset)
+			}
+			w.fail(c.ep)
+			continue
+		}
+		c.rk.verified = true
+	}
+	return true
 }
 
 // post starts one part's put or get. With peer-failure detection, UCX
@@ -356,7 +447,7 @@ func (w *Worker) check(op *Op) (*desc, error) {
 
 // connect returns the cached endpoint to d's worker (holding it for the
 // caller) and d's rkey unpacked on it. w.mu held.
-func (w *Worker) connect(d *desc) (*endpoint, C.ucp_rkey_h, error) {
+func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 	key := string(d.addr)
 	ep := w.eps[key]
 	if ep != nil && ep.gs.failed != 0 {
@@ -384,21 +475,32 @@ func (w *Worker) connect(d *desc) (*endpoint, C.ucp_rkey_h, error) {
 			C.free(unsafe.Pointer(gs))
 			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
 		}
-		ep = &endpoint{gs: gs, key: key, rkeys: map[string]C.ucp_rkey_h{}, peerErrors: !w.noPeerErrors}
+		ep = &endpoint{gs: gs, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors}
 		w.eps[key] = ep
 	}
-	rkey, ok := ep.rkeys[string(d.rkey)]
-	if !ok {
-		rbuf := C.CBytes(d.rkey)
-		st := C.gs_ucx_rkey_unpack(ep.gs.ep, rbuf, &rkey)
-		C.free(rbuf)
-		if st != C.UCS_OK {
-			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx rkey_unpack: %s", statusString(st))
+	rk := ep.rkeys[string(d.rkey)]
+	if rk == nil {
+		rk = &remoteKey{}
+		if err := unpack(ep, d.rkey, &rk.data); err != nil {
+			return nil, nil, err
 		}
-		ep.rkeys[string(d.rkey)] = rkey
+		if err := unpack(ep, d.ckey, &rk.canary); err != nil {
+			C.gs_ucx_rkey_destroy(rk.data)
+			return nil, nil, err
+		}
+		ep.rkeys[string(d.rkey)] = rk
 	}
 	ep.users++
-	return ep, rkey, nil
+	return ep, rk, nil
+}
+
+func unpack(ep *endpoint, packed []byte, out *C.ucp_rkey_h) error {
+	buf := C.CBytes(packed)
+	defer C.free(buf)
+	if st := C.gs_ucx_rkey_unpack(ep.gs.ep, buf, out); st != C.UCS_OK {
+		return wire.Errorf(wire.ErrTransferFail, "ucx rkey_unpack: %s", statusString(st))
+	}
+	return nil
 }
 
 // fail takes ep out of the cache and force-closes it now, which ends its
@@ -430,7 +532,8 @@ func (w *Worker) retire(ep *endpoint) {
 	}
 	w.closeEP(ep)
 	for k, r := range ep.rkeys {
-		C.gs_ucx_rkey_destroy(r)
+		C.gs_ucx_rkey_destroy(r.data)
+		C.gs_ucx_rkey_destroy(r.canary)
 		delete(ep.rkeys, k)
 	}
 }
