@@ -409,41 +409,69 @@ def test_a_restarted_peer_is_reached_again(launcher, which):
     assert_ucx_route(a, tls, b)
 
 
-def test_the_wheels_ucx_is_loaded_when_the_system_has_none(launcher, tmp_path):
-    """With the system's libucp hidden (a mount namespace binds /dev/null
-    over it) and GOSTORE_LIBUCX unset, the package names the "wheel's"
-    library (a libucx package dir holding a copy of the system's libucp: the
-    real 142 MB wheel is checked by hand, docs/ucx.md) and the Go side
-    loads that file."""
+def _hidden_system_ucx() -> str:
+    """The real file of the system's libucp, which _client_without_system_ucx
+    hides; skips where it cannot."""
     sys_lib = _ucx.system_library()
     if not sys_lib:
-        pytest.skip("no system libucp.so.0 to copy (make ucx)")
+        pytest.skip("no system libucp.so.0 (make ucx)")
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("hiding the system's UCX needs root and unshare(1)")
-    real = os.path.realpath(sys_lib)
+    return os.path.realpath(sys_lib)
+
+
+def _client_without_system_ucx(master, site: str = "") -> dict:
+    """A client process set up with protocol "ucx" while the system's
+    libucp is hidden (a mount namespace binds /dev/null over it) and
+    GOSTORE_LIBUCX is unset; ``site`` goes first on its PYTHONPATH. Returns
+    its setup code, GOSTORE_LIBUCX as the package left it, how often the
+    wheel's load_library ran, and transport_info()."""
+    real = _hidden_system_ucx()
+    script = (
+        "import json, os\n"
+        "from gostore import MooncakeDistributedStore\n"
+        "s = MooncakeDistributedStore()\n"
+        f"rc = s.setup('127.0.0.1', 'P2PHANDSHAKE', 0, 1 << 20, 'ucx', '', {master.addr!r})\n"
+        "try:\n    import libucx; pre = len(libucx.loaded)\nexcept ImportError:\n    pre = None\n"
+        "print(json.dumps({'rc': rc, 'env': os.environ.get('GOSTORE_LIBUCX'), 'preloaded': pre,"
+        " 'info': s.transport_info()}))\n"
+        "s.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != _ucx.ENV}
+    env.update(UCX_TLS="tcp")
+    if site:
+        env["PYTHONPATH"] = site
+    p = subprocess.run(["unshare", "-m", "sh", "-c", f'mount --bind /dev/null "{real}" && exec "$@"', "sh",
+                        sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_wheels_ucx_is_loaded_when_the_system_has_none(launcher, tmp_path):
+    """With the system's libucp hidden and GOSTORE_LIBUCX unset, the package
+    names the "wheel's" library (a libucx package dir holding a copy of the
+    system's libucp: the real 142 MB wheel is checked by hand, docs/ucx.md)
+    and the Go side loads that file."""
+    real = _hidden_system_ucx()
     pkg = tmp_path / "site" / "libucx"
     (pkg / "lib").mkdir(parents=True)
     shutil.copy(real, pkg / "lib" / "libucp.so.0")
     (pkg / "__init__.py").write_text("loaded = []\ndef load_library():\n    loaded.append(1)\n")
-    m = launcher.master()
-    script = (
-        "import json, os, libucx\n"
-        "from gostore import MooncakeDistributedStore\n"
-        "s = MooncakeDistributedStore()\n"
-        f"rc = s.setup('127.0.0.1', 'P2PHANDSHAKE', 0, 1 << 20, 'ucx', '', {m.addr!r})\n"
-        "print(json.dumps({'rc': rc, 'env': os.environ.get('GOSTORE_LIBUCX'), 'preloaded': len(libucx.loaded),"
-        " 'info': s.transport_info()}))\n"
-        "s.close()\n")
-    env = {k: v for k, v in os.environ.items() if k != _ucx.ENV}
-    env.update(PYTHONPATH=str(tmp_path / "site"), UCX_TLS="tcp")
-    p = subprocess.run(["unshare", "-m", "sh", "-c", f'mount --bind /dev/null "{real}" && exec "$@"', "sh",
-                        sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out = _client_without_system_ucx(launcher.master(), site=str(tmp_path / "site"))
     lib = str(pkg / "lib" / "libucp.so.0")
     assert (out["rc"], out["env"], out["preloaded"]) == (0, lib, 1), out
     u = ucx_info(out["info"])
-    assert u.get("available") and u.get("library") == lib and u.get("resources"), out["info"]
+    assert out["info"]["protocol"] == "ucx" and u.get("available") and u.get("library") == lib \
+        and u.get("resources"), out["info"]
+
+
+def test_without_any_ucx_setup_falls_back_to_tcp_and_says_why(launcher):
+    """No UCX anywhere (the system's hidden, no wheel): setup with "ucx"
+    succeeds, bytes will move over TCP, and transport_info says why."""
+    out = _client_without_system_ucx(launcher.master())
+    assert (out["rc"], out["env"], out["preloaded"]) == (0, None, None), out
+    info, u = out["info"], ucx_info(out["info"])
+    assert info["protocol"] == "tcp" and not u.get("available"), info
+    assert "libucp.so.0" in u.get("reason", "") and info.get("reason"), info
 
 
 @pytest.mark.xfail(strict=True, reason="gostore/ucx first tries UCP_ERR_HANDLING_MODE_PEER, which UCX 1.13 "
