@@ -245,8 +245,8 @@ def test_the_store_api_over_ucx(launcher, tls):
 
 
 def test_replica_tasks_over_ucx(launcher):
-    """A copy task's bytes move between clients over UCX; the copy serves
-    once the original holder is gone."""
+    """Copy and move tasks' bytes move between clients over UCX; the copies
+    serve once the original holder is gone."""
     tls = TLS["tcp"]
     _library_or_skip()
     m = launcher.master()
@@ -258,9 +258,17 @@ def test_replica_tasks_over_ucx(launcher):
     wait_until(lambda: c.call("query_task", id=ans["id"])["status"] in ("SUCCESS", "FAILED"),
                timeout=30, what="the copy task to end")
     assert c.call("query_task", id=ans["id"])["status"] == "SUCCESS"
+    # and a move of the copy from b to c
+    mv = a.call("move_task", key=key, source=b.hostname, target=c.hostname)
+    assert mv["rc"] == 0, mv
+    wait_until(lambda: a.call("query_task", id=mv["id"])["status"] in ("SUCCESS", "FAILED"),
+               timeout=30, what="the move task to end")
+    assert a.call("query_task", id=mv["id"])["status"] == "SUCCESS"
+    assert sorted(r["segment"] for r in m.query_key(key)["replicas"]) == sorted([a.hostname, c.hostname])
     a.stop()
     wait_until(lambda: a.hostname not in m.segment_names(), timeout=10, what="a's segment unmounted")
     assert c.check_pattern(key, size, seed=1)
+    assert b.check_pattern(key, size, seed=1)  # from c's copy, over UCX
     for p in (b, c):
         assert_ucx_route(p, tls, *{a, b, c} - {p})
 
