@@ -13,12 +13,12 @@ GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
 
-.PHONY: run test test-engines fuzz soak bench bench-scale bench-peers vet gotest pytest install clean etcd
+.PHONY: run test test-engines fuzz soak bench bench-scale bench-peers vet gotest pytest install clean etcd ucx
 
 run: install
 	$(PY) -m gostore.demo
 
-test: vet etcd gotest install pytest
+test: vet etcd ucx gotest install pytest
 
 # The HA tests run a real etcd cluster: Debian's etcd-server. Installed when
 # missing and apt can (as root); the tests skip, saying so, where it cannot.
@@ -27,6 +27,17 @@ etcd:
 		(apt-get install -y -q etcd-server >/dev/null 2>&1 || \
 		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q etcd-server >/dev/null 2>&1)) ; } || \
 		echo "etcd-server could not be installed: the etcd tests will skip"
+
+# The UCX route's tests (docs/ucx.md) load Debian's UCX at run time: the
+# libraries (libucx0) and ucx_info/ucx_perftest (ucx-utils). Not libucx-dev:
+# the build compiles against the headers in third_party/ucx. Installed when
+# missing and apt can (as root); the UCX tests skip, saying why, where not.
+ucx:
+	@{ ldconfig -p | grep -q 'libucp\.so\.0 ' && command -v ucx_perftest >/dev/null; } || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		(apt-get install -y -q libucx0 ucx-utils >/dev/null 2>&1 || \
+		 (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libucx0 ucx-utils >/dev/null 2>&1)) ; } || \
+		echo "libucx0/ucx-utils could not be installed (needs root and apt): the UCX tests will skip and bench/ucx.py has no ucx_perftest limit"
 
 vet:
 	go vet $(GOLD) ./...
@@ -57,7 +68,7 @@ soak: install
 pytest: install
 	$(PY) -m pytest -q -p no:cacheprovider --ignore=tests/engines tests
 
-bench: install
+bench: install ucx
 	$(PY) bench/bench.py --json bench/results.json
 	go run $(GOLD) ./bench/master --json bench/master-results.json
 	go run $(GOLD) ./bench/scale --json bench/scale-results.json
@@ -67,6 +78,7 @@ bench: install
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
 	$(PY) bench/setup.py --json bench/setup-results.json
+	$(PY) bench/ucx.py --json bench/ucx-results.json
 	@if command -v etcd >/dev/null; then go run $(GOLD) ./bench/ha -objects 100000 \
 		-master "$$($(PY) -c 'import gostore; print(gostore.master_binary_path())')" -json bench/ha-results.json; \
 	else echo "bench/ha: etcd-server is not installed: skipped"; fi

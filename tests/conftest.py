@@ -22,6 +22,10 @@ Fixtures
     replica's holder is suspended with ``Peer.suspended()`` and the writer
     reaches it over TCP): for preemption, takeover and dead-writer tests.
 ``Peer.send/recv``           run commands on several peers at once.
+``netns_hosts(n)``           ``n`` "hosts": network namespaces joined by veth
+    pairs to a bridge, addresses 10.77.i.1/16 (root only; skips otherwise);
+    ``hosts`` is three of them. ``secret``: a pool secret file (every port
+    of a namespace listens beyond loopback, so the pool authenticates).
 ``run_isolated(fn)``         runs ``fn(store, prefix)`` in a fresh client
     process against a master of its own (tests/isolated.py): for calls that
     could crash the native library, so a crash fails one test, not the run.
@@ -46,6 +50,7 @@ import sysconfig
 import threading
 import time
 import urllib.error
+import uuid
 import urllib.request
 from typing import Callable, Dict, List, Optional
 
@@ -304,10 +309,11 @@ class Peer:
                  transport: Optional[str] = None, hostname: str = "127.0.0.1",
                  expect_ready: bool = True, timeout: float = 30.0,
                  ssd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-                 wrap: Optional[List[str]] = None) -> None:
+                 wrap: Optional[List[str]] = None, protocol: str = "tcp") -> None:
         """``ssd``: a directory for the peer's SSD tier; ``env``: extra
         environment (e.g. MOONCAKE_OFFLOAD_* settings); ``wrap``: a command
-        the peer runs under (``ip netns exec h2``: another "host")."""
+        the peer runs under (``ip netns exec h2``: another "host");
+        ``protocol``: setup's protocol (``"ucx"``: the UCX route)."""
         penv = dict(os.environ)
         penv.pop("GOSTORE_TRANSPORT", None)
         if transport:
@@ -318,6 +324,8 @@ class Peer:
                                    "--segment", str(segment), "--buffer", str(buffer), "--hostname", hostname]
         if ssd is not None:
             args += ["--ssd", ssd]
+        if protocol != "tcp":
+            args += ["--protocol", protocol]
         fd, self.log_path = _tempfile(logdir, "peer")
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=fd, text=True, env=penv, cwd=ROOT)
@@ -705,3 +713,69 @@ def run_isolated(master_factory, uniq):
                         f"{proc.stdout[-6000:]}", pytrace=False)
 
     return run
+
+
+# ---------------------------------------------------------------------------
+# hosts: network namespaces
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True)
+
+
+@pytest.fixture
+def netns_hosts():
+    """``make(n)``: ``n`` "hosts" on this machine, each a network namespace
+    with a veth to one bridge (10.77.i.1/16); a list of ``{"ns", "ip",
+    "wrap" (the command prefix that runs in it), "veth" (its outer end, to
+    cut the link), "dev" (its inner end, the host's NIC)}``. Needs root; skips saying why where namespaces cannot
+    be made. Everything made is deleted at teardown."""
+    made: List[str] = []
+    bridges: List[str] = []
+
+    def make(n: int) -> List[dict]:
+        if os.geteuid() != 0:
+            pytest.skip("network namespaces need root")
+        tag = uuid.uuid4().hex[:6]
+        bridge = f"gsbr{tag}"
+        names = [f"gs{tag}h{i}" for i in range(n)]
+        try:
+            _ip("ip", "link", "add", bridge, "type", "bridge")
+            bridges.append(bridge)
+            _ip("ip", "link", "set", bridge, "up")
+            for i, ns in enumerate(names):
+                _ip("ip", "netns", "add", ns)
+                made.append(ns)
+                outer, inner = f"gsv{tag}{i}", f"gsi{tag}{i}"
+                _ip("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+                _ip("ip", "link", "set", inner, "netns", ns)
+                _ip("ip", "link", "set", outer, "master", bridge)
+                _ip("ip", "link", "set", outer, "up")
+                _ip("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.77.{i}.1/16", "dev", inner)
+                _ip("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+                _ip("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        except (subprocess.CalledProcessError, FileNotFoundError) as e:
+            pytest.skip(f"cannot make network namespaces here: {e}")
+        return [{"ns": ns, "ip": f"10.77.{i}.1", "wrap": ["ip", "netns", "exec", ns], "veth": f"gsv{tag}{i}",
+                 "dev": f"gsi{tag}{i}"} for i, ns in enumerate(names)]
+
+    yield make
+    for ns in made:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for b in bridges:
+        subprocess.run(["ip", "link", "del", b], capture_output=True)
+
+
+@pytest.fixture
+def hosts(netns_hosts):
+    """Three namespaces (see :func:`netns_hosts`)."""
+    return netns_hosts(3)
+
+
+@pytest.fixture
+def secret(tmp_path):
+    """The pool's shared secret: every port in a namespace listens beyond
+    loopback, so the master and the clients authenticate (docs/security.md)."""
+    p = tmp_path / "pool-secret"
+    p.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+    return str(p)

@@ -3,11 +3,11 @@
 Started by the tests (``conftest.Peer``) as::
 
     python tests/peer.py --master IP:PORT [--segment 64MB] [--buffer 16MB]
-                         [--hostname 127.0.0.1] [--ssd PATH]
+                         [--hostname 127.0.0.1] [--ssd PATH] [--protocol tcp]
 
 (``--ssd`` turns the SSD tier on: ``setup(..., enable_ssd_offload=True,
 ssd_offload_path=PATH)``; its settings come from the MOONCAKE_OFFLOAD_*
-environment.)
+environment; ``--protocol``: setup's protocol, ``ucx`` for the UCX route.)
 
 It calls ``setup()`` against the master and prints one JSON line
 ``{"ready": true, "rc": 0, "hostname": "host:port", "pid": N}`` (or ``"ready":
@@ -27,6 +27,17 @@ line on stdin and answers one JSON line on stdout per command:
 ``unregistered``    ``key``, ``size``, ``seed`` [, config as ``put``]: put_from
                     out of memory never registered, then get_into other such
                     memory -> ``{"put": rc, "get": rc, "ok": bytes equal}``
+``batch_pattern``   ``keys``, ``size``, ``seed`` [, config as ``put``]: put_batch
+                    of a pattern per key (seed + index), then get_batch ->
+                    ``{"put": [rc...], "ok": [bytes equal...]}``
+``registered``      ``keys``, ``size``, ``seed`` [, config as ``put``]:
+                    batch_put_from out of a registered buffer, then
+                    batch_get_into another -> ``{"put": [rc...], "get":
+                    [rc...], "ok": bytes equal}``
+``transport_info``  -> ``{"info": store.transport_info()}``
+``disk_reads``      -> ``{"n": store.get_offload_rpc_read_count()}``
+``allocate_segment`` ``size`` -> ``store.allocate_and_mount_segment(size)``
+``unmount_segment``  ``ids`` [, ``free``] -> ``{"rc": int}``
 ``upsert``          ``key``, ``hex`` [, ``replica_num``, ``preferred_segment``,
                     ``hard_pin``, ``soft_pin``] -> ``{"rc": int}``
 ``upsert_pattern``  ``key``, ``size``, ``seed`` [, config as ``upsert``] -> ``{"rc": int}``
@@ -183,6 +194,38 @@ def handle(store, cmd: dict) -> dict:
         put = store.put_from(cmd["key"], ctypes.addressof(src), size, _config(cmd))
         got = store.get_into(cmd["key"], ctypes.addressof(dst), size)
         return {"put": put, "get": got, "ok": dst.raw == data}
+    if op == "batch_pattern":
+        keys, size, seed = list(cmd["keys"]), int(cmd["size"]), int(cmd["seed"])
+        datas = [pattern(seed + i, size) for i in range(len(keys))]
+        put = store.put_batch(keys, datas, _config(cmd))
+        got = store.get_batch(keys)
+        return {"put": put if isinstance(put, list) else [put] * len(keys),
+                "ok": [g == d for g, d in zip(got, datas)]}
+    if op == "registered":
+        import ctypes
+
+        keys, size, seed = list(cmd["keys"]), int(cmd["size"]), int(cmd["seed"])
+        n = len(keys)
+        data = b"".join(pattern(seed + i, size) for i in range(n))
+        src, dst = ctypes.create_string_buffer(data, n * size), ctypes.create_string_buffer(n * size)
+        a, b = ctypes.addressof(src), ctypes.addressof(dst)
+        assert store.register_buffer(a, n * size) == 0 and store.register_buffer(b, n * size) == 0
+        try:
+            put = store.batch_put_from(keys, [a + i * size for i in range(n)], [size] * n, _config(cmd))
+            got = store.batch_get_into(keys, [b + i * size for i in range(n)], [size] * n)
+        finally:
+            store.unregister_buffer(a)
+            store.unregister_buffer(b)
+        return {"put": list(put), "get": list(got), "ok": dst.raw == data}
+    if op == "allocate_segment":
+        return store.allocate_and_mount_segment(int(cmd["size"]))
+    if op == "unmount_segment":
+        unmount = store.unmount_and_free_segment if cmd.get("free") else store.unmount_segment
+        return {"rc": unmount(list(cmd["ids"]))}
+    if op == "disk_reads":
+        return {"n": store.get_offload_rpc_read_count()}
+    if op == "transport_info":
+        return {"info": store.transport_info()}
     if op == "upsert":
         return {"rc": store.upsert(cmd["key"], bytes.fromhex(cmd["hex"]), _config(cmd))}
     if op == "upsert_pattern":
@@ -237,6 +280,7 @@ def main() -> int:
     ap.add_argument("--buffer", default="16MB")
     ap.add_argument("--hostname", default="127.0.0.1")
     ap.add_argument("--ssd", default=None)
+    ap.add_argument("--protocol", default="tcp")
     args = ap.parse_args()
 
     from gostore import MooncakeDistributedStore
@@ -253,7 +297,7 @@ def main() -> int:
     store = MooncakeDistributedStore()
     ssd = {} if args.ssd is None else {"enable_ssd_offload": True, "ssd_offload_path": args.ssd}
     rc = store.setup(args.hostname, "P2PHANDSHAKE", size(args.segment), size(args.buffer),
-                     "tcp", "", args.master, **ssd)
+                     args.protocol, "", args.master, **ssd)
     import os
 
     if rc != 0:

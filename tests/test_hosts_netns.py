@@ -10,65 +10,17 @@ TCP between them (made by the test; it needs root and skips otherwise).
 
 from __future__ import annotations
 
-import os
 import subprocess
-import time
-import uuid
-
-import pytest
 
 from conftest import wait_until
 
-HOSTS = 3  # h0: the master; h1, h2: storage clients
+# Fixtures from conftest: hosts (h0: the master; h1, h2: storage clients),
+# secret.
 
 
 def _run(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True)
 
-
-@pytest.fixture
-def hosts():
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    tag = uuid.uuid4().hex[:6]
-    bridge = f"gsbr{tag}"
-    names = [f"gs{tag}h{i}" for i in range(HOSTS)]
-    made = []
-    try:
-        _run("ip", "link", "add", bridge, "type", "bridge")
-        _run("ip", "link", "set", bridge, "up")
-        for i, ns in enumerate(names):
-            _run("ip", "netns", "add", ns)
-            made.append(ns)
-            outer, inner = f"gsv{tag}{i}", f"gsi{tag}{i}"
-            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
-            _run("ip", "link", "set", inner, "netns", ns)
-            _run("ip", "link", "set", outer, "master", bridge)
-            _run("ip", "link", "set", outer, "up")
-            _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.77.{i}.1/16", "dev", inner)
-            _run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
-            _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-    except (subprocess.CalledProcessError, FileNotFoundError) as e:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-        pytest.skip(f"cannot make network namespaces here: {e}")
-    hs = [{"ns": ns, "ip": f"10.77.{i}.1", "wrap": ["ip", "netns", "exec", ns], "veth": f"gsv{tag}{i}"}
-          for i, ns in enumerate(names)]
-    yield hs
-    for ns in names:
-        subprocess.run(["ip", "netns", "pids", ns], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    subprocess.run(["ip", "link", "del", bridge], capture_output=True)
-
-
-@pytest.fixture
-def secret(tmp_path):
-    """The pool's shared secret: every port here listens beyond loopback,
-    so the master and the clients authenticate (docs/security.md)."""
-    p = tmp_path / "pool-secret"
-    p.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
-    return str(p)
 
 
 def _peer(launcher, master, host, secret):

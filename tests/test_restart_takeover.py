@@ -17,7 +17,6 @@ import time
 import pytest
 
 from conftest import wait_until
-from test_hosts_netns import hosts, secret  # noqa: F401  (fixtures)
 from test_ssd_tier import OBJ, SEGMENT, on_disk, put_retrying, tier_env, value
 
 TTL = 30  # client_ttl (s): long, so "well under it" is plain

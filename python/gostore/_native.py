@@ -6,6 +6,9 @@ nor fails where the library is missing (argument checks and pure-Python parts
 work without it).
 
 * Path: ``$GOSTORE_LIB`` if set, else ``libgostore.so`` next to this file.
+* UCX: before the load, :func:`gostore._ucx.choose_library` sets
+  ``$GOSTORE_LIBUCX`` to the ``libucx`` wheel's library when neither the user
+  nor the system provides one (the Go side dlopens it at setup).
 * ``ctypes.CDLL`` (not ``PyDLL``): every call releases the GIL while Go runs.
 * ``RTLD_LAZY`` is required: go-nvml leaves its ``nvml*`` symbols unresolved
   until it opens ``libnvidia-ml.so.1`` at run time; an eager (``RTLD_NOW``)
@@ -32,6 +35,7 @@ import time
 from ctypes import c_char_p, c_double, c_int, c_int64, c_uint32, c_uint64, c_void_p
 from typing import Callable, Optional, Tuple
 
+from . import _ucx
 from .errors import ErrorCode
 
 __all__ = ["library_path", "lib", "is_loaded", "bench_memcpy", "bench_tcp_stream"]
@@ -311,6 +315,9 @@ def lib() -> ctypes.CDLL:
                 "`python setup.py build_ext --inplace`, or point GOSTORE_LIB at a "
                 "libgostore.so"
             )
+        # Which UCX the Go side will dlopen (GOSTORE_LIBUCX, read at setup):
+        # decided here, before the runtime starts (gostore/_ucx.py).
+        _ucx.choose_library()
         global _loaded_by
         _loaded_by = os.getpid()
         try:

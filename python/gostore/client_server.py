@@ -527,7 +527,7 @@ _FLAGS = {
     "local_buffer_size": ("0", str, "buffer of the copying calls (0: 16MB, which the server needs)"),
     "master_server_address": ("127.0.0.1:50051", str, "the master's RPC address, host:port"),
     "metadata_server": ("http://127.0.0.1:8080/metadata", str, "setup's metadata_server"),
-    "protocol": ("tcp", str, "setup's protocol: tcp or rdma"),
+    "protocol": ("tcp", str, "setup's protocol: tcp, ucx or rdma"),
     "device_names": ("", str, "setup's rdma_devices"),
     "enable_offload": (False, bool, "turn the SSD tier on (in --ssd_offload_path, else $MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)"),
     "start_offload_rpc_server": (True, bool, "accepted, no effect"),

@@ -1,0 +1,531 @@
+"""The UCX route (docs/ucx.md): setup's ``protocol="ucx"`` moves bytes
+between clients with UCX one-sided put/get into the owner's segment.
+
+- Which UCX is loaded (gostore/_ucx.py): ``$GOSTORE_LIBUCX``, else the
+  system's ``libucp.so.0``, else the ``libucx`` wheel's; on fake file
+  layouts, and for real with the system's library hidden in a mount
+  namespace (a copy of it as the "wheel").
+- The whole store API over the route, bytes verified: real master, client
+  processes with ``GOSTORE_TRANSPORT=ucx`` (the route even on one host, no
+  shared-memory mapping), over ``UCX_TLS`` tcp, shared memory and CMA.
+- Hosts as network namespaces joined by veth, UCX over tcp between them.
+- Faults: a peer killed -9 mid-transfer (an error, no hang), a peer
+  restarted (endpoints rebuilt; new objects served).
+
+The route tests skip, saying why, where no UCX library exists (``make
+ucx`` installs Debian's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from conftest import MiB, pattern, wait_until
+from gostore import _ucx
+
+# ---------------------------------------------------------------------------
+# which UCX: the search, on fake layouts
+
+
+def _touch(path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return str(path)
+
+
+def _spec_of(pkg_dir):
+    """A find_spec that finds the package ``libucx`` in ``pkg_dir``."""
+    def find_spec(name):
+        assert name == "libucx"
+        return types.SimpleNamespace(submodule_search_locations=[str(pkg_dir)]) if pkg_dir else None
+    return find_spec
+
+
+class _Preload:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+def test_a_library_the_user_names_wins(tmp_path):
+    wheel = tmp_path / "site" / "libucx"
+    _touch(wheel / "lib" / "libucp.so.0")
+    env = {"GOSTORE_LIBUCX": "/opt/mine/libucp.so.0", "LD_LIBRARY_PATH": str(tmp_path)}
+    pre = _Preload()
+    assert _ucx.choose_library(env, root=str(tmp_path), find_spec=_spec_of(wheel), preload=pre) == "env"
+    assert env["GOSTORE_LIBUCX"] == "/opt/mine/libucp.so.0" and pre.calls == 0
+
+
+def test_the_systems_library_wins_over_the_wheel(tmp_path):
+    """Found through LD_LIBRARY_PATH, through ld.so.conf (with include), or
+    in a default directory; the wheel is then neither loaded nor named."""
+    root = tmp_path / "root"
+    wheel = tmp_path / "site" / "libucx"
+    _touch(wheel / "lib" / "libucp.so.0")
+    # ld.so.conf -> include ld.so.conf.d/*.conf -> /opt/ucx/lib
+    (root / "etc" / "ld.so.conf.d").mkdir(parents=True)
+    (root / "etc" / "ld.so.conf").write_text("# comment\ninclude /etc/ld.so.conf.d/*.conf\n")
+    (root / "etc" / "ld.so.conf.d" / "ucx.conf").write_text("/opt/ucx/lib\n")
+    conf_lib = _touch(root / "opt" / "ucx" / "lib" / "libucp.so.0")
+    assert _ucx.system_library({}, root=str(root)) == conf_lib
+    env: dict = {}
+    pre = _Preload()
+    assert _ucx.choose_library(env, root=str(root), find_spec=_spec_of(wheel), preload=pre) == "system"
+    assert "GOSTORE_LIBUCX" not in env and pre.calls == 0
+
+    # LD_LIBRARY_PATH comes before the conf directories
+    mine = _touch(tmp_path / "ldpath" / "libucp.so.0")
+    assert _ucx.system_library({"LD_LIBRARY_PATH": f"/nonexistent::{tmp_path / 'ldpath'}"},
+                               root=str(root)) == mine
+    # a default directory, no conf at all
+    bare = tmp_path / "bare"
+    dflt = _touch(bare / "usr" / "lib" / "x86_64-linux-gnu" / "libucp.so.0")
+    assert _ucx.system_library({}, root=str(bare)) == dflt
+
+
+def test_the_wheel_when_the_system_has_none(tmp_path):
+    wheel = tmp_path / "site" / "libucx"
+    lib = _touch(wheel / "lib" / "libucp.so.0")
+    env: dict = {}
+    pre = _Preload()
+    empty = tmp_path / "empty-root"
+    empty.mkdir()
+    assert _ucx.choose_library(env, root=str(empty), find_spec=_spec_of(wheel), preload=pre) == "wheel"
+    assert env["GOSTORE_LIBUCX"] == lib and pre.calls == 1
+
+
+def test_neither_leaves_the_choice_to_go(tmp_path):
+    """No UCX anywhere: nothing set (Go's dlopen then says why the route is
+    off); a wheel directory without its library counts as none."""
+    empty = tmp_path / "empty-root"
+    empty.mkdir()
+    for spec in (_spec_of(None), _spec_of(tmp_path / "site" / "libucx")):
+        env: dict = {}
+        pre = _Preload()
+        assert _ucx.choose_library(env, root=str(empty), find_spec=spec, preload=pre) == ""
+        assert env == {} and pre.calls == 0
+
+
+# ---------------------------------------------------------------------------
+# the route: real master, real client processes
+
+
+def _library_or_skip() -> str:
+    """The UCX library this machine would load, or skip saying why not."""
+    lib = os.environ.get(_ucx.ENV) or _ucx.system_library() or _ucx.wheel_library()
+    if not lib:
+        pytest.skip("no UCX library here (libucp.so.0): `make ucx` installs Debian's libucx0, "
+                    "`pip install gostore[ucx]` PyPI's")
+    return lib
+
+
+def ucx_info(info: dict) -> dict:
+    """transport_info()'s account of the UCX it loaded."""
+    return info.get("ucx") or {}
+
+
+def route_ops(info: dict) -> dict:
+    """transport_info()'s count of ops sent per route ({"ucx": n, "tcp": n, ...})."""
+    return info.get("route_ops") or {}
+
+
+# UCX_TLS settings the suite runs over on one host. Shared memory: posix
+# and sysv carry UCX's messages and its software RMA; CMA reads and writes
+# the peer's memory through the kernel (process_vm_readv/writev), with
+# posix for UCX's own messages (CMA has none).
+TLS = {"tcp": "tcp", "shm": "posix,sysv,self", "cma": "cma,posix,self"}
+
+
+def ucx_env(tls: str, **extra: str) -> dict:
+    # UCX prints its own log lines on stdout, where tests/peer.py answers:
+    # they go to the peer's stderr log instead.
+    env = {"UCX_TLS": tls, "GOSTORE_LOG_LEVEL": "info", "UCX_LOG_FILE": "/dev/stderr"}
+    env.update(extra)
+    return env
+
+
+def ucx_peer(launcher, master, tls: str, **kw):
+    """A client process on the UCX route, forced even on one host."""
+    env = ucx_env(tls)
+    env.update(kw.pop("env", {}))
+    return launcher.peer(master, transport="ucx", protocol="ucx", env=env, **kw)
+
+
+def tcp_remote_ports(pid: int) -> set:
+    """Remote ports of process ``pid``'s established TCP connections (its
+    /proc/PID/net/tcp{,6} rows whose inodes are among its descriptors)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            for row in f.read().splitlines()[1:]:
+                cols = row.split()
+                if len(cols) > 9 and cols[3] == "01" and cols[9] in inodes:
+                    ports.add(int(cols[2].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def no_tcp_route(pid: int, *others) -> None:
+    """Process ``pid`` holds no connection to the gostore TCP port of any of
+    ``others`` (its segment's name is host:port)."""
+    ports = tcp_remote_ports(pid)
+    for o in others:
+        assert int(o.hostname.rsplit(":", 1)[1]) not in ports, (o, sorted(ports))
+
+
+def assert_ucx_route(peer, tls: str, *others) -> dict:
+    """The peer loaded UCX with the transports asked for (UCX_TLS), and its
+    ops to ``others`` went over the UCX route: it never connected to their
+    gostore TCP ports nor mapped their segments' shared memory (and, where
+    transport_info counts ops per route, it counts UCX ones)."""
+    info = peer.call("transport_info")["info"]
+    u = ucx_info(info)
+    assert info.get("protocol") == "ucx" and u.get("available"), info
+    names = {r.split("/", 1)[0] for r in u.get("resources", [])}
+    assert names and names <= set(tls.split(",")), (tls, u.get("resources"))
+    no_tcp_route(peer.pid, *others)
+    assert len(peer.mapped_segments()) <= 1, peer.mapped_segments()  # its own only
+    ops = route_ops(info)
+    if ops:
+        assert ops.get("ucx", 0) > 0, info
+        assert all(n == 0 for r, n in ops.items() if r not in ("ucx", "own")), info
+    return info
+
+
+@pytest.fixture(params=list(TLS), ids=list(TLS))
+def tls(request) -> str:
+    _library_or_skip()
+    return TLS[request.param]
+
+
+SIZES = [1, 4096, 1 * MiB + 13, 8 * MiB]
+
+
+def test_the_store_api_over_ucx(launcher, tls):
+    """put/get, batch, zero-copy (registered and not), upsert: a writes into
+    b's segment and reads back from it, bytes verified, all over UCX."""
+    m = launcher.master()
+    a, b = ucx_peer(launcher, m, tls), ucx_peer(launcher, m, tls)
+    on_b = b.hostname
+    for i, size in enumerate(SIZES):
+        assert a.put_pattern(f"u/{size}", size, seed=i, preferred_segment=on_b) == 0
+        assert a.check_pattern(f"u/{size}", size, seed=i), size
+        assert b.check_pattern(f"u/{size}", size, seed=i), size  # b's own, locally
+    keys = [f"u/batch/{j}" for j in range(32)]
+    ans = a.call("batch_pattern", keys=keys, size=64 << 10, seed=100, preferred_segment=on_b)
+    assert ans["put"] == [0] * 32 and all(ans["ok"]), ans
+    ans = a.call("registered", keys=[f"u/zc/{j}" for j in range(8)], size=256 << 10, seed=200,
+                 preferred_segment=on_b)
+    assert ans["put"] == [0] * 8 and ans["get"] == [256 << 10] * 8 and ans["ok"], ans
+    ans = a.call("unregistered", key="u/unreg", size=3 * MiB + 1, seed=300, preferred_segment=on_b)
+    assert (ans["put"], ans["get"], ans["ok"]) == (0, 3 * MiB + 1, True), ans
+    # upsert: in place (same size) and grown, read from both sides
+    assert a.upsert_pattern("u/up", 1 * MiB, seed=400, preferred_segment=on_b) == 0
+    assert a.upsert_pattern("u/up", 1 * MiB, seed=401, preferred_segment=on_b) == 0
+    assert b.check_pattern("u/up", 1 * MiB, seed=401)
+    assert a.upsert_pattern("u/up", 2 * MiB, seed=402, preferred_segment=on_b) == 0
+    assert a.check_pattern("u/up", 2 * MiB, seed=402)
+    assert_ucx_route(a, tls, b)
+
+
+def test_replica_tasks_over_ucx(launcher):
+    """Copy and move tasks' bytes move between clients over UCX; the copies
+    serve once the original holder is gone."""
+    tls = TLS["tcp"]
+    _library_or_skip()
+    m = launcher.master()
+    a, b, c = (ucx_peer(launcher, m, tls, segment="32MB") for _ in range(3))
+    key, size = "task/k", 3 * MiB + 7
+    assert a.put_pattern(key, size, seed=1, preferred_segment=a.hostname) == 0
+    ans = c.call("copy_task", key=key, targets=[b.hostname])
+    assert ans["rc"] == 0, ans
+    wait_until(lambda: c.call("query_task", id=ans["id"])["status"] in ("SUCCESS", "FAILED"),
+               timeout=30, what="the copy task to end")
+    assert c.call("query_task", id=ans["id"])["status"] == "SUCCESS"
+    # and a move of the copy from b to c
+    mv = a.call("move_task", key=key, source=b.hostname, target=c.hostname)
+    assert mv["rc"] == 0, mv
+    wait_until(lambda: a.call("query_task", id=mv["id"])["status"] in ("SUCCESS", "FAILED"),
+               timeout=30, what="the move task to end")
+    assert a.call("query_task", id=mv["id"])["status"] == "SUCCESS"
+    assert sorted(r["segment"] for r in m.query_key(key)["replicas"]) == sorted([a.hostname, c.hostname])
+    a.stop()
+    wait_until(lambda: a.hostname not in m.segment_names(), timeout=10, what="a's segment unmounted")
+    assert c.check_pattern(key, size, seed=1)
+    assert b.check_pattern(key, size, seed=1)  # from c's copy, over UCX
+    for p in (b, c):
+        assert_ucx_route(p, tls, *{a, b, c} - {p})
+
+
+def test_ssd_tier_beside_the_ucx_route(launcher, tmp_path):
+    """A pool four times the holder's memory, on clients set up with "ucx":
+    every object reads back, bytes verified: those in memory over UCX, the
+    disk-only ones from the holder's SSD tier (through its RPC, as on the
+    TCP route: the tier's staging memory is not exposed to UCX)."""
+    _library_or_skip()
+    tls = TLS["tcp"]
+    m = launcher.master(enable_offload=True, tick_interval_ms=20, eviction_high_watermark_ratio=0.8,
+                        eviction_ratio=0.2, client_ttl=2)
+    ssd = tmp_path / "ssd"
+    ssd.mkdir()
+    env = {"MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": "bucket_storage_backend",
+           "MOONCAKE_OFFLOAD_USE_URING": "false", "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+           "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES": str(16 * MiB),
+           "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": str(256 * MiB),
+           "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES": str(4 * MiB)}
+    holder = ucx_peer(launcher, m, tls, segment=str(16 * MiB), ssd=str(ssd), env=env)
+    w = ucx_peer(launcher, m, tls, segment="0")
+    n = 64  # four times the holder's pool, of 1 MiB each
+    for i in range(n):
+        deadline = time.monotonic() + 30
+        while (rc := w.put_pattern(f"ssd/{i}", MiB, seed=i)) != 0:
+            assert time.monotonic() < deadline, f"put ssd/{i}: {rc}"
+            time.sleep(0.01)
+
+    def disk_only(k):
+        info = m.query_key(k)
+        return bool(info and info.get("disk") and not info.get("replicas"))
+    wait_until(lambda: sum(disk_only(f"ssd/{i}") for i in range(n)) >= n // 2, timeout=20,
+               what="most objects on disk only")
+    for i in range(n):
+        assert w.check_pattern(f"ssd/{i}", MiB, seed=i), i
+    assert w.call("disk_reads")["n"] > 0
+    assert_ucx_route(w, tls, holder)
+
+
+def test_standalone_client_on_the_ucx_route(launcher, monkeypatch):
+    """An application's gostore-client (standalone mode) reaches a peer's
+    segment over UCX: the application's put lands in b, read back both ways."""
+    _library_or_skip()
+    tls = TLS["tcp"]
+    m = launcher.master()
+    b = ucx_peer(launcher, m, tls)
+    for k, v in ucx_env(tls, GOSTORE_TRANSPORT="ucx").items():
+        monkeypatch.setenv(k, v)
+    cp = launcher.client_process(m, protocol="ucx")
+    from gostore import MooncakeDistributedStore, ReplicateConfig
+    s = MooncakeDistributedStore()
+    assert s.setup_dummy(32 * MiB, 4 * MiB, cp.server_address) == 0
+    try:
+        data = pattern(7, 2 * MiB + 3)
+        assert s.put("sa/k", data, ReplicateConfig(preferred_segment=b.hostname)) == 0
+        assert s.get("sa/k") == data
+        assert b.check_pattern("sa/k", 2 * MiB + 3, seed=7)
+        info = s.transport_info()
+        assert info.get("protocol") == "ucx" and ucx_info(info).get("available"), info
+        no_tcp_route(cp.proc.pid, b)
+    finally:
+        s.close()
+
+
+def test_hosts_joined_by_veth_over_ucx_tcp(launcher, hosts, secret):
+    """Three "hosts" (network namespaces): the master on h0, clients on h1
+    and h2 with protocol="ucx", UCX over tcp on their veth (UCX_NET_DEVICES:
+    the host's own NIC), the pool authenticated."""
+    _library_or_skip()
+    h0, h1, h2 = hosts
+    m = launcher.master(wrap=h0["wrap"], address=h0["ip"], auth_secret_file=secret)
+
+    def host_peer(h):
+        # GOSTORE_TRANSPORT=ucx: the namespaces share this machine's memory,
+        # which two real hosts would not, so same-host routes are off.
+        return ucx_peer(launcher, m, "tcp", hostname=h["ip"], wrap=h["wrap"],
+                        env={"GOSTORE_AUTH_SECRET_FILE": secret, "UCX_NET_DEVICES": h["dev"]})
+    a, b = host_peer(h1), host_peer(h2)
+    for i, size in enumerate([4096, 3 * MiB + 1]):
+        assert a.put_pattern(f"h/{i}", size, seed=i, preferred_segment=b.hostname) == 0
+        assert a.check_pattern(f"h/{i}", size, seed=i)
+        assert b.put_pattern(f"h/b{i}", size, seed=10 + i, preferred_segment=a.hostname) == 0
+        assert b.check_pattern(f"h/b{i}", size, seed=10 + i)
+    for p, h, o in ((a, h1, b), (b, h2, a)):
+        info = assert_ucx_route(p, "tcp", o)
+        assert ucx_info(info)["resources"] == [f"tcp/{h['dev']}"], info
+
+
+# UCX 1.13's shared-memory transports cannot tell a dead peer
+# (UCP_ERR_HANDLING_MODE_PEER is refused there, and gostore/ucx connects
+# without it): an op on a killed peer then waits for a deadline that a get
+# does not have. Strict: a fix turns these into failures until the mark goes.
+_SM_DEAD_PEER = pytest.mark.xfail(
+    strict=True, reason="UCX 1.13 shared memory: a read from a killed peer hangs (no peer failure detection)")
+
+
+@pytest.mark.parametrize("which", ["tcp", pytest.param("shm", marks=_SM_DEAD_PEER),
+                                   pytest.param("cma", marks=_SM_DEAD_PEER)])
+def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path, which):
+    """b dies (SIGKILL) while a's threads read 8 MiB objects from it: every
+    read ends (empty: an error), none returns wrong bytes, a stays healthy
+    and serves from a third peer."""
+    _library_or_skip()
+    tls = TLS[which]
+    m = launcher.master(client_ttl=2)
+    a, b, c = (ucx_peer(launcher, m, tls) for _ in range(3))
+    size = 8 * MiB
+    assert a.put_pattern("kill/k", size, seed=5, preferred_segment=b.hostname) == 0
+    assert a.put_pattern("kill/c", size, seed=6, preferred_segment=c.hostname) == 0
+    stop = str(tmp_path / "stop")
+    a.send("read_loop", key="kill/k", size=size, seeds=[5], threads=4, seconds=60, stop_file=stop)
+    time.sleep(0.5)  # reads under way (their count is checked below)
+    b.kill()
+    open(stop, "w").close()
+    t0 = time.monotonic()
+    stats = a.recv("read_loop", timeout=10)
+    assert time.monotonic() - t0 < 10, "reads hung on the dead peer"
+    assert stats["bad"] == 0 and stats["match"].get("5", 0) > 0 and stats["empty"] > 0, stats
+    print("reads around the kill:", {k: stats[k] for k in ("reads", "empty", "match", "bad")},
+          f"answered {time.monotonic() - t0:.2f} s after the stop")
+    assert a.health_check() == 0
+    assert a.check_pattern("kill/c", size, seed=6)
+
+
+@pytest.mark.parametrize("which", list(TLS), ids=list(TLS))
+def test_a_restarted_peer_is_reached_again(launcher, which):
+    """b is killed and comes back under its name (host:port) with a fresh
+    segment: a's endpoint to the old process is rebuilt, new objects move
+    into b over UCX and read back."""
+    _library_or_skip()
+    tls = TLS[which]
+    m = launcher.master(client_ttl=2)
+    a, b = ucx_peer(launcher, m, tls), ucx_peer(launcher, m, tls)
+    assert a.put_pattern("re/old", MiB, seed=1, preferred_segment=b.hostname) == 0
+    assert a.check_pattern("re/old", MiB, seed=1)
+    name = b.hostname
+    b.kill()
+    b2 = ucx_peer(launcher, m, tls, hostname=name)
+    assert b2.hostname == name
+    wait_until(lambda: a.put_pattern("re/new", 2 * MiB, seed=2, preferred_segment=name) == 0,
+               timeout=20, interval=0.2, what="a put into the restarted peer")
+    assert a.check_pattern("re/new", 2 * MiB, seed=2)
+    assert b2.check_pattern("re/new", 2 * MiB, seed=2)
+    assert not a.check_pattern("re/old", MiB, seed=1)  # gone with the old process, never stale bytes
+    assert_ucx_route(a, tls, b)
+
+
+def _hidden_system_ucx() -> str:
+    """The real file of the system's libucp, which _client_without_system_ucx
+    hides; skips where it cannot."""
+    sys_lib = _ucx.system_library()
+    if not sys_lib:
+        pytest.skip("no system libucp.so.0 (make ucx)")
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("hiding the system's UCX needs root and unshare(1)")
+    return os.path.realpath(sys_lib)
+
+
+def _client_without_system_ucx(master, site: str = "") -> dict:
+    """A client process set up with protocol "ucx" while the system's
+    libucp is hidden (a mount namespace binds /dev/null over it) and
+    GOSTORE_LIBUCX is unset; ``site`` goes first on its PYTHONPATH. Returns
+    its setup code, GOSTORE_LIBUCX as the package left it, how often the
+    wheel's load_library ran, and transport_info()."""
+    real = _hidden_system_ucx()
+    script = (
+        "import json, os\n"
+        "from gostore import MooncakeDistributedStore\n"
+        "s = MooncakeDistributedStore()\n"
+        f"rc = s.setup('127.0.0.1', 'P2PHANDSHAKE', 0, 1 << 20, 'ucx', '', {master.addr!r})\n"
+        "try:\n    import libucx; pre = len(libucx.loaded)\nexcept ImportError:\n    pre = None\n"
+        "print(json.dumps({'rc': rc, 'env': os.environ.get('GOSTORE_LIBUCX'), 'preloaded': pre,"
+        " 'info': s.transport_info()}))\n"
+        "s.close()\n")
+    env = {k: v for k, v in os.environ.items() if k != _ucx.ENV}
+    env.update(UCX_TLS="tcp")
+    if site:
+        env["PYTHONPATH"] = site
+    p = subprocess.run(["unshare", "-m", "sh", "-c", f'mount --bind /dev/null "{real}" && exec "$@"', "sh",
+                        sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_the_wheels_ucx_is_loaded_when_the_system_has_none(launcher, tmp_path):
+    """With the system's libucp hidden and GOSTORE_LIBUCX unset, the package
+    names the "wheel's" library (a libucx package dir holding a copy of the
+    system's libucp: the real 142 MB wheel is checked by hand, docs/ucx.md)
+    and the Go side loads that file."""
+    real = _hidden_system_ucx()
+    pkg = tmp_path / "site" / "libucx"
+    (pkg / "lib").mkdir(parents=True)
+    shutil.copy(real, pkg / "lib" / "libucp.so.0")
+    (pkg / "__init__.py").write_text("loaded = []\ndef load_library():\n    loaded.append(1)\n")
+    out = _client_without_system_ucx(launcher.master(), site=str(tmp_path / "site"))
+    lib = str(pkg / "lib" / "libucp.so.0")
+    assert (out["rc"], out["env"], out["preloaded"]) == (0, lib, 1), out
+    u = ucx_info(out["info"])
+    assert out["info"]["protocol"] == "ucx" and u.get("available") and u.get("library") == lib \
+        and u.get("resources"), out["info"]
+
+
+def test_without_any_ucx_setup_falls_back_to_tcp_and_says_why(launcher):
+    """No UCX anywhere (the system's hidden, no wheel): setup with "ucx"
+    succeeds, bytes will move over TCP, and transport_info says why."""
+    out = _client_without_system_ucx(launcher.master())
+    assert (out["rc"], out["env"], out["preloaded"]) == (0, None, None), out
+    info, u = out["info"], ucx_info(out["info"])
+    assert info["protocol"] == "tcp" and not u.get("available"), info
+    assert "libucp.so.0" in u.get("reason", "") and info.get("reason"), info
+
+
+@pytest.mark.xfail(strict=True, reason="gostore/ucx first tries UCP_ERR_HANDLING_MODE_PEER, which UCX 1.13 "
+                   "refuses on shared memory with an ERROR line that UCX prints on stdout")
+def test_the_route_prints_nothing_on_stdout(launcher):
+    """A process's stdout is its own (gostore-client's ready line, an
+    engine's output, tests/peer.py's answers): UCX's log must not land there
+    with UCX_LOG_FILE unset."""
+    _library_or_skip()
+    m = launcher.master()
+    a, b = (launcher.peer(m, transport="ucx", protocol="ucx", env={"UCX_TLS": TLS["shm"]}) for _ in range(2))
+    assert a.put_pattern("out/k", MiB, seed=1, preferred_segment=b.hostname) == 0  # an answer that is JSON
+    assert a.check_pattern("out/k", MiB, seed=1)
+
+
+def test_the_sdist_carries_the_vendored_ucx_headers(tmp_path):
+    """gostore/ucx compiles against UCX's headers in third_party/ucx (no
+    libucx-dev needed): an sdist must ship them, with UCX's licence, or
+    `pip install gostore-*.tar.gz` fails to build."""
+    import tarfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)], cwd=root,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (tarball,) = tmp_path.glob("*.tar.gz")
+    with tarfile.open(tarball) as t:
+        shipped = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    vendored = {os.path.relpath(os.path.join(d, f), root)
+                for d, _, fs in os.walk(os.path.join(root, "third_party", "ucx")) for f in fs}
+    assert "third_party/ucx/include/ucp/api/ucp.h" in vendored
+    assert vendored <= shipped, sorted(vendored - shipped)
+
+
+@pytest.mark.xfail(strict=True, reason="gostore/client exposes only the setup segment to UCX: segments of "
+                   "allocate_and_mount_segment/mount_segment carry no UCX desc and are reached as before")
+def test_an_allocated_segment_is_reached_over_ucx(launcher):
+    """A segment mounted after setup (allocate_and_mount_segment) is a
+    segment like the first: with the route forced, a reaches it over UCX,
+    not by mapping its shared memory."""
+    _library_or_skip()
+    tls = TLS["tcp"]
+    m = launcher.master()
+    a, b = (ucx_peer(launcher, m, tls, segment="0") for _ in range(2))
+    assert b.call("allocate_segment", size=16 * MiB)["ret"] == 0
+    assert a.put_pattern("alloc/k", 4 * MiB, seed=1) == 0  # b's is the only segment
+    assert a.check_pattern("alloc/k", 4 * MiB, seed=1)
+    assert a.mapped_segments() == []
+    no_tcp_route(a.pid, b)
