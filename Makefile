@@ -11,7 +11,7 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
-SOURCES := $(shell find gostore bindings python/gostore -name '*.go' -o -name '*.py' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
+SOURCES := $(shell find gostore bindings python/gostore third_party -name '*.go' -o -name '*.py' -o -name '*.c' -o -name '*.h' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
 
 .PHONY: run test test-engines fuzz soak bench bench-scale bench-peers vet gotest pytest install clean etcd ucx
 

@@ -46,6 +46,10 @@ static void gs_copy_err(char *err, int cap, const char *msg) {
 	err[cap - 1] = 0;
 }
 
+void gs_ucx_default_log_file(const char *file) {
+	setenv("UCX_LOG_FILE", file, 0);
+}
+
 int gs_ucx_load(const char *path, char *err, int cap) {
 	/* LOCAL: every entry point is found through this handle (dlsym on a
 	 * handle searches its dependencies too, which is where libucs's

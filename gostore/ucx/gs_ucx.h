@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
+void gs_ucx_default_log_file(const char *file);
 int gs_ucx_load(const char *path, char *err, int cap);
 /* gs_ucx_library writes the file path libucp was loaded from. */
 void gs_ucx_library(char *out, int cap);

@@ -32,6 +32,12 @@ const EnvLibrary = "GOSTORE_LIBUCX"
 type Options struct {
 	// Library is the libucp to open ("": DefaultLibrary).
 	Library string
+	// LogFile is where UCX writes its own log lines when the process has
+	// not said (UCX_LOG_FILE unset): "" means "stderr". UCX's default is
+	// stdout, which belongs to the application (gostore-client's ready
+	// line, an engine's output, a pipe a parent parses); one UCX error
+	// line there corrupts it.
+	LogFile string
 }
 
 // ErrOpened: Configure came after the library was opened.
@@ -89,6 +95,15 @@ func load(opt Options) *loaded {
 	if path == "" {
 		path = DefaultLibrary
 	}
+	logFile := opt.LogFile
+	if logFile == "" {
+		logFile = "stderr"
+	}
+	// libucs reads UCX_LOG_FILE once, when dlopen runs its constructors:
+	// set (without overriding the process's own) before that.
+	clog := C.CString(logFile)
+	defer C.free(unsafe.Pointer(clog))
+	C.gs_ucx_default_log_file(clog)
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	var msg [512]C.char
