@@ -779,3 +779,17 @@ def secret(tmp_path):
     p = tmp_path / "pool-secret"
     p.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
     return str(p)
+
+
+def socket_inodes(pid: int) -> set:
+    """The inodes of process ``pid``'s sockets (its /proc/PID/fd links),
+    to find its rows in /proc/PID/net/tcp{,6}."""
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(link[8:-1])
+    return out

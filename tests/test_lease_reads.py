@@ -12,11 +12,11 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator, List, Set
+from typing import Any, Callable, Iterator, List
 
 import pytest
 
-from conftest import wait_until
+from conftest import socket_inodes, wait_until
 from peer import pattern
 from gostore import MooncakeDistributedStore
 from gostore import _places
@@ -25,18 +25,6 @@ MiB = 1 << 20
 LEASE_MS = 150
 N = 4
 SIZE = MiB + 17
-
-
-def _socket_inodes(pid: int) -> Set[str]:
-    out = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            out.add(link[8:-1])
-    return out
 
 
 def _tcp_rows(pid: int) -> Iterator[List[str]]:
@@ -55,7 +43,7 @@ def _request_waiting(pid: int) -> bool:
     """Whether a connection to one of ``pid``'s listeners holds bytes it
     has not read (the process is stopped: a transfer request sent
     to it waits there)."""
-    mine = _socket_inodes(pid)
+    mine = socket_inodes(pid)
     listening, waiting = set(), []
     for cols in _tcp_rows(pid):
         port = cols[1].rsplit(":", 1)[1]

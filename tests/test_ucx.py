@@ -27,7 +27,7 @@ import types
 
 import pytest
 
-from conftest import MiB, pattern, wait_until
+from conftest import MiB, pattern, socket_inodes, wait_until
 from gostore import _ucx
 
 # ---------------------------------------------------------------------------
@@ -163,14 +163,7 @@ def ucx_peer(launcher, master, tls: str, **kw):
 def tcp_remote_ports(pid: int) -> set:
     """Remote ports of process ``pid``'s established TCP connections (its
     /proc/PID/net/tcp{,6} rows whose inodes are among its descriptors)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
+    inodes = socket_inodes(pid)
     ports = set()
     for table in ("tcp", "tcp6"):
         with open(f"/proc/{pid}/net/{table}") as f:

@@ -12,25 +12,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/wire"
+	"github.com/gostore/gostore/gostore/wire/wiretest"
 )
-
-// descBeforeUCX is wire.SegmentDesc as journals and states hold it from
-// before the UCX field.
-type descBeforeUCX struct {
-	_msgpack     struct{} `msgpack:",as_array"`
-	ID           uint64
-	Name         string
-	ClientID     string
-	Size         uint64
-	HostID       string
-	ShmPath      string
-	TransferAddr string
-	Offload      bool
-	Location     string
-	IPC          []byte
-	GPUPCI       string
-	Base         uint64
-}
 
 // changeBeforeUCX is Change's msgpack body with such a desc.
 type changeBeforeUCX struct {
@@ -38,7 +21,7 @@ type changeBeforeUCX struct {
 	Kind     ChangeKind
 	Key      string
 	Object   DurableObject
-	Segment  *descBeforeUCX
+	Segment  *wiretest.SegmentDescBeforeUCX
 	SegID    uint64
 	Storage  string
 	Keys     []string
@@ -56,7 +39,7 @@ func ucxBlob(rng *rand.Rand, n int) []byte {
 // A journal record and a version-2 state written before SegmentDesc.UCX
 // still read back, every field in place and no UCX descriptor.
 func TestSegmentRecordsFromBeforeUCXRestore(t *testing.T) {
-	old := descBeforeUCX{ID: 4, Name: "h:1", ClientID: "c", Size: 1 << 20, HostID: "hid", ShmPath: "/proc/1/fd/3",
+	old := wiretest.SegmentDescBeforeUCX{ID: 4, Name: "h:1", ClientID: "c", Size: 1 << 20, HostID: "hid", ShmPath: "/proc/1/fd/3",
 		TransferAddr: "127.0.0.1:9", Base: 1 << 40}
 	body, err := msgpack.Marshal(&changeBeforeUCX{Kind: SegmentMounted, Segment: &old})
 	if err != nil {

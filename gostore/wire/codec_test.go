@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gostore/gostore/gostore/wire/wiretest"
 )
 
 // The plain types share the messages' fields and tags but not their
@@ -183,29 +185,11 @@ func TestGetResultOfAnOlderMaster(t *testing.T) {
 	}
 }
 
-// descBeforeUCX is SegmentDesc as it was before the UCX field: what older
-// clients send and older journals and states hold.
-type descBeforeUCX struct {
-	_msgpack     struct{} `msgpack:",as_array"`
-	ID           uint64
-	Name         string
-	ClientID     string
-	Size         uint64
-	HostID       string
-	ShmPath      string
-	TransferAddr string
-	Offload      bool
-	Location     string
-	IPC          []byte
-	GPUPCI       string
-	Base         uint64
-}
-
 // A descriptor from before SegmentDesc.UCX decodes with every field and
 // no UCX, and one without UCX encodes as before; one with it keeps it byte
 // for byte; JSON never shows it.
 func TestSegmentDescUCX(t *testing.T) {
-	old := descBeforeUCX{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, HostID: "hid", ShmPath: "/proc/1/fd/3",
+	old := wiretest.SegmentDescBeforeUCX{ID: 7, Name: "h:1", ClientID: "c", Size: 1 << 20, HostID: "hid", ShmPath: "/proc/1/fd/3",
 		TransferAddr: "127.0.0.1:9", Offload: true, Location: "cuda:0", IPC: []byte{1, 2}, GPUPCI: "0000:01:00.0", Base: 4096}
 	b, err := msgpack.Marshal(&old)
 	if err != nil {

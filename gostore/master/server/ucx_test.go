@@ -7,36 +7,22 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/wire/wiretest"
 )
 
 // A version-1 state (the msgpack envelope) written before
 // SegmentDesc.UCX reads back with its segments whole and no UCX desc.
 func TestVersion1StateFromBeforeUCX(t *testing.T) {
-	type descBeforeUCX struct {
-		_msgpack     struct{} `msgpack:",as_array"`
-		ID           uint64
-		Name         string
-		ClientID     string
-		Size         uint64
-		HostID       string
-		ShmPath      string
-		TransferAddr string
-		Offload      bool
-		Location     string
-		IPC          []byte
-		GPUPCI       string
-		Base         uint64
-	}
 	type stateBeforeUCX struct {
-		Segments  map[uint64]descBeforeUCX `msgpack:"segs"`
-		NextSegID uint64                   `msgpack:"nid"`
+		Segments  map[uint64]wiretest.SegmentDescBeforeUCX `msgpack:"segs"`
+		NextSegID uint64                                   `msgpack:"nid"`
 	}
 	type envelope struct {
 		Version int             `msgpack:"v"`
 		State   *stateBeforeUCX `msgpack:"s"`
 	}
 	b, err := msgpack.Marshal(envelope{Version: stateVersion, State: &stateBeforeUCX{NextSegID: 2,
-		Segments: map[uint64]descBeforeUCX{2: {ID: 2, Name: "h:1", ClientID: "c", Size: 1 << 20, TransferAddr: "127.0.0.1:9", Base: 7}}}})
+		Segments: map[uint64]wiretest.SegmentDescBeforeUCX{2: {ID: 2, Name: "h:1", ClientID: "c", Size: 1 << 20, TransferAddr: "127.0.0.1:9", Base: 7}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
