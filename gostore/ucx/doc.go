@@ -11,7 +11,9 @@
 // bindings pass GOSTORE_LIBUCX); this package reads no environment.
 //
 // Owns: a Context (features RMA and WAKEUP; NET_DEVICES, TLS and
-// MAX_RNDV_RAILS from ContextOptions, the process's UCX_* env otherwise);
+// MAX_RNDV_RAILS from ContextOptions, the process's UCX_* env otherwise;
+// tcp's TX/RX segment size DefaultTCPSegSize unless ContextOptions or the
+// process's UCX_TCP_*_SEG_SIZE say otherwise);
 // Exposures, each a registered range with its own worker progressed by a
 // goroutine locked to an OS thread that sleeps on the worker's event fd;
 // Workers, the initiators, with endpoints and unpacked rkeys cached per

@@ -108,7 +108,7 @@ void gs_ucx_version(unsigned *major, unsigned *minor, unsigned *release) {
 const char *gs_ucx_status_string(ucs_status_t st) { return p_status_string(st); }
 
 ucs_status_t gs_ucx_context_create(const char *net_devices, const char *tls,
-                                   const char *rails, ucp_context_h *out,
+                                   const char *rails, const char *tcp_seg, ucp_context_h *out,
                                    char *err, int cap) {
 	ucp_config_t *config;
 	ucs_status_t st = p_config_read(NULL, NULL, &config);
@@ -116,10 +116,17 @@ ucs_status_t gs_ucx_context_create(const char *net_devices, const char *tls,
 		gs_copy_err(err, cap, "ucp_config_read");
 		return st;
 	}
-	const char *names[3] = {"NET_DEVICES", "TLS", "MAX_RNDV_RAILS"};
-	const char *vals[3] = {net_devices, tls, rails};
-	for (int i = 0; i < 3; i++) {
+	/* UCX hands names it does not know itself to each transport's config
+	 * without the transport's prefix: TX_SEG_SIZE reaches tcp's (the
+	 * only transport here with fields of these names). */
+	const char *names[5] = {"NET_DEVICES", "TLS", "MAX_RNDV_RAILS", "TX_SEG_SIZE",
+	                        "RX_SEG_SIZE"};
+	const char *vals[5] = {net_devices, tls, rails, tcp_seg, tcp_seg};
+	for (int i = 0; i < 5; i++) {
 		if (!vals[i] || !vals[i][0]) continue;
+		/* The segment size is our default, not the caller's choice: the
+		 * process's UCX_TCP_*_SEG_SIZE, when set, stays UCX's to apply. */
+		if (i >= 3 && getenv(i == 3 ? "UCX_TCP_TX_SEG_SIZE" : "UCX_TCP_RX_SEG_SIZE")) continue;
 		st = p_config_modify(config, names[i], vals[i]);
 		if (st != UCS_OK) {
 			snprintf(err, cap, "ucp_config_modify %s=%s", names[i], vals[i]);

@@ -16,9 +16,11 @@ void gs_ucx_library(char *out, int cap);
 void gs_ucx_version(unsigned *major, unsigned *minor, unsigned *release);
 const char *gs_ucx_status_string(ucs_status_t st);
 
-/* NULL/"" options leave UCX's value (read from the process's UCX_* env). */
+/* NULL/"" options leave UCX's value (read from the process's UCX_* env);
+ * tcp_seg (TCP_TX_SEG_SIZE and TCP_RX_SEG_SIZE) is applied only where the
+ * process's env does not set that variable. */
 ucs_status_t gs_ucx_context_create(const char *net_devices, const char *tls,
-                                   const char *rails, ucp_context_h *out,
+                                   const char *rails, const char *tcp_seg, ucp_context_h *out,
                                    char *err, int cap);
 void gs_ucx_context_destroy(ucp_context_h ctx);
 /* gs_ucx_context_info returns ucp_context_print_info's text (malloc'd; the
