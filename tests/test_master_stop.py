@@ -27,7 +27,11 @@ from conftest import ROOT
 # The child: reads one command a line, answers one line each. Calls run on
 # its main thread, where Python delivers KeyboardInterrupt.
 CHILD = r'''
-import os, random, sys, time
+import os, random, signal, sys, time
+# Ctrl-C as in a terminal, however the suite was started: a shell starts a
+# background job (`make test &`) with SIGINT ignored, and children inherit
+# that; Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from gostore import MooncakeDistributedStore
 
 def say(*a):
