@@ -13,6 +13,7 @@ import (
 
 	"github.com/gostore/gostore/gostore/rdma"
 	"github.com/gostore/gostore/gostore/topology"
+	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/ucx"
 )
 
@@ -37,6 +38,10 @@ type TransportInfo struct {
 	// for "rdma": those near the segment's location, striped over; empty
 	// lets UCX choose.
 	UCXDevices []string `json:"ucx_devices"`
+	// RouteOps counts the ops this client's engine sent over each route
+	// ("own", "shm", "ipc", "tcp", "ucx") since setup: how to see which
+	// route the bytes really took.
+	RouteOps map[string]uint64 `json:"route_ops"`
 }
 
 // planTransport is the decision itself, from the topology matrix m (nil
@@ -179,4 +184,14 @@ func planTransportOn(cfg Config, protocol string, u ucx.Info) (TransportInfo, er
 }
 
 // Transport is what setup decided about the transport.
-func (c *Client) Transport() TransportInfo { return c.transport }
+// RouteOps is read when asked.
+func (c *Client) Transport() TransportInfo {
+	t := c.transport
+	if c.engine != nil {
+		t.RouteOps = map[string]uint64{}
+		for _, r := range transfer.Routes() {
+			t.RouteOps[r.String()] = c.engine.RouteOps(r)
+		}
+	}
+	return t
+}

@@ -33,6 +33,15 @@ const (
 	numRoutes
 )
 
+// Routes lists every route, in the order of the constants.
+func Routes() []Route {
+	rs := make([]Route, numRoutes)
+	for i := range rs {
+		rs[i] = Route(i)
+	}
+	return rs
+}
+
 func (r Route) String() string {
 	switch r {
 	case RouteOwn:
