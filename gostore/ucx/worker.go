@@ -110,7 +110,7 @@ func (c *Context) NewWorker() (*Worker, error) {
 	}
 	w := &Worker{c: c, eps: map[string]*endpoint{}, noPeerErrors: !peerFailureAM(c.info.Resources)}
 	if w.noPeerErrors {
-		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", c.info.Resources)
+		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", c.info.Resources)
 	}
 	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &w.h); st != C.UCS_OK {
 		c.release()
@@ -519,11 +519,11 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 		if st == C.UCS_ERR_UNREACHABLE {
 			// No transport of this context detects a dead peer (UCX 1.13's
 			// shared memory; peerFailureAM missed it): connect without,
-			// once logged; a dead peer is then seen only at the caller's
-			// deadline.
+			// once logged; a dead peer is then seen at the caller's
+			// deadline or after PeerStallBound without progress.
 			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
 				w.noPeerErrors = true
-				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", w.c.info.Resources)
+				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", w.c.info.Resources)
 			}
 		}
 		C.free(abuf)
