@@ -357,14 +357,9 @@ def test_hosts_joined_by_veth_over_ucx_tcp(launcher, hosts, secret):
 
 # UCX 1.13's shared-memory transports cannot tell a dead peer
 # (UCP_ERR_HANDLING_MODE_PEER is refused there, and gostore/ucx connects
-# without it): an op on a killed peer then waits for a deadline that a get
-# does not have. Strict: a fix turns these into failures until the mark goes.
-_SM_DEAD_PEER = pytest.mark.xfail(
-    strict=True, reason="UCX 1.13 shared memory: a read from a killed peer hangs (no peer failure detection)")
-
-
-@pytest.mark.parametrize("which", ["tcp", pytest.param("shm", marks=_SM_DEAD_PEER),
-                                   pytest.param("cma", marks=_SM_DEAD_PEER)])
+# without it): gostore/ucx takes a peer whose requests see no completion for
+# ucx.PeerStallBound (3 s) as gone, so the reads end within the 10 s here.
+@pytest.mark.parametrize("which", ["tcp", "shm", "cma"])
 def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path, which):
     """b dies (SIGKILL) while a's threads read 8 MiB objects from it: every
     read ends (empty: an error), none returns wrong bytes, a stays healthy

@@ -43,10 +43,19 @@
 //     mem_unmap invalidates the rkey.
 //   - Endpoints use UCP_ERR_HANDLING_MODE_PEER where the context has a
 //     transport that detects peer failure (tcp, cma, verbs). Where none does
-//     (UCX 1.13's posix/sysv alone) they connect without it, logged once: a
-//     dead peer is then seen only at the op's ctx deadline, UCX never ends
-//     such requests, so their parts move through C bounce buffers that the
-//     Worker keeps (freed when the request ends, or at Close).
+//     (UCX 1.13's posix/sysv alone) they connect without it, logged once,
+//     and UCX never ends a request to a dead peer: their parts move through
+//     C bounce buffers that the Worker keeps (freed when the request ends,
+//     or at Close), and a request that sees no request of its endpoint
+//     complete for PeerStallBound fails with wire.ErrTransferFail (the
+//     peer taken as gone, the endpoint dropped), or earlier at ctx end.
+//   - An endpoint with peer-failure detection is force-closed only once
+//     its wireup is over (a request on it completed) or its peer failed;
+//     before that it is closed in flush mode. UCX 1.13 aborts the process
+//     (ucp_request.c:684, "got REP message") when the peer's worker is
+//     destroyed with its wireup reply to a force-closed endpoint still
+//     queued. Until its wireup is over an endpoint carries only canary
+//     reads, through C memory, so a ctx end leaves them to the worker.
 //
 // Progress: an Exposure's goroutine sleeps on its worker's event fd and
 // wakes for peers' software RMA; a Worker is progressed by the goroutines in
@@ -54,8 +63,7 @@
 // once idle. Bounds: one request per Part, UCX fragments and pipelines;
 // a Desc's address and keys are at most 64 KiB each.
 //
-// Callers' duties: give every Do a ctx with a deadline (without peer-failure
-// detection it is the only bound); close Workers and Exposures before their Context (a
+// Callers' duties: give every Do a ctx with a deadline; close Workers and Exposures before their Context (a
 // Context with live children refuses to close and logs it); close an
 // Exposure before freeing its memory; hand Descs (they hold remote keys)
 // only to authenticated peers. The owner cannot police peers' one-sided

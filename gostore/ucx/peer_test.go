@@ -147,17 +147,19 @@ func TestAcrossProcesses(t *testing.T) {
 
 // A peer killed mid-transfer: Do returns an error within a bound (tcp
 // detects the dead peer; shared memory in UCX 1.13 cannot, so there the
-// op's deadline is the bound), and the worker stays usable and closes.
+// op's deadline or, without a near one, PeerStallBound is the bound), and
+// the worker stays usable and closes.
 func TestPeerKilled(t *testing.T) {
 	for _, tc := range []struct {
-		tls      string
-		deadline time.Duration // of each Do
-		bound    time.Duration // from the kill to Do's error
+		name, tls string
+		deadline  time.Duration // of each Do
+		bound     time.Duration // from the kill to Do's error
 	}{
-		{"tcp", time.Minute, 10 * time.Second},
-		{"posix", 3 * time.Second, 10 * time.Second},
+		{"tcp", "tcp", time.Minute, 10 * time.Second},
+		{"posix", "posix", 3 * time.Second, 10 * time.Second},
+		{"posix_no_deadline", "posix", time.Hour, PeerStallBound + 7*time.Second},
 	} {
-		t.Run(tc.tls, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			needUCX(t)
 			p := startPeer(t, tc.tls)
 			c, err := NewContext(ContextOptions{Transports: tc.tls})

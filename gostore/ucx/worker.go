@@ -72,9 +72,24 @@ type endpoint struct {
 	users  int                   // Do calls and orphaned requests holding it
 	dead   bool                  // out of the cache; its rkeys go with the last user
 	closed bool                  // ucp_ep_close_nbx was called
+	// ready: a request on it completed, so its wireup (the handshake) is
+	// over; see closeEP.
+	ready bool
+	// moved: when a request on it last completed; without peer-failure
+	// detection a request that sees none for PeerStallBound is taken as
+	// the peer gone (see wait).
+	moved time.Time
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
 }
+
+// PeerStallBound is how long a request on an endpoint without peer-failure
+// detection (UCX 1.13's shared memory) may wait with no request of that
+// endpoint completing before the peer is taken as gone: the op fails with
+// wire.ErrTransferFail and its bounce buffers are left to the worker, as at
+// a ctx end. A live peer completes a request far sooner (one part at
+// memory speed); a part so large that it needs longer fails here.
+const PeerStallBound = 3 * time.Second
 
 // remoteKey is a desc's rkey and canary key unpacked on an endpoint; the
 // endpoint serves the desc only once the canary read back its nonce.
@@ -95,7 +110,7 @@ func (c *Context) NewWorker() (*Worker, error) {
 	}
 	w := &Worker{c: c, eps: map[string]*endpoint{}, noPeerErrors: !peerFailureAM(c.info.Resources)}
 	if w.noPeerErrors {
-		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", c.info.Resources)
+		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", c.info.Resources)
 	}
 	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &w.h); st != C.UCS_OK {
 		c.release()
@@ -119,6 +134,7 @@ type request struct {
 	// into is a get's caller memory, filled from bounce once it succeeded.
 	bounce unsafe.Pointer
 	into   []byte
+	posted time.Time
 }
 
 // end releases r after UCX ended it with st.
@@ -215,7 +231,7 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 		var req unsafe.Pointer
 		st := C.gs_ucx_flush(ep.gs.ep, &req)
 		if req != nil {
-			reqs = append(reqs, request{req: req, ep: ep, ops: flushes[ep]})
+			reqs = append(reqs, request{req: req, ep: ep, ops: flushes[ep], posted: time.Now()})
 		} else if st != C.UCS_OK {
 			for _, i := range flushes[ep] {
 				setErr(errs, i, w.opError(&ops[i], descs[i], st))
@@ -282,6 +298,7 @@ func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []err
 			continue
 		}
 		r.ops = c.ops
+		r.posted = time.Now()
 		reqs = append(reqs, r)
 	}
 	w.mu.Unlock()
@@ -339,6 +356,7 @@ func (w *Worker) post(ep *endpoint, rkey C.ucp_rkey_h, op *Op, p *Part, raddr ui
 	if r.req == nil {
 		r.end(st)
 	}
+	r.posted = time.Now()
 	return r, st
 }
 
@@ -358,7 +376,9 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			}
 			progressed = true
 			r.end(st)
-			if st != C.UCS_OK {
+			if st == C.UCS_OK {
+				r.ep.ready, r.ep.moved = true, time.Now()
+			} else {
 				for _, i := range r.ops {
 					setErr(errs, i, w.opError(&ops[i], descs[i], st))
 				}
@@ -369,6 +389,9 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			if r.ep.gs.failed != 0 {
 				w.fail(r.ep)
 			}
+		}
+		if len(reqs) > 0 {
+			reqs = w.stalled(reqs, ops, descs, errs)
 		}
 		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
 			// Force-closing ends every request on endpoints with peer
@@ -382,7 +405,9 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 					setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: %v", opName(&ops[i]), descs[i].base, ops[i].Offset, ctx.Err()))
 				}
 				w.fail(r.ep)
-				if r.ep.peerErrors {
+				if r.ep.peerErrors && r.bounce == nil {
+					// The force close ends it (the endpoint is ready:
+					// only canary reads, through C memory, run before).
 					live = append(live, r)
 				} else {
 					w.orphan(r)
@@ -409,6 +434,32 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			runtime.Gosched()
 		}
 	}
+}
+
+// stalled fails the requests on endpoints without peer-failure detection
+// that saw no request of their endpoint complete for PeerStallBound: the
+// peer is taken as gone (UCX would wait for it forever), the endpoint is
+// dropped and the requests, which only ever use bounce buffers there, are
+// left to the worker. It returns the requests still live. w.mu held.
+func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) []request {
+	now := time.Now()
+	live := reqs[:0]
+	for _, r := range reqs {
+		since := r.posted
+		if r.ep.moved.After(since) {
+			since = r.ep.moved
+		}
+		if r.ep.peerErrors || now.Sub(since) < PeerStallBound {
+			live = append(live, r)
+			continue
+		}
+		for _, i := range r.ops {
+			setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: no progress from the peer for %v (this transport cannot detect a dead peer): taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset, PeerStallBound))
+		}
+		w.fail(r.ep)
+		w.orphan(r)
+	}
+	return live
 }
 
 // orphan hands an abandoned request (only ever one using a bounce buffer,
@@ -468,11 +519,11 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 		if st == C.UCS_ERR_UNREACHABLE {
 			// No transport of this context detects a dead peer (UCX 1.13's
 			// shared memory; peerFailureAM missed it): connect without,
-			// once logged; a dead peer is then seen only at the caller's
-			// deadline.
+			// once logged; a dead peer is then seen at the caller's
+			// deadline or after PeerStallBound without progress.
 			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
 				w.noPeerErrors = true
-				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline)", "resources", w.c.info.Resources)
+				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", w.c.info.Resources)
 			}
 		}
 		C.free(abuf)
@@ -519,14 +570,26 @@ func (w *Worker) fail(ep *endpoint) {
 	w.retire(ep)
 }
 
-// closeEP starts the force close of ep once. w.mu held.
+// closeEP starts the close of ep once: a force close, which ends its
+// requests in flight, unless ep is a tcp/verbs endpoint (peer-failure
+// detection) whose wireup is not over and whose peer has not failed. That
+// one is closed in flush mode, which lets the handshake finish first:
+// UCX 1.13 aborts the process (ucp_request.c:684 "got REP message") when
+// the peer's worker is destroyed while its wireup reply to a force-closed
+// endpoint is still queued. Such an endpoint has only canary reads in
+// flight (through C memory, see verify), which the flush close lets end.
+// w.mu held.
 func (w *Worker) closeEP(ep *endpoint) {
 	if ep.closed {
 		return
 	}
 	ep.closed = true
+	force := C.int(1)
+	if ep.peerErrors && !ep.ready && ep.gs.failed == 0 {
+		force = 0
+	}
 	var req unsafe.Pointer
-	C.gs_ucx_ep_close(ep.gs, 1, &req)
+	C.gs_ucx_ep_close(ep.gs, force, &req)
 	w.closing = append(w.closing, closingEP{req: req, gs: ep.gs})
 }
 
@@ -552,6 +615,9 @@ func (w *Worker) reap() {
 			orphans = append(orphans, r)
 		} else {
 			r.end(st)
+			if st == C.UCS_OK {
+				r.ep.ready, r.ep.moved = true, time.Now()
+			}
 			r.ep.users--
 			w.retire(r.ep)
 		}
