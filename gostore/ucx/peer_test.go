@@ -115,16 +115,7 @@ func TestAcrossProcesses(t *testing.T) {
 		t.Run(tls, func(t *testing.T) {
 			needUCX(t)
 			p := startPeer(t, tls)
-			c, err := NewContext(ContextOptions{Transports: tls})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			w, err := c.NewWorker()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			w := newInitiator(t, tls)
 
 			want := make([]byte, peerSize)
 			fill(want, peerSeed)
@@ -162,16 +153,7 @@ func TestPeerKilled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			needUCX(t)
 			p := startPeer(t, tc.tls)
-			c, err := NewContext(ContextOptions{Transports: tc.tls})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			w, err := c.NewWorker()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			w := newInitiator(t, tc.tls)
 
 			bufs := make([][]byte, 4)
 			for i := range bufs {

@@ -48,6 +48,26 @@ func newRig(t testing.TB, tls string, size int) *rig {
 	return r
 }
 
+// newInitiator is a context with only a worker: the side that reaches
+// another process's exposure. Both close at the test's end.
+func newInitiator(t testing.TB, tls string) *Worker {
+	t.Helper()
+	c, err := NewContext(ContextOptions{Transports: tls})
+	if err != nil {
+		t.Fatalf("NewContext(%q): %v", tls, err)
+	}
+	w, err := c.NewWorker()
+	if err != nil {
+		c.Close()
+		t.Fatalf("NewWorker: %v", err)
+	}
+	t.Cleanup(func() {
+		w.Close()
+		c.Close()
+	})
+	return w
+}
+
 func (r *rig) close() {
 	r.w.Close()
 	r.x.Close()
