@@ -198,7 +198,8 @@ type Client struct {
 	plans  *planclient.Client // the plan API (Plans)
 
 	transport TransportInfo
-	ucx       *ucxRoute // nil: the UCX route is off
+	ucx       *ucxRoute   // nil: the UCX route is off
+	exposure  segExposure // the setup segment's UCX exposure (ucx.go)
 
 	metrics *clientmetrics.Metrics // nil with HTTPPort 0
 	http    *clientmetrics.Server  // nil when not serving
@@ -603,43 +604,46 @@ func (c *Client) mount(ctx context.Context) error {
 
 // mountQuiet mounts the segment; the caller logs a failure.
 func (c *Client) mountQuiet(ctx context.Context) error {
-	desc := wire.SegmentDesc{
-		Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
-		TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil && !c.ssd.Unmounted(),
-	}
 	var mem []byte
 	var dev transfer.DeviceMemory
-	if c.devSeg != nil {
-		h, err := c.devSeg.Handle()
-		if err != nil {
-			return wire.Errorf(wire.ErrInternal, "IPC handle of the GPU segment: %v", err)
+	describe := func() (wire.SegmentDesc, error) {
+		desc := wire.SegmentDesc{
+			Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
+			TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil && !c.ssd.Unmounted(),
 		}
-		desc.Size, desc.Location, desc.IPC = c.devSeg.Size(), location(c.devSeg.Device()), h[:]
-		if d := c.devSeg.Device(); d < len(gpu.Probe().Devices) {
-			desc.GPUPCI = gpu.Probe().Devices[d].PCI
+		if c.devSeg != nil {
+			h, err := c.devSeg.Handle()
+			if err != nil {
+				return desc, wire.Errorf(wire.ErrInternal, "IPC handle of the GPU segment: %v", err)
+			}
+			desc.Size, desc.Location, desc.IPC = c.devSeg.Size(), location(c.devSeg.Device()), h[:]
+			if d := c.devSeg.Device(); d < len(gpu.Probe().Devices) {
+				desc.GPUPCI = gpu.Probe().Devices[d].PCI
+			}
+			dev = c.devSeg
+			desc.Base = c.devSeg.Base()
+		} else {
+			desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
+			mem = c.seg.Bytes()
+			desc.Base = uint64(addrOf(mem))
 		}
-		dev = c.devSeg
-		desc.Base = c.devSeg.Base()
-	} else {
-		desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
-		mem = c.seg.Bytes()
-		desc.Base = uint64(addrOf(mem))
+		return desc, nil
 	}
-	exposed := c.ucxDescOf(&desc, uintptr(desc.Base), desc.Size, c.devSeg != nil)
-	// A remount may bring a new id, which the master's grants name before
-	// the answer arrives here: the server takes grants for any id of this
-	// segment (its key is this segment's alone) until it knows.
-	c.server.SetSegID(0)
-	var resp wire.MountResp
-	err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp)
-	exposed(err)
-	if err != nil {
-		return err
-	}
-	desc.ID = resp.SegID
-	c.server.SetSegID(desc.ID)
-	c.peers.setOwn(desc, mem, dev)
-	return nil
+	return c.exposure.mount(c.ucx, c.devSeg != nil, c.log, describe, func(desc wire.SegmentDesc) error {
+		// A remount may bring a new id, which the master's grants name
+		// before the answer arrives here: the server takes grants for
+		// any id of this segment (its key is this segment's alone) until
+		// it knows.
+		c.server.SetSegID(0)
+		var resp wire.MountResp
+		if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp); err != nil {
+			return err
+		}
+		desc.ID = resp.SegID
+		c.server.SetSegID(desc.ID)
+		c.peers.setOwn(desc, mem, dev)
+		return nil
+	})
 }
 
 // heartbeat pings the master; an unknown answer (the master restarted or
@@ -780,9 +784,10 @@ func (c *Client) release() {
 	if c.ssd != nil {
 		c.ssd.Close() // before the segment its offloads read goes away
 	}
-	c.engine.Close() // unpins the own segment and registered buffers too
+	c.engine.Close()    // unpins the own segment and registered buffers too
+	c.exposure.revoke() // before the segment's memory goes
 	if c.ucx != nil {
-		c.ucx.close() // the exposure before the segment's memory goes
+		c.ucx.close() // after every segment's exposure (closeExtra revoked theirs)
 	}
 	c.master.Close()
 	if c.seg != nil {
