@@ -177,6 +177,10 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 		if len(before.UCX) == 0 {
 			t.Fatal("the reader has no UCX desc of the owner's segment")
 		}
+		dest := [][][]byte{{make([]byte, len(v))}}
+		if n := owner.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
+			t.Fatalf("the owner's get: %d", n[0]) // and its view of the segment is cached
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := seg.remount(ctx); err != nil {
@@ -201,7 +205,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 		reader.engine.Forget(id)
 		reader.peers.forget(id)
 		ops := reader.engine.RouteOps(transfer.RouteUCX)
-		dest := [][][]byte{{make([]byte, len(v))}}
+		dest[0][0] = make([]byte, len(v))
 		if n := reader.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
 			t.Fatalf("get after the remount: %d", n[0])
 		}
@@ -209,6 +213,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 			t.Fatal("the get after the remount did not go over UCX")
 		}
 		// The owner's own view of the segment follows the remount too.
+		dest[0][0] = make([]byte, len(v))
 		if n := owner.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
 			t.Fatalf("the owner's get after the remount: %d", n[0])
 		}
@@ -301,6 +306,43 @@ func TestUCXRemountRacingAnUnmount(t *testing.T) {
 		}
 		if err := owner.remountOne(ctx, seg.seg); err != nil || seg.exposed() || listed() {
 			t.Fatalf("a remount after the unmount: err %v, exposed %v, at the master %v", err, seg.exposed(), listed())
+		}
+	})
+}
+
+// A remount that reaches the master after an unmount did, while the
+// memory is not yet released (a call in flight holds it), is undone at
+// the master: the segment is not left mounted with memory about to go.
+func TestUCXRemountBetweenUnmountAndRelease(t *testing.T) {
+	eachUCXSegment(t, func(t *testing.T, m *server.Server, owner *Client, seg ucxSegment) {
+		if seg.unmount == nil {
+			t.Skip("the setup segment is not unmounted by itself")
+		}
+		listed := func() bool {
+			for _, d := range m.Core().Segments() {
+				if d.Name == seg.seg.name {
+					return true
+				}
+			}
+			return false
+		}
+		owner.inFlight.RLock() // a call in flight: the release waits for it
+		unmounted := make(chan error)
+		go func() { unmounted <- seg.unmount() }()
+		testkit.WaitFor(t, "the master to unmount the segment", func() bool { return !listed() })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := owner.remountOne(ctx, seg.seg)
+		stillListed := listed()
+		owner.inFlight.RUnlock()
+		if uerr := <-unmounted; uerr != nil {
+			t.Fatal(uerr)
+		}
+		if err != nil || stillListed {
+			t.Fatalf("a remount between the master's unmount and the release: err %v, left mounted at the master %v", err, stillListed)
+		}
+		if seg.exposed() || listed() {
+			t.Fatalf("after the unmount: exposed %v, at the master %v", seg.exposed(), listed())
 		}
 	})
 }
