@@ -11,6 +11,8 @@ between clients with UCX one-sided put/get into the owner's segment.
 - Hosts as network namespaces joined by veth, UCX over tcp between them.
 - Faults: a peer killed -9 mid-transfer (an error, no hang), a peer
   restarted (endpoints rebuilt; new objects served).
+- Segments mounted after setup (allocate_and_mount_segment) are exposed
+  and reached over UCX too, again after a master restart.
 
 The route tests skip, saying why, where no UCX library exists (``make
 ucx`` installs Debian's)."""
@@ -523,7 +525,8 @@ def test_an_allocated_segment_is_reached_over_ucx(launcher):
     """A segment mounted after setup (allocate_and_mount_segment) is a
     segment like the first: with the route forced, a reaches it over UCX,
     neither by mapping its shared memory nor through its transfer server;
-    bytes verified from both sides."""
+    bytes verified from both sides. After a master restart the heartbeat's
+    remount exposes it afresh and it is reached over UCX again."""
     _library_or_skip()
     tls = TLS["tcp"]
     m = launcher.master()
