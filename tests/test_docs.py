@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import gostore
 from gostore import ErrorCode
-from gostore import store as store_mod
+from gostore.store import distributed_store as store_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = "docs/python-api.md"
