@@ -1,4 +1,4 @@
-"""How a standalone connection waits for its next frame (``_standalone_calls.Conn``):
+"""How a standalone connection waits for its next frame (``gostore.standalone.protocol.Conn``):
 real Unix socket pairs, real threads; no library, no master.
 
 The counters of the connection's ``SpinGate`` say whether a read polled and

@@ -173,7 +173,7 @@ def test_every_module_path_named_for_users_resolves():
 
 
 def test_every_package_file_named_for_users_exists():
-    # README.md and docs/ point readers at files of the package ("tensor.py
+    # README.md and docs/ point readers at files of the package ("tensors/codec.py
     # describes the format"): a moved file is renamed there too.
     named = set()
     for path in [os.path.join(ROOT, "README.md")] + [
