@@ -3,7 +3,7 @@
 
 The application process loads no Go runtime. :class:`RemoteLibrary` stands
 in for the native library: it has the ``gs_*`` functions the store calls,
-and each forwards its call (``standalone.protocol``) over a Unix socket to the
+and each forwards its call (:mod:`.protocol`) over a Unix socket to the
 ``gostore-client`` that owns the segment, the transfer engine and the
 master connection. Bytes never cross the socket: they lie in shared memory
 (``memfd`` regions) both processes map:
@@ -28,9 +28,9 @@ master connection. Bytes never cross the socket: they lie in shared memory
   another thread, or larger) gets a region of its own.
 * a copying get of ``PLACES_MIN`` bytes or more into this process's own
   memory copies here the objects that lie in host memory on this host,
-  from the segment mapped read-only (``standalone.places``): one memcpy, where the
-  server's cross-memory write runs at a fraction of its speed; the server
-  copies the rest. Where they lie (``gs_get_places``) comes with the
+  from the segment mapped read-only (:mod:`.places`): one memcpy, where
+  the server's cross-memory write runs at a fraction of its speed; the
+  server copies the rest. Where they lie (``gs_get_places``) comes with the
   answer to the call that looked them up; when everything was copied
   here inside its lease, the call that ends the get does not wait for
   its answer (read before the connection's next call);
@@ -41,7 +41,7 @@ master connection. Bytes never cross the socket: they lie in shared memory
   first call after one held no copy for ``LEND_IDLE_S`` seconds. The
   copies of one call share one block of room (up to ``LEND_BLOCK_MAX``
   bytes in all), given back with the last of them; small values are read
-  straight into it where they start on ``standalone.shm.ALIGN`` bytes (the store's
+  straight into it where they start on ``shm.ALIGN`` bytes (the store's
   packed reads take their scratch buffer from the same memory:
   ``packed_scratch``).
 
@@ -76,10 +76,9 @@ from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ..buffers import heap as _heap, hostmem
-from . import places as _places, shm as _shm
 from ..buffers.pins import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
-from . import protocol as P
 from ..errors import ErrorCode
+from . import places as _places, protocol as P, shm as _shm
 
 __all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S", "CROSS_MEMORY",
            "PLACES_MIN"]
