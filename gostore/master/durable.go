@@ -480,11 +480,44 @@ func (c *Core) Restore(st *State) RestoreReport {
 // any other field zero): st's Objects are not read, and st.Epoch is at
 // least every entry's. Keys are unique, except in a damaged state: of two
 // entries of one key the later is restored. rb cuts the holds' replicas.
+// It reads as its steps: the segments, the objects into their shards, the
+// ranges' claims on their segments, the segments' allocators, the objects'
+// replicas, the ranges held, the disk copies to drop.
 func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) RestoreReport {
 	now := c.now()
 	var rep RestoreReport
 	c.segs.Lock()
 	defer c.segs.Unlock()
+	segs := c.restoreSegments(st, now, &rep)
+	// Segments are found by id in a slice (a lookup per replica:
+	// millions). entries does not grow, so the claims' pointers into it
+	// stay valid.
+	cl := newRestoreClaims(segs)
+	// The objects go into their shards first, each shard's by one
+	// goroutine: the key's later entry wins there, and only the winners
+	// claim ranges.
+	byShard := c.restoreObjects(entries, now)
+	cl.objects(entries)
+	holds := c.restoreHolds(st, rb)
+	cl.holds(holds)
+	// A segment id named only by a damaged replica is not handed out
+	// either: the state restored stays on disk until the next snapshot,
+	// and a new segment under that id would give the replica a place.
+	c.segs.nextID = max(c.segs.nextID, cl.named)
+	cl.allocate(entries, holds)
+	objects, dropped, writes := c.keepReplicas(entries, byShard, now)
+	rep.Objects += objects
+	rep.Dropped += dropped
+	rep.HeldRanges += c.holdRestored(c.rangesToHold(holds, writes, now))
+	c.restoreDrops(st)
+	return rep
+}
+
+// restoreSegments installs st's segments (those a mount could have made:
+// the others count in rep.BadSegments), their owners alive from now, and
+// moves the segment ids and epochs past the state's. It returns the
+// segments installed by id. c.segs is locked.
+func (c *Core) restoreSegments(st *State, now int64, rep *RestoreReport) map[uint64]*segment {
 	segs := make(map[uint64]*segment, len(st.Segments))
 	ids := make([]uint64, 0, len(st.Segments))
 	for id := range st.Segments {
@@ -524,56 +557,62 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 	if c.epochs.Load() < st.Epoch {
 		c.epochs.Store(st.Epoch)
 	}
+	return segs
+}
 
-	// Every range the state names claims its place in its segment: the
-	// COMPLETE replicas, the ranges of writes in progress, the held ranges.
-	// A refused claim clears its replica's segment.
-	// A segment id named only by a damaged replica is not handed out
-	// either: the state restored stays on disk until the next snapshot,
-	// and a new segment under that id would give the replica a place.
-	named := uint64(0)
-	// Segments are found by id in a slice (a lookup per replica:
-	// millions). entries does not grow, so the claims' pointers into it
-	// stay valid.
+// restoreClaims gathers, segment by segment, every range the state names
+// that claims its place in its segment: the COMPLETE replicas, the ranges
+// of writes in progress, the held ranges. A refused claim clears its
+// replica's segment (allocate). It is used by one goroutine, under
+// c.segs' lock, until allocate.
+type restoreClaims struct {
+	ix     *segIndex
+	claims [][]restoreClaim // by index in ix.list
+	named  uint64           // the highest segment id any range names
+}
+
+func newRestoreClaims(segs map[uint64]*segment) *restoreClaims {
 	ix := newSegIndex(segs)
-	claims := make([][]restoreClaim, len(ix.list))
-	// The objects go into their shards first, each shard's by one
-	// goroutine: the key's later entry wins there, and only the winners
-	// claim ranges.
-	byShard := c.restoreObjects(entries, now)
-	claim := func(reps []replica, from []DurableReplica, status replicaStatus, size uint64, entry int32) {
-		for j, r := range from {
-			named = max(named, r.SegID)
-			reps[j] = replica{offset: r.Offset, status: status}
-			if x := ix.idx(r.SegID); x >= 0 {
-				reps[j].seg = ix.list[x]
-				claims[x] = append(claims[x], restoreClaim{size: size, rep: &reps[j], entry: entry})
-			}
+	return &restoreClaims{ix: ix, claims: make([][]restoreClaim, len(ix.list))}
+}
+
+// claim points reps at the ranges from names (with status) and claims
+// those on a restored segment for entry (-1-i: the hold i).
+func (cl *restoreClaims) claim(reps []replica, from []DurableReplica, status replicaStatus, size uint64, entry int32) {
+	for j, r := range from {
+		cl.named = max(cl.named, r.SegID)
+		reps[j] = replica{offset: r.Offset, status: status}
+		if x := cl.ix.idx(r.SegID); x >= 0 {
+			reps[j].seg = cl.ix.list[x]
+			cl.claims[x] = append(cl.claims[x], restoreClaim{size: size, rep: &reps[j], entry: entry})
 		}
 	}
+}
+
+// objects claims the ranges of the entries that won their key: their
+// replicas and the ranges of their writes in progress.
+func (cl *restoreClaims) objects(entries []restoreEntry) {
 	for i := range entries {
 		if e := &entries[i]; e.o != nil {
-			claim(e.reps, e.d.Replicas, replicaComplete, e.d.Size, int32(i))
-			claim(e.writing, e.d.Writing, 0, e.d.Size, int32(i))
+			cl.claim(e.reps, e.d.Replicas, replicaComplete, e.d.Size, int32(i))
+			cl.claim(e.writing, e.d.Writing, 0, e.d.Size, int32(i))
 		}
 	}
-	holds := make([]restoreHold, 0, len(st.Held))
-	for _, h := range st.Held {
-		// A hold keeps its id, and new ones are numbered above: until the
-		// snapshot after the restore, the journal on disk is the old state
-		// and the records after it, which must name the same holds.
-		if h.ID > c.holds.Load() {
-			c.holds.Store(h.ID)
-		}
-		holds = append(holds, restoreHold{h: h, reps: rb.replicas(len(h.Ranges))})
-	}
+}
+
+// holds claims the held ranges.
+func (cl *restoreClaims) holds(holds []restoreHold) {
 	for i := range holds {
 		h := &holds[i]
-		claim(h.reps, h.h.Ranges, 0, h.h.Size, -1-int32(i))
+		cl.claim(h.reps, h.h.Ranges, 0, h.h.Size, -1-int32(i))
 	}
-	c.segs.nextID = max(c.segs.nextID, named)
-	// The segments' allocators are rebuilt in parallel (each sorts only
-	// its own ranges by offset: no sort of all keys).
+}
+
+// allocate rebuilds the segments' allocators with their claims, in
+// parallel (each sorts only its own ranges by offset: no sort of all
+// keys).
+func (cl *restoreClaims) allocate(entries []restoreEntry, holds []restoreHold) {
+	ix := cl.ix
 	work := make(chan int, len(ix.list))
 	for x := range ix.list {
 		work <- x
@@ -584,15 +623,33 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 		wg.Go(func() {
 			for x := range work {
 				s := ix.list[x]
-				s.alloc = restoreAlloc(s.desc.Size, claims[x], entries, holds)
+				s.alloc = restoreAlloc(s.desc.Size, cl.claims[x], entries, holds)
 			}
 		})
 	}
 	wg.Wait()
+}
 
-	// Each object gets the replicas whose ranges it kept; one left with
-	// nothing to serve it goes. The ranges of writes in progress are
-	// gathered to be held after.
+// restoreHolds is st's holds, each with replicas cut from rb, and moves
+// the core's hold ids past theirs.
+func (c *Core) restoreHolds(st *State, rb *restoreBlocks) []restoreHold {
+	holds := make([]restoreHold, 0, len(st.Held))
+	for _, h := range st.Held {
+		// A hold keeps its id, and new ones are numbered above: until the
+		// snapshot after the restore, the journal on disk is the old state
+		// and the records after it, which must name the same holds.
+		if h.ID > c.holds.Load() {
+			c.holds.Store(h.ID)
+		}
+		holds = append(holds, restoreHold{h: h, reps: rb.replicas(len(h.Ranges))})
+	}
+	return holds
+}
+
+// keepReplicas gives each object the replicas whose ranges it kept; one
+// left with nothing to serve it goes. It counts the objects restored and
+// dropped, and returns the ranges of writes in progress, to be held.
+func (c *Core) keepReplicas(entries []restoreEntry, byShard [][]int32, now int64) (objects, dropped int, writes []discardedPut) {
 	type partResult struct {
 		objects, dropped int
 		held             []discardedPut
@@ -622,6 +679,18 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 			res.objects++
 		}
 	})
+	for _, res := range results {
+		objects += res.objects
+		dropped += res.dropped
+		writes = append(writes, res.held...)
+	}
+	return objects, dropped, writes
+}
+
+// rangesToHold is every range a restore holds: the holds' (those kept),
+// in release order, then the writes' (all released at
+// now+PutStartReleaseTimeout: the latest), the writes without an id yet.
+func (c *Core) rangesToHold(holds []restoreHold, writes []discardedPut, now int64) []discardedPut {
 	// The held ranges stay allocated but out of use until the quarantine
 	// releases them (a writer or task of the old master may still copy),
 	// in release order.
@@ -636,19 +705,22 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 		}
 	}
 	slices.SortStableFunc(held, func(a, b discardedPut) int { return cmp.Compare(a.releaseAt, b.releaseAt) })
-	writes := len(held)
-	for _, res := range results {
-		rep.Objects += res.objects
-		rep.Dropped += res.dropped
-		held = append(held, res.held...) // all released at now+PutStartReleaseTimeout: the latest
-	}
+	n := len(held)
+	held = append(held, writes...)
 	// Numbered below in the order of their first range, not of the
 	// entries: the same state restores to the same holds, whatever order
 	// its objects came in (each range is allocated once: a total order).
-	slices.SortFunc(held[writes:], func(a, b discardedPut) int {
+	slices.SortFunc(held[n:], func(a, b discardedPut) int {
 		return cmp.Or(cmp.Compare(a.replicas[0].seg.desc.ID, b.replicas[0].seg.desc.ID),
 			cmp.Compare(a.replicas[0].offset, b.replicas[0].offset))
 	})
+	return held
+}
+
+// holdRestored puts held out of use until each's release, numbering the
+// writes' holds, and returns how many ranges it holds.
+func (c *Core) holdRestored(held []discardedPut) int {
+	ranges := 0
 	c.discarded.Lock()
 	c.held.Lock()
 	for i := range held {
@@ -659,20 +731,23 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 		if c.cfg.OnChange != nil { // the snapshot after the restore holds it
 			c.keepHold(heldOf(d.hold, d.replicas, d.size, d.releaseAt))
 		}
-		rep.HeldRanges += len(d.replicas)
+		ranges += len(d.replicas)
 	}
 	c.held.Unlock()
 	c.discarded.list = append(c.discarded.list, held...)
 	c.discarded.Unlock()
-	// Stale disk copies still to delete wait for their directory's next
-	// holder, as they did before the stop (the snapshot after the restore
-	// writes them again).
+	return ranges
+}
+
+// restoreDrops: stale disk copies still to delete wait for their
+// directory's next holder, as they did before the stop (the snapshot
+// after the restore writes them again).
+func (c *Core) restoreDrops(st *State) {
 	for storage, keys := range st.Drops {
 		for k := range keys {
 			c.drops.push(storage, k)
 		}
 	}
-	return rep
 }
 
 // newRestoredObject is the object a restore makes of d, without its
