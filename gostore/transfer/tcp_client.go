@@ -444,7 +444,23 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 	c.left.Store(1)
 	defer c.finish(-1, nil, false) // the +1: done cannot close while sending
 
-	addrs, groups, nreq, bytes := e.byPeer(ops, idx)
+	// Group by peer address, keeping the batch order within each group.
+	// (Here, not in a helper: the map and addrs stay on the stack.)
+	var addrs []string
+	groups := map[string][]int{}
+	nreq := 0
+	var bytes uint64
+	for _, i := range idx {
+		a := ops[i].Peer.TransferAddr
+		if _, ok := groups[a]; !ok {
+			addrs = append(addrs, a)
+		}
+		groups[a] = append(groups[a], i)
+		total, _ := opLen(&ops[i])
+		n, _ := e.slices(total)
+		nreq += int(n)
+		bytes += total
+	}
 	lane := len(addrs) == 1 && addrs[0] != "" && e.laneFits(nreq, bytes)
 	slab := make([]tcpReq, 0, nreq) // never grows: the requests' pointers into it stay valid
 	perSlot := make([][]*tcpReq, e.streams)
@@ -477,25 +493,6 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 		c.sendStreams(ctx, pool, perSlot)
 	}
 	return c
-}
-
-// byPeer groups ops[idx...] by peer address, keeping the batch order
-// within each group; addrs is the addresses in the order they first come,
-// nreq the requests the ops are cut into, bytes their length in all.
-func (e *Engine) byPeer(ops []Op, idx []int) (addrs []string, groups map[string][]int, nreq int, bytes uint64) {
-	groups = map[string][]int{}
-	for _, i := range idx {
-		a := ops[i].Peer.TransferAddr
-		if _, ok := groups[a]; !ok {
-			addrs = append(addrs, a)
-		}
-		groups[a] = append(groups[a], i)
-		total, _ := opLen(&ops[i])
-		n, _ := e.slices(total)
-		nreq += int(n)
-		bytes += total
-	}
-	return addrs, groups, nreq, bytes
 }
 
 // failOps ends every op of group, none of whose requests was sent, with
