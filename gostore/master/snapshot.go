@@ -267,16 +267,32 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 			last[ch.Key] = i
 		}
 	}
+	st, entries, err := readStateRecords(r, len(last))
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	rb, err := decodeEntries(st, entries, last)
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	entries = applyAfter(st, entries, after, last, rb)
+	return c.restore(st, entries, rb), nil
+}
+
+// readStateRecords reads the state in r: its segments, holds and drops
+// into st, its objects' records, undecoded, into entries (with room for
+// extra more).
+func readStateRecords(r io.Reader, extra int) (*State, []restoreEntry, error) {
 	// The header's count sizes the slice, no further than countLimit
 	// (beyond, the slice grows as it must).
 	limit := countLimit(r)
 	sr, head, err := newStateReader(r)
 	if err != nil {
-		return RestoreReport{}, err
+		return nil, nil, err
 	}
 	st := NewState()
 	st.NextSegID, st.Epoch = head.nextSegID, head.epoch
-	entries := make([]restoreEntry, 0, min(head.objects, limit)+uint64(len(last)))
+	entries := make([]restoreEntry, 0, min(head.objects, limit)+uint64(extra))
 	// The objects' records are only copied here (the reader reuses its
 	// buffer), into blocks that live until they are decoded, from every
 	// core, below: decoding is a third of a restore.
@@ -284,10 +300,10 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 	for {
 		rec, err := sr.next()
 		if err != nil {
-			return RestoreReport{}, err
+			return nil, nil, err
 		}
 		if rec == nil {
-			break
+			return st, entries, nil
 		}
 		switch ChangeKind(rec[0]) {
 		case ObjectSet:
@@ -297,15 +313,22 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 			raw = append(raw, rec[1:]...)
 			entries = append(entries, restoreEntry{raw: raw[len(raw)-len(rec)+1 : len(raw) : len(raw)]})
 		case ObjectGone:
-			return RestoreReport{}, sr.recordErr(errors.New("an object's removal in a state"))
+			return nil, nil, sr.recordErr(errors.New("an object's removal in a state"))
 		default:
 			ch, err := DecodeChange(rec)
 			if err != nil {
-				return RestoreReport{}, sr.recordErr(err)
+				return nil, nil, sr.recordErr(err)
 			}
 			st.Apply(ch)
 		}
 	}
+}
+
+// decodeEntries decodes the entries' records, spread over GOMAXPROCS
+// goroutines, each cutting replicas from its own blocks; an entry whose
+// key a change in after sets or removes (last) is skipped. It raises
+// st.Epoch to the entries', and returns the first goroutine's blocks.
+func decodeEntries(st *State, entries []restoreEntry, last map[string]int) (*restoreBlocks, error) {
 	parts := runtime.GOMAXPROCS(0)
 	type partResult struct {
 		rb    restoreBlocks
@@ -336,11 +359,17 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 	})
 	for _, res := range results {
 		if res.err != nil {
-			return RestoreReport{}, res.err
+			return nil, res.err
 		}
 		st.Epoch = max(st.Epoch, res.epoch)
 	}
-	rb := &results[0].rb
+	return &results[0].rb, nil
+}
+
+// applyAfter applies the changes after the state to st, and appends to
+// entries the objects they leave (each key's last set), their replicas
+// cut from rb.
+func applyAfter(st *State, entries []restoreEntry, after []Change, last map[string]int, rb *restoreBlocks) []restoreEntry {
 	for i, ch := range after {
 		switch ch.Kind {
 		case ObjectSet:
@@ -355,7 +384,7 @@ func (c *Core) RestoreFrom(r io.Reader, after []Change) (RestoreReport, error) {
 			st.Apply(ch)
 		}
 	}
-	return c.restore(st, entries, rb), nil
+	return entries
 }
 
 // minObjectRecord is the fewest bytes an object's frame takes in a stored

@@ -432,7 +432,10 @@ func (e *Engine) slices(total uint64) (n, each uint64) {
 }
 
 // startTCP sends the TCP requests of ops[idx...] and returns the call that
-// tracks them, nil if idx is empty.
+// tracks them, nil if idx is empty. It reads as its steps: the ops grouped
+// by peer, then for each peer its pool, the ops cut into requests spread
+// over the pool's streams, and the requests sent (on one lane when the
+// call is one peer's and small).
 func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 	if len(idx) == 0 {
 		return nil
@@ -442,6 +445,7 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 	defer c.finish(-1, nil, false) // the +1: done cannot close while sending
 
 	// Group by peer address, keeping the batch order within each group.
+	// (Here, not in a helper: the map and addrs stay on the stack.)
 	var addrs []string
 	groups := map[string][]int{}
 	nreq := 0
@@ -458,15 +462,14 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 		bytes += total
 	}
 	lane := len(addrs) == 1 && addrs[0] != "" && e.laneFits(nreq, bytes)
-	slab := make([]tcpReq, 0, nreq)
+	slab := make([]tcpReq, 0, nreq) // never grows: the requests' pointers into it stay valid
 	perSlot := make([][]*tcpReq, e.streams)
 	for _, addr := range addrs {
 		group := groups[addr]
 		if addr == "" {
-			for _, i := range group {
-				c.left.Add(1)
-				c.finish(i, transferErr("segment %d has no transfer address", ops[i].Peer.SegID), false)
-			}
+			c.failOps(group, func(i int) error {
+				return transferErr("segment %d has no transfer address", ops[i].Peer.SegID)
+			})
 			continue
 		}
 		segIDs := make([]uint64, len(group))
@@ -475,53 +478,10 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 		}
 		pool, err := e.pool(addr, segIDs)
 		if err != nil {
-			for _, i := range group {
-				c.left.Add(1)
-				c.finish(i, err, false)
-			}
+			c.failOps(group, func(int) error { return err })
 			continue
 		}
-		// Consecutive SliceSize bytes share a stream: a large op spreads
-		// over all streams, a batch of small ops rides one; concurrent
-		// calls start on different streams.
-		for s := range perSlot {
-			perSlot[s] = perSlot[s][:0]
-		}
-		base := pool.rr.Add(1)
-		var cum uint64
-		for _, i := range group {
-			op := &ops[i]
-			total, _ := opLen(op)
-			n, each := e.slices(total)
-			pieces := make([][]byte, 0, int(n)+len(op.Bufs))
-			bi, bo := 0, 0 // current buffer and offset in it
-			for off := uint64(0); off < total; off += each {
-				ln := min(each, total-off)
-				start := len(pieces)
-				for need := ln; need > 0; {
-					b := op.Bufs[bi][bo:]
-					if len(b) == 0 {
-						bi, bo = bi+1, 0
-						continue
-					}
-					if uint64(len(b)) > need {
-						b = b[:need]
-					}
-					pieces = append(pieces, b)
-					need -= uint64(len(b))
-					bo += len(b)
-				}
-				slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
-					bufs: pieces[start:len(pieces):len(pieces)], op: reqOp(op)})
-				r := &slab[len(slab)-1]
-				if len(op.Grant) > 0 {
-					r.grant = op.Grant // every slice carries the op's grant
-				}
-				slot := (base + cum/e.slice) % uint64(e.streams)
-				perSlot[slot] = append(perSlot[slot], r)
-				cum += ln
-			}
-		}
+		slab = e.cutRequests(c, ops, group, pool.rr.Add(1), slab, perSlot)
 		if lane { // one peer, one small call: every request is in slab
 			rs := make([]*tcpReq, len(slab))
 			for k := range slab {
@@ -530,31 +490,94 @@ func (e *Engine) startTCP(ctx context.Context, ops []Op, idx []int) *call {
 			pool.laneCall(ctx, c, rs)
 			continue
 		}
-		var dialErr error
-		for slot, rs := range perSlot {
-			if len(rs) == 0 {
-				continue
-			}
-			c.left.Add(int64(len(rs)))
-			if dialErr == nil {
-				var tc *tconn
-				if tc, dialErr = pool.get(ctx, slot); dialErr == nil {
-					if err := tc.send(rs); err != nil {
-						for _, r := range rs {
-							c.finish(r.opIdx, err, true)
-						}
-					} else {
-						c.conns = append(c.conns, tc)
-					}
-					continue
-				}
-			}
-			for _, r := range rs {
-				c.finish(r.opIdx, dialErr, false)
-			}
-		}
+		c.sendStreams(ctx, pool, perSlot)
 	}
 	return c
+}
+
+// failOps ends every op of group, none of whose requests was sent, with
+// err(i).
+func (c *call) failOps(group []int, err func(i int) error) {
+	for _, i := range group {
+		c.left.Add(1)
+		c.finish(i, err(i), false)
+	}
+}
+
+// cutRequests cuts the ops of group into requests appended to slab (which
+// has room for them all), and lists them by the stream (perSlot) they go
+// on. Consecutive SliceSize bytes share a stream: a large op spreads over
+// all streams, a batch of small ops rides one; concurrent calls start on
+// different streams (base).
+func (e *Engine) cutRequests(c *call, ops []Op, group []int, base uint64, slab []tcpReq, perSlot [][]*tcpReq) []tcpReq {
+	for s := range perSlot {
+		perSlot[s] = perSlot[s][:0]
+	}
+	var cum uint64
+	for _, i := range group {
+		op := &ops[i]
+		total, _ := opLen(op)
+		n, each := e.slices(total)
+		pieces := make([][]byte, 0, int(n)+len(op.Bufs))
+		bi, bo := 0, 0 // current buffer and offset in it
+		for off := uint64(0); off < total; off += each {
+			ln := min(each, total-off)
+			start := len(pieces)
+			for need := ln; need > 0; {
+				b := op.Bufs[bi][bo:]
+				if len(b) == 0 {
+					bi, bo = bi+1, 0
+					continue
+				}
+				if uint64(len(b)) > need {
+					b = b[:need]
+				}
+				pieces = append(pieces, b)
+				need -= uint64(len(b))
+				bo += len(b)
+			}
+			slab = append(slab, tcpReq{call: c, opIdx: i, off: op.Offset + off, n: ln,
+				bufs: pieces[start:len(pieces):len(pieces)], op: reqOp(op)})
+			r := &slab[len(slab)-1]
+			if len(op.Grant) > 0 {
+				r.grant = op.Grant // every slice carries the op's grant
+			}
+			slot := (base + cum/e.slice) % uint64(e.streams)
+			perSlot[slot] = append(perSlot[slot], r)
+			cum += ln
+		}
+	}
+	return slab
+}
+
+// sendStreams sends each stream's requests on it, dialling it when it is
+// not yet open. Once a dial fails, the requests of that stream and of
+// every later one fail with its error (not retried: the peer cannot be
+// reached); a send that fails leaves its requests to be retried.
+func (c *call) sendStreams(ctx context.Context, pool *peerPool, perSlot [][]*tcpReq) {
+	var dialErr error
+	for slot, rs := range perSlot {
+		if len(rs) == 0 {
+			continue
+		}
+		c.left.Add(int64(len(rs)))
+		if dialErr == nil {
+			var tc *tconn
+			if tc, dialErr = pool.get(ctx, slot); dialErr == nil {
+				if err := tc.send(rs); err != nil {
+					for _, r := range rs {
+						c.finish(r.opIdx, err, true)
+					}
+				} else {
+					c.conns = append(c.conns, tc)
+				}
+				continue
+			}
+		}
+		for _, r := range rs {
+			c.finish(r.opIdx, dialErr, false)
+		}
+	}
 }
 
 // reqOp is the request code of op's slices: granted, or (no grant) the

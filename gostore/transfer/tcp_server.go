@@ -299,129 +299,192 @@ func (s *Server) handle(raw net.Conn) {
 	if !ok {
 		return
 	}
-	br := bufio.NewReaderSize(c, ioBufSize)
-	out := make([]byte, 0, ioBufSize) // response headers and small read payloads not yet sent
-	flush := func() error {
-		if len(out) == 0 {
-			return nil
-		}
-		_, err := c.Write(out)
-		out = out[:0]
-		return err
+	sc := s.newServedConn(c, remote)
+	for sc.serveOne() {
 	}
-	size := s.size()
-	var stage []byte // device segments only
+}
+
+// servedConn is a connection Server.handle serves: its reader, the
+// answers not yet sent, its segment's staging buffer and the last grant it
+// presented. Only its handler's goroutine touches it; it takes no lock.
+type servedConn struct {
+	s      *Server
+	c      net.Conn // authenticated
+	remote string
+	br     *bufio.Reader
+	out    []byte // response headers and small read payloads not yet sent
+	size   uint64 // the segment's
+	stage  []byte // device segments only
+	seen   grantCache
+	hdr    [reqHdrSize]byte
+	tok    [grant.Size]byte
+}
+
+func (s *Server) newServedConn(c net.Conn, remote string) *servedConn {
+	sc := &servedConn{s: s, c: c, remote: remote, br: bufio.NewReaderSize(c, ioBufSize),
+		out: make([]byte, 0, ioBufSize), size: s.size()}
 	if s.dev != nil {
-		stage = make([]byte, deviceChunk)
+		sc.stage = make([]byte, deviceChunk)
 	}
-	var hdr [reqHdrSize]byte
-	var tok [grant.Size]byte
-	var seen grantCache
-	for {
-		// Answer what is done before any read that may block.
-		if br.Buffered() < reqHdrSize+grant.Size {
-			if flush() != nil {
-				return
-			}
+	return sc
+}
+
+// dataReq is a request as its header and grant read it.
+type dataReq struct {
+	id, off, n uint64
+	write      bool
+	token      []byte // nil: an ungranted request
+}
+
+// flush sends the answers not yet sent.
+func (sc *servedConn) flush() error {
+	if len(sc.out) == 0 {
+		return nil
+	}
+	_, err := sc.c.Write(sc.out)
+	sc.out = sc.out[:0]
+	return err
+}
+
+// serveOne reads one request and answers it, or queues its answer behind
+// the others; false closes the connection.
+func (sc *servedConn) serveOne() bool {
+	// Answer what is done before any read that may block.
+	if sc.br.Buffered() < reqHdrSize+grant.Size && sc.flush() != nil {
+		return false
+	}
+	req, ok := sc.readRequest()
+	if !ok {
+		return false
+	}
+	if status := sc.check(req); status != wire.OK {
+		return sc.refuse(req, status)
+	}
+	if req.write {
+		ok = sc.write(req)
+	} else {
+		ok = sc.read(req)
+	}
+	return ok && (len(sc.out) < ioBufSize/2 || sc.flush() == nil)
+}
+
+// readRequest reads a request's header and its grant; false when the
+// stream ends, is cut short or holds something else.
+func (sc *servedConn) readRequest() (dataReq, bool) {
+	s, hdr := sc.s, sc.hdr[:]
+	if _, err := io.ReadFull(sc.br, hdr); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			s.log.Warn("transfer: truncated request header, closing connection", "remote", sc.remote)
 		}
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return dataReq{}, false
+	}
+	op := hdr[0]
+	req := dataReq{id: le.Uint64(hdr[1:]), off: le.Uint64(hdr[9:]), n: le.Uint64(hdr[17:])}
+	switch op {
+	case opWrite, opRead:
+		req.write = op == opWrite
+	case opGrantedWrite, opGrantedRead:
+		req.write = op == opGrantedWrite
+		if _, err := io.ReadFull(sc.br, sc.tok[:]); err != nil {
 			if err == io.ErrUnexpectedEOF {
-				s.log.Warn("transfer: truncated request header, closing connection", "remote", remote)
+				s.log.Warn("transfer: truncated grant, closing connection", "remote", sc.remote)
 			}
-			return
+			return dataReq{}, false
 		}
-		op, id, off, n := hdr[0], le.Uint64(hdr[1:]), le.Uint64(hdr[9:]), le.Uint64(hdr[17:])
-		var write bool
-		var token []byte // nil: an ungranted request
-		switch op {
-		case opWrite, opRead:
-			write = op == opWrite
-		case opGrantedWrite, opGrantedRead:
-			write = op == opGrantedWrite
-			if _, err := io.ReadFull(br, tok[:]); err != nil {
-				if err == io.ErrUnexpectedEOF {
-					s.log.Warn("transfer: truncated grant, closing connection", "remote", remote)
-				}
-				return
-			}
-			token = tok[:]
-		default:
-			s.log.Warn("transfer: unknown op, closing connection", "remote", remote, "op", op)
-			_ = flush()
-			return
+		req.token = sc.tok[:]
+	default:
+		s.log.Warn("transfer: unknown op, closing connection", "remote", sc.remote, "op", op)
+		_ = sc.flush()
+		return dataReq{}, false
+	}
+	return req, true
+}
+
+// check is wire.OK when req's range lies in the segment and its grant
+// allows it; a refusal is logged (the first of a burst), and a grant
+// served after a burst ends it.
+func (sc *servedConn) check(req dataReq) wire.Code {
+	s := sc.s
+	if !inRange(req.off, req.n, sc.size) {
+		return wire.ErrInvalidParams
+	}
+	if err := s.allow(&sc.seen, req.token, req.off, req.n, req.write); err != nil {
+		s.noteRefused(sc.remote, req.write, req.off, req.n, err)
+		return wire.CodeOf(err)
+	}
+	if s.refused.On() {
+		s.endRefusals()
+	}
+	return wire.OK
+}
+
+// refuse answers req with status. Nothing of the segment is touched: a
+// write's payload is drained (or the connection closed, for one too long
+// to).
+func (sc *servedConn) refuse(req dataReq, status wire.Code) bool {
+	sc.out = putRespHdr(sc.out, req.id, status, 0)
+	if !req.write {
+		return true
+	}
+	if req.n > maxDiscard {
+		_ = sc.flush()
+		sc.s.log.Warn("transfer: refused write with oversized payload, closing connection",
+			"remote", sc.remote, "offset", req.off, "length", req.n, "segment", sc.size)
+		return false
+	}
+	_, err := io.CopyN(io.Discard, sc.br, int64(req.n))
+	return err == nil
+}
+
+// write reads req's payload into the segment and queues its answer.
+func (sc *servedConn) write(req dataReq) bool {
+	s, off, n := sc.s, req.off, req.n
+	if uint64(sc.br.Buffered()) < n && sc.flush() != nil {
+		return false
+	}
+	if s.dev != nil {
+		// A failed copy leaves part of the payload unread: the
+		// stream is out of step, so the connection closes.
+		if err := s.writeDevice(sc.br, off, n, sc.stage); err != nil {
+			s.log.Warn("transfer: write into the device segment failed, closing connection", "remote", sc.remote, "err", err)
+			return false
 		}
-		status := wire.OK
-		if !inRange(off, n, size) {
-			status = wire.ErrInvalidParams
-		} else if err := s.allow(&seen, token, off, n, write); err != nil {
-			status = wire.CodeOf(err)
-			s.noteRefused(remote, write, off, n, err)
-		} else if s.refused.On() {
-			s.endRefusals()
-		}
-		if status != wire.OK {
-			// Nothing of the segment is touched: a write's payload is
-			// drained (or the connection closed, for one too long to).
-			out = putRespHdr(out, id, status, 0)
-			if write {
-				if n > maxDiscard {
-					_ = flush()
-					s.log.Warn("transfer: refused write with oversized payload, closing connection",
-						"remote", remote, "offset", off, "length", n, "segment", size)
-					return
-				}
-				if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
-					return
-				}
-			}
-			continue
-		}
-		if write {
-			if uint64(br.Buffered()) < n && flush() != nil {
-				return
-			}
-			if s.dev != nil {
-				// A failed copy leaves part of the payload unread: the
-				// stream is out of step, so the connection closes.
-				if err := s.writeDevice(br, off, n, stage); err != nil {
-					s.log.Warn("transfer: write into the device segment failed, closing connection", "remote", remote, "err", err)
-					return
-				}
-				out = putRespHdr(out, id, wire.OK, 0)
-			} else {
-				// Straight into the segment: bufio hands large reads to the socket.
-				if _, err := io.ReadFull(br, s.seg[off:off+n]); err != nil {
-					s.log.Debug("transfer: write payload cut short", "remote", remote, "err", err)
-					return
-				}
-				out = putRespHdr(out, id, wire.OK, 0)
-			}
-		} else {
-			out = putRespHdr(out, id, wire.OK, n)
-			switch {
-			case s.dev != nil:
-				err := s.readDevice(c, out, off, n, stage)
-				out = out[:0]
-				if err != nil {
-					s.log.Warn("transfer: read from the device segment failed, closing connection", "remote", remote, "err", err)
-					return
-				}
-			case n <= smallRead:
-				out = append(out, s.seg[off:off+n]...)
-			default:
-				// Pending headers and the payload in one writev, straight from the segment.
-				bufs := net.Buffers{out, s.seg[off : off+n]}
-				_, err := writeBuffers(c, &bufs)
-				out = out[:0]
-				if err != nil {
-					return
-				}
-			}
-		}
-		if len(out) >= ioBufSize/2 && flush() != nil {
-			return
+	} else {
+		// Straight into the segment: bufio hands large reads to the socket.
+		if _, err := io.ReadFull(sc.br, s.seg[off:off+n]); err != nil {
+			s.log.Debug("transfer: write payload cut short", "remote", sc.remote, "err", err)
+			return false
 		}
 	}
+	sc.out = putRespHdr(sc.out, req.id, wire.OK, 0)
+	return true
+}
+
+// read answers req with its range of the segment: a small one queued
+// behind the pending answers, a larger one sent with them at once.
+func (sc *servedConn) read(req dataReq) bool {
+	s, off, n := sc.s, req.off, req.n
+	sc.out = putRespHdr(sc.out, req.id, wire.OK, n)
+	switch {
+	case s.dev != nil:
+		err := s.readDevice(sc.c, sc.out, off, n, sc.stage)
+		sc.out = sc.out[:0]
+		if err != nil {
+			s.log.Warn("transfer: read from the device segment failed, closing connection", "remote", sc.remote, "err", err)
+			return false
+		}
+	case n <= smallRead:
+		sc.out = append(sc.out, s.seg[off:off+n]...)
+	default:
+		// Pending headers and the payload in one writev, straight from the segment.
+		bufs := net.Buffers{sc.out, s.seg[off : off+n]}
+		_, err := writeBuffers(sc.c, &bufs)
+		sc.out = sc.out[:0]
+		if err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // grantCache is the last authentic grant a connection presented: the

@@ -46,20 +46,80 @@ type Server struct {
 	once sync.Once
 }
 
-// Start listens on the configured ports and serves until Close.
+// Start listens on the configured ports and serves until Close. It reads
+// as its steps: check the settings, bind the RPC port, recover the state
+// (or campaign for it), build the core, wire the RPC server, open the HTTP
+// port, then start the goroutines.
 func Start(opts Options) (*Server, error) {
-	log := opts.Log
-	if log == nil {
-		lvl, err := parseLevel(opts.LogLevel)
-		if err != nil {
-			lvl = slog.LevelInfo
-		}
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("component", "master")
-	}
+	log := startLog(opts)
 	if opts.TickInterval <= 0 {
 		opts.TickInterval = 100 * time.Millisecond
 	}
 	warnIgnored(log, opts)
+	guard, err := checkAuth(opts, log)
+	if err != nil {
+		return nil, err
+	}
+	// The RPC port is bound first: a master under HA advertises it while
+	// it campaigns.
+	rpcLn, err := net.Listen(listenNetwork(opts.RPCAddress), net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
+	if err != nil {
+		return nil, listenErr("--rpc_port", opts.RPCPort, "--rpc_address", opts.RPCAddress, err)
+	}
+	state, saved, leader, err := recoverState(&opts, rpcLn, guard, log)
+	if err != nil {
+		rpcLn.Close()
+		return nil, err
+	}
+	core := master.New(coreConfig(opts, state))
+	if saved != nil {
+		if err := restoreSaved(opts, saved, core, log); err != nil {
+			rpcLn.Close()
+			state.j.Close()
+			return nil, err
+		}
+	}
+	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
+		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
+	s.wireRPC(guard)
+	if opts.MetricsPort >= 0 {
+		if err := s.serveHTTP(guard); err != nil {
+			s.rpcLn.Close()
+			if state != nil {
+				state.j.Close()
+			}
+			return nil, err
+		}
+		s.advertiseSnapshots(guard)
+	}
+	s.serveRPC()
+	s.watchLeadership()
+	s.startSnapshots(saved != nil)
+	// The addresses the sockets are bound to, as the kernel reports them
+	// (a wildcard stays a wildcard), then where a local client dials.
+	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
+		"rpc", s.Addr(), "http", s.HTTPAddr(), "auth", guard.Mode(), "offload", opts.EnableOffload,
+		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
+	return s, nil
+}
+
+// startLog is opts.Log, or a text logger on stderr at --log_level (info
+// when that does not parse: the flags were checked before).
+func startLog(opts Options) *slog.Logger {
+	if opts.Log != nil {
+		return opts.Log
+	}
+	lvl, err := parseLevel(opts.LogLevel)
+	if err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})).With("component", "master")
+}
+
+// checkAuth is the guard of the master's ports (nil without
+// authentication): it refuses to serve without one on a port other hosts
+// reach unless --allow_insecure, and warns when it does so.
+func checkAuth(opts Options, log *slog.Logger) (*auth.Auth, error) {
 	guard, err := auth.New(opts.Auth)
 	if err != nil {
 		return nil, err
@@ -76,29 +136,30 @@ func Start(opts Options) (*Server, error) {
 		log.Warn("serving without authentication on an address other hosts reach (--allow_insecure)",
 			"rpc_address", opts.RPCAddress)
 	}
-	// The RPC port is bound first: a master under HA advertises it while
-	// it campaigns.
-	network := listenNetwork(opts.RPCAddress)
-	rpcLn, err := net.Listen(network, net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
-	if err != nil {
-		return nil, listenErr("--rpc_port", opts.RPCPort, "--rpc_address", opts.RPCAddress, err)
-	}
-	var state *durability
-	var saved *savedState
-	var leader *ha.Leader
+	return guard, nil
+}
+
+// recoverState is where the master's state comes from and goes to: under
+// HA it campaigns (advertising rpcLn) and leads; with a state directory it
+// opens the journal. state is nil for neither, saved when nothing is to
+// be restored. It may set opts.RestoreQuarantine (openState).
+func recoverState(opts *Options, rpcLn net.Listener, guard *auth.Auth, log *slog.Logger) (
+	state *durability, saved *savedState, leader *ha.Leader, err error) {
 	switch {
 	case opts.EnableHA:
 		var st *master.State
-		if state, st, leader, err = campaign(opts, dialable(rpcLn.Addr()), guard, log); err == nil {
+		if state, st, leader, err = campaign(*opts, dialable(rpcLn.Addr()), guard, log); err == nil {
 			saved = &savedState{st: st}
 		}
 	case opts.StateDir != "":
-		state, saved, err = openState(&opts, log)
+		state, saved, err = openState(opts, log)
 	}
-	if err != nil {
-		rpcLn.Close()
-		return nil, err
-	}
+	return state, saved, leader, err
+}
+
+// coreConfig is the metadata core's configuration from the flags; the
+// core reports its durable changes to state, when there is one.
+func coreConfig(opts Options, state *durability) master.Config {
 	cfg := master.Config{
 		DefaultKVLeaseTTL:      opts.DefaultKVLeaseTTL,
 		ClientTTL:              opts.ClientTTL,
@@ -118,129 +179,147 @@ func Start(opts Options) (*Server, error) {
 	if state != nil {
 		cfg.OnChange = state.record
 	}
-	core := master.New(cfg)
-	if saved != nil {
-		// The collector stays on: turned off for the restore, it saved
-		// under 5 % of a restart at 10^6 objects and raised the process's
-		// peak by a quarter (bench/scale's "master peak RSS").
-		rep, err := saved.restore(core)
-		if err != nil { // a snapshot changed since Open found it whole
-			rpcLn.Close()
-			state.j.Close()
-			return nil, fmt.Errorf("--snapshot_backup_dir=%s: %w", opts.StateDir, err)
-		}
-		log.Info("state restored", "segments", rep.Segments, "objects", rep.Objects, "dropped", rep.Dropped,
-			"held_ranges", rep.HeldRanges)
-		if rep.BadSegments > 0 {
-			log.Warn("restored state held segments no mount could have made: dropped, with their replicas",
-				"bad_segments", rep.BadSegments)
-		}
+	return cfg
+}
+
+// restoreSaved installs saved into the new core and logs what it made of
+// it. The collector stays on: turned off for the restore, it saved under
+// 5 % of a restart at 10^6 objects and raised the process's peak by a
+// quarter (bench/scale's "master peak RSS").
+func restoreSaved(opts Options, saved *savedState, core *master.Core, log *slog.Logger) error {
+	rep, err := saved.restore(core)
+	if err != nil { // a snapshot changed since Open found it whole
+		return fmt.Errorf("--snapshot_backup_dir=%s: %w", opts.StateDir, err)
 	}
-	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
-		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
-	s.metrics = newMetrics(core)
-	if state != nil {
-		state.registerMetrics(s.metrics.reg)
+	log.Info("state restored", "segments", rep.Segments, "objects", rep.Objects, "dropped", rep.Dropped,
+		"held_ranges", rep.HeldRanges)
+	if rep.BadSegments > 0 {
+		log.Warn("restored state held segments no mount could have made: dropped, with their replicas",
+			"bad_segments", rep.BadSegments)
+	}
+	return nil
+}
+
+// wireRPC makes the RPC server (metrics, limits, auth, handlers), with
+// the durable ops answering only once the log holds their changes.
+func (s *Server) wireRPC(guard *auth.Auth) {
+	s.metrics = newMetrics(s.core)
+	if s.state != nil {
+		s.state.registerMetrics(s.metrics.reg)
 	}
 	s.rpc = s.newRPCServer()
 	s.rpc.SetAuth(guard)
 	s.register()
-	if state != nil {
-		state.waitForDisk(s.rpc)
+	if s.state != nil {
+		s.state.waitForDisk(s.rpc)
 	}
+}
 
-	if opts.MetricsPort >= 0 {
-		host, network := opts.RPCAddress, network
-		if opts.MetricsHost != "" {
-			host, network = opts.MetricsHost, metricsNetwork(opts.MetricsHost)
-		}
-		s.httpLn, err = net.Listen(network, net.JoinHostPort(host, strconv.Itoa(opts.MetricsPort)))
-		if err != nil {
-			s.rpcLn.Close()
-			if state != nil {
-				state.j.Close()
-			}
-			hostFlag := "--metrics_host (else --rpc_address)"
-			if opts.MetricsHost != "" {
-				hostFlag = "--metrics_host"
-			}
-			return nil, listenErr("--metrics_port", opts.MetricsPort, hostFlag, host, err)
-		}
-		s.httpLn = guard.HTTPListener(s.httpLn)
-		s.http = &http.Server{Handler: guard.Guard(s.httpHandler(), openHTTP, log), ReadHeaderTimeout: 5 * time.Second}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("http server stopped", "err", err)
-			}
-		}()
-		if leader != nil {
-			// Standbys whose state the log on etcd no longer reaches fetch
-			// this leader's snapshot there.
-			url := guard.HTTPScheme() + "://" + s.HTTPAddr() + snapshotPath
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := leader.Advertise(ctx, url)
-			cancel()
-			if err != nil {
-				log.Error("ha: cannot name this leader's snapshot source on etcd: standbys behind the log's tail cannot catch up", "err", err)
-			}
-		}
+// serveHTTP opens the HTTP port (--metrics_host, else --rpc_address's
+// host) and serves it in a goroutine.
+func (s *Server) serveHTTP(guard *auth.Auth) error {
+	opts := s.opts
+	host, network := opts.RPCAddress, listenNetwork(opts.RPCAddress)
+	if opts.MetricsHost != "" {
+		host, network = opts.MetricsHost, metricsNetwork(opts.MetricsHost)
 	}
+	ln, err := net.Listen(network, net.JoinHostPort(host, strconv.Itoa(opts.MetricsPort)))
+	if err != nil {
+		hostFlag := "--metrics_host (else --rpc_address)"
+		if opts.MetricsHost != "" {
+			hostFlag = "--metrics_host"
+		}
+		return listenErr("--metrics_port", opts.MetricsPort, hostFlag, host, err)
+	}
+	s.httpLn = guard.HTTPListener(ln)
+	s.http = &http.Server{Handler: guard.Guard(s.httpHandler(), openHTTP, s.log), ReadHeaderTimeout: 5 * time.Second}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// advertiseSnapshots names, on etcd, where this leader serves its
+// snapshot: standbys whose state the log on etcd no longer reaches fetch
+// it there. Without HA it does nothing.
+func (s *Server) advertiseSnapshots(guard *auth.Auth) {
+	if s.leader == nil {
+		return
+	}
+	url := guard.HTTPScheme() + "://" + s.HTTPAddr() + snapshotPath
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := s.leader.Advertise(ctx, url)
+	cancel()
+	if err != nil {
+		s.log.Error("ha: cannot name this leader's snapshot source on etcd: standbys behind the log's tail cannot catch up", "err", err)
+	}
+}
+
+// serveRPC starts the RPC server's goroutine and the tick loop's.
+func (s *Server) serveRPC() {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		if err := s.rpc.Serve(s.rpcLn); err != nil {
-			log.Error("rpc server stopped", "err", err)
+			s.log.Error("rpc server stopped", "err", err)
 		}
 	}()
 	go func() {
 		defer s.wg.Done()
 		s.tickLoop()
 	}()
-	if leader != nil {
-		// A leader whose lease lapsed steps down: it answers nothing more
-		// (another master may lead already) and Done closes.
-		go func() {
-			select {
-			case <-leader.Lost():
-				log.Error("leadership lost: stepping down")
-				s.stepDown()
-			case <-s.stop:
-			}
-		}()
+}
+
+// watchLeadership, under HA, steps a leader whose lease lapsed down: it
+// answers nothing more (another master may lead already) and Done closes.
+func (s *Server) watchLeadership() {
+	if s.leader == nil {
+		return
 	}
-	if state != nil {
-		interval := opts.SnapshotInterval
-		if interval <= 0 {
-			interval = 10 * time.Minute
+	go func() {
+		select {
+		case <-s.leader.Lost():
+			s.log.Error("leadership lost: stepping down")
+			s.stepDown()
+		case <-s.stop:
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if saved != nil {
-				// The restore itself is no change in the journal: a
-				// snapshot makes it the new starting point. It runs while
-				// the master serves (a fuzzy snapshot stops no call), not
-				// before: until it is whole, the directory restores the
-				// same core again (see master.Core.Restore), and the
-				// records written meanwhile apply on top. A new HA leader
-				// likewise: the log on etcd and the snapshot it started
-				// from keep everything meanwhile, so a failover does not
-				// wait for a whole snapshot.
-				if err := s.state.snapshot(s.core); err != nil {
-					s.log.Error("snapshot after the restore failed", "err", err)
-				}
-			}
-			s.snapshotLoop(interval)
-		}()
+	}()
+}
+
+// startSnapshots starts the goroutine that folds the change log into
+// snapshots every --snapshot_interval (10 minutes by default), the first
+// at once after a restore. Without a state it does nothing.
+func (s *Server) startSnapshots(restored bool) {
+	if s.state == nil {
+		return
 	}
-	// The addresses the sockets are bound to, as the kernel reports them
-	// (a wildcard stays a wildcard), then where a local client dials.
-	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
-		"rpc", s.Addr(), "http", s.HTTPAddr(), "auth", guard.Mode(), "offload", opts.EnableOffload,
-		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
-	return s, nil
+	interval := s.opts.SnapshotInterval
+	if interval <= 0 {
+		interval = 10 * time.Minute
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if restored {
+			// The restore itself is no change in the journal: a
+			// snapshot makes it the new starting point. It runs while
+			// the master serves (a fuzzy snapshot stops no call), not
+			// before: until it is whole, the directory restores the
+			// same core again (see master.Core.Restore), and the
+			// records written meanwhile apply on top. A new HA leader
+			// likewise: the log on etcd and the snapshot it started
+			// from keep everything meanwhile, so a failover does not
+			// wait for a whole snapshot.
+			if err := s.state.snapshot(s.core); err != nil {
+				s.log.Error("snapshot after the restore failed", "err", err)
+			}
+		}
+		s.snapshotLoop(interval)
+	}()
 }
 
 // listenErr is the error of a listener that could not be opened: it names
@@ -413,10 +492,6 @@ func (s *Server) shutdown(clean bool) {
 // refusals cannot turn eviction passes into a busy loop.
 const minEarlyTick = 5 * time.Millisecond
 
-// maxGraceMs caps a graceful unmount's grace period (a century) so that
-// it cannot overflow a time.Duration.
-const maxGraceMs = 100 * 365 * 24 * 3600 * 1000
-
 func (s *Server) tickLoop() {
 	t := time.NewTicker(s.opts.TickInterval)
 	defer t.Stop()
@@ -442,186 +517,4 @@ func (s *Server) tickLoop() {
 		}
 		last = time.Now()
 	}
-}
-
-// startWrites answers PutStart and UpsertStart, and asks for an eviction
-// pass at once when the core wants one (a key was refused for room that
-// eviction may free) instead of at the next tick.
-func (s *Server) startWrites(res []wire.PutStartResult, err error) (*wire.PutStartResp, error) {
-	if s.core.EvictionDue() {
-		select {
-		case s.evictNow <- struct{}{}:
-		default:
-		}
-	}
-	return &wire.PutStartResp{Results: res}, err
-}
-
-func (s *Server) register() {
-	c, mc := s.core, s.metrics.mc
-	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
-		mc.ping.call(nil)
-		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID),
-			OffloadEnabled: s.opts.EnableOffload}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpClientLeave, func(r *wire.LeaveReq) (*struct{}, error) {
-		if c.ClientLeave(r.ClientID) {
-			s.log.Info("client left", "client", r.ClientID)
-		}
-		return &struct{}{}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpMountSegment, func(r *wire.MountReq) (*wire.MountResp, error) {
-		res, err := c.Mount(r.Seg, r.GrantKey)
-		mc.mount.call(err)
-		if res.TookOver != "" {
-			s.log.Warn("segment taken over: its holder was silent (dead) and a new client has its name; the holder's "+
-				"memory objects are dropped, its disk copies wait for the new client to claim them",
-				"name", r.Seg.Name, "dead_client", res.TookOver, "silent", res.Silent.Round(time.Millisecond), "client", r.Seg.ClientID)
-		}
-		switch {
-		case err == nil:
-			s.log.Info("segment mounted", "name", r.Seg.Name, "id", res.ID, "size", r.Seg.Size, "client", r.Seg.ClientID)
-		case wire.CodeOf(err) == wire.ErrSegmentAlreadyExists:
-			// Debug: a client asks again for a while (its setup's takeover
-			// wait) and logs the refusal itself, naming the holder.
-			s.log.Debug("mount refused", "client", r.Seg.ClientID, "err", err)
-		case wire.CodeOf(err) == wire.ErrInvalidParams:
-			s.log.Warn("mount refused", "name", r.Seg.Name, "client", r.Seg.ClientID, "err", err)
-		}
-		return &wire.MountResp{SegID: res.ID}, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpUnmountSegment, func(r *wire.UnmountReq) (*struct{}, error) {
-		grace := time.Duration(min(r.GraceMs, maxGraceMs)) * time.Millisecond
-		err := c.DrainSegment(r.ClientID, r.Name, grace)
-		mc.unmount.call(err)
-		switch {
-		case err != nil:
-		case grace > 0:
-			s.log.Info("segment draining: unmounted when its grace period ends", "name", r.Name, "client", r.ClientID, "grace", grace)
-		default:
-			s.log.Info("segment unmounted", "name", r.Name, "client", r.ClientID)
-		}
-		return &struct{}{}, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpUnmountLocalDisk, func(r *wire.UnmountLocalDiskReq) (*struct{}, error) {
-		err := c.UnmountLocalDisk(r.ClientID)
-		if err == nil {
-			s.log.Info("SSD tier unmounted: its disk copies are forgotten", "client", r.ClientID)
-		}
-		return &struct{}{}, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpQuerySegments, func(r *wire.QuerySegmentsReq) (*wire.QuerySegmentsResp, error) {
-		return &wire.QuerySegmentsResp{Segs: c.QuerySegments(r.IDs)}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpPutStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
-		res, err := c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
-		mc.putStarted(r, res, err)
-		return s.startWrites(res, err)
-	})
-	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		codes := c.PutEndHold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
-		mc.putEnd.codes(codes, notOK)
-		return &wire.CodesResp{Codes: codes}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpPutUnhold, func(r *wire.KeysReq) (*struct{}, error) {
-		c.PutUnhold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
-		return &struct{}{}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		codes := c.PutRevoke(r.ClientID, r.Keys, r.Epochs)
-		mc.putRevoke.codes(codes, notOK)
-		return &wire.CodesResp{Codes: codes}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
-		if r.Peek {
-			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
-		}
-		res := c.GetReplicas(r.Keys, r.ForRead)
-		mc.got(res) // peeks are the SSD tier's, not gets
-		return &wire.GetReplicasResp{Results: res}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpExist, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		codes := c.Exist(r.Keys)
-		mc.exist.codes(codes, existFailed)
-		return &wire.CodesResp{Codes: codes}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpRemove, func(r *wire.RemoveReq) (*wire.CodesResp, error) {
-		codes := c.Remove(r.Keys, r.Force)
-		mc.remove.codes(codes, notOK)
-		return &wire.CodesResp{Codes: codes}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpReplicaClear, func(r *wire.ReplicaClearReq) (*wire.KeysResp, error) {
-		return &wire.KeysResp{Keys: c.ReplicaClear(r.ClientID, r.Keys, r.Segment)}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpRemoveByRegex, func(r *wire.RemoveByRegexReq) (*wire.CountResp, error) {
-		n, err := c.RemoveByRegex(r.Pattern, r.Force)
-		mc.removeRegex.call(err)
-		return &wire.CountResp{N: n}, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpRemoveAll, func(r *wire.RemoveAllReq) (*wire.CountResp, error) {
-		mc.removeAll.call(nil)
-		return &wire.CountResp{N: c.RemoveAll(r.Force)}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpUpsertStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
-		return s.startWrites(c.UpsertStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config))
-	})
-	rpc.HandleFunc(s.rpc, wire.OpReadDone, func(r *wire.KeysReq) (*struct{}, error) {
-		c.ReadDone(r.Keys, r.Epochs)
-		return &struct{}{}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpCreateTask, func(r *wire.CreateTaskReq) (*wire.TaskPlan, error) {
-		plan, err := c.CreateTask(*r)
-		if r.Kind == wire.TaskMove {
-			mc.moveTask.call(err)
-		} else {
-			mc.copyTask.call(err)
-		}
-		return &plan, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpTaskDone, func(r *wire.TaskDoneReq) (*struct{}, error) {
-		err := c.TaskDone(r.ClientID, r.ID, r.Code)
-		mc.updateTask.call(err)
-		return &struct{}{}, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
-		info, err := c.QueryTask(r.ID)
-		mc.queryTask.call(err)
-		return &info, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.OffloadHeartbeatResp, error) {
-		keys, sizes, drop := c.OffloadHeartbeat(r.ClientID, r.StorageID, r.Max)
-		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes, r.Epochs)}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpPlanJoin, func(r *wire.PlanJoinReq) (*wire.PlanJoinResp, error) {
-		rank, err := c.PlanJoin(r.ClientID, r.Segment)
-		return &wire.PlanJoinResp{Rank: rank}, err
-	})
-	rpc.HandleFunc(s.rpc, wire.OpPlanMembers, func(*wire.PlanMembersReq) (*wire.PlanMembersResp, error) {
-		return &wire.PlanMembersResp{Members: c.PlanMembers()}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpEvictUntil, func(r *wire.EvictUntilReq) (*wire.EvictUntilResp, error) {
-		if !(r.Ratio >= 0 && r.Ratio <= 1) {
-			return nil, wire.Errorf(wire.ErrInvalidParams, "usage ratio %v is not in [0, 1]", r.Ratio)
-		}
-		res, usage := c.EvictUntil(r.Ratio)
-		return &wire.EvictUntilResp{Objects: res.Objects, Bytes: res.Bytes, Usage: usage}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpRecoverDisk, func(r *wire.RecoverDiskReq) (*wire.CodesResp, error) {
-		return &wire.CodesResp{Codes: c.RecoverDisk(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes)}, nil
-	})
-	rpc.HandleFunc(s.rpc, wire.OpEvictDiskReplicas, func(r *wire.KeysReq) (*wire.CodesResp, error) {
-		codes := c.EvictDiskReplicas(r.ClientID, r.Keys)
-		mc.evictDisk.codes(codes, notOK)
-		return &wire.CodesResp{Codes: codes}, nil
-	})
-}
-
-// holdOf is a request's HoldMS as a Duration. The core bounds a hold by
-// PutStartDiscardTimeout; the hour here only keeps a peer's number from
-// overflowing.
-func holdOf(r *wire.KeysReq) time.Duration {
-	return time.Duration(min(r.HoldMS, uint64(time.Hour/time.Millisecond))) * time.Millisecond
 }

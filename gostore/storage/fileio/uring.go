@@ -265,7 +265,8 @@ var submitHook func() error
 var maxSubmit = maxChunk
 
 // run keeps up to QueueDepth ops in flight, resubmitting the remainder of short
-// transfers, until every op is complete or failed.
+// transfers, until every op is complete or failed. Each round fills the
+// submission queue, submits it, and reaps one completion.
 func (u *uringRing) run(ops []*op) {
 	if u.broken != nil {
 		for _, o := range ops {
@@ -277,6 +278,45 @@ func (u *uringRing) run(ops []*op) {
 	// pinning also forces them off any goroutine stack (which could move).
 	var pin runtime.Pinner
 	defer pin.Unpin()
+	r := &uringRun{u: u, ops: ops, queue: pinned(&pin, ops)}
+	defer r.count()
+	for len(r.queue) > 0 || r.inflight > 0 {
+		queued := r.fill()
+		if queued > 0 {
+			if err := u.submitRound(); err != nil {
+				// A failed io_uring_enter consumed none of this round's
+				// SQEs: only the earlier rounds' requests are in flight.
+				u.fail(fmt.Errorf("fileio: io_uring submit: %w", err), ops, r.inflight-queued)
+				return
+			}
+		}
+		if r.inflight == 0 {
+			u.fail(errors.New("fileio: io_uring: no SQE available"), ops, 0)
+			return
+		}
+		cqe, err := u.wait()
+		if err != nil {
+			u.fail(fmt.Errorf("fileio: io_uring wait: %w", err), ops, r.inflight)
+			return
+		}
+		r.complete(cqe)
+	}
+}
+
+// uringRun is one run's progress: the ops' indexes still to submit, how
+// many are in flight, and the reads submitted fixed or plain. Only run's
+// goroutine touches it.
+type uringRun struct {
+	u              *uringRing
+	ops            []*op
+	queue          []int
+	inflight       int
+	nfixed, nplain uint64
+}
+
+// pinned pins the buffers of the ops with something left to do and
+// returns their indexes.
+func pinned(pin *runtime.Pinner, ops []*op) []int {
 	queue := make([]int, 0, len(ops))
 	for i, o := range ops {
 		if o.sync || o.done < len(o.buf) {
@@ -286,103 +326,105 @@ func (u *uringRing) run(ops []*op) {
 			queue = append(queue, i)
 		}
 	}
-	var nfixed, nplain uint64
-	defer func() {
-		if nfixed > 0 {
-			u.st.fixedReads.Add(nfixed)
+	return queue
+}
+
+// count adds the run's reads to the ring's stats.
+func (r *uringRun) count() {
+	if r.nfixed > 0 {
+		r.u.st.fixedReads.Add(r.nfixed)
+	}
+	if r.nplain > 0 {
+		r.u.st.plainReads.Add(r.nplain)
+	}
+}
+
+// fill takes queued ops into free SQEs, up to QueueDepth in flight, and
+// returns how many it took.
+func (r *uringRun) fill() int {
+	queued := 0
+	for r.inflight < QueueDepth && len(r.queue) > 0 {
+		sqe := r.u.ring.GetSQE()
+		if sqe == nil {
+			break
 		}
-		if nplain > 0 {
-			u.st.plainReads.Add(nplain)
+		i := r.queue[0]
+		r.queue = r.queue[1:]
+		r.prepare(sqe, r.ops[i])
+		sqe.SetData64(uint64(i))
+		r.inflight++
+		queued++
+	}
+	return queued
+}
+
+// prepare makes sqe o's next request: its datasync, or the next chunk of
+// its transfer (at most maxSubmit bytes).
+func (r *uringRun) prepare(sqe *giouring.SubmissionQueueEntry, o *op) {
+	if o.sync {
+		sqe.PrepareFsync(o.fd, giouring.FsyncDatasync)
+		return
+	}
+	n := uint32(min(len(o.buf)-o.done, maxSubmit))
+	addr := uintptr(unsafe.Pointer(&o.buf[o.done]))
+	off := uint64(o.off + int64(o.done))
+	switch {
+	case o.write:
+		sqe.PrepareWrite(o.fd, addr, n, off)
+	default:
+		// READ_FIXED takes the absolute address inside the
+		// registered buffer; the index is re-derived for each
+		// (re)submission, and the remainder of a read that fit
+		// one chunk still does.
+		if idx := r.u.fixed.index(addr, n); idx >= 0 {
+			sqe.PrepareReadFixed(o.fd, addr, n, off, idx)
+			r.nfixed++
+		} else {
+			sqe.PrepareRead(o.fd, addr, n, off)
+			r.nplain++
 		}
-	}()
-	inflight := 0
-	for len(queue) > 0 || inflight > 0 {
-		queued := 0
-		for inflight < QueueDepth && len(queue) > 0 {
-			sqe := u.ring.GetSQE()
-			if sqe == nil {
-				break
-			}
-			i := queue[0]
-			queue = queue[1:]
-			o := ops[i]
-			switch {
-			case o.sync:
-				sqe.PrepareFsync(o.fd, giouring.FsyncDatasync)
-			default:
-				n := uint32(min(len(o.buf)-o.done, maxSubmit))
-				addr := uintptr(unsafe.Pointer(&o.buf[o.done]))
-				off := uint64(o.off + int64(o.done))
-				switch {
-				case o.write:
-					sqe.PrepareWrite(o.fd, addr, n, off)
-				default:
-					// READ_FIXED takes the absolute address inside the
-					// registered buffer; the index is re-derived for each
-					// (re)submission, and the remainder of a read that fit
-					// one chunk still does.
-					if idx := u.fixed.index(addr, n); idx >= 0 {
-						sqe.PrepareReadFixed(o.fd, addr, n, off, idx)
-						nfixed++
-					} else {
-						sqe.PrepareRead(o.fd, addr, n, off)
-						nplain++
-					}
-				}
-				// giouring's prepare leaves the per-op flags of the slot's
-				// previous user: after a datasync (flag 1) the kernel would
-				// read RWF_HIPRI and refuse the read or write with EINVAL.
-				sqe.OpcodeFlags = 0
-			}
-			sqe.SetData64(uint64(i))
-			inflight++
-			queued++
+	}
+	// giouring's prepare leaves the per-op flags of the slot's
+	// previous user: after a datasync (flag 1) the kernel would
+	// read RWF_HIPRI and refuse the read or write with EINVAL.
+	sqe.OpcodeFlags = 0
+}
+
+// submitRound submits the SQEs filled (through submitHook first, in tests).
+func (u *uringRing) submitRound() error {
+	var err error
+	if submitHook != nil {
+		err = submitHook()
+	}
+	if err == nil {
+		err = u.submit()
+	}
+	return err
+}
+
+// complete takes in cqe's result: its op is done, failed, or queued again
+// for its remainder (a short transfer) or after a transient error.
+func (r *uringRun) complete(cqe *giouring.CompletionQueueEvent) {
+	i, res := int(cqe.UserData), cqe.Res
+	r.u.ring.CQESeen(cqe)
+	r.inflight--
+	o := r.ops[i]
+	switch {
+	case res < 0:
+		if e := syscall.Errno(-res); transient(e) {
+			r.queue = append(r.queue, i)
+		} else {
+			o.err = e
 		}
-		if queued > 0 {
-			var err error
-			if submitHook != nil {
-				err = submitHook()
-			}
-			if err == nil {
-				err = u.submit()
-			}
-			if err != nil {
-				// A failed io_uring_enter consumed none of this round's
-				// SQEs: only the earlier rounds' requests are in flight.
-				u.fail(fmt.Errorf("fileio: io_uring submit: %w", err), ops, inflight-queued)
-				return
-			}
-		}
-		if inflight == 0 {
-			u.fail(errors.New("fileio: io_uring: no SQE available"), ops, 0)
-			return
-		}
-		cqe, err := u.wait()
-		if err != nil {
-			u.fail(fmt.Errorf("fileio: io_uring wait: %w", err), ops, inflight)
-			return
-		}
-		i, res := int(cqe.UserData), cqe.Res
-		u.ring.CQESeen(cqe)
-		inflight--
-		o := ops[i]
-		switch {
-		case res < 0:
-			if e := syscall.Errno(-res); transient(e) {
-				queue = append(queue, i)
-			} else {
-				o.err = e
-			}
-		case o.sync:
-		case res == 0 && o.write:
-			o.err = io.ErrShortWrite
-		case res == 0:
-			o.err = errEOF(o)
-		default:
-			o.done += int(res)
-			if o.done < len(o.buf) {
-				queue = append(queue, i)
-			}
+	case o.sync:
+	case res == 0 && o.write:
+		o.err = io.ErrShortWrite
+	case res == 0:
+		o.err = errEOF(o)
+	default:
+		o.done += int(res)
+		if o.done < len(o.buf) {
+			r.queue = append(r.queue, i)
 		}
 	}
 }
