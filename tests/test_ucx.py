@@ -375,9 +375,10 @@ def test_a_peer_killed_mid_transfer_is_an_error_not_a_hang(launcher, tmp_path, w
     size = 8 * MiB
     assert a.put_pattern("kill/k", size, seed=5, preferred_segment=b.hostname) == 0
     assert a.put_pattern("kill/c", size, seed=6, preferred_segment=c.hostname) == 0
-    stop = str(tmp_path / "stop")
-    a.send("read_loop", key="kill/k", size=size, seeds=[5], threads=4, seconds=60, stop_file=stop)
-    time.sleep(0.5)  # reads under way (their count is checked below)
+    stop, read = str(tmp_path / "stop"), str(tmp_path / "read")
+    a.send("read_loop", key="kill/k", size=size, seeds=[5], threads=4, seconds=60,
+           stop_file=stop, read_file=read)
+    wait_until(lambda: os.path.exists(read), timeout=30, what="a's first read of b")
     b.kill()
     open(stop, "w").close()
     t0 = time.monotonic()
