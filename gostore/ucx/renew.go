@@ -93,9 +93,10 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 		if errors.As(err, &r) {
 			err = r.error
 		}
-		if err != nil {
+		var e, first *wire.Error
+		if errors.As(err, &e) && errors.As(errs[again[k]], &first) {
 			// The first try's error says why the op was posted again.
-			err = wire.Errorf(wire.CodeOf(err), "%v (posted again after: %v)", err, errs[again[k]])
+			err = wire.Errorf(e.Code, "%s (posted again after: %s)", e.Msg, first.Msg)
 		}
 		errs[again[k]] = err
 	}
@@ -184,4 +185,16 @@ func (w *Worker) destroy(u *uworker) {
 	for _, c := range closing {
 		C.free(unsafe.Pointer(c.gs))
 	}
+}
+
+// closesInFlight counts the endpoint closes that progress can still end
+// (not the kept ones, see closingEP). w.mu held.
+func (w *Worker) closesInFlight() int {
+	n := 0
+	for _, c := range w.closing {
+		if !c.keep {
+			n++
+		}
+	}
+	return n
 }

@@ -3,6 +3,7 @@ package ucx
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"syscall"
 	"testing"
@@ -14,6 +15,8 @@ import (
 // slot of the initiator's receive FIFO and marking it written blocks that
 // FIFO for every later sender, so without the worker's renewal every read
 // of the live peer c stalled past PeerStallBound (about half the runs).
+// c is read throughout, by one goroutine while b dies and is given up on,
+// and after: every read returns c's bytes.
 func TestLivePeerAfterAnotherDied(t *testing.T) {
 	for _, tls := range []string{"posix", "cma,posix,self"} {
 		t.Run(tls, func(t *testing.T) {
@@ -66,12 +69,38 @@ func TestLivePeerAfterAnotherDied(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
+			// c's reader, through the kill until b's readers are done.
+			bDone := make(chan struct{})
+			cErr := make(chan error, 1)
+			go func() {
+				buf := make([]byte, 4<<20)
+				for n := 0; ; n++ {
+					select {
+					case <-bDone:
+						cErr <- nil
+						return
+					default:
+					}
+					if err := read(c, buf, 20*time.Second); err != nil {
+						cErr <- fmt.Errorf("read %d of c during b's death: %w", n, err)
+						return
+					}
+					if !bytes.Equal(buf, want[:len(buf)]) {
+						cErr <- fmt.Errorf("read %d of c during b's death: bytes differ", n)
+						return
+					}
+				}
+			}()
 			if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			killed := time.Now()
 			wg.Wait()
 			t.Logf("b's reads failed %v after the kill: %v", time.Since(killed), <-firstErr)
+			close(bDone)
+			if err := <-cErr; err != nil {
+				t.Fatal(err)
+			}
 
 			for i := 0; i < 3; i++ {
 				clear(got)

@@ -107,6 +107,10 @@ type closingEP struct {
 	req unsafe.Pointer
 	gs  *C.struct_gs_ep
 	uw  *uworker
+	// keep: an endpoint without peer-failure detection, which UCX
+	// refuses to force-close; it stays open, and gs (its error
+	// callback's argument) allocated, until its UCP worker is destroyed.
+	keep bool
 }
 
 // NewWorker makes an initiator worker on c.
@@ -605,6 +609,13 @@ func (w *Worker) closeEP(ep *endpoint) {
 		return
 	}
 	ep.closed = true
+	if !ep.peerErrors {
+		// UCX 1.13 refuses a force close in UCP_ERR_HANDLING_MODE_NONE
+		// (and a flush close to a dead peer would never end), yet may
+		// still call the error callback: gs lives as long as the worker.
+		w.closing = append(w.closing, closingEP{gs: ep.gs, uw: ep.uw, keep: true})
+		return
+	}
 	force := C.int(1)
 	if ep.peerErrors && !ep.ready && ep.gs.failed == 0 {
 		force = 0
@@ -651,7 +662,7 @@ func (w *Worker) reap() {
 	w.orphans = orphans
 	live := w.closing[:0]
 	for _, c := range w.closing {
-		if c.req != nil && C.gs_ucx_request_test(c.req) == C.UCS_INPROGRESS {
+		if c.keep || c.req != nil && C.gs_ucx_request_test(c.req) == C.UCS_INPROGRESS {
 			live = append(live, c)
 			continue
 		}
@@ -686,13 +697,13 @@ func (w *Worker) Close() {
 	for _, ep := range w.eps {
 		w.fail(ep)
 	}
-	// Closes and abandoned requests on endpoints without peer-failure
-	// detection may never end: give them a moment, then destroying the
-	// worker ends them.
+	// Abandoned requests on endpoints without peer-failure detection may
+	// never end: give them a moment, then destroying the worker ends them
+	// (and closes those endpoints, see closingEP.keep).
 	var deadline time.Time
 	for {
 		if w.active == 0 {
-			if len(w.closing)+len(w.orphans) == 0 {
+			if w.closesInFlight()+len(w.orphans) == 0 {
 				break
 			}
 			if deadline.IsZero() {
