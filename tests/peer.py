@@ -48,8 +48,10 @@ line on stdin and answers one JSON line on stdout per command:
                     -> ``{"codes": {"rc": count}, "last_ok_seed": seed of the
                     last upsert that returned 0 (or null)}``
 ``read_loop``       ``key``, ``size``, ``seeds``, ``threads``, ``seconds`` [,
-                    ``stop_file``]: ``threads`` threads ``get`` the key until
-                    ``seconds`` pass or ``stop_file`` exists; each read must be
+                    ``stop_file``, ``read_file``]: ``threads`` threads ``get``
+                    the key until ``seconds`` pass or ``stop_file`` exists
+                    (``read_file`` is created at the first read that
+                    matched a pattern); each read must be
                     ``b""`` or exactly one of the patterns -> ``{"reads",
                     "empty", "match": {"seed": n}, "bad": n, "bad_samples"}``
 ``copy_task``       ``key``, ``targets`` -> ``{"id": [high, low], "rc": int}``
@@ -107,7 +109,7 @@ def _config(cmd: dict):
 
 
 def read_loop(store, key: str, size: int, seeds: list, threads: int, seconds: float,
-              stop_file: str = "") -> dict:
+              stop_file: str = "", read_file: str = "") -> dict:
     """Concurrent gets of ``key``; classifies every result (see the op table)."""
     import os
     import threading
@@ -142,6 +144,8 @@ def read_loop(store, key: str, size: int, seeds: list, threads: int, seconds: fl
                 else:
                     m = stats["match"]
                     m[str(which)] = m.get(str(which), 0) + 1
+                    if read_file and not os.path.exists(read_file):
+                        open(read_file, "w").close()
 
     ts = [threading.Thread(target=reader) for _ in range(threads)]
     for t in ts:
@@ -251,7 +255,7 @@ def handle(store, cmd: dict) -> dict:
     if op == "read_loop":
         return read_loop(store, cmd["key"], int(cmd["size"]), list(cmd["seeds"]),
                          int(cmd.get("threads", 4)), float(cmd["seconds"]),
-                         cmd.get("stop_file", ""))
+                         cmd.get("stop_file", ""), cmd.get("read_file", ""))
     if op == "copy_task":
         tid, rc = store.create_copy_task(cmd["key"], list(cmd["targets"]))
         return {"id": tid, "rc": rc}

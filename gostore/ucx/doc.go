@@ -49,6 +49,13 @@
 //     or at Close), and a request that sees no request of its endpoint
 //     complete for PeerStallBound fails with wire.ErrTransferFail (the
 //     peer taken as gone, the endpoint dropped), or earlier at ctx end.
+//   - Giving up on such a peer renews the Worker's UCP worker (renew.go):
+//     over shared memory a peer killed mid-send blocks the worker's one
+//     receive FIFO for every peer. Endpoints of the old UCP worker leave
+//     the cache, their requests are abandoned (C memory only), and Do
+//     posts the ops cut short once more on the new one; the old one is
+//     destroyed when no Do holds an endpoint of it. An Exposure's worker
+//     is not renewed.
 //   - An endpoint with peer-failure detection is force-closed only once
 //     its wireup is over (a request on it completed) or its peer failed;
 //     before that it is closed in flush mode. UCX 1.13 aborts the process

@@ -49,11 +49,15 @@ type Op struct {
 // Worker is the initiator: safe for concurrent use. The UCP worker is
 // UCS_THREAD_MODE_SERIALIZED and every call into it holds mu.
 type Worker struct {
-	c   *Context
-	efd C.int
+	c *Context
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// h and efd are cur's, the UCP worker that new endpoints and the
+	// progress loop use; old holds the ones renewed away (see renew).
 	h       C.ucp_worker_h
+	efd     C.int
+	cur     *uworker
+	old     []*uworker
 	closed  bool
 	active  int                  // Do calls between their post and their end
 	eps     map[string]*endpoint // by the peer's worker address
@@ -67,6 +71,7 @@ type Worker struct {
 // rkeys unpacked on it.
 type endpoint struct {
 	gs     *C.struct_gs_ep // C memory: the error callback's argument
+	uw     *uworker        // the UCP worker it was made on
 	key    string
 	rkeys  map[string]*remoteKey // by the desc's packed rkey
 	users  int                   // Do calls and orphaned requests holding it
@@ -101,6 +106,11 @@ type remoteKey struct {
 type closingEP struct {
 	req unsafe.Pointer
 	gs  *C.struct_gs_ep
+	uw  *uworker
+	// keep: an endpoint without peer-failure detection, which UCX
+	// refuses to force-close; it stays open, and gs (its error
+	// callback's argument) allocated, until its UCP worker is destroyed.
+	keep bool
 }
 
 // NewWorker makes an initiator worker on c.
@@ -112,15 +122,12 @@ func (c *Context) NewWorker() (*Worker, error) {
 	if w.noPeerErrors {
 		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", c.info.Resources)
 	}
-	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &w.h); st != C.UCS_OK {
+	uw, err := newUWorker(c)
+	if err != nil {
 		c.release()
-		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker_create: %s", statusString(st))
+		return nil, err
 	}
-	if st := C.gs_ucx_worker_efd(w.h, &w.efd); st != C.UCS_OK {
-		C.gs_ucx_worker_destroy(w.h)
-		c.release()
-		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker event fd: %s", statusString(st))
-	}
+	w.cur, w.h, w.efd = uw, uw.h, uw.efd
 	return w, nil
 }
 
@@ -149,12 +156,11 @@ func (r *request) end(st C.ucs_status_t) {
 	r.bounce = nil
 }
 
-// Do moves every op, many in flight, and returns one error per op (nil
-// when its bytes arrived). Writes are flushed: their bytes are in the
-// peer's memory when Do returns. On ctx end, the endpoints with requests
-// still in flight are force-closed, so Do never returns while UCX could
-// still touch the caller's memory.
-func (w *Worker) Do(ctx context.Context, ops []Op) []error {
+// do is one try of Do: every op posted once, on the current UCP worker.
+// On ctx end, the endpoints with requests still in flight are
+// force-closed, so do never returns while UCX could still touch the
+// caller's memory.
+func (w *Worker) do(ctx context.Context, ops []Op) []error {
 	errs := make([]error, len(ops))
 	descs := make([]*desc, len(ops))
 	for i := range ops {
@@ -244,8 +250,7 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 
 	w.mu.Lock()
 	for _, ep := range held {
-		ep.users--
-		w.retire(ep)
+		w.release(ep)
 	}
 	w.active--
 	w.mu.Unlock()
@@ -424,12 +429,13 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 		} else {
 			idle = 0
 		}
+		efd := w.efd // renew may replace it once w.mu is let go
 		w.mu.Unlock()
 		if armed {
 			// Sleep until the worker has an event; the timeout bounds
 			// the wait when another goroutine took the event, and how
 			// late a ctx end is seen.
-			C.gs_ucx_wait(w.efd, -1, 2)
+			C.gs_ucx_wait(efd, -1, 2)
 		} else if len(reqs) > 0 {
 			runtime.Gosched()
 		}
@@ -440,11 +446,21 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 // that saw no request of their endpoint complete for PeerStallBound: the
 // peer is taken as gone (UCX would wait for it forever), the endpoint is
 // dropped and the requests, which only ever use bounce buffers there, are
-// left to the worker. It returns the requests still live. w.mu held.
+// left to the worker, which is renewed (see orphan). Requests on such
+// endpoints of a worker renewed away are left to it at once: nothing
+// progresses it any more. Both kinds of op are posted again by Do (see
+// renewed). It returns the requests still live. w.mu held.
 func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) []request {
 	now := time.Now()
 	live := reqs[:0]
 	for _, r := range reqs {
+		if r.ep.uw != w.cur && !r.ep.peerErrors {
+			for _, i := range r.ops {
+				setErr(errs, i, renewed{wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the worker was renewed after a peer was taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset)})
+			}
+			w.orphan(r)
+			continue
+		}
 		since := r.posted
 		if r.ep.moved.After(since) {
 			since = r.ep.moved
@@ -454,7 +470,7 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 			continue
 		}
 		for _, i := range r.ops {
-			setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: no progress from the peer for %v (this transport cannot detect a dead peer): taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset, PeerStallBound))
+			setErr(errs, i, renewed{wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: no progress from the peer for %v (this transport cannot detect a dead peer): taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset, PeerStallBound)})
 		}
 		w.fail(r.ep)
 		w.orphan(r)
@@ -464,11 +480,18 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 
 // orphan hands an abandoned request (only ever one using a bounce buffer,
 // or a flush, neither touching the caller's memory) to the worker, which
-// frees it when it ends or at Close. w.mu held.
+// frees it when it ends, when its UCP worker is destroyed, or at Close.
+// Abandoning one on an endpoint without peer-failure detection of the
+// current UCP worker renews that worker: the peer may be dead and may
+// have died mid-send, which blocks the worker's receive queue (see
+// renew). w.mu held.
 func (w *Worker) orphan(r request) {
 	r.into = nil
 	r.ep.users++
 	w.orphans = append(w.orphans, r)
+	if !r.ep.peerErrors && r.ep.uw == w.cur {
+		w.renew()
+	}
 }
 
 // check validates op against its desc before anything is posted.
@@ -531,8 +554,9 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 			C.free(unsafe.Pointer(gs))
 			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
 		}
-		ep = &endpoint{gs: gs, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors}
+		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors}
 		w.eps[key] = ep
+		w.cur.eps[ep] = struct{}{}
 	}
 	rk := ep.rkeys[string(d.rkey)]
 	if rk == nil {
@@ -547,6 +571,7 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 		ep.rkeys[string(d.rkey)] = rk
 	}
 	ep.users++
+	ep.uw.holds++
 	return ep, rk, nil
 }
 
@@ -584,13 +609,20 @@ func (w *Worker) closeEP(ep *endpoint) {
 		return
 	}
 	ep.closed = true
+	if !ep.peerErrors {
+		// UCX 1.13 refuses a force close in UCP_ERR_HANDLING_MODE_NONE
+		// (and a flush close to a dead peer would never end), yet may
+		// still call the error callback: gs lives as long as the worker.
+		w.closing = append(w.closing, closingEP{gs: ep.gs, uw: ep.uw, keep: true})
+		return
+	}
 	force := C.int(1)
 	if ep.peerErrors && !ep.ready && ep.gs.failed == 0 {
 		force = 0
 	}
 	var req unsafe.Pointer
 	C.gs_ucx_ep_close(ep.gs, force, &req)
-	w.closing = append(w.closing, closingEP{req: req, gs: ep.gs})
+	w.closing = append(w.closing, closingEP{req: req, gs: ep.gs, uw: ep.uw})
 }
 
 // retire releases a dead endpoint's rkeys once no Do holds it. w.mu held.
@@ -599,6 +631,11 @@ func (w *Worker) retire(ep *endpoint) {
 		return
 	}
 	w.closeEP(ep)
+	dropKeys(ep)
+	delete(ep.uw.eps, ep)
+}
+
+func dropKeys(ep *endpoint) {
 	for k, r := range ep.rkeys {
 		C.gs_ucx_rkey_destroy(r.data)
 		C.gs_ucx_rkey_destroy(r.canary)
@@ -625,7 +662,7 @@ func (w *Worker) reap() {
 	w.orphans = orphans
 	live := w.closing[:0]
 	for _, c := range w.closing {
-		if c.req != nil && C.gs_ucx_request_test(c.req) == C.UCS_INPROGRESS {
+		if c.keep || c.req != nil && C.gs_ucx_request_test(c.req) == C.UCS_INPROGRESS {
 			live = append(live, c)
 			continue
 		}
@@ -660,13 +697,13 @@ func (w *Worker) Close() {
 	for _, ep := range w.eps {
 		w.fail(ep)
 	}
-	// Closes and abandoned requests on endpoints without peer-failure
-	// detection may never end: give them a moment, then destroying the
-	// worker ends them.
+	// Abandoned requests on endpoints without peer-failure detection may
+	// never end: give them a moment, then destroying the worker ends them
+	// (and closes those endpoints, see closingEP.keep).
 	var deadline time.Time
 	for {
 		if w.active == 0 {
-			if len(w.closing)+len(w.orphans) == 0 {
+			if w.closesInFlight()+len(w.orphans) == 0 {
 				break
 			}
 			if deadline.IsZero() {
@@ -680,6 +717,9 @@ func (w *Worker) Close() {
 		w.mu.Unlock()
 		runtime.Gosched()
 		w.mu.Lock()
+	}
+	for len(w.old) > 0 { // none left once no Do is active; see release
+		w.destroy(w.old[0])
 	}
 	for _, r := range w.orphans {
 		r.ep.users = 0

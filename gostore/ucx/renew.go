@@ -1,0 +1,200 @@
+// renew.go: replacing a Worker's UCP worker after a peer without
+// peer-failure detection was taken as gone.
+
+package ucx
+
+/*
+#include <stdlib.h>
+#include "gs_ucx.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"unsafe"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// Why renew: UCX 1.13's shared-memory transports (posix, sysv) deliver
+// every active message, including the replies of software RMA, through one
+// receive FIFO per UCP worker, shared by all its peers. A sender claims a
+// slot by advancing the FIFO's head, copies its message in, then marks the
+// slot written; the receiver reads the slots in order. A peer killed
+// between claim and mark leaves a slot that is never marked, and every
+// message behind it, from live peers too, is never read: the worker
+// no longer hears from anyone over shared memory, and UCX has no way back.
+// So when such a peer is taken as gone the Worker moves to a new UCP worker
+// (a new FIFO, endpoints rebuilt on demand) and posts the ops that were
+// cut short once more.
+
+// uworker is one UCP worker of a Worker: its current one, or one renewed
+// away that lives on until no Do holds an endpoint of it (its abandoned
+// requests use only C bounce buffers or none, so destroying it then
+// cannot touch a caller's memory).
+type uworker struct {
+	h     C.ucp_worker_h
+	efd   C.int
+	holds int                    // Do calls' holds on its endpoints (see connect, release)
+	eps   map[*endpoint]struct{} // its endpoints whose rkeys are not yet destroyed
+}
+
+func newUWorker(c *Context) (*uworker, error) {
+	u := &uworker{eps: map[*endpoint]struct{}{}}
+	if st := C.gs_ucx_worker_create(c.h, C.UCS_THREAD_MODE_SERIALIZED, &u.h); st != C.UCS_OK {
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker_create: %s", statusString(st))
+	}
+	if st := C.gs_ucx_worker_efd(u.h, &u.efd); st != C.UCS_OK {
+		C.gs_ucx_worker_destroy(u.h)
+		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker event fd: %s", statusString(st))
+	}
+	return u, nil
+}
+
+// renewed marks an op's error as one Do posts again: the op was cut short
+// by its UCP worker's renewal, or it stalled, which may be the renewed
+// worker's blocked FIFO rather than its own peer. The wire code is the
+// wrapped error's.
+type renewed struct{ error }
+
+func (e renewed) Unwrap() error { return e.error }
+
+// Do moves every op, many in flight, and returns one error per op (nil
+// when its bytes arrived). Writes are flushed: their bytes are in the
+// peer's memory when Do returns. On ctx end, the endpoints with requests
+// still in flight are force-closed, so Do never returns while UCX could
+// still touch the caller's memory. Ops cut short by a renewal of the UCP
+// worker (see renew) are posted once more on the new one, so a live peer
+// does not fail because another peer died; a dead peer's ops fail on that
+// second try (at connect, or after PeerStallBound again).
+func (w *Worker) Do(ctx context.Context, ops []Op) []error {
+	errs := w.do(ctx, ops)
+	var again []int
+	for i, err := range errs {
+		var r renewed
+		if errors.As(err, &r) {
+			errs[i] = r.error
+			if ctx.Err() == nil {
+				again = append(again, i)
+			}
+		}
+	}
+	if len(again) == 0 {
+		return errs
+	}
+	retry := make([]Op, len(again))
+	for k, i := range again {
+		retry[k] = ops[i]
+	}
+	for k, err := range w.do(ctx, retry) {
+		var r renewed
+		if errors.As(err, &r) {
+			err = r.error
+		}
+		var e, first *wire.Error
+		if errors.As(err, &e) && errors.As(errs[again[k]], &first) {
+			// The first try's error says why the op was posted again.
+			err = wire.Errorf(e.Code, "%s (posted again after: %s)", e.Msg, first.Msg)
+		}
+		errs[again[k]] = err
+	}
+	return errs
+}
+
+// renew moves the Worker to a new UCP worker: the endpoints of the old one
+// leave the cache (Do calls holding them see their requests abandoned, see
+// stalled, and post again), and the old one is destroyed once no Do holds
+// an endpoint of it. If no new worker can be made the old one stays. w.mu
+// held.
+func (w *Worker) renew() {
+	nu, err := newUWorker(w.c)
+	if err != nil {
+		slog.Error("ucx: a peer without failure detection was taken as gone and no new worker could be made; keeping the old one", "err", err)
+		return
+	}
+	old := w.cur
+	for k, ep := range w.eps {
+		if ep.uw == old {
+			delete(w.eps, k)
+		}
+	}
+	w.cur, w.h, w.efd = nu, nu.h, nu.efd
+	w.old = append(w.old, old)
+	slog.Warn("ucx: a peer without failure detection was taken as gone; the worker is renewed (a peer that died mid-send blocks its receive queue), endpoints reconnect")
+	if old.holds == 0 {
+		w.destroy(old)
+	}
+}
+
+// release ends a Do's hold on ep. w.mu held.
+func (w *Worker) release(ep *endpoint) {
+	ep.users--
+	ep.uw.holds--
+	w.retire(ep)
+	if ep.uw != w.cur && ep.uw.holds == 0 {
+		w.destroy(ep.uw)
+	}
+}
+
+// destroy destroys an old UCP worker no Do holds: its rkeys first, then the
+// worker (which ends its endpoints and requests), then the C memory of its
+// abandoned requests and endpoints. w.mu held.
+func (w *Worker) destroy(u *uworker) {
+	for i, o := range w.old {
+		if o == u {
+			w.old = append(w.old[:i], w.old[i+1:]...)
+			break
+		}
+	}
+	var orphans []request
+	kept := w.orphans[:0]
+	for _, r := range w.orphans {
+		if r.ep.uw == u {
+			orphans = append(orphans, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	w.orphans = kept
+	var closing []closingEP
+	keptC := w.closing[:0]
+	for _, c := range w.closing {
+		if c.uw == u {
+			closing = append(closing, c)
+		} else {
+			keptC = append(keptC, c)
+		}
+	}
+	w.closing = keptC
+	for ep := range u.eps {
+		dropKeys(ep)
+		ep.dead, ep.users = true, 0
+		if !ep.closed {
+			// The worker's destroy closes it.
+			ep.closed = true
+			closing = append(closing, closingEP{gs: ep.gs, uw: u})
+		}
+	}
+	u.eps = nil
+	C.gs_ucx_worker_destroy(u.h)
+	for _, r := range orphans {
+		r.end(C.UCS_ERR_CANCELED)
+	}
+	for _, c := range closing {
+		C.free(unsafe.Pointer(c.gs))
+	}
+}
+
+// closesInFlight counts the endpoint closes that progress can still end
+// (not the kept ones, see closingEP). w.mu held.
+func (w *Worker) closesInFlight() int {
+	n := 0
+	for _, c := range w.closing {
+		if !c.keep {
+			n++
+		}
+	}
+	return n
+}
