@@ -21,7 +21,7 @@ func putOne(t *testing.T, c *Client, key string, v []byte) wire.Code {
 
 func getOne(c *Client, key string, n int) ([]byte, int64) {
 	dst := make([]byte, n)
-	got := c.GetInto([]string{key}, [][][]byte{{dst}})[0]
+	got := c.Reads().GetInto([]string{key}, [][][]byte{{dst}})[0]
 	return dst, got
 }
 

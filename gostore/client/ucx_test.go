@@ -47,7 +47,7 @@ func TestClientsOverUCX(t *testing.T) {
 		v := testkit.Pattern(uint64(i), n)
 		items = append(items, PutItem{Key: fmt.Sprint("k", i), Parts: [][]byte{v[:n/3], v[n/3:]}})
 	}
-	for i, code := range reader.PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
+	for i, code := range reader.Writes().PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
 		if code != wire.OK {
 			t.Fatalf("put %d: %v", i, code)
 		}
@@ -59,7 +59,7 @@ func TestClientsOverUCX(t *testing.T) {
 		for i, n := range sizes {
 			dests[i] = [][]byte{make([]byte, n)}
 		}
-		for i, got := range who.GetInto(keys, dests) {
+		for i, got := range who.Reads().GetInto(keys, dests) {
 			if got != int64(sizes[i]) || !bytes.Equal(dests[i][0], testkit.Pattern(uint64(i), sizes[i])) {
 				t.Fatalf("get %d: %d bytes, or bytes differ", i, got)
 			}
@@ -88,7 +88,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 	owner := newUCXClient(t, m.Addr(), 4<<20)
 	reader := newUCXClient(t, m.Addr(), 0)
 	v := testkit.Pattern(9, 100_000)
-	if codes := reader.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+	if codes := reader.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 		t.Fatal(codes[0])
 	}
 	id := owner.peers.ownID
@@ -98,7 +98,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := owner.mount(ctx); err != nil {
+	if err := owner.own.mount(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var resp wire.QuerySegmentsResp
@@ -122,7 +122,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 	reader.engine.Forget(id)
 	reader.peers.forget(id)
 	dest := [][][]byte{{make([]byte, len(v))}}
-	if n := reader.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
+	if n := reader.Reads().GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
 		t.Fatalf("get after the remount: %d", n[0])
 	}
 }

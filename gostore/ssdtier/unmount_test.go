@@ -49,7 +49,7 @@ func TestUnmountLocalDisk(t *testing.T) {
 		t.Fatalf("returned after %v, before the grace period", el)
 	}
 	for _, k := range diskOnly {
-		if got := writer.GetSize(k); got != int64(wire.ErrObjectNotFound) {
+		if got := writer.Keys().GetSize(k); got != int64(wire.ErrObjectNotFound) {
 			t.Fatalf("%s lived only on the tier and is still there: %d", k, got)
 		}
 	}
