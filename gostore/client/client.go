@@ -1,4 +1,5 @@
-// client.go defines Client: configuration, setup, heartbeat and close.
+// client.go defines Client and its configuration: the heartbeat, the
+// rejoin after the master forgot the client, and close (New is setup.go).
 
 package client
 
@@ -142,13 +143,15 @@ const DefaultPingInterval = 300 * time.Millisecond
 
 // Client is one store client. Its methods are safe for concurrent use.
 //
-// Client orchestrates: it sets the client up (New), keeps it known to the
-// master (heartbeat, rejoin), mounts its own segment and closes it all;
+// Client orchestrates: it is set up by New (setup.go), keeps itself known
+// to the master (heartbeat; rejoin remounts what the master forgot: the
+// own segment, own.go, and those mounted at run time) and closes it all;
 // the work of the API calls is done by objects of their own, which it
 // builds and hands out: Reads (gets), Writes (puts), Sessions (ranged
 // puts and gets), Tasks (replica copies and moves), Keys (calls about
 // objects that move no bytes) and Buffers (the caller's memory). What they
-// all share is core, embedded here.
+// all share is core, embedded here. Client's own locks: none beyond
+// core's (Close takes inFlight) and extraSegs.mu (segments.go).
 type Client struct {
 	core
 

@@ -66,7 +66,8 @@ func New(cfg Config, log *slog.Logger) (*Client, error) {
 	return s.c, nil
 }
 
-// setup is what New holds while it sets a client up.
+// setup is what New holds while it sets a client up. It takes no lock:
+// New runs its steps alone, before the client is handed to anyone.
 type setup struct {
 	c *Client
 	// cfg is New's copy: its RPC options gain the handshake and an HA
