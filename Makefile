@@ -12,6 +12,9 @@ PIP     := $(VENV)/bin/pip
 GOLD    := -ldflags=-checklinkname=0
 STAMP   := $(VENV)/.gostore-installed
 SOURCES := $(shell find gostore bindings python/gostore third_party -name '*.go' -o -name '*.py' -o -name '*.c' -o -name '*.h' 2>/dev/null) python/gostore-mooncake-alias.pth go.mod go.sum setup.py pyproject.toml
+# The package's folders too: a module moved or removed (no file newer than the
+# stamp) changes its folder, and the installed copy must follow.
+SOURCES += $(shell find python/gostore -type d -not -name __pycache__ 2>/dev/null)
 
 .PHONY: run test test-engines fuzz soak bench bench-scale bench-peers vet gotest pytest install clean etcd ucx
 

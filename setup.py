@@ -116,6 +116,14 @@ class BuildPyWithAliasHook(build_py):
     """build_py, plus the alias hook's .pth at the root of the build."""
 
     def run(self):
+        # A module moved or removed in the sources must not linger in the
+        # build folder of an earlier build: it would ship in the wheel
+        # (gostore/store.py beside gostore/store/). The Go outputs there are
+        # rebuilt by build_ext, which runs after this.
+        for d, _dirs, names in os.walk(os.path.join(self.build_lib, "gostore")):
+            for n in names:
+                if n.endswith((".py", ".pyc")):
+                    os.remove(os.path.join(d, n))
         super().run()
         self.copy_file(os.path.join(ROOT, "python", ALIAS_PTH), os.path.join(self.build_lib, ALIAS_PTH),
                        preserve_mode=0)

@@ -1035,7 +1035,7 @@ class Worker:
         below. A copying read returns new objects, and the loop holds one
         call's results while it makes the next, so its first two calls
         fault in fresh memory for them (later calls reuse what the previous
-        ones freed, see gostore._heap): both are warm-up, their times kept
+        ones freed, see gostore.buffers.heap): both are warm-up, their times kept
         apart as first_calls_ms. A zero-copy read's destination was faulted
         in before the cell: one warm-up call. ``most`` caps the timed calls."""
         max_calls = self.budget.calls(cell.size, cell.batch)

@@ -222,7 +222,7 @@ func callerName(skip int) string {
 }
 
 // defaultHeapRetainBytes is GOSTORE_HEAP_RETAIN_BYTES' default, as the
-// Python package reads it for malloc (gostore/_heap.py): memory lent by
+// Python package reads it for malloc (gostore/buffers/heap.py): memory lent by
 // get_buffer beyond the local buffer that stays mapped for the next loan.
 const defaultHeapRetainBytes = 1 << 30
 

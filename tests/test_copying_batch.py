@@ -7,7 +7,7 @@ they return (``get_batch``, the tensor reads) or lend memory beyond the
 buffer (``batch_get_buffer``), so a batch of any total size comes back
 whole. The objects a copying read returns are allocated by Python's
 malloc: the store keeps freed ones mapped for the next read
-(``gostore._heap``), as the client keeps the mappings it lent beyond the
+(``gostore.buffers.heap``), as the client keeps the mappings it lent beyond the
 local buffer, so a repeated batch does not fault in fresh pages.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import MiB, pattern, wait_until
-from gostore._buffers import SCRATCH_BYTES
+from gostore.buffers.pins import SCRATCH_BYTES
 
 OBJ = 2 * MiB
 N = 12  # 24 MiB per batch against a 4 MiB local buffer

@@ -31,7 +31,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import gostore
 from gostore import ErrorCode
-from gostore import store as store_mod
+from gostore.store import distributed_store as store_mod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGE = "docs/python-api.md"
@@ -261,7 +261,8 @@ def test_setup_options_have_rows():
     rows = {n for cell in re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", text, re.M) for n in re.findall(r"`(\w+)`", cell)}
     missing = [k for k in store_mod._SETUP_EXTRA_KWARGS if k not in rows]
     assert not missing, (
-        f"{PAGE}: setup() accepts the keyword options {missing} (gostore/store.py _SETUP_EXTRA_KWARGS) "
+        f"{PAGE}: setup() accepts the keyword options {missing} "
+        "(gostore/store/distributed_store.py _SETUP_EXTRA_KWARGS) "
         "that the options table under 'setup arguments' has no row for"
     )
 

@@ -39,7 +39,7 @@ def test_gpu_memory_without_a_driver(master, store_factory, capfd):
     assert s.put_from("k", fake_device_ptr, 4096) == -600
     # memory handed as a CUDA tensor's without a driver: refused, never read
     from gostore._args import _config
-    from gostore.tensor import DeviceSpan
+    from gostore.tensors.codec import DeviceSpan
 
     span = DeviceSpan(fake_device_ptr, 4096, None)
     assert s._write_multi([b"span"], [(b"head", span)], _config(None), False) == [-600]

@@ -19,7 +19,7 @@ import pytest
 from conftest import socket_inodes, wait_until
 from peer import pattern
 from gostore import MooncakeDistributedStore
-from gostore import _places
+from gostore.standalone import places as _places
 
 MiB = 1 << 20
 LEASE_MS = 150

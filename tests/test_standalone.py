@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Sequence
 import pytest
 
 from gostore import MooncakeDistributedStore, ReplicateConfig
-from gostore import _standalone_calls as P
+from gostore.standalone import protocol as P
 from gostore import standalone
 
 MiB = 1 << 20
@@ -238,7 +238,7 @@ def test_the_server_polls_for_the_next_call_of_an_application_in_a_loop(master, 
     """gostore-client's side, served from this process (to see its gate):
     with a spin, a connection whose calls come one after the other is polled
     for its next call; with --ipc_spin_us=0 never."""
-    from gostore.client_server import StandaloneServer
+    from gostore.standalone.server import StandaloneServer
 
     served = store_factory(master)
     server = StandaloneServer(served, "127.0.0.1", 0, str(tmp_path / "srv.sock"), spin_us=spin_us)
@@ -858,7 +858,7 @@ def test_a_batch_of_small_values_comes_back_in_one_round_trip(master, client_pro
     through the staging area; a batch past the scratch buffer takes a
     second call to finish."""
     from gostore import standalone
-    from gostore._buffers import SCRATCH_BYTES
+    from gostore.buffers.pins import SCRATCH_BYTES
 
     monkeypatch.setattr(standalone, "CROSS_MEMORY", cross)
     srv = client_process_factory(master)
@@ -907,8 +907,8 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
     the thread's own scratch serves."""
     import gc
 
-    from gostore._buffers import SCRATCH_BYTES
-    from gostore._shm import ALIGN, round_up
+    from gostore.buffers.pins import SCRATCH_BYTES
+    from gostore.standalone.shm import ALIGN, round_up
 
     if where == "private":
         monkeypatch.setenv("GOSTORE_HEAP_RETAIN_BYTES", str(MiB))  # below a lend region
@@ -994,7 +994,7 @@ def test_small_batches_are_read_into_shared_memory(master, client_process_factor
 
 
 def test_help_lists_every_flag_and_its_default():
-    from gostore.client_server import _FLAGS
+    from gostore.standalone.server import _FLAGS
     proc = subprocess.run([sys.executable, "-m", "gostore.client_server", "--help"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr

@@ -19,10 +19,11 @@ import pytest
 from conftest import wait_until
 from test_standalone import _in_forked_child
 from gostore import MooncakeDistributedStore
-from gostore import _places, standalone
-from gostore import _standalone_calls as P
+from gostore import standalone
+from gostore.standalone import places as _places
+from gostore.standalone import protocol as P
 from gostore.errors import ErrorCode
-from gostore.hostmem import map_memory, unmap_memory
+from gostore.buffers.hostmem import map_memory, unmap_memory
 
 MiB = 1 << 20
 BUSY = int(ErrorCode.OBJECT_REPLICA_BUSY)

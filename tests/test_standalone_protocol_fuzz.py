@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import pytest
 
 from gostore import MooncakeDistributedStore
-from gostore import _standalone_calls as P
+from gostore.standalone import protocol as P
 from gostore.errors import ErrorCode
 
 CASES = 4000  # streams per seed

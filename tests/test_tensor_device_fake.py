@@ -18,7 +18,8 @@ FAKE_SRC = os.path.join(HERE, "..", "gostore", "gpu", "testdata", "fakecuda.c")
 CHILD = r'''
 import ctypes, os, sys
 import numpy as np
-from gostore import MooncakeDistributedStore, tensor as codec
+from gostore import MooncakeDistributedStore
+from gostore.tensors import codec
 
 cuda = ctypes.CDLL(os.environ["GOSTORE_LIBCUDA"])
 ctx = ctypes.c_void_p()

@@ -15,7 +15,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from gostore import tensor as T  # noqa: E402
+from gostore.tensors import codec as T  # noqa: E402
 
 ROUNDS = 3000  # mutations per seed
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from gostore import ErrorCode, ParallelAxis, ReadTarget, ReplicateConfig, TensorParallelism
-from gostore import tensor as codec
+from gostore.tensors import codec
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -10,7 +10,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from gostore import _safetensors
+from gostore.tensors import safetensors as _safetensors
 
 INVALID, FILE_NOT_FOUND = -600, -1100
 

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import MiB
 from gostore import ErrorCode, ReplicateConfig
-from gostore import tensor as codec
+from gostore.tensors import codec
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 

@@ -169,7 +169,6 @@ type Client struct {
 	plans *planclient.Client // the plan API (Plans)
 
 	transport TransportInfo
-	ucx       *ucxRoute // nil: the UCX route is off
 
 	http *clientmetrics.Server // nil when not serving
 }
@@ -368,9 +367,10 @@ func (c *Client) release() {
 	if c.ssd != nil {
 		c.ssd.Close() // before the segment its offloads read goes away
 	}
-	c.engine.Close() // unpins the own segment and registered buffers too
+	c.engine.Close()        // unpins the own segment and registered buffers too
+	c.own.exposure.revoke() // before the segment's memory goes
 	if c.ucx != nil {
-		c.ucx.close() // the exposure before the segment's memory goes
+		c.ucx.close() // after every segment's exposure (closeExtra revoked theirs)
 	}
 	c.master.Close()
 	if c.own.seg != nil {

@@ -42,6 +42,7 @@ type core struct {
 	staging  *staging
 	auth     *auth.Auth    // nil: off; every server of this client and every dial uses it
 	ssd      *ssdtier.Tier // nil without enable_ssd_offload
+	ucx      *ucxRoute     // nil: the UCX route is off (ucx.go)
 
 	metrics *clientmetrics.Metrics // nil with HTTPPort 0
 

@@ -112,12 +112,17 @@
 // load or "rdma" meets a UCX without a verbs transport; then TCP); one
 // log line says which UCX, which transports, or why not. On, the client
 // makes one UCX context (NET_DEVICES: the NICs near the segment, for
-// "rdma") and the engine's worker, and exposes its segment afresh at each
-// mount (a GPU segment only where UCX has CUDA): the desc goes to the
-// master in the mount; the exposure before is closed once the new mount
-// succeeded, and at Close (after the engine, before the memory), so a
-// peer's stale desc fails rather than reach memory. Segments mounted at
-// run time are not exposed: peers reach them over TCP.
+// "rdma") and the engine's worker, and exposes each segment (setup's and
+// those mounted at run time; a GPU segment only where UCX has CUDA) afresh
+// at each of its mounts: the desc goes to the master in the mount; the
+// exposure before is closed once the new mount succeeded. Each segment's
+// exposure (segExposure) belongs to the owner of its memory, the
+// ownSegment or the extraSeg, which revokes it before the memory goes
+// (Close, unmount, a failed mount). Invariant: a mount holds the exposure's lock from the
+// expose to the master's answer, and none runs after the revoke, so a
+// heartbeat remount never re-exposes memory being freed and a peer's stale
+// desc fails rather than reach memory. A remount that reached the master
+// after an unmount began is undone there (remountOne).
 //
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD

@@ -1,5 +1,5 @@
-// own.go defines ownSegment: the segment setup contributes (global_segment_size),
-// its transfer server, and its mount at the master.
+// own.go defines ownSegment: the segment setup contributes
+// (global_segment_size), its transfer server, and its mount at the master.
 
 package client
 
@@ -14,18 +14,20 @@ import (
 )
 
 // ownSegment is the segment this client contributes at setup (host
-// memory, or a GPU's), the transfer server that serves it, and its mount
-// at the master (at setup, taking over a dead predecessor's name, and
-// again whenever the master forgot it). It takes no lock of its own: the
-// segment and server are set once by New, and the mounts are New's and
-// the heartbeat's, which never run at once. expose is the UCX exposure
-// of each mount (Client.ucxDescOf).
+// memory, or a GPU's), the transfer server that serves it, its UCX
+// exposure, and its mount at the master (at setup, taking over a dead
+// predecessor's name, and again whenever the master forgot it). The
+// segment and server are set once by New. Locks: exposure's (segExposure,
+// ucx.go), held by each mount from the expose to the master's answer and
+// by the revoke Close makes before the memory goes.
 type ownSegment struct {
 	*core
 	seg    *transfer.LocalSegment // nil for a pure consumer or a GPU segment
 	devSeg *gpu.Segment           // the segment when it lives on a GPU
 	server *transfer.Server
-	expose func(desc *wire.SegmentDesc, base uintptr, size uint64, gpu bool) (done func(error))
+	// exposure is the segment's UCX exposure (ucx.go): its lock orders
+	// each mount against the revoke before the memory goes.
+	exposure segExposure
 }
 
 // newSegment creates the contributed memory, host or GPU, and the
@@ -93,41 +95,44 @@ func (c *ownSegment) mount(ctx context.Context) error {
 
 // mountQuiet mounts the segment; the caller logs a failure.
 func (c *ownSegment) mountQuiet(ctx context.Context) error {
-	desc := wire.SegmentDesc{
-		Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
-		TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil && !c.ssd.Unmounted(),
-	}
 	var mem []byte
 	var dev transfer.DeviceMemory
-	if c.devSeg != nil {
-		h, err := c.devSeg.Handle()
-		if err != nil {
-			return wire.Errorf(wire.ErrInternal, "IPC handle of the GPU segment: %v", err)
+	describe := func() (wire.SegmentDesc, error) {
+		desc := wire.SegmentDesc{
+			Name: c.hostname, ClientID: c.id, HostID: transfer.HostID(),
+			TransferAddr: c.server.Addr().String(), Offload: c.ssd != nil && !c.ssd.Unmounted(),
 		}
-		desc.Size, desc.Location, desc.IPC = c.devSeg.Size(), location(c.devSeg.Device()), h[:]
-		if d := c.devSeg.Device(); d < len(gpu.Probe().Devices) {
-			desc.GPUPCI = gpu.Probe().Devices[d].PCI
+		if c.devSeg != nil {
+			h, err := c.devSeg.Handle()
+			if err != nil {
+				return desc, wire.Errorf(wire.ErrInternal, "IPC handle of the GPU segment: %v", err)
+			}
+			desc.Size, desc.Location, desc.IPC = c.devSeg.Size(), location(c.devSeg.Device()), h[:]
+			if d := c.devSeg.Device(); d < len(gpu.Probe().Devices) {
+				desc.GPUPCI = gpu.Probe().Devices[d].PCI
+			}
+			dev = c.devSeg
+			desc.Base = c.devSeg.Base()
+		} else {
+			desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
+			mem = c.seg.Bytes()
+			desc.Base = uint64(addrOf(mem))
 		}
-		dev = c.devSeg
-		desc.Base = c.devSeg.Base()
-	} else {
-		desc.Size, desc.ShmPath = c.seg.Size(), c.seg.ShmPath()
-		mem = c.seg.Bytes()
-		desc.Base = uint64(addrOf(mem))
+		return desc, nil
 	}
-	exposed := c.expose(&desc, uintptr(desc.Base), desc.Size, c.devSeg != nil)
-	// A remount may bring a new id, which the master's grants name before
-	// the answer arrives here: the server takes grants for any id of this
-	// segment (its key is this segment's alone) until it knows.
-	c.server.SetSegID(0)
-	var resp wire.MountResp
-	err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp)
-	exposed(err)
-	if err != nil {
-		return err
-	}
-	desc.ID = resp.SegID
-	c.server.SetSegID(desc.ID)
-	c.peers.setOwn(desc, mem, dev)
-	return nil
+	return c.exposure.mount(c.ucx, c.devSeg != nil, c.log, describe, func(desc wire.SegmentDesc) error {
+		// A remount may bring a new id, which the master's grants name
+		// before the answer arrives here: the server takes grants for
+		// any id of this segment (its key is this segment's alone) until
+		// it knows.
+		c.server.SetSegID(0)
+		var resp wire.MountResp
+		if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: c.server.GrantKey()}, &resp); err != nil {
+			return err
+		}
+		desc.ID = resp.SegID
+		c.server.SetSegID(desc.ID)
+		c.peers.setOwn(desc, mem, dev)
+		return nil
+	})
 }

@@ -70,10 +70,12 @@ type extraSeg struct {
 	mem       []byte                 // the mapping
 	local     *transfer.LocalSegment // allocated: owns mem
 	server    *transfer.Server
+	exposure  segExposure // its UCX exposure: revoked by release, before mem goes
 
 	// Guarded by extraSegs.mu.
-	id       uint64 // the master's ID; a remount changes it
-	draining bool   // a graceful unmount was asked for
+	id         uint64 // the master's ID; a remount changes it
+	draining   bool   // a graceful unmount was asked for
+	unmounting int    // unmounts asked of the master and not failed: a remount is undone
 }
 
 // extraSegs is the client's registry of run-time segments.
@@ -264,21 +266,30 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 	return nil
 }
 
-// mountAtMaster mounts s at the master, with its server's grant key, and
-// returns its ID there (which the server then expects grants to name).
-func (c *Client) mountAtMaster(ctx context.Context, s *extraSeg) (uint64, error) {
-	desc := wire.SegmentDesc{Name: s.name, ClientID: c.id, HostID: transfer.HostID(),
-		TransferAddr: s.server.Addr().String(), Size: s.size, Base: uint64(addrOf(s.mem))}
-	if s.local != nil {
-		desc.ShmPath = s.local.ShmPath()
+// mountAtMaster mounts s at the master, with its server's grant key and
+// (route on) a fresh UCX exposure of its memory, and returns its ID there
+// (which the server then expects grants to name). errRevoked once release
+// ran: its memory is going or gone.
+func (c *Client) mountAtMaster(ctx context.Context, s *extraSeg) (id uint64, err error) {
+	describe := func() (wire.SegmentDesc, error) {
+		desc := wire.SegmentDesc{Name: s.name, ClientID: c.id, HostID: transfer.HostID(),
+			TransferAddr: s.server.Addr().String(), Size: s.size, Base: uint64(addrOf(s.mem))}
+		if s.local != nil {
+			desc.ShmPath = s.local.ShmPath()
+		}
+		return desc, nil
 	}
-	s.server.SetSegID(0) // a remount may bring a new id: see Client.mount
-	var resp wire.MountResp
-	if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: s.server.GrantKey()}, &resp); err != nil {
-		return 0, err
-	}
-	s.server.SetSegID(resp.SegID)
-	return resp.SegID, nil
+	err = s.exposure.mount(c.ucx, false, c.log, describe, func(desc wire.SegmentDesc) error {
+		s.server.SetSegID(0) // a remount may bring a new id: see Client.mountQuiet
+		var resp wire.MountResp
+		if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: s.server.GrantKey()}, &resp); err != nil {
+			return err
+		}
+		s.server.SetSegID(resp.SegID)
+		id = resp.SegID
+		return nil
+	})
+	return id, err
 }
 
 func newSegmentHandle() string {
@@ -287,9 +298,11 @@ func newSegmentHandle() string {
 	return fmt.Sprintf("%d-%d", binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:]))
 }
 
-// release stops s's server and lets its memory go. The caller makes sure
-// nothing of this process copies in or out of it any more.
+// release revokes s's UCX exposure (a mount in progress ends first, and
+// none follows), stops its server and lets its memory go. The caller makes
+// sure nothing of this process copies in or out of it any more.
 func (s *extraSeg) release() {
+	s.exposure.revoke()
 	if s.server != nil {
 		s.server.Close() // waits for the peers' transfers in progress
 	}
@@ -361,6 +374,9 @@ func (c *Client) unmountOne(s *extraSeg, grace time.Duration) error {
 	if grace > 0 && req.GraceMs == 0 {
 		req.GraceMs = 1
 	}
+	c.extra.mu.Lock()
+	s.unmounting++ // from here a heartbeat's remount of s is undone (remountOne)
+	c.extra.mu.Unlock()
 	err := c.master.Call(ctx, wire.OpUnmountSegment, req, nil)
 	if wire.CodeOf(err) == wire.ErrSegmentNotFound {
 		// The master no longer has it (it restarted and we have not
@@ -368,11 +384,12 @@ func (c *Client) unmountOne(s *extraSeg, grace time.Duration) error {
 		err, req.GraceMs = nil, 0
 	}
 	if err != nil {
+		c.extra.mu.Lock()
+		s.unmounting--
 		if grace > 0 {
-			c.extra.mu.Lock()
 			s.draining = false // still mounted: it may be unmounted again
-			c.extra.mu.Unlock()
 		}
+		c.extra.mu.Unlock()
 		return err
 	}
 	if req.GraceMs == 0 {
@@ -470,25 +487,39 @@ func (c *Client) remountExtra(ctx context.Context) error {
 	}
 	c.extra.mu.Unlock()
 	for _, s := range todo {
-		id, err := c.mountAtMaster(ctx, s)
-		if err != nil {
-			c.log.Error("remount of a segment failed", "id", s.handle, "name", s.name, "err", err)
+		if err := c.remountOne(ctx, s); err != nil {
 			return err
 		}
-		c.extra.mu.Lock()
-		old := s.id
-		s.id = id
-		gone := c.extra.byHandle[s.handle] != s
-		c.extra.mu.Unlock()
-		if gone { // unmounted meanwhile: its memory is going or gone
-			c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: s.name}, nil)
-			continue
-		}
-		if old != id {
-			c.peers.forget(old)
-			c.engine.Forget(old)
-		}
 	}
+	return nil
+}
+
+// remountOne mounts s again for remountExtra. An unmount of s that began
+// meanwhile wins: after one asked the master, a remount that got through
+// is undone at the master; after its release, none starts (errRevoked),
+// so its memory is never exposed or mounted again.
+func (c *Client) remountOne(ctx context.Context, s *extraSeg) error {
+	id, err := c.mountAtMaster(ctx, s)
+	if err == errRevoked {
+		return nil
+	}
+	if err != nil {
+		c.log.Error("remount of a segment failed", "id", s.handle, "name", s.name, "err", err)
+		return err
+	}
+	c.extra.mu.Lock()
+	old := s.id
+	s.id = id
+	gone := c.extra.byHandle[s.handle] != s || s.unmounting > 0
+	c.extra.mu.Unlock()
+	if gone { // unmounted meanwhile: its memory is going or gone
+		c.master.Call(ctx, wire.OpUnmountSegment, &wire.UnmountReq{ClientID: c.id, Name: s.name}, nil)
+		return nil
+	}
+	// What this process cached of s is stale even under the same id: the
+	// desc names the new exposure.
+	c.peers.forget(old)
+	c.engine.Forget(old)
 	return nil
 }
 

@@ -138,7 +138,7 @@ func assemble(cfg Config, log *slog.Logger, metrics *clientmetrics.Metrics) *Cli
 	c.tasks = &Tasks{core: k, reads: c.reads}
 	c.keys = &Keys{core: k, reads: c.reads}
 	c.bufs = &Buffers{core: k}
-	c.own = &ownSegment{core: k, expose: c.ucxDescOf}
+	c.own = &ownSegment{core: k}
 	c.scopes.init()
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.masterLog = masterLog{log: c.log, bound: cfg.RPCTimeout}

@@ -1,6 +1,7 @@
 // ucx.go runs this client's side of the UCX route: the UCX context and the
 // engine's worker (set up when the transport plan turned the route on),
-// and the exposure of the segment, made afresh at each mount.
+// and each segment's exposure (segExposure), made afresh at each mount of
+// the segment and revoked before its memory goes.
 
 package client
 
@@ -19,9 +20,6 @@ type ucxRoute struct {
 	ctx    *ucx.Context
 	worker *ucx.Worker
 	info   ucx.Info // as the context opened its resources
-
-	mu  sync.Mutex    // one mount at a time (setup, then the heartbeat)
-	cur *ucx.Exposure // what the master's desc of the segment names
 }
 
 // newUCXRoute makes the context on the plan's devices (striping large
@@ -102,46 +100,79 @@ func (r *ucxRoute) expose(base uintptr, size uint64, gpu bool, log *slog.Logger)
 	return x
 }
 
-// mounted makes x the exposure peers reach (the mount that carried its
-// desc succeeded) and closes the one before: a peer holding the old desc
-// gets an error, never bytes.
-func (r *ucxRoute) mounted(x *ucx.Exposure) {
-	old := r.cur
-	r.cur = x
-	if old != nil && old != x {
-		old.Close()
-	}
-}
-
-// close ends the exposure, then the worker (the engine is closed first),
-// then the context.
+// close ends the worker (the engine is closed first), then the context;
+// every segment's exposure was revoked before.
 func (r *ucxRoute) close() {
-	r.mu.Lock()
-	r.mounted(nil)
-	r.mu.Unlock()
 	r.worker.Close()
 	r.ctx.Close()
 }
 
-// ucxDescOf fills desc.UCX for a mount of the segment at base, size bytes;
-// done (nil error or not) reports the mount's outcome: the new exposure
-// replaces the old one after a success, and is closed after a failure.
-func (c *Client) ucxDescOf(desc *wire.SegmentDesc, base uintptr, size uint64, gpu bool) (done func(error)) {
-	r := c.ucx
-	if r == nil {
-		return func(error) {}
+// errRevoked is a mount's answer once its segment was revoked: its memory
+// is being or has been freed, so it is neither exposed nor mounted.
+var errRevoked = wire.Errorf(wire.ErrInternal, "the segment was unmounted")
+
+// segExposure is one segment's UCX exposure, owned by what owns the
+// segment's memory: the Client for setup's segment, the extraSeg for a
+// segment mounted at run time. Its lock orders every mount of the segment
+// (the first, and the heartbeat's after a master restart or failover)
+// against revoke, which the owner calls before it frees the memory: a
+// mount holds the lock from exposing the memory until the master answered,
+// and one that starts after revoke exposes nothing and mounts nothing, so
+// no mount re-exposes memory that is being or has been freed. With the
+// route off it still orders the mounts' reads of the memory's address
+// against its release.
+type segExposure struct {
+	mu      sync.Mutex
+	cur     *ucx.Exposure // what the master's desc of the segment names; nil: none
+	revoked bool          // the memory is going: no mount any more
+}
+
+// mount runs one mount of the segment: describe gives its desc (the
+// memory is alive while it runs), whose UCX field then names a fresh
+// exposure of [Base, +Size) on r (nil: the route is off; gpu: the memory
+// is a device's), and call mounts that desc at the master. After a
+// success the new exposure replaces the old, which is closed (a peer
+// holding the old desc gets an error, never bytes); after a failure the
+// new one is closed. errRevoked, with nothing called, after revoke.
+func (e *segExposure) mount(r *ucxRoute, gpu bool, log *slog.Logger,
+	describe func() (wire.SegmentDesc, error), call func(wire.SegmentDesc) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.revoked {
+		return errRevoked
 	}
-	r.mu.Lock()
-	x := r.expose(base, size, gpu, c.log)
-	if x != nil {
-		desc.UCX = x.Desc()
+	desc, err := describe()
+	if err != nil {
+		return err
 	}
-	return func(err error) {
-		defer r.mu.Unlock()
-		if err == nil {
-			r.mounted(x)
-		} else if x != nil {
+	var x *ucx.Exposure
+	if r != nil {
+		if x = r.expose(uintptr(desc.Base), desc.Size, gpu, log); x != nil {
+			desc.UCX = x.Desc()
+		}
+	}
+	if err := call(desc); err != nil {
+		if x != nil {
 			x.Close()
 		}
+		return err
+	}
+	if e.cur != nil {
+		e.cur.Close()
+	}
+	e.cur = x
+	return nil
+}
+
+// revoke closes the exposure, waiting for a mount in progress, and ends
+// the segment's mounts; the owner calls it before freeing the memory.
+// Idempotent.
+func (e *segExposure) revoke() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.revoked = true
+	if e.cur != nil {
+		e.cur.Close()
+		e.cur = nil
 	}
 }

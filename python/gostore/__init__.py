@@ -18,8 +18,8 @@ runtime -- its first store, master or buffer call -- a child made by
 
 from __future__ import annotations
 
-from .buffer import BufferHandle, GostoreBuffer
-from .buffer_pool import (
+from .buffers.buffer import BufferHandle, GostoreBuffer
+from .buffers.pool import (
     BufferLease,
     BufferLeaseView,
     BufferPool,
@@ -28,7 +28,7 @@ from .buffer_pool import (
     RegisteredBufferPool,
 )
 from .config import ReplicateConfig
-from .engram import EngramStore, EngramStoreConfig
+from .store.engram import EngramStore, EngramStoreConfig
 from .enums import (
     MODULE_CONSTANTS as _MODULE_CONSTANTS,
     ObjectDataType,
@@ -38,23 +38,23 @@ from .enums import (
     TaskType,
 )
 from .errors import ErrorCode
-from .hostmem import (
+from .buffers.hostmem import (
     MooncakeHostMemAllocator,
     bind_to_numa_node,
     get_alloc_func_addr,
     get_free_func_addr,
 )
-from .introspect import gpu_info, topology
-from .master import EmbeddedMaster, master_binary_path
-from .nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
-from .nof import MooncakeDistributedNoFRegister
-from .parallel import ParallelAxis, ReadTarget, TensorParallelism
-from .replica import Descriptor, DiskDescriptor, MemoryDescriptor, ReplicaDescriptor
-from .store import MooncakeDistributedStore
-from .tasks import QueryTaskResponse
-from .tensor import MC_HEADER_SIZE as _MC_HEADER_SIZE
-from .tensor import deserialize as _deserialize_tensor
-from .tensor import serialize as _serialize_tensor
+from .tools.introspect import gpu_info, topology
+from .tools.master import EmbeddedMaster, master_binary_path
+from .store.nano import NanoKVCache, ObjMeta, PlanError, PlanNotReady, WritePlan, plan_address
+from .store.nof import MooncakeDistributedNoFRegister
+from .tensors.parallel import ParallelAxis, ReadTarget, TensorParallelism
+from .store.replica import Descriptor, DiskDescriptor, MemoryDescriptor, ReplicaDescriptor
+from .store.distributed_store import MooncakeDistributedStore
+from .store.tasks import QueryTaskResponse
+from .tensors.codec import MC_HEADER_SIZE as _MC_HEADER_SIZE
+from .tensors.codec import deserialize as _deserialize_tensor
+from .tensors.codec import serialize as _serialize_tensor
 
 
 def _tensor_metadata_size() -> int:

@@ -22,7 +22,7 @@ from gostore import (
     RegisteredBufferLeaseView,
     RegisteredBufferPool,
 )
-from gostore.buffer_pool import GRANULE
+from gostore.buffers.pool import GRANULE
 
 KiB = 1024
 ALIGN = 64 * KiB

@@ -1,4 +1,4 @@
-"""How a standalone connection waits for its next frame (``_standalone_calls.Conn``):
+"""How a standalone connection waits for its next frame (``gostore.standalone.protocol.Conn``):
 real Unix socket pairs, real threads; no library, no master.
 
 The counters of the connection's ``SpinGate`` say whether a read polled and
@@ -15,7 +15,7 @@ from typing import List
 import pytest
 from conftest import wait_until
 
-from gostore import _standalone_calls as P
+from gostore.standalone import protocol as P
 
 LONG_US = 30_000_000  # a spin no test outlasts (Conn takes any; its callers bound it)
 

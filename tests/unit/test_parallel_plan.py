@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from gostore import ParallelAxis, ReadTarget, TensorParallelism
-from gostore import _parallel_plan as plan
-from gostore import tensor as codec
-from gostore.tensor import Axis
+from gostore.tensors import codec
+from gostore.tensors import parallel_plan as plan
+from gostore.tensors.codec import Axis
 
 
 def ax(kind, rank=0, size=1, split_dim=None, expert_id=None, stage_id=None):

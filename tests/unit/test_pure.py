@@ -11,8 +11,9 @@ import pytest
 
 import gostore
 from gostore import ErrorCode, MooncakeDistributedStore, ReplicateConfig
-from gostore import _buffers, _native
-from gostore.buffer import GostoreBuffer, _buffer_class
+from gostore import _native
+from gostore.buffers import pins as _buffers
+from gostore.buffers.buffer import GostoreBuffer, _buffer_class
 
 CONTRACT_CODES = {
     "OK": 0, "INTERNAL_ERROR": -1, "BUFFER_OVERFLOW": -10, "SEGMENT_NOT_FOUND": -101,
@@ -133,7 +134,7 @@ def test_master_binary_path(monkeypatch):
 
 
 def test_master_flag_lines():
-    from gostore.master import _flag_lines
+    from gostore.tools.master import _flag_lines
 
     assert _flag_lines({"rpc_port": 0, "client_ttl": 2, "enable_offload": True}) == (
         b"--rpc_port=0\n--client_ttl=2\n--enable_offload=true"
@@ -319,7 +320,7 @@ def test_new_bytes():
 def test_gostore_buffer_protocol():
     import gc
 
-    from gostore.buffer import wrap
+    from gostore.buffers.buffer import wrap
 
     src = ctypes.create_string_buffer(b"payload!", 8)
     freed = []
@@ -385,7 +386,7 @@ def test_setup_wrong_types_raise_before_native(no_lib):
 
 
 def test_setup_params():
-    from gostore.store import _setup_params
+    from gostore.store.distributed_store import _setup_params
 
     p = _setup_params(SETUP_ARGS, {})
     assert p == {
@@ -506,7 +507,7 @@ def test_store_invalid_values_give_minus_600_without_native(no_lib):
 
 
 def test_master_cli_missing_binary(monkeypatch, tmp_path, capsys):
-    from gostore import _master_cli
+    from gostore.tools import master_cli as _master_cli
 
     monkeypatch.setenv("GOSTORE_MASTER_BIN", str(tmp_path / "missing"))
     assert _master_cli.main(["--rpc_port=1"]) == 127
@@ -519,7 +520,7 @@ def test_master_cli_execs(tmp_path):
     script.chmod(0o755)
     env = _child_env(GOSTORE_MASTER_BIN=str(script))
     out = subprocess.run(
-        [sys.executable, "-c", "import sys; from gostore._master_cli import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from gostore.tools.master_cli import main; sys.exit(main())",
          "--rpc_port=5", "--client_ttl=2"],
         env=env, capture_output=True, text=True,
     )
@@ -530,7 +531,7 @@ def test_master_cli_execs(tmp_path):
 def test_flat_batch_fast_path_agrees_with_the_checked_one():
     """The fast path of the one-buffer-per-key batches answers exactly as
     the checking path, or leaves the call to it."""
-    from gostore.store import _flat_batch_checked, _flat_batch_fast
+    from gostore.store.distributed_store import _flat_batch_checked, _flat_batch_fast
 
     np = pytest.importorskip("numpy")
     keys = [f"k{i}" for i in range(4)]

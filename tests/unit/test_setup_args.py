@@ -6,7 +6,7 @@ Python: no libgostore.so, no master."""
 import pytest
 
 from gostore import MooncakeDistributedStore
-from gostore.store import _setup_params
+from gostore.store.distributed_store import _setup_params
 
 REQUIRED = ("127.0.0.1", "P2PHANDSHAKE", 16 << 20, 16 << 20, "tcp", "", "127.0.0.1:50051")
 # engine, enable_ssd_offload, ssd_offload_path, tenant_id,

@@ -34,7 +34,8 @@ from gostore import (
     TaskType,
     TensorParallelism,
 )
-from gostore import hostmem, tasks
+from gostore.buffers import hostmem
+from gostore.store import tasks
 
 # ---- the module surface -----------------------------------------------------
 

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from ..store import MooncakeDistributedStore
+from ..store.distributed_store import MooncakeDistributedStore
 
 #: key -> (environment variable, default)
 _KEYS: Dict[str, tuple] = {

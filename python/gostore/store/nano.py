@@ -34,11 +34,11 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Union
 
-from . import _native
-from ._args import _key
-from ._buffers import BufferPins, new_bytes
-from .errors import ErrorCode
-from .store import MooncakeDistributedStore
+from .. import _native
+from .._args import _key
+from ..buffers.pins import BufferPins, new_bytes
+from ..errors import ErrorCode
+from .distributed_store import MooncakeDistributedStore
 
 __all__ = ["NanoKVCache", "WritePlan", "ObjMeta", "PlanError", "PlanNotReady", "plan_address"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, List, Optional
 
-from .errors import ErrorCode
+from ..errors import ErrorCode
 
 __all__ = ["EngramStore", "EngramStoreConfig"]
 
@@ -37,7 +37,7 @@ class EngramStoreConfig:
 
 
 def _np() -> Any:
-    from .tensor import _np as numpy
+    from ..tensors.codec import _np as numpy
 
     return numpy()
 

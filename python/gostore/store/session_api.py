@@ -17,11 +17,11 @@ import json
 from array import array
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import _native
-from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _str_arg, _u64
-from .config import ReplicateConfig
+from .. import _native
+from .._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _str_arg, _u64
+from ..config import ReplicateConfig
 from .replica import ReplicaDescriptor
-from .enums import ReplicaStatus
+from ..enums import ReplicaStatus
 
 __all__ = ["SessionAPI"]
 

@@ -26,12 +26,12 @@ import weakref
 from array import array
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-from . import _native
-from ._buffers import PRIVATE_SCRATCH, SCRATCH_BYTES, BufferPins, new_bytes, packed_hits, scratch_buffer
-from ._heap import keep_freed_results
-from .buffer import GostoreBuffer, wrap as _wrap_buffer
-from .config import ReplicateConfig
-from ._args import (
+from .. import _native
+from ..buffers.pins import PRIVATE_SCRATCH, SCRATCH_BYTES, BufferPins, new_bytes, packed_hits, scratch_buffer
+from ..buffers.heap import keep_freed_results
+from ..buffers.buffer import GostoreBuffer, wrap as _wrap_buffer
+from ..config import ReplicateConfig
+from .._args import (
     _INVALID,
     _addr,
     _bool,
@@ -48,13 +48,13 @@ from ._args import (
     _tname,
     _u64,
 )
-from ._tensor_api import TensorAPI
-from ._parallel_api import ParallelTensorAPI
-from ._session_api import SessionAPI
-from ._segment_api import SegmentAPI
-from .errors import ErrorCode
+from .tensor_api import TensorAPI
+from .parallel_api import ParallelTensorAPI
+from .session_api import SessionAPI
+from .segment_api import SegmentAPI
+from ..errors import ErrorCode
 from .tasks import NO_TASK_ID, QueryTaskResponse, TaskId, task_id_from_native, task_id_to_native
-from .tensor import DeviceSpan
+from ..tensors.codec import DeviceSpan
 
 __all__ = ["MooncakeDistributedStore"]
 
@@ -71,7 +71,7 @@ _DEFAULT_LOCAL_HOSTNAME = "127.0.0.1"
 _DEFAULT_METADATA = "P2PHANDSHAKE"
 
 # get() copies values up to this size through the thread's scratch buffer
-# (gostore._buffers.scratch_buffer; get_batch() fills SCRATCH_BYTES of a
+# (gostore.buffers.pins.scratch_buffer; get_batch() fills SCRATCH_BYTES of a
 # scratch from _scratch()).
 _SCRATCH = 64 * 1024
 _MAY_BE_DEVICE = _native.MAY_BE_DEVICE
@@ -607,7 +607,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         ``ipc_socket_path`` names the server's Unix socket directly (else
         the server is asked for it over TCP). Call it on a fresh store,
         instead of :meth:`setup`."""
-        from .standalone import RemoteLibrary, ask_ipc_path, spin_us_from_env
+        from ..standalone import RemoteLibrary, ask_ipc_path, spin_us_from_env
 
         pool = _int(mem_pool_size, "mem_pool_size")
         local = _int(local_buffer_size, "local_buffer_size")
@@ -636,7 +636,7 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         """Standalone mode: the address of ``size`` bytes of memory shared
         with ``gostore-client`` (zero-copy for every call), 0 when the pool
         is spent, or outside standalone mode. Not freed before exit."""
-        from .standalone import RemoteLibrary
+        from ..standalone import RemoteLibrary
 
         n = _int(size, "size")
         lib = self._hobj.lib if self._hobj is not None else None

@@ -183,7 +183,7 @@ def scratch_buffer() -> int:
 
 
 class _PrivateScratch:
-    """The context :meth:`gostore.store.MooncakeDistributedStore._scratch`
+    """The context :meth:`gostore.store.distributed_store.MooncakeDistributedStore._scratch`
     gives in process: this thread's scratch buffer, kept for its next call."""
 
     def __enter__(self) -> int:

@@ -21,7 +21,7 @@ import json
 import os
 from typing import Any, Dict, List, Tuple
 
-from ._args import _tname, _u64_int
+from .._args import _tname, _u64_int
 
 __all__ = ["SegmentAPI"]
 

@@ -48,7 +48,7 @@ import time
 import weakref
 from typing import Any, Deque, List, Optional
 
-from . import _fields as F
+from .. import _fields as F
 from .hostmem import map_memory, unmap_memory
 
 __all__ = [
@@ -145,7 +145,7 @@ class BufferPool:
         prewarm_size: Optional[int] = None,
         prewarm_count: int = 0,
     ) -> None:
-        from .store import MooncakeDistributedStore
+        from ..store.distributed_store import MooncakeDistributedStore
 
         max_bytes = F.u64("max_bytes", max_bytes)
         min_size_class = F.u64("min_size_class", min_size_class)

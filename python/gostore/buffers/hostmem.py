@@ -34,7 +34,7 @@ import threading
 import warnings
 from typing import Dict, List, Optional, Set, Tuple
 
-from ._args import _u64_int
+from .._args import _u64_int
 
 __all__ = [
     "MooncakeHostMemAllocator",

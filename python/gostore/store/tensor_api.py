@@ -1,6 +1,6 @@
 """The tensor half of ``MooncakeDistributedStore`` (PYTHON_API.md "Tensor
 API"): arrays and tensors go through the store's own put/get paths as one
-object each, a header (see :mod:`gostore.tensor`) and the raw bytes.
+object each, a header (see :mod:`gostore.tensors.codec`) and the raw bytes.
 
 Writes hand the native side two parts per object, the header and the
 tensor's own memory, so nothing is copied on the way in beyond the one copy
@@ -22,9 +22,10 @@ import logging
 from array import array
 from typing import Any, List, Optional, Tuple
 
-from . import _native, _safetensors, tensor as _codec
-from ._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _strs, _u64
-from .config import ReplicateConfig
+from .. import _native
+from ..tensors import safetensors as _safetensors, codec as _codec
+from .._args import _INVALID, _addr, _config, _int, _ints, _key, _keys, _pack_keys, _seq, _strs, _u64
+from ..config import ReplicateConfig
 
 __all__ = ["TensorAPI"]
 

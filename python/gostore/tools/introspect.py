@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from . import _native
-from .errors import ErrorCode
+from .. import _native
+from ..errors import ErrorCode
 
 __all__ = ["gpu_info", "topology"]
 

@@ -17,7 +17,7 @@ import json
 import operator
 from typing import Any, Optional, Tuple
 
-from .enums import TaskStatus, TaskType
+from ..enums import TaskStatus, TaskType
 
 __all__ = ["QueryTaskResponse", "TaskId", "NO_TASK_ID"]
 

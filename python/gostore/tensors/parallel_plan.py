@@ -27,7 +27,7 @@ import json
 import operator
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
-from .tensor import AXIS_KINDS, Axis
+from .codec import AXIS_KINDS, Axis
 
 __all__ = [
     "Invalid", "WriterPartition", "READ_AS_STORED", "READ_SHARD", "READ_FULL", "axes_of", "writer_of",

@@ -3,7 +3,7 @@
 
 The application process loads no Go runtime. :class:`RemoteLibrary` stands
 in for the native library: it has the ``gs_*`` functions the store calls,
-and each forwards its call (``_standalone_calls``) over a Unix socket to the
+and each forwards its call (:mod:`.protocol`) over a Unix socket to the
 ``gostore-client`` that owns the segment, the transfer engine and the
 master connection. Bytes never cross the socket: they lie in shared memory
 (``memfd`` regions) both processes map:
@@ -28,9 +28,9 @@ master connection. Bytes never cross the socket: they lie in shared memory
   another thread, or larger) gets a region of its own.
 * a copying get of ``PLACES_MIN`` bytes or more into this process's own
   memory copies here the objects that lie in host memory on this host,
-  from the segment mapped read-only (``_places``): one memcpy, where the
-  server's cross-memory write runs at a fraction of its speed; the server
-  copies the rest. Where they lie (``gs_get_places``) comes with the
+  from the segment mapped read-only (:mod:`.places`): one memcpy, where
+  the server's cross-memory write runs at a fraction of its speed; the
+  server copies the rest. Where they lie (``gs_get_places``) comes with the
   answer to the call that looked them up; when everything was copied
   here inside its lease, the call that ends the get does not wait for
   its answer (read before the connection's next call);
@@ -41,7 +41,7 @@ master connection. Bytes never cross the socket: they lie in shared memory
   first call after one held no copy for ``LEND_IDLE_S`` seconds. The
   copies of one call share one block of room (up to ``LEND_BLOCK_MAX``
   bytes in all), given back with the last of them; small values are read
-  straight into it where they start on ``_shm.ALIGN`` bytes (the store's
+  straight into it where they start on ``shm.ALIGN`` bytes (the store's
   packed reads take their scratch buffer from the same memory:
   ``packed_scratch``).
 
@@ -52,6 +52,14 @@ holds the regions; the server drops them when the last connection closes.
 a staging region of its own, and the regions it inherited (their memory is
 shared with the parent, as any ``MAP_SHARED`` memory is). A server that went
 away is reconnected to at the next call; calls in between fail with -900.
+
+The package: this module is the application side, kept in the package's
+``__init__`` so that its documented settings (``CROSS_MEMORY``,
+``LEND_IDLE_S``, ``LEND_BLOCK_MAX``, ``PLACES_MIN``, docs/standalone.md) stay
+attributes of ``gostore.standalone``, the module that reads them.
+:mod:`.protocol` is the wire protocol both sides speak, :mod:`.server` the
+``gostore-client`` process, :mod:`.places` the segments this side maps
+read-only, :mod:`.shm` the shared-memory regions and cross-memory checks.
 """
 
 from __future__ import annotations
@@ -67,10 +75,10 @@ import weakref
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from . import _heap, _places, _shm, hostmem
-from ._buffers import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
-from . import _standalone_calls as P
-from .errors import ErrorCode
+from ..buffers import heap as _heap, hostmem
+from ..buffers.pins import SCRATCH_BYTES, new_bytes, packed_hits, scratch_buffer
+from ..errors import ErrorCode
+from . import places as _places, protocol as P, shm as _shm
 
 __all__ = ["RemoteLibrary", "ask_ipc_path", "HELLO_TIMEOUT_S", "OVERFLOW_MAX", "OVERFLOW_IDLE_S", "CROSS_MEMORY",
            "PLACES_MIN"]
@@ -239,7 +247,7 @@ class _Copy:
     def private(cls, size: int) -> "_Copy":
         """A copy in this process's own memory: uninitialized (a ctypes
         array is zeroed first, a second pass over every byte), and from
-        malloc, whose freed memory the next batch reuses (_heap)."""
+        malloc, whose freed memory the next batch reuses (buffers.heap)."""
         mem, addr = new_bytes(size)
         return cls(addr, size, None, -1, mem)
 

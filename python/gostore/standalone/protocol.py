@@ -17,7 +17,7 @@ the session passed the CROSS check, in the application's own memory: such a
 pointer carries ``PROCESS_TAG`` and the server's library reads or writes it
 with ``process_vm_readv``/``writev`` (one copy, no staging). The
 application side moves anything else through a staging area it shares (see
-``standalone.py``); the server refuses a pointer outside every region the
+``gostore.standalone``); the server refuses a pointer outside every region the
 application shared with it, and a tagged one it may not use.
 
 Frames: ``u32 length`` then ``u8 kind`` then the body. A value is a one-byte
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Container, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
-from .errors import ErrorCode
+from ..errors import ErrorCode
 
 R = TypeVar("R")  # a region, whichever side's
 
@@ -287,7 +287,7 @@ CALLS: Dict[str, Call] = {
     "gs_replica_clear": Call(_keys_n + (S, I, O("i", N(1)))),
 }
 
-# ---- places (see standalone.py) ----------------------------------------------
+# ---- places (see gostore.standalone) -----------------------------------------
 
 # A reply that opens a get handle whose objects are PLACES_MIN bytes or more
 # in all carries, after the call's filled arrays, where they lie

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _fields as F
-from .enums import ReplicaStatus
+from .. import _fields as F
+from ..enums import ReplicaStatus
 
 __all__ = ["Descriptor", "MemoryDescriptor", "DiskDescriptor", "ReplicaDescriptor"]
 

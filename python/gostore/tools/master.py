@@ -11,12 +11,14 @@ import os
 import weakref
 from typing import Any, Optional
 
-from . import _native
-from .errors import ErrorCode
+from .. import _native
+from ..errors import ErrorCode
 
 __all__ = ["EmbeddedMaster", "master_binary_path"]
 
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# The package root (this module sits in gostore/tools/): bin/ is built there,
+# beside libgostore.so (setup.py).
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def master_binary_path() -> str:

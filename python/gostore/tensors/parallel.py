@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import _fields as F
+from .. import _fields as F
 
 __all__ = ["ParallelAxis", "TensorParallelism", "ReadTarget", "READ_MODES"]
 

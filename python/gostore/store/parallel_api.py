@@ -2,7 +2,7 @@
 shard a :class:`~gostore.TensorParallelism` or a ``writer_partition``
 names, and read back as stored, as one shard, or whole (a
 :class:`~gostore.ReadTarget`). Which objects each request writes and reads
-is spelled out in :mod:`gostore._parallel_plan`.
+is spelled out in :mod:`gostore.tensors.parallel_plan`.
 
 Writes:
 
@@ -19,7 +19,7 @@ Writes:
 The ``*_from`` forms read the tensor from a tensor object in registered
 memory, and where a TP axis is asked for they store every TP shard of it
 (no manifest), as the wheel does. Each shard records its layout (see
-:mod:`gostore.tensor`); reads check it and put tensors back together from
+:mod:`gostore.tensors.codec`); reads check it and put tensors back together from
 it, in host memory.
 
 Conventions are the wheel's: writes return 0 or a negative code (-600 for
@@ -35,11 +35,12 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _native, tensor as _codec
-from . import _parallel_plan as plan
-from ._args import _INVALID, _config, _int, _ints, _seq, _strs
-from ._tensor_api import _view_object, _where
-from .config import ReplicateConfig
+from .. import _native
+from ..tensors import codec as _codec
+from ..tensors import parallel_plan as plan
+from .._args import _INVALID, _config, _int, _ints, _seq, _strs
+from .tensor_api import _view_object, _where
+from ..config import ReplicateConfig
 
 __all__ = ["ParallelTensorAPI"]
 
@@ -147,7 +148,7 @@ def _same_axes(hdr: _codec.Header, axes: Sequence[_codec.Axis]) -> bool:
 
 class ParallelTensorAPI:
     """Mixed into :class:`~gostore.MooncakeDistributedStore`; relies on
-    :class:`~gostore._tensor_api.TensorAPI` (``_put_tensors``,
+    :class:`~gostore.store.tensor_api.TensorAPI` (``_put_tensors``,
     ``_tensor_from``, ``_tensor_at``, ``_get_tensors``, ``_tensors_into``)
     and the store's ``_write_multi``, ``_get_bytes``, ``_h``."""
 

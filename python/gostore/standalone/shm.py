@@ -1,5 +1,5 @@
 """Shared memory both processes of standalone mode map: ``memfd`` regions
-mapped through :func:`gostore.hostmem.map_memory`, so their addresses are
+mapped through :func:`gostore.buffers.hostmem.map_memory`, so their addresses are
 plain integers the C ABI takes (Python's ``mmap`` module hides them); and
 the two system calls of cross memory, the application's memory reached
 from the server (:func:`name_tracer`, :func:`read_process`)."""
@@ -13,7 +13,7 @@ import threading
 import time
 from typing import List, Optional, Tuple
 
-from .hostmem import map_memory, unmap_memory
+from ..buffers.hostmem import map_memory, unmap_memory
 
 _libc = ctypes.CDLL(None, use_errno=True)  # a private handle, as hostmem's
 _libc.msync.restype = ctypes.c_int
