@@ -149,9 +149,10 @@ const DefaultPingInterval = 300 * time.Millisecond
 // the work of the API calls is done by objects of their own, which it
 // builds and hands out: Reads (gets), Writes (puts), Sessions (ranged
 // puts and gets), Tasks (replica copies and moves), Keys (calls about
-// objects that move no bytes) and Buffers (the caller's memory). What they
-// all share is core, embedded here. Client's own locks: none beyond
-// core's (Close takes inFlight) and extraSegs.mu (segments.go).
+// objects that move no bytes), Buffers (the caller's memory) and Segments
+// (segments mounted at run time). What they
+// all share is core, embedded here. Client takes no lock of its own but
+// core's inFlight, which Close takes to wait for the calls in flight.
 type Client struct {
 	core
 
@@ -164,7 +165,7 @@ type Client struct {
 	bufs     *Buffers
 	planEnds keyBatch // PutEnd of committed plans
 
-	extra extraSegs          // segments mounted at run time (segments.go)
+	segs  *Segments          // segments mounted at run time (segments.go)
 	own   *ownSegment        // the segment setup contributes (own.go)
 	plans *planclient.Client // the plan API (Plans)
 
@@ -229,6 +230,9 @@ func (c *Client) Keys() *Keys { return c.keys }
 // Buffers is the caller's memory as the zero-copy calls see it.
 func (c *Client) Buffers() *Buffers { return c.bufs }
 
+// Segments is the segments the client mounts at run time.
+func (c *Client) Segments() *Segments { return c.segs }
+
 // heartbeat pings the master; an unknown answer (the master restarted or
 // expired us) remounts the segment so the pool gets the memory back.
 func (c *Client) heartbeat() {
@@ -271,7 +275,7 @@ func (c *Client) rejoin(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.remountExtra(ctx); err != nil {
+	if err := c.segs.remountExtra(ctx); err != nil {
 		return err
 	}
 	if c.ssd != nil && !c.ssd.Unmounted() {
@@ -362,7 +366,7 @@ func (c *Client) release() {
 	if c.own.server != nil {
 		c.own.server.Close()
 	}
-	c.closeExtra()
+	c.segs.closeExtra()
 	c.wg.Wait()
 	if c.ssd != nil {
 		c.ssd.Close() // before the segment its offloads read goes away

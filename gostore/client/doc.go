@@ -11,15 +11,15 @@
 // connection, the transfer engine, the segment cache, the call bounds
 // and the close lock, shared by all):
 //
-//	Reads     get.go, spots.go, places.go, leases.go   gets: lookup, reads from replicas and disk, reads again past a lease
-//	readEnds  readdone.go                              tells the master which reads ended (ReadDone), batched
-//	Writes    put.go, device.go                        puts and upserts, waits for room
-//	Sessions  session.go, leases.go                    put and get sessions, GetRanges
-//	Tasks     tasks.go                                 replica copy and move tasks
-//	Keys      keys.go                                  exist, size, remove, replica descriptors and clears
-//	Buffers   buffers.go                               registered buffers, where caller memory lives
-//	ownSegment own.go                                  setup's segment, its server, its mount
-//	extraSegs segments.go (Client's methods)           segments mounted at run time
+//	Reads      get.go, spots.go, places.go, leases.go   gets: lookup, reads from replicas and disk, reads again past a lease
+//	readEnds   readdone.go                              tells the master which reads ended (ReadDone), batched
+//	Writes     put.go, device.go                        puts and upserts, waits for room
+//	Sessions   session.go, leases.go                    put and get sessions, GetRanges
+//	Tasks      tasks.go                                 replica copy and move tasks
+//	Keys       keys.go                                  exist, size, remove, replica descriptors and clears
+//	Buffers    buffers.go                               registered buffers, where caller memory lives
+//	Segments   segments.go                              segments mounted at run time, the SSD tier's unmount
+//	ownSegment own.go                                   setup's segment, its server, its UCX exposure, its mount
 //
 // Locks: core.inFlight is read-held by every call that may touch segment
 // or caller memory (enter, taken once by the exported call; calls must
@@ -28,7 +28,8 @@
 // changed, never across an RPC or a transfer: peerCache.mu, registry.mu,
 // spots.mu, laterReads.mu, unsureKeys.mu and the batches' inside their
 // own methods; sessions.mu by Sessions' calls around their map;
-// extraSegs.mu by the segment calls around theirs.
+// extraSegs.mu by Segments' calls around theirs; each segment's
+// exposure lock (segExposure) from its expose to the master's answer.
 //
 // The get path, hop by hop: Reads.GetStart → locate (GetReplicas to the
 // master; a waiting ReadDone of the same key goes first, on its own) →

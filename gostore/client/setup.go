@@ -139,6 +139,7 @@ func assemble(cfg Config, log *slog.Logger, metrics *clientmetrics.Metrics) *Cli
 	c.keys = &Keys{core: k, reads: c.reads}
 	c.bufs = &Buffers{core: k}
 	c.own = &ownSegment{core: k}
+	c.segs = &Segments{core: k}
 	c.scopes.init()
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.masterLog = masterLog{log: c.log, bound: cfg.RPCTimeout}

@@ -98,7 +98,7 @@ func eachUCXSegment(t *testing.T, body func(t *testing.T, m *server.Server, owne
 	const size = 4 << 20
 	kinds := map[string]func(t *testing.T, owner *Client) ([]string, error){
 		"allocated": func(t *testing.T, owner *Client) ([]string, error) {
-			ids, _, err := owner.AllocateAndMount(size, "ucx", "")
+			ids, _, err := owner.Segments().AllocateAndMount(size, "ucx", "")
 			return ids, err
 		},
 		"file": func(t *testing.T, owner *Client) ([]string, error) {
@@ -106,7 +106,7 @@ func eachUCXSegment(t *testing.T, body func(t *testing.T, m *server.Server, owne
 			if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return owner.MountFile(path, 0, size, "ucx", "")
+			return owner.Segments().MountFile(path, 0, size, "ucx", "")
 		},
 	}
 	t.Run("setup", func(t *testing.T) {
@@ -123,17 +123,17 @@ func eachUCXSegment(t *testing.T, body func(t *testing.T, m *server.Server, owne
 			if err != nil || len(ids) != 1 {
 				t.Fatalf("mount: %v, %v", ids, err)
 			}
-			owner.extra.mu.Lock()
-			s := owner.extra.byHandle[ids[0]]
-			owner.extra.mu.Unlock()
+			owner.segs.extra.mu.Lock()
+			s := owner.segs.extra.byHandle[ids[0]]
+			owner.segs.extra.mu.Unlock()
 			body(t, m, owner, ucxSegment{
 				id: func() uint64 {
-					owner.extra.mu.Lock()
-					defer owner.extra.mu.Unlock()
+					owner.segs.extra.mu.Lock()
+					defer owner.segs.extra.mu.Unlock()
 					return s.id
 				},
-				remount: owner.remountExtra,
-				unmount: func() error { return owner.UnmountSegments(ids, 0, name == "allocated") },
+				remount: owner.segs.remountExtra,
+				unmount: func() error { return owner.Segments().UnmountSegments(ids, 0, name == "allocated") },
 				exposed: s.exposure.isOpen,
 				seg:     s,
 			})
@@ -279,7 +279,7 @@ func TestUCXRemountRacingAnUnmount(t *testing.T) {
 		go func() {
 			n := 0
 			for ctx.Err() == nil {
-				if err := owner.remountOne(ctx, seg.seg); err != nil {
+				if err := owner.segs.remountOne(ctx, seg.seg); err != nil {
 					t.Error(err)
 				}
 				if n++; n == 1 {
@@ -301,10 +301,10 @@ func TestUCXRemountRacingAnUnmount(t *testing.T) {
 		if seg.exposed() || listed() {
 			t.Fatalf("after the unmount: exposed %v, at the master %v", seg.exposed(), listed())
 		}
-		if _, err := owner.mountAtMaster(ctx, seg.seg); err != errRevoked {
+		if _, err := owner.segs.mountAtMaster(ctx, seg.seg); err != errRevoked {
 			t.Fatalf("a mount after the unmount: %v, want errRevoked", err)
 		}
-		if err := owner.remountOne(ctx, seg.seg); err != nil || seg.exposed() || listed() {
+		if err := owner.segs.remountOne(ctx, seg.seg); err != nil || seg.exposed() || listed() {
 			t.Fatalf("a remount after the unmount: err %v, exposed %v, at the master %v", err, seg.exposed(), listed())
 		}
 	})
@@ -332,7 +332,7 @@ func TestUCXRemountBetweenUnmountAndRelease(t *testing.T) {
 		testkit.WaitFor(t, "the master to unmount the segment", func() bool { return !listed() })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := owner.remountOne(ctx, seg.seg)
+		err := owner.segs.remountOne(ctx, seg.seg)
 		stillListed := listed()
 		owner.inFlight.RUnlock()
 		if uerr := <-unmounted; uerr != nil {
