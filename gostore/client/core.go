@@ -20,12 +20,13 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// core is what every part of the client shares. It owns no lock of its
-// own but inFlight (read-held by each call that may touch segment or
-// caller memory, taken by Close) and peers' (peerCache.mu, held only
-// inside its methods and resolve/prunePeers); the rest is set once by New
-// or is atomic. Client embeds it; Reads, Writes, Sessions, Tasks and Keys
-// hold a pointer to it.
+// core is what every part of the client shares. Locks: inFlight
+// (read-held by each call that may touch segment or caller memory, taken
+// by Close), and those of the structures it holds (peers, buffers,
+// staging, scopes), each held only inside their methods (peers' also by
+// resolve and prunePeers); the rest is set once by New or is atomic. Client embeds it; the objects the calls are made of
+// (Reads, readEnds, Writes, Sessions, Tasks, Keys, Buffers, Segments,
+// ownSegment) hold a pointer to it.
 type core struct {
 	cfg      Config
 	log      *slog.Logger
