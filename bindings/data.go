@@ -66,7 +66,7 @@ func scatter(c *client.Client, n int, objs objectParts, memFlags C.int) ([][][]b
 	var dev [][]client.DevicePart
 	next := 0
 	if memFlags&memRegistered == 0 {
-		if err := c.CopyingAllowed(); err != nil {
+		if err := c.Buffers().CopyingAllowed(); err != nil {
 			logger.Warn("copying call refused", "err", err)
 			for i := range bad {
 				bad[i] = true
@@ -117,7 +117,7 @@ func scatter(c *client.Client, n int, objs objectParts, memFlags C.int) ([][][]b
 			}
 			where, ok := -1, ptr != 0 && ptr+size >= ptr
 			if ok && memFlags&memRegistered != 0 {
-				where, ok = c.MemoryOf(ptr, size)
+				where, ok = c.Buffers().MemoryOf(ptr, size)
 			} else if ok && memFlags&memMayBeDevice != 0 {
 				where = client.DeviceOf(ptr)
 			}
@@ -260,7 +260,7 @@ func writeItems(upsert bool, c *client.Client, ks []string, objs objectParts, me
 		}
 		idx = append(idx, i)
 	}
-	codes := c.PutBatchDevice(items, itemDev, cfg, upsert)
+	codes := c.Writes().PutBatchDevice(items, itemDev, cfg, upsert)
 	for j, code := range codes {
 		res[idx[j]] = int32(code)
 	}
@@ -277,7 +277,7 @@ func gs_get_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, sizes
 	if !ok {
 		return C.int64_t(wire.ErrInvalidParams)
 	}
-	p, err := c.GetStart(ks)
+	p, err := c.Reads().GetStart(ks)
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -306,7 +306,7 @@ func gs_get_finish(h C.int64_t, pending C.int64_t, ptrs, sizes *C.uint64_t, npar
 
 func finish(c *client.Client, p *client.Pending, n int, objs objectParts, memFlags C.int, res []int64) {
 	dests, bad, dev := scatter(c, n, objs, memFlags)
-	out := c.GetFinishDevice(p, dests, dev)
+	out := c.Reads().GetFinishDevice(p, dests, dev)
 	for i := range res {
 		if bad[i] {
 			res[i] = int64(wire.ErrInvalidParams)
@@ -336,7 +336,7 @@ func gs_get_places(h C.int64_t, pending C.int64_t, segIDs, offsets, sizes, lease
 	}
 	n := len(p.Sizes())
 	ids, offs, objSizes, leaseMS := u64s(segIDs, n), u64s(offsets, n), u64s(sizes, n), u64s(leases, n)
-	places := c.Places(p)
+	places := c.Reads().Places(p)
 	var doc strings.Builder
 	named := map[uint64]bool{}
 	for i, pl := range places {
@@ -369,7 +369,7 @@ func gs_get_packed(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, scra
 	if !ok || sizesOut == nil || results == nil || (scratch == 0 && capacity > 0) {
 		return C.int64_t(wire.ErrInvalidParams)
 	}
-	p, err := c.GetStart(ks)
+	p, err := c.Reads().GetStart(ks)
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -402,7 +402,7 @@ func gs_get_abort(h C.int64_t, pending C.int64_t) {
 	}
 	handles.Delete(int64(pending))
 	if c := clientOf(h); c != nil {
-		c.Abort(p)
+		c.Reads().Abort(p)
 	}
 }
 
@@ -446,11 +446,11 @@ func getInto(c *client.Client, ks []string, objs objectParts, memFlags C.int, re
 	if len(ks) == 1 {
 		dests, bad, dev := scatter(c, 1, objs, memFlags)
 		if !bad[0] && (len(dev) == 0 || len(dev[0]) == 0) {
-			res[0] = c.GetIntoOne(ks[0], dests[0])
+			res[0] = c.Reads().GetIntoOne(ks[0], dests[0])
 			return
 		}
 	}
-	p, err := c.GetStart(ks)
+	p, err := c.Reads().GetStart(ks)
 	if err != nil {
 		for i := range res {
 			res[i] = int64(wire.CodeOf(err))
@@ -473,14 +473,14 @@ func gs_get_buffers(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, ptr
 		}
 		return
 	}
-	if err := c.CopyingAllowed(); err != nil {
+	if err := c.Buffers().CopyingAllowed(); err != nil {
 		logger.Warn("copying call refused", "err", err)
 		for i := range ss {
 			ss[i], ps[i] = int64(wire.CodeOf(err)), 0
 		}
 		return
 	}
-	bufs, codes := c.GetBuffers(ks)
+	bufs, codes := c.Reads().GetBuffers(ks)
 	for i := range cnt {
 		ps[i], ss[i] = addr(bufs[i]), codes[i]
 	}
@@ -494,7 +494,7 @@ func gs_free_buffer(h C.int64_t, ptr C.uint64_t) {
 		return
 	}
 	if c := s.client.Load(); c != nil {
-		if err := c.FreeBuffer(uintptr(ptr)); err != nil {
+		if err := c.Reads().FreeBuffer(uintptr(ptr)); err != nil {
 			logger.Warn("free_buffer rejected", "err", err)
 		}
 	}
@@ -512,7 +512,7 @@ func gs_exist_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, res
 		}
 		return
 	}
-	copy(res, c.Exist(ks))
+	copy(res, c.Keys().Exist(ks))
 }
 
 //export gs_get_size
@@ -522,7 +522,7 @@ func gs_get_size(h C.int64_t, key *C.char, keyLen C.int) (ret C.int64_t) {
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
 	}
-	return C.int64_t(c.GetSize(goString(key, keyLen)))
+	return C.int64_t(c.Keys().GetSize(goString(key, keyLen)))
 }
 
 //export gs_remove_batch
@@ -537,7 +537,7 @@ func gs_remove_batch(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, fo
 		}
 		return
 	}
-	for i, code := range c.Remove(ks, force != 0) {
+	for i, code := range c.Keys().Remove(ks, force != 0) {
 		res[i] = int32(code)
 	}
 }
@@ -549,7 +549,7 @@ func gs_remove_by_regex(h C.int64_t, pattern *C.char, n C.int, force C.int) (ret
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
 	}
-	removed, err := c.RemoveByRegex(goString(pattern, n), force != 0)
+	removed, err := c.Keys().RemoveByRegex(goString(pattern, n), force != 0)
 	if err != nil {
 		logger.Warn("remove_by_regex failed", "err", err)
 		return C.int64_t(wire.CodeOf(err))
@@ -564,7 +564,7 @@ func gs_remove_all(h C.int64_t, force C.int) (ret C.int64_t) {
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
 	}
-	removed, err := c.RemoveAll(force != 0)
+	removed, err := c.Keys().RemoveAll(force != 0)
 	if err != nil {
 		return C.int64_t(wire.CodeOf(err))
 	}
@@ -587,11 +587,11 @@ func gs_get_one(h C.int64_t, key *C.char, keyLen C.int, scratch, capacity C.uint
 	if sizeOut == nil || (scratch == 0 && capacity > 0) {
 		return C.int64_t(wire.ErrInvalidParams)
 	}
-	if err := c.CopyingAllowed(); err != nil {
+	if err := c.Buffers().CopyingAllowed(); err != nil {
 		logger.Warn("copying call refused", "err", err)
 		return C.int64_t(wire.CodeOf(err))
 	}
-	p, got := c.GetOneStart(goString(key, keyLen), mem(uint64(scratch), uint64(capacity)))
+	p, got := c.Reads().GetOneStart(goString(key, keyLen), mem(uint64(scratch), uint64(capacity)))
 	switch {
 	case p != nil: // larger than scratch: the caller finishes it
 		*sizeOut = C.int64_t(got)

@@ -45,7 +45,7 @@ func gs_mount_segment(h C.int64_t, path *C.char, pathLen C.int, offset, size C.u
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	ids, err := c.MountFile(goString(path, pathLen), uint64(offset), uint64(size),
+	ids, err := c.Segments().MountFile(goString(path, pathLen), uint64(offset), uint64(size),
 		goString(protocol, protocolLen), goString(location, locationLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
@@ -61,7 +61,7 @@ func gs_allocate_segment(h C.int64_t, size C.uint64_t, protocol *C.char, protoco
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	ids, n, err := c.AllocateAndMount(uint64(size), goString(protocol, protocolLen), goString(location, locationLen))
+	ids, n, err := c.Segments().AllocateAndMount(uint64(size), goString(protocol, protocolLen), goString(location, locationLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
@@ -81,7 +81,7 @@ func gs_unmount_segments(h C.int64_t, ids *C.char, idsLen C.int, graceSeconds C.
 		logger.Error("unmount: the segment ids are not a JSON list of strings", "err", err)
 		return C.int(wire.ErrInvalidParams)
 	}
-	return C.int(wire.CodeOf(c.UnmountSegments(list, graceOf(graceSeconds), allocated != 0)))
+	return C.int(wire.CodeOf(c.Segments().UnmountSegments(list, graceOf(graceSeconds), allocated != 0)))
 }
 
 //export gs_unmount_local_disk
@@ -91,7 +91,7 @@ func gs_unmount_local_disk(h C.int64_t, graceSeconds C.uint64_t) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	return C.int(wire.CodeOf(c.UnmountLocalDisk(graceOf(graceSeconds))))
+	return C.int(wire.CodeOf(c.Segments().UnmountLocalDisk(graceOf(graceSeconds))))
 }
 
 //export gs_init_all

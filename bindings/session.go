@@ -36,7 +36,7 @@ func rangeParts(c *client.Client, n int, ptrs, sizes, offsets *C.uint64_t, npart
 			ptr, size := ps[j], ss[j]
 			ok := size == 0 || (ptr != 0 && ptr+size >= ptr)
 			if ok && size > 0 && memFlags&memRegistered != 0 {
-				where, in := c.MemoryOf(ptr, size)
+				where, in := c.Buffers().MemoryOf(ptr, size)
 				ok = in && where < 0
 			}
 			if !ok {
@@ -66,7 +66,7 @@ func gs_put_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_
 		return
 	}
 	cfg := replicaConfig(replicaNum, flags, preferred, preferredLen)
-	for i, code := range c.PutSessionStart(ks, u64s(sizes, cnt), cfg) {
+	for i, code := range c.Sessions().PutSessionStart(ks, u64s(sizes, cnt), cfg) {
 		res[i] = int32(code)
 	}
 }
@@ -74,13 +74,13 @@ func gs_put_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_
 //export gs_put_session_write
 func gs_put_session_write(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
-	perKeyRanges("gs_put_session_write", (*client.Client).PutSessionWrite,
+	perKeyRanges("gs_put_session_write", (*client.Sessions).PutSessionWrite,
 		h, n, keys, keyLens, ptrs, sizes, offsets, nparts, zeroCopy, results)
 }
 
 // perKeyRanges serves the ranged calls with one result per key: the
 // parts rangeParts refuses make their key -600.
-func perKeyRanges(name string, call func(*client.Client, []string, [][]client.RangePart) []int64,
+func perKeyRanges(name string, call func(*client.Sessions, []string, [][]client.RangePart) []int64,
 	h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
 	cnt := int(n)
@@ -91,7 +91,7 @@ func perKeyRanges(name string, call func(*client.Client, []string, [][]client.Ra
 		return
 	}
 	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
-	for i, r := range call(c, ks, parts) {
+	for i, r := range call(c.Sessions(), ks, parts) {
 		res[i] = r
 		if bad[i] {
 			res[i] = int64(wire.ErrInvalidParams)
@@ -111,9 +111,9 @@ func gs_put_session_end(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	if !ok {
 		return
 	}
-	end := c.PutSessionEnd
+	end := c.Sessions().PutSessionEnd
 	if revoke != 0 {
-		end = c.PutSessionRevoke
+		end = c.Sessions().PutSessionRevoke
 	}
 	for i, code := range end(ks) {
 		res[i] = int32(code)
@@ -129,7 +129,7 @@ func gs_get_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_
 	if !ok {
 		return
 	}
-	for i, code := range c.GetSessionStart(ks) {
+	for i, code := range c.Sessions().GetSessionStart(ks) {
 		res[i] = int32(code)
 	}
 }
@@ -137,7 +137,7 @@ func gs_get_session_start(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_
 //export gs_get_session_read
 func gs_get_session_read(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 	ptrs, sizes, offsets *C.uint64_t, nparts *C.uint32_t, zeroCopy C.int, results *C.int64_t) {
-	perKeyRanges("gs_get_session_read", (*client.Client).GetSessionRead,
+	perKeyRanges("gs_get_session_read", (*client.Sessions).GetSessionRead,
 		h, n, keys, keyLens, ptrs, sizes, offsets, nparts, zeroCopy, results)
 }
 
@@ -148,7 +148,7 @@ func gs_get_session_end(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t)
 	if !ok {
 		return ret
 	}
-	c.GetSessionEnd(ks)
+	c.Sessions().GetSessionEnd(ks)
 	return 0
 }
 
@@ -166,7 +166,7 @@ func gs_get_ranges(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t,
 		return
 	}
 	parts, bad := rangeParts(c, cnt, ptrs, sizes, offsets, nparts, zeroCopy)
-	got := c.GetRanges(ks, parts)
+	got := c.Sessions().GetRanges(ks, parts)
 	np := u32s(nparts, cnt)
 	at := 0
 	for i := range cnt {
@@ -220,7 +220,7 @@ func gs_replica_descs(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, o
 	if !ok {
 		return ret
 	}
-	descs, codes := c.ReplicaDescs(ks)
+	descs, codes := c.Keys().ReplicaDescs(ks)
 	type entry struct {
 		Code     int                  `json:"code"`
 		Replicas []client.ReplicaDesc `json:"replicas"`
@@ -246,7 +246,7 @@ func gs_disk_read_count(h C.int64_t) (ret C.int64_t) {
 	if c == nil {
 		return C.int64_t(wire.ErrInternal)
 	}
-	return C.int64_t(c.DiskReads())
+	return C.int64_t(c.Reads().DiskReads())
 }
 
 // gs_replica_clear drops replicas of objects this client wrote (all of
@@ -264,7 +264,7 @@ func gs_replica_clear(h C.int64_t, n C.int, keys *C.char, keyLens *C.uint32_t, s
 	if !ok {
 		return ret
 	}
-	done, err := c.ReplicaClear(ks, goString(segment, segLen))
+	done, err := c.Keys().ReplicaClear(ks, goString(segment, segLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}

@@ -573,7 +573,7 @@ func gs_register_buffer(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	if err := c.RegisterBuffer(uint64(ptr), uint64(size)); err != nil {
+	if err := c.Buffers().RegisterBuffer(uint64(ptr), uint64(size)); err != nil {
 		logger.Warn("register_buffer rejected", "err", err)
 		return C.int(wire.CodeOf(err))
 	}
@@ -596,7 +596,7 @@ func gs_buffer_registered(h C.int64_t, ptr, size C.uint64_t) (ret C.int) {
 	if ptr == 0 || size == 0 {
 		return 0
 	}
-	switch dev, ok := c.BufferDevice(uint64(ptr), uint64(size)); {
+	switch dev, ok := c.Buffers().BufferDevice(uint64(ptr), uint64(size)); {
 	case !ok:
 		return 0
 	case dev >= 0:
@@ -623,7 +623,7 @@ func gs_buffers_registered(h C.int64_t, n C.int, ptrs, sizes *C.uint64_t, out *C
 		if ps[i] == 0 || ss[i] == 0 {
 			continue
 		}
-		switch dev, ok := c.BufferDevice(ps[i], ss[i]); {
+		switch dev, ok := c.Buffers().BufferDevice(ps[i], ss[i]); {
 		case !ok:
 		case dev >= 0:
 			res[i] = 2
@@ -641,7 +641,7 @@ func gs_unregister_buffer(h C.int64_t, ptr C.uint64_t) (ret C.int) {
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	if err := c.UnregisterBuffer(uint64(ptr)); err != nil {
+	if err := c.Buffers().UnregisterBuffer(uint64(ptr)); err != nil {
 		logger.Warn("unregister_buffer rejected", "err", err)
 		return C.int(wire.CodeOf(err))
 	}

@@ -20,7 +20,7 @@ func gs_create_copy_task(h C.int64_t, key *C.char, keyLen C.int, targets *C.char
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	id, err := c.CreateCopyTask(goString(key, keyLen), splitNonEmpty(goString(targets, targetsLen), "\n"))
+	id, err := c.Tasks().CreateCopyTask(goString(key, keyLen), splitNonEmpty(goString(targets, targetsLen), "\n"))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
@@ -34,7 +34,7 @@ func gs_create_move_task(h C.int64_t, key *C.char, keyLen C.int, source *C.char,
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	id, err := c.CreateMoveTask(goString(key, keyLen), goString(source, sourceLen), goString(target, targetLen))
+	id, err := c.Tasks().CreateMoveTask(goString(key, keyLen), goString(source, sourceLen), goString(target, targetLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}
@@ -50,7 +50,7 @@ func gs_query_task(h C.int64_t, id *C.char, idLen C.int, out *C.char, capacity C
 	if c == nil {
 		return C.int(wire.ErrInternal)
 	}
-	info, err := c.QueryTask(goString(id, idLen))
+	info, err := c.Tasks().QueryTask(goString(id, idLen))
 	if err != nil {
 		return C.int(wire.CodeOf(err))
 	}

@@ -84,7 +84,7 @@ func e2e(dir string, size int, total int64, tcp bool) (r e2eResult) {
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		for {
-			code := user.PutBatch([]client.PutItem{{Key: key(i), Parts: [][]byte{valueOf(i)}}}, wire.ReplicaConfig{})[0]
+			code := user.Writes().PutBatch([]client.PutItem{{Key: key(i), Parts: [][]byte{valueOf(i)}}}, wire.ReplicaConfig{})[0]
 			if code == wire.OK {
 				break
 			}
@@ -125,7 +125,7 @@ func e2e(dir string, size int, total int64, tcp bool) (r e2eResult) {
 			keys = append(keys, key(i))
 		}
 		t0 := time.Now()
-		got := user.GetInto(keys, dsts[:hi-lo])
+		got := user.Reads().GetInto(keys, dsts[:hi-lo])
 		elapsed += time.Since(t0)
 		for j, code := range got {
 			if code != int64(size) {

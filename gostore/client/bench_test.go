@@ -49,14 +49,14 @@ func benchSmallBatch(b *testing.B, read, metrics bool) {
 			keys[i] = it[i].Key
 			dests[i] = [][]byte{make([]byte, size)}
 		}
-		for _, code := range user.PutBatch(it, cfg) {
+		for _, code := range user.Writes().PutBatch(it, cfg) {
 			if code != wire.OK {
 				b.Fatal(code)
 			}
 		}
 		b.ResetTimer()
 		for range b.N {
-			for _, r := range user.GetInto(keys, dests) {
+			for _, r := range user.Reads().GetInto(keys, dests) {
 				if r != size {
 					b.Fatal(r)
 				}
@@ -69,14 +69,14 @@ func benchSmallBatch(b *testing.B, read, metrics bool) {
 		}
 		b.ResetTimer()
 		for r := range b.N {
-			for _, code := range user.PutBatch(batches[r], cfg) {
+			for _, code := range user.Writes().PutBatch(batches[r], cfg) {
 				if code != wire.OK {
 					b.Fatal(code)
 				}
 			}
 			if r%1000 == 999 {
 				b.StopTimer()
-				user.RemoveAll(true)
+				user.Keys().RemoveAll(true)
 				b.StartTimer()
 			}
 		}

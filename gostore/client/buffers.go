@@ -1,5 +1,5 @@
-// buffers.go defines the registry of caller buffers for the zero-copy API and
-// the staging memory that GetBuffers lends out.
+// buffers.go defines Buffers and the registry of caller buffers for the
+// zero-copy API, and the staging memory that GetBuffers lends out.
 
 package client
 
@@ -8,12 +8,22 @@ import (
 	"strconv"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gostore/gostore/gostore/alloc"
 	"github.com/gostore/gostore/gostore/gpu"
 	"github.com/gostore/gostore/gostore/memlimit"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
+
+// Buffers is the caller's memory as the zero-copy calls see it: the
+// buffers registered with register_buffer (core's registry, under its
+// mu, held only inside registry's methods) and where memory never
+// registered lives (MemoryOf). It owns no state of its own.
+type Buffers struct {
+	*core
+}
 
 // registry remembers the ranges Python declared with register_buffer. A
 // zero-copy call may only touch memory inside one of them.
@@ -253,4 +263,96 @@ func (s *staging) close() {
 	}
 	s.spareBytes = 0
 	s.releaseIfIdleLocked()
+}
+
+// RegisterBuffer declares [ptr, ptr+size) usable by the zero-copy calls.
+func (c *Buffers) RegisterBuffer(ptr, size uint64) error { return c.buffers.register(ptr, size) }
+
+// UnregisterBuffer forgets a buffer registered at ptr.
+// A buffer page-locked for device copies is unlocked first.
+func (c *Buffers) UnregisterBuffer(ptr uint64) error {
+	if err := c.buffers.unregister(ptr); err != nil {
+		return err
+	}
+	c.engine.Pins().DropRange(ptr)
+	return nil
+}
+
+// CopyingAllowed says whether the copying calls (put, get, get_buffer: the
+// caller's memory is not its zero-copy memory) may run. As in Mooncake,
+// whose copying calls stage through the local buffer, a client set up with
+// local_buffer_size 0 refuses them with ErrInvalidParams; the zero-copy
+// calls work without one.
+func (c *Buffers) CopyingAllowed() error {
+	if c.cfg.LocalBufferSize == 0 {
+		return wire.Errorf(wire.ErrInvalidParams, "copying calls need a local buffer: this client was set up with local_buffer_size=0 (use the zero-copy calls, or a local buffer)")
+	}
+	return nil
+}
+
+// Registered reports whether [ptr, ptr+size) lies inside a registered buffer.
+func (c *Buffers) Registered(ptr, size uint64) bool {
+	_, ok := c.buffers.lookup(ptr, size)
+	return ok
+}
+
+// BufferDevice reports whether [ptr, ptr+size) lies inside a registered
+// buffer, and the GPU holding it (-1: host memory).
+func (c *Buffers) BufferDevice(ptr, size uint64) (dev int, ok bool) {
+	return c.buffers.lookup(ptr, size)
+}
+
+// MemoryOf says where the caller's [ptr, ptr+size) lives for a zero-copy
+// call, as Mooncake's client takes it: inside a registered buffer, that
+// buffer's device; memory never registered, the caller's own (its GPU
+// when the driver knows the address, else host memory, which must be
+// mapped in this process). Refused (ok false): a null or wrapping range,
+// one that straddles a registered buffer's edge (a mistake rather than
+// memory of the caller's own), and host memory that is not mapped (a
+// device pointer with no driver to reach it, or a stale one): touching it
+// would kill the process.
+func (c *Buffers) MemoryOf(ptr, size uint64) (dev int, ok bool) {
+	if dev, ok := c.buffers.lookup(ptr, size); ok {
+		return dev, true
+	}
+	if ptr == 0 || ptr+size < ptr || ptr+size > userSpaceEnd || c.buffers.straddles(ptr, size) {
+		return -1, false
+	}
+	if dev := DeviceOf(ptr); dev >= 0 {
+		return dev, true
+	}
+	return -1, mapped(ptr, size)
+}
+
+// mapped reports whether every page of [ptr, ptr+size) is mapped in this
+// process: msync answers ENOMEM for a range with unmapped pages, without
+// touching the memory (one system call).
+func mapped(ptr, size uint64) bool {
+	const page = 4096
+	start := ptr &^ (page - 1)
+	end := (ptr + size + page - 1) &^ (page - 1)
+	_, _, errno := unix.Syscall(unix.SYS_MSYNC, uintptr(start), uintptr(end-start), unix.MS_ASYNC)
+	return errno == 0
+}
+
+// userSpaceEnd bounds the addresses a process can own (48-bit virtual
+// addresses): a range past it cannot be the caller's memory.
+const userSpaceEnd = 1 << 48
+
+// pinRegistered page-locks the registered host buffer holding b (once):
+// host parts copied to or from GPU memory then move at the bus's speed
+// instead of through the driver's own staging. Memory outside every
+// registered buffer (the copying API's) is left alone.
+func (c *Buffers) pinRegistered(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	r, ok := c.buffers.rangeOf(hostAddr(b), uint64(len(b)))
+	if !ok || r.dev >= 0 {
+		return
+	}
+	c.engine.Pins().EnsureRange(r.start, r.size, func() bool {
+		now, ok := c.buffers.rangeOf(r.start, r.size)
+		return ok && now == r
+	})
 }

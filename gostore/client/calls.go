@@ -162,7 +162,7 @@ var goneCtx = func() context.Context {
 // does not answer pings (Health 2). Calls already waiting when a ping goes
 // unanswered keep their bound: a master that pauses for a moment answers
 // them.
-func (c *Client) ctx() (context.Context, context.CancelFunc) {
+func (c *core) ctx() (context.Context, context.CancelFunc) {
 	if !c.healthy.Load() {
 		return goneCtx, func() {}
 	}

@@ -78,7 +78,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 				// Split the value into three parts to exercise put_parts.
 				items = append(items, PutItem{Key: fmt.Sprint("k", i), Parts: [][]byte{v[:n/3], v[n/3 : n/2], v[n/2:]}})
 			}
-			for i, code := range reader.PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
+			for i, code := range reader.Writes().PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
 				if code != wire.OK {
 					t.Fatalf("put %d: %v", i, code)
 				}
@@ -90,7 +90,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 					dests[i] = [][]byte{make([]byte, n/2), make([]byte, n-n/2+5)}
 				}
 				dests[3] = [][]byte{make([]byte, 8)}
-				got := who.GetInto(keys, dests)
+				got := who.Reads().GetInto(keys, dests)
 				for i, n := range sizes {
 					if got[i] != int64(n) {
 						t.Fatalf("get %d = %d, want %d", i, got[i], n)
@@ -106,7 +106,7 @@ func TestPutGetAcrossClients(t *testing.T) {
 			}
 			// Too small a destination is -600 and touches nothing.
 			small := make([]byte, 10)
-			if got := reader.GetInto([]string{"k1"}, [][][]byte{{small}}); got[0] != int64(wire.ErrInvalidParams) {
+			if got := reader.Reads().GetInto([]string{"k1"}, [][][]byte{{small}}); got[0] != int64(wire.ErrInvalidParams) {
 				t.Fatalf("small buffer: %d", got[0])
 			}
 			if !bytes.Equal(small, make([]byte, 10)) {
@@ -119,20 +119,20 @@ func TestPutGetAcrossClients(t *testing.T) {
 func TestPutDoesNotOverwrite(t *testing.T) {
 	m := testkit.StartMaster(t)
 	c := newClient(t, m.Addr(), 1<<20)
-	if r := c.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("first")}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+	if r := c.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("first")}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
-	if r := c.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("second!")}}, {Key: "", Parts: [][]byte{[]byte("x")}}, {Key: "e"}}, wire.ReplicaConfig{}); r[0] != wire.OK || r[1] != wire.ErrInvalidParams || r[2] != wire.ErrInvalidParams {
+	if r := c.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("second!")}}, {Key: "", Parts: [][]byte{[]byte("x")}}, {Key: "e"}}, wire.ReplicaConfig{}); r[0] != wire.OK || r[1] != wire.ErrInvalidParams || r[2] != wire.ErrInvalidParams {
 		t.Fatalf("re-put/invalid: %v", r)
 	}
-	bufs, codes := c.GetBuffers([]string{"k"})
+	bufs, codes := c.Reads().GetBuffers([]string{"k"})
 	if codes[0] != 5 || string(bufs[0]) != "first" {
 		t.Fatalf("got %q (%d)", bufs[0], codes[0])
 	}
-	if err := c.FreeBuffer(addrOf(bufs[0])); err != nil {
+	if err := c.Reads().FreeBuffer(addrOf(bufs[0])); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.FreeBuffer(addrOf(bufs[0])); err == nil {
+	if err := c.Reads().FreeBuffer(addrOf(bufs[0])); err == nil {
 		t.Fatal("double free accepted")
 	}
 }
@@ -142,15 +142,15 @@ func TestReplicaSurvivesWriterClose(t *testing.T) {
 	a := newClient(t, m.Addr(), 1<<20)
 	b := newClient(t, m.Addr(), 1<<20)
 	v := testkit.Pattern(7, 5000)
-	if r := a.PutBatch([]PutItem{{Key: "two", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 2}); r[0] != wire.OK {
+	if r := a.Writes().PutBatch([]PutItem{{Key: "two", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 2}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
-	if r := a.PutBatch([]PutItem{{Key: "one", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
+	if r := a.Writes().PutBatch([]PutItem{{Key: "one", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
 	a.Close()
 	dst := make([]byte, 5000)
-	got := b.GetInto([]string{"two", "one"}, [][][]byte{{dst}, {make([]byte, 5000)}})
+	got := b.Reads().GetInto([]string{"two", "one"}, [][][]byte{{dst}, {make([]byte, 5000)}})
 	if got[0] != 5000 || !bytes.Equal(dst, v) {
 		t.Fatalf("replicated object after writer close: %d", got[0])
 	}
@@ -220,12 +220,12 @@ func TestConcurrentClients(t *testing.T) {
 			for i := range 20 {
 				k := fmt.Sprintf("g%d/%d", g, i)
 				v := testkit.Pattern(uint64(g*1000+i), 64<<10)
-				if r := c.PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+				if r := c.Writes().PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 					t.Errorf("put %s: %v", k, r[0])
 					return
 				}
 				dst := make([]byte, len(v))
-				if got := []*Client{b, a}[g%2].GetInto([]string{k}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+				if got := []*Client{b, a}[g%2].Reads().GetInto([]string{k}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
 					t.Errorf("get %s: %d", k, got[0])
 					return
 				}
@@ -254,7 +254,7 @@ func TestMasterRestartRemounts(t *testing.T) {
 		t.Fatalf("segments after master restart: %+v", segs)
 	}
 	v := testkit.Pattern(3, 1000)
-	if r := c.PutBatch([]PutItem{{Key: "after", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+	if r := c.Writes().PutBatch([]PutItem{{Key: "after", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatalf("put after remount: %v", r[0])
 	}
 	for c.Health() != 0 && time.Now().Before(deadline) {
@@ -278,7 +278,7 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 	upsert := func(v []byte) wire.Code {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			code := write(c.UpsertBatch, v)
+			code := write(c.Writes().UpsertBatch, v)
 			if code != wire.ErrObjectReplicaBusy || time.Now().After(deadline) {
 				return code
 			}
@@ -287,7 +287,7 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 	}
 	read := func() []byte {
 		dst := make([]byte, 8000)
-		n := owner.GetInto([]string{"k"}, [][][]byte{{dst}})[0]
+		n := owner.Reads().GetInto([]string{"k"}, [][][]byte{{dst}})[0]
 		if n < 0 {
 			t.Fatalf("get: %d", n)
 		}
@@ -296,7 +296,7 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 	if upsert(v1) != wire.OK || !bytes.Equal(read(), v1) {
 		t.Fatal("upsert of a new key")
 	}
-	if write(c.PutBatch, v2) != wire.OK || !bytes.Equal(read(), v1) {
+	if write(c.Writes().PutBatch, v2) != wire.OK || !bytes.Equal(read(), v1) {
 		t.Fatal("put overwrote")
 	}
 	if upsert(v2) != wire.OK || !bytes.Equal(read(), v2) {
@@ -312,11 +312,11 @@ func TestUpsertReplacesAndPutDoesNot(t *testing.T) {
 	}
 	for i := range 20 {
 		dst := make([]byte, 8000)
-		if n := c.GetInto([]string{"k"}, [][][]byte{{dst}})[0]; n < 0 {
+		if n := c.Reads().GetInto([]string{"k"}, [][][]byte{{dst}})[0]; n < 0 {
 			t.Fatalf("get %d: %d", i, n)
 		}
 		v := [][]byte{v1, v2}[i%2]
-		if code := write(c.UpsertBatch, v); code != wire.OK {
+		if code := write(c.Writes().UpsertBatch, v); code != wire.OK {
 			t.Fatalf("upsert %d right after the same client's read: %v", i, code)
 		}
 	}
@@ -328,11 +328,11 @@ func TestReadOutlivingItsLeaseIsRefused(t *testing.T) {
 	owner := newClient(t, m.Addr(), 64<<20)
 	c := newClient(t, m.Addr(), 0)
 	v := testkit.Pattern(9, 32<<20)
-	if r := c.PutBatch([]PutItem{{Key: "big", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+	if r := c.Writes().PutBatch([]PutItem{{Key: "big", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
 	_ = owner
-	if got := c.GetInto([]string{"big"}, [][][]byte{{make([]byte, len(v))}}); got[0] != int64(wire.ErrLeaseExpired) {
+	if got := c.Reads().GetInto([]string{"big"}, [][][]byte{{make([]byte, len(v))}}); got[0] != int64(wire.ErrLeaseExpired) {
 		t.Fatalf("get outliving a 1 ms lease = %d, want -707", got[0])
 	}
 }
@@ -342,13 +342,13 @@ func TestCopyAndMoveTasks(t *testing.T) {
 	a := newClient(t, m.Addr(), 8<<20)
 	b := newClient(t, m.Addr(), 8<<20)
 	v := testkit.Pattern(4, 300000)
-	if r := a.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
+	if r := a.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{a.Hostname()}}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
 	wait := func(id string) wire.TaskInfo {
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			info, err := a.QueryTask(id)
+			info, err := a.Tasks().QueryTask(id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -358,7 +358,7 @@ func TestCopyAndMoveTasks(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	id, err := a.CreateCopyTask("k", []string{b.Hostname()})
+	id, err := a.Tasks().CreateCopyTask("k", []string{b.Hostname()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,17 +367,17 @@ func TestCopyAndMoveTasks(t *testing.T) {
 	}
 	a.Close() // the original holder leaves; the copy serves
 	dst := make([]byte, len(v))
-	if got := b.GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+	if got := b.Reads().GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
 		t.Fatalf("read from the copy: %d", got[0])
 	}
 	c := newClient(t, m.Addr(), 8<<20)
-	id, err = b.CreateMoveTask("k", b.Hostname(), c.Hostname())
+	id, err = b.Tasks().CreateMoveTask("k", b.Hostname(), c.Hostname())
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		info, _ := b.QueryTask(id)
+		info, _ := b.Tasks().QueryTask(id)
 		if info.Status == "SUCCESS" {
 			break
 		}
@@ -388,10 +388,10 @@ func TestCopyAndMoveTasks(t *testing.T) {
 	}
 	b.Close()
 	clear(dst)
-	if got := c.GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+	if got := c.Reads().GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
 		t.Fatalf("read after move: %d", got[0])
 	}
-	if _, err := c.CreateCopyTask("k", []string{"nowhere:1"}); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if _, err := c.Tasks().CreateCopyTask("k", []string{"nowhere:1"}); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("unknown target: %v", err)
 	}
 }
@@ -411,19 +411,19 @@ func TestCloseWhileCallsAreInFlight(t *testing.T) {
 			dst := make([]byte, len(v))
 			for i := 0; ; i++ {
 				k := fmt.Sprintf("g%d/%d", g, i)
-				if r := c.PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+				if r := c.Writes().PutBatch([]PutItem{{Key: k, Parts: [][]byte{v}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 					if r[0] != wire.ErrInternal {
 						t.Errorf("put after close: %v, want -1", r[0])
 					}
 					return
 				}
-				if got := c.GetInto([]string{k}, [][][]byte{{dst}}); got[0] < 0 {
+				if got := c.Reads().GetInto([]string{k}, [][][]byte{{dst}}); got[0] < 0 {
 					return
 				} else if !bytes.Equal(dst, v) {
 					t.Errorf("%s: bytes differ", k)
 					return
 				}
-				c.Remove([]string{k}, true) // a fast machine would fill the segment (-200) before the close
+				c.Keys().Remove([]string{k}, true) // a fast machine would fill the segment (-200) before the close
 			}
 		}()
 	}

@@ -43,29 +43,11 @@ func (gpuDriver) CopyToDevice(device int, dev, host, n uint64) error {
 
 func (gpuDriver) OpenPeer(p transfer.Peer) (transfer.DeviceMemory, error) { return openPeerDevice(p) }
 
-// pinRegistered page-locks the registered host buffer holding b (once):
-// host parts copied to or from GPU memory then move at the bus's speed
-// instead of through the driver's own staging. Memory outside every
-// registered buffer (the copying API's) is left alone.
-func (c *Client) pinRegistered(b []byte) {
-	if len(b) == 0 {
-		return
-	}
-	r, ok := c.buffers.rangeOf(hostAddr(b), uint64(len(b)))
-	if !ok || r.dev >= 0 {
-		return
-	}
-	c.engine.Pins().EnsureRange(r.start, r.size, func() bool {
-		now, ok := c.buffers.rangeOf(r.start, r.size)
-		return ok && now == r
-	})
-}
-
 func hostAddr(b []byte) uint64 { return uint64(addrOf(b)) }
 
 // PutBatchDevice is PutBatch (upsert: UpsertBatch) for items whose parts
 // may be device memory: dev[i] lists item i's, left nil in its Parts.
-func (c *Client) PutBatchDevice(items []PutItem, dev [][]DevicePart, cfg wire.ReplicaConfig, upsert bool) []wire.Code {
+func (c *Writes) PutBatchDevice(items []PutItem, dev [][]DevicePart, cfg wire.ReplicaConfig, upsert bool) []wire.Code {
 	start := wire.OpPutStart
 	if upsert {
 		start = wire.OpUpsertStart
@@ -80,10 +62,10 @@ func (c *Client) PutBatchDevice(items []PutItem, dev [][]DevicePart, cfg wire.Re
 
 // GetFinishDevice is GetFinish for destinations whose parts may be device
 // memory: dev[i] lists object i's, left nil in dests[i].
-func (c *Client) GetFinishDevice(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
+func (c *Reads) GetFinishDevice(p *Pending, dests [][][]byte, dev [][]DevicePart) []int64 {
 	leave, err := c.enter()
 	if err != nil {
-		c.endReads(p)
+		c.ends.endReads(p)
 		return wire.Fill(make([]int64, len(p.res)), int64(wire.CodeOf(err)))
 	}
 	defer leave()

@@ -94,12 +94,12 @@ func TestGPUSegmentChild(t *testing.T) {
 	for i, w := range []*Client{owner, peer, viaTCP} {
 		v := testkit.Pattern(uint64(i), 2<<20+i)
 		key := "gpu" + string(rune('0'+i))
-		if codes := w.PutBatch([]PutItem{{Key: key, Parts: [][]byte{v[:100], v[100:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+		if codes := w.Writes().PutBatch([]PutItem{{Key: key, Parts: [][]byte{v[:100], v[100:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 			t.Fatalf("writer %d: %v", i, codes[0])
 		}
 		for j, r := range []*Client{owner, peer, viaTCP} {
 			got := make([]byte, len(v))
-			if n := r.GetInto([]string{key}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
+			if n := r.Reads().GetInto([]string{key}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
 				t.Fatalf("writer %d, reader %d: %d bytes, equal %v", i, j, n[0], bytes.Equal(got, v))
 			}
 		}
@@ -113,17 +113,17 @@ func TestGPUSegmentChild(t *testing.T) {
 		src := devAlloc(t, data, n)
 		key := "gpudev" + string(rune('0'+i))
 		dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
-		if codes := w.PutBatchDevice([]PutItem{{Key: key, Parts: [][]byte{head, nil}}}, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
+		if codes := w.Writes().PutBatchDevice([]PutItem{{Key: key, Parts: [][]byte{head, nil}}}, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
 			t.Fatalf("device put by writer %d: %v", i, codes[0])
 		}
 		for j, r := range []*Client{owner, peer, viaTCP} {
 			dst := devAlloc(t, bytes.Repeat([]byte{0xEE}, int(n+100)), n+100)
 			gotHead := make([]byte, 64)
-			p, err := r.GetStart([]string{key})
+			p, err := r.Reads().GetStart([]string{key})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := r.GetFinishDevice(p, [][][]byte{{gotHead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 100, Device: 0}}})
+			got := r.Reads().GetFinishDevice(p, [][][]byte{{gotHead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 100, Device: 0}}})
 			back := devRead(t, dst, n+100)
 			if got[0] != int64(64+n) || !bytes.Equal(gotHead, head) || !bytes.Equal(back[:n], data) ||
 				!bytes.Equal(back[n:], bytes.Repeat([]byte{0xEE}, 100)) {
@@ -143,9 +143,9 @@ func TestGPUSegmentChild(t *testing.T) {
 			{{Index: 1, Ptr: src, Size: 4096, Device: 0}, {Index: 1, Ptr: src, Size: 4096, Device: 0}},
 			{{Index: 0, Ptr: src, Size: 4096, Device: 0}}, // part 0 is host memory
 		} {
-			codes := c.PutBatchDevice([]PutItem{{Key: "badparts", Parts: [][]byte{head, nil}}}, [][]DevicePart{bad},
+			codes := c.Writes().PutBatchDevice([]PutItem{{Key: "badparts", Parts: [][]byte{head, nil}}}, [][]DevicePart{bad},
 				wire.ReplicaConfig{ReplicaNum: 1}, false)
-			if codes[0] != wire.ErrInvalidParams || owner.GetSize("badparts") != int64(wire.ErrObjectNotFound) {
+			if codes[0] != wire.ErrInvalidParams || owner.Keys().GetSize("badparts") != int64(wire.ErrObjectNotFound) {
 				t.Fatalf("device parts %+v: %v", bad, codes[0])
 			}
 		}
@@ -157,11 +157,11 @@ func TestGPUSegmentChild(t *testing.T) {
 	for _, c := range []*Client{owner, peer} {
 		buf := testkit.Pattern(77, 1<<20)
 		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
-		if err := c.RegisterBuffer(addr, uint64(len(buf))); err != nil {
+		if err := c.Buffers().RegisterBuffer(addr, uint64(len(buf))); err != nil {
 			t.Fatal(err)
 		}
 		key := "pinned" + c.Hostname()
-		if codes := c.PutBatch([]PutItem{{Key: key, Parts: [][]byte{buf[4096:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+		if codes := c.Writes().PutBatch([]PutItem{{Key: key, Parts: [][]byte{buf[4096:]}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 			t.Fatal(codes[0])
 		}
 		if c == owner || strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") {
@@ -170,10 +170,10 @@ func TestGPUSegmentChild(t *testing.T) {
 			}
 		}
 		back := make([]byte, len(buf)-4096)
-		if got := c.GetInto([]string{key}, [][][]byte{{back}}); got[0] != int64(len(back)) || !bytes.Equal(back, buf[4096:]) {
+		if got := c.Reads().GetInto([]string{key}, [][][]byte{{back}}); got[0] != int64(len(back)) || !bytes.Equal(back, buf[4096:]) {
 			t.Fatalf("read back: %d", got[0])
 		}
-		if err := c.UnregisterBuffer(addr); err != nil {
+		if err := c.Buffers().UnregisterBuffer(addr); err != nil {
 			t.Fatal(err)
 		}
 		if k, _ := gpu.PointerKind(addr); k != gpu.Unknown {
@@ -249,23 +249,23 @@ func TestDevicePartsChild(t *testing.T) {
 			key := fmt.Sprint("dev", n, c.Hostname())
 			item := []PutItem{{Key: key, Parts: [][]byte{head, nil}}}
 			dev := [][]DevicePart{{{Index: 1, Ptr: src, Size: n, Device: 0}}}
-			if codes := c.PutBatchDevice(item, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
+			if codes := c.Writes().PutBatchDevice(item, dev, wire.ReplicaConfig{ReplicaNum: 1}, false); codes[0] != wire.OK {
 				t.Fatalf("put from device memory: %v", codes[0])
 			}
 			// Host destination: the device bytes arrived.
 			host := make([]byte, 100+n)
-			if got := owner.GetInto([]string{key}, [][][]byte{{host}}); got[0] != int64(100+n) ||
+			if got := owner.Reads().GetInto([]string{key}, [][][]byte{{host}}); got[0] != int64(100+n) ||
 				!bytes.Equal(host[:100], head) || !bytes.Equal(host[100:], data) {
 				t.Fatalf("host read of an object put from device memory: %d", got[0])
 			}
 			// Device destination larger than the object: its tail is kept.
 			dst := devAlloc(t, bytes.Repeat([]byte{0xEE}, int(n+64)), n+64)
 			hhead := make([]byte, 100)
-			p, err := c.GetStart([]string{key})
+			p, err := c.Reads().GetStart([]string{key})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := c.GetFinishDevice(p, [][][]byte{{hhead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 64, Device: 0}}})
+			got := c.Reads().GetFinishDevice(p, [][][]byte{{hhead, nil}}, [][]DevicePart{{{Index: 1, Ptr: dst, Size: n + 64, Device: 0}}})
 			back := devRead(t, dst, n+64)
 			if got[0] != int64(100+n) || !bytes.Equal(hhead, head) || !bytes.Equal(back[:n], data) ||
 				!bytes.Equal(back[n:], bytes.Repeat([]byte{0xEE}, 64)) {
@@ -279,14 +279,14 @@ func TestDevicePartsChild(t *testing.T) {
 	// Registered device memory is known as such; a range that leaves the
 	// allocation is refused.
 	buf := devAlloc(t, nil, 1<<20)
-	if err := reader.RegisterBuffer(buf, 1<<20); err != nil {
+	if err := reader.Buffers().RegisterBuffer(buf, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	if dev, ok := reader.BufferDevice(buf+10, 100); !ok || dev != 0 {
+	if dev, ok := reader.Buffers().BufferDevice(buf+10, 100); !ok || dev != 0 {
 		t.Fatalf("registered device buffer: %d %v", dev, ok)
 	}
 	other := devAlloc(t, nil, 1<<20)
-	if err := reader.RegisterBuffer(other+4096, 1<<20); err == nil {
+	if err := reader.Buffers().RegisterBuffer(other+4096, 1<<20); err == nil {
 		t.Fatal("a range reaching past its allocation was registered")
 	}
 	if !strings.Contains(os.Getenv(gpu.EnvLibrary), "fake") {
@@ -298,11 +298,11 @@ func TestDevicePartsChild(t *testing.T) {
 	gpu.Free(0, gone)
 	items := []PutItem{{Key: "bad", Parts: [][]byte{nil}}, {Key: "good", Parts: [][]byte{head}}}
 	dev := [][]DevicePart{{{Index: 0, Ptr: gone, Size: 4096, Device: 0}}, nil}
-	codes := reader.PutBatchDevice(items, dev, wire.ReplicaConfig{ReplicaNum: 1}, false)
+	codes := reader.Writes().PutBatchDevice(items, dev, wire.ReplicaConfig{ReplicaNum: 1}, false)
 	if codes[0] != wire.ErrTransferFail || codes[1] != wire.OK {
 		t.Fatalf("codes: %v", codes)
 	}
-	if n := reader.GetSize("bad"); n != int64(wire.ErrObjectNotFound) {
+	if n := reader.Keys().GetSize("bad"); n != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("a failed device put left an object: %d", n)
 	}
 }

@@ -3,6 +3,55 @@
 // hands the bytes to the transfer engine. It orchestrates; it does not
 // decide how bytes move.
 //
+// The map. Client orchestrates: New (setup.go) runs the named steps of
+// setup; Client keeps the client known to the master (heartbeat, rejoin),
+// mounts what the master forgot and closes it all (Close, release). The
+// work of the API calls is done by objects of their own, which Client
+// hands out, each over core (core.go: configuration, the master's
+// connection, the transfer engine, the segment cache, the call bounds
+// and the close lock, shared by all):
+//
+//	Reads      get.go, spots.go, places.go, leases.go   gets: lookup, reads from replicas and disk, reads again past a lease
+//	readEnds   readdone.go                              tells the master which reads ended (ReadDone), batched
+//	Writes     put.go, device.go                        puts and upserts, waits for room
+//	Sessions   session.go, leases.go                    put and get sessions, GetRanges
+//	Tasks      tasks.go                                 replica copy and move tasks
+//	Keys       keys.go                                  exist, size, remove, replica descriptors and clears
+//	Buffers    buffers.go                               registered buffers, where caller memory lives
+//	Segments   segments.go                              segments mounted at run time, the SSD tier's unmount
+//	ownSegment own.go                                   setup's segment, its server, its UCX exposure, its mount
+//
+// Locks: core.inFlight is read-held by every call that may touch segment
+// or caller memory (enter, taken once by the exported call; calls must
+// not nest it) and write-held by Close while it waits for them. Every
+// other lock guards one structure and is held only while it is read or
+// changed, never across an RPC or a transfer: peerCache.mu, registry.mu,
+// spots.mu, laterReads.mu, unsureKeys.mu and the batches' inside their
+// own methods; sessions.mu by Sessions' calls around their map;
+// extraSegs.mu by Segments' calls around theirs; each segment's
+// exposure lock (segExposure) from its expose to the master's answer.
+//
+// The get path, hop by hop: Reads.GetStart → locate (GetReplicas to the
+// master; a waiting ReadDone of the same key goes first, on its own) →
+// Pending (sizes for Python) → Reads.GetFinishDevice → finish → readInto
+// (trims each destination) → readReplicas (core.resolve of the segments
+// not cached, orderReplicas by the engine's route, one Engine.Do per
+// round of replicas) → readDisk for what no memory replica gave → the
+// lease checks, readAgain for what outlived its lease → noteRead (metrics)
+// → readEnds.endReads (ReadDone, on the back of the next call or in a
+// batch). A get of one key (GetIntoOne) first tries where it was last
+// found (spots.go), confirmed by the lookup's answer.
+//
+// The put path, hop by hop: Writes.PutBatchDevice (or PutBatch,
+// UpsertBatch) → write (an upsert first flushes this client's ended
+// reads: readEnds.flushReadEnds) → writeRound: PutStart (or UpsertStart)
+// to the master → core.resolve of the replicas' segments → one
+// transfer.Op per replica from the caller's memory, one Engine.Do for the
+// round (core.timedWrite) → finishWrites: PutEnd for what every replica
+// took, PutRevoke for the rest → Reads.rememberWritten (the next get of
+// the key may read from there) → spaceWait for a round refused for space
+// → noteWrite (metrics).
+//
 // A put is PutStart (the master picks replica ranges), one transfer.Op per
 // replica straight from the caller's memory, then PutEnd — or PutRevoke if
 // an op failed. A get is GetReplicas, then one op per object on its
@@ -68,9 +117,9 @@
 // those mounted at run time; a GPU segment only where UCX has CUDA) afresh
 // at each of its mounts: the desc goes to the master in the mount; the
 // exposure before is closed once the new mount succeeded. Each segment's
-// exposure (segExposure) belongs to the owner of its memory, the Client or
-// the extraSeg, which revokes it before the memory goes (Close, unmount, a
-// failed mount). Invariant: a mount holds the exposure's lock from the
+// exposure (segExposure) belongs to the owner of its memory, the
+// ownSegment or the extraSeg, which revokes it before the memory goes
+// (Close, unmount, a failed mount). Invariant: a mount holds the exposure's lock from the
 // expose to the master's answer, and none runs after the revoke, so a
 // heartbeat remount never re-exposes memory being freed and a peer's stale
 // desc fails rather than reach memory. A remount that reached the master
@@ -96,7 +145,7 @@
 // of this host. Then the servers listen on loopback and local_hostname
 // still names the segments; peers dial TransferAddr, never the name.
 //
-// Bounds (calls.go): every call's context comes from Client.ctx: it ends
+// Bounds (calls.go): every call's context comes from core.ctx: it ends
 // at Config.RPCTimeout, at Close, and, for calls of the process's main
 // thread with Config.InterruptMain, at InterruptMain (and the rest of
 // that API call: the caller marks where each begins, BeginCall); while the heartbeat

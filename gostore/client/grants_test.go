@@ -38,18 +38,18 @@ func TestMisbehavingPeerIsRefused(t *testing.T) {
 	mallory := newClient(t, m.Addr(), 0) // a consumer: every object lands on owner
 
 	secret := testkit.Pattern(1, 4096)
-	if c := owner.PutBatch([]PutItem{{Key: "secret", Parts: [][]byte{secret}}}, wire.ReplicaConfig{}); c[0] != wire.OK {
+	if c := owner.Writes().PutBatch([]PutItem{{Key: "secret", Parts: [][]byte{secret}}}, wire.ReplicaConfig{}); c[0] != wire.OK {
 		t.Fatal(c[0])
 	}
 	// Mallory's own object, written through the API: the grants it holds.
-	if c := mallory.PutBatch([]PutItem{{Key: "mine", Parts: [][]byte{testkit.Pattern(2, 4096)}}}, wire.ReplicaConfig{}); c[0] != wire.OK {
+	if c := mallory.Writes().PutBatch([]PutItem{{Key: "mine", Parts: [][]byte{testkit.Pattern(2, 4096)}}}, wire.ReplicaConfig{}); c[0] != wire.OK {
 		t.Fatal(c[0])
 	}
-	look, err := mallory.GetStart([]string{"secret", "mine"})
+	look, err := mallory.Reads().GetStart([]string{"secret", "mine"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mallory.Abort(look)
+	defer mallory.Reads().Abort(look)
 	sec, mine := look.res[0].Replicas[0], look.res[1].Replicas[0]
 	if sec.SegID != mine.SegID || len(sec.Grant) != grant.Size || len(mine.Grant) != grant.Size {
 		t.Fatalf("replicas %+v %+v", sec, mine)
@@ -86,7 +86,7 @@ func TestMisbehavingPeerIsRefused(t *testing.T) {
 	}
 	// An authentic grant for the secret's range, long expired: what a
 	// writer holds once its time is up.
-	ownerKey, _ := grant.NewKey(owner.server.GrantKey())
+	ownerKey, _ := grant.NewKey(owner.own.server.GrantKey())
 	expired := grant.Mint(nil, ownerKey, grant.Fields{SegID: sec.SegID, Offset: sec.Offset, Length: 4096, Write: true,
 		Expiry: time.Now().Add(-time.Minute).UnixNano()})
 
@@ -131,7 +131,7 @@ func TestMisbehavingPeerIsRefused(t *testing.T) {
 
 	// The owner's bytes are untouched.
 	got := make([]byte, 4096)
-	if n := owner.GetInto([]string{"secret"}, [][][]byte{{got}}); n[0] != 4096 || !bytes.Equal(got, secret) {
+	if n := owner.Reads().GetInto([]string{"secret"}, [][][]byte{{got}}); n[0] != 4096 || !bytes.Equal(got, secret) {
 		t.Fatalf("the secret after the attempts: %d, %s", n[0], firstDiffIndex(got, secret))
 	}
 	// Logged by the owner: who and where (the first of the burst).

@@ -43,7 +43,7 @@ func TestClientFollowsTheLeaderThroughEtcd(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		items = append(items, PutItem{Key: fmt.Sprintf("ha/%d", i), Parts: [][]byte{bytes.Repeat([]byte{byte(i)}, 1000+i)}})
 	}
-	for i, code := range c.PutBatch(items, wire.ReplicaConfig{}) {
+	for i, code := range c.Writes().PutBatch(items, wire.ReplicaConfig{}) {
 		if code != wire.OK {
 			t.Fatalf("put %d: %v", i, code)
 		}
@@ -68,7 +68,7 @@ func TestClientFollowsTheLeaderThroughEtcd(t *testing.T) {
 		for i, it := range items {
 			dsts[i] = [][]byte{make([]byte, len(it.Parts[0]))}
 		}
-		for i, n := range c.GetInto(keysOf(items), dsts) {
+		for i, n := range c.Reads().GetInto(keysOf(items), dsts) {
 			if n != int64(len(items[i].Parts[0])) || !bytes.Equal(dsts[i][0], items[i].Parts[0]) {
 				return false
 			}
@@ -82,7 +82,7 @@ func TestClientFollowsTheLeaderThroughEtcd(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if code := c.PutBatch([]PutItem{{Key: "ha/new", Parts: [][]byte{[]byte("after the failover")}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
+	if code := c.Writes().PutBatch([]PutItem{{Key: "ha/new", Parts: [][]byte{[]byte("after the failover")}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
 		t.Fatalf("put through the new leader: %v", code[0])
 	}
 }

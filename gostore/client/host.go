@@ -25,7 +25,7 @@ var (
 
 func (h clientHost) ClientID() string     { return h.c.id }
 func (h clientHost) SegmentName() string  { return h.c.hostname }
-func (h clientHost) HasHostSegment() bool { return h.c.seg != nil }
+func (h clientHost) HasHostSegment() bool { return h.c.own.seg != nil }
 
 func (h clientHost) CallMaster(ctx context.Context, op wire.Op, req, resp any) error {
 	return h.c.master.Call(ctx, op, req, resp)
@@ -35,7 +35,7 @@ func (h clientHost) CallContext() (context.Context, context.CancelFunc) { return
 func (h clientHost) Enter() (func(), error)                             { return h.c.enter() }
 
 func (h clientHost) Peek(keys []string) ([]wire.GetResult, error) {
-	p, err := h.c.peek(keys)
+	p, err := h.c.reads.peek(keys)
 	if err != nil {
 		return nil, err
 	}
@@ -43,11 +43,11 @@ func (h clientHost) Peek(keys []string) ([]wire.GetResult, error) {
 }
 
 func (h clientHost) Lookup(key string, read bool) (planclient.Found, error) {
-	p, err := h.c.getStart([]string{key}, read)
+	p, err := h.c.reads.getStart([]string{key}, read)
 	if err != nil {
 		return planclient.Found{}, err
 	}
-	return planclient.Found{Result: p.res[0], Sent: p.sent, EndRead: func() { h.c.endReads(p) }}, nil
+	return planclient.Found{Result: p.res[0], Sent: p.sent, EndRead: func() { h.c.ends.endReads(p) }}, nil
 }
 
 func (h clientHost) OwnSegment(segID uint64) []byte { return h.c.peers.local(segID) }
@@ -81,7 +81,9 @@ func (h clientHost) Pull(ctx context.Context, ops []transfer.Op) []error {
 	return h.c.engine.Do(ctx, ops)
 }
 
-func (h clientHost) Remove(keys []string, force bool) []wire.Code { return h.c.Remove(keys, force) }
+func (h clientHost) Remove(keys []string, force bool) []wire.Code {
+	return h.c.keys.Remove(keys, force)
+}
 
 func (h clientHost) QueueCommitEnd(key string, epoch uint64) { h.c.planEnds.add(key, epoch) }
 func (h clientHost) FlushCommitEnds() {
@@ -89,4 +91,4 @@ func (h clientHost) FlushCommitEnds() {
 	defer cancel()
 	h.c.planEnds.flush(ctx, h.c.master, h.c.id, h.c.log)
 }
-func (h clientHost) FlushReadEnds() { h.c.flushReadEnds() }
+func (h clientHost) FlushReadEnds() { h.c.ends.flushReadEnds() }

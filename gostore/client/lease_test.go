@@ -119,7 +119,7 @@ func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 			vals[i] = testkit.Pattern(uint64(i+1), 256<<10+i)
 			items = append(items, PutItem{Key: keys[i], Parts: [][]byte{vals[i]}})
 		}
-		for i, code := range owner.PutBatch(items, wire.ReplicaConfig{Preferred: []string{owner.Hostname()}}) {
+		for i, code := range owner.Writes().PutBatch(items, wire.ReplicaConfig{Preferred: []string{owner.Hostname()}}) {
 			if code != wire.OK {
 				t.Fatalf("put %s: %v", keys[i], code)
 			}
@@ -152,19 +152,19 @@ func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 
 		late.arm(1, nil)
 		d := dests()
-		check("GetInto (batch)", reader.GetInto(keys, d), flat(d))
+		check("GetInto (batch)", reader.Reads().GetInto(keys, d), flat(d))
 
 		late.arm(1, nil)
 		d = dests()
-		p, err := reader.GetStart(keys)
+		p, err := reader.Reads().GetStart(keys)
 		if err != nil {
 			t.Fatal(err)
 		}
-		check("GetStart+GetFinish", reader.GetFinish(p, d), flat(d))
+		check("GetStart+GetFinish", reader.Reads().GetFinish(p, d), flat(d))
 
 		late.arm(1, nil)
 		one := make([]byte, len(vals[3]))
-		if got := reader.GetIntoOne(keys[3], [][]byte{one}); got != int64(len(one)) || !bytes.Equal(one, vals[3]) {
+		if got := reader.Reads().GetIntoOne(keys[3], [][]byte{one}); got != int64(len(one)) || !bytes.Equal(one, vals[3]) {
 			t.Fatalf("GetIntoOne: %d bytes, equal %v", got, bytes.Equal(one, vals[3]))
 		}
 
@@ -173,7 +173,7 @@ func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 		for i := range parts {
 			parts[i] = []RangePart{{Buf: make([]byte, 1000), Off: 7}, {Buf: make([]byte, 5000), Off: 100_000}}
 		}
-		for i, got := range reader.GetRanges(keys, parts) {
+		for i, got := range reader.Sessions().GetRanges(keys, parts) {
 			for k, p := range parts[i] {
 				if got[k] != int64(len(p.Buf)) || !bytes.Equal(p.Buf, vals[i][p.Off:p.Off+uint64(len(p.Buf))]) {
 					t.Fatalf("GetRanges: %s range %d: %d", keys[i], k, got[k])
@@ -185,10 +185,10 @@ func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 		}
 
 		late.arm(1, nil)
-		bufs, codes := reader.GetBuffers(keys)
+		bufs, codes := reader.Reads().GetBuffers(keys)
 		check("GetBuffers", codes, bufs)
 		for _, b := range bufs {
-			_ = reader.FreeBuffer(addrOf(b))
+			_ = reader.Reads().FreeBuffer(addrOf(b))
 		}
 	})
 }
@@ -198,11 +198,11 @@ func TestReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 func TestReadOutlivingEveryLeaseGivesTheLeaseCode(t *testing.T) {
 	owner, reader, late := leaseCluster(t)
 	v := testkit.Pattern(5, 100_000)
-	if code := owner.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
+	if code := owner.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
 		t.Fatal(code[0])
 	}
 	late.arm(-1, nil)
-	got := reader.GetInto([]string{"k"}, [][][]byte{{make([]byte, len(v))}})
+	got := reader.Reads().GetInto([]string{"k"}, [][][]byte{{make([]byte, len(v))}})
 	if got[0] != int64(wire.ErrLeaseExpired) {
 		t.Fatalf("every read late: %d, want %d", got[0], wire.ErrLeaseExpired)
 	}
@@ -217,17 +217,17 @@ func TestReadOutlivingItsLeaseSeesTheUpsert(t *testing.T) {
 	eachTransport(t, func(t *testing.T) {
 		owner, reader, late := leaseCluster(t)
 		old, fresh := testkit.Pattern(1, 1<<20), testkit.Pattern(2, 1<<20)
-		if code := owner.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{old}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
+		if code := owner.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{old}}}, wire.ReplicaConfig{}); code[0] != wire.OK {
 			t.Fatal(code[0])
 		}
 		late.arm(1, func() {
 			// The reader's lease ends, and with it the upsert's wait.
 			testkit.WaitFor(t, "the upsert during the read", func() bool {
-				return owner.UpsertBatch([]PutItem{{Key: "k", Parts: [][]byte{fresh}}}, wire.ReplicaConfig{})[0] == wire.OK
+				return owner.Writes().UpsertBatch([]PutItem{{Key: "k", Parts: [][]byte{fresh}}}, wire.ReplicaConfig{})[0] == wire.OK
 			})
 		})
 		dst := make([]byte, len(old))
-		got := reader.GetInto([]string{"k"}, [][][]byte{{dst}})
+		got := reader.Reads().GetInto([]string{"k"}, [][][]byte{{dst}})
 		switch {
 		case got[0] == int64(len(fresh)) && bytes.Equal(dst, fresh):
 		case got[0] == int64(wire.ErrLeaseExpired):
@@ -258,18 +258,18 @@ func TestGetSessionReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 			vals[i] = testkit.Pattern(uint64(i+1), 256<<10+i)
 			items = append(items, PutItem{Key: keys[i], Parts: [][]byte{vals[i]}})
 		}
-		for i, code := range owner.PutBatch(items, wire.ReplicaConfig{Preferred: []string{owner.Hostname()}}) {
+		for i, code := range owner.Writes().PutBatch(items, wire.ReplicaConfig{Preferred: []string{owner.Hostname()}}) {
 			if code != wire.OK {
 				t.Fatalf("put %s: %v", keys[i], code)
 			}
 		}
-		if st := reader.GetSessionStart(keys); !equalCodes(st, make([]wire.Code, n)) {
+		if st := reader.Sessions().GetSessionStart(keys); !equalCodes(st, make([]wire.Code, n)) {
 			t.Fatalf("session start: %v", st)
 		}
 		entry := func(k string) getSession {
-			reader.sess.mu.Lock()
-			defer reader.sess.mu.Unlock()
-			return reader.sess.gets[k]
+			reader.sessions.sess.mu.Lock()
+			defer reader.sessions.sess.mu.Unlock()
+			return reader.sessions.sess.gets[k]
 		}
 		ranges := func(m int) [][]RangePart {
 			parts := make([][]RangePart, m)
@@ -296,7 +296,7 @@ func TestGetSessionReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 		before := entry(keys[0])
 		late.arm(1, nil)
 		parts := ranges(n)
-		check("a read past the lease", reader.GetSessionRead(keys, parts), parts, vals)
+		check("a read past the lease", reader.Sessions().GetSessionRead(keys, parts), parts, vals)
 		if late.heldBatches() == 0 {
 			t.Fatal("no read was held past its lease")
 		}
@@ -307,33 +307,33 @@ func TestGetSessionReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 		// The session outlives its lease before the read starts.
 		testkit.WaitFor(t, "the renewed lease to end", func() bool { e := entry(keys[1]); return expired(e.res, e.sent) })
 		parts = ranges(n)
-		check("a read of a session past its lease", reader.GetSessionRead(keys, parts), parts, vals)
+		check("a read of a session past its lease", reader.Sessions().GetSessionRead(keys, parts), parts, vals)
 
 		// Upserted while the read of it outlives the lease: the new bytes.
 		fresh := testkit.Pattern(99, len(vals[0]))
 		late.arm(1, func() {
 			testkit.WaitFor(t, "the upsert during the read", func() bool {
-				return owner.UpsertBatch([]PutItem{{Key: keys[0], Parts: [][]byte{fresh}}}, wire.ReplicaConfig{})[0] == wire.OK
+				return owner.Writes().UpsertBatch([]PutItem{{Key: keys[0], Parts: [][]byte{fresh}}}, wire.ReplicaConfig{})[0] == wire.OK
 			})
 		})
 		parts = ranges(1)
-		check("a read across an upsert", reader.GetSessionRead(keys[:1], parts), parts, [][]byte{fresh})
+		check("a read across an upsert", reader.Sessions().GetSessionRead(keys[:1], parts), parts, [][]byte{fresh})
 
 		// Removed once its lease ended: the lookup's code.
 		testkit.WaitFor(t, "the remove once the lease ended", func() bool {
-			return owner.Remove(keys[1:2], false)[0] == wire.OK
+			return owner.Keys().Remove(keys[1:2], false)[0] == wire.OK
 		})
-		if got := reader.GetSessionRead(keys[1:2], ranges(1)); got[0] != int64(wire.ErrObjectNotFound) {
+		if got := reader.Sessions().GetSessionRead(keys[1:2], ranges(1)); got[0] != int64(wire.ErrObjectNotFound) {
 			t.Fatalf("a read of a removed object: %d, want %d", got[0], wire.ErrObjectNotFound)
 		}
 
 		// Every read outlives its lease: -707 after a bounded number of
 		// reads, with one log line.
-		if st := reader.GetSessionStart(keys[2:3]); st[0] != wire.OK {
+		if st := reader.Sessions().GetSessionStart(keys[2:3]); st[0] != wire.OK {
 			t.Fatalf("session start again: %v", st[0])
 		}
 		late.arm(-1, nil)
-		if got := reader.GetSessionRead(keys[2:3], ranges(1)); got[0] != int64(wire.ErrLeaseExpired) {
+		if got := reader.Sessions().GetSessionRead(keys[2:3], ranges(1)); got[0] != int64(wire.ErrLeaseExpired) {
 			t.Fatalf("every read late: %d, want %d", got[0], wire.ErrLeaseExpired)
 		}
 		// The first read is skipped when the session's lease already
@@ -351,6 +351,6 @@ func TestGetSessionReadOutlivingItsLeaseIsReadAgain(t *testing.T) {
 			t.Fatalf("log lines about %s: %q", keys[2], lines)
 		}
 		late.arm(0, nil)
-		reader.GetSessionEnd(keys)
+		reader.Sessions().GetSessionEnd(keys)
 	})
 }

@@ -20,7 +20,7 @@ func TestMemoryOf(t *testing.T) {
 	}
 	defer unix.Munmap(reg)
 	base := uint64(uintptr(unsafe.Pointer(&reg[0])))
-	if err := c.RegisterBuffer(base+4096, 4096); err != nil { // the middle page only
+	if err := c.Buffers().RegisterBuffer(base+4096, 4096); err != nil { // the middle page only
 		t.Fatal(err)
 	}
 	gone, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
@@ -45,7 +45,7 @@ func TestMemoryOf(t *testing.T) {
 		{"wraps", base, ^uint64(0) - base + 10, false},
 		{"past the address space", 1 << 48, 10, false},
 	} {
-		if dev, ok := c.MemoryOf(tc.ptr, tc.size); ok != tc.ok || (ok && dev != -1) {
+		if dev, ok := c.Buffers().MemoryOf(tc.ptr, tc.size); ok != tc.ok || (ok && dev != -1) {
 			t.Errorf("%s: MemoryOf = %d, %v; want ok %v", tc.name, dev, ok, tc.ok)
 		}
 	}

@@ -42,7 +42,7 @@ func chainObservers(a, b func(wire.Op, time.Duration, error)) func(wire.Op, time
 
 // timedWrite runs one round of a write's transfers and reports their time
 // and the bytes of the replicas written.
-func (c *Client) timedWrite(ctx context.Context, ops []transfer.Op, objects int) []error {
+func (c *core) timedWrite(ctx context.Context, ops []transfer.Op, objects int) []error {
 	if c.metrics == nil {
 		return c.engine.Do(ctx, ops)
 	}
@@ -65,7 +65,7 @@ func (c *Client) timedWrite(ctx context.Context, ops []transfer.Op, objects int)
 // noteWrite reports a write call that stored at least one object (a key
 // that already existed counts, as put reports it a success), by the
 // call's interface name: put or upsert, with _batch for several objects.
-func (c *Client) noteWrite(start wire.Op, items []PutItem, out []wire.Code, began time.Time) {
+func (c *core) noteWrite(start wire.Op, items []PutItem, out []wire.Code, began time.Time) {
 	if c.metrics == nil {
 		return
 	}
@@ -94,7 +94,7 @@ func (c *Client) noteWrite(start wire.Op, items []PutItem, out []wire.Code, bega
 // (from began) and, as an interface call timed from GetStart, by the
 // call's name: get, or get_buffer for memory the client lends, with
 // batch_ in front for several objects.
-func (c *Client) noteRead(p *Pending, out []int64, began time.Time) {
+func (c *core) noteRead(p *Pending, out []int64, began time.Time) {
 	if c.metrics == nil {
 		return
 	}

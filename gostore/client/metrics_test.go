@@ -51,27 +51,27 @@ func TestClientHTTPServerCountsTheClientsWork(t *testing.T) {
 	defer c.Close()
 
 	one, a, b := testkit.Pattern(1, 1000), testkit.Pattern(2, 3000), testkit.Pattern(3, 5000)
-	if r := c.PutBatch([]PutItem{{Key: "one", Parts: [][]byte{one}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+	if r := c.Writes().PutBatch([]PutItem{{Key: "one", Parts: [][]byte{one}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatalf("put: %v", r[0])
 	}
-	for i, code := range c.PutBatch([]PutItem{{Key: "a", Parts: [][]byte{a}}, {Key: "b", Parts: [][]byte{b}}}, wire.ReplicaConfig{}) {
+	for i, code := range c.Writes().PutBatch([]PutItem{{Key: "a", Parts: [][]byte{a}}, {Key: "b", Parts: [][]byte{b}}}, wire.ReplicaConfig{}) {
 		if code != wire.OK {
 			t.Fatalf("batch put %d: %v", i, code)
 		}
 	}
 	dst := make([]byte, len(one))
-	if got := c.GetInto([]string{"one"}, [][][]byte{{dst}}); got[0] != int64(len(one)) || !bytes.Equal(dst, one) {
+	if got := c.Reads().GetInto([]string{"one"}, [][][]byte{{dst}}); got[0] != int64(len(one)) || !bytes.Equal(dst, one) {
 		t.Fatalf("get: %d", got[0])
 	}
-	bufs, codes := c.GetBuffers([]string{"a", "b", "missing"})
+	bufs, codes := c.Reads().GetBuffers([]string{"a", "b", "missing"})
 	if !bytes.Equal(bufs[0], a) || !bytes.Equal(bufs[1], b) || codes[2] != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("get buffers: %v", codes)
 	}
 	for _, buf := range bufs[:2] {
-		c.FreeBuffer(addrOf(buf))
+		c.Reads().FreeBuffer(addrOf(buf))
 	}
 	// A get that finds nothing moved nothing: not counted.
-	if got := c.GetInto([]string{"missing"}, [][][]byte{{dst}}); got[0] != int64(wire.ErrObjectNotFound) {
+	if got := c.Reads().GetInto([]string{"missing"}, [][][]byte{{dst}}); got[0] != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("miss: %d", got[0])
 	}
 
@@ -150,7 +150,7 @@ func TestClientHTTPPortTakenOrInvalid(t *testing.T) {
 	if c.http != nil || c.metrics != nil {
 		t.Error("a server or metrics on a port another listener holds")
 	}
-	if r := c.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("v")}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
+	if r := c.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{[]byte("v")}}}, wire.ReplicaConfig{}); r[0] != wire.OK {
 		t.Fatalf("put without the server: %v", r[0])
 	}
 	for _, bad := range []int{-1, 65536} {

@@ -78,7 +78,7 @@ func (p *peerCache) forget(id uint64) {
 
 // resolve makes sure every ID in ids is cached, asking the master once for
 // all the unknown ones. IDs the master no longer knows stay unresolved.
-func (c *Client) resolve(ctx context.Context, ids []uint64) error {
+func (c *core) resolve(ctx context.Context, ids []uint64) error {
 	var missing []uint64
 	c.peers.mu.RLock()
 	for _, id := range ids {
@@ -113,7 +113,7 @@ const peerPruneInterval = 2 * time.Second
 // fails over shared memory to tell us it is gone: without this, each peer
 // that ever left kept its whole segment allocated here. The own segment
 // is never forgotten. An error (the master unreachable) prunes nothing.
-func (c *Client) prunePeers(ctx context.Context) {
+func (c *core) prunePeers(ctx context.Context) {
 	c.peers.mu.RLock()
 	ids := make([]uint64, 0, len(c.peers.byID))
 	for id := range c.peers.byID {
@@ -144,14 +144,14 @@ func (c *Client) prunePeers(ctx context.Context) {
 // opFailed forgets segment id when an op on it failed in transfer: the
 // next use asks the master again and reopens it. An op the engine refused
 // (a bad range, bad device parts) says nothing about the segment.
-func (c *Client) opFailed(id uint64, err error) {
+func (c *core) opFailed(id uint64, err error) {
 	if wire.CodeOf(err) == wire.ErrTransferFail {
 		c.failed(id)
 	}
 }
 
 // failed forgets a segment after a transfer to it failed.
-func (c *Client) failed(id uint64) {
+func (c *core) failed(id uint64) {
 	if c.peers.isOwn(id) {
 		return
 	}

@@ -30,7 +30,7 @@ type Place struct {
 // mapping the segment and copying itself is one memcpy. The reader count
 // and the lease this client holds keep the range the object's until
 // GetFinish or Abort, as for this client's own copies.
-func (c *Client) Places(p *Pending) []Place {
+func (c *Reads) Places(p *Pending) []Place {
 	out := make([]Place, len(p.res))
 	leave, err := c.enter()
 	if err != nil {
@@ -89,7 +89,7 @@ func (p *Pending) LeaveToCaller(places []Place) {
 
 // mapsHostMemory reports whether this client reaches peer's segment as
 // host memory mapped here, known by a path and a size.
-func (c *Client) mapsHostMemory(peer transfer.Peer) bool {
+func (c *Reads) mapsHostMemory(peer transfer.Peer) bool {
 	if peer.Location != "" || peer.ShmPath == "" || peer.Size == 0 {
 		return false
 	}

@@ -24,11 +24,11 @@ func TestPlacesNameTheSegmentThatHoldsTheObject(t *testing.T) {
 	v := testkit.Pattern(1, 300_000)
 	mustPut(t, writer, "k", v, false)
 
-	p, err := reader.GetStart([]string{"k", "missing"})
+	p, err := reader.Reads().GetStart([]string{"k", "missing"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	places := reader.Places(p)
+	places := reader.Reads().Places(p)
 	if places[1] != (Place{}) {
 		t.Fatalf("a miss got a place: %+v", places[1])
 	}
@@ -51,26 +51,26 @@ func TestPlacesNameTheSegmentThatHoldsTheObject(t *testing.T) {
 		t.Fatal("the place does not hold the object's bytes")
 	}
 	// Not left to the caller: no destination is an error, as before.
-	if out := reader.GetFinish(p, [][][]byte{nil, nil}); out[0] != int64(wire.ErrInvalidParams) {
+	if out := reader.Reads().GetFinish(p, [][][]byte{nil, nil}); out[0] != int64(wire.ErrInvalidParams) {
 		t.Fatalf("finish without a destination, nothing left to the caller: %d", out[0])
 	}
 
-	p, err = reader.GetStart([]string{"k", "missing"})
+	p, err = reader.Reads().GetStart([]string{"k", "missing"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.LeaveToCaller(reader.Places(p))
-	if out := reader.GetFinish(p, [][][]byte{{}, nil}); out[0] != int64(len(v)) || out[1] != int64(wire.ErrObjectNotFound) {
+	p.LeaveToCaller(reader.Reads().Places(p))
+	if out := reader.Reads().GetFinish(p, [][][]byte{{}, nil}); out[0] != int64(len(v)) || out[1] != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("finish of an object the caller copied: %v", out)
 	}
 	// One left to the caller but given a destination anyway is read into it.
-	p, err = reader.GetStart([]string{"k"})
+	p, err = reader.Reads().GetStart([]string{"k"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.LeaveToCaller(reader.Places(p))
+	p.LeaveToCaller(reader.Reads().Places(p))
 	dst := make([]byte, len(v))
-	if out := reader.GetFinish(p, [][][]byte{{dst}}); out[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+	if out := reader.Reads().GetFinish(p, [][][]byte{{dst}}); out[0] != int64(len(v)) || !bytes.Equal(dst, v) {
 		t.Fatalf("finish into a destination: %v", out)
 	}
 }
@@ -79,12 +79,12 @@ func TestPlacesNameTheSegmentThatHoldsTheObject(t *testing.T) {
 func TestNoPlaceOverTCP(t *testing.T) {
 	reader, writer := spotCluster(t)
 	mustPut(t, writer, "k", testkit.Pattern(2, 4096), false)
-	p, err := reader.GetStart([]string{"k"})
+	p, err := reader.Reads().GetStart([]string{"k"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer reader.Abort(p)
-	if pl := reader.Places(p); pl[0] != (Place{}) {
+	defer reader.Reads().Abort(p)
+	if pl := reader.Reads().Places(p); pl[0] != (Place{}) {
 		t.Fatalf("a place over TCP: %+v", pl[0])
 	}
 }

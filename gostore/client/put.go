@@ -1,4 +1,5 @@
-// put.go defines the put pipeline: PutStart, transfers, PutEnd/PutRevoke.
+// put.go defines Writes, the put pipeline: PutStart, transfers,
+// PutEnd/PutRevoke.
 
 package client
 
@@ -10,9 +11,31 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gostore/gostore/gostore/internal/burstlog"
 	"github.com/gostore/gostore/gostore/transfer"
 	"github.com/gostore/gostore/gostore/wire"
 )
+
+// Writes carries out puts and upserts: PutStart (the master picks replica
+// ranges), one transfer per replica from the caller's memory, then PutEnd,
+// or PutRevoke when a transfer failed; a put refused for space waits for
+// room in rounds (spaceWait). It owns the keys whose revoke may have come
+// too late (unsure), the log of refusals for space and the count at which
+// a wait for room last gave up. Locks: unsure.mu only inside its methods;
+// each exported call holds core's inFlight read lock (enter) for its
+// length. Before a write the master hears of this client's ended reads
+// (ends), and what it wrote is remembered for the next get (reads' spots).
+type Writes struct {
+	*core
+	reads   *Reads
+	ends    *readEnds
+	noSpace burstlog.Log // puts refused for space
+	// spaceStalledAt is 1 + the master's progress count at which a write
+	// last gave up waiting for room that did not come (0: none): later
+	// writes seeing the same count do not wait again.
+	spaceStalledAt atomic.Uint64
+	unsure         unsureKeys // writes ended before their revoke
+}
 
 // PutItem is one object to store: the concatenation of Parts. Parts on a
 // GPU are listed in Device (see transfer.Op), nil placeholders in Parts.
@@ -35,13 +58,13 @@ func (it PutItem) size() uint64 {
 // batch. Result i is OK (also when the key already existed: put never
 // overwrites) or the item's error code. Invalid items (empty key or value)
 // get -600 and do not stop the others.
-func (c *Client) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
+func (c *Writes) PutBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	return c.write(wire.OpPutStart, items, cfg)
 }
 
 // UpsertBatch inserts or replaces each item (see master.Core.UpsertStart):
 // the same pipeline as PutBatch with UpsertStart as its first phase.
-func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
+func (c *Writes) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	return c.write(wire.OpUpsertStart, items, cfg)
 }
 
@@ -54,7 +77,7 @@ func (c *Client) UpsertBatch(items []PutItem, cfg wire.ReplicaConfig) []wire.Cod
 // own objects, which have no disk copy, or the call would answer 0 for
 // objects it had evicted itself. The holds end with the call (PutUnhold),
 // a moment later when it ends with refusals (see unhold).
-func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
+func (c *Writes) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(items))
 	if c.metrics != nil {
 		defer c.noteWrite(start, items, out, time.Now())
@@ -99,7 +122,7 @@ func (c *Client) write(start wire.Op, items []PutItem, cfg wire.ReplicaConfig) [
 	}
 	if start == wire.OpUpsertStart {
 		// This client's finished reads must not make its own upsert busy.
-		c.flushReadEnds()
+		c.ends.flushReadEnds()
 	}
 	wait := spaceWait{c: c}
 	for len(round) > 0 {
@@ -118,7 +141,7 @@ type refusal struct {
 
 // writeRound writes items[i] for each i in round, under one call timeout,
 // setting out[i]; it returns the items refused for space.
-func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, round []int, out []wire.Code, wait *spaceWait) []refusal {
+func (c *Writes) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConfig, round []int, out []wire.Code, wait *spaceWait) []refusal {
 	ctx, cancel := c.ctx()
 	defer cancel()
 
@@ -228,7 +251,7 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 	c.finishWrites(ctx, &done, doneIdx, &revoke, out)
 	for j, r := range resp.Results {
 		if i := idx[j]; writing[i] && out[i] == wire.OK {
-			c.rememberWritten(items[i].Key, r.Replicas, items[i].size(), r.Epoch)
+			c.reads.rememberWritten(items[i].Key, r.Replicas, items[i].size(), r.Epoch)
 			if done.HoldMS > 0 {
 				wait.held.Keys = append(wait.held.Keys, items[i].Key)
 				wait.held.Epochs = append(wait.held.Epochs, r.Epoch)
@@ -243,7 +266,7 @@ func (c *Client) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 // refused at once, and one sent in the background could overtake the
 // PutStart still unread on the master's side: the keys are kept, and the
 // next write of any of them revokes them first (unsure).
-func (c *Client) revoke(ctx context.Context, req *wire.KeysReq) {
+func (c *Writes) revoke(ctx context.Context, req *wire.KeysReq) {
 	if ctx.Err() != nil {
 		c.unsure.add(req.Keys)
 		return
@@ -306,7 +329,7 @@ func (u *unsureKeys) take(keys []string) []string {
 }
 
 // finishWrites sends PutEnd and PutRevoke concurrently.
-func (c *Client) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx []int, revoke *wire.KeysReq, out []wire.Code) {
+func (c *Writes) finishWrites(ctx context.Context, done *wire.KeysReq, doneIdx []int, revoke *wire.KeysReq, out []wire.Code) {
 	var wg sync.WaitGroup
 	if len(revoke.Keys) > 0 {
 		wg.Add(1)
@@ -358,7 +381,7 @@ const spaceStall = 2 * time.Second
 // are tried until Config.PutSpaceWait passes or the master stalls; items
 // refused before an eviction pass looked, until one has.
 type spaceWait struct {
-	c       *Client
+	c       *Writes
 	began   time.Time // the first refusal
 	backoff time.Duration
 	// firstPass is the master's pass count at the first round's refusals.
@@ -485,7 +508,7 @@ func (w *spaceWait) waited() time.Duration {
 
 // noteNoSpace logs the first write of a burst that ends refused for space,
 // with the master's reason, and ends the burst when a write stores keys.
-func (c *Client) noteNoSpace(op wire.Op, items []PutItem, out []wire.Code, w *spaceWait) {
+func (c *Writes) noteNoSpace(op wire.Op, items []PutItem, out []wire.Code, w *spaceWait) {
 	if len(w.last) == 0 {
 		// The common write: nothing refused and no burst to end.
 		if c.noSpace.On() && slices.Contains(out, wire.OK) {

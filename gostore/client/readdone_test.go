@@ -39,7 +39,7 @@ func TestAReadDoneRidesTheReadersNextCall(t *testing.T) {
 	if got := readOne(t, reader, "k", len(v2)); !bytes.Equal(got, v2) {
 		t.Fatal("read after the upsert: wrong bytes")
 	}
-	if n := reader.readDoneAlone.Load(); n != 0 {
+	if n := reader.ends.readDoneAlone.Load(); n != 0 {
 		t.Fatalf("%d ReadDones went on their own; every get read a key of its own", n)
 	}
 }
@@ -59,13 +59,13 @@ func TestARereadSendsItsWaitingReadDoneFirst(t *testing.T) {
 			t.Fatalf("read %d: wrong bytes", i)
 		}
 	}
-	if n := reader.readDoneAlone.Load(); n != 2 {
+	if n := reader.ends.readDoneAlone.Load(); n != 2 {
 		t.Fatalf("%d of 2 re-reads sent the waiting ReadDone first", n)
 	}
 	if got := readOne(t, reader, "other", len(o)); !bytes.Equal(got, o) {
 		t.Fatal("read of the other key: wrong bytes")
 	}
-	if n := reader.readDoneAlone.Load(); n != 2 {
+	if n := reader.ends.readDoneAlone.Load(); n != 2 {
 		t.Fatalf("a read of another key sent the waiting ReadDone on its own (%d)", n)
 	}
 	if code := writeOne(reader, "other", v, true); code != wire.OK {

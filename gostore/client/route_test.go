@@ -73,37 +73,37 @@ func TestTransferFailuresThroughTheRoute(t *testing.T) {
 		defer reader.Close()
 
 		v := testkit.Pattern(77, 100_000)
-		if codes := reader.PutBatch([]PutItem{{Key: "both", Parts: [][]byte{v[:7], v[7:]}}}, wire.ReplicaConfig{ReplicaNum: 2}); codes[0] != wire.OK {
+		if codes := reader.Writes().PutBatch([]PutItem{{Key: "both", Parts: [][]byte{v[:7], v[7:]}}}, wire.ReplicaConfig{ReplicaNum: 2}); codes[0] != wire.OK {
 			t.Fatalf("put of two replicas: %v", codes[0])
 		}
 		// Fail whichever replica the reader tries first: the other serves.
 		fake.set(a.peers.ownID, b.peers.ownID)
 		got := make([]byte, len(v))
-		if n := reader.GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(wire.ErrTransferFail) {
+		if n := reader.Reads().GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(wire.ErrTransferFail) {
 			t.Fatalf("every replica failing: %d, want %d", n[0], wire.ErrTransferFail)
 		}
 		for _, bad := range []uint64{a.peers.ownID, b.peers.ownID} {
 			fake.set(bad)
 			clear(got)
-			if n := reader.GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
+			if n := reader.Reads().GetInto([]string{"both"}, [][][]byte{{got}}); n[0] != int64(len(v)) || !bytes.Equal(got, v) {
 				t.Fatalf("segment %d failing: %d bytes, equal %v", bad, n[0], bytes.Equal(got, v))
 			}
 		}
 
 		fake.set(a.peers.ownID, b.peers.ownID)
 		w := testkit.Pattern(78, 5000)
-		if codes := reader.PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.ErrTransferFail {
+		if codes := reader.Writes().PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.ErrTransferFail {
 			t.Fatalf("put with the route failing: %v", codes[0])
 		}
-		if e := a.Exist([]string{"lost"}); e[0] != 0 {
+		if e := a.Keys().Exist([]string{"lost"}); e[0] != 0 {
 			t.Fatalf("a put that failed is visible: exist %d", e[0])
 		}
 		fake.set()
-		if codes := reader.PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+		if codes := reader.Writes().PutBatch([]PutItem{{Key: "lost", Parts: [][]byte{w}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 			t.Fatalf("put again: %v", codes[0])
 		}
 		got = make([]byte, len(w))
-		if n := a.GetInto([]string{"lost"}, [][][]byte{{got}}); n[0] != int64(len(w)) || !bytes.Equal(got, w) {
+		if n := a.Reads().GetInto([]string{"lost"}, [][][]byte{{got}}); n[0] != int64(len(w)) || !bytes.Equal(got, w) {
 			t.Fatalf("read of the second put: %d", n[0])
 		}
 		if fake.hits < 4 {

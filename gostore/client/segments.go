@@ -1,5 +1,5 @@
-// segments.go defines the segments a client mounts at run time besides the
-// one setup contributes (Mooncake's mount_segment and
+// segments.go defines Segments: the segments a client mounts at run time
+// besides the one setup contributes (Mooncake's mount_segment and
 // allocate_and_mount_segment): a file's pages mapped at an offset, or host
 // memory allocated for the purpose. Each is served by a transfer server of
 // its own and named at the master by that server's address; the caller
@@ -78,6 +78,20 @@ type extraSeg struct {
 	unmounting int    // unmounts asked of the master and not failed: a remount is undone
 }
 
+// Segments mounts and unmounts the segments this client adds at run time
+// (MountFile, AllocateAndMount, UnmountSegments), remounts them when the
+// master forgot them, and lets their memory go once no call copies in or
+// out of it and the master let them go; UnmountLocalDisk unmounts the SSD
+// tier. It owns the registry of run-time segments (extra). Locks:
+// extra.mu around the registry and each segment's id and draining state,
+// never across an RPC; core's inFlight write lock while a segment's
+// memory is freed (freeExtra), so no call is reading it; each segment's
+// exposure lock (segExposure) from its expose to the master's answer.
+type Segments struct {
+	*core
+	extra extraSegs // segments mounted at run time
+}
+
 // extraSegs is the client's registry of run-time segments.
 type extraSegs struct {
 	mu       sync.Mutex
@@ -98,7 +112,7 @@ type extraSegs struct {
 // Mooncake accepts them and change nothing. Failures are ErrInternal, as
 // Mooncake's mount_segment reports every failure, with the reason in the
 // error and the log; nothing stays mounted or mapped.
-func (c *Client) MountFile(path string, offset, size uint64, protocol, location string) ([]string, error) {
+func (c *Segments) MountFile(path string, offset, size uint64, protocol, location string) ([]string, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -153,13 +167,13 @@ type fileID struct{ dev, ino uint64 }
 // overlapping returns a mounted segment holding some of the same file
 // bytes as s, or nil. Two segments over the same bytes would hand the same
 // memory to two objects: Mooncake mounts them anyway; gostore refuses.
-func (c *Client) overlapping(s *extraSeg) *extraSeg {
+func (c *Segments) overlapping(s *extraSeg) *extraSeg {
 	c.extra.mu.Lock()
 	defer c.extra.mu.Unlock()
 	return c.overlappingLocked(s)
 }
 
-func (c *Client) overlappingLocked(s *extraSeg) *extraSeg {
+func (c *Segments) overlappingLocked(s *extraSeg) *extraSeg {
 	if s.allocated {
 		return nil
 	}
@@ -182,7 +196,7 @@ const maxMapping = int(^uint(0) >> 1)
 // before anything is allocated: the pages are populated at once, and
 // taking more would invite the OOM killer. Failures are ErrInternal, as in
 // Mooncake, with the reason in the error and the log.
-func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]string, uint64, error) {
+func (c *Segments) AllocateAndMount(size uint64, protocol, location string) ([]string, uint64, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, 0, err
 	}
@@ -215,7 +229,7 @@ func (c *Client) AllocateAndMount(size uint64, protocol, location string) ([]str
 // mountExtra gives s a listener, a name, memory when it is allocated, a
 // server and an id, mounts it at the master and registers it; on failure
 // everything it made is released (s.mem too).
-func (c *Client) mountExtra(s *extraSeg) (err error) {
+func (c *Segments) mountExtra(s *extraSeg) (err error) {
 	defer func() {
 		if err != nil {
 			s.release()
@@ -270,7 +284,7 @@ func (c *Client) mountExtra(s *extraSeg) (err error) {
 // (route on) a fresh UCX exposure of its memory, and returns its ID there
 // (which the server then expects grants to name). errRevoked once release
 // ran: its memory is going or gone.
-func (c *Client) mountAtMaster(ctx context.Context, s *extraSeg) (id uint64, err error) {
+func (c *Segments) mountAtMaster(ctx context.Context, s *extraSeg) (id uint64, err error) {
 	describe := func() (wire.SegmentDesc, error) {
 		desc := wire.SegmentDesc{Name: s.name, ClientID: c.id, HostID: transfer.HostID(),
 			TransferAddr: s.server.Addr().String(), Size: s.size, Base: uint64(addrOf(s.mem))}
@@ -323,7 +337,7 @@ func (s *extraSeg) release() {
 // error is the first failure: ErrInternal for an id this client did not
 // mount of that kind, ErrInvalidParams for one already being unmounted
 // gracefully (as Mooncake answers), or what the master answered.
-func (c *Client) UnmountSegments(ids []string, grace time.Duration, allocated bool) error {
+func (c *Segments) UnmountSegments(ids []string, grace time.Duration, allocated bool) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
@@ -367,7 +381,7 @@ func (c *Client) UnmountSegments(ids []string, grace time.Duration, allocated bo
 
 // unmountOne asks the master to unmount s and releases it (at once), or
 // (grace; s was marked draining) waits for the master in the background.
-func (c *Client) unmountOne(s *extraSeg, grace time.Duration) error {
+func (c *Segments) unmountOne(s *extraSeg, grace time.Duration) error {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	req := &wire.UnmountReq{ClientID: c.id, Name: s.name, GraceMs: uint64(grace / time.Millisecond)}
@@ -405,7 +419,7 @@ func (c *Client) unmountOne(s *extraSeg, grace time.Duration) error {
 // awaitRemoval waits out s's grace period, then for the master to have
 // removed it, and releases it. Not one of c.wg's goroutines: it may wait
 // for inFlight, which Close holds while it waits for those.
-func (c *Client) awaitRemoval(s *extraSeg, grace time.Duration) {
+func (c *Segments) awaitRemoval(s *extraSeg, grace time.Duration) {
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -434,7 +448,7 @@ func (c *Client) awaitRemoval(s *extraSeg, grace time.Duration) {
 }
 
 // masterDropped reports whether the master no longer lists s.
-func (c *Client) masterDropped(s *extraSeg) bool {
+func (c *Segments) masterDropped(s *extraSeg) bool {
 	c.extra.mu.Lock()
 	id := s.id
 	c.extra.mu.Unlock()
@@ -455,7 +469,7 @@ func (c *Client) masterDropped(s *extraSeg) bool {
 // freeExtra forgets s and releases it once no call of this process is
 // copying in or out of any segment; after Close it does nothing (release
 // freed everything).
-func (c *Client) freeExtra(s *extraSeg) {
+func (c *Segments) freeExtra(s *extraSeg) {
 	c.inFlight.Lock()
 	defer c.inFlight.Unlock()
 	if c.closed.Load() {
@@ -477,7 +491,7 @@ func (c *Client) freeExtra(s *extraSeg) {
 // remountExtra mounts the run-time segments again at a master that forgot
 // this client (the heartbeat's rejoin); draining ones are left to
 // awaitRemoval, which finds them gone.
-func (c *Client) remountExtra(ctx context.Context) error {
+func (c *Segments) remountExtra(ctx context.Context) error {
 	c.extra.mu.Lock()
 	var todo []*extraSeg
 	for _, s := range c.extra.byHandle {
@@ -498,7 +512,7 @@ func (c *Client) remountExtra(ctx context.Context) error {
 // meanwhile wins: after one asked the master, a remount that got through
 // is undone at the master; after its release, none starts (errRevoked),
 // so its memory is never exposed or mounted again.
-func (c *Client) remountOne(ctx context.Context, s *extraSeg) error {
+func (c *Segments) remountOne(ctx context.Context, s *extraSeg) error {
 	id, err := c.mountAtMaster(ctx, s)
 	if err == errRevoked {
 		return nil
@@ -525,7 +539,7 @@ func (c *Client) remountOne(ctx context.Context, s *extraSeg) error {
 
 // closeExtra releases every run-time segment (Close; nothing copies any
 // more) and refuses new ones.
-func (c *Client) closeExtra() {
+func (c *Segments) closeExtra() {
 	c.extra.mu.Lock()
 	c.extra.closed = true
 	segs := c.extra.byHandle
@@ -545,7 +559,7 @@ func (c *Client) closeExtra() {
 // until Close). The files stay in the directory; the next client that
 // opens it deletes them. Without a tier there is nothing to do: nil, as in
 // Mooncake. The master's answer otherwise (-1300 without its SSD tier).
-func (c *Client) UnmountLocalDisk(grace time.Duration) error {
+func (c *Segments) UnmountLocalDisk(grace time.Duration) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}

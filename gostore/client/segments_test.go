@@ -21,7 +21,7 @@ func putOne(t *testing.T, c *Client, key string, v []byte) wire.Code {
 
 func getOne(c *Client, key string, n int) ([]byte, int64) {
 	dst := make([]byte, n)
-	got := c.GetInto([]string{key}, [][][]byte{{dst}})[0]
+	got := c.Reads().GetInto([]string{key}, [][][]byte{{dst}})[0]
 	return dst, got
 }
 
@@ -34,7 +34,7 @@ func TestAllocatedSegmentServesAndUnmounts(t *testing.T) {
 		m := testkit.StartMaster(t)
 		owner := newClient(t, m.Addr(), 0)
 		writer := newClient(t, m.Addr(), 0)
-		ids, size, err := owner.AllocateAndMount(1<<20, "tcp", "")
+		ids, size, err := owner.Segments().AllocateAndMount(1<<20, "tcp", "")
 		if err != nil || len(ids) != 1 || size != AllocAlign {
 			t.Fatalf("AllocateAndMount = %v, %d, %v", ids, size, err)
 		}
@@ -53,10 +53,10 @@ func TestAllocatedSegmentServesAndUnmounts(t *testing.T) {
 		}
 		// The wrong kind of id, and ids never returned, are -1; the good
 		// one in the same call is still unmounted.
-		if err := owner.UnmountSegments(ids, 0, false); wire.CodeOf(err) != wire.ErrInternal {
+		if err := owner.Segments().UnmountSegments(ids, 0, false); wire.CodeOf(err) != wire.ErrInternal {
 			t.Fatalf("unmount of an allocated id as a file segment: %v", err)
 		}
-		if err := owner.UnmountSegments([]string{"1-2", ids[0], "junk"}, 0, true); wire.CodeOf(err) != wire.ErrInternal {
+		if err := owner.Segments().UnmountSegments([]string{"1-2", ids[0], "junk"}, 0, true); wire.CodeOf(err) != wire.ErrInternal {
 			t.Fatalf("unmount with unknown ids: %v", err)
 		}
 		if n := len(m.Core().Segments()); n != 0 {
@@ -68,7 +68,7 @@ func TestAllocatedSegmentServesAndUnmounts(t *testing.T) {
 		if code := putOne(t, writer, "k2", v); code != wire.ErrNoAvailableHandle {
 			t.Fatalf("put with no segment = %v", code)
 		}
-		if err := owner.UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInternal {
+		if err := owner.Segments().UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInternal {
 			t.Fatalf("second unmount: %v", err)
 		}
 		// A same-host peer keeps its mapping until it forgets the segment
@@ -101,7 +101,7 @@ func TestFileSegmentHoldsObjectsInTheFile(t *testing.T) {
 	if err := os.WriteFile(path, make([]byte, 4*page+1<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := owner.MountFile(path, uint64(4*page), 1<<20, "tcp", "")
+	ids, err := owner.Segments().MountFile(path, uint64(4*page), 1<<20, "tcp", "")
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("MountFile = %v, %v", ids, err)
 	}
@@ -118,10 +118,10 @@ func TestFileSegmentHoldsObjectsInTheFile(t *testing.T) {
 	if at := bytes.Index(file, v); at < 4*page {
 		t.Fatalf("object found at %d of the file, want at or past the offset %d", at, 4*page)
 	}
-	if err := owner.UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInternal {
+	if err := owner.Segments().UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInternal {
 		t.Fatalf("file id unmounted as an allocated one: %v", err)
 	}
-	if err := owner.UnmountSegments(ids, 0, false); err != nil {
+	if err := owner.Segments().UnmountSegments(ids, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, n := getOne(writer, "f", len(v)); n != int64(wire.ErrObjectNotFound) {
@@ -155,11 +155,11 @@ func TestMountRefusals(t *testing.T) {
 		{"a directory", t.TempDir(), 0, page},
 	}
 	for _, tc := range cases {
-		if ids, err := c.MountFile(tc.path, tc.offset, tc.size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil {
+		if ids, err := c.Segments().MountFile(tc.path, tc.offset, tc.size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil {
 			t.Errorf("%s: %v, %v", tc.what, ids, err)
 		}
 	}
-	if ids, err := c.MountFile(path, 0, 0, "tcp", ""); err != nil || ids == nil || len(ids) != 0 {
+	if ids, err := c.Segments().MountFile(path, 0, 0, "tcp", ""); err != nil || ids == nil || len(ids) != 0 {
 		t.Errorf("size 0: %v, %v (want no ids and no error)", ids, err)
 	}
 	limit, ok := memlimit.Probe{}.Tightest()
@@ -168,7 +168,7 @@ func TestMountRefusals(t *testing.T) {
 	}
 	avail := limit.Free
 	for _, size := range []uint64{0, avail + AllocAlign, 1 << 50, ^uint64(0)} {
-		if ids, n, err := c.AllocateAndMount(size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil || n != 0 {
+		if ids, n, err := c.Segments().AllocateAndMount(size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil || n != 0 {
 			t.Errorf("allocate %d: %v, %d, %v", size, ids, n, err)
 		}
 	}
@@ -179,13 +179,13 @@ func TestMountRefusals(t *testing.T) {
 		t.Fatal("a refused mount left the file mapped")
 	}
 	c.Close()
-	if _, err := c.MountFile(path, 0, page, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal {
+	if _, err := c.Segments().MountFile(path, 0, page, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal {
 		t.Fatalf("mount after close: %v", err)
 	}
-	if _, _, err := c.AllocateAndMount(1, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal {
+	if _, _, err := c.Segments().AllocateAndMount(1, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal {
 		t.Fatalf("allocate after close: %v", err)
 	}
-	if err := c.UnmountSegments([]string{"1-2"}, 0, false); wire.CodeOf(err) != wire.ErrInternal {
+	if err := c.Segments().UnmountSegments([]string{"1-2"}, 0, false); wire.CodeOf(err) != wire.ErrInternal {
 		t.Fatalf("unmount after close: %v", err)
 	}
 }
@@ -197,7 +197,7 @@ func TestGracefulUnmount(t *testing.T) {
 	m := testkit.StartMaster(t)
 	owner := newClient(t, m.Addr(), 0)
 	writer := newClient(t, m.Addr(), 0)
-	ids, _, err := owner.AllocateAndMount(1, "tcp", "")
+	ids, _, err := owner.Segments().AllocateAndMount(1, "tcp", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,13 +207,13 @@ func TestGracefulUnmount(t *testing.T) {
 		t.Fatal(code)
 	}
 	start := time.Now()
-	if err := owner.UnmountSegments(ids, time.Second, true); err != nil {
+	if err := owner.Segments().UnmountSegments(ids, time.Second, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := owner.UnmountSegments(ids, time.Second, true); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if err := owner.Segments().UnmountSegments(ids, time.Second, true); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("second unmount during the grace period: %v", err)
 	}
-	if err := owner.UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInvalidParams {
+	if err := owner.Segments().UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInvalidParams {
 		t.Fatalf("immediate unmount during the grace period: %v", err)
 	}
 	if segs := m.Core().Segments(); len(segs) != 1 || !segs[0].Draining {
@@ -234,7 +234,7 @@ func TestGracefulUnmount(t *testing.T) {
 	}
 	writer.Close() // its mapping of the segment (shared memory) goes with it
 	testkit.WaitFor(t, "the memory to be released", func() bool { return !mapsMention(t, "gostore:"+name) })
-	if err := owner.UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInternal {
+	if err := owner.Segments().UnmountSegments(ids, 0, true); wire.CodeOf(err) != wire.ErrInternal {
 		t.Fatalf("unmount after release: %v", err)
 	}
 }
@@ -244,18 +244,18 @@ func TestGracefulUnmount(t *testing.T) {
 func TestCloseDuringGracePeriod(t *testing.T) {
 	m := testkit.StartMaster(t)
 	owner := newClient(t, m.Addr(), 0)
-	ids, _, err := owner.AllocateAndMount(1, "tcp", "")
+	ids, _, err := owner.Segments().AllocateAndMount(1, "tcp", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := owner.AllocateAndMount(1, "tcp", ""); err != nil { // stays mounted until close
+	if _, _, err := owner.Segments().AllocateAndMount(1, "tcp", ""); err != nil { // stays mounted until close
 		t.Fatal(err)
 	}
 	names := []string{}
 	for _, s := range m.Core().Segments() {
 		names = append(names, s.Name)
 	}
-	if err := owner.UnmountSegments(ids, time.Hour, true); err != nil {
+	if err := owner.Segments().UnmountSegments(ids, time.Hour, true); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -282,7 +282,7 @@ func TestMasterRestartRemountsExtraSegments(t *testing.T) {
 	m := testkit.StartMaster(t)
 	addr := m.Addr()
 	owner := newClient(t, addr, 0)
-	ids, _, err := owner.AllocateAndMount(1, "tcp", "")
+	ids, _, err := owner.Segments().AllocateAndMount(1, "tcp", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestMasterRestartRemountsExtraSegments(t *testing.T) {
 	if got, n := getOne(writer, "r", len(v)); n != int64(len(v)) || !bytes.Equal(got, v) {
 		t.Fatalf("get after remount = %d", n)
 	}
-	if err := owner.UnmountSegments(ids, 0, true); err != nil {
+	if err := owner.Segments().UnmountSegments(ids, 0, true); err != nil {
 		t.Fatalf("unmount by the same id after the remount: %v", err)
 	}
 	if n := len(m2.Core().Segments()); n != 0 {
@@ -332,7 +332,7 @@ func TestFileSegmentOverlapRefused(t *testing.T) {
 	if err := os.Symlink(path, link); err != nil {
 		t.Fatal(err)
 	}
-	first, err := c.MountFile(path, 0, 2<<20, "tcp", "")
+	first, err := c.Segments().MountFile(path, 0, 2<<20, "tcp", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,20 +340,20 @@ func TestFileSegmentOverlapRefused(t *testing.T) {
 		path         string
 		offset, size uint64
 	}{{path, 0, 2 << 20}, {path, 1 << 20, 2 << 20}, {link, 0, 4096}} {
-		if ids, err := c.MountFile(tc.path, tc.offset, tc.size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil {
+		if ids, err := c.Segments().MountFile(tc.path, tc.offset, tc.size, "tcp", ""); wire.CodeOf(err) != wire.ErrInternal || ids != nil {
 			t.Fatalf("overlapping mount %+v: %v, %v", tc, ids, err)
 		}
 	}
-	if _, err := c.MountFile(link, 2<<20, 2<<20, "tcp", ""); err != nil {
+	if _, err := c.Segments().MountFile(link, 2<<20, 2<<20, "tcp", ""); err != nil {
 		t.Fatalf("disjoint range: %v", err)
 	}
 	if n := len(m.Core().Segments()); n != 2 {
 		t.Fatalf("%d segments, want 2", n)
 	}
-	if err := c.UnmountSegments(first, 0, false); err != nil {
+	if err := c.Segments().UnmountSegments(first, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.MountFile(path, 1<<20, 1<<20, "tcp", ""); err != nil {
+	if _, err := c.Segments().MountFile(path, 1<<20, 1<<20, "tcp", ""); err != nil {
 		t.Fatalf("the range is free again: %v", err)
 	}
 }

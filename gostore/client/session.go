@@ -1,4 +1,4 @@
-// session.go defines ranged writes and reads (Mooncake's put and get
+// session.go defines Sessions, ranged writes and reads (Mooncake's put and get
 // sessions, and get_into_ranges): a put session reserves objects with
 // PutStart and leaves them invisible while the caller writes byte ranges
 // of them, until PutEnd or PutRevoke; a get session looks objects up
@@ -24,6 +24,19 @@ type RangePart struct {
 	Off uint64
 }
 
+// Sessions carries out ranged writes and reads: put sessions, get
+// sessions and GetRanges. It owns the open sessions (sess, under
+// sess.mu, which is never held across an RPC or a transfer); each call
+// that touches memory holds core's inFlight read lock (enter) for its
+// length. Lookups, replica reads and the ends of reads are Reads' and
+// readEnds'.
+type Sessions struct {
+	*core
+	reads *Reads
+	ends  *readEnds
+	sess  sessions // open put and get sessions
+}
+
 // sessions are this client's open put and get sessions, by key.
 type sessions struct {
 	mu   sync.Mutex
@@ -47,7 +60,7 @@ type getSession struct {
 // until PutSessionEnd. Result i: OK, -705 when the key exists, -600 for
 // an empty key or size or a key whose session is already open, or the
 // master's code.
-func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg wire.ReplicaConfig) []wire.Code {
+func (c *Sessions) PutSessionStart(keys []string, sizes []uint64, cfg wire.ReplicaConfig) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	if err := c.checkOpen(); err != nil {
 		return wire.Fill(out, wire.CodeOf(err))
@@ -100,7 +113,7 @@ func (c *Client) PutSessionStart(keys []string, sizes []uint64, cfg wire.Replica
 // put session. Result i is the bytes written for key i, or -600 when the
 // key has no open session or a part falls outside its object (nothing of
 // that key is written), or the transfer's code.
-func (c *Client) PutSessionWrite(keys []string, parts [][]RangePart) []int64 {
+func (c *Sessions) PutSessionWrite(keys []string, parts [][]RangePart) []int64 {
 	out := make([]int64, len(keys))
 	leave, err := c.enter()
 	if err != nil {
@@ -158,18 +171,18 @@ func (c *Client) PutSessionWrite(keys []string, parts [][]RangePart) []int64 {
 
 // PutSessionEnd publishes the objects of keys' open put sessions (PutEnd):
 // result i is the master's code, -600 for a key with no open session.
-func (c *Client) PutSessionEnd(keys []string) []wire.Code {
+func (c *Sessions) PutSessionEnd(keys []string) []wire.Code {
 	return c.endPutSessions(keys, wire.OpPutEnd)
 }
 
 // PutSessionRevoke drops the objects of keys' open put sessions
 // (PutRevoke): result i is the master's code, -600 for a key with no
 // open session.
-func (c *Client) PutSessionRevoke(keys []string) []wire.Code {
+func (c *Sessions) PutSessionRevoke(keys []string) []wire.Code {
 	return c.endPutSessions(keys, wire.OpPutRevoke)
 }
 
-func (c *Client) endPutSessions(keys []string, op wire.Op) []wire.Code {
+func (c *Sessions) endPutSessions(keys []string, op wire.Op) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	if err := c.checkOpen(); err != nil {
 		return wire.Fill(out, wire.CodeOf(err))
@@ -204,7 +217,7 @@ func (c *Client) endPutSessions(keys []string, op wire.Op) []wire.Code {
 // lease is over. Result i: OK, or -704 for a key
 // that is missing (or empty), or the master's code. A key already in a
 // session is looked up again.
-func (c *Client) GetSessionStart(keys []string) []wire.Code {
+func (c *Sessions) GetSessionStart(keys []string) []wire.Code {
 	out := make([]wire.Code, len(keys))
 	var q []string
 	var qi []int
@@ -230,7 +243,7 @@ func (c *Client) GetSessionStart(keys []string) []wire.Code {
 			}
 		}
 	}()
-	p, err := c.GetStart(q)
+	p, err := c.reads.GetStart(q)
 	if err != nil {
 		for _, i := range qi {
 			out[i] = wire.CodeOf(err)
@@ -260,7 +273,7 @@ func (c *Client) GetSessionStart(keys []string) []wire.Code {
 	}
 	c.sess.mu.Unlock()
 	for _, r := range replaced {
-		c.readsDone.add(r.key, r.epoch)
+		c.ends.readsDone.add(r.key, r.epoch)
 	}
 	return out
 }
@@ -280,7 +293,7 @@ func (c *Client) GetSessionStart(keys []string) []wire.Code {
 // is now: an object upserted meanwhile gives its new bytes), the lookup's
 // code for an object gone (-704), or -707, logged, when the object
 // changed size or every read again outlived its lease.
-func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
+func (c *Sessions) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 	out := make([]int64, len(keys))
 	leave, err := c.enter()
 	if err != nil {
@@ -335,7 +348,7 @@ func (c *Client) GetSessionRead(keys []string, parts [][]RangePart) []int64 {
 // as a reader of the object as it is now until GetSessionEnd. A session
 // that changed meanwhile (ended, started again, or renewed for the same
 // key named twice) is left as it is, and this lookup's read ends.
-func (c *Client) renewGetSessions(keys []string, found []getSession, late []int, again *Pending) {
+func (c *Sessions) renewGetSessions(keys []string, found []getSession, late []int, again *Pending) {
 	var ended []getSession
 	var endedKeys []string
 	c.sess.mu.Lock()
@@ -357,13 +370,13 @@ func (c *Client) renewGetSessions(keys []string, found []getSession, late []int,
 	c.sess.mu.Unlock()
 	again.read = false // its reads are the sessions' now, or ended below
 	for j, s := range ended {
-		c.readsDone.add(endedKeys[j], s.res.Epoch)
+		c.ends.readsDone.add(endedKeys[j], s.res.Epoch)
 	}
 }
 
 // GetSessionEnd ends keys' get sessions (their reads end at the master);
 // keys without one are ignored.
-func (c *Client) GetSessionEnd(keys []string) {
+func (c *Sessions) GetSessionEnd(keys []string) {
 	c.sess.mu.Lock()
 	var ended []getSession
 	var endedKeys []string
@@ -375,7 +388,7 @@ func (c *Client) GetSessionEnd(keys []string) {
 	}
 	c.sess.mu.Unlock()
 	for j, s := range ended {
-		c.readsDone.add(endedKeys[j], s.res.Epoch)
+		c.ends.readsDone.add(endedKeys[j], s.res.Epoch)
 	}
 }
 
@@ -384,7 +397,7 @@ func (c *Client) GetSessionEnd(keys []string) {
 // bytes read into parts[i][k], or -704 when key i is missing, -600 when
 // that range falls outside the object, -707 past the lease, or the
 // transfer's code.
-func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
+func (c *Sessions) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 	out := make([][]int64, len(keys))
 	for i := range out {
 		if i < len(parts) {
@@ -402,11 +415,11 @@ func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 		return fill(wire.CodeOf(err))
 	}
 	defer leave()
-	p, err := c.GetStart(keys)
+	p, err := c.reads.GetStart(keys)
 	if err != nil {
 		return fill(wire.CodeOf(err))
 	}
-	defer c.endReads(p)
+	defer c.ends.endReads(p)
 	status := make([]int64, len(keys))
 	for i, r := range p.res {
 		if r.Code != wire.OK {
@@ -437,7 +450,7 @@ func (c *Client) GetRanges(keys []string, parts [][]RangePart) [][]int64 {
 // [i][k]: bytes read into parts[i][k], -600 for a range outside the
 // object, or the transfer's code. Disk copies serve whole objects only:
 // a range of an object with no memory replica left gets -712.
-func (c *Client) readRanges(keys []string, res []wire.GetResult, parts [][]RangePart, skip []int64) [][]int64 {
+func (c *Sessions) readRanges(keys []string, res []wire.GetResult, parts [][]RangePart, skip []int64) [][]int64 {
 	per := make([][]int64, len(keys))
 	var n int
 	for i := range keys {
@@ -478,7 +491,7 @@ func (c *Client) readRanges(keys []string, res []wire.GetResult, parts [][]Range
 	}
 	if len(wants) > 0 {
 		ctx, cancel := c.ctx()
-		c.readReplicas(ctx, wants, ids, flat) // ranges carry no disk copy: none comes back for the disk
+		c.reads.readReplicas(ctx, wants, ids, flat) // ranges carry no disk copy: none comes back for the disk
 		cancel()
 	}
 	base = 0
@@ -526,7 +539,7 @@ func expired(r wire.GetResult, sent time.Time) bool {
 
 // runOps runs ops (ops[k] belongs to key opKey[k]) and records the first
 // failure of each key in out.
-func (c *Client) runOps(ctx context.Context, what string, keys []string, ops []transfer.Op, opKey []int, out []int64) {
+func (c *Sessions) runOps(ctx context.Context, what string, keys []string, ops []transfer.Op, opKey []int, out []int64) {
 	if len(ops) == 0 {
 		return
 	}

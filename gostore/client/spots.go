@@ -107,7 +107,7 @@ func (s *spots) drop(key string) {
 
 // remember records where p found its single key, when that is a replica
 // a TCP read would go to first; anything else forgets the key.
-func (c *Client) remember(p *Pending) {
+func (c *Reads) remember(p *Pending) {
 	key, r := p.keys[0], p.res[0]
 	lease := p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)
 	if r.Code != wire.OK || r.LeaseMS <= 0 || !c.rememberSpot(key, r.Replicas, r.Size, r.Epoch, r.Placed, lease) {
@@ -120,7 +120,7 @@ func (c *Client) remember(p *Pending) {
 // of its own write. A write elsewhere than over TCP leaves any older spot
 // of the key as it is: a read does not use it, or the master's answer
 // turns it down (and a put over shared memory pays for no lock here).
-func (c *Client) rememberWritten(key string, reps []wire.Replica, size, epoch uint64) {
+func (c *Reads) rememberWritten(key string, reps []wire.Replica, size, epoch uint64) {
 	c.rememberSpot(key, reps, size, epoch, epoch, time.Time{})
 }
 
@@ -128,7 +128,7 @@ func (c *Client) rememberWritten(key string, reps []wire.Replica, size, epoch ui
 // key's spot, until its grant ends or until, if that is sooner (zero: no
 // bound); false when that replica is not read over TCP (or has no grant),
 // and nothing is kept.
-func (c *Client) rememberSpot(key string, reps []wire.Replica, size, epoch, placed uint64, until time.Time) bool {
+func (c *Reads) rememberSpot(key string, reps []wire.Replica, size, epoch, placed uint64, until time.Time) bool {
 	if len(reps) == 0 {
 		return false
 	}
@@ -166,7 +166,7 @@ func (sp spot) confirms(r wire.GetResult) bool {
 // bytes read or a negative code, as GetInto for one key. When this client
 // has a spot for the key, the read from it goes out while the master is
 // asked (see the top of this file).
-func (c *Client) GetIntoOne(key string, dest [][]byte) int64 {
+func (c *Reads) GetIntoOne(key string, dest [][]byte) int64 {
 	leave, err := c.enter()
 	if err != nil {
 		return int64(wire.CodeOf(err))
@@ -180,7 +180,7 @@ func (c *Client) GetIntoOne(key string, dest [][]byte) int64 {
 // returns (nil, its size); an object larger than scratch comes back
 // unread, as (its lookup, its size), for the caller to finish into memory
 // of that size (GetFinish) or Abort. A miss or an error is (nil, code).
-func (c *Client) GetOneStart(key string, scratch []byte) (*Pending, int64) {
+func (c *Reads) GetOneStart(key string, scratch []byte) (*Pending, int64) {
 	leave, err := c.enter()
 	if err != nil {
 		return nil, int64(wire.CodeOf(err))
@@ -192,7 +192,7 @@ func (c *Client) GetOneStart(key string, scratch []byte) (*Pending, int64) {
 
 // getOne is GetIntoOne and GetOneStart: with large set, an object larger
 // than dest is returned unread with its Pending, else the Pending is nil.
-func (c *Client) getOne(key string, dest [][]byte, large bool) (int64, *Pending) {
+func (c *Reads) getOne(key string, dest [][]byte, large bool) (int64, *Pending) {
 	ctx, cancel := c.ctx()
 	defer cancel()
 	var begun *transfer.Begun
@@ -227,7 +227,7 @@ func (c *Client) getOne(key string, dest [][]byte, large bool) (int64, *Pending)
 		out := []int64{int64(sp.size)}
 		c.remember(p)
 		c.noteRead(p, out, began)
-		c.endReads(p)
+		c.ends.endReads(p)
 		return out[0], nil
 	}
 	if spec != nil {

@@ -26,9 +26,9 @@ func spotCluster(t *testing.T, masterFlags ...string) (reader, writer *Client) {
 
 // writeOne puts (or upserts) v under key once, with the default config.
 func writeOne(c *Client, key string, v []byte, upsert bool) wire.Code {
-	f := c.PutBatch
+	f := c.Writes().PutBatch
 	if upsert {
-		f = c.UpsertBatch
+		f = c.Writes().UpsertBatch
 	}
 	return f([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
 }
@@ -53,7 +53,7 @@ func mustPut(t *testing.T, c *Client, key string, v []byte, upsert bool) {
 func readOne(t *testing.T, c *Client, key string, n int) []byte {
 	t.Helper()
 	dst := make([]byte, n+100)
-	got := c.GetIntoOne(key, [][]byte{dst})
+	got := c.Reads().GetIntoOne(key, [][]byte{dst})
 	if got < 0 {
 		t.Fatalf("get %s: %d", key, got)
 	}
@@ -69,7 +69,7 @@ func TestARereadComesFromTheSpot(t *testing.T) {
 	if got := readOne(t, reader, "k", len(v)); !bytes.Equal(got, v) {
 		t.Fatal("first read: wrong bytes")
 	}
-	if reader.specReads.Load() != 0 {
+	if reader.reads.specReads.Load() != 0 {
 		t.Fatal("a first read went to a spot")
 	}
 	for i := range 3 {
@@ -77,22 +77,22 @@ func TestARereadComesFromTheSpot(t *testing.T) {
 			t.Fatalf("re-read %d: wrong bytes", i)
 		}
 	}
-	if r, h := reader.specReads.Load(), reader.specHits.Load(); r != 3 || h != 3 {
+	if r, h := reader.reads.specReads.Load(), reader.reads.specHits.Load(); r != 3 || h != 3 {
 		t.Fatalf("%d reads from the spot, %d confirmed; want 3 and 3", r, h)
 	}
 	// GetOneStart: into scratch when it fits (from the spot too), else the
 	// lookup comes back unread.
 	scratch := make([]byte, 8192)
-	p, got := reader.GetOneStart("k", scratch)
+	p, got := reader.Reads().GetOneStart("k", scratch)
 	if p != nil || got != int64(len(v)) || !bytes.Equal(scratch[:got], v) {
 		t.Fatalf("GetOneStart into scratch: pending %v, %d", p != nil, got)
 	}
-	p, got = reader.GetOneStart("k", make([]byte, 100))
+	p, got = reader.Reads().GetOneStart("k", make([]byte, 100))
 	if p == nil || got != int64(len(v)) {
 		t.Fatalf("GetOneStart of an object larger than scratch: pending %v, %d", p != nil, got)
 	}
 	dst := make([]byte, len(v))
-	if n := reader.GetFinish(p, [][][]byte{{dst}})[0]; n != int64(len(v)) || !bytes.Equal(dst, v) {
+	if n := reader.Reads().GetFinish(p, [][][]byte{{dst}})[0]; n != int64(len(v)) || !bytes.Equal(dst, v) {
 		t.Fatalf("finishing the pending get: %d", n)
 	}
 }
@@ -106,11 +106,11 @@ func TestAChangedObjectIsNeverServedFromItsSpot(t *testing.T) {
 	v1, v2, v3 := testkit.Pattern(1, 4096), testkit.Pattern(2, 4096), testkit.Pattern(3, 4096)
 	mustPut(t, writer, "k", v1, false)
 	readOne(t, reader, "k", 4096) // the spot
-	hits := func() uint64 { return reader.specHits.Load() }
+	hits := func() uint64 { return reader.reads.specHits.Load() }
 
 	tried := func(want uint64) {
 		t.Helper()
-		if got := reader.specReads.Load(); got != want {
+		if got := reader.reads.specReads.Load(); got != want {
 			t.Fatalf("%d reads from a spot, want %d", got, want)
 		}
 	}
@@ -122,16 +122,16 @@ func TestAChangedObjectIsNeverServedFromItsSpot(t *testing.T) {
 	if hits() != 0 {
 		t.Fatal("the spot of the replaced object was confirmed")
 	}
-	if code := writer.Remove([]string{"k"}, true)[0]; code != wire.OK {
+	if code := writer.Keys().Remove([]string{"k"}, true)[0]; code != wire.OK {
 		t.Fatalf("remove: %v", code)
 	}
-	if got := reader.GetIntoOne("k", [][]byte{make([]byte, 4096)}); got != int64(wire.ErrObjectNotFound) {
+	if got := reader.Reads().GetIntoOne("k", [][]byte{make([]byte, 4096)}); got != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("a read after the removal = %d, want -704", got)
 	}
 	tried(2)
 	mustPut(t, writer, "k", v3, false)
 	readOne(t, reader, "k", 4096) // a new spot
-	if code := writer.Remove([]string{"k"}, true)[0]; code != wire.OK {
+	if code := writer.Keys().Remove([]string{"k"}, true)[0]; code != wire.OK {
 		t.Fatalf("remove: %v", code)
 	}
 	mustPut(t, writer, "k", v1, false) // likely the same range, certainly a new epoch
@@ -150,7 +150,7 @@ func TestASpotPastItsLeaseIsNotUsed(t *testing.T) {
 	v := testkit.Pattern(4, 4096)
 	mustPut(t, writer, "k", v, false)
 	readOne(t, reader, "k", 4096)
-	sp, ok := reader.spots.get("k", time.Now())
+	sp, ok := reader.reads.spots.get("k", time.Now())
 	if !ok {
 		t.Fatal("no spot after a read over TCP")
 	}
@@ -158,7 +158,7 @@ func TestASpotPastItsLeaseIsNotUsed(t *testing.T) {
 	if got := readOne(t, reader, "k", 4096); !bytes.Equal(got, v) {
 		t.Fatal("wrong bytes")
 	}
-	if reader.specReads.Load() != 0 {
+	if reader.reads.specReads.Load() != 0 {
 		t.Fatal("a spot past its lease was read")
 	}
 }
@@ -173,7 +173,7 @@ func TestAReadOfItsOwnWriteComesFromTheSpot(t *testing.T) {
 	mustPut(t, writer, "k", v1, false)
 	count := func(reads, hits uint64) {
 		t.Helper()
-		if r, h := writer.specReads.Load(), writer.specHits.Load(); r != reads || h != hits {
+		if r, h := writer.reads.specReads.Load(), writer.reads.specHits.Load(); r != reads || h != hits {
 			t.Fatalf("%d reads from a spot, %d confirmed; want %d and %d", r, h, reads, hits)
 		}
 	}
@@ -196,7 +196,7 @@ func TestAReadOfItsOwnWriteComesFromTheSpot(t *testing.T) {
 	for i := range items {
 		items[i] = PutItem{Key: fmt.Sprintf("b%d", i), Parts: [][]byte{testkit.Pattern(uint64(10+i), 1000+i)}}
 	}
-	for i, code := range writer.PutBatch(items, wire.ReplicaConfig{}) {
+	for i, code := range writer.Writes().PutBatch(items, wire.ReplicaConfig{}) {
 		if code != wire.OK {
 			t.Fatalf("batch put %d: %v", i, code)
 		}
@@ -207,7 +207,7 @@ func TestAReadOfItsOwnWriteComesFromTheSpot(t *testing.T) {
 		}
 	}
 	count(7, 6)
-	if other.specReads.Load() != 0 {
+	if other.reads.specReads.Load() != 0 {
 		t.Fatal("a client that only upserted read from a spot")
 	}
 }

@@ -1,4 +1,4 @@
-// tasks.go defines replica tasks on the client side: asking the master for a
+// tasks.go defines Tasks, replica tasks on the client side: asking the master for a
 // copy or move plan and carrying it out in the background.
 
 package client
@@ -8,20 +8,30 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
+// Tasks carries out replica tasks: it asks the master for a copy or move
+// plan and runs it in the background (a goroutine counted by core's wg,
+// so Close waits for it), reading the object through Reads. It owns no
+// state and takes no lock of its own but core's inFlight read lock, held
+// while a task is started.
+type Tasks struct {
+	*core
+	reads *Reads
+}
+
 // CreateCopyTask starts copying key to the named segments and returns the
 // task ID at once; QueryTask follows it. While it runs, remove and upsert of
 // key return -708.
-func (c *Client) CreateCopyTask(key string, targets []string) (string, error) {
+func (c *Tasks) CreateCopyTask(key string, targets []string) (string, error) {
 	return c.createTask(wire.CreateTaskReq{Kind: wire.TaskCopy, Key: key, Targets: targets})
 }
 
 // CreateMoveTask starts moving key's replica from source to target.
-func (c *Client) CreateMoveTask(key, source, target string) (string, error) {
+func (c *Tasks) CreateMoveTask(key, source, target string) (string, error) {
 	return c.createTask(wire.CreateTaskReq{Kind: wire.TaskMove, Key: key, Source: source, Targets: []string{target}})
 }
 
 // QueryTask returns a task's state as the master knows it.
-func (c *Client) QueryTask(id string) (wire.TaskInfo, error) {
+func (c *Tasks) QueryTask(id string) (wire.TaskInfo, error) {
 	if err := c.checkOpen(); err != nil {
 		return wire.TaskInfo{}, err
 	}
@@ -32,7 +42,7 @@ func (c *Client) QueryTask(id string) (wire.TaskInfo, error) {
 	return info, err
 }
 
-func (c *Client) createTask(req wire.CreateTaskReq) (string, error) {
+func (c *Tasks) createTask(req wire.CreateTaskReq) (string, error) {
 	leave, err := c.enter() // Close must not wait on c.wg before this Add
 	if err != nil {
 		return "", err
@@ -64,10 +74,10 @@ func (c *Client) createTask(req wire.CreateTaskReq) (string, error) {
 
 // runTask copies the object from one of the plan's sources to every target
 // through a buffer of its own.
-func (c *Client) runTask(key string, plan wire.TaskPlan) wire.Code {
+func (c *Tasks) runTask(key string, plan wire.TaskPlan) wire.Code {
 	buf := make([]byte, plan.Size)
 	p := &Pending{keys: []string{key}, res: []wire.GetResult{{Code: wire.OK, Size: plan.Size, Replicas: plan.Sources}}}
-	if got := c.readInto(p, [][][]byte{{buf}}, nil); got[0] < 0 {
+	if got := c.reads.readInto(p, [][][]byte{{buf}}, nil); got[0] < 0 {
 		return wire.Code(got[0])
 	}
 	ctx, cancel := c.ctx()

@@ -50,7 +50,7 @@ func TestClientsOverUCX(t *testing.T) {
 		v := testkit.Pattern(uint64(i), n)
 		items = append(items, PutItem{Key: fmt.Sprint("k", i), Parts: [][]byte{v[:n/3], v[n/3:]}})
 	}
-	for i, code := range reader.PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
+	for i, code := range reader.Writes().PutBatch(items, wire.ReplicaConfig{ReplicaNum: 1}) {
 		if code != wire.OK {
 			t.Fatalf("put %d: %v", i, code)
 		}
@@ -62,7 +62,7 @@ func TestClientsOverUCX(t *testing.T) {
 		for i, n := range sizes {
 			dests[i] = [][]byte{make([]byte, n)}
 		}
-		for i, got := range who.GetInto(keys, dests) {
+		for i, got := range who.Reads().GetInto(keys, dests) {
 			if got != int64(sizes[i]) || !bytes.Equal(dests[i][0], testkit.Pattern(uint64(i), sizes[i])) {
 				t.Fatalf("get %d: %d bytes, or bytes differ", i, got)
 			}
@@ -98,7 +98,7 @@ func eachUCXSegment(t *testing.T, body func(t *testing.T, m *server.Server, owne
 	const size = 4 << 20
 	kinds := map[string]func(t *testing.T, owner *Client) ([]string, error){
 		"allocated": func(t *testing.T, owner *Client) ([]string, error) {
-			ids, _, err := owner.AllocateAndMount(size, "ucx", "")
+			ids, _, err := owner.Segments().AllocateAndMount(size, "ucx", "")
 			return ids, err
 		},
 		"file": func(t *testing.T, owner *Client) ([]string, error) {
@@ -106,14 +106,14 @@ func eachUCXSegment(t *testing.T, body func(t *testing.T, m *server.Server, owne
 			if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return owner.MountFile(path, 0, size, "ucx", "")
+			return owner.Segments().MountFile(path, 0, size, "ucx", "")
 		},
 	}
 	t.Run("setup", func(t *testing.T) {
 		m := testkit.StartMaster(t)
 		owner := newUCXClient(t, m.Addr(), size)
-		body(t, m, owner, ucxSegment{id: func() uint64 { return owner.peers.ownID }, remount: owner.mount,
-			exposed: owner.exposure.isOpen})
+		body(t, m, owner, ucxSegment{id: func() uint64 { return owner.peers.ownID }, remount: owner.own.mount,
+			exposed: owner.own.exposure.isOpen})
 	})
 	for _, name := range []string{"allocated", "file"} {
 		t.Run(name, func(t *testing.T) {
@@ -123,17 +123,17 @@ func eachUCXSegment(t *testing.T, body func(t *testing.T, m *server.Server, owne
 			if err != nil || len(ids) != 1 {
 				t.Fatalf("mount: %v, %v", ids, err)
 			}
-			owner.extra.mu.Lock()
-			s := owner.extra.byHandle[ids[0]]
-			owner.extra.mu.Unlock()
+			owner.segs.extra.mu.Lock()
+			s := owner.segs.extra.byHandle[ids[0]]
+			owner.segs.extra.mu.Unlock()
 			body(t, m, owner, ucxSegment{
 				id: func() uint64 {
-					owner.extra.mu.Lock()
-					defer owner.extra.mu.Unlock()
+					owner.segs.extra.mu.Lock()
+					defer owner.segs.extra.mu.Unlock()
 					return s.id
 				},
-				remount: owner.remountExtra,
-				unmount: func() error { return owner.UnmountSegments(ids, 0, name == "allocated") },
+				remount: owner.segs.remountExtra,
+				unmount: func() error { return owner.Segments().UnmountSegments(ids, 0, name == "allocated") },
 				exposed: s.exposure.isOpen,
 				seg:     s,
 			})
@@ -169,7 +169,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 	eachUCXSegment(t, func(t *testing.T, m *server.Server, owner *Client, seg ucxSegment) {
 		reader := newUCXClient(t, m.Addr(), 0)
 		v := testkit.Pattern(9, 100_000)
-		if codes := reader.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+		if codes := reader.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 			t.Fatal(codes[0])
 		}
 		id := seg.id()
@@ -178,7 +178,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 			t.Fatal("the reader has no UCX desc of the owner's segment")
 		}
 		dest := [][][]byte{{make([]byte, len(v))}}
-		if n := owner.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
+		if n := owner.Reads().GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
 			t.Fatalf("the owner's get: %d", n[0]) // and its view of the segment is cached
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -206,7 +206,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 		reader.peers.forget(id)
 		ops := reader.engine.RouteOps(transfer.RouteUCX)
 		dest[0][0] = make([]byte, len(v))
-		if n := reader.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
+		if n := reader.Reads().GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
 			t.Fatalf("get after the remount: %d", n[0])
 		}
 		if reader.engine.RouteOps(transfer.RouteUCX) == ops {
@@ -214,7 +214,7 @@ func TestUCXRemountReplacesTheExposure(t *testing.T) {
 		}
 		// The owner's own view of the segment follows the remount too.
 		dest[0][0] = make([]byte, len(v))
-		if n := owner.GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
+		if n := owner.Reads().GetInto([]string{"k"}, dest); n[0] != int64(len(v)) || !bytes.Equal(dest[0][0], v) {
 			t.Fatalf("the owner's get after the remount: %d", n[0])
 		}
 	})
@@ -230,7 +230,7 @@ func TestUCXUnmountedSegmentsDescIsRefused(t *testing.T) {
 		}
 		reader := newUCXClient(t, m.Addr(), 0)
 		v := testkit.Pattern(10, 200_000)
-		if codes := reader.PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+		if codes := reader.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
 			t.Fatal(codes[0])
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -279,7 +279,7 @@ func TestUCXRemountRacingAnUnmount(t *testing.T) {
 		go func() {
 			n := 0
 			for ctx.Err() == nil {
-				if err := owner.remountOne(ctx, seg.seg); err != nil {
+				if err := owner.segs.remountOne(ctx, seg.seg); err != nil {
 					t.Error(err)
 				}
 				if n++; n == 1 {
@@ -301,10 +301,10 @@ func TestUCXRemountRacingAnUnmount(t *testing.T) {
 		if seg.exposed() || listed() {
 			t.Fatalf("after the unmount: exposed %v, at the master %v", seg.exposed(), listed())
 		}
-		if _, err := owner.mountAtMaster(ctx, seg.seg); err != errRevoked {
+		if _, err := owner.segs.mountAtMaster(ctx, seg.seg); err != errRevoked {
 			t.Fatalf("a mount after the unmount: %v, want errRevoked", err)
 		}
-		if err := owner.remountOne(ctx, seg.seg); err != nil || seg.exposed() || listed() {
+		if err := owner.segs.remountOne(ctx, seg.seg); err != nil || seg.exposed() || listed() {
 			t.Fatalf("a remount after the unmount: err %v, exposed %v, at the master %v", err, seg.exposed(), listed())
 		}
 	})
@@ -332,7 +332,7 @@ func TestUCXRemountBetweenUnmountAndRelease(t *testing.T) {
 		testkit.WaitFor(t, "the master to unmount the segment", func() bool { return !listed() })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		err := owner.remountOne(ctx, seg.seg)
+		err := owner.segs.remountOne(ctx, seg.seg)
 		stillListed := listed()
 		owner.inFlight.RUnlock()
 		if uerr := <-unmounted; uerr != nil {

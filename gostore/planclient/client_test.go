@@ -55,7 +55,7 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 			if _, err := reader.Plans().Read("sess:42:kv:L0", make([]byte, len(v))); !errors.Is(err, planclient.ErrNotReady) {
 				t.Fatalf("read before commit: %v", err)
 			}
-			if got := reader.GetSize("sess:42:kv:L0"); got != int64(wire.ErrReplicaIsNotReady) {
+			if got := reader.Keys().GetSize("sess:42:kv:L0"); got != int64(wire.ErrReplicaIsNotReady) {
 				t.Fatalf("regular API before commit: %d", got)
 			}
 			if w := p.Writable(); w != nil {
@@ -92,7 +92,7 @@ func TestPlanProducerWritesIntoTheOwner(t *testing.T) {
 			// A plan object is an object: the regular API sees it (once
 			// the master has heard of the commit).
 			producer.Plans().FlushCommits()
-			if reader.Exist([]string{"sess:42:kv:L0"})[0] != 1 || owner.GetSize("sess:42:kv:L0") != int64(len(v)+64) {
+			if reader.Keys().Exist([]string{"sess:42:kv:L0"})[0] != 1 || owner.Keys().GetSize("sess:42:kv:L0") != int64(len(v)+64) {
 				t.Fatal("the regular API does not see the plan object")
 			}
 		})
@@ -165,7 +165,7 @@ func TestPlanOfADeadProducerIsReclaimed(t *testing.T) {
 		t.Fatalf("read of an unfinished plan: %v", err)
 	}
 	testkit.WaitFor(t, "the dead producer's plan reclaimed", func() bool {
-		return reader.GetSize("k") == int64(wire.ErrObjectNotFound)
+		return reader.Keys().GetSize("k") == int64(wire.ErrObjectNotFound)
 	})
 	// The slot serves a new object; the old plan can never be published.
 	dest2, _ := reader.Plans().Owner("k2", -1, "")
@@ -224,7 +224,7 @@ func TestPlanBadInput(t *testing.T) {
 	if _, err := producer.Plans().OpenForWrite("revoked", 4096, 4096, dest, 0); err != nil {
 		t.Fatal(err)
 	}
-	owner.Remove([]string{"revoked"}, true)
+	owner.Keys().Remove([]string{"revoked"}, true)
 	producer.Plans().Commit("revoked")
 	producer.Plans().FlushCommits()
 	if st, _, _ := producer.Plans().Stats(); st.CommitFailures.Load() != 1 {
@@ -306,7 +306,7 @@ func BenchmarkPlanOpen(b *testing.B) {
 		}
 		if i%1000 == 999 {
 			b.StopTimer()
-			c.RemoveAll(true)
+			c.Keys().RemoveAll(true)
 			b.StartTimer()
 		}
 	}

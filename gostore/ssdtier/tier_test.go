@@ -71,7 +71,7 @@ func putRetrying(t *testing.T, c *client.Client, key string, v []byte) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		code := c.PutBatch([]client.PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
+		code := c.Writes().PutBatch([]client.PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{})[0]
 		if code == wire.OK {
 			return
 		}
@@ -85,7 +85,7 @@ func putRetrying(t *testing.T, c *client.Client, key string, v []byte) {
 func mustGet(t *testing.T, c *client.Client, key string, want []byte) {
 	t.Helper()
 	dst := make([]byte, len(want))
-	if got := c.GetInto([]string{key}, [][][]byte{{dst}}); got[0] != int64(len(want)) {
+	if got := c.Reads().GetInto([]string{key}, [][][]byte{{dst}}); got[0] != int64(len(want)) {
 		t.Fatalf("get %s: %d", key, got[0])
 	}
 	if !bytes.Equal(dst, want) {
@@ -126,7 +126,7 @@ func TestSSDTierKeepsFourTimesThePool(t *testing.T) {
 				}
 				diskOnly := 0
 				for i := range n {
-					g := writer.GetSize(fmt.Sprint("k", i))
+					g := writer.Keys().GetSize(fmt.Sprint("k", i))
 					if g != obj {
 						t.Fatalf("k%d: size %d", i, g)
 					}
@@ -170,7 +170,7 @@ func TestSSDRecoveryAfterRestart(t *testing.T) {
 	a.Close()
 	// The memory copies went with a's segment; the disk-only ones are
 	// unreachable until a comes back.
-	if codes := writer.Remove([]string{"r0"}, true); codes[0] != wire.OK {
+	if codes := writer.Keys().Remove([]string{"r0"}, true); codes[0] != wire.OK {
 		t.Fatalf("remove r0: %v", codes[0])
 	}
 	b := newTierClient(t, m, 2<<20, dir, e)
@@ -181,7 +181,7 @@ func TestSSDRecoveryAfterRestart(t *testing.T) {
 	for i := 1; i < n; i++ {
 		mustGet(t, writer, fmt.Sprint("r", i), testkit.Pattern(uint64(100+i), obj))
 	}
-	if got := writer.GetSize("r0"); got != int64(wire.ErrObjectNotFound) {
+	if got := writer.Keys().GetSize("r0"); got != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("removed r0 came back: %d", got)
 	}
 	if _, ok := b.SSD().Storage().Backend().Size("r0"); ok {
@@ -228,13 +228,13 @@ func TestSSDCorruptCopyIsNeverServed(t *testing.T) {
 		t.Fatal("value not found on disk")
 	}
 	dst := make([]byte, len(v))
-	if got := writer.GetInto([]string{"bad"}, [][][]byte{{dst}}); got[0] != int64(wire.ErrChecksumMismatch) {
+	if got := writer.Reads().GetInto([]string{"bad"}, [][][]byte{{dst}}); got[0] != int64(wire.ErrChecksumMismatch) {
 		t.Fatalf("corrupt read: %d, want %d", got[0], wire.ErrChecksumMismatch)
 	}
 	if bytes.Equal(dst, v) || !bytes.Equal(dst, make([]byte, len(v))) {
 		t.Fatal("a failed read left bytes in the destination")
 	}
-	if got := writer.GetSize("bad"); got != int64(wire.ErrObjectNotFound) {
+	if got := writer.Keys().GetSize("bad"); got != int64(wire.ErrObjectNotFound) {
 		t.Fatalf("the corrupt copy is still registered: %d", got)
 	}
 	if st, _ := holder.SSDStats(); st.Corrupt != 1 {
@@ -271,7 +271,7 @@ func TestSSDOffloadCancelLeavesNothingPinned(t *testing.T) {
 	}
 	var end wire.CodesResp
 	mc.Call(context.Background(), wire.OpPutEnd, &wire.KeysReq{ClientID: "w", Keys: []string{"k"}}, &end)
-	if got := c.UpsertBatch([]client.PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
+	if got := c.Writes().UpsertBatch([]client.PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 100)}}}, wire.ReplicaConfig{}); got[0] != wire.OK {
 		t.Fatalf("upsert after a cancelled offload: %v", got[0])
 	}
 	if st, _ := c.SSDStats(); st.Objects != 0 || st.Pipeline.Upgraded != 0 || st.Pipeline.Cancelled[pipeline.StagePrecondition] != 1 {

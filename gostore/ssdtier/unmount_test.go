@@ -42,14 +42,14 @@ func TestUnmountLocalDisk(t *testing.T) {
 		t.Fatalf("setup: %d objects in memory, %d on disk only", len(mem), len(diskOnly))
 	}
 	start := time.Now()
-	if err := holder.UnmountLocalDisk(300 * time.Millisecond); err != nil {
+	if err := holder.Segments().UnmountLocalDisk(300 * time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(start); el < 300*time.Millisecond {
 		t.Fatalf("returned after %v, before the grace period", el)
 	}
 	for _, k := range diskOnly {
-		if got := writer.GetSize(k); got != int64(wire.ErrObjectNotFound) {
+		if got := writer.Keys().GetSize(k); got != int64(wire.ErrObjectNotFound) {
 			t.Fatalf("%s lived only on the tier and is still there: %d", k, got)
 		}
 	}
@@ -72,11 +72,11 @@ func TestUnmountLocalDisk(t *testing.T) {
 	if _, err := holder.Offload([]string{"v0"}, []uint64{obj}); wire.CodeOf(err) != wire.ErrInternal {
 		t.Fatalf("an explicit offload on the unmounted tier: %v", err)
 	}
-	if err := holder.UnmountLocalDisk(0); err != nil {
+	if err := holder.Segments().UnmountLocalDisk(0); err != nil {
 		t.Fatalf("second unmount: %v", err)
 	}
 	// A client without a tier has nothing to unmount.
-	if err := writer.UnmountLocalDisk(time.Hour); err != nil {
+	if err := writer.Segments().UnmountLocalDisk(time.Hour); err != nil {
 		t.Fatalf("client without a tier: %v", err)
 	}
 }

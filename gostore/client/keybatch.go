@@ -1,4 +1,4 @@
-// reads.go defines keyBatch, the background batcher that tells the master
+// keybatch.go defines keyBatch, the background batcher that tells the master
 // what happened to keys off the caller's path: reads that ended
 // (ReadDone) and plans committed (PutEnd).
 
