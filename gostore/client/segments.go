@@ -294,7 +294,7 @@ func (c *Segments) mountAtMaster(ctx context.Context, s *extraSeg) (id uint64, e
 		return desc, nil
 	}
 	err = s.exposure.mount(c.ucx, false, c.log, describe, func(desc wire.SegmentDesc) error {
-		s.server.SetSegID(0) // a remount may bring a new id: see Client.mountQuiet
+		s.server.SetSegID(0) // a remount may bring a new id: see ownSegment.mountQuiet
 		var resp wire.MountResp
 		if err := c.master.Call(ctx, wire.OpMountSegment, &wire.MountReq{Seg: desc, GrantKey: s.server.GrantKey()}, &resp); err != nil {
 			return err
