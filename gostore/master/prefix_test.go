@@ -1,0 +1,140 @@
+package master
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// pages are the keys every PrefixLookup case asks for, in order.
+var pages = []string{"p0", "p1", "p2", "p3", "p4"}
+
+func on(seg string) wire.ReplicaConfig { return wire.ReplicaConfig{Preferred: []string{seg}} }
+
+func pc(matched, memory, disk int) PrefixCount {
+	return PrefixCount{Matched: matched, Memory: memory, Disk: disk}
+}
+
+func TestPrefixLookup(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(t *testing.T, c *Core, clk *fakeClock)
+		want  PrefixHit
+	}{
+		{"all in memory", func(t *testing.T, c *Core, _ *fakeClock) {
+			for _, k := range pages {
+				put(t, c, k, 100, on("seg-a"))
+			}
+		}, PrefixHit{pc(5, 5, 0), []HostPrefix{{"seg-a", pc(5, 5, 0)}}}},
+		{"nothing stored", func(*testing.T, *Core, *fakeClock) {}, PrefixHit{}},
+		{"a hole in the middle", func(t *testing.T, c *Core, _ *fakeClock) {
+			for _, k := range []string{"p0", "p1", "p3", "p4"} {
+				put(t, c, k, 100, on("seg-a"))
+			}
+		}, PrefixHit{pc(2, 2, 0), []HostPrefix{{"seg-a", pc(2, 2, 0)}}}},
+		{"spread over two hosts", func(t *testing.T, c *Core, _ *fakeClock) {
+			put(t, c, "p0", 100, wire.ReplicaConfig{ReplicaNum: 2})
+			put(t, c, "p1", 100, on("seg-a"))
+			put(t, c, "p2", 100, on("seg-b"))
+		}, PrefixHit{pc(3, 3, 0), []HostPrefix{{"seg-a", pc(2, 2, 0)}, {"seg-b", pc(1, 1, 0)}}}},
+		{"a page being written is not counted", func(t *testing.T, c *Core, _ *fakeClock) {
+			put(t, c, "p0", 100, on("seg-a"))
+			if res, _ := c.PutStart("w", "", []string{"p1"}, []uint64{100}, on("seg-a")); res[0].Code != wire.OK {
+				t.Fatalf("PutStart p1: %v", res[0].Code)
+			}
+			put(t, c, "p2", 100, on("seg-a"))
+		}, PrefixHit{pc(1, 1, 0), []HostPrefix{{"seg-a", pc(1, 1, 0)}}}},
+		{"memory, disk only, memory", func(t *testing.T, c *Core, _ *fakeClock) {
+			c.cfg.EnableOffload, c.cfg.EvictionRatio = true, 1
+			mountTier(t, c, "t", "seg-t", 1<<20)
+			for _, k := range pages[:3] {
+				put(t, c, k, 100, on("seg-t"))
+			}
+			// p1 persisted, then its memory evicted; p0 persisted and kept.
+			// The owner reports its disk copies under its segment's name.
+			if codes := c.NotifyOffloaded("t", "seg-t", "dir", []string{"p1"}, []uint64{100}, nil); codes[0] != wire.OK {
+				t.Fatalf("offload p1: %v", codes[0])
+			}
+			if res := c.Evict(); res.Objects != 1 {
+				t.Fatalf("evicted %d, want p1", res.Objects)
+			}
+			if codes := c.NotifyOffloaded("t", "seg-t", "dir", []string{"p0"}, []uint64{100}, nil); codes[0] != wire.OK {
+				t.Fatalf("offload p0: %v", codes[0])
+			}
+		}, PrefixHit{pc(3, 1, 2), []HostPrefix{{"seg-t", pc(3, 1, 2)}}}},
+		{"disk copy on another host", func(t *testing.T, c *Core, _ *fakeClock) {
+			c.cfg.EnableOffload = true
+			put(t, c, "p0", 100, on("seg-a"))
+			put(t, c, "p1", 100, on("seg-a"))
+			if codes := c.NotifyOffloaded("b", "disk-b", "dir", []string{"p0", "p1"}, []uint64{100, 100}, nil); codes[0] != wire.OK {
+				t.Fatalf("offload: %v", codes)
+			}
+		}, PrefixHit{pc(2, 2, 2), []HostPrefix{{"disk-b", pc(2, 0, 2)}, {"seg-a", pc(2, 2, 0)}}}},
+		{"the holder of a page expired", func(t *testing.T, c *Core, clk *fakeClock) {
+			put(t, c, "p0", 100, on("seg-a"))
+			put(t, c, "p1", 100, on("seg-b"))
+			put(t, c, "p2", 100, on("seg-a"))
+			for range 12 { // b falls silent past ClientTTL
+				clk.Advance(time.Second)
+				c.Ping("a")
+				c.Tick()
+			}
+		}, PrefixHit{pc(1, 1, 0), []HostPrefix{{"seg-a", pc(1, 1, 0)}}}},
+		{"the first page removed", func(t *testing.T, c *Core, _ *fakeClock) {
+			for _, k := range pages {
+				put(t, c, k, 100, on("seg-a"))
+			}
+			if codes := c.Remove([]string{"p0"}, false); codes[0] != wire.OK {
+				t.Fatalf("remove: %v", codes[0])
+			}
+		}, PrefixHit{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := newTestCore(t)
+			mount(t, c, "a", "seg-a", 1<<20)
+			mount(t, c, "b", "seg-b", 1<<20)
+			tc.setup(t, c, clk)
+			if got := c.PrefixLookup(pages); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("PrefixLookup = %+v\n                 want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A router's lookup is not a use: it grants no lease, so the page can be
+// removed at once, and it leaves the eviction order alone.
+func TestPrefixLookupGrantsNoLease(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "seg-a", 1<<20)
+	put(t, c, "p0", 100, on("seg-a"))
+	before, _ := c.QueryKey("p0")
+	if hit := c.PrefixLookup(pages); hit.Matched != 1 {
+		t.Fatalf("matched %d, want 1", hit.Matched)
+	}
+	if after, _ := c.QueryKey("p0"); !after.LeaseUntil.Equal(before.LeaseUntil) {
+		t.Fatalf("lease moved from %v to %v", before.LeaseUntil, after.LeaseUntil)
+	}
+	if codes := c.Remove([]string{"p0"}, false); codes[0] != wire.OK {
+		t.Fatalf("remove after the lookup: %v", codes[0])
+	}
+}
+
+// The walk allocates the answer (the first page's hosts) and nothing per key.
+func TestPrefixLookupAllocatesPerHostNotPerKey(t *testing.T) {
+	c, _ := newTestCore(t)
+	mount(t, c, "a", "seg-a", 1<<24)
+	keys := make([]string, 100)
+	for i := range keys {
+		keys[i] = fmt.Sprint("page-", i)
+		put(t, c, keys[i], 100, on("seg-a"))
+	}
+	var hit PrefixHit
+	allocs := testing.AllocsPerRun(100, func() { hit = c.PrefixLookup(keys) })
+	if hit.Matched != 100 || allocs > 2 {
+		t.Fatalf("matched %d with %.0f allocations, want 100 with at most 2 (hosts and their runs)", hit.Matched, allocs)
+	}
+}
