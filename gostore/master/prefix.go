@@ -10,12 +10,14 @@ import (
 )
 
 // PrefixCount is a prefix length in pages (keys): in all, and of the pages
-// a memory replica holds (Memory) and of those a disk copy holds (Disk).
-// Memory and Disk are each at most Matched; they need not add up to it (a
-// page may be in both, and the memory run may stop before the disk run).
+// a tier holds: host memory (Memory: a segment without a Location), device
+// memory (Device: a GPU segment) and an SSD tier (Disk). Each tier's count
+// is at most Matched; they need not add up to it (a page may be in two
+// tiers, and one tier's run may stop before another's).
 type PrefixCount struct {
 	Matched int
 	Memory  int
+	Device  int
 	Disk    int
 }
 
@@ -35,16 +37,17 @@ type PrefixHit struct {
 }
 
 // hostRun follows one host along the walk: which of its runs (any tier,
-// memory, disk) are still unbroken.
+// host memory, device memory, disk) are still unbroken.
 type hostRun struct {
-	any, mem, disk bool
+	any, mem, dev, disk bool
 }
 
 // PrefixLookup walks keys in order and stops at the first one that is not
 // readable (missing, or being written without a disk copy to serve it: as
 // GetReplicas would answer), so Matched is the number of leading keys a
 // client could read now. Memory counts the leading keys with a COMPLETE
-// memory replica, Disk those with a readable disk copy; each host's counts
+// replica in host memory, Device those with one in GPU memory, Disk those
+// with a readable disk copy; each host's counts
 // are the leading keys it holds itself. It grants no lease and changes
 // nothing: a router's question is not a use. Each key takes its shard's
 // lock alone, briefly, so a lookup never holds up the pool; the answer is
@@ -96,7 +99,7 @@ func firstHosts(o *object) ([]HostPrefix, []hostRun) {
 	}
 	runs := make([]hostRun, len(hosts))
 	for j := range runs {
-		runs[j] = hostRun{any: true, mem: true, disk: true}
+		runs[j] = hostRun{any: true, mem: true, dev: true, disk: true}
 	}
 	return hosts, runs
 }
@@ -104,46 +107,62 @@ func firstHosts(o *object) ([]HostPrefix, []hostRun) {
 // extendPrefix counts o, readable page i, into hit: the tiers' runs and each
 // host's grow while unbroken (its shard's lock held).
 func (c *Core) extendPrefix(hit *PrefixHit, runs []hostRun, i int, o *object) {
-	mem := o.complete()
+	mem, dev := memoryOn(o, "")
 	var disk *diskCopy
 	if d := o.onDisk(); d != nil && !o.unfinished() {
 		disk = d
 	}
-	if mem && hit.Memory == i {
-		hit.Memory++
-	}
-	if disk != nil && hit.Disk == i {
-		hit.Disk++
-	}
+	grow(&hit.PrefixCount, i, mem, dev, disk != nil)
 	for j := range runs {
 		run, h := &runs[j], &hit.Hosts[j]
 		if !run.any {
 			continue
 		}
-		onMem := mem && hasCompleteOn(o, h.Host)
+		onMem, onDev := memoryOn(o, h.Host)
 		onDisk := disk != nil && disk.endpoint == h.Host
 		run.mem = run.mem && onMem
+		run.dev = run.dev && onDev
 		run.disk = run.disk && onDisk
-		run.any = onMem || onDisk
-		if run.mem {
-			h.Memory++
-		}
-		if run.disk {
-			h.Disk++
-		}
-		if run.any {
-			h.Matched++
-		}
+		run.any = onMem || onDev || onDisk
+		h.Matched += b2i(run.any)
+		h.Memory += b2i(run.mem)
+		h.Device += b2i(run.dev)
+		h.Disk += b2i(run.disk)
 	}
 }
 
-// hasCompleteOn reports whether o has a COMPLETE memory replica on a
-// segment named host.
-func hasCompleteOn(o *object, host string) bool {
+// grow counts page i into p's tier runs that reached it unbroken.
+func grow(p *PrefixCount, i int, mem, dev, disk bool) {
+	if mem && p.Memory == i {
+		p.Memory++
+	}
+	if dev && p.Device == i {
+		p.Device++
+	}
+	if disk && p.Disk == i {
+		p.Disk++
+	}
+}
+
+// memoryOn reports whether o has a COMPLETE replica in host memory and in
+// device memory, on a segment named host ("": on any segment).
+func memoryOn(o *object, host string) (mem, dev bool) {
 	for _, r := range o.reps() {
-		if r.status == replicaComplete && r.seg.desc.Name == host {
-			return true
+		if r.status != replicaComplete || (host != "" && r.seg.desc.Name != host) {
+			continue
+		}
+		if r.seg.desc.Location == "" {
+			mem = true
+		} else {
+			dev = true
 		}
 	}
-	return false
+	return mem, dev
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

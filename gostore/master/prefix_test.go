@@ -18,6 +18,10 @@ func pc(matched, memory, disk int) PrefixCount {
 	return PrefixCount{Matched: matched, Memory: memory, Disk: disk}
 }
 
+func pcDev(matched, memory, device int) PrefixCount {
+	return PrefixCount{Matched: matched, Memory: memory, Device: device}
+}
+
 func TestPrefixLookup(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -73,6 +77,16 @@ func TestPrefixLookup(t *testing.T) {
 				t.Fatalf("offload: %v", codes)
 			}
 		}, PrefixHit{pc(2, 2, 2), []HostPrefix{{"disk-b", pc(2, 0, 2)}, {"seg-a", pc(2, 2, 0)}}}},
+		{"host and device memory", func(t *testing.T, c *Core, _ *fakeClock) {
+			// A GPU segment (its Location names the device); no GPU is
+			// touched: the core only reads the descriptor.
+			if _, err := c.MountSegment(wire.SegmentDesc{Name: "gpu-g", ClientID: "g", Size: 1 << 20, Location: "cuda:0"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			put(t, c, "p0", 100, wire.ReplicaConfig{Preferred: []string{"gpu-g", "seg-a"}, ReplicaNum: 2})
+			put(t, c, "p1", 100, on("gpu-g"))
+			put(t, c, "p2", 100, on("seg-a"))
+		}, PrefixHit{pcDev(3, 1, 2), []HostPrefix{{"gpu-g", pcDev(2, 0, 2)}, {"seg-a", pcDev(1, 1, 0)}}}},
 		{"the holder of a page expired", func(t *testing.T, c *Core, clk *fakeClock) {
 			put(t, c, "p0", 100, on("seg-a"))
 			put(t, c, "p1", 100, on("seg-b"))
