@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,5 +151,67 @@ func TestPrefixLookupAllocatesPerHostNotPerKey(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { hit = c.PrefixLookup(keys) })
 	if hit.Matched != 100 || allocs > 2 {
 		t.Fatalf("matched %d with %.0f allocations, want 100 with at most 2 (hosts and their runs)", hit.Matched, allocs)
+	}
+}
+
+// TestPrefixLookupRacesWrites runs lookups while the same pages are put,
+// removed, persisted and their segment unmounted (with -race it checks the
+// walk's reads under the shard locks): every answer stays within its
+// request and its hosts' counts within the total.
+func TestPrefixLookupRacesWrites(t *testing.T) {
+	c, _ := newTestCore(t)
+	c.cfg.EnableOffload = true
+	mount(t, c, "a", "seg-a", 1<<22)
+	mountTier(t, c, "b", "seg-b", 1<<22)
+	keys := make([]string, 64)
+	for i := range keys {
+		keys[i] = fmt.Sprint("page-", i)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := keys[(n*7+g)%len(keys)]
+				switch n % 4 {
+				case 0, 1:
+					if res, _ := c.PutStart("w", "", []string{k}, []uint64{64}, wire.ReplicaConfig{ReplicaNum: 1 + n%2}); res[0].Code == wire.OK {
+						c.PutEnd("w", []string{k}, nil)
+					}
+				case 2:
+					c.NotifyOffloaded("b", "disk-b", "dir", []string{k}, []uint64{64}, nil)
+				case 3:
+					c.Remove([]string{k}, true)
+				}
+			}
+		}()
+	}
+	longest := 0
+	for i := range 2000 {
+		if i == 1000 {
+			c.UnmountSegment("a", "seg-a")
+		}
+		hit := c.PrefixLookup(keys)
+		longest = max(longest, hit.Matched)
+		if hit.Matched > len(keys) || hit.Memory > hit.Matched || hit.Disk > hit.Matched {
+			t.Fatalf("answer out of bounds: %+v", hit)
+		}
+		for _, h := range hit.Hosts {
+			if h.Matched > hit.Matched || h.Memory > h.Matched || h.Disk > h.Matched {
+				t.Fatalf("host %s out of bounds: %+v", h.Host, hit)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if longest == 0 {
+		t.Fatal("no lookup found a page: the race was not run")
 	}
 }
