@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -124,4 +126,47 @@ func TestQueryPrefixAnswer(t *testing.T) {
 			t.Errorf("%s: %d %s\nwant %s", tc.body, code, body, tc.want)
 		}
 	}
+}
+
+// FuzzQueryPrefix: whatever body a caller posts, /query_prefix answers 200
+// with an answer within its request, or 400; it never panics.
+func FuzzQueryPrefix(f *testing.F) {
+	for _, seed := range []string{`{"keys": ["p0", "p1", "p2"]}`, `{"keys": ["p0"], "block_size": 64}`,
+		`{"keys": [`, `{"keys": "p0"}`, `{"keys": [0]}`, `{"block_size": -1, "keys": []}`, `[]`, `null`,
+		`{"keys": null}`, `{"keys": ["p0"]} x`, `{"keys": ["\u0000", ""], "block_size": 1048576}`} {
+		f.Add([]byte(seed))
+	}
+	core := master.New(master.Config{})
+	if _, err := core.MountSegment(wire.SegmentDesc{Name: "127.0.0.1:7000", ClientID: "c1", Size: 1 << 20}, nil); err != nil {
+		f.Fatal(err)
+	}
+	keys := []string{"p0", "p1"}
+	if res, err := core.PutStart("c1", "", keys, []uint64{100, 100}, wire.ReplicaConfig{}); err != nil || res[0].Code != wire.OK {
+		f.Fatalf("put start: %v %+v", err, res)
+	}
+	core.PutEnd("c1", keys, nil)
+	s := &Server{core: core, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		w := httptest.NewRecorder()
+		s.queryPrefix(w, httptest.NewRequest(http.MethodPost, "/query_prefix", bytes.NewReader(body)))
+		switch w.Code {
+		case http.StatusBadRequest:
+		case http.StatusOK:
+			var q prefixQuery
+			json.Unmarshal(body, &q)
+			var ans prefixAnswer
+			if err := json.Unmarshal(w.Body.Bytes(), &ans); err != nil {
+				t.Fatalf("200 with an answer that is not JSON: %q", w.Body.String())
+			}
+			bs := 1
+			if q.BlockSize != nil {
+				bs = *q.BlockSize
+			}
+			if ans.LongestMatched > len(q.Keys)*bs || ans.CPU > ans.LongestMatched {
+				t.Fatalf("answer %+v beyond the request %q", ans, body)
+			}
+		default:
+			t.Fatalf("status %d for %q", w.Code, body)
+		}
+	})
 }
