@@ -98,9 +98,10 @@ def test_prefix_counts_and_locations(launcher, tmp_path):
 
 
 def test_disk_tier_pages_are_reported_as_disk(master_factory, peer_factory, store_factory, tmp_path):
-    """Pages persisted by a holder's SSD tier count under DISK, at the
-    tier's endpoint; once eviction leaves the first page on disk only, the
-    memory run (CPU) is 0 while every page still counts."""
+    """Pages persisted by a holder's SSD tier count under DISK, for the
+    holder (its segment's name, though the tier answers at an endpoint of
+    its own); once eviction leaves the first page on disk only, the memory
+    run (CPU) is 0 while every page still counts."""
     m = offload_master(master_factory)
     ssd = str(tmp_path / "ssd")
     os.mkdir(ssd)
@@ -125,4 +126,4 @@ def test_disk_tier_pages_are_reported_as_disk(master_factory, peer_factory, stor
     status, ans = query_prefix(m, {"keys": pages})
     assert status == 200, ans
     assert ans["longest_matched"] == 4 and ans["DISK"] == 4 and ans["CPU"] == 0, ans
-    assert ans["instances"] == {endpoint: tiers(4, 0, 4)}, ans
+    assert ans["instances"] == {holder.hostname: tiers(4, 0, 4)}, ans

@@ -21,8 +21,12 @@ type PrefixCount struct {
 	Disk    int
 }
 
-// HostPrefix is the prefix one host holds: Host is a segment's name (its
-// owner's "host:port") or a disk copy's endpoint.
+// HostPrefix is the prefix one host holds. A host is a client (one
+// process, one "host:port"): its memory segments and its SSD tier
+// together. Host is its segment's name (the first of its segments to hold
+// the first page, else its first mounted one); a client with no segment
+// left (its disk copies outlive it for a while) goes by its SSD tier's
+// endpoint.
 type HostPrefix struct {
 	Host string
 	PrefixCount
@@ -36,9 +40,10 @@ type PrefixHit struct {
 	Hosts []HostPrefix
 }
 
-// hostRun follows one host along the walk: which of its runs (any tier,
-// host memory, device memory, disk) are still unbroken.
+// hostRun follows one host (its client) along the walk: which of its runs
+// (any tier, host memory, device memory, disk) are still unbroken.
 type hostRun struct {
+	client              string
 	any, mem, dev, disk bool
 }
 
@@ -47,14 +52,20 @@ type hostRun struct {
 // GetReplicas would answer), so Matched is the number of leading keys a
 // client could read now. Memory counts the leading keys with a COMPLETE
 // replica in host memory, Device those with one in GPU memory, Disk those
-// with a readable disk copy; each host's counts
-// are the leading keys it holds itself. It grants no lease and changes
-// nothing: a router's question is not a use. Each key takes its shard's
-// lock alone, briefly, so a lookup never holds up the pool; the answer is
-// a moment of each key, not one moment of all (a key removed after the walk
-// passed it still counts). It allocates the answer only (the hosts of the
-// first page), nothing per key. The caller bounds len(keys).
+// with a readable disk copy; each host's counts are the leading keys it
+// holds itself. It grants no lease and changes nothing: a router's
+// question is not a use. Each key takes its shard's lock alone, briefly,
+// so a lookup never holds up the pool; the answer is a moment of each key,
+// not one moment of all (a key removed after the walk passed it still
+// counts). It allocates the answer only (the hosts of the first page),
+// nothing per key. The caller bounds len(keys).
 func (c *Core) PrefixLookup(keys []string) PrefixHit {
+	// The segment list names the hosts of disk copies; it is read before
+	// any shard lock (segs is never taken under one) and, copy-on-write,
+	// stays valid after.
+	c.segs.RLock()
+	segs := c.segs.list
+	c.segs.RUnlock()
 	var hit PrefixHit
 	var runs []hostRun
 	for i, key := range keys {
@@ -66,9 +77,9 @@ func (c *Core) PrefixLookup(keys []string) PrefixHit {
 			break
 		}
 		if i == 0 {
-			hit.Hosts, runs = firstHosts(o)
+			hit.Hosts, runs = firstHosts(o, segs)
 		}
-		c.extendPrefix(&hit, runs, i, o)
+		extendPrefix(&hit, runs, i, o)
 		sh.mu.Unlock()
 		hit.Matched++
 	}
@@ -76,50 +87,60 @@ func (c *Core) PrefixLookup(keys []string) PrefixHit {
 	return hit
 }
 
+// readableDisk is o's disk copy when it can serve a read, else nil.
+func readableDisk(o *object) *diskCopy {
+	if d := o.onDisk(); d != nil && !o.unfinished() {
+		return d
+	}
+	return nil
+}
+
 // firstHosts lists the hosts holding o, the first page (its shard's lock
-// held): complete memory replicas' segments, then the disk copy's endpoint,
-// each once.
-func firstHosts(o *object) ([]HostPrefix, []hostRun) {
+// held): the owners of its complete memory replicas, then of its disk
+// copy, each once.
+func firstHosts(o *object, segs []*segment) ([]HostPrefix, []hostRun) {
 	var hosts []HostPrefix
-	add := func(name string) {
-		for _, h := range hosts {
-			if h.Host == name {
+	var runs []hostRun
+	add := func(client, name string) {
+		for _, r := range runs {
+			if r.client == client {
 				return
 			}
 		}
 		hosts = append(hosts, HostPrefix{Host: name})
+		runs = append(runs, hostRun{client: client, any: true, mem: true, dev: true, disk: true})
 	}
 	for _, r := range o.reps() {
 		if r.status == replicaComplete {
-			add(r.seg.desc.Name)
+			add(r.seg.desc.ClientID, r.seg.desc.Name)
 		}
 	}
-	if d := o.onDisk(); d != nil && !o.unfinished() {
-		add(d.endpoint)
-	}
-	runs := make([]hostRun, len(hosts))
-	for j := range runs {
-		runs[j] = hostRun{any: true, mem: true, dev: true, disk: true}
+	if d := readableDisk(o); d != nil {
+		name := d.endpoint
+		for _, s := range segs {
+			if s.desc.ClientID == d.client {
+				name = s.desc.Name
+				break
+			}
+		}
+		add(d.client, name)
 	}
 	return hosts, runs
 }
 
 // extendPrefix counts o, readable page i, into hit: the tiers' runs and each
 // host's grow while unbroken (its shard's lock held).
-func (c *Core) extendPrefix(hit *PrefixHit, runs []hostRun, i int, o *object) {
-	mem, dev := memoryOn(o, "")
-	var disk *diskCopy
-	if d := o.onDisk(); d != nil && !o.unfinished() {
-		disk = d
-	}
+func extendPrefix(hit *PrefixHit, runs []hostRun, i int, o *object) {
+	mem, dev := memoryOf(o, "")
+	disk := readableDisk(o)
 	grow(&hit.PrefixCount, i, mem, dev, disk != nil)
 	for j := range runs {
 		run, h := &runs[j], &hit.Hosts[j]
 		if !run.any {
 			continue
 		}
-		onMem, onDev := memoryOn(o, h.Host)
-		onDisk := disk != nil && disk.endpoint == h.Host
+		onMem, onDev := memoryOf(o, run.client)
+		onDisk := disk != nil && disk.client == run.client
 		run.mem = run.mem && onMem
 		run.dev = run.dev && onDev
 		run.disk = run.disk && onDisk
@@ -144,11 +165,11 @@ func grow(p *PrefixCount, i int, mem, dev, disk bool) {
 	}
 }
 
-// memoryOn reports whether o has a COMPLETE replica in host memory and in
-// device memory, on a segment named host ("": on any segment).
-func memoryOn(o *object, host string) (mem, dev bool) {
+// memoryOf reports whether o has a COMPLETE replica in host memory and in
+// device memory, on a segment of client ("": of any client).
+func memoryOf(o *object, client string) (mem, dev bool) {
 	for _, r := range o.reps() {
-		if r.status != replicaComplete || (host != "" && r.seg.desc.Name != host) {
+		if r.status != replicaComplete || (client != "" && r.seg.desc.ClientID != client) {
 			continue
 		}
 		if r.seg.desc.Location == "" {

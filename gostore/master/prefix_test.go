@@ -59,14 +59,14 @@ func TestPrefixLookup(t *testing.T) {
 				put(t, c, k, 100, on("seg-t"))
 			}
 			// p1 persisted, then its memory evicted; p0 persisted and kept.
-			// The owner reports its disk copies under its segment's name.
-			if codes := c.NotifyOffloaded("t", "seg-t", "dir", []string{"p1"}, []uint64{100}, nil); codes[0] != wire.OK {
+			// The tier answers at its own endpoint, but it is t's: one host.
+			if codes := c.NotifyOffloaded("t", "ep-t", "dir", []string{"p1"}, []uint64{100}, nil); codes[0] != wire.OK {
 				t.Fatalf("offload p1: %v", codes[0])
 			}
 			if res := c.Evict(); res.Objects != 1 {
 				t.Fatalf("evicted %d, want p1", res.Objects)
 			}
-			if codes := c.NotifyOffloaded("t", "seg-t", "dir", []string{"p0"}, []uint64{100}, nil); codes[0] != wire.OK {
+			if codes := c.NotifyOffloaded("t", "ep-t", "dir", []string{"p0"}, []uint64{100}, nil); codes[0] != wire.OK {
 				t.Fatalf("offload p0: %v", codes[0])
 			}
 		}, PrefixHit{pc(3, 1, 2), []HostPrefix{{"seg-t", pc(3, 1, 2)}}}},
@@ -74,10 +74,17 @@ func TestPrefixLookup(t *testing.T) {
 			c.cfg.EnableOffload = true
 			put(t, c, "p0", 100, on("seg-a"))
 			put(t, c, "p1", 100, on("seg-a"))
-			if codes := c.NotifyOffloaded("b", "disk-b", "dir", []string{"p0", "p1"}, []uint64{100, 100}, nil); codes[0] != wire.OK {
+			if codes := c.NotifyOffloaded("b", "ep-b", "dir", []string{"p0", "p1"}, []uint64{100, 100}, nil); codes[0] != wire.OK {
 				t.Fatalf("offload: %v", codes)
 			}
-		}, PrefixHit{pc(2, 2, 2), []HostPrefix{{"disk-b", pc(2, 0, 2)}, {"seg-a", pc(2, 2, 0)}}}},
+		}, PrefixHit{pc(2, 2, 2), []HostPrefix{{"seg-a", pc(2, 2, 0)}, {"seg-b", pc(2, 0, 2)}}}},
+		{"disk copy of a client with no segment", func(t *testing.T, c *Core, _ *fakeClock) {
+			c.cfg.EnableOffload = true
+			put(t, c, "p0", 100, on("seg-a"))
+			if codes := c.NotifyOffloaded("d", "ep-d", "dir", []string{"p0"}, []uint64{100}, nil); codes[0] != wire.OK {
+				t.Fatalf("offload: %v", codes)
+			}
+		}, PrefixHit{pc(1, 1, 1), []HostPrefix{{"ep-d", pc(1, 0, 1)}, {"seg-a", pc(1, 1, 0)}}}},
 		{"host and device memory", func(t *testing.T, c *Core, _ *fakeClock) {
 			// A GPU segment (its Location names the device); no GPU is
 			// touched: the core only reads the descriptor.
