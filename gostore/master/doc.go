@@ -30,6 +30,9 @@
 //     under a shard lock. Unmounting marks the segment dead under its own
 //     lock before sweeping the shards, so an allocation racing with an
 //     unmount either fails or is swept. The segment list is copy-on-write.
+//   - A read of many keys at once (PrefixLookup: a router's question)
+//     reads the segment list first, then takes each key's shard lock
+//     alone, in turn, never two at once.
 //   - A segment in a graceful unmount (DrainSegment) takes no new replica
 //     (allocations on it fail under its lock) and counts for nothing in the
 //     pool's usage; its objects stay readable until Tick removes it.

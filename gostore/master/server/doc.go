@@ -1,6 +1,8 @@
 // Package server drives the master's metadata core: it serves the core over
 // the RPC protocol, runs the clock (Tick) and answers HTTP for operators
-// (/metrics, /health, /get_all_segments, /query_key).
+// (/metrics, /health, /get_all_segments, /query_key) and routers
+// (/query_prefix: the leading pages of a request stored, per medium and
+// host; a request it cannot read is refused whole, with one log line).
 //
 // It is used by the gostore-master binary and by the master embedded in a
 // Python process (bindings), with the same flags.

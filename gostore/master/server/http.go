@@ -129,6 +129,7 @@ func (s *Server) httpHandler() http.Handler {
 		}
 		writeJSON(w, info)
 	})
+	mux.HandleFunc("/query_prefix", s.queryPrefix)
 	return mux
 }
 
