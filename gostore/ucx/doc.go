@@ -65,9 +65,12 @@
 //     reads, through C memory, so a ctx end leaves them to the worker.
 //
 // Progress: an Exposure's goroutine sleeps on its worker's event fd and
-// wakes for peers' software RMA; a Worker is progressed by the goroutines in
-// Do, under its mutex, which sleep on the worker's event fd (2 ms at most)
-// once idle. Bounds: one request per Part, UCX fragments and pipelines;
+// wakes for peers' software RMA, its whole loop in one C call
+// (gs_ucx_serve), so a wake never goes through the Go scheduler; a Worker
+// is progressed by the goroutines in Do, under its mutex, which poll 16
+// idle rounds without yielding (Do runs on the caller's locked cgo thread,
+// where a yield is a thread handoff) and then sleep on the worker's event
+// fd (2 ms at most). Bounds: one request per Part, UCX fragments and pipelines;
 // a Desc's address and keys are at most 64 KiB each.
 //
 // Callers' duties: give every Do a ctx with a deadline; close Workers and Exposures before their Context (a

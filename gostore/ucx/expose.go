@@ -148,31 +148,13 @@ func (x *Exposure) serve(addr *[]byte, started chan<- error) {
 		return
 	}
 	started <- nil
-	logged := false
-	for {
-		for i := 1; C.gs_ucx_progress(w) != 0; i++ {
-			// A peer that keeps the worker busy does not delay Close.
-			if i%1024 == 0 && C.gs_ucx_wait(-1, C.int(x.stopR), 0) == 1 {
-				return
-			}
-		}
-		switch st := C.gs_ucx_worker_arm(w); st {
-		case C.UCS_OK:
-			if C.gs_ucx_wait(efd, C.int(x.stopR), -1) == 1 {
-				return
-			}
-		case C.UCS_ERR_BUSY: // events arrived meanwhile: progress again
-		default:
-			// Cannot sleep on the fd: poll it with a timeout instead.
-			if !logged {
-				slog.Warn("ucx exposure: worker_arm failed; polling every 1 ms instead", "status", statusString(st))
-				logged = true
-			}
-			if C.gs_ucx_wait(efd, C.int(x.stopR), 1) == 1 {
-				return
-			}
-		}
+	var st C.ucs_status_t
+	if C.gs_ucx_serve(w, efd, C.int(x.stopR), -1, &st) == 1 {
+		return
 	}
+	// Cannot sleep on the fd: poll it with a timeout instead.
+	slog.Warn("ucx exposure: worker_arm failed; polling every 1 ms instead", "status", statusString(st))
+	C.gs_ucx_serve(w, efd, C.int(x.stopR), 1, &st)
 }
 
 // Desc is what a peer needs to reach the exposure (version, worker

@@ -279,3 +279,22 @@ ucs_status_t gs_ucx_request_test(void *req) {
 	if (st != UCS_INPROGRESS) p_request_free(req);
 	return st;
 }
+
+int gs_ucx_serve(ucp_worker_h w, int efd, int stopfd, int fallback_ms, ucs_status_t *arm_st) {
+	for (;;) {
+		for (unsigned i = 1; p_worker_progress(w) != 0; i++) {
+			/* A peer that keeps the worker busy does not delay the stop. */
+			if (i % 1024 == 0 && gs_ucx_wait(-1, stopfd, 0) == 1) return 1;
+		}
+		ucs_status_t st = p_worker_arm(w);
+		if (st == UCS_OK) {
+			if (gs_ucx_wait(efd, stopfd, -1) == 1) return 1;
+		} else if (st != UCS_ERR_BUSY) { /* BUSY: events arrived meanwhile */
+			if (fallback_ms < 0) {
+				*arm_st = st;
+				return 0;
+			}
+			if (gs_ucx_wait(efd, stopfd, fallback_ms) == 1) return 1;
+		}
+	}
+}

@@ -37,6 +37,12 @@ ucs_status_t gs_ucx_worker_arm(ucp_worker_h w);
 /* gs_ucx_wait polls efd and stopfd (either ignored when < 0); 1 when stopfd
  * is readable, 0 otherwise. */
 int gs_ucx_wait(int efd, int stopfd, int timeout_ms);
+/* gs_ucx_serve runs an exposure's worker until stopfd is readable (then
+ * 1): it progresses w until idle, arms it and sleeps in poll on efd and
+ * stopfd, all in C, so a peer's op is served without the owner thread going
+ * back through the Go scheduler at each wake. When arming fails it polls
+ * every fallback_ms, or with fallback_ms < 0 returns 0 with *arm_st set. */
+int gs_ucx_serve(ucp_worker_h w, int efd, int stopfd, int fallback_ms, ucs_status_t *arm_st);
 
 ucs_status_t gs_ucx_mem_map(ucp_context_h ctx, uintptr_t base, size_t size, int memtype,
                             ucp_mem_h *out);

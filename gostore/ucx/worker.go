@@ -423,7 +423,7 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 		armed := false
 		if len(reqs) > 0 && !progressed {
 			idle++
-			if idle > 64 {
+			if idle > spinRounds {
 				armed = C.gs_ucx_worker_arm(w.h) == C.UCS_OK
 			}
 		} else {
@@ -436,11 +436,21 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			// the wait when another goroutine took the event, and how
 			// late a ctx end is seen.
 			C.gs_ucx_wait(efd, -1, 2)
-		} else if len(reqs) > 0 {
-			runtime.Gosched()
 		}
+		// No runtime.Gosched between rounds: Do usually runs on a cgo
+		// callback (the Python caller's thread), to which Go locks the
+		// goroutine, and yielding a locked goroutine hands its P to another
+		// thread and back, two context switches per round (bench/ucx.py
+		// counted 19-24 per 4 KiB put with it, 6-8 without; our TCP route
+		// 9). Other goroutines still run: w.mu is let go each round.
 	}
 }
+
+// spinRounds is how many rounds without progress wait polls before it
+// arms the worker and sleeps on its event fd: a reply that comes within a
+// few microseconds is taken without a sleep and wake, and a later one does
+// not cost a core that, on a small machine, the peer needs.
+const spinRounds = 16
 
 // stalled fails the requests on endpoints without peer-failure detection
 // that saw no request of their endpoint complete for PeerStallBound: the
