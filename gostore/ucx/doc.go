@@ -49,13 +49,21 @@
 //     or at Close), and a request that sees no request of its endpoint
 //     complete for PeerStallBound fails with wire.ErrTransferFail (the
 //     peer taken as gone, the endpoint dropped), or earlier at ctx end.
-//   - Giving up on such a peer renews the Worker's UCP worker (renew.go):
-//     over shared memory a peer killed mid-send blocks the worker's one
-//     receive FIFO for every peer. Endpoints of the old UCP worker leave
-//     the cache, their requests are abandoned (C memory only), and Do
-//     posts the ops cut short once more on the new one; the old one is
-//     destroyed when no Do holds an endpoint of it. An Exposure's worker
-//     is not renewed.
+//   - Giving up on such a peer after PeerStallBound renews the Worker's UCP
+//     worker (renew.go): over shared memory a peer killed mid-send blocks
+//     the worker's one receive FIFO for every peer. Endpoints of the old
+//     UCP worker leave the cache, their requests are abandoned (C memory
+//     only), and Do posts the ops cut short once more on the new one; the
+//     old one is progressed by Do (tcp/verbs requests may still be on it)
+//     and destroyed when no Do holds an endpoint of it. A ctx end does not
+//     renew at once (the peer may be slow): the request it abandoned
+//     renews once it saw no progress for PeerStallBound (stalledOrphans,
+//     run by Do's wait). A peer that stalls again on an endpoint made
+//     after that give-up is taken as gone: connect refuses it for
+//     GoneFor (Forget clears that), with no second renewal. More than
+//     maxKept (32) endpoints kept open on the current UCP worker (closed
+//     ones UCX cannot close, see closingEP) also renew it. An Exposure's
+//     worker is not renewed.
 //   - An endpoint with peer-failure detection is force-closed only once
 //     its wireup is over (a request on it completed) or its peer failed;
 //     before that it is closed in flush mode. UCX 1.13 aborts the process

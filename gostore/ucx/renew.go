@@ -106,12 +106,12 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 // renew moves the Worker to a new UCP worker: the endpoints of the old one
 // leave the cache (Do calls holding them see their requests abandoned, see
 // stalled, and post again), and the old one is destroyed once no Do holds
-// an endpoint of it. If no new worker can be made the old one stays. w.mu
-// held.
-func (w *Worker) renew() {
+// an endpoint of it. If no new worker can be made the old one stays. why
+// is the log's reason. w.mu held.
+func (w *Worker) renew(why string) {
 	nu, err := newUWorker(w.c)
 	if err != nil {
-		slog.Error("ucx: a peer without failure detection was taken as gone and no new worker could be made; keeping the old one", "err", err)
+		slog.Error("ucx: "+why+" and no new worker could be made; keeping the old one", "err", err)
 		return
 	}
 	old := w.cur
@@ -122,7 +122,8 @@ func (w *Worker) renew() {
 	}
 	w.cur, w.h, w.efd = nu, nu.h, nu.efd
 	w.old = append(w.old, old)
-	slog.Warn("ucx: a peer without failure detection was taken as gone; the worker is renewed (a peer that died mid-send blocks its receive queue), endpoints reconnect")
+	w.renewals++
+	slog.Warn("ucx: " + why + "; the worker is renewed, endpoints reconnect")
 	if old.holds == 0 {
 		w.destroy(old)
 	}

@@ -12,6 +12,7 @@ import "C"
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -54,15 +55,17 @@ type Worker struct {
 	mu sync.Mutex
 	// h and efd are cur's, the UCP worker that new endpoints and the
 	// progress loop use; old holds the ones renewed away (see renew).
-	h       C.ucp_worker_h
-	efd     C.int
-	cur     *uworker
-	old     []*uworker
-	closed  bool
-	active  int                  // Do calls between their post and their end
-	eps     map[string]*endpoint // by the peer's worker address
-	closing []closingEP          // endpoints whose close is in flight
-	orphans []request            // requests a Do gave up on (see orphan)
+	h        C.ucp_worker_h
+	efd      C.int
+	cur      *uworker
+	old      []*uworker
+	closed   bool
+	active   int                  // Do calls between their post and their end
+	eps      map[string]*endpoint // by the peer's worker address
+	closing  []closingEP          // endpoints whose close is in flight
+	orphans  []request            // requests a Do gave up on (see orphan)
+	renewals int                  // UCP workers renewed away (see renew); tests read it
+	gone     map[string]gonePeer  // peers the stall path gave up on, by worker address (see stalled)
 
 	noPeerErrors bool // no transport detects peer failure: endpoints use MODE_NONE
 }
@@ -84,6 +87,9 @@ type endpoint struct {
 	// detection a request that sees none for PeerStallBound is taken as
 	// the peer gone (see wait).
 	moved time.Time
+	// suspect: made while its peer was given up on once (see gonePeer);
+	// a completed request clears that, a stall confirms it.
+	suspect bool
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
 }
@@ -95,6 +101,26 @@ type endpoint struct {
 // a ctx end. A live peer completes a request far sooner (one part at
 // memory speed); a part so large that it needs longer fails here.
 const PeerStallBound = 3 * time.Second
+
+// GoneFor is how long a peer given up on twice by the stall path (see
+// PeerStallBound) is refused at connect with wire.ErrTransferFail, rather
+// than connected again: every stall of a peer on the current UCP worker
+// renews it, which cuts short every other Do on endpoints without
+// peer-failure detection, and a hung or dead peer that callers keep
+// asking for would do that every PeerStallBound.
+const GoneFor = 30 * time.Second
+
+// gonePeer is a peer the stall path gave up on. The first stall cannot
+// tell the dead peer from a live one whose replies wait behind it in a
+// receive queue a dead peer blocked (see renew), so it only renews the
+// worker and lets the peer be connected once more; a stall of that new
+// endpoint confirms the peer gone (refused until at+GoneFor, without a
+// renewal: the new worker's queue was never shared with it), a completed
+// request clears it.
+type gonePeer struct {
+	at        time.Time
+	confirmed bool
+}
 
 // remoteKey is a desc's rkey and canary key unpacked on an endpoint; the
 // endpoint serves the desc only once the canary read back its nonce.
@@ -118,7 +144,7 @@ func (c *Context) NewWorker() (*Worker, error) {
 	if !c.acquire() {
 		return nil, wire.Errorf(wire.ErrTransferFail, "ucx worker: context closed")
 	}
-	w := &Worker{c: c, eps: map[string]*endpoint{}, noPeerErrors: !peerFailureAM(c.info.Resources)}
+	w := &Worker{c: c, eps: map[string]*endpoint{}, gone: map[string]gonePeer{}, noPeerErrors: !peerFailureAM(c.info.Resources)}
 	if w.noPeerErrors {
 		slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", c.info.Resources)
 	}
@@ -142,6 +168,9 @@ type request struct {
 	bounce unsafe.Pointer
 	into   []byte
 	posted time.Time
+	// stale: an orphan whose peer was already given up on (see
+	// stalledOrphans).
+	stale bool
 }
 
 // end releases r after UCX ended it with st.
@@ -371,7 +400,18 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 	for idle := 0; len(reqs) > 0; {
 		w.mu.Lock()
 		progressed := C.gs_ucx_progress(w.h) != 0
+		for _, o := range w.old {
+			// A renewal leaves requests on tcp/verbs endpoints of the old
+			// worker in flight (the noPeerErrors choice can flip mid-life,
+			// so a worker may hold both kinds): only progress ends them.
+			if C.gs_ucx_progress(o.h) != 0 {
+				progressed = true
+			}
+		}
 		w.reap()
+		if len(w.orphans) > 0 {
+			w.stalledOrphans(time.Now())
+		}
 		live := reqs[:0]
 		for _, r := range reqs {
 			st := C.gs_ucx_request_test(r.req)
@@ -383,6 +423,10 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			r.end(st)
 			if st == C.UCS_OK {
 				r.ep.ready, r.ep.moved = true, time.Now()
+				if r.ep.suspect {
+					r.ep.suspect = false
+					delete(w.gone, r.ep.key)
+				}
 			} else {
 				for _, i := range r.ops {
 					setErr(errs, i, w.opError(&ops[i], descs[i], st))
@@ -415,16 +459,18 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 					// only canary reads, through C memory, run before).
 					live = append(live, r)
 				} else {
-					w.orphan(r)
+					// No renewal: the peer may be live and only slow.
+					w.orphan(r, false)
 				}
 			}
 			reqs = live
 		}
-		armed := false
+		armed, unarmable := false, false
 		if len(reqs) > 0 && !progressed {
 			idle++
 			if idle > spinRounds {
-				armed = C.gs_ucx_worker_arm(w.h) == C.UCS_OK
+				st := C.gs_ucx_worker_arm(w.h)
+				armed, unarmable = st == C.UCS_OK, st != C.UCS_OK && st != C.UCS_ERR_BUSY
 			}
 		} else {
 			idle = 0
@@ -436,6 +482,10 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			// the wait when another goroutine took the event, and how
 			// late a ctx end is seen.
 			C.gs_ucx_wait(efd, -1, 2)
+		} else if unarmable {
+			// Arming failed (not BUSY, which means events are waiting):
+			// poll every millisecond rather than spin a core.
+			C.gs_ucx_wait(efd, -1, 1)
 		}
 		// No runtime.Gosched between rounds: Do usually runs on a cgo
 		// callback (the Python caller's thread), to which Go locks the
@@ -468,7 +518,7 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 			for _, i := range r.ops {
 				setErr(errs, i, renewed{wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the worker was renewed after a peer was taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset)})
 			}
-			w.orphan(r)
+			w.orphan(r, false)
 			continue
 		}
 		since := r.posted
@@ -479,11 +529,18 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 			live = append(live, r)
 			continue
 		}
+		again := !r.ep.suspect
 		for _, i := range r.ops {
-			setErr(errs, i, renewed{wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: no progress from the peer for %v (this transport cannot detect a dead peer): taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset, PeerStallBound)})
+			err := wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: no progress from the peer for %v (this transport cannot detect a dead peer): taken as gone", opName(&ops[i]), descs[i].base, ops[i].Offset, PeerStallBound)
+			if again {
+				err = renewed{err}
+			}
+			setErr(errs, i, err)
 		}
+		w.giveUp(r.ep, now)
 		w.fail(r.ep)
-		w.orphan(r)
+		r.stale = true
+		w.orphan(r, again)
 	}
 	return live
 }
@@ -491,17 +548,60 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 // orphan hands an abandoned request (only ever one using a bounce buffer,
 // or a flush, neither touching the caller's memory) to the worker, which
 // frees it when it ends, when its UCP worker is destroyed, or at Close.
-// Abandoning one on an endpoint without peer-failure detection of the
-// current UCP worker renews that worker: the peer may be dead and may
-// have died mid-send, which blocks the worker's receive queue (see
-// renew). w.mu held.
-func (w *Worker) orphan(r request) {
+// With renew (the stall path's first give-up on a peer), abandoning one on
+// an endpoint without peer-failure detection of the current UCP worker
+// renews that worker: the peer may be dead and may have died mid-send,
+// which blocks the worker's receive queue (see renew). A ctx end does not
+// renew: the peer may be live and slow, and a renewal cuts short every
+// other Do; if the queue is blocked, the next stall renews. w.mu held.
+func (w *Worker) orphan(r request, renew bool) {
 	r.into = nil
 	r.ep.users++
 	w.orphans = append(w.orphans, r)
-	if !r.ep.peerErrors && r.ep.uw == w.cur {
-		w.renew()
+	if renew && !r.ep.peerErrors && r.ep.uw == w.cur {
+		w.renew("a peer without failure detection was taken as gone (a peer that died mid-send blocks the receive queue)")
 	}
+}
+
+// stalledOrphans gives up on the peers of requests a ctx end abandoned on
+// the current UCP worker (endpoints without peer-failure detection) that
+// then saw no progress for PeerStallBound, as the stall path does: with
+// deadlines shorter than the bound the stall path is never reached, and a
+// peer that died mid-send would block the worker's receive queue for
+// good. w.mu held.
+func (w *Worker) stalledOrphans(now time.Time) {
+	renew := false
+	for i := range w.orphans {
+		r := &w.orphans[i]
+		if r.stale || r.ep.peerErrors || r.ep.uw != w.cur {
+			continue
+		}
+		since := r.posted
+		if r.ep.moved.After(since) {
+			since = r.ep.moved
+		}
+		if now.Sub(since) < PeerStallBound {
+			continue
+		}
+		r.stale = true
+		renew = renew || !r.ep.suspect
+		w.giveUp(r.ep, now)
+	}
+	if renew {
+		w.renew("a peer without failure detection was taken as gone after an abandoned request to it saw no progress (a peer that died mid-send blocks the receive queue)")
+	}
+}
+
+// giveUp records that the stall path gave up on ep's peer: once as
+// suspect, confirmed when ep was already a suspect's (see gonePeer). It
+// prunes the records GoneFor old. w.mu held.
+func (w *Worker) giveUp(ep *endpoint, now time.Time) {
+	for k, g := range w.gone {
+		if now.Sub(g.at) >= GoneFor {
+			delete(w.gone, k)
+		}
+	}
+	w.gone[ep.key] = gonePeer{at: now, confirmed: ep.suspect}
 }
 
 // check validates op against its desc before anything is posted.
@@ -542,6 +642,13 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 		w.fail(ep)
 		ep = nil
 	}
+	if g, ok := w.gone[key]; ok && ep == nil {
+		if since := time.Since(g.at); since >= GoneFor {
+			delete(w.gone, key)
+		} else if g.confirmed {
+			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: the peer was taken as gone %v ago (no progress for %v, twice; this transport cannot detect a dead peer): not connected again for %v", since.Round(time.Millisecond), PeerStallBound, GoneFor)
+		}
+	}
 	if ep == nil {
 		gs := (*C.struct_gs_ep)(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_gs_ep{}))))
 		abuf := C.CBytes(d.addr)
@@ -564,7 +671,8 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 			C.free(unsafe.Pointer(gs))
 			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
 		}
-		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors}
+		_, suspect := w.gone[key]
+		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors, suspect: suspect}
 		w.eps[key] = ep
 		w.cur.eps[ep] = struct{}{}
 	}
@@ -595,7 +703,10 @@ func unpack(ep *endpoint, packed []byte, out *C.ucp_rkey_h) error {
 }
 
 // fail takes ep out of the cache and force-closes it now, which ends its
-// requests in flight. w.mu held.
+// requests in flight. An endpoint without peer-failure detection cannot
+// be closed, only kept until its UCP worker goes (see closingEP): past
+// maxKept of those on the current worker, the worker is renewed, so peer
+// churn does not grow them without bound. w.mu held.
 func (w *Worker) fail(ep *endpoint) {
 	if w.eps[ep.key] == ep {
 		delete(w.eps, ep.key)
@@ -603,6 +714,25 @@ func (w *Worker) fail(ep *endpoint) {
 	ep.dead = true
 	w.closeEP(ep)
 	w.retire(ep)
+	if !ep.peerErrors && ep.uw == w.cur && !w.closed && w.kept() > maxKept {
+		w.renew(fmt.Sprintf("more than %d endpoints without failure detection are closed but kept open (UCX cannot close them)", maxKept))
+	}
+}
+
+// maxKept bounds the endpoints kept open on the current UCP worker (see
+// fail); a renewal, which closes them, cuts short the Do calls then in
+// flight on endpoints without peer-failure detection (they post again).
+const maxKept = 32
+
+// kept counts the kept endpoints of the current UCP worker. w.mu held.
+func (w *Worker) kept() int {
+	n := 0
+	for _, c := range w.closing {
+		if c.keep && c.uw == w.cur {
+			n++
+		}
+	}
+	return n
 }
 
 // closeEP starts the close of ep once: a force close, which ends its
@@ -690,6 +820,7 @@ func (w *Worker) Forget(descBytes []byte) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	delete(w.gone, string(d.addr))
 	if ep := w.eps[string(d.addr)]; ep != nil {
 		w.fail(ep)
 	}
