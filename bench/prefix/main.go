@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gostore/gostore/bench/internal/corefill"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/wire"
@@ -47,7 +48,7 @@ const pagesPerRequest = 100
 
 // keyOf is the i-th object's key: the shape of an engine's KV pages (as
 // bench/scale's).
-func keyOf(i int) string { return fmt.Sprintf("model/layer%02d/block%08d", i%61, i) }
+func keyOf(i int) string { return corefill.KeyOf(i) }
 
 type row struct {
 	Name    string  `json:"name"`
@@ -234,26 +235,7 @@ func fill(c *master.Core, n int) error {
 			return err
 		}
 	}
-	const batch = 1024
-	ks := make([]string, batch)
-	sizes := slices.Repeat([]uint64{64}, batch)
-	for done := 0; done < n; done += batch {
-		m := min(batch, n-done)
-		for j := range m {
-			ks[j] = keyOf(done + j)
-		}
-		res, err := c.PutStart("w", "", ks[:m], sizes[:m], wire.ReplicaConfig{})
-		if err != nil {
-			return err
-		}
-		for j := range res {
-			if res[j].Code != wire.OK {
-				return fmt.Errorf("PutStart %s: %d", ks[j], res[j].Code)
-			}
-		}
-		c.PutEnd("w", ks[:m], nil)
-	}
-	return nil
+	return corefill.Fill(c, n, 64)
 }
 
 // request is one lookup: 100 consecutive stored pages from a random start,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gostore/gostore/bench/internal/corefill"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/wire"
 )
@@ -19,7 +19,7 @@ import (
 const objectSize = 64
 
 // keyOf is the i-th benchmark key: the shape of an engine's KV pages.
-func keyOf(i int) string { return fmt.Sprintf("model/layer%02d/block%08d", i%61, i) }
+func keyOf(i int) string { return corefill.KeyOf(i) }
 
 // meanKeyBytes is the mean length of keyOf(0..n-1), computed, not sampled.
 func meanKeyBytes(n int) float64 {
@@ -88,31 +88,7 @@ func newCore(clk *fakeClock, evictRatio float64) *master.Core {
 }
 
 // fillCore puts objects [0, n) in batches, as PutStart+PutEnd.
-func fillCore(c *master.Core, n int) error {
-	const batch = 1024
-	ks := make([]string, batch)
-	sizes := make([]uint64, batch)
-	for i := range sizes {
-		sizes[i] = objectSize
-	}
-	for done := 0; done < n; done += batch {
-		m := min(batch, n-done)
-		for j := range m {
-			ks[j] = keyOf(done + j)
-		}
-		res, err := c.PutStart("w", "", ks[:m], sizes[:m], wire.ReplicaConfig{})
-		if err != nil {
-			return err
-		}
-		for j := range res {
-			if res[j].Code != wire.OK {
-				return fmt.Errorf("PutStart %s: %d", ks[j], res[j].Code)
-			}
-		}
-		c.PutEnd("w", ks[:m], nil)
-	}
-	return nil
-}
+func fillCore(c *master.Core, n int) error { return corefill.Fill(c, n, objectSize) }
 
 // sampleKeys returns m keys of [0, n) in random order (repeats allowed).
 func sampleKeys(n, m int, r *rand.Rand) []string {

@@ -133,18 +133,7 @@ func TestGonePeerFailsFast(t *testing.T) {
 	needUCX(t)
 	b := startPeer(t, "posix")
 	w := newInitiator(t, "posix")
-	want := make([]byte, peerSize)
-	fill(want, peerSeed)
-	read := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		buf := make([]byte, 1<<20)
-		err := w.Do(ctx, []Op{{Desc: b.desc, Parts: []Part{{Host: buf}}}})[0]
-		if err == nil && !bytes.Equal(buf, want[:len(buf)]) {
-			t.Fatal("bytes differ")
-		}
-		return err
-	}
+	read := func() error { return readPeer(t, w, b, time.Minute) }
 	if err := read(); err != nil {
 		t.Fatalf("b alive: %v", err)
 	}
@@ -234,18 +223,7 @@ func TestDeadlineDoesNotRenew(t *testing.T) {
 	needUCX(t)
 	b := startPeer(t, "posix")
 	w := newInitiator(t, "posix")
-	want := make([]byte, peerSize)
-	fill(want, peerSeed)
-	read := func(d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		buf := make([]byte, 1<<20)
-		err := w.Do(ctx, []Op{{Desc: b.desc, Parts: []Part{{Host: buf}}}})[0]
-		if err == nil && !bytes.Equal(buf, want[:len(buf)]) {
-			t.Fatal("bytes differ")
-		}
-		return err
-	}
+	read := func(d time.Duration) error { return readPeer(t, w, b, d) }
 	if err := read(time.Minute); err != nil {
 		t.Fatalf("b alive: %v", err)
 	}
@@ -276,18 +254,7 @@ func TestAbandonedStallRenews(t *testing.T) {
 	needUCX(t)
 	b, c := startPeer(t, "posix"), startPeer(t, "posix")
 	w := newInitiator(t, "posix")
-	want := make([]byte, peerSize)
-	fill(want, peerSeed)
-	read := func(p *peer, d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		buf := make([]byte, 1<<20)
-		err := w.Do(ctx, []Op{{Desc: p.desc, Parts: []Part{{Host: buf}}}})[0]
-		if err == nil && !bytes.Equal(buf, want[:len(buf)]) {
-			t.Fatal("bytes differ")
-		}
-		return err
-	}
+	read := func(p *peer, d time.Duration) error { return readPeer(t, w, p, d) }
 	if err := read(b, time.Minute); err != nil {
 		t.Fatalf("b alive: %v", err)
 	}
@@ -314,4 +281,20 @@ func TestAbandonedStallRenews(t *testing.T) {
 	if n := renewals(w); n != 1 {
 		t.Fatalf("%d renewals", n)
 	}
+}
+
+// readPeer reads the first MiB of p's exposure through w within d; bytes
+// that differ from what the peer holds fail the test (call it from the
+// test's goroutine). The error is Do's.
+func readPeer(t *testing.T, w *Worker, p *peer, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	buf := make([]byte, 1<<20)
+	err := w.Do(ctx, []Op{{Desc: p.desc, Parts: []Part{{Host: buf}}}})[0]
+	want := make([]byte, len(buf))
+	fill(want, peerSeed)
+	if err == nil && !bytes.Equal(buf, want) {
+		t.Fatal("bytes differ")
+	}
+	return err
 }
