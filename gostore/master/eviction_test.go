@@ -3,8 +3,10 @@ package master
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -555,6 +557,7 @@ func TestCleanupSweepLetsACallThroughBetweenChunks(t *testing.T) {
 				sh.mu.Unlock()
 			}()
 			<-waiting
+			waitQueuedOnMutex(t, "TestCleanupSweepLetsACallThroughBetweenChunks")
 			time.Sleep(5 * time.Millisecond) // the caller is queued and starving
 		case len(keys):
 			if !through.Load() {
@@ -567,6 +570,23 @@ func TestCleanupSweepLetsACallThroughBetweenChunks(t *testing.T) {
 	if frees != len(keys) || len(sh.objects) != 0 || c.objectCount() != 0 {
 		t.Fatalf("%d frees for %d unfinished puts; %d objects left (count %d)", frees, len(keys), len(sh.objects), c.objectCount())
 	}
+}
+
+// waitQueuedOnMutex returns once a goroutine started by the test named
+// test is blocked acquiring a mutex: a caller that was merely started may
+// not have reached Lock yet on a loaded machine (CI once saw it come after
+// the whole sweep), and only one queued for over a millisecond is handed
+// the lock at the next unlock.
+func waitQueuedOnMutex(t *testing.T, test string) {
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, test) {
+				return
+			}
+		}
+	}
+	t.Fatal("the caller never queued on the shard's lock")
 }
 
 // keysInShard returns n keys that c places in sh.
