@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -137,9 +138,7 @@ func TestGonePeerFailsFast(t *testing.T) {
 	if err := read(); err != nil {
 		t.Fatalf("b alive: %v", err)
 	}
-	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopPeer(t, b)
 	start := time.Now()
 	err := read()
 	if err == nil {
@@ -227,9 +226,7 @@ func TestDeadlineDoesNotRenew(t *testing.T) {
 	if err := read(time.Minute); err != nil {
 		t.Fatalf("b alive: %v", err)
 	}
-	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopPeer(t, b)
 	err := read(500 * time.Millisecond)
 	if err == nil {
 		t.Fatal("read of the stopped b succeeded")
@@ -258,9 +255,7 @@ func TestAbandonedStallRenews(t *testing.T) {
 	if err := read(b, time.Minute); err != nil {
 		t.Fatalf("b alive: %v", err)
 	}
-	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopPeer(t, b)
 	if err := read(b, 500*time.Millisecond); err == nil {
 		t.Fatal("read of the stopped b succeeded")
 	}
@@ -297,4 +292,26 @@ func readPeer(t *testing.T, w *Worker, p *peer, d time.Duration) error {
 		t.Fatal("bytes differ")
 	}
 	return err
+}
+
+// stopPeer stops p with SIGSTOP and returns once the kernel shows it
+// stopped: the signal is delivered asynchronously, and a read posted
+// before it takes effect is still served (CI saw "read of the hung b
+// succeeded").
+func stopPeer(t *testing.T, p *peer) {
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name's closing parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+	}
+	t.Fatalf("peer %d not stopped 10 s after SIGSTOP", p.cmd.Process.Pid)
 }
