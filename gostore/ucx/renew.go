@@ -120,7 +120,7 @@ func (w *Worker) renew(why string) {
 			delete(w.eps, k)
 		}
 	}
-	w.cur, w.h, w.efd = nu, nu.h, nu.efd
+	w.cur = nu
 	w.old = append(w.old, old)
 	w.renewals++
 	slog.Warn("ucx: " + why + "; the worker is renewed, endpoints reconnect")

@@ -53,10 +53,8 @@ type Worker struct {
 	c *Context
 
 	mu sync.Mutex
-	// h and efd are cur's, the UCP worker that new endpoints and the
-	// progress loop use; old holds the ones renewed away (see renew).
-	h        C.ucp_worker_h
-	efd      C.int
+	// cur is the UCP worker that new endpoints and the progress loop
+	// use; old holds the ones renewed away (see renew).
 	cur      *uworker
 	old      []*uworker
 	closed   bool
@@ -153,7 +151,7 @@ func (c *Context) NewWorker() (*Worker, error) {
 		c.release()
 		return nil, err
 	}
-	w.cur, w.h, w.efd = uw, uw.h, uw.efd
+	w.cur = uw
 	return w, nil
 }
 
@@ -399,7 +397,7 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 	cancelled := false
 	for idle := 0; len(reqs) > 0; {
 		w.mu.Lock()
-		progressed := C.gs_ucx_progress(w.h) != 0
+		progressed := C.gs_ucx_progress(w.cur.h) != 0
 		for _, o := range w.old {
 			// A renewal leaves requests on tcp/verbs endpoints of the old
 			// worker in flight (the noPeerErrors choice can flip mid-life,
@@ -469,13 +467,13 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 		if len(reqs) > 0 && !progressed {
 			idle++
 			if idle > spinRounds {
-				st := C.gs_ucx_worker_arm(w.h)
+				st := C.gs_ucx_worker_arm(w.cur.h)
 				armed, unarmable = st == C.UCS_OK, st != C.UCS_OK && st != C.UCS_ERR_BUSY
 			}
 		} else {
 			idle = 0
 		}
-		efd := w.efd // renew may replace it once w.mu is let go
+		efd := w.cur.efd // renew may replace it once w.mu is let go
 		w.mu.Unlock()
 		if armed {
 			// Sleep until the worker has an event; the timeout bounds
@@ -654,14 +652,14 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 		abuf := C.CBytes(d.addr)
 		var st C.ucs_status_t = C.UCS_ERR_UNREACHABLE
 		if !w.noPeerErrors {
-			st = C.gs_ucx_ep_create(w.h, abuf, 1, gs)
+			st = C.gs_ucx_ep_create(w.cur.h, abuf, 1, gs)
 		}
 		if st == C.UCS_ERR_UNREACHABLE {
 			// No transport of this context detects a dead peer (UCX 1.13's
 			// shared memory; peerFailureAM missed it): connect without,
 			// once logged; a dead peer is then seen at the caller's
 			// deadline or after PeerStallBound without progress.
-			if st = C.gs_ucx_ep_create(w.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
+			if st = C.gs_ucx_ep_create(w.cur.h, abuf, 0, gs); st == C.UCS_OK && !w.noPeerErrors {
 				w.noPeerErrors = true
 				slog.Warn("ucx: no transport detects peer failure; endpoints connect without it (a dead peer is seen at the op's deadline or after ucx.PeerStallBound without progress)", "resources", w.c.info.Resources)
 			}
@@ -853,7 +851,7 @@ func (w *Worker) Close() {
 				break
 			}
 		}
-		C.gs_ucx_progress(w.h)
+		C.gs_ucx_progress(w.cur.h)
 		w.reap()
 		w.mu.Unlock()
 		runtime.Gosched()
@@ -866,7 +864,7 @@ func (w *Worker) Close() {
 		r.ep.users = 0
 		w.retire(r.ep) // rkeys go before their worker
 	}
-	C.gs_ucx_worker_destroy(w.h)
+	C.gs_ucx_worker_destroy(w.cur.h)
 	for _, r := range w.orphans {
 		r.end(C.UCS_ERR_CANCELED)
 	}
