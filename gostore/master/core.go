@@ -83,6 +83,16 @@ type Config struct {
 	// (grants.go): clock skew between the master and the segments' owners,
 	// and the RPC's time on the way.
 	GrantSlack time.Duration
+	// Promotion on hit (promotion.go), Mooncake's --promotion_*: with
+	// PromotionOnHit, an object read from its disk copy alone at least
+	// PromotionAdmissionThreshold times (by a count-min sketch) is queued
+	// for its holder, at most PromotionQueueLimit queued or running, and
+	// each offload heartbeat of the holder takes PromotionMaxPerHeartbeat.
+	// Zero takes Mooncake's default.
+	PromotionOnHit              bool
+	PromotionAdmissionThreshold int
+	PromotionQueueLimit         int
+	PromotionMaxPerHeartbeat    int
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -113,6 +123,15 @@ func (c *Config) fill() {
 	}
 	if c.PutStartReleaseTimeout == 0 {
 		c.PutStartReleaseTimeout = 600 * time.Second
+	}
+	if c.PromotionAdmissionThreshold == 0 {
+		c.PromotionAdmissionThreshold = DefaultPromotionAdmissionThreshold
+	}
+	if c.PromotionQueueLimit == 0 {
+		c.PromotionQueueLimit = DefaultPromotionQueueLimit
+	}
+	if c.PromotionMaxPerHeartbeat == 0 {
+		c.PromotionMaxPerHeartbeat = DefaultPromotionMaxPerHeartbeat
 	}
 	if c.MaxKeyBytes == 0 {
 		c.MaxKeyBytes = DefaultMaxKeyBytes
@@ -195,6 +214,7 @@ type Core struct {
 	reclaimCursor atomic.Int64
 	tasks         taskTable
 	offload       offloadQueues // per client: keys to persist
+	promo         promotions    // promotion on hit (promotion.go)
 	drops         offloadQueues // per SSD directory: disk copies to delete
 	plan          planMembers   // segments hosting plan objects, by rank
 	tiers         struct {      // client → its SSD directory
@@ -334,6 +354,9 @@ func New(cfg Config) *Core {
 	c.clients.pinged = make(map[string]bool)
 	c.clients.left = make(map[string]time.Time)
 	c.tasks.byID = make(map[string]*task)
+	if cfg.PromotionOnHit && cfg.EnableOffload {
+		c.promo.sketch = new(countMinSketch)
+	}
 	c.placements.Store(c.cfg.Rand.Uint64())
 	return c
 }

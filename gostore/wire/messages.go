@@ -414,6 +414,20 @@ type OffloadHeartbeatResp struct {
 	Keys     []string
 	Sizes    []uint64
 	Drop     []string
+	// Promote lists objects whose disk copy the client holds and that
+	// reads want back in memory (the master's --promotion_on_hit).
+	Promote []PromotionTask
+}
+
+// PromotionTask asks the holder of Key's disk copy to load it into Target,
+// a range of one of its own host-memory segments, and to end task ID with
+// TaskDone: OK makes Target a replica of the object.
+type PromotionTask struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+	Key      string
+	Size     uint64
+	Target   Replica
 }
 
 // NotifyOffloadedReq reports objects now held in the client's SSD tier,

@@ -50,6 +50,12 @@ type Options struct {
 
 	EnableOffload  bool
 	OffloadOnEvict bool
+	// Promotion on hit (Mooncake's --promotion_*; master.Config's
+	// Promotion* fields).
+	PromotionOnHit              bool
+	PromotionAdmissionThreshold int
+	PromotionQueueLimit         int
+	PromotionMaxPerHeartbeat    int
 
 	// StateDir, when set, holds the journal of every durable change and its
 	// snapshots (every SnapshotInterval); Start restores from it.
@@ -268,7 +274,9 @@ func (o *Options) validate() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"rpc_max_connections_per_ip", o.RPCMaxConnectionsPerIP}, {"rpc_max_inflight_per_ip", o.RPCMaxInflightPerIP}} {
+	}{{"rpc_max_connections_per_ip", o.RPCMaxConnectionsPerIP}, {"rpc_max_inflight_per_ip", o.RPCMaxInflightPerIP},
+		{"promotion_admission_threshold", o.PromotionAdmissionThreshold}, {"promotion_queue_limit", o.PromotionQueueLimit},
+		{"promotion_max_per_heartbeat", o.PromotionMaxPerHeartbeat}} {
 		if n.v < 1 {
 			return fmt.Errorf("--%s=%d: must be positive", n.flag, n.v)
 		}

@@ -227,7 +227,7 @@ func (s *Server) registerDisks() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.OffloadHeartbeatResp, error) {
 		keys, sizes, drop := c.OffloadHeartbeat(r.ClientID, r.StorageID, r.Max)
-		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop}, nil
+		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop, Promote: c.PromotionHeartbeat(r.ClientID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes, r.Epochs)}, nil

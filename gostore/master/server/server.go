@@ -161,20 +161,24 @@ func recoverState(opts *Options, rpcLn net.Listener, guard *auth.Auth, log *slog
 // core reports its durable changes to state, when there is one.
 func coreConfig(opts Options, state *durability) master.Config {
 	cfg := master.Config{
-		DefaultKVLeaseTTL:      opts.DefaultKVLeaseTTL,
-		ClientTTL:              opts.ClientTTL,
-		SoftPinTTL:             opts.DefaultKVSoftPinTTL,
-		AllowEvictSoftPinned:   opts.AllowEvictSoftPinned,
-		EvictionRatio:          opts.EvictionRatio,
-		HighWatermark:          opts.EvictionHighWatermark,
-		PutStartDiscardTimeout: opts.PutStartDiscardTimeout,
-		PutStartReleaseTimeout: opts.PutStartReleaseTimeout,
-		EnableOffload:          opts.EnableOffload,
-		OffloadOnEvict:         opts.OffloadOnEvict,
-		RestoreQuarantine:      opts.RestoreQuarantine,
-		MaxKeyBytes:            opts.MaxKeyBytes,
-		MaxBatchKeys:           opts.MaxBatchKeys,
-		MaxObjectBytes:         opts.MaxObjectBytes,
+		DefaultKVLeaseTTL:           opts.DefaultKVLeaseTTL,
+		ClientTTL:                   opts.ClientTTL,
+		SoftPinTTL:                  opts.DefaultKVSoftPinTTL,
+		AllowEvictSoftPinned:        opts.AllowEvictSoftPinned,
+		EvictionRatio:               opts.EvictionRatio,
+		HighWatermark:               opts.EvictionHighWatermark,
+		PutStartDiscardTimeout:      opts.PutStartDiscardTimeout,
+		PutStartReleaseTimeout:      opts.PutStartReleaseTimeout,
+		EnableOffload:               opts.EnableOffload,
+		OffloadOnEvict:              opts.OffloadOnEvict,
+		PromotionOnHit:              opts.PromotionOnHit,
+		PromotionAdmissionThreshold: opts.PromotionAdmissionThreshold,
+		PromotionQueueLimit:         opts.PromotionQueueLimit,
+		PromotionMaxPerHeartbeat:    opts.PromotionMaxPerHeartbeat,
+		RestoreQuarantine:           opts.RestoreQuarantine,
+		MaxKeyBytes:                 opts.MaxKeyBytes,
+		MaxBatchKeys:                opts.MaxBatchKeys,
+		MaxObjectBytes:              opts.MaxObjectBytes,
 	}
 	if state != nil {
 		cfg.OnChange = state.record
