@@ -93,6 +93,16 @@ type Config struct {
 	PromotionAdmissionThreshold int
 	PromotionQueueLimit         int
 	PromotionMaxPerHeartbeat    int
+	// Hot-object replicas (hotreplicas.go), Mooncake's
+	// --dynamic_replication_*: DynamicReplicationMode is off (or ""),
+	// observe (count and export only) or enforce. An object used at least
+	// ceil(QPSThreshold × HeatWindow in seconds) times within one
+	// HeatWindow is hot; enforce gives it memory replicas on other
+	// segments up to MaxMemoryReplicas. Zero takes Mooncake's default.
+	DynamicReplicationMode              string
+	DynamicReplicationHeatWindow        time.Duration
+	DynamicReplicationQPSThreshold      float64
+	DynamicReplicationMaxMemoryReplicas int
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -123,6 +133,15 @@ func (c *Config) fill() {
 	}
 	if c.PutStartReleaseTimeout == 0 {
 		c.PutStartReleaseTimeout = 600 * time.Second
+	}
+	if c.DynamicReplicationHeatWindow == 0 {
+		c.DynamicReplicationHeatWindow = DefaultDynamicReplicationHeatWindow
+	}
+	if c.DynamicReplicationQPSThreshold == 0 {
+		c.DynamicReplicationQPSThreshold = DefaultDynamicReplicationQPSThreshold
+	}
+	if c.DynamicReplicationMaxMemoryReplicas == 0 {
+		c.DynamicReplicationMaxMemoryReplicas = DefaultDynamicReplicationMaxMemoryReplicas
 	}
 	if c.PromotionAdmissionThreshold == 0 {
 		c.PromotionAdmissionThreshold = DefaultPromotionAdmissionThreshold
@@ -215,6 +234,7 @@ type Core struct {
 	tasks         taskTable
 	offload       offloadQueues // per client: keys to persist
 	promo         promotions    // promotion on hit (promotion.go)
+	hot           hotReplicas   // hot-object replicas (hotreplicas.go)
 	drops         offloadQueues // per SSD directory: disk copies to delete
 	plan          planMembers   // segments hosting plan objects, by rank
 	tiers         struct {      // client → its SSD directory
@@ -260,6 +280,9 @@ type shard struct {
 	// n is len(objects), kept for readers that take no lock (objectCount):
 	// every insert and delete goes through set and remove.
 	n atomic.Int64
+	// heat holds the heat windows of the shard's recently used keys
+	// (hotreplicas.go; nil while dynamic replication is off).
+	heat map[string]heatWindow
 }
 
 // set stores o under key; the caller holds mu.
@@ -354,6 +377,7 @@ func New(cfg Config) *Core {
 	c.clients.pinged = make(map[string]bool)
 	c.clients.left = make(map[string]time.Time)
 	c.tasks.byID = make(map[string]*task)
+	c.hot.init(&c.cfg)
 	if cfg.PromotionOnHit && cfg.EnableOffload {
 		c.promo.sketch = new(countMinSketch)
 	}
@@ -662,8 +686,10 @@ func (c *Core) touch(clientID string) {
 //     and their unfinished puts dropped;
 //   - segments whose graceful unmount (DrainSegment) is due are removed;
 //   - quarantined ranges of taken-over puts are released when due;
+//   - hot objects get their extra replica tasks (hotreplicas.go);
 //   - an eviction pass runs when usage is above HighWatermark or a put
-//     found no space since the last Tick.
+//     found no space since the last Tick, after hot objects' extra
+//     replicas are dropped.
 func (c *Core) Tick() []string {
 	now := c.cfg.Now()
 	expired := c.expireClients(now)
@@ -676,8 +702,14 @@ func (c *Core) Tick() []string {
 	c.tickTasks(now.UnixNano(), dead)
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())
-	if c.evictSoon.Swap(false) || c.usage() > c.cfg.HighWatermark {
-		c.Evict()
+	c.tickHotReplicas(now.UnixNano())
+	due := c.evictSoon.Swap(false)
+	if due || c.usage() > c.cfg.HighWatermark {
+		// Hot objects' extra replicas go first; objects are evicted when
+		// that was not enough, or a writer waits for a pass.
+		if c.dropHotReplicas(now.UnixNano()) == 0 || due || c.usage() > c.cfg.HighWatermark {
+			c.Evict()
+		}
 	}
 	return expired
 }

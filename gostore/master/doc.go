@@ -56,6 +56,12 @@
 //     PromotionQueueLimit. A promotion is a task of the disk holder's
 //     whose target is a range of its own segment, so TaskDone, a dead
 //     holder and the task table end it as any task.
+//   - Hot-object replicas (hotreplicas.go) keep each shard's heat windows
+//     in the shard, under its lock (at most heatEntriesPerShard). Their
+//     extra replicas are tasks the master starts for the target segment's
+//     owner (its ping carries them); the extras are remembered by object,
+//     segment and offset, and Tick drops those no reader holds before an
+//     eviction pass runs. Lock order: a shard, then the hot state's lock.
 //   - An object is readable only once it has a COMPLETE replica.
 //   - An object's fields are read and set through its accessors
 //     (objects.go): the first replica is inline and the rare fields (more

@@ -88,6 +88,7 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 	for id := range dead {
 		c.offload.forget(id) // drops are per directory: they wait for its next holder
 		c.forgetPromotions(id)
+		c.forgetAssigned(id)
 		if disks {
 			delete(c.tiers.drained, id)
 			delete(c.tiers.byClient, id)

@@ -168,9 +168,10 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 		if !ok {
 			continue
 		}
-		t := &task{obj: o, client: clientID, size: o.size, promotion: true, started: now,
-			info:    wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
-			targets: []replica{{seg: s, offset: off, status: replicaProcessing}}}
+		t := &task{obj: o, client: clientID, size: o.size, promotion: true,
+			deadline: now + int64(c.cfg.PutStartReleaseTimeout),
+			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
+			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
 		o.addTasks(1)
 		t.hold = c.holdRanges(t.targets, o.size, 0) // under the shard lock: before any TaskDone
 		pt = wire.PromotionTask{ID: c.addTask(t), Key: key, Size: o.size,

@@ -39,9 +39,10 @@ type task struct {
 	finished int64     // when it ended (0: running)
 	hold     uint64    // the targets' hold in the journal (0: none)
 	// promotion: the task brings a disk-only object back to memory
-	// (promotion.go), started at started.
-	promotion bool
-	started   int64
+	// (promotion.go); hot: it adds a replica of a hot object
+	// (hotreplicas.go). deadline: when it expires unreported (0: never).
+	promotion, hot bool
+	deadline       int64
 }
 
 // CreateTask validates and plans a copy or move of key, allocating the
@@ -228,12 +229,14 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 		o.addTasks(-1)
 	}
 	var added int
+	var addedReps []replica
 	if ok && code == wire.OK {
 		reps := o.replicaList()
 		for _, r := range t.targets {
 			if !r.seg.isDead() {
 				r.status = replicaComplete
 				reps = append(reps, r)
+				addedReps = append(addedReps, r)
 				added++
 			}
 		}
@@ -249,6 +252,9 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 		}
 	}
 	c.releaseHold(t.hold) // the targets are replicas now, or freed below
+	if t.hot {
+		c.hotReplicaEnded(t, addedReps) // under the shard lock: before a drop can look for them
+	}
 	sh.mu.Unlock()
 	if t.promotion {
 		c.promotionEnded(t, code, added > 0, expired)
@@ -287,9 +293,9 @@ func (c *Core) QueryTask(id string) (wire.TaskInfo, error) {
 	return t.info, nil
 }
 
-// tickTasks fails the running tasks of dead executors and promotions not
-// reported within PutStartReleaseTimeout, and forgets tasks that finished
-// long ago.
+// tickTasks fails the running tasks of dead executors and the tasks the
+// master started (promotions, hot replicas) not reported by their
+// deadline, and forgets tasks that finished long ago.
 func (c *Core) tickTasks(now int64, dead map[string]bool) {
 	var orphaned, expired []*task
 	c.tasks.Lock()
@@ -298,7 +304,7 @@ func (c *Core) tickTasks(now int64, dead map[string]bool) {
 		case t.finished == 0 && dead[t.client]:
 			t.finished = now
 			orphaned = append(orphaned, t)
-		case t.finished == 0 && t.promotion && now-t.started > int64(c.cfg.PutStartReleaseTimeout):
+		case t.finished == 0 && t.deadline != 0 && now > t.deadline:
 			t.finished = now
 			expired = append(expired, t)
 		case t.finished != 0 && now-t.finished > int64(finishedTaskTTL):

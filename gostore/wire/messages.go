@@ -148,6 +148,18 @@ type PingResp struct {
 	// client asked for a tier refuses to start without it: its disk would
 	// never receive anything.
 	OffloadEnabled bool
+	// Tasks are replica tasks the master started for the client to run
+	// (hot-object replicas, --dynamic_replication_mode=enforce); each
+	// ends with TaskDone.
+	Tasks []AssignedTask
+}
+
+// AssignedTask is a replica task the master started: copy Key from one of
+// Plan.Sources to Plan.Targets, then TaskDone(Plan.ID).
+type AssignedTask struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Key      string
+	Plan     TaskPlan
 }
 
 type MountReq struct {

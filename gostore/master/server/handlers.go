@@ -35,7 +35,7 @@ func (s *Server) registerClients() {
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
 		mc.ping.call(nil)
 		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID),
-			OffloadEnabled: s.opts.EnableOffload}, nil
+			OffloadEnabled: s.opts.EnableOffload, Tasks: c.TakeAssignedTasks(r.ClientID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpClientLeave, func(r *wire.LeaveReq) (*struct{}, error) {
 		if c.ClientLeave(r.ClientID) {
