@@ -280,9 +280,11 @@ type shard struct {
 	// n is len(objects), kept for readers that take no lock (objectCount):
 	// every insert and delete goes through set and remove.
 	n atomic.Int64
-	// heat holds the heat windows of the shard's recently used keys
-	// (hotreplicas.go; nil while dynamic replication is off).
-	heat map[string]heatWindow
+	// heat holds the heat windows of the shard's recently used objects
+	// (hotreplicas.go; nil while dynamic replication is off), by object:
+	// a pointer hashes faster than a key, and a rewritten key starts cold.
+	heat        map[*object]heatWindow
+	heatPruneAt int64 // a full heat map is not looked through before then
 }
 
 // set stores o under key; the caller holds mu.

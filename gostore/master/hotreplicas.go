@@ -38,6 +38,9 @@ const (
 	// admission queue limit); hotBatch is how many one Tick serves.
 	hotQueueLimit = 50000
 	hotBatch      = 64
+	// heatPruneInterval: a full shard looks for stale windows at most this
+	// often (Mooncake's cleanup interval).
+	heatPruneInterval = time.Second
 )
 
 // HotReplicaStats count hot-object replicas' decisions and outcomes.
@@ -115,8 +118,12 @@ func (c *Core) HotReplicasLive() int {
 // lock unless o turns hot.
 func (c *Core) observeHeat(sh *shard, key string, o *object, now int64) {
 	h := &c.hot
-	w, ok := sh.heat[key]
+	w, ok := sh.heat[o]
 	if !ok && len(sh.heat) >= heatEntriesPerShard {
+		if now < sh.heatPruneAt {
+			return // full, and looked through lately: reads of new keys stay cheap
+		}
+		sh.heatPruneAt = now + int64(heatPruneInterval)
 		for k, x := range sh.heat {
 			if now-x.start >= 2*h.window {
 				delete(sh.heat, k)
@@ -127,13 +134,13 @@ func (c *Core) observeHeat(sh *shard, key string, o *object, now int64) {
 		}
 	}
 	if sh.heat == nil {
-		sh.heat = make(map[string]heatWindow)
+		sh.heat = make(map[*object]heatWindow)
 	}
 	if !ok || now-w.start >= h.window {
 		w = heatWindow{start: now}
 	}
 	w.hits++
-	sh.heat[key] = w
+	sh.heat[o] = w
 	if w.hits != h.minHits {
 		return
 	}

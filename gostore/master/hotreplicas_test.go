@@ -96,18 +96,33 @@ func TestHeatWindows(t *testing.T) {
 func TestHeatEntriesBounded(t *testing.T) {
 	c, clk := hotCore(t, DynamicReplicationObserve, 2)
 	sh := &c.shards[0]
-	now := c.now()
-	o := &object{size: 1}
-	for i := range 2 * heatEntriesPerShard {
-		c.observeHeat(sh, string(rune('a'+i%26))+string(rune(i)), o, now)
+	objs := make([]*object, 3*heatEntriesPerShard)
+	for i := range objs {
+		objs[i] = &object{size: 1}
+	}
+	for _, o := range objs[:2*heatEntriesPerShard] {
+		c.observeHeat(sh, "k", o, c.now())
 	}
 	if len(sh.heat) != heatEntriesPerShard {
 		t.Fatalf("%d windows, want %d", len(sh.heat), heatEntriesPerShard)
 	}
 	clk.Advance(21 * time.Second)
-	c.observeHeat(sh, "new", o, c.now())
-	if _, ok := sh.heat["new"]; !ok || len(sh.heat) != 1 {
+	fresh := &object{size: 1}
+	c.observeHeat(sh, "k", fresh, c.now())
+	if _, ok := sh.heat[fresh]; !ok || len(sh.heat) != 1 {
 		t.Fatalf("stale windows not dropped: %d left", len(sh.heat))
+	}
+	// Full of fresh windows: a new object is not counted, and the map is
+	// looked through again only after heatPruneInterval.
+	for _, o := range objs[2*heatEntriesPerShard:] {
+		c.observeHeat(sh, "k", o, c.now())
+	}
+	clk.Advance(21 * time.Second)
+	x, y := &object{size: 1}, &object{size: 1}
+	c.observeHeat(sh, "k", x, c.now())
+	c.observeHeat(sh, "k", y, c.now())
+	if _, ok := sh.heat[y]; !ok {
+		t.Fatal("stale windows not dropped after the interval")
 	}
 }
 
