@@ -145,9 +145,9 @@ func (c *Core) observeHeat(sh *shard, key string, o *object, now int64) {
 		return
 	}
 	h.stats.Hot.Add(1)
-	if h.mode != DynamicReplicationEnforce || o.taskCount() > 0 || o.unfinished() ||
+	if h.mode != DynamicReplicationEnforce || o.taskCount() > 0 || !o.complete() || o.unfinished() ||
 		o.numReplicas() >= c.cfg.DynamicReplicationMaxMemoryReplicas {
-		return
+		return // nothing to copy from (disk only), or no room under the cap
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

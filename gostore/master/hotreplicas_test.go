@@ -237,3 +237,15 @@ func TestHotReplicasGoFirstUnderPressure(t *testing.T) {
 		}
 	}
 }
+
+// TestHotDiskOnlyObjectNotQueued: an object served by its disk copy alone
+// has no memory replica to copy from (promotion brings it back instead).
+func TestHotDiskOnlyObjectNotQueued(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	c.cfg.EnableOffload = true
+	c.RecoverDisk("a", "ep-a", "dir-a", []string{"cold"}, []uint64{100})
+	readN(c, 5, "cold")
+	if got := hotNow(c); got != (hotCounts{hot: 1}) {
+		t.Fatalf("%+v", got)
+	}
+}
