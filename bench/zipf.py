@@ -43,6 +43,7 @@ from typing import Any, Dict, List
 
 KiB, MiB = 1 << 10, 1 << 20
 POOL = 16 * MiB
+SPARE = 8 * MiB
 OBJ = 256 * KiB
 N = 128
 
@@ -73,13 +74,17 @@ def zipf_order(reads: int, s: float, seed: int) -> List[int]:
     return [keys[r] for r in rng.choices(range(N), weights=weights, k=reads)]
 
 
-def scenario(name: str, order: List[int], tier: bool, promote: bool) -> Dict[str, Any]:
+def scenario(name: str, order: List[int], tier: bool, promote: bool, spare: bool = False,
+             hot: bool = False) -> Dict[str, Any]:
     from gostore import MooncakeDistributedStore
 
     flags = ["--enable_offload"] if tier else []
     if promote:
         flags += ["--promotion_on_hit", "--promotion_admission_threshold=2", "--promotion_max_per_heartbeat=1"]
+    if hot:
+        flags += ["--dynamic_replication_mode=enforce"]
     master = start_master(*flags)
+    other = MooncakeDistributedStore() if spare else None
     directory = tempfile.mkdtemp(prefix="gostore-zipf-")
     os.environ.update({"MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES": str(16 * MiB),
                        "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "0.2",
@@ -102,6 +107,11 @@ def scenario(name: str, order: List[int], tier: bool, promote: bool) -> Dict[str
             deadline = time.monotonic() + 30
             while metrics(master).get("file_cache_nums_", 0) < N and time.monotonic() < deadline:
                 time.sleep(0.05)
+        if other is not None:
+            # A second client lends SPARE bytes once the objects are in:
+            # only hot replicas (and the pool's usage) see them.
+            if other.setup("127.0.0.1", "P2PHANDSHAKE", SPARE, 16 * MiB, "tcp", "", master.addr) != 0:
+                return {"name": name, "error": "setup of the spare segment failed"}
         before = metrics(master)
         quarter = len(order) * 3 // 4
         at_quarter: Dict[str, float] = {}
@@ -127,11 +137,15 @@ def scenario(name: str, order: List[int], tier: bool, promote: bool) -> Dict[str
             "reads_per_s": len(order) / wall, "mb_per_s": len(order) * OBJ / MiB / wall,
             "disk_share": disk_share(before, after), "disk_share_last_quarter": disk_share(at_quarter, after),
             "promoted": after.get("master_promotion_completed_total", 0),
+            "hot_replicas_added": after.get("gostore_master_hot_replica_added_total", 0),
+            "hot_replicas_dropped": after.get("gostore_master_hot_replica_dropped_total", 0),
             "objects_in_memory_before": before.get("mem_cache_nums_", 0),
             "objects_in_memory_after": after.get("mem_cache_nums_", 0),
         }
     finally:
         store.close()
+        if other is not None:
+            other.close()
         master.kill()
         master.wait()
         subprocess.run(["rm", "-rf", directory])
@@ -149,16 +163,20 @@ def main() -> int:
         scenario("promotion off", order, tier=True, promote=False),
         scenario("promotion on", order, tier=True, promote=True),
         scenario("limit: all in memory", order, tier=False, promote=False),
+        scenario("spare, hot off", order, tier=True, promote=True, spare=True),
+        scenario("spare, hot enforce", order, tier=True, promote=True, spare=True, hot=True),
     ]
     print(f"zipf reads: {N} objects of {OBJ // KiB} KiB over a {POOL // MiB} MiB pool, "
           f"{args.reads} reads, s={args.s}")
-    print(f"{'scenario':<22} {'reads/s':>9} {'MB/s':>8} {'disk share':>11} {'last 1/4':>9} {'promoted':>9} {'wrong':>6}")
+    print(f"{'scenario':<22} {'reads/s':>9} {'MB/s':>8} {'disk share':>11} {'last 1/4':>9} {'promoted':>9} "
+          f"{'hot+':>5} {'hot-':>5} {'wrong':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['name']:<22} error: {r['error']}")
             continue
         print(f"{r['name']:<22} {r['reads_per_s']:>9.0f} {r['mb_per_s']:>8.0f} {r['disk_share']:>10.1%} "
-              f"{r['disk_share_last_quarter']:>9.1%} {r['promoted']:>9.0f} {r['wrong']:>6}")
+              f"{r['disk_share_last_quarter']:>9.1%} {r['promoted']:>9.0f} {r['hot_replicas_added']:>5.0f} "
+              f"{r['hot_replicas_dropped']:>5.0f} {r['wrong']:>6}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"objects": N, "object_bytes": OBJ, "pool_bytes": POOL, "reads": args.reads, "s": args.s,

@@ -706,10 +706,14 @@ func (c *Core) Tick() []string {
 	c.releaseDiscarded(now.UnixNano())
 	c.tickHotReplicas(now.UnixNano())
 	due := c.evictSoon.Swap(false)
-	if due || c.usage() > c.cfg.HighWatermark {
-		// Hot objects' extra replicas go first; objects are evicted when
-		// that was not enough, or a writer waits for a pass.
-		if c.dropHotReplicas(now.UnixNano()) == 0 || due || c.usage() > c.cfg.HighWatermark {
+	if u := c.usage(); due || u > c.cfg.HighWatermark {
+		// Hot objects' extra replicas go first, up to what a pass would
+		// free; objects are evicted when the pool is still above the
+		// watermark, or a writer waits for a pass.
+		_, capacity := c.poolBytes()
+		want := uint64(max(c.cfg.EvictionRatio, u-c.cfg.HighWatermark+c.cfg.EvictionRatio) * float64(capacity))
+		c.dropHotReplicas(now.UnixNano(), want)
+		if due || c.usage() > c.cfg.HighWatermark {
 			c.Evict()
 		}
 	}

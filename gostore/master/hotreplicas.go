@@ -273,11 +273,11 @@ func (c *Core) hotReplicaEnded(t *task, added []replica) {
 	h.stats.Added.Add(int64(len(added)))
 }
 
-// dropHotReplicas takes back the extra replicas no reader holds now: what a
-// memory shortage takes before any object's last replica. An extra a
-// reader still copies from waits for the next pass. It reports the bytes
-// freed.
-func (c *Core) dropHotReplicas(now int64) uint64 {
+// dropHotReplicas takes back extra replicas no reader holds now, until
+// want bytes are free: what a memory shortage takes before any object's
+// last replica. An extra a reader still copies from waits for the next
+// pass. It reports the bytes freed.
+func (c *Core) dropHotReplicas(now int64, want uint64) uint64 {
 	h := &c.hot
 	h.mu.Lock()
 	if h.live == 0 {
@@ -295,6 +295,13 @@ func (c *Core) dropHotReplicas(now int64) uint64 {
 		sh.mu.Lock()
 		o, ok := sh.objects[key]
 		for _, x := range list {
+			if freedBytes >= want {
+				if kept == nil {
+					kept = make(map[string][]extraReplica)
+				}
+				kept[key] = append(kept[key], x)
+				continue
+			}
 			if !ok || o != x.obj {
 				continue // the object went, and the range with it
 			}

@@ -218,7 +218,7 @@ func TestHotReplicasGoFirstUnderPressure(t *testing.T) {
 		t.Fatalf("usage %.2f, want above the watermark", u)
 	}
 	// "hot" is being read (its lease runs): its extra stays.
-	if n := c.dropHotReplicas(c.now()); n != 0 || c.HotReplicasLive() != 1 {
+	if n := c.dropHotReplicas(c.now(), 1<<20); n != 0 || c.HotReplicasLive() != 1 {
 		t.Fatalf("dropped %d bytes under a reader's lease", n)
 	}
 	clk.Advance(2 * time.Second) // past the reads' lease
@@ -247,5 +247,28 @@ func TestHotDiskOnlyObjectNotQueued(t *testing.T) {
 	readN(c, 5, "cold")
 	if got := hotNow(c); got != (hotCounts{hot: 1}) {
 		t.Fatalf("%+v", got)
+	}
+}
+
+// TestHotReplicaDropIsBounded: a shortage takes the extras it needs, not
+// all of them.
+func TestHotReplicaDropIsBounded(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	for _, k := range []string{"h1", "h2"} {
+		putOn(t, c, k, 100<<10, "seg-a")
+		readN(c, 5, k)
+	}
+	c.Tick()
+	for _, at := range c.TakeAssignedTasks("b") {
+		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.HotReplicasLive(); n != 2 {
+		t.Fatalf("%d extras, want 2", n)
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	if n := c.dropHotReplicas(c.now(), 1); n != 100<<10 || c.HotReplicasLive() != 1 {
+		t.Fatalf("freed %d bytes, %d extras left; want one extra's bytes and one left", n, c.HotReplicasLive())
 	}
 }
