@@ -80,6 +80,7 @@ bench: install ucx
 	go run $(GOLD) ./bench/prefix --json bench/prefix-results.json
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
+	$(PY) bench/zipf.py --json bench/zipf-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json
 	$(PY) bench/setup.py --json bench/setup-results.json
 	$(PY) bench/ucx.py --json bench/ucx-results.json

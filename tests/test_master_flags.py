@@ -174,7 +174,7 @@ def test_mooncake_series_are_served_and_move(master_factory, store_factory):
     assert status == 200
     served = dict(re.findall(r"^# TYPE (\S+) (\S+)$", body, re.M))
     ours = {n: t for n, t in served.items() if not n.startswith("gostore_")}
-    assert len(ours) == 79, sorted(ours)
+    assert len(ours) == 89, sorted(ours)
     assert all(WHEEL_METRICS.get(n) == t for n, t in ours.items()), \
         {n: t for n, t in ours.items() if WHEEL_METRICS.get(n) != t}
     assert m.metric("master_key_count") == 0 and m.metric("master_total_capacity_bytes") == 0

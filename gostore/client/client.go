@@ -260,6 +260,9 @@ func (c *Client) heartbeat() {
 		if err == nil && resp.OffloadWork && c.ssd != nil {
 			c.ssd.Kick()
 		}
+		if err == nil && len(resp.Tasks) > 0 {
+			c.tasks.runAssigned(resp.Tasks)
+		}
 		if was := c.healthy.Swap(err == nil); was != (err == nil) {
 			c.log.Warn("master reachability changed", "reachable", err == nil, "err", err)
 		}

@@ -60,16 +60,36 @@ func (c *Tasks) createTask(req wire.CreateTaskReq) (string, error) {
 		return plan.ID, nil // every target holds the object: the master ended the task
 	}
 	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		code := c.runTask(req.Key, plan)
-		ctx, cancel := c.ctx()
-		defer cancel()
-		if err := c.master.Call(ctx, wire.OpTaskDone, &wire.TaskDoneReq{ClientID: c.id, ID: plan.ID, Code: code}, nil); err != nil {
-			c.log.Warn("TaskDone not delivered; the task fails when this client expires", "task", plan.ID, "err", err)
-		}
-	}()
+	go c.runAndReport(req.Key, plan)
 	return plan.ID, nil
+}
+
+// runAssigned runs, in the background, the replica tasks the master
+// started for this client (hot objects' extra replicas, which its ping
+// carries): as a task it asked for, ended with TaskDone. The caller is
+// the ping loop, itself counted in c.wg, so the Adds never race Close's
+// Wait; it must not enter() (Close holds inFlight while it waits for the
+// ping loop).
+func (c *Tasks) runAssigned(tasks []wire.AssignedTask) {
+	if c.closed.Load() {
+		return // the master fails them when this client is gone
+	}
+	for _, at := range tasks {
+		c.wg.Add(1)
+		go c.runAndReport(at.Key, at.Plan)
+	}
+}
+
+// runAndReport runs one task and reports its outcome; the caller added it
+// to c.wg.
+func (c *Tasks) runAndReport(key string, plan wire.TaskPlan) {
+	defer c.wg.Done()
+	code := c.runTask(key, plan)
+	ctx, cancel := c.ctx()
+	defer cancel()
+	if err := c.master.Call(ctx, wire.OpTaskDone, &wire.TaskDoneReq{ClientID: c.id, ID: plan.ID, Code: code}, nil); err != nil {
+		c.log.Warn("TaskDone not delivered; the task fails when this client expires", "task", plan.ID, "err", err)
+	}
 }
 
 // runTask copies the object from one of the plan's sources to every target

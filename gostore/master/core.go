@@ -83,6 +83,26 @@ type Config struct {
 	// (grants.go): clock skew between the master and the segments' owners,
 	// and the RPC's time on the way.
 	GrantSlack time.Duration
+	// Promotion on hit (promotion.go), Mooncake's --promotion_*: with
+	// PromotionOnHit, an object read from its disk copy alone at least
+	// PromotionAdmissionThreshold times (by a count-min sketch) is queued
+	// for its holder, at most PromotionQueueLimit queued or running, and
+	// each offload heartbeat of the holder takes PromotionMaxPerHeartbeat.
+	// Zero takes Mooncake's default.
+	PromotionOnHit              bool
+	PromotionAdmissionThreshold int
+	PromotionQueueLimit         int
+	PromotionMaxPerHeartbeat    int
+	// Hot-object replicas (hotreplicas.go), Mooncake's
+	// --dynamic_replication_*: DynamicReplicationMode is off (or ""),
+	// observe (count and export only) or enforce. An object used at least
+	// ceil(QPSThreshold × HeatWindow in seconds) times within one
+	// HeatWindow is hot; enforce gives it memory replicas on other
+	// segments up to MaxMemoryReplicas. Zero takes Mooncake's default.
+	DynamicReplicationMode              string
+	DynamicReplicationHeatWindow        time.Duration
+	DynamicReplicationQPSThreshold      float64
+	DynamicReplicationMaxMemoryReplicas int
 	// Now is the clock; Rand picks among segments. Both injected for tests.
 	Now  func() time.Time
 	Rand *rand.Rand
@@ -113,6 +133,24 @@ func (c *Config) fill() {
 	}
 	if c.PutStartReleaseTimeout == 0 {
 		c.PutStartReleaseTimeout = 600 * time.Second
+	}
+	if c.DynamicReplicationHeatWindow == 0 {
+		c.DynamicReplicationHeatWindow = DefaultDynamicReplicationHeatWindow
+	}
+	if c.DynamicReplicationQPSThreshold == 0 {
+		c.DynamicReplicationQPSThreshold = DefaultDynamicReplicationQPSThreshold
+	}
+	if c.DynamicReplicationMaxMemoryReplicas == 0 {
+		c.DynamicReplicationMaxMemoryReplicas = DefaultDynamicReplicationMaxMemoryReplicas
+	}
+	if c.PromotionAdmissionThreshold == 0 {
+		c.PromotionAdmissionThreshold = DefaultPromotionAdmissionThreshold
+	}
+	if c.PromotionQueueLimit == 0 {
+		c.PromotionQueueLimit = DefaultPromotionQueueLimit
+	}
+	if c.PromotionMaxPerHeartbeat == 0 {
+		c.PromotionMaxPerHeartbeat = DefaultPromotionMaxPerHeartbeat
 	}
 	if c.MaxKeyBytes == 0 {
 		c.MaxKeyBytes = DefaultMaxKeyBytes
@@ -195,6 +233,8 @@ type Core struct {
 	reclaimCursor atomic.Int64
 	tasks         taskTable
 	offload       offloadQueues // per client: keys to persist
+	promo         promotions    // promotion on hit (promotion.go)
+	hot           hotReplicas   // hot-object replicas (hotreplicas.go)
 	drops         offloadQueues // per SSD directory: disk copies to delete
 	plan          planMembers   // segments hosting plan objects, by rank
 	tiers         struct {      // client → its SSD directory
@@ -240,6 +280,11 @@ type shard struct {
 	// n is len(objects), kept for readers that take no lock (objectCount):
 	// every insert and delete goes through set and remove.
 	n atomic.Int64
+	// heat holds the heat windows of the shard's recently used objects
+	// (hotreplicas.go; nil while dynamic replication is off), by object:
+	// a pointer hashes faster than a key, and a rewritten key starts cold.
+	heat        map[*object]heatWindow
+	heatPruneAt int64 // a full heat map is not looked through before then
 }
 
 // set stores o under key; the caller holds mu.
@@ -334,6 +379,10 @@ func New(cfg Config) *Core {
 	c.clients.pinged = make(map[string]bool)
 	c.clients.left = make(map[string]time.Time)
 	c.tasks.byID = make(map[string]*task)
+	c.hot.init(&c.cfg)
+	if cfg.PromotionOnHit && cfg.EnableOffload {
+		c.promo.sketch = new(countMinSketch)
+	}
 	c.placements.Store(c.cfg.Rand.Uint64())
 	return c
 }
@@ -639,8 +688,10 @@ func (c *Core) touch(clientID string) {
 //     and their unfinished puts dropped;
 //   - segments whose graceful unmount (DrainSegment) is due are removed;
 //   - quarantined ranges of taken-over puts are released when due;
+//   - hot objects get their extra replica tasks (hotreplicas.go);
 //   - an eviction pass runs when usage is above HighWatermark or a put
-//     found no space since the last Tick.
+//     found no space since the last Tick, after hot objects' extra
+//     replicas are dropped.
 func (c *Core) Tick() []string {
 	now := c.cfg.Now()
 	expired := c.expireClients(now)
@@ -653,8 +704,18 @@ func (c *Core) Tick() []string {
 	c.tickTasks(now.UnixNano(), dead)
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())
-	if c.evictSoon.Swap(false) || c.usage() > c.cfg.HighWatermark {
-		c.Evict()
+	c.tickHotReplicas(now.UnixNano())
+	due := c.evictSoon.Swap(false)
+	if u := c.usage(); due || u > c.cfg.HighWatermark {
+		// Hot objects' extra replicas go first, up to what a pass would
+		// free; objects are evicted when the pool is still above the
+		// watermark, or a writer waits for a pass.
+		_, capacity := c.poolBytes()
+		want := uint64(max(c.cfg.EvictionRatio, u-c.cfg.HighWatermark+c.cfg.EvictionRatio) * float64(capacity))
+		c.dropHotReplicas(now.UnixNano(), want)
+		if due || c.usage() > c.cfg.HighWatermark {
+			c.Evict()
+		}
 	}
 	return expired
 }

@@ -26,7 +26,8 @@
 //     once, unless the segment was unmounted first (then the whole range went
 //     with it).
 //   - Lock order: the segment registry (segs), then a shard, then a segment,
-//     then the quarantine (discarded) or the task table. segs is never taken
+//     then the quarantine (discarded), the task table or the promotion
+//     state (promotion.go; its queues' lock after its own). segs is never taken
 //     under a shard lock. Unmounting marks the segment dead under its own
 //     lock before sweeping the shards, so an allocation racing with an
 //     unmount either fails or is swept. The segment list is copy-on-write.
@@ -49,6 +50,18 @@
 //     the name's host:port, so on the same host the holder is dead; the
 //     silence rules out a live one elsewhere), retiring it as ClientLeave
 //     would; a holder heard from more recently keeps it (-102).
+//   - Promotion on hit (promotion.go) counts a get served by a disk copy
+//     alone after the shard's lock is let go (its watermark check takes
+//     segs); queued plus running promotions never exceed
+//     PromotionQueueLimit. A promotion is a task of the disk holder's
+//     whose target is a range of its own segment, so TaskDone, a dead
+//     holder and the task table end it as any task.
+//   - Hot-object replicas (hotreplicas.go) keep each shard's heat windows
+//     in the shard, under its lock (at most heatEntriesPerShard). Their
+//     extra replicas are tasks the master starts for the target segment's
+//     owner (its ping carries them); the extras are remembered by object,
+//     segment and offset, and Tick drops those no reader holds before an
+//     eviction pass runs. Lock order: a shard, then the hot state's lock.
 //   - An object is readable only once it has a COMPLETE replica.
 //   - An object's fields are read and set through its accessors
 //     (objects.go): the first replica is inline and the rare fields (more

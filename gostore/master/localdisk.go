@@ -29,6 +29,7 @@ func (c *Core) UnmountLocalDisk(clientID string) error {
 	delete(c.tiers.byClient, clientID)
 	c.tiers.Unlock()
 	c.offload.forget(clientID)
+	c.forgetPromotions(clientID)
 	c.segs.RLock()
 	for _, s := range c.segs.list {
 		if s.desc.ClientID == clientID {

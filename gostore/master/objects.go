@@ -527,6 +527,7 @@ func (c *Core) PeekReplicas(keys []string) []wire.GetResult {
 func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 	now := c.now()
 	out := make([]wire.GetResult, len(keys))
+	var diskReads []diskRead
 	for i, key := range keys {
 		c.stats.Gets.Add(1)
 		sh := c.shardOf(key)
@@ -568,8 +569,26 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 					out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 				}
 			}
+			if n := len(out[i].Replicas); n > 1 && c.hot.mode != "" {
+				// Spread reads over the replicas: a reader tries the
+				// cheapest first, and in this order among equals.
+				k := int(c.hot.spread.Add(1) % uint64(n))
+				slices.Reverse(out[i].Replicas[:k])
+				slices.Reverse(out[i].Replicas[k:])
+				slices.Reverse(out[i].Replicas)
+			}
+			if use && c.hot.mode != "" {
+				c.observeHeat(sh, key, o, now)
+			}
+			if use && len(out[i].Replicas) == 0 && c.promo.sketch != nil && o.taskCount() == 0 {
+				// Served by the disk copy alone, no promotion on its way.
+				diskReads = append(diskReads, diskRead{key, o.onDisk().client})
+			}
 		}
 		sh.mu.Unlock()
+	}
+	if len(diskReads) > 0 {
+		c.observeDiskReads(diskReads) // takes segs: never under a shard lock
 	}
 	return out
 }

@@ -34,13 +34,14 @@ type keyQueue struct {
 	queued map[string]struct{}
 }
 
-func (q *offloadQueues) push(client, key string) {
+// push queues key for client; false: it was queued already.
+func (q *offloadQueues) push(client, key string) bool {
 	q.Lock()
 	defer q.Unlock()
-	q.pushLocked(client, key)
+	return q.pushLocked(client, key)
 }
 
-func (q *offloadQueues) pushLocked(client, key string) {
+func (q *offloadQueues) pushLocked(client, key string) bool {
 	if q.byClient == nil {
 		q.byClient = make(map[string]*keyQueue)
 	}
@@ -49,10 +50,12 @@ func (q *offloadQueues) pushLocked(client, key string) {
 		kq = &keyQueue{queued: make(map[string]struct{})}
 		q.byClient[client] = kq
 	}
-	if _, dup := kq.queued[key]; !dup {
-		kq.queued[key] = struct{}{}
-		kq.keys = append(kq.keys, key)
+	if _, dup := kq.queued[key]; dup {
+		return false
 	}
+	kq.queued[key] = struct{}{}
+	kq.keys = append(kq.keys, key)
+	return true
 }
 
 func (q *offloadQueues) pending(client string) bool {
@@ -95,11 +98,28 @@ func (q *offloadQueues) all() map[string][]string {
 	return out
 }
 
-// forget drops a dead client's queue.
-func (q *offloadQueues) forget(client string) {
+// forget drops a dead client's queue; the number of keys it held.
+func (q *offloadQueues) forget(client string) int {
 	q.Lock()
+	defer q.Unlock()
+	n := 0
+	if kq := q.byClient[client]; kq != nil {
+		n = len(kq.keys)
+	}
 	delete(q.byClient, client)
-	q.Unlock()
+	return n
+}
+
+// has reports whether key waits in client's queue.
+func (q *offloadQueues) has(client, key string) bool {
+	q.Lock()
+	defer q.Unlock()
+	kq := q.byClient[client]
+	if kq == nil {
+		return false
+	}
+	_, ok := kq.queued[key]
+	return ok
 }
 
 func (q *offloadQueues) pop(client string, max int) []string {
@@ -191,7 +211,7 @@ func (c *Core) OffloadPending(clientID string) bool {
 	c.tiers.Lock()
 	storage := c.tiers.byClient[clientID]
 	c.tiers.Unlock()
-	return c.offload.pending(clientID) || (storage != "" && c.drops.pending(storage))
+	return c.offload.pending(clientID) || (storage != "" && c.drops.pending(storage)) || c.promotionPending(clientID)
 }
 
 // tierOf records which directory clientID's SSD tier runs on (its offload

@@ -38,6 +38,11 @@ type task struct {
 	source   *segment  // move: the segment whose replica goes away
 	finished int64     // when it ended (0: running)
 	hold     uint64    // the targets' hold in the journal (0: none)
+	// promotion: the task brings a disk-only object back to memory
+	// (promotion.go); hot: it adds a replica of a hot object
+	// (hotreplicas.go). deadline: when it expires unreported (0: never).
+	promotion, hot bool
+	deadline       int64
 }
 
 // CreateTask validates and plans a copy or move of key, allocating the
@@ -209,11 +214,13 @@ func (c *Core) TaskDone(clientID, id string, code wire.Code) error {
 	}
 	t.finished = now
 	c.tasks.Unlock()
-	c.finishTask(t, code, now)
+	c.finishTask(t, code, now, false)
 	return nil
 }
 
-func (c *Core) finishTask(t *task, code wire.Code, now int64) {
+// finishTask ends t with its executor's code; expired: the executor never
+// reported.
+func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 	sh := c.shardOf(t.info.Key)
 	sh.mu.Lock()
 	o, ok := sh.objects[t.info.Key]
@@ -222,12 +229,14 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 		o.addTasks(-1)
 	}
 	var added int
+	var addedReps []replica
 	if ok && code == wire.OK {
 		reps := o.replicaList()
 		for _, r := range t.targets {
 			if !r.seg.isDead() {
 				r.status = replicaComplete
 				reps = append(reps, r)
+				addedReps = append(addedReps, r)
 				added++
 			}
 		}
@@ -243,7 +252,13 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64) {
 		}
 	}
 	c.releaseHold(t.hold) // the targets are replicas now, or freed below
+	if t.hot {
+		c.hotReplicaEnded(t, addedReps) // under the shard lock: before a drop can look for them
+	}
 	sh.mu.Unlock()
+	if t.promotion {
+		c.promotionEnded(t, code, added > 0, expired)
+	}
 	c.tasks.Lock()
 	defer c.tasks.Unlock()
 	switch {
@@ -278,22 +293,29 @@ func (c *Core) QueryTask(id string) (wire.TaskInfo, error) {
 	return t.info, nil
 }
 
-// tickTasks fails the running tasks of dead executors and forgets tasks that
-// finished long ago.
+// tickTasks fails the running tasks of dead executors and the tasks the
+// master started (promotions, hot replicas) not reported by their
+// deadline, and forgets tasks that finished long ago.
 func (c *Core) tickTasks(now int64, dead map[string]bool) {
-	var orphaned []*task
+	var orphaned, expired []*task
 	c.tasks.Lock()
 	for id, t := range c.tasks.byID {
 		switch {
 		case t.finished == 0 && dead[t.client]:
 			t.finished = now
 			orphaned = append(orphaned, t)
+		case t.finished == 0 && t.deadline != 0 && now > t.deadline:
+			t.finished = now
+			expired = append(expired, t)
 		case t.finished != 0 && now-t.finished > int64(finishedTaskTTL):
 			delete(c.tasks.byID, id)
 		}
 	}
 	c.tasks.Unlock()
 	for _, t := range orphaned {
-		c.finishTask(t, wire.ErrClientNotFound, now)
+		c.finishTask(t, wire.ErrClientNotFound, now, false)
+	}
+	for _, t := range expired {
+		c.finishTask(t, wire.ErrLeaseExpired, now, true)
 	}
 }

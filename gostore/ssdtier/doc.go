@@ -13,8 +13,11 @@
 // pipeline: policy (the object fits the staging buffer), precondition (a
 // caller's offload waits for the object's write), upgrade (pin the memory
 // replica in the host's segment) and transfer (write the disk, tell the
-// master). At start, and whenever the master forgot the client, it
-// re-registers what the directory holds.
+// master). The same heartbeat hands it promotions (promote.go): copies
+// reads want back in memory, which it loads, checksum verified, straight
+// into the range of the host's own segment the master names. At start,
+// and whenever the master forgot the client, it re-registers what the
+// directory holds.
 //
 // A Reader is the other side, which every client has, tier or not: a get
 // whose object lives only on some client's disk asks that holder to stage

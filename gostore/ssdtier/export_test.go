@@ -23,3 +23,6 @@ func (t *Tier) Pinned() int {
 
 // Peek locates keys through the tier's host, without using the objects.
 func (t *Tier) Peek(keys []string) ([]wire.GetResult, error) { return t.host.Peek(keys) }
+
+// Promote runs promotion tasks as the offload heartbeat does.
+func (t *Tier) Promote(tasks []wire.PromotionTask) { t.promote(tasks) }

@@ -71,15 +71,19 @@ type Tier struct {
 type counters struct {
 	offloaded, offloadFailed, dropped, recovered, staleDropped atomic.Int64
 	staged, stageFailed, corrupt                               atomic.Int64
+	promoted, promoteFailed                                    atomic.Int64
 }
 
 // Stats is a snapshot of the tier's counters.
 type Stats struct {
 	Offloaded, OffloadFailed, Dropped, Recovered, StaleDropped int64
 	Staged, StageFailed, Corrupt                               int64
-	Objects                                                    int
-	Bytes                                                      uint64
-	Pipeline                                                   pipeline.Stats
+	// Promoted (PromoteFailed): disk copies loaded back into memory at
+	// the master's request (that failed).
+	Promoted, PromoteFailed int64
+	Objects                 int
+	Bytes                   uint64
+	Pipeline                pipeline.Stats
 }
 
 // offloadPin is one object pinned for its offload: its bytes in our
@@ -331,7 +335,7 @@ func (t *Tier) heartbeat() (busy bool) {
 			t.log.Debug("offload heartbeat failed", "err", err)
 			return busy
 		}
-		busy = busy || len(resp.Keys) > 0 || len(resp.Drop) > 0
+		busy = busy || len(resp.Keys) > 0 || len(resp.Drop) > 0 || len(resp.Promote) > 0
 		// Drops first: a key both dropped and handed out is a rewrite
 		// whose old copy must go before the new one is written.
 		if len(resp.Drop) > 0 {
@@ -348,6 +352,7 @@ func (t *Tier) heartbeat() (busy bool) {
 				return false // closing
 			}
 		}
+		t.promote(resp.Promote)
 		if len(resp.Keys) < heartbeatMax && len(resp.Drop) < heartbeatMax {
 			return busy
 		}
@@ -702,6 +707,7 @@ func (t *Tier) Stats() Stats {
 		Offloaded: s.offloaded.Load(), OffloadFailed: s.offloadFailed.Load(), Dropped: s.dropped.Load(),
 		Recovered: s.recovered.Load(), StaleDropped: s.staleDropped.Load(),
 		Staged: s.staged.Load(), StageFailed: s.stageFailed.Load(), Corrupt: s.corrupt.Load(),
+		Promoted: s.promoted.Load(), PromoteFailed: s.promoteFailed.Load(),
 		Objects: objects, Bytes: bytes, Pipeline: t.pipe.Stats(),
 	}
 }

@@ -148,6 +148,18 @@ type PingResp struct {
 	// client asked for a tier refuses to start without it: its disk would
 	// never receive anything.
 	OffloadEnabled bool
+	// Tasks are replica tasks the master started for the client to run
+	// (hot-object replicas, --dynamic_replication_mode=enforce); each
+	// ends with TaskDone.
+	Tasks []AssignedTask
+}
+
+// AssignedTask is a replica task the master started: copy Key from one of
+// Plan.Sources to Plan.Targets, then TaskDone(Plan.ID).
+type AssignedTask struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Key      string
+	Plan     TaskPlan
 }
 
 type MountReq struct {
@@ -414,6 +426,20 @@ type OffloadHeartbeatResp struct {
 	Keys     []string
 	Sizes    []uint64
 	Drop     []string
+	// Promote lists objects whose disk copy the client holds and that
+	// reads want back in memory (the master's --promotion_on_hit).
+	Promote []PromotionTask
+}
+
+// PromotionTask asks the holder of Key's disk copy to load it into Target,
+// a range of one of its own host-memory segments, and to end task ID with
+// TaskDone: OK makes Target a replica of the object.
+type PromotionTask struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	ID       string
+	Key      string
+	Size     uint64
+	Target   Replica
 }
 
 // NotifyOffloadedReq reports objects now held in the client's SSD tier,

@@ -50,6 +50,18 @@ type Options struct {
 
 	EnableOffload  bool
 	OffloadOnEvict bool
+	// Promotion on hit (Mooncake's --promotion_*; master.Config's
+	// Promotion* fields).
+	PromotionOnHit              bool
+	PromotionAdmissionThreshold int
+	PromotionQueueLimit         int
+	PromotionMaxPerHeartbeat    int
+	// Hot-object replicas (Mooncake's --dynamic_replication_*;
+	// master.Config's DynamicReplication* fields).
+	DynamicReplicationMode              string
+	DynamicReplicationHeatWindow        time.Duration
+	DynamicReplicationQPSThreshold      float64
+	DynamicReplicationMaxMemoryReplicas int
 
 	// StateDir, when set, holds the journal of every durable change and its
 	// snapshots (every SnapshotInterval); Start restores from it.
@@ -268,12 +280,18 @@ func (o *Options) validate() error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"rpc_max_connections_per_ip", o.RPCMaxConnectionsPerIP}, {"rpc_max_inflight_per_ip", o.RPCMaxInflightPerIP}} {
+	}{{"rpc_max_connections_per_ip", o.RPCMaxConnectionsPerIP}, {"rpc_max_inflight_per_ip", o.RPCMaxInflightPerIP},
+		{"promotion_admission_threshold", o.PromotionAdmissionThreshold}, {"promotion_queue_limit", o.PromotionQueueLimit},
+		{"promotion_max_per_heartbeat", o.PromotionMaxPerHeartbeat},
+		{"dynamic_replication_max_memory_replicas", o.DynamicReplicationMaxMemoryReplicas},
+		{"dynamic_replication_heat_window_seconds", int(o.DynamicReplicationHeatWindow / time.Second)}} {
 		if n.v < 1 {
 			return fmt.Errorf("--%s=%d: must be positive", n.flag, n.v)
 		}
 	}
 	switch {
+	case !(o.DynamicReplicationQPSThreshold > 0):
+		return fmt.Errorf("--dynamic_replication_admission_qps_threshold=%v: must be above 0", o.DynamicReplicationQPSThreshold)
 	case o.RPCPort < 0 || o.RPCPort > 65535:
 		return fmt.Errorf("--rpc_port=%d (or --port): out of range, from 0 to 65535", o.RPCPort)
 	case o.MetricsPort > 65535:

@@ -202,10 +202,28 @@ var specs = []flagSpec{
 	{name: "default_kv_soft_pin_ttl", gtype: "string", unit: time.Millisecond, def: "1800000",
 		help: "how long a soft pin protects an object after its last read (milliseconds, or 30m, 1h)",
 		set:  to(func(o *Options) *time.Duration { return &o.DefaultKVSoftPinTTL }, asDuration)},
-	mc("dynamic_replication_admission_qps_threshold", "double", "0.8"),
-	mc("dynamic_replication_heat_window_seconds", "uint32", "10"),
-	mc("dynamic_replication_max_memory_replicas", "uint64", "2"),
-	{name: "dynamic_replication_mode", gtype: "string", def: "off", check: oneOf("off", "observe", "enforce")},
+	{name: "dynamic_replication_admission_qps_threshold", gtype: "double", def: "0.8",
+		help: "reads per second of the heat window that make an object hot (ceil(qps x window) reads); above 0",
+		set:  to(func(o *Options) *float64 { return &o.DynamicReplicationQPSThreshold }, asFloat)},
+	{name: "dynamic_replication_heat_window_seconds", gtype: "uint32", def: "10",
+		help: "the window (seconds) an object's reads are counted over for --dynamic_replication_mode; at least 1",
+		set: func(st *flagState, v string) error {
+			n, err := asInt(v)
+			st.o.DynamicReplicationHeatWindow = time.Duration(n) * time.Second
+			return err
+		}},
+	{name: "dynamic_replication_max_memory_replicas", gtype: "uint64", def: "2",
+		help: "memory replicas a hot object may have, the extra ones included; at least 1",
+		set:  to(func(o *Options) *int { return &o.DynamicReplicationMaxMemoryReplicas }, asInt)},
+	{name: "dynamic_replication_mode", gtype: "string", def: "off", check: oneOf("off", "observe", "enforce"),
+		help: "hot-object replicas: off, observe (count hot objects only) or enforce (add memory replicas on other segments)",
+		set: func(st *flagState, v string) error {
+			if err := oneOf("off", "observe", "enforce")(v); err != nil {
+				return err
+			}
+			st.o.DynamicReplicationMode = v
+			return nil
+		}},
 	mc("enable_cxl", "bool", "false"),
 	mc("enable_disk_eviction", "bool", "true"),
 	{name: "enable_ha", gtype: "bool", def: "false",
@@ -292,10 +310,18 @@ var specs = []flagSpec{
 		help: "the RPC port when --rpc_port is not given (Mooncake's older name for it)",
 		set:  toState(func(st *flagState) *int { return &st.port }, asInt)},
 	mc("processing_task_timeout_sec", "uint64", "300"),
-	mc("promotion_admission_threshold", "uint32", "2"),
-	mc("promotion_max_per_heartbeat", "uint32", "1"),
-	mc("promotion_on_hit", "bool", "false"),
-	mc("promotion_queue_limit", "uint32", "50000"),
+	{name: "promotion_admission_threshold", gtype: "uint32", def: "2",
+		help: "disk reads of an object (counted by a count-min sketch) before --promotion_on_hit queues it; at least 1",
+		set:  to(func(o *Options) *int { return &o.PromotionAdmissionThreshold }, asInt)},
+	{name: "promotion_max_per_heartbeat", gtype: "uint32", def: "1",
+		help: "promotions one offload heartbeat of a disk holder takes; at least 1",
+		set:  to(func(o *Options) *int { return &o.PromotionMaxPerHeartbeat }, asInt)},
+	{name: "promotion_on_hit", gtype: "bool", def: "false",
+		help: "with --enable_offload: an object read from its disk copy often enough gets a memory replica back",
+		set:  to(func(o *Options) *bool { return &o.PromotionOnHit }, asBool)},
+	{name: "promotion_queue_limit", gtype: "uint32", def: "50000",
+		help: "promotions queued or running at once, at most; at least 1",
+		set:  to(func(o *Options) *int { return &o.PromotionQueueLimit }, asInt)},
 	{name: "put_start_discard_timeout_sec", gtype: "uint64", unit: time.Second, def: "30",
 		help: "age after which an unfinished put may be taken over by a new put of its key (seconds, or 30s, 1m)",
 		set:  to(func(o *Options) *time.Duration { return &o.PutStartDiscardTimeout }, asDuration)},

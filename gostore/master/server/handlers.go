@@ -35,7 +35,7 @@ func (s *Server) registerClients() {
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
 		mc.ping.call(nil)
 		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID),
-			OffloadEnabled: s.opts.EnableOffload}, nil
+			OffloadEnabled: s.opts.EnableOffload, Tasks: c.TakeAssignedTasks(r.ClientID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpClientLeave, func(r *wire.LeaveReq) (*struct{}, error) {
 		if c.ClientLeave(r.ClientID) {
@@ -227,7 +227,7 @@ func (s *Server) registerDisks() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpOffloadHeartbeat, func(r *wire.OffloadHeartbeatReq) (*wire.OffloadHeartbeatResp, error) {
 		keys, sizes, drop := c.OffloadHeartbeat(r.ClientID, r.StorageID, r.Max)
-		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop}, nil
+		return &wire.OffloadHeartbeatResp{Keys: keys, Sizes: sizes, Drop: drop, Promote: c.PromotionHeartbeat(r.ClientID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpNotifyOffloaded, func(r *wire.NotifyOffloadedReq) (*wire.CodesResp, error) {
 		return &wire.CodesResp{Codes: c.NotifyOffloaded(r.ClientID, r.Endpoint, r.StorageID, r.Keys, r.Sizes, r.Epochs)}, nil

@@ -74,6 +74,15 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_eviction_offload_wait_total", "Objects eviction left for their offload first.", st.EvictionsOffloadWait.Load)
 	counter("gostore_master_puts_reclaimed_total", "Unfinished writes reclaimed after put_start_discard_timeout.", st.PutsReclaimed.Load)
 	counter("gostore_master_disk_recovered_total", "Disk copies clients re-registered after a restart.", st.DiskRecovered.Load)
+	hs := core.HotReplicaStats()
+	counter("gostore_master_hot_objects_total", "Objects whose reads within one heat window reached the dynamic replication threshold.", hs.Hot.Load)
+	counter("gostore_master_hot_replica_queued_total", "Hot objects queued for an extra memory replica (enforce).", hs.Queued.Load)
+	counter("gostore_master_hot_replica_started_total", "Extra-replica tasks started for hot objects.", hs.Started.Load)
+	counter("gostore_master_hot_replica_added_total", "Extra memory replicas of hot objects that became readable.", hs.Added.Load)
+	counter("gostore_master_hot_replica_failed_total", "Extra-replica tasks that ended without a replica.", hs.Failed.Load)
+	counter("gostore_master_hot_replica_dropped_total", "Extra replicas of hot objects dropped under memory pressure.", hs.Dropped.Load)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_hot_replicas",
+		Help: "Extra memory replicas of hot objects that exist now."}, func() float64 { return float64(core.HotReplicasLive()) }))
 	gauge := func(name, help string, f func(master.Totals) float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help},
 			func() float64 { return f(core.Totals()) }))

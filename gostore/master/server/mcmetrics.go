@@ -6,6 +6,8 @@
 package server
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gostore/gostore/gostore/master"
@@ -165,6 +167,24 @@ func registerMCCoreSeries(reg *prometheus.Registry, core *master.Core) {
 	gauge("master_total_capacity_bytes", "Bytes of the mounted segments.", func() float64 { return float64(core.Totals().Capacity) })
 	gauge("master_key_count", "Objects in the index.", func() float64 { return float64(core.Totals().Objects) })
 	gauge("master_active_clients", "Clients alive (pinged within client_ttl).", func() float64 { return float64(core.Clients()) })
+	ps := core.PromotionStats()
+	for _, p := range []struct {
+		name, help string
+		n          *atomic.Int64
+	}{
+		{"admitted", "Disk reads that queued their object for promotion.", &ps.Admitted},
+		{"completed", "Promotions whose memory replica the disk holder wrote.", &ps.Completed},
+		{"completed_bytes", "Bytes promoted from disk copies to memory.", &ps.CompletedBytes},
+		{"expired", "Promotions the disk holder did not report within put_start_release_timeout_sec.", &ps.Expired},
+		{"failed", "Promotions the disk holder reported failed.", &ps.Failed},
+		{"cancelled", "Promotions dropped because the object, its disk copy, its holder or room on the holder went away.", &ps.Cancelled},
+		{"rejected_frequency", "Disk reads of objects read fewer than promotion_admission_threshold times.", &ps.RejectedFrequency},
+		{"rejected_watermark", "Disk reads not promoted because the pool was at or above the eviction high watermark.", &ps.RejectedWatermark},
+		{"rejected_cap", "Disk reads not promoted because promotion_queue_limit promotions were in flight.", &ps.RejectedCap},
+	} {
+		counter("master_promotion_"+p.name+"_total", p.help, p.n.Load)
+	}
+	gauge("master_promotion_in_flight", "Promotions queued or running.", func() float64 { return float64(core.PromotionInFlight()) })
 	gauge("master_put_start_discarded_staging_size", "Bytes held in the quarantine.", func() float64 {
 		_, b := core.Quarantined()
 		return float64(b)

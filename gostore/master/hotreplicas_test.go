@@ -1,0 +1,274 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// hotCore is a core with dynamic replication in mode, a 10 s window and
+// qps 0.5 (5 reads make an object hot), and two 1 MiB segments: "seg-a"
+// of client a and "seg-b" of client b.
+func hotCore(t *testing.T, mode string, maxReplicas int) (*Core, *fakeClock) {
+	t.Helper()
+	c, clk := newTestCore(t)
+	c.cfg.DynamicReplicationMode, c.cfg.DynamicReplicationQPSThreshold = mode, 0.5
+	c.cfg.DynamicReplicationMaxMemoryReplicas = maxReplicas
+	c.hot.init(&c.cfg) // New does it from the config it is given
+	mount(t, c, "a", "seg-a", 1<<20)
+	mount(t, c, "b", "seg-b", 1<<20)
+	return c, clk
+}
+
+// putOn writes key (size bytes) on the named segment.
+func putOn(t *testing.T, c *Core, key string, size uint64, seg string) {
+	t.Helper()
+	if r := put(t, c, key, size, wire.ReplicaConfig{Preferred: []string{seg}}); r.Code != wire.OK {
+		t.Fatalf("put %s: %v", key, r.Code)
+	}
+}
+
+type hotCounts struct{ hot, queued, started, added, failed, dropped int64 }
+
+func hotNow(c *Core) hotCounts {
+	s := c.HotReplicaStats()
+	return hotCounts{s.Hot.Load(), s.Queued.Load(), s.Started.Load(), s.Added.Load(), s.Failed.Load(), s.Dropped.Load()}
+}
+
+func TestHeatThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		qps    float64
+		window time.Duration
+		want   uint32
+	}{
+		{"Mooncake's defaults", 0.8, 10 * time.Second, 8},
+		{"rounded up", 0.25, 10 * time.Second, 3},
+		{"at least one read", 0.01, time.Second, 1},
+	} {
+		var h hotReplicas
+		cfg := Config{DynamicReplicationMode: DynamicReplicationObserve, DynamicReplicationQPSThreshold: tc.qps,
+			DynamicReplicationHeatWindow: tc.window}
+		h.init(&cfg)
+		if h.minHits != tc.want {
+			t.Errorf("%s: %d reads, want %d", tc.name, h.minHits, tc.want)
+		}
+	}
+}
+
+func TestHeatWindows(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  string
+		reads []int // reads per step; the clock moves 6 s between steps
+		want  hotCounts
+	}{
+		{"off counts nothing", DynamicReplicationOff, []int{50}, hotCounts{}},
+		{"observe: hot once a window", DynamicReplicationObserve, []int{50}, hotCounts{hot: 1}},
+		{"below the threshold", DynamicReplicationObserve, []int{4}, hotCounts{}},
+		{"reads of an old window do not count", DynamicReplicationObserve, []int{3, 0, 3}, hotCounts{}},
+		{"the same window across steps", DynamicReplicationObserve, []int{3, 2}, hotCounts{hot: 1}},
+		{"hot again in a new window", DynamicReplicationObserve, []int{5, 0, 5}, hotCounts{hot: 2}},
+		{"enforce queues it", DynamicReplicationEnforce, []int{5}, hotCounts{hot: 1, queued: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := hotCore(t, tc.mode, 2)
+			putOn(t, c, "k", 100, "seg-a")
+			for i, n := range tc.reads {
+				if i > 0 {
+					clk.Advance(6 * time.Second)
+				}
+				readN(c, n, "k")
+			}
+			if got := hotNow(c); got != tc.want {
+				t.Fatalf("%+v, want %+v", got, tc.want)
+			}
+			if tc.mode == DynamicReplicationOff && c.shardOf("k").heat != nil {
+				t.Fatal("off mode keeps heat windows")
+			}
+		})
+	}
+}
+
+// TestHeatEntriesBounded: a shard keeps at most heatEntriesPerShard
+// windows; stale ones make room.
+func TestHeatEntriesBounded(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationObserve, 2)
+	sh := &c.shards[0]
+	objs := make([]*object, 3*heatEntriesPerShard)
+	for i := range objs {
+		objs[i] = &object{size: 1}
+	}
+	for _, o := range objs[:2*heatEntriesPerShard] {
+		c.observeHeat(sh, "k", o, c.now())
+	}
+	if len(sh.heat) != heatEntriesPerShard {
+		t.Fatalf("%d windows, want %d", len(sh.heat), heatEntriesPerShard)
+	}
+	clk.Advance(21 * time.Second)
+	fresh := &object{size: 1}
+	c.observeHeat(sh, "k", fresh, c.now())
+	if _, ok := sh.heat[fresh]; !ok || len(sh.heat) != 1 {
+		t.Fatalf("stale windows not dropped: %d left", len(sh.heat))
+	}
+	// Full of fresh windows: a new object is not counted, and the map is
+	// looked through again only after heatPruneInterval.
+	for _, o := range objs[2*heatEntriesPerShard:] {
+		c.observeHeat(sh, "k", o, c.now())
+	}
+	clk.Advance(21 * time.Second)
+	x, y := &object{size: 1}, &object{size: 1}
+	c.observeHeat(sh, "k", x, c.now())
+	c.observeHeat(sh, "k", y, c.now())
+	if _, ok := sh.heat[y]; !ok {
+		t.Fatal("stale windows not dropped after the interval")
+	}
+}
+
+func TestHotReplicaAddedOnAnotherSegment(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "k", 100, "seg-a")
+	readN(c, 5, "k")
+	c.Tick()
+	if got := c.TakeAssignedTasks("a"); len(got) != 0 {
+		t.Fatalf("the replica's source got the task: %+v", got)
+	}
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != 1 || tasks[0].Key != "k" || len(tasks[0].Plan.Sources) != 1 || len(tasks[0].Plan.Targets) != 1 {
+		t.Fatalf("tasks = %+v", tasks)
+	}
+	segA, segB := c.segs.byName["seg-a"].desc.ID, c.segs.byName["seg-b"].desc.ID
+	if p := tasks[0].Plan; p.Sources[0].SegID != segA || p.Targets[0].SegID != segB {
+		t.Fatalf("plan = %+v, want from seg-a to seg-b", p)
+	}
+	if c.TakeAssignedTasks("b") != nil {
+		t.Fatal("a task handed out twice")
+	}
+	if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err != nil {
+		t.Fatal(err)
+	}
+	if got := hotNow(c); got != (hotCounts{hot: 1, queued: 1, started: 1, added: 1}) || c.HotReplicasLive() != 1 {
+		t.Fatalf("%+v, live %d", got, c.HotReplicasLive())
+	}
+	// Reads see both replicas, the first alternating between them.
+	firsts := map[uint64]int{}
+	for range 10 {
+		g := c.GetReplicas([]string{"k"}, false)[0]
+		if len(g.Replicas) != 2 {
+			t.Fatalf("get = %+v", g)
+		}
+		firsts[g.Replicas[0].SegID]++
+	}
+	if firsts[segA] != 5 || firsts[segB] != 5 {
+		t.Fatalf("first replica per segment over 10 reads: %v, want 5 and 5", firsts)
+	}
+	// At the cap: hot again in a later window, nothing more is queued.
+	c.cfg.DynamicReplicationHeatWindow = time.Second
+	readN(c, 5, "k")
+	if got := hotNow(c).queued; got != 1 {
+		t.Fatalf("queued %d at the replica cap", got)
+	}
+}
+
+func TestHotReplicaCapAndFailure(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationEnforce, 1)
+	putOn(t, c, "one", 100, "seg-a")
+	readN(c, 5, "one")
+	if got := hotNow(c); got != (hotCounts{hot: 1}) {
+		t.Fatalf("max 1 replica: %+v", got)
+	}
+	c, _ = hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "k", 100, "seg-a")
+	readN(c, 5, "k")
+	used := c.Totals().Used
+	c.Tick()
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != 1 {
+		t.Fatalf("tasks = %+v", tasks)
+	}
+	if err := c.TaskDone("b", tasks[0].Plan.ID, wire.ErrTransferFail); err != nil {
+		t.Fatal(err)
+	}
+	if got := hotNow(c); got.failed != 1 || got.added != 0 || c.Totals().Used != used {
+		t.Fatalf("%+v, used %d", got, c.Totals().Used)
+	}
+}
+
+// TestHotReplicasGoFirstUnderPressure: above the high watermark the extra
+// replicas are dropped before any object is evicted; one a reader holds
+// waits for its lease.
+func TestHotReplicasGoFirstUnderPressure(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "hot", 200<<10, "seg-a")
+	readN(c, 5, "hot")
+	c.Tick()
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != 1 {
+		t.Fatalf("tasks = %+v", tasks)
+	}
+	if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err != nil {
+		t.Fatal(err)
+	}
+	// 1000 of 1024 KiB used on each segment: above the 90 % watermark;
+	// without the extra, 1800 of 2048, below it.
+	putOn(t, c, "cold-a", 800<<10, "seg-a")
+	putOn(t, c, "cold-b", 800<<10, "seg-b")
+	if u := c.usage(); u <= c.cfg.HighWatermark {
+		t.Fatalf("usage %.2f, want above the watermark", u)
+	}
+	// "hot" is being read (its lease runs): its extra stays.
+	if n := c.dropHotReplicas(c.now(), 1<<20); n != 0 || c.HotReplicasLive() != 1 {
+		t.Fatalf("dropped %d bytes under a reader's lease", n)
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	c.Ping("a")
+	c.Ping("b")
+	c.Tick()
+	if got := hotNow(c).dropped; got != 1 || c.HotReplicasLive() != 0 {
+		t.Fatalf("dropped %d, live %d", got, c.HotReplicasLive())
+	}
+	if n := c.Stats().EvictionPasses.Load(); n != 0 {
+		t.Fatalf("%d eviction passes although dropping the extra made room", n)
+	}
+	for _, k := range []string{"hot", "cold-a", "cold-b"} {
+		if g := c.GetReplicas([]string{k}, false)[0]; g.Code != wire.OK || len(g.Replicas) != 1 {
+			t.Fatalf("%s after the drop = %+v", k, g)
+		}
+	}
+}
+
+// TestHotDiskOnlyObjectNotQueued: an object served by its disk copy alone
+// has no memory replica to copy from (promotion brings it back instead).
+func TestHotDiskOnlyObjectNotQueued(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	c.cfg.EnableOffload = true
+	c.RecoverDisk("a", "ep-a", "dir-a", []string{"cold"}, []uint64{100})
+	readN(c, 5, "cold")
+	if got := hotNow(c); got != (hotCounts{hot: 1}) {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// TestHotReplicaDropIsBounded: a shortage takes the extras it needs, not
+// all of them.
+func TestHotReplicaDropIsBounded(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	for _, k := range []string{"h1", "h2"} {
+		putOn(t, c, k, 100<<10, "seg-a")
+		readN(c, 5, k)
+	}
+	c.Tick()
+	for _, at := range c.TakeAssignedTasks("b") {
+		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.HotReplicasLive(); n != 2 {
+		t.Fatalf("%d extras, want 2", n)
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	if n := c.dropHotReplicas(c.now(), 1); n != 100<<10 || c.HotReplicasLive() != 1 {
+		t.Fatalf("freed %d bytes, %d extras left; want one extra's bytes and one left", n, c.HotReplicasLive())
+	}
+}
