@@ -31,8 +31,7 @@ func (t ucxTransport) Start(ctx context.Context, ops []Op, idx []int, errs []err
 			errs[i] = err
 			continue
 		}
-		e.segUCX[op.Peer.SegID] = op.Peer.UCX
-		uops = append(uops, ucx.Op{Desc: op.Peer.UCX, Offset: op.Offset, Write: op.Write, Parts: ucxParts(op)})
+		uops = append(uops, e.ucxOp(op))
 		posted = append(posted, i)
 	}
 	e.mu.Unlock()
@@ -44,6 +43,27 @@ func (t ucxTransport) Start(ctx context.Context, ops []Op, idx []int, errs []err
 		errs[i] = res[k]
 	}
 	return noFallback
+}
+
+// ucxOp is op as the worker takes it; it records op's desc under its
+// segment for Forget. e.mu held.
+func (e *Engine) ucxOp(op *Op) ucx.Op {
+	e.segUCX[op.Peer.SegID] = op.Peer.UCX
+	return ucx.Op{Desc: op.Peer.UCX, Offset: op.Offset, Write: op.Write, Parts: ucxParts(op)}
+}
+
+// beginUCX is Begin over UCX: op posted, its wait left to Begun.Wait. A get over tcp or shared memory is a round
+// trip through the owner's worker; posted first, it is answered while the
+// caller asks the master (client/spots.go). nil when op's grant does not
+// let it go.
+func (e *Engine) beginUCX(ctx context.Context, op *Op) *Begun {
+	if ucxAllowed(op, time.Now().UnixNano()) != nil {
+		return nil
+	}
+	e.mu.Lock()
+	uop := e.ucxOp(op)
+	e.mu.Unlock()
+	return &Begun{ucx: e.ucx.Begin(ctx, []ucx.Op{uop})}
 }
 
 // ucxAllowed refuses, before it is posted, an op whose grant does not let
