@@ -42,7 +42,7 @@ func (e *Engine) Begin(ctx context.Context, op Op) *Begun {
 	case RouteTCP:
 		b = e.beginLane(ctx, &op, total)
 	case RouteUCX:
-		b = e.beginUCX(ctx, &op)
+		b = e.beginUCX(ctx, &op, total)
 	}
 	if b != nil {
 		e.routeOps[r].Add(1)
