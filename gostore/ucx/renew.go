@@ -80,9 +80,9 @@ type Begun struct{ t *try }
 // reading a new endpoint's canary, first) and returns without waiting for
 // them, for a caller with something else to do while they move (a get
 // that asks the master while it reads from where the object was). The
-// caller must call Wait exactly once, with ctx still live or ended (Wait
-// sees its end), and must not touch the ops' memory before: UCX may be
-// writing it. Close waits for the Wait.
+// caller must call Wait exactly once and must not touch the ops' memory
+// before (UCX may be writing it); ctx bounds the Wait as it bounds a Do.
+// Close waits for the Wait.
 func (w *Worker) Begin(ctx context.Context, ops []Op) *Begun {
 	t := w.begin(ctx, ops)
 	if len(t.reqs) > 0 {
