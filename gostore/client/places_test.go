@@ -77,7 +77,7 @@ func TestPlacesNameTheSegmentThatHoldsTheObject(t *testing.T) {
 
 // Over TCP nothing is mapped here: no place.
 func TestNoPlaceOverTCP(t *testing.T) {
-	reader, writer := spotCluster(t)
+	reader, writer := spotCluster(t, "tcp")
 	mustPut(t, writer, "k", testkit.Pattern(2, 4096), false)
 	p, err := reader.Reads().GetStart([]string{"k"})
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // the reader then reads the new bytes.
 func TestAReadDoneRidesTheReadersNextCall(t *testing.T) {
 	withConfig(t, func(c *Config) { c.ReadDoneWait = time.Hour })
-	reader, writer := spotCluster(t)
+	reader, writer := spotCluster(t, "tcp")
 	v1, v2, o := testkit.Pattern(1, 4096), testkit.Pattern(2, 4096), testkit.Pattern(3, 4096)
 	mustPut(t, writer, "k", v1, false)
 	mustPut(t, writer, "other", o, false)
@@ -50,7 +50,7 @@ func TestAReadDoneRidesTheReadersNextCall(t *testing.T) {
 // right throughout, and the reader's own upsert is never busy.
 func TestARereadSendsItsWaitingReadDoneFirst(t *testing.T) {
 	withConfig(t, func(c *Config) { c.ReadDoneWait = time.Hour })
-	reader, writer := spotCluster(t)
+	reader, writer := spotCluster(t, "tcp")
 	v, o := testkit.Pattern(4, 4096), testkit.Pattern(5, 4096)
 	mustPut(t, writer, "k", v, false)
 	mustPut(t, writer, "other", o, false)

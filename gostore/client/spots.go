@@ -13,8 +13,10 @@ import (
 	"github.com/gostore/gostore/gostore/wire"
 )
 
-// A get of one object over TCP is two round trips in a row: GetReplicas to
-// the master, then the read from the owner. When this client wrote the key
+// A get of one object over TCP or UCX is two round trips in a row:
+// GetReplicas to the master, then the read from the owner (a request to
+// its server over TCP; over UCX a one-sided get, which on tcp and shared
+// memory the owner's worker serves). When this client wrote the key
 // or read it a moment ago, it knows where the object was (a spot) and the
 // read can go out first, answered while the master answers; the bytes are
 // kept only when the master's answer shows that nothing changed:
@@ -29,7 +31,9 @@ import (
 //     from the spot to the answer, so nothing but the object's bytes was
 //     there (a range that left and came back would have a new name); and
 //   - the read was allowed: under the grant the spot holds (a read's
-//     grant, or the write's, which reads its range back), before it ends.
+//     grant, or the write's, which reads its range back), before it ends
+//     (checked by the owner's server over TCP, by the engine before it
+//     posts over UCX, as for any UCX op).
 //
 // Otherwise the bytes are discarded and the object is read as any get
 // reads it, from the master's fresh answer: one more round trip, only for
@@ -106,7 +110,7 @@ func (s *spots) drop(key string) {
 }
 
 // remember records where p found its single key, when that is a replica
-// a TCP read would go to first; anything else forgets the key.
+// a read would go to first over TCP or UCX; anything else forgets the key.
 func (c *Reads) remember(p *Pending) {
 	key, r := p.keys[0], p.res[0]
 	lease := p.sent.Add(time.Duration(r.LeaseMS) * time.Millisecond)
@@ -117,17 +121,18 @@ func (c *Reads) remember(p *Pending) {
 
 // rememberWritten records where this client just wrote key (epoch names
 // the write, and its replica set until a task changes that), for a read
-// of its own write. A write elsewhere than over TCP leaves any older spot
-// of the key as it is: a read does not use it, or the master's answer
-// turns it down (and a put over shared memory pays for no lock here).
+// of its own write. A write elsewhere than over TCP or UCX leaves any
+// older spot of the key as it is: a read does not use it, or the master's
+// answer turns it down (and a put over shared memory pays for no lock
+// here).
 func (c *Reads) rememberWritten(key string, reps []wire.Replica, size, epoch uint64) {
 	c.rememberSpot(key, reps, size, epoch, epoch, time.Time{})
 }
 
 // rememberSpot keeps the replica of reps a read would go to first as
 // key's spot, until its grant ends or until, if that is sooner (zero: no
-// bound); false when that replica is not read over TCP (or has no grant),
-// and nothing is kept.
+// bound); false when that replica is not read over TCP or UCX (or has no
+// grant), and nothing is kept.
 func (c *Reads) rememberSpot(key string, reps []wire.Replica, size, epoch, placed uint64, until time.Time) bool {
 	if len(reps) == 0 {
 		return false
@@ -135,7 +140,7 @@ func (c *Reads) rememberSpot(key string, reps []wire.Replica, size, epoch, place
 	c.orderReplicas(reps) // as the read will
 	rep := reps[0]
 	peer, ok := c.peers.get(rep.SegID)
-	if !ok || c.engine.Route(peer) != transfer.RouteTCP {
+	if !ok || !roundTrip(c.engine.Route(peer)) {
 		return false
 	}
 	g, err := grant.Decode(rep.Grant)
@@ -147,6 +152,15 @@ func (c *Reads) rememberSpot(key string, reps []wire.Replica, size, epoch, place
 	}
 	c.spots.put(key, spot{rep: rep, size: size, epoch: epoch, placed: placed, until: until})
 	return true
+}
+
+// roundTrip reports whether a read over r is a round trip to the owner,
+// which a read from a spot overlaps with the master's: TCP (a request to
+// the owner's server) and UCX (over tcp and shared memory the owner's
+// worker serves the one-sided get; over verbs the NIC does, still a round
+// trip on the wire).
+func roundTrip(r transfer.Route) bool {
+	return r == transfer.RouteTCP || r == transfer.RouteUCX
 }
 
 // confirms reports whether the master's answer r keeps a read from sp.

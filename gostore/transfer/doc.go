@@ -20,8 +20,9 @@
 // cannot be opened, goes over TCP to the peer's Server: a small call to
 // one peer (Options.LaneBytes) on the lane, written and answered on the
 // calling thread (tcp_lane.go), anything larger over pooled, pipelined
-// streams. Engine.Begin puts one small read on the lane and returns, for a
-// caller with something to do before the answer. Each route is a
+// streams. Engine.Begin (begin.go) starts one small read, on the lane or
+// posted over UCX (at most 1 MiB), and returns, for a caller with
+// something to do before the answer. Each route is a
 // Transport; Options.Wrap puts a test's fake in front of any of them. TCP
 // starts first so the network works while the caller's goroutine copies
 // the local routes.

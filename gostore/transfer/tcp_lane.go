@@ -300,33 +300,11 @@ func (in *laneReader) readFull(p []byte) error {
 	return nil
 }
 
-// Begun is one op whose request Engine.Begin put on the wire; Wait reads
-// its answer.
-type Begun struct {
-	run *laneRun
-	c   *call
-}
-
-// Begin sends op's request over the lane and returns without waiting for
-// the answer, for a caller with something else to do meanwhile (the
-// client asks the master while a read it expects to be valid is in
-// flight). It returns nil, having sent nothing, when op cannot go that
-// way: another route than TCP, device parts, more than one slice or
-// LaneBytes, no lane (mutual TLS, LaneBytes < 0), a range or grant Do
-// would refuse, or the engine closed. The caller must Wait exactly once,
-// and must not touch op's buffers before.
-func (e *Engine) Begin(ctx context.Context, op Op) *Begun {
-	total, ok := opLen(&op)
-	switch {
-	case !ok || total == 0 || len(op.Device) > 0 || e.isClosed() || ctx.Err() != nil:
-		return nil
-	case op.Peer.TransferAddr == "" || e.Route(op.Peer) != RouteTCP:
-		return nil
-	case total > e.slice || !e.laneFits(1, total):
-		return nil
-	case op.Peer.Size != 0 && !inRange(op.Offset, total, op.Peer.Size):
-		return nil
-	case checkGrant(&op, total) != nil:
+// beginLane is Begin over TCP: op's request, sent on the lane. nil when
+// op does not fit one (more than one slice or LaneBytes, no lane: mutual
+// TLS, LaneBytes < 0).
+func (e *Engine) beginLane(ctx context.Context, op *Op, total uint64) *Begun {
+	if op.Peer.TransferAddr == "" || total > e.slice || !e.laneFits(1, total) {
 		return nil
 	}
 	pool, err := e.pool(op.Peer.TransferAddr, []uint64{op.Peer.SegID})
@@ -334,18 +312,17 @@ func (e *Engine) Begin(ctx context.Context, op Op) *Begun {
 		return nil
 	}
 	c := &call{done: make(chan struct{}), idx: []int{0}, errs: map[int]error{}, noRetry: map[int]bool{}}
-	r := &tcpReq{call: c, opIdx: 0, off: op.Offset, n: total, bufs: op.Bufs, op: reqOp(&op)}
+	r := &tcpReq{call: c, opIdx: 0, off: op.Offset, n: total, bufs: op.Bufs, op: reqOp(op)}
 	if len(op.Grant) > 0 {
 		r.grant = op.Grant
 	}
 	return &Begun{run: pool.laneStart(ctx, c, []*tcpReq{r}), c: c}
 }
 
-// Wait reads the answer of the op Begin sent and returns its error (as
-// Do would, without Do's retry on a fresh connection: the caller that
-// began speculatively goes the usual way instead). The op's buffers are
-// the caller's again once it returns.
-func (b *Begun) Wait() error {
+// waitLane reads the answer of the request beginLane sent (as Do would,
+// without Do's retry on a fresh connection: the caller that began
+// speculatively goes the usual way instead).
+func (b *Begun) waitLane() error {
 	b.run.finish()
 	errs := make([]error, 1)
 	b.c.wait(b.run.ctx, errs, nil)

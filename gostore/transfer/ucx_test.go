@@ -420,3 +420,54 @@ func TestUCXRouteChild(t *testing.T) {
 	fmt.Printf("UCXDESC %s\n", hex.EncodeToString(o.peer.UCX))
 	io.Copy(io.Discard, os.Stdin) // until the parent closes it, or kills this process
 }
+
+// Begin over UCX posts a read of at most ucxBeginBytes under its grant and
+// Wait brings the owner's bytes (counted in RouteOps as Do counts); a
+// larger op, or one whose grant does not cover it, is not begun.
+func TestUCXBegin(t *testing.T) {
+	needUCX(t)
+	o := newUCXOwner(t, 4<<20)
+	e := ucxEngine(t, Options{})
+	v := pattern(3, ucxBeginBytes)
+	copy(o.seg.Bytes()[8192:], v)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func(off, n uint64, g []byte) (*Begun, []byte) {
+		got := make([]byte, n)
+		return e.Begin(ctx, Op{Peer: o.peer, Offset: off, Bufs: [][]byte{got}, Grant: g}), got
+	}
+	for _, n := range []uint64{4096, ucxBeginBytes} {
+		b, got := read(8192, n, ucxGrant(o.peer, 8192, n, false, time.Now().Add(time.Hour)))
+		if b == nil {
+			t.Fatalf("%d bytes: not begun", n)
+		}
+		if err := b.Wait(); err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if d := firstDiff(got, v[:n]); d != "" {
+			t.Fatalf("%d bytes: %s", n, d)
+		}
+	}
+	if got := e.RouteOps(RouteUCX); got != 2 {
+		t.Fatalf("RouteOps(ucx) = %d, want 2", got)
+	}
+	hour := time.Now().Add(time.Hour)
+	for name, g := range map[string][]byte{
+		"more than ucxBeginBytes": ucxGrant(o.peer, 0, ucxBeginBytes+1, false, hour),
+		"an expired grant":        ucxGrant(o.peer, 0, 4096, false, time.Now().Add(-time.Second)),
+		"another segment's grant": ucxGrant(Peer{SegID: o.peer.SegID + 1}, 0, 4096, false, hour),
+		"no grant":                nil,
+	} {
+		n := uint64(4096)
+		if name == "more than ucxBeginBytes" {
+			n = ucxBeginBytes + 1
+		}
+		if b, _ := read(0, n, g); b != nil {
+			b.Wait()
+			t.Errorf("%s: begun", name)
+		}
+	}
+	if got := e.RouteOps(RouteUCX); got != 2 {
+		t.Fatalf("RouteOps(ucx) = %d after the refused ones, want 2", got)
+	}
+}

@@ -72,6 +72,12 @@
 //     queued. Until its wireup is over an endpoint carries only canary
 //     reads, through C memory, so a ctx end leaves them to the worker.
 //
+// Do is Begin then Wait: Begin posts every op (connecting and reading a
+// new endpoint's canary first) and returns; Wait progresses until they
+// ended. A caller may work between the two (the client asks the master
+// while a get is in flight); it must Wait exactly once and not touch the
+// ops' memory before, and Close waits for that Wait.
+//
 // Progress: an Exposure's goroutine sleeps on its worker's event fd and
 // wakes for peers' software RMA, its whole loop in one C call
 // (gs_ucx_serve), so a wake never goes through the Go scheduler; a Worker

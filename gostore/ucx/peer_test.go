@@ -205,3 +205,38 @@ func TestPeerKilled(t *testing.T) {
 		})
 	}
 }
+
+// Begin posts and returns without waiting for the peer: with the peer
+// stopped (SIGSTOP) a get's Begin returns, and its Wait brings the peer's
+// bytes once the peer runs again. (The client overlaps such a get with
+// its question to the master.)
+func TestBeginDoesNotWaitForThePeer(t *testing.T) {
+	needUCX(t)
+	p := startPeer(t, "tcp")
+	w := newInitiator(t, "tcp")
+	if err := readPeer(t, w, p, time.Minute); err != nil { // connected, canary read
+		t.Fatal(err)
+	}
+	stopPeer(t, p)
+	cont := func() { p.cmd.Process.Signal(syscall.SIGCONT) }
+	defer cont()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := make([]byte, 4096)
+	began := time.Now()
+	b := w.Begin(ctx, []Op{{Desc: p.desc, Offset: 8192, Parts: []Part{{Host: got}}}})
+	took := time.Since(began)
+	cont()
+	err := b.Wait()[0] // before any Fatal: the worker's Close waits for it
+	if took > 2*time.Second {
+		t.Fatalf("Begin took %v with the peer stopped (Wait: %v)", took, err)
+	}
+	if err != nil {
+		t.Fatalf("Wait after the peer ran again: %v", err)
+	}
+	want := make([]byte, peerSize)
+	fill(want, peerSeed)
+	if !bytes.Equal(got, want[8192:8192+len(got)]) {
+		t.Fatal("Wait returned other bytes than the peer's")
+	}
+}

@@ -70,7 +70,38 @@ func (e renewed) Unwrap() error { return e.error }
 // does not fail because another peer died; a dead peer's ops fail on that
 // second try (at connect, or after PeerStallBound again).
 func (w *Worker) Do(ctx context.Context, ops []Op) []error {
-	errs := w.do(ctx, ops)
+	return w.Begin(ctx, ops).Wait()
+}
+
+// Begun is a Do whose ops are posted (Begin) and not yet waited for.
+type Begun struct{ t *try }
+
+// Begin is the first half of Do: it posts every op (connecting, and
+// reading a new endpoint's canary, first) and returns without waiting for
+// them, for a caller with something else to do while they move (a get
+// that asks the master while it reads from where the object was). The
+// caller must call Wait exactly once and must not touch the ops' memory
+// before (UCX may be writing it); ctx bounds the Wait as it bounds a Do.
+// Close waits for the Wait.
+func (w *Worker) Begin(ctx context.Context, ops []Op) *Begun {
+	t := w.begin(ctx, ops)
+	if len(t.reqs) > 0 {
+		// Push out what UCX queued rather than sent (a lane not yet
+		// ready): the peer then works while the caller does.
+		w.mu.Lock()
+		C.gs_ucx_progress(w.cur.h)
+		w.mu.Unlock()
+	}
+	return &Begun{t: t}
+}
+
+// Wait is the second half of Do: it returns once every op Begin posted
+// ended, one error per op, with Do's one try again for ops cut short by a
+// renewal.
+func (b *Begun) Wait() []error {
+	t := b.t
+	w, ctx, ops := t.w, t.ctx, t.ops
+	errs := t.finish()
 	var again []int
 	for i, err := range errs {
 		var r renewed
@@ -88,7 +119,7 @@ func (w *Worker) Do(ctx context.Context, ops []Op) []error {
 	for k, i := range again {
 		retry[k] = ops[i]
 	}
-	for k, err := range w.do(ctx, retry) {
+	for k, err := range w.begin(ctx, retry).finish() {
 		var r renewed
 		if errors.As(err, &r) {
 			err = r.error

@@ -183,32 +183,43 @@ func (r *request) end(st C.ucs_status_t) {
 	r.bounce = nil
 }
 
-// do is one try of Do: every op posted once, on the current UCP worker.
-// On ctx end, the endpoints with requests still in flight are
-// force-closed, so do never returns while UCX could still touch the
-// caller's memory.
-func (w *Worker) do(ctx context.Context, ops []Op) []error {
-	errs := make([]error, len(ops))
-	descs := make([]*desc, len(ops))
+// try is one try of a Do: every op posted once, on the current UCP worker
+// (begin), then waited for (finish). Between the two the Worker counts it
+// active (Close waits for it) and it holds its endpoints.
+type try struct {
+	w      *Worker
+	ctx    context.Context
+	ops    []Op
+	descs  []*desc
+	errs   []error
+	reqs   []request
+	held   []*endpoint
+	pin    runtime.Pinner // Go memory of the ops' parts, until finish
+	active bool           // counted in w.active (begin reached the worker)
+}
+
+// begin checks and posts every op once. On ctx end, finish force-closes
+// the endpoints with requests still in flight, so a try never ends while
+// UCX could still touch the caller's memory.
+func (w *Worker) begin(ctx context.Context, ops []Op) *try {
+	t := &try{w: w, ctx: ctx, ops: ops, errs: make([]error, len(ops)), descs: make([]*desc, len(ops))}
+	errs, descs := t.errs, t.descs
 	for i := range ops {
 		descs[i], errs[i] = w.check(&ops[i])
 	}
-	var pin runtime.Pinner
-	defer pin.Unpin()
-	var reqs []request
-	var held []*endpoint
 
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx: worker closed")
 			}
 		}
-		return errs
+		return t
 	}
 	w.active++
+	t.active = true
 	eps := make([]*endpoint, len(ops))
 	rks := make([]*remoteKey, len(ops))
 	for i := range ops {
@@ -220,7 +231,7 @@ func (w *Worker) do(ctx context.Context, ops []Op) []error {
 			errs[i] = err
 			continue
 		}
-		held = append(held, ep)
+		t.held = append(t.held, ep)
 		eps[i], rks[i] = ep, rk
 	}
 	if w.verify(ctx, ops, descs, errs, eps, rks) {
@@ -240,14 +251,14 @@ func (w *Worker) do(ctx context.Context, ops []Op) []error {
 		op, d, ep := &ops[i], descs[i], eps[i]
 		raddr := d.base + op.Offset
 		for j := range op.Parts {
-			r, st := w.post(ep, rks[i].data, op, &op.Parts[j], raddr, &pin)
+			r, st := w.post(ep, rks[i].data, op, &op.Parts[j], raddr, &t.pin)
 			if st != C.UCS_OK && st != C.UCS_INPROGRESS {
 				errs[i] = w.opError(op, d, st)
 				break
 			}
 			if r.req != nil {
 				r.ops = []int{i}
-				reqs = append(reqs, r)
+				t.reqs = append(t.reqs, r)
 			}
 			raddr += op.Parts[j].size()
 		}
@@ -264,24 +275,32 @@ func (w *Worker) do(ctx context.Context, ops []Op) []error {
 		var req unsafe.Pointer
 		st := C.gs_ucx_flush(ep.gs.ep, &req)
 		if req != nil {
-			reqs = append(reqs, request{req: req, ep: ep, ops: flushes[ep], posted: time.Now()})
+			t.reqs = append(t.reqs, request{req: req, ep: ep, ops: flushes[ep], posted: time.Now()})
 		} else if st != C.UCS_OK {
 			for _, i := range flushes[ep] {
 				setErr(errs, i, w.opError(&ops[i], descs[i], st))
 			}
 		}
 	}
-	w.mu.Unlock()
+	return t
+}
 
-	w.wait(ctx, reqs, ops, descs, errs)
-
+// finish waits until every request of the try ended and returns one
+// error per op.
+func (t *try) finish() []error {
+	defer t.pin.Unpin()
+	if !t.active {
+		return t.errs
+	}
+	w := t.w
+	w.wait(t.ctx, t.reqs, t.ops, t.descs, t.errs)
 	w.mu.Lock()
-	for _, ep := range held {
+	for _, ep := range t.held {
 		w.release(ep)
 	}
 	w.active--
 	w.mu.Unlock()
-	return errs
+	return t.errs
 }
 
 // verify reads the canary of every desc not yet verified on its endpoint
