@@ -673,6 +673,35 @@ func (c *Core) RemoveAll(force bool) int64 {
 	return c.removeMatching(func(string) bool { return true }, force)
 }
 
+// RemoveByRegexOf is RemoveByRegex over tenant's objects only, the
+// pattern matched against the tenant's own keys (wire.SplitScoped); every
+// object's for tenant "".
+func (c *Core) RemoveByRegexOf(tenant, pattern string, force bool) (int64, error) {
+	if tenant == "" {
+		return c.RemoveByRegex(pattern, force)
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "bad pattern %q: %v", pattern, err)
+	}
+	return c.removeMatching(func(key string) bool {
+		t, k := wire.SplitScoped(key)
+		return t == tenant && re.MatchString(k)
+	}, force), nil
+}
+
+// RemoveAllOf is RemoveAll over tenant's objects only; every object's for
+// tenant "".
+func (c *Core) RemoveAllOf(tenant string, force bool) int64 {
+	if tenant == "" {
+		return c.RemoveAll(force)
+	}
+	return c.removeMatching(func(key string) bool {
+		t, _ := wire.SplitScoped(key)
+		return t == tenant
+	}, force)
+}
+
 func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 	now := c.now()
 	var n int64

@@ -40,6 +40,15 @@
 // state the log no longer reaches (hastate.go). A master never leads with
 // a state the log does not continue: it gives the leadership back.
 //
+// # Tenants
+//
+// Under --enable_multi_tenants (tenants.go) every handler of a request
+// that names keys scopes them by the request's tenant (wire.ScopeKey)
+// before it calls the core, and unscopes the keys it answers with; the
+// SSD tier's requests (peeks, offloads, disk recovery and eviction) carry
+// stored keys already and are not touched. The HTTP queries take
+// ?tenant_id=. The core sees stored keys only.
+//
 // # Limits
 //
 // The limit flags reach the core (master.Config: key length, keys per

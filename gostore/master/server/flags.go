@@ -51,6 +51,10 @@ type Options struct {
 	EnableOffload  bool
 	OffloadOnEvict bool
 
+	// EnableMultiTenants gives each tenant (setup's tenant_id) its own
+	// key space (tenants.go).
+	EnableMultiTenants bool
+
 	// StateDir, when set, holds the journal of every durable change and its
 	// snapshots (every SnapshotInterval); Start restores from it.
 	StateDir         string

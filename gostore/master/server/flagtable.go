@@ -217,7 +217,9 @@ var specs = []flagSpec{
 	// Mooncake logs a summary of its metrics periodically by default; this
 	// master does not, so only asking for it (true) earns the warning.
 	{name: "enable_metric_reporting", gtype: "bool", def: "true", inert: func(v string) bool { return v == "false" }},
-	mc("enable_multi_tenants", "bool", "false"),
+	{name: "enable_multi_tenants", gtype: "bool", def: "false",
+		help: "each tenant (a client's setup tenant_id) has its own key space",
+		set:  to(func(o *Options) *bool { return &o.EnableMultiTenants }, asBool)},
 	{name: "enable_offload", gtype: "bool", def: "false",
 		help: "accept SSD tiers: clients persist objects, eviction drops a memory copy once its disk copy exists",
 		set:  to(func(o *Options) *bool { return &o.EnableOffload }, asBool)},

@@ -122,7 +122,13 @@ func (s *Server) httpHandler() http.Handler {
 			http.Error(w, "missing ?key=", http.StatusBadRequest)
 			return
 		}
-		info, ok := s.core.QueryKey(key)
+		scoped := []string{key}
+		if err := s.httpKeys(r, scoped); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		info, ok := s.core.QueryKey(scoped[0])
+		info.Key = key
 		if !ok {
 			http.Error(w, "key not found", http.StatusNotFound)
 			return

@@ -98,7 +98,7 @@ func Start(opts Options) (*Server, error) {
 	// The addresses the sockets are bound to, as the kernel reports them
 	// (a wildcard stays a wildcard), then where a local client dials.
 	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
-		"rpc", s.Addr(), "http", s.HTTPAddr(), "auth", guard.Mode(), "offload", opts.EnableOffload,
+		"rpc", s.Addr(), "http", s.HTTPAddr(), "auth", guard.Mode(), "offload", opts.EnableOffload, "multi_tenants", opts.EnableMultiTenants,
 		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
 	return s, nil
 }
