@@ -119,5 +119,134 @@ def test_restart_keeps_each_tenants_objects(launcher, tmp_path):
     wait_until(lambda: b.check_pattern("r/0", SIZE, 100), timeout=30, what="b's read after the restart")
     for i in range(5):
         assert a.check_pattern(f"r/{i}", SIZE, i) and b.check_pattern(f"r/{i}", SIZE, 100 + i), i
+    # Each tenant's charge is rebuilt from the restored objects.
+    assert _series(m2, "mooncake_tenant_quota_charged_bytes", tenant_id="tenant-a") == 5 * SIZE
     assert a.call("remove_all", force=True)["rc"] == 5
     assert all(b.check_pattern(f"r/{i}", SIZE, 100 + i) for i in range(5))
+
+
+# ---- quotas: --tenant_quota_connector_uri (Mooncake's YAML policy) -------
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def _policy(path, **quotas) -> str:
+    """Writes Mooncake's policy file (a new version: rename over the old)."""
+    import os
+
+    body = "version: 1\ntenants:\n" + "".join(f"  - name: {n.replace('_', '-')}\n    quota: {q}\n" for n, q in quotas.items())
+    tmp = str(path) + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(body)
+    os.replace(tmp, str(path))
+    return str(path)
+
+
+def _series(m, name: str, **labels) -> float:
+    import re
+
+    status, body = m.http("/metrics")
+    assert status == 200, (status, body)
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in body.splitlines():
+        mm = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
+        if mm and ",".join(sorted((mm.group(1) or "").split(","))) == ",".join(sorted(want.split(","))):
+            return float(mm.group(2))
+    raise AssertionError(f"{name}{{{want}}} missing from /metrics")
+
+
+def test_quota_refuses_over_quota_puts_with_mooncakes_code(launcher, tmp_path):
+    pol = _policy(tmp_path / "policy.yaml", tenant_a="1MB", tenant_b="8MB")
+    m = launcher.master(enable_multi_tenants=True, tenant_quota_connector_type="file", tenant_quota_connector_uri=pol)
+    a, b = launcher.peer(m, tenant="tenant-a"), launcher.peer(m, tenant="tenant-b")
+    c = launcher.peer(m, tenant="tenant-c")  # not in the policy
+    # A hard-pinned object cannot be evicted to make room for the next.
+    assert a.call("put_pattern", key="pinned", size=600 * KiB, seed=1, hard_pin=True)["rc"] == 0
+    assert a.put_pattern("second", 600 * KiB, seed=2) == -1700  # TENANT_QUOTA_EXCEEDED
+    assert a.put_pattern("huge", 2 * MiB, seed=3) == -1700
+    assert a.is_exist("second") == 0 and a.is_exist("huge") == 0
+    assert c.put_pattern("k", 1000, seed=4) == -1701  # TENANT_NOT_REGISTERED
+    assert b.put_pattern("second", 600 * KiB, seed=5) == 0  # b's quota is its own
+    assert a.check_pattern("pinned", 600 * KiB, 1) and b.check_pattern("second", 600 * KiB, 5)
+    assert _series(m, "mooncake_tenant_quota_reject_total", tenant_id="tenant-a", reason="quota_exceeded") == 2
+    assert _series(m, "mooncake_tenant_quota_reject_total", tenant_id="tenant-c", reason="not_registered") == 1
+    assert _series(m, "mooncake_tenant_quota_charged_bytes", tenant_id="tenant-a") == 600 * KiB
+    assert _series(m, "mooncake_tenant_quota_requested_bytes", tenant_id="tenant-a") == MiB
+    assert _series(m, "mooncake_tenant_quota_effective_bytes", tenant_id="tenant-a") == MiB
+    assert _series(m, "mooncake_tenant_quota_explicit_policy", tenant_id="tenant-a") == 1
+    assert _series(m, "mooncake_tenant_quota_admission_closed", tenant_id="tenant-c") == 1
+    assert _series(m, "mooncake_tenant_quota_over_quota", tenant_id="tenant-a") == 0
+    assert _series(m, "mooncake_tenant_quota_requested_bytes_sum") == 9 * MiB
+    assert _series(m, "mooncake_tenant_quota_allocatable_capacity_bytes") > 0
+    # Removing frees the quota.
+    assert a.remove("pinned", force=True) == 0
+    assert a.put_pattern("second", 600 * KiB, seed=2) == 0 and a.check_pattern("second", 600 * KiB, 2)
+
+
+def test_a_tenant_at_its_quota_evicts_its_own_oldest(launcher, tmp_path):
+    pol = _policy(tmp_path / "policy.yaml", tenant_a="1MB", tenant_b="8MB")
+    m = launcher.master(enable_multi_tenants=True, tenant_quota_connector_uri=pol)
+    a, b = launcher.peer(m, tenant="tenant-a"), launcher.peer(m, tenant="tenant-b")
+    assert b.put_pattern("b-old", 300 * KiB, seed=9) == 0  # the pool's oldest object
+    for i in range(3):
+        assert a.put_pattern(f"a/{i}", 300 * KiB, seed=i) == 0
+    assert a.put_pattern("a/3", 300 * KiB, seed=3) == 0  # 1200 KiB > 1 MiB: room is made
+    assert a.is_exist("a/0") == 0  # a's oldest went for it
+    assert all(a.check_pattern(f"a/{i}", 300 * KiB, i) for i in (1, 2, 3))
+    assert b.check_pattern("b-old", 300 * KiB, 9)  # not another tenant's
+    assert _series(m, "mooncake_tenant_evict_bytes_total", tenant_id="tenant-a") == 300 * KiB
+    assert _series(m, "mooncake_tenant_evict_bytes_total", tenant_id="tenant-b") == 0
+
+
+def test_policy_file_edited_while_running(launcher, tmp_path):
+    path = tmp_path / "policy.yaml"
+    pol = _policy(path, tenant_a="1MB")
+    m = launcher.master(enable_multi_tenants=True, tenant_quota_connector_uri=pol)
+    a = launcher.peer(m, tenant="tenant-a")
+    assert a.put_pattern("big", 3 * MiB, seed=1) == -1700
+    _policy(path, tenant_a="4MB")
+    wait_until(lambda: a.put_pattern("big", 3 * MiB, seed=1) == 0, timeout=10, interval=0.2,
+               what="the raised quota in force")
+    assert a.check_pattern("big", 3 * MiB, 1)
+    assert "tenant quota policy reloaded" in m.log()
+    # A bad version keeps the last good policy, and is logged once.
+    with open(path, "w") as f:
+        f.write("version: 2\ntenants: []\n")
+    wait_until(lambda: "tenant quota policy not reloaded" in m.log(), timeout=10, what="the bad policy's log line")
+    import time
+
+    time.sleep(2.5)  # two more polls of the same bad file
+    assert m.log().count("tenant quota policy not reloaded") == 1, m.log()
+    assert _series(m, "mooncake_tenant_quota_requested_bytes", tenant_id="tenant-a") == 4 * MiB
+    assert a.put_pattern("small", 500 * KiB, seed=2) == 0  # still admitted under 4MB
+
+
+def test_eviction_takes_first_from_the_tenant_over_its_share(launcher, tmp_path):
+    path = tmp_path / "policy.yaml"
+    pol = _policy(path, tenant_a="40MB", tenant_b="40MB")
+    m = launcher.master(enable_multi_tenants=True, tenant_quota_connector_uri=pol,
+                        eviction_high_watermark_ratio=0.4)
+    a = launcher.peer(m, tenant="tenant-a", segment="32MB")
+    b = launcher.peer(m, tenant="tenant-b", segment="32MB")
+    # The pool is 64MB: shares of 32MB each. b's objects are the oldest,
+    # which a pass by age alone would take first.
+    for i in range(10):
+        assert b.put_pattern(f"b/{i}", MiB, seed=100 + i) == 0
+    for i in range(14):
+        assert a.put_pattern(f"a/{i}", MiB, seed=i) == 0
+    # 24MB of 64 is under the 0.4 watermark: nothing is evicted yet.
+    assert _series(m, "mooncake_tenant_quota_charged_bytes", tenant_id="tenant-a") == 14 * MiB
+    # a's quota drops to 4MB: it is 10MB over its share; b fills the pool
+    # past the watermark.
+    _policy(path, tenant_a="4MB", tenant_b="40MB")
+    wait_until(lambda: _series(m, "mooncake_tenant_quota_effective_bytes", tenant_id="tenant-a") == 4 * MiB,
+               timeout=10, what="the new policy in force")
+    for i in range(10, 14):
+        assert b.put_pattern(f"b/{i}", MiB, seed=100 + i) == 0
+    wait_until(lambda: _series(m, "mooncake_tenant_quota_charged_bytes", tenant_id="tenant-a") <= 4 * MiB,
+               timeout=15, what="a's objects beyond its share evicted")
+    assert all(b.check_pattern(f"b/{i}", MiB, 100 + i) for i in range(14)), "b lost an object"
+    kept = [i for i in range(14) if a.is_exist(f"a/{i}") == 1]
+    assert len(kept) == 4 and all(a.check_pattern(f"a/{i}", MiB, i) for i in kept), kept
+    assert _series(m, "mooncake_tenant_evict_bytes_total", tenant_id="tenant-a") == 10 * MiB
+    assert _series(m, "mooncake_tenant_evict_bytes_total", tenant_id="tenant-b") == 0

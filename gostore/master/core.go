@@ -59,6 +59,9 @@ type Config struct {
 	// object has a disk copy, so nothing is lost while disks have room.
 	EnableOffload  bool
 	OffloadOnEvict bool
+	// MultiTenants: keys are stored scoped by tenant (wire.ScopeKey) and
+	// each tenant's memory is accounted, for its quota (tenants.go).
+	MultiTenants bool
 	// OnChange, when set, is told every change of the durable state (see
 	// Change), under the lock that made it: it must not block. The server
 	// journals them.
@@ -142,6 +145,7 @@ type Core struct {
 	cfg    Config
 	seed   maphash.Seed
 	shards [NumShards]shard
+	ledger *tenantLedger // the tenants' accounts; nil without MultiTenants
 
 	randMu sync.Mutex // guards cfg.Rand
 
@@ -240,16 +244,29 @@ type shard struct {
 	// n is len(objects), kept for readers that take no lock (objectCount):
 	// every insert and delete goes through set and remove.
 	n atomic.Int64
+	// ledger, under MultiTenants, is refunded what a deleted object was
+	// charged (tenants.go).
+	ledger *tenantLedger
 }
 
 // set stores o under key; the caller holds mu.
 func (sh *shard) set(key string, o *object) {
+	if sh.ledger != nil {
+		if old := sh.objects[key]; old != nil && old != o {
+			sh.ledger.uncharge(key, old)
+		}
+	}
 	sh.objects[key] = o
 	sh.n.Store(int64(len(sh.objects)))
 }
 
 // remove deletes key; the caller holds mu.
 func (sh *shard) remove(key string) {
+	if sh.ledger != nil {
+		if old := sh.objects[key]; old != nil {
+			sh.ledger.uncharge(key, old)
+		}
+	}
 	delete(sh.objects, key)
 	sh.n.Store(int64(len(sh.objects)))
 }
@@ -325,8 +342,12 @@ type segmentKey struct {
 func New(cfg Config) *Core {
 	cfg.fill()
 	c := &Core{cfg: cfg, seed: maphash.MakeSeed()}
+	if cfg.MultiTenants {
+		c.ledger = &tenantLedger{accounts: map[string]*tenantAccount{}}
+	}
 	for i := range c.shards {
 		c.shards[i].objects = make(map[string]*object)
+		c.shards[i].ledger = c.ledger
 	}
 	c.segs.byID = make(map[uint64]*segment)
 	c.segs.byName = make(map[string]*segment)
@@ -653,6 +674,7 @@ func (c *Core) Tick() []string {
 	c.tickTasks(now.UnixNano(), dead)
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())
+	c.refreshShares()
 	if c.evictSoon.Swap(false) || c.usage() > c.cfg.HighWatermark {
 		c.Evict()
 	}

@@ -58,6 +58,9 @@ type object struct {
 	readers int32                 // gets between GetReplicas(ForRead) and ReadDone
 	status0 replicaStatus
 	hardPin bool // never evicted; only remove takes it away
+	// charged is the memory replicas its tenant is charged for
+	// (tenants.go; in what was padding: the object stays 80 bytes).
+	charged uint8
 }
 
 // objectExtra holds the fields few objects set; see object.trim.
@@ -345,7 +348,18 @@ func (c *Core) startWrites(clientID, hostID string, keys []string, sizes []uint6
 			out[i] = wire.PutStartResult{Code: wire.ErrInvalidParams}
 			continue
 		}
+		if c.ledger == nil {
+			out[i] = one(now, clientID, key, sizes[i], cfg, p)
+			continue
+		}
+		need := sizes[i] * uint64(max(1, cfg.ReplicaNum))
+		a, code := c.admitTenant(now, key, need)
+		if code != wire.OK {
+			out[i] = wire.PutStartResult{Code: code}
+			continue
+		}
 		out[i] = one(now, clientID, key, sizes[i], cfg, p)
+		unreserve(a, need) // charged by now, if it started
 	}
 	return out, nil
 }

@@ -85,6 +85,9 @@ func newMetrics(core *master.Core) *metrics {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_clients", Help: "Clients alive (pinged within client_ttl)."},
 		func() float64 { return float64(core.Clients()) }))
 	m.mc = newMCMetrics(m.reg, core)
+	if core.Config().MultiTenants {
+		m.reg.MustRegister(tenantCollector{core})
+	}
 	return m
 }
 
