@@ -250,3 +250,47 @@ def test_eviction_takes_first_from_the_tenant_over_its_share(launcher, tmp_path)
     assert len(kept) == 4 and all(a.check_pattern(f"a/{i}", MiB, i) for i in kept), kept
     assert _series(m, "mooncake_tenant_evict_bytes_total", tenant_id="tenant-a") == 10 * MiB
     assert _series(m, "mooncake_tenant_evict_bytes_total", tenant_id="tenant-b") == 0
+
+
+def test_a_bad_policy_file_stops_the_master_at_start(launcher, tmp_path):
+    import pytest
+
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("version: 1\ntenants:\n  - name: _reserved\n    quota: 1GB\n")
+    with pytest.raises(RuntimeError, match="tenant_quota_connector_uri"):
+        launcher.master(enable_multi_tenants=True, tenant_quota_connector_uri=str(bad))
+    with pytest.raises(RuntimeError, match="needs --enable_multi_tenants"):
+        launcher.master(tenant_quota_connector_uri=str(bad))
+
+
+def test_a_tenants_disk_copies_read_back_through_the_ssd_tier(launcher, tmp_path):
+    """The SSD tier stores the stored (scoped) keys; a reader of another
+    tenant than the default one names them so when it reads a disk copy."""
+    import os
+
+    m = launcher.master(enable_multi_tenants=True, enable_offload=True, tick_interval_ms=20,
+                        eviction_high_watermark_ratio=0.8, eviction_ratio=0.2)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    env = {"MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+           "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": str(256 * MiB)}
+    launcher.peer(m, segment="16MB", ssd=ssd, env=env)  # the holder, a default-tenant client
+    a = launcher.peer(m, tenant="tenant-a", segment="0")  # holds nothing: every object is the holder's
+    b = launcher.peer(m, tenant="tenant-b", segment="0")
+    n = 48  # three times the pool
+    for i in range(n):
+        wait_until(lambda: a.put_pattern(f"d/{i}", MiB, seed=i) == 0, timeout=30, interval=0.05,
+                   what=f"a's put d/{i} (the pool makes room as the tier takes the older ones)")
+    assert b.put_pattern("d/0", 1000, seed=999) == 0  # same key, b's own object
+
+    def disk_only(key):
+        status, body = m.http("/query_key?key=" + key + "&tenant_id=tenant-a")
+        info = json.loads(body) if status == 200 else {}
+        return bool(info.get("disk")) and not info.get("replicas")
+
+    wait_until(lambda: sum(disk_only(f"d/{i}") for i in range(n)) >= n // 2, timeout=30,
+               what="most of a's objects disk-only")
+    for i in range(n):
+        assert a.check_pattern(f"d/{i}", MiB, i), f"d/{i}"
+    assert a.call("disk_reads")["n"] > 0
+    assert b.check_pattern("d/0", 1000, 999)

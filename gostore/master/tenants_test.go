@@ -235,3 +235,40 @@ func TestEvictionTakesFirstFromTenantsOverTheirShare(t *testing.T) {
 		t.Fatalf("a charged %d", charged(c, "a"))
 	}
 }
+
+// BenchmarkTenantsPutGetRemove32 is a batch of 32 objects of 4 KiB put,
+// ended, read and removed: without tenants (the default tenant's path,
+// which tenants must not slow), with --enable_multi_tenants, and with a
+// quota policy as well.
+func BenchmarkTenantsPutGetRemove32(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		multi  bool
+		policy TenantPolicy
+	}{{"off", false, nil}, {"multi_tenants", true, nil}, {"quota", true, TenantPolicy{"t": 1 << 30}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			clk := time.Unix(1000, 0)
+			c := New(Config{DefaultKVLeaseTTL: time.Second, ClientTTL: time.Hour, Now: func() time.Time { return clk },
+				MultiTenants: bc.multi, Rand: rand.New(rand.NewPCG(1, 2))})
+			if _, err := c.MountSegment(wire.SegmentDesc{Name: "s", ClientID: "x", Size: 1 << 30, ShmPath: "/x/s"}, nil); err != nil {
+				b.Fatal(err)
+			}
+			c.SetTenantPolicy(bc.policy)
+			keys, sizes := make([]string, 32), make([]uint64, 32)
+			for i := range keys {
+				keys[i], sizes[i] = "key-"+strings.Repeat("x", i), 4096
+				if bc.multi {
+					keys[i] = wire.ScopeKey("t", keys[i])
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				c.PutStart("w", "", keys, sizes, wire.ReplicaConfig{ReplicaNum: 1})
+				c.PutEnd("w", keys, nil)
+				c.GetReplicas(keys, false)
+				c.Remove(keys, true)
+			}
+		})
+	}
+}
