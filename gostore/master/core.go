@@ -343,7 +343,7 @@ func New(cfg Config) *Core {
 	cfg.fill()
 	c := &Core{cfg: cfg, seed: maphash.MakeSeed()}
 	if cfg.MultiTenants {
-		c.ledger = &tenantLedger{accounts: map[string]*tenantAccount{}}
+		c.ledger = &tenantLedger{}
 	}
 	for i := range c.shards {
 		c.shards[i].objects = make(map[string]*object)

@@ -358,6 +358,9 @@ func (c *Core) startWrites(clientID, hostID string, keys []string, sizes []uint6
 			out[i] = wire.PutStartResult{Code: code}
 			continue
 		}
+		if testHookAdmitted != nil {
+			testHookAdmitted()
+		}
 		out[i] = one(now, clientID, key, sizes[i], cfg, p)
 		unreserve(a, need) // charged by now, if it started
 	}

@@ -103,28 +103,22 @@ type tenantAccount struct {
 }
 
 // tenantLedger is every tenant's account and the policy in force.
+// Accounts are never removed; they are read without a lock (charge runs
+// under shard locks, on every change of replicas).
 type tenantLedger struct {
+	accounts sync.Map // tenant name -> *tenantAccount
 	mu       sync.RWMutex
-	accounts map[string]*tenantAccount
 	policy   TenantPolicy      // nil: no quotas
 	share    map[string]uint64 // each registered tenant's effective quota
 	capacity uint64            // the pool's capacity share was computed for
 }
 
 func (l *tenantLedger) account(tenant string) *tenantAccount {
-	l.mu.RLock()
-	a := l.accounts[tenant]
-	l.mu.RUnlock()
-	if a != nil {
-		return a
+	if a, ok := l.accounts.Load(tenant); ok {
+		return a.(*tenantAccount)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if a = l.accounts[tenant]; a == nil {
-		a = &tenantAccount{}
-		l.accounts[strings.Clone(tenant)] = a
-	}
-	return a
+	a, _ := l.accounts.LoadOrStore(strings.Clone(tenant), &tenantAccount{})
+	return a.(*tenantAccount)
 }
 
 // charge moves key's tenant's charge to o's replicas (o nil: none), from
@@ -180,12 +174,10 @@ func (c *Core) SetTenantPolicy(p TenantPolicy) {
 	l.policy = p
 	l.capacity = c.capacity()
 	l.share = shares(p, l.capacity)
-	for t := range p {
-		if l.accounts[t] == nil {
-			l.accounts[t] = &tenantAccount{}
-		}
-	}
 	l.mu.Unlock()
+	for t := range p {
+		l.account(t) // listed in the series from now on
+	}
 }
 
 // refreshShares recomputes the shares when the pool's capacity changed.
@@ -300,6 +292,10 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 	}
 }
 
+// testHookAdmitted, when set (tests), runs after a write is admitted,
+// before it starts.
+var testHookAdmitted func()
+
 func unreserve(a *tenantAccount, need uint64) {
 	if a != nil {
 		a.reserved.Add(-int64(need))
@@ -376,17 +372,15 @@ func (c *Core) evictOverShare(now int64) int64 {
 	}
 	l.mu.RLock()
 	over := map[string]int64{}
-	for t, a := range l.accounts {
-		share, registered := l.share[t]
-		if l.policy == nil {
-			break
-		}
-		if !registered {
-			share = 0 // a tenant the policy no longer names holds nothing by right
-		}
-		if d := a.charged.Load() - int64(share); d > 0 {
-			over[t] = d
-		}
+	if l.policy != nil {
+		l.accounts.Range(func(k, v any) bool {
+			t := k.(string)
+			share := l.share[t] // 0 for a tenant the policy no longer names: it holds nothing by right
+			if d := v.(*tenantAccount).charged.Load() - int64(share); d > 0 {
+				over[t] = d
+			}
+			return true
+		})
 	}
 	l.mu.RUnlock()
 	var freed int64
@@ -422,8 +416,9 @@ func (c *Core) Tenants() ([]TenantSnapshot, uint64) {
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	out := make([]TenantSnapshot, 0, len(l.accounts))
-	for t, a := range l.accounts {
+	var out []TenantSnapshot
+	l.accounts.Range(func(k, v any) bool {
+		t, a := k.(string), v.(*tenantAccount)
 		q, explicit := l.policy[t]
 		share := l.share[t]
 		s := TenantSnapshot{TenantID: t, RequestedQuotaBytes: q, EffectiveQuotaBytes: share,
@@ -433,7 +428,8 @@ func (c *Core) Tenants() ([]TenantSnapshot, uint64) {
 			EvictedBytes: a.evicted.Load()}
 		s.OverQuota = l.policy != nil && s.ChargedBytes > int64(share)
 		out = append(out, s)
-	}
+		return true
+	})
 	slices.SortFunc(out, func(a, b TenantSnapshot) int { return strings.Compare(a.TenantID, b.TenantID) })
 	return out, l.capacity
 }

@@ -1,8 +1,11 @@
 package master
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,5 +273,43 @@ func BenchmarkTenantsPutGetRemove32(b *testing.B) {
 				c.Remove(keys, true)
 			}
 		})
+	}
+}
+
+// Writes admitted at once never take a tenant beyond its share: each
+// reserves its bytes before it starts. Here every admitted write waits
+// until eight are admitted (or 300 ms), so that none is charged before
+// the others are decided.
+func TestConcurrentWritesStayWithinTheShare(t *testing.T) {
+	c, _ := newTenantCore(t)
+	mount(t, c, "x", "s1", 1<<20)
+	c.SetTenantPolicy(TenantPolicy{"a": 10_000})
+	var passed atomic.Int64
+	testHookAdmitted = func() {
+		passed.Add(1)
+		for end := time.Now().Add(300 * time.Millisecond); passed.Load() < 8 && time.Now().Before(end); {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	defer func() { testHookAdmitted = nil }()
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := wire.ScopeKey("a", fmt.Sprint(g))
+			// Hard-pinned: nothing can be evicted to make room.
+			r, _ := c.PutStart("w", "", []string{key}, []uint64{2000}, wire.ReplicaConfig{HardPin: true})
+			if r[0].Code == wire.OK {
+				admitted.Add(1)
+			} else if r[0].Code != wire.ErrTenantQuotaExceeded {
+				t.Errorf("%s: %v", key, r[0].Code)
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 5 || charged(c, "a") != 10_000 {
+		t.Fatalf("admitted %d, charged %d: want 5 and 10000", admitted.Load(), charged(c, "a"))
 	}
 }
