@@ -12,6 +12,7 @@ import json
 import urllib.parse
 
 from conftest import wait_until
+from test_master_ha import etcd_one  # noqa: F401  (the fixture)
 
 SIZE = 5000
 
@@ -47,6 +48,11 @@ def test_same_key_in_two_tenants_is_two_objects(launcher):
         assert p.get("only/a") == b""
         assert p.remove("only/a", force=True) < 0  # not found: it is not theirs
     assert a.check_pattern("only/a", SIZE, 7)
+    # Replica tasks name keys too: b cannot copy a's object, a can.
+    info = m.http("/query_key?key=only/a&tenant_id=tenant-a")[1]
+    target = next(p.hostname for p in (a, b, d) if p.hostname not in info)
+    assert b.call("copy_task", key="only/a", targets=[target])["rc"] == -704  # OBJECT_NOT_FOUND
+    assert a.call("copy_task", key="only/a", targets=[target])["rc"] == 0
 
     # An upsert by b replaces b's object only.
     assert b.call("upsert_pattern", key="shared/k", size=SIZE, seed=999)["rc"] == 0
@@ -294,3 +300,35 @@ def test_a_tenants_disk_copies_read_back_through_the_ssd_tier(launcher, tmp_path
         assert a.check_pattern(f"d/{i}", MiB, i), f"d/{i}"
     assert a.call("disk_reads")["n"] > 0
     assert b.check_pattern("d/0", 1000, 999)
+
+
+def test_failover_keeps_each_tenants_objects(launcher, tmp_path, request):
+    """Under --enable_ha the standby that takes over serves each tenant's
+    objects (the log on etcd carries the stored, scoped keys)."""
+    import shutil
+    import time
+
+    import pytest
+
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd-server is not installed (make test installs it as root)")
+    from test_master_ha import _start_master
+
+    etcd = request.getfixturevalue("etcd_one")
+    leader = _start_master(launcher, etcd, tmp_path / "a", enable_multi_tenants=True)
+    addr = "etcd://" + etcd
+    a, b = launcher.peer(addr, tenant="tenant-a"), launcher.peer(addr, tenant="tenant-b")
+    for i in range(4):
+        assert a.put_pattern(f"h/{i}", SIZE, seed=i) == 0
+        assert b.put_pattern(f"h/{i}", SIZE, seed=50 + i) == 0
+    standby = _start_master(launcher, etcd, tmp_path / "b", wait=False, enable_multi_tenants=True)
+    time.sleep(3)  # longer than the lease: the standby waits while the leader lives
+    leader.kill()
+    standby.ready(timeout=30)
+    for p in (a, b):
+        wait_until(lambda p=p: p.health_check() == 0, timeout=30, what="a ping of the new leader answered")
+    for i in range(4):
+        assert a.check_pattern(f"h/{i}", SIZE, i) and b.check_pattern(f"h/{i}", SIZE, 50 + i), i
+    assert _series(standby, "mooncake_tenant_quota_charged_bytes", tenant_id="tenant-b") == 4 * SIZE
+    assert b.call("remove_all", force=True)["rc"] == 4
+    assert all(a.check_pattern(f"h/{i}", SIZE, i) for i in range(4))
