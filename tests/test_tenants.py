@@ -105,6 +105,8 @@ def test_without_the_flag_tenants_share_one_key_space(launcher):
     m = launcher.master()
     a, b = launcher.peer(m, tenant="tenant-a"), launcher.peer(m, tenant="tenant-b")
     assert a.put_pattern("k", SIZE, seed=1) == 0
+    status, body = m.http("/api/v1/tenant_quotas")
+    assert status == 409 and json.loads(body)["error_code"] == -1011, (status, body)  # UNAVAILABLE_IN_CURRENT_MODE
     b.put_pattern("k", SIZE, seed=2)  # the key exists: it is a's object b writes to
     assert b.check_pattern("k", SIZE, 1) and a.check_pattern("k", SIZE, 1)
     assert b.remove("k", force=True) == 0
@@ -184,6 +186,15 @@ def test_quota_refuses_over_quota_puts_with_mooncakes_code(launcher, tmp_path):
     assert _series(m, "mooncake_tenant_quota_over_quota", tenant_id="tenant-a") == 0
     assert _series(m, "mooncake_tenant_quota_requested_bytes_sum") == 9 * MiB
     assert _series(m, "mooncake_tenant_quota_allocatable_capacity_bytes") > 0
+    # Mooncake's admin API, read-only here: the file is the policy.
+    status, body = m.http("/api/v1/tenant_quotas?tenant_id=tenant-a")
+    assert status == 200 and json.loads(body) == {"success": True, "data": {
+        "tenant_id": "tenant-a", "requested_quota_bytes": MiB, "effective_quota_bytes": MiB,
+        "charged_bytes": 600 * KiB, "admission_closed": False, "over_quota": False, "has_explicit_policy": True}}, body
+    status, body = m.http("/api/v1/tenant_quotas")
+    assert status == 200 and {t["tenant_id"] for t in json.loads(body)["data"]} == {"tenant-a", "tenant-b", "tenant-c"}
+    assert m.http("/api/v1/tenant_quotas?tenant_id=nobody")[0] == 404
+    assert m.http("/api/v1/tenant_quotas?tenant_id=_bad")[0] == 400
     # Removing frees the quota.
     assert a.remove("pinned", force=True) == 0
     assert a.put_pattern("second", 600 * KiB, seed=2) == 0 and a.check_pattern("second", 600 * KiB, 2)

@@ -148,10 +148,18 @@ func (c *Core) awaitsOffload(o *object, now int64) bool {
 
 // usage is the pool's used/capacity ratio.
 func (c *Core) usage() float64 {
+	used, capacity := c.poolBytes()
+	if capacity == 0 {
+		return 0
+	}
+	return float64(used) / float64(capacity)
+}
+
+// poolBytes is the pool's bytes in use and its capacity.
+func (c *Core) poolBytes() (used, capacity uint64) {
 	c.segs.RLock()
 	list := c.segs.list
 	c.segs.RUnlock()
-	var used, capacity uint64
 	for _, s := range list {
 		s.mu.Lock()
 		if s.drainAt == 0 { // a draining segment takes nothing new: not room of the pool
@@ -160,10 +168,7 @@ func (c *Core) usage() float64 {
 		}
 		s.mu.Unlock()
 	}
-	if capacity == 0 {
-		return 0
-	}
-	return float64(used) / float64(capacity)
+	return used, capacity
 }
 
 // EvictResult reports what an eviction pass did.

@@ -241,18 +241,8 @@ func shares(p TenantPolicy, capacity uint64) map[string]uint64 {
 // capacity is the pool's capacity (draining segments left out, as usage
 // leaves them).
 func (c *Core) capacity() uint64 {
-	c.segs.RLock()
-	list := c.segs.list
-	c.segs.RUnlock()
-	var total uint64
-	for _, s := range list {
-		s.mu.Lock()
-		if s.drainAt == 0 {
-			total += s.alloc.Capacity()
-		}
-		s.mu.Unlock()
-	}
-	return total
+	_, capacity := c.poolBytes()
+	return capacity
 }
 
 // admitTenant decides a write of need bytes under key against its

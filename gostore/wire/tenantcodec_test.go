@@ -95,3 +95,16 @@ func TestScopeKey(t *testing.T) {
 		}
 	}
 }
+
+// Every request that names keys carries the tenant, but the SSD tier's,
+// whose keys are stored keys already (the master does not scope them).
+func TestEveryKeyedRequestIsTenanted(t *testing.T) {
+	stored := map[string]bool{"*wire.NotifyOffloadedReq": true, "*wire.RecoverDiskReq": true}
+	for _, r := range []Keyed{&PutStartReq{}, &KeysReq{}, &ReplicaClearReq{}, &RemoveReq{}, &NotifyOffloadedReq{},
+		&RecoverDiskReq{}, &CreateTaskReq{}} {
+		name := reflect.TypeOf(r).String()
+		if _, ok := r.(Tenanted); ok == stored[name] {
+			t.Errorf("%s: Tenanted %v", name, ok)
+		}
+	}
+}

@@ -139,6 +139,7 @@ func (s *Server) httpHandler() http.Handler {
 		writeJSON(w, info)
 	})
 	mux.HandleFunc("/query_prefix", s.queryPrefix)
+	mux.HandleFunc("/api/v1/tenant_quotas", s.tenantQuotas)
 	return mux
 }
 

@@ -1,20 +1,24 @@
 // tenantpolicy.go reads the tenants' quota policy from the file
 // --tenant_quota_connector_uri names (Mooncake's YAML), puts it in force
 // in the core, reads it again whenever the file changes, and serves the
-// tenants' accounts as Mooncake's mooncake_tenant_* series.
+// tenants' accounts as Mooncake's mooncake_tenant_* series and its
+// GET /api/v1/tenant_quotas.
 
 package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gostore/gostore/gostore/master"
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // policyPoll is how often the policy file is looked at: a change is in
@@ -160,3 +164,48 @@ func (c tenantCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(tenantReqSum, prometheus.GaugeValue, req)
 	ch <- prometheus.MustNewConstMetric(tenantEffSum, prometheus.GaugeValue, eff)
 }
+
+// tenantQuotas answers Mooncake's GET /api/v1/tenant_quotas (every
+// tenant's account) and ?tenant_id=T (one), in Mooncake's JSON. The policy
+// is the file's here, so the admin API's PUT and DELETE are refused (405).
+func (s *Server) tenantQuotas(w http.ResponseWriter, r *http.Request) {
+	fail := func(status int, code wire.Code, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{"success": false, "error_code": code, "error_message": msg})
+	}
+	switch {
+	case r.Method != http.MethodGet:
+		w.Header().Set("Allow", http.MethodGet)
+		fail(http.StatusMethodNotAllowed, wire.ErrInvalidParams,
+			"the quota policy is the file --tenant_quota_connector_uri names: edit it (read again within a second)")
+		return
+	case !s.opts.EnableMultiTenants:
+		fail(http.StatusConflict, codeUnavailableInCurrentMode, "UNAVAILABLE_IN_CURRENT_MODE: the master runs without --enable_multi_tenants")
+		return
+	}
+	tenants, _ := s.core.Tenants()
+	name, one := r.URL.Query()["tenant_id"]
+	if !one {
+		if tenants == nil {
+			tenants = []master.TenantSnapshot{}
+		}
+		writeJSON(w, map[string]any{"success": true, "data": tenants})
+		return
+	}
+	if len(name) != 1 || !wire.ValidTenant(name[0]) {
+		fail(http.StatusBadRequest, wire.ErrInvalidParams, "Invalid tenant_id")
+		return
+	}
+	for _, t := range tenants {
+		if t.TenantID == name[0] {
+			writeJSON(w, map[string]any{"success": true, "data": t})
+			return
+		}
+	}
+	fail(http.StatusNotFound, wire.ErrTenantNotRegistered, "TENANT_NOT_REGISTERED: no policy or object names "+name[0])
+}
+
+// codeUnavailableInCurrentMode is Mooncake's UNAVAILABLE_IN_CURRENT_MODE,
+// which only this HTTP answer carries (no call of the contract returns it).
+const codeUnavailableInCurrentMode = -1011
