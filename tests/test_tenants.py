@@ -40,6 +40,10 @@ def test_same_key_in_two_tenants_is_two_objects(launcher):
 
     # A key only tenant-a holds is invisible to the others.
     assert a.put_pattern("only/a", SIZE, seed=7) == 0
+    for tenant, keys in (("tenant-a", {"shared/k", "only/a"}), ("tenant-b", {"shared/k"}), ("tenant-c", set())):
+        status, body = m.http("/get_all_keys?tenant_id=" + tenant)
+        assert status == 200 and set(body.split()) == keys, (tenant, body)
+    assert set(m.http("/get_all_keys")[1].split()) == {"shared/k"}  # the default tenant's, as Mooncake lists
     assert a.is_exist("only/a") == 1
     for p in (b, d):
         assert p.is_exist("only/a") == 0
@@ -107,6 +111,7 @@ def test_without_the_flag_tenants_share_one_key_space(launcher):
     assert a.put_pattern("k", SIZE, seed=1) == 0
     status, body = m.http("/api/v1/tenant_quotas")
     assert status == 409 and json.loads(body)["error_code"] == -1011, (status, body)  # UNAVAILABLE_IN_CURRENT_MODE
+    assert m.http("/get_all_keys?tenant_id=tenant-b")[1].split() == ["k"]  # one key space
     b.put_pattern("k", SIZE, seed=2)  # the key exists: it is a's object b writes to
     assert b.check_pattern("k", SIZE, 1) and a.check_pattern("k", SIZE, 1)
     assert b.remove("k", force=True) == 0

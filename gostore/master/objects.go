@@ -707,6 +707,25 @@ func (c *Core) RemoveByRegexOf(tenant, pattern string, force bool) (int64, error
 	}, force), nil
 }
 
+// KeysOf calls f with the keys of tenant's objects (the tenant's own
+// keys; every object's stored key for tenant ""), one shard's at a time,
+// with no lock held, until f returns false (Mooncake's /get_all_keys).
+func (c *Core) KeysOf(tenant string, f func(keys []string) bool) {
+	for i := range c.shards {
+		var keys []string
+		c.shards[i].sweep(func(key string, _ *object) {
+			if tenant == "" {
+				keys = append(keys, key)
+			} else if t, k := wire.SplitScoped(key); t == tenant {
+				keys = append(keys, k)
+			}
+		})
+		if len(keys) > 0 && !f(keys) {
+			return
+		}
+	}
+}
+
 // RemoveAllOf is RemoveAll over tenant's objects only; every object's for
 // tenant "".
 func (c *Core) RemoveAllOf(tenant string, force bool) int64 {

@@ -1,6 +1,7 @@
 // Package server drives the master's metadata core: it serves the core over
 // the RPC protocol, runs the clock (Tick) and answers HTTP for operators
-// (/metrics, /health, /get_all_segments, /query_key) and routers
+// (/metrics, /health, /get_all_segments, /get_all_keys, /query_key,
+// /api/v1/tenant_quotas) and routers
 // (/query_prefix: the leading pages of a request stored, per medium and
 // host; a request it cannot read is refused whole, with one log line).
 //
