@@ -417,6 +417,7 @@ type MountResult struct {
 // client holds is taken over when that client is dead (takeover.go), else
 // -102 naming the holder.
 func (c *Core) Mount(d wire.SegmentDesc, grantKey []byte) (MountResult, error) {
+	defer c.refreshShares() // the tenants' shares follow the pool's capacity at once
 	var res MountResult
 	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign || d.Size > maxSegmentSize {
 		return res, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
@@ -533,6 +534,7 @@ func (c *Core) UnmountSegment(clientID, name string) error {
 // removes it as UnmountSegment would. grace <= 0 unmounts at once. Asking
 // again while it drains keeps the earlier deadline.
 func (c *Core) DrainSegment(clientID, name string, grace time.Duration) error {
+	defer c.refreshShares()
 	if grace <= 0 {
 		return c.UnmountSegment(clientID, name)
 	}

@@ -313,3 +313,20 @@ func TestConcurrentWritesStayWithinTheShare(t *testing.T) {
 		t.Fatalf("admitted %d, charged %d: want 5 and 10000", admitted.Load(), charged(c, "a"))
 	}
 }
+
+// The shares follow a mount at once, not at the next tick: a policy put
+// in force before any segment (a master's start) admits the first writes.
+func TestSharesFollowAMountAtOnce(t *testing.T) {
+	c, _ := newTenantCore(t)
+	c.SetTenantPolicy(TenantPolicy{"a": 1 << 30, "b": 1 << 30}) // no segment yet: shares of 0
+	mount(t, c, "x", "s1", 1<<20)
+	if r := put(t, c, wire.ScopeKey("a", "k"), 1000, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatalf("first put after the mount: %v", r.Code)
+	}
+	if err := c.DrainSegment("x", "s1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ts, capacity := c.Tenants(); capacity != 0 || ts[0].EffectiveQuotaBytes != 0 {
+		t.Fatalf("after the drain: capacity %d, %+v", capacity, ts)
+	}
+}
