@@ -309,7 +309,8 @@ class Peer:
                  transport: Optional[str] = None, hostname: str = "127.0.0.1",
                  expect_ready: bool = True, timeout: float = 30.0,
                  ssd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-                 wrap: Optional[List[str]] = None, protocol: str = "tcp") -> None:
+                 wrap: Optional[List[str]] = None, protocol: str = "tcp",
+                 tenant: Optional[str] = None) -> None:
         """``ssd``: a directory for the peer's SSD tier; ``env``: extra
         environment (e.g. MOONCAKE_OFFLOAD_* settings); ``wrap``: a command
         the peer runs under (``ip netns exec h2``: another "host");
@@ -326,6 +327,8 @@ class Peer:
             args += ["--ssd", ssd]
         if protocol != "tcp":
             args += ["--protocol", protocol]
+        if tenant is not None:
+            args += ["--tenant", tenant]
         fd, self.log_path = _tempfile(logdir, "peer")
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=fd, text=True, env=penv, cwd=ROOT)

@@ -5,7 +5,7 @@ Started by the tests (``conftest.Peer``) as::
     python tests/peer.py --master IP:PORT [--segment 64MB] [--buffer 16MB]
                          [--hostname 127.0.0.1] [--ssd PATH] [--protocol tcp]
 
-(``--ssd`` turns the SSD tier on: ``setup(..., enable_ssd_offload=True,
+(``--tenant NAME``: setup's ``tenant_id``; ``--ssd`` turns the SSD tier on: ``setup(..., enable_ssd_offload=True,
 ssd_offload_path=PATH)``; its settings come from the MOONCAKE_OFFLOAD_*
 environment; ``--protocol``: setup's protocol, ``ucx`` for the UCX route.)
 
@@ -62,6 +62,9 @@ line on stdin and answers one JSON line on stdout per command:
 ``mapped_segments`` -> ``{"names": [...]}``: the gostore memfds this process
                     has mapped (its own segment, plus every peer segment it
                     reached through shared memory)
+``batch_is_exist``  ``keys`` -> ``{"rc": [int...]}``
+``remove_by_regex`` ``pattern`` [, ``force``] -> ``{"rc": int}``
+``remove_all``      [``force``] -> ``{"rc": int}``
 ``close``           -> ``{"rc": int}``
 ``exit``            -> ``{"rc": 0}``, then the process exits
 ==================  ====================================================
@@ -274,6 +277,12 @@ def handle(store, cmd: dict) -> dict:
         return {"names": mapped_segments()}
     if op == "close":
         return {"rc": store.close()}
+    if op == "batch_is_exist":
+        return {"rc": list(store.batch_is_exist(list(cmd["keys"])))}
+    if op == "remove_by_regex":
+        return {"rc": store.remove_by_regex(cmd["pattern"], bool(cmd.get("force", False)))}
+    if op == "remove_all":
+        return {"rc": store.remove_all(bool(cmd.get("force", False)))}
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -285,6 +294,7 @@ def main() -> int:
     ap.add_argument("--hostname", default="127.0.0.1")
     ap.add_argument("--ssd", default=None)
     ap.add_argument("--protocol", default="tcp")
+    ap.add_argument("--tenant", default=None)
     args = ap.parse_args()
 
     from gostore import MooncakeDistributedStore
@@ -300,6 +310,8 @@ def main() -> int:
 
     store = MooncakeDistributedStore()
     ssd = {} if args.ssd is None else {"enable_ssd_offload": True, "ssd_offload_path": args.ssd}
+    if args.tenant is not None:
+        ssd["tenant_id"] = args.tenant
     rc = store.setup(args.hostname, "P2PHANDSHAKE", size(args.segment), size(args.buffer),
                      args.protocol, "", args.master, **ssd)
     import os

@@ -32,6 +32,10 @@ type Reads struct {
 	specReads, specHits atomic.Uint64
 	diskReads           atomic.Int64    // batches read from SSD tiers (DiskReads)
 	disk                *ssdtier.Reader // reads disk copies, ours or other clients'
+	// diskTenant, set at setup when the master separates tenants and
+	// this client's is not the default one: SSD tiers hold the stored
+	// (scoped) keys, which disk reads name.
+	diskTenant string
 }
 
 // Pending is a get whose replica lists are known but whose bytes have not
@@ -320,6 +324,13 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 // staged through pinned memory by the engine.
 func (c *Reads) readDisk(ctx context.Context, keys []string, endpoint string, ws []*readWant, out []int64) {
 	c.diskReads.Add(1)
+	diskKeys := keys
+	if c.diskTenant != "" {
+		diskKeys = make([]string, len(keys))
+		for _, w := range ws {
+			diskKeys[w.item] = wire.ScopeKey(c.diskTenant, keys[w.item])
+		}
+	}
 	ops := make([]transfer.Op, len(ws))
 	for j, w := range ws {
 		ops[j] = transfer.Op{Bufs: w.bufs, Device: w.dev}
@@ -329,7 +340,7 @@ func (c *Reads) readDisk(ctx context.Context, keys []string, endpoint string, ws
 		for k, op := range host {
 			dw[k] = ssdtier.Want{Item: ws[k].item, Size: ws[k].size, Bufs: op.Bufs}
 		}
-		c.disk.Read(ctx, keys, endpoint, dw, out) // this client's own tier directly, another's through its staging
+		c.disk.Read(ctx, diskKeys, endpoint, dw, out) // this client's own tier directly, another's through its staging
 		errs := make([]error, len(host))
 		for k := range host {
 			if n := out[ws[k].item]; n < 0 {

@@ -111,9 +111,6 @@ func settle(cfg *Config, log *slog.Logger) (*clientmetrics.Metrics, error) {
 	if cfg.OnMainThread == nil {
 		cfg.OnMainThread = OnMainThread
 	}
-	if cfg.TenantID == "" {
-		cfg.TenantID = "default"
-	}
 	var metrics *clientmetrics.Metrics
 	if cfg.HTTPPort != 0 {
 		metrics = clientmetrics.New(clientmetrics.Options{Tenant: cfg.TenantID})
@@ -208,6 +205,16 @@ func (s *setup) dialMaster() {
 	}
 	mopt := cfg.RPC // the master's calls only: disk holders are not the master
 	mopt.Observe = chainObservers(mopt.Observe, c.masterLog.observe)
+	if cfg.TenantID != wire.DefaultTenant {
+		// Every request that names keys names the tenant too; the
+		// default tenant's go as they always did.
+		tenant := cfg.TenantID
+		mopt.Stamp = func(req any) {
+			if t, ok := req.(wire.Tenanted); ok {
+				t.SetTenant(tenant)
+			}
+		}
+	}
 	c.master = rpc.NewClientWith(cfg.MasterServerAddr, mopt)
 }
 
@@ -270,6 +277,9 @@ func (s *setup) hello(ctx context.Context) error {
 	}
 	s.known = true
 	c.healthy.Store(true) // it answered: calls may go to it (core.ctx)
+	if hello.MultiTenants && cfg.TenantID != wire.DefaultTenant {
+		c.reads.diskTenant = cfg.TenantID
+	}
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
 		// The tier would run and never be asked to store anything.
 		err := wire.Errorf(wire.ErrUnableOffload, "enable_ssd_offload: the master at %s does not accept SSD offload; "+
@@ -378,6 +388,10 @@ func (s *setup) start() {
 func validate(cfg *Config) error {
 	if cfg.LocalHostname == "" {
 		return wire.Errorf(wire.ErrInvalidParams, "local_hostname is empty")
+	}
+	cfg.TenantID = wire.TenantOrDefault(cfg.TenantID)
+	if !wire.ValidTenant(cfg.TenantID) {
+		return wire.Errorf(wire.ErrInvalidParams, "tenant_id %q starts with '_' or holds a control character", cfg.TenantID)
 	}
 	switch strings.ToLower(cfg.Protocol) {
 	case "", "tcp", "ucx", "rdma":

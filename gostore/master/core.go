@@ -59,6 +59,9 @@ type Config struct {
 	// object has a disk copy, so nothing is lost while disks have room.
 	EnableOffload  bool
 	OffloadOnEvict bool
+	// MultiTenants: keys are stored scoped by tenant (wire.ScopeKey) and
+	// each tenant's memory is accounted, for its quota (tenants.go).
+	MultiTenants bool
 	// OnChange, when set, is told every change of the durable state (see
 	// Change), under the lock that made it: it must not block. The server
 	// journals them.
@@ -180,6 +183,7 @@ type Core struct {
 	cfg    Config
 	seed   maphash.Seed
 	shards [NumShards]shard
+	ledger *tenantLedger // the tenants' accounts; nil without MultiTenants
 
 	randMu sync.Mutex // guards cfg.Rand
 
@@ -285,16 +289,29 @@ type shard struct {
 	// a pointer hashes faster than a key, and a rewritten key starts cold.
 	heat        map[*object]heatWindow
 	heatPruneAt int64 // a full heat map is not looked through before then
+	// ledger, under MultiTenants, is refunded what a deleted object was
+	// charged (tenants.go).
+	ledger *tenantLedger
 }
 
 // set stores o under key; the caller holds mu.
 func (sh *shard) set(key string, o *object) {
+	if sh.ledger != nil {
+		if old := sh.objects[key]; old != nil && old != o {
+			sh.ledger.uncharge(key, old)
+		}
+	}
 	sh.objects[key] = o
 	sh.n.Store(int64(len(sh.objects)))
 }
 
 // remove deletes key; the caller holds mu.
 func (sh *shard) remove(key string) {
+	if sh.ledger != nil {
+		if old := sh.objects[key]; old != nil {
+			sh.ledger.uncharge(key, old)
+		}
+	}
 	delete(sh.objects, key)
 	sh.n.Store(int64(len(sh.objects)))
 }
@@ -370,8 +387,12 @@ type segmentKey struct {
 func New(cfg Config) *Core {
 	cfg.fill()
 	c := &Core{cfg: cfg, seed: maphash.MakeSeed()}
+	if cfg.MultiTenants {
+		c.ledger = &tenantLedger{}
+	}
 	for i := range c.shards {
 		c.shards[i].objects = make(map[string]*object)
+		c.shards[i].ledger = c.ledger
 	}
 	c.segs.byID = make(map[uint64]*segment)
 	c.segs.byName = make(map[string]*segment)
@@ -445,6 +466,7 @@ type MountResult struct {
 // client holds is taken over when that client is dead (takeover.go), else
 // -102 naming the holder.
 func (c *Core) Mount(d wire.SegmentDesc, grantKey []byte) (MountResult, error) {
+	defer c.refreshShares() // the tenants' shares follow the pool's capacity at once
 	var res MountResult
 	if d.Name == "" || d.ClientID == "" || d.Size < allocAlign || d.Size > maxSegmentSize {
 		return res, wire.Errorf(wire.ErrInvalidParams, "segment needs a name, a client id and %d bytes to %d TiB", allocAlign, maxSegmentSize>>40)
@@ -561,6 +583,7 @@ func (c *Core) UnmountSegment(clientID, name string) error {
 // removes it as UnmountSegment would. grace <= 0 unmounts at once. Asking
 // again while it drains keeps the earlier deadline.
 func (c *Core) DrainSegment(clientID, name string, grace time.Duration) error {
+	defer c.refreshShares()
 	if grace <= 0 {
 		return c.UnmountSegment(clientID, name)
 	}
@@ -705,6 +728,7 @@ func (c *Core) Tick() []string {
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())
 	c.tickHotReplicas(now.UnixNano())
+	c.refreshShares()
 	due := c.evictSoon.Swap(false)
 	if u := c.usage(); due || u > c.cfg.HighWatermark {
 		// Hot objects' extra replicas go first, up to what a pass would

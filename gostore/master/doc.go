@@ -116,4 +116,17 @@
 //     whose owner sent no key gets none either. The key is part of the
 //     segment's durable state (SegmentMounted, State.GrantKeys) and is
 //     never in a SegmentDesc: other clients receive those.
+//   - Under Config.MultiTenants keys are stored scoped (wire.ScopeKey)
+//     and each tenant is charged its objects' size times their memory
+//     replicas (tenants.go): report moves an object's charge to its
+//     replicas (o.charged remembers what was charged), shard.set and
+//     shard.remove refund a replaced or deleted object, restore recounts.
+//     A new path that changes replicas without a report would leave the
+//     charge behind. Admission (startWrites) reserves a write's bytes
+//     against its tenant's share before it starts and gives them back
+//     after (its replicas are charged by then), so concurrent writes
+//     never take a tenant beyond its share; the tenant's own objects are
+//     evicted first to make room (evictTenant: no lock held by the
+//     caller), and Evict takes what tenants hold beyond their shares
+//     before anything else.
 package master

@@ -340,6 +340,9 @@ func (c *Core) recordCompleted(key string, o *object) {
 
 // report tells OnChange key's state; how carries the change's flags.
 func (c *Core) report(key string, o *object, how Change) {
+	if c.ledger != nil && o != nil {
+		c.charge(key, o) // every change of o's replicas comes through here
+	}
 	if c.cfg.OnChange == nil {
 		return
 	}

@@ -157,7 +157,7 @@ func (c *Core) usage() float64 {
 	return float64(used) / float64(capacity)
 }
 
-// poolBytes is what the pool's segments hold and could hold.
+// poolBytes is the pool's bytes in use and its capacity.
 func (c *Core) poolBytes() (used, capacity uint64) {
 	c.segs.RLock()
 	list := c.segs.list
@@ -234,6 +234,13 @@ func (c *Core) EvictionDue() bool { return c.evictSoon.Load() }
 // what the master holds (docs/operations.md, "Eviction").
 func (c *Core) Evict() EvictResult {
 	now := c.now()
+	if freed := c.evictOverShare(now); freed > 0 && c.usage() <= c.cfg.HighWatermark {
+		// The tenants beyond their shares gave the room: the others keep
+		// theirs.
+		c.stats.EvictionPasses.Add(1)
+		c.stats.EvictionPassesEffective.Add(1)
+		return EvictResult{Bytes: uint64(freed)}
+	}
 	ratio := max(c.cfg.EvictionRatio, c.usage()-c.cfg.HighWatermark+c.cfg.EvictionRatio)
 	return c.evictPass(now, min(ratio, 1))
 }

@@ -58,6 +58,9 @@ type object struct {
 	readers int32                 // gets between GetReplicas(ForRead) and ReadDone
 	status0 replicaStatus
 	hardPin bool // never evicted; only remove takes it away
+	// charged is the memory replicas its tenant is charged for
+	// (tenants.go; in what was padding: the object stays 80 bytes).
+	charged uint8
 }
 
 // objectExtra holds the fields few objects set; see object.trim.
@@ -345,7 +348,21 @@ func (c *Core) startWrites(clientID, hostID string, keys []string, sizes []uint6
 			out[i] = wire.PutStartResult{Code: wire.ErrInvalidParams}
 			continue
 		}
+		if c.ledger == nil {
+			out[i] = one(now, clientID, key, sizes[i], cfg, p)
+			continue
+		}
+		need := sizes[i] * uint64(max(1, cfg.ReplicaNum))
+		a, code := c.admitTenant(now, key, need)
+		if code != wire.OK {
+			out[i] = wire.PutStartResult{Code: code}
+			continue
+		}
+		if testHookAdmitted != nil {
+			testHookAdmitted()
+		}
 		out[i] = one(now, clientID, key, sizes[i], cfg, p)
+		unreserve(a, need) // charged by now, if it started
 	}
 	return out, nil
 }
@@ -690,6 +707,54 @@ func (c *Core) RemoveByRegex(pattern string, force bool) (int64, error) {
 // RemoveAll removes every removable object and returns how many.
 func (c *Core) RemoveAll(force bool) int64 {
 	return c.removeMatching(func(string) bool { return true }, force)
+}
+
+// RemoveByRegexOf is RemoveByRegex over tenant's objects only, the
+// pattern matched against the tenant's own keys (wire.SplitScoped); every
+// object's for tenant "".
+func (c *Core) RemoveByRegexOf(tenant, pattern string, force bool) (int64, error) {
+	if tenant == "" {
+		return c.RemoveByRegex(pattern, force)
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return 0, wire.Errorf(wire.ErrInvalidParams, "bad pattern %q: %v", pattern, err)
+	}
+	return c.removeMatching(func(key string) bool {
+		t, k := wire.SplitScoped(key)
+		return t == tenant && re.MatchString(k)
+	}, force), nil
+}
+
+// KeysOf calls f with the keys of tenant's objects (the tenant's own
+// keys; every object's stored key for tenant ""), one shard's at a time,
+// with no lock held, until f returns false (Mooncake's /get_all_keys).
+func (c *Core) KeysOf(tenant string, f func(keys []string) bool) {
+	for i := range c.shards {
+		var keys []string
+		c.shards[i].sweep(func(key string, _ *object) {
+			if tenant == "" {
+				keys = append(keys, key)
+			} else if t, k := wire.SplitScoped(key); t == tenant {
+				keys = append(keys, k)
+			}
+		})
+		if len(keys) > 0 && !f(keys) {
+			return
+		}
+	}
+}
+
+// RemoveAllOf is RemoveAll over tenant's objects only; every object's for
+// tenant "".
+func (c *Core) RemoveAllOf(tenant string, force bool) int64 {
+	if tenant == "" {
+		return c.RemoveAll(force)
+	}
+	return c.removeMatching(func(key string) bool {
+		t, _ := wire.SplitScoped(key)
+		return t == tenant
+	}, force)
 }
 
 func (c *Core) removeMatching(match func(string) bool, force bool) int64 {

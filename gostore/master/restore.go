@@ -95,6 +95,7 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 	rep.Dropped += dropped
 	rep.HeldRanges += c.holdRestored(c.rangesToHold(holds, writes, now))
 	c.restoreDrops(st)
+	c.recountTenants()
 	return rep
 }
 

@@ -103,6 +103,10 @@ type ClientOptions struct {
 	// look-up and the handshake, each (0: DefaultConnectTimeout; the
 	// call's own bound when shorter). Mooncake's MC_RPC_CONNECT_TIMEOUT_MS.
 	ConnectTimeout time.Duration
+	// Stamp, when set, completes every request before it is encoded (the
+	// client sets its tenant on the requests that carry one). It runs on
+	// the caller's goroutine and may change only the request.
+	Stamp func(req any)
 }
 
 // DefaultConnectTimeout is ClientOptions.ConnectTimeout's default.
@@ -245,6 +249,9 @@ func DecodeReply(op wire.Op, status wire.Code, body []byte, resp any) error {
 // connection's requests in order): they are read, and cc settled, after
 // the request has gone out, so the call does not wait for them.
 func (c *Client) roundTrip(cc *clientConn, id uint64, op wire.Op, req any) (wire.Header, []byte, error) {
+	if c.opt.Stamp != nil {
+		c.opt.Stamp(req)
+	}
 	body, err := msgpack.Marshal(req)
 	if err != nil {
 		return wire.Header{}, nil, err
@@ -426,6 +433,9 @@ func (c *Client) Notify(ctx context.Context, op wire.Op, req any) error {
 func (c *Client) notifyBody(op wire.Op, req any) ([]byte, error) {
 	if c.opt.Netpoll || c.opt.Auth.Encrypts() {
 		return nil, ErrNotifyUnavailable
+	}
+	if c.opt.Stamp != nil {
+		c.opt.Stamp(req)
 	}
 	body, err := msgpack.Marshal(req)
 	if err != nil {

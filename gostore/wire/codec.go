@@ -102,7 +102,7 @@ var (
 )
 
 func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
-	if err := e.EncodeArrayLen(6); err != nil {
+	if err := e.EncodeArrayLen(6 + hasTenant(m.Tenant)); err != nil {
 		return err
 	}
 	if err := e.EncodeString(m.ClientID); err != nil {
@@ -120,7 +120,27 @@ func (m *KeysReq) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := e.EncodeBool(m.Peek); err != nil {
 		return err
 	}
-	return e.EncodeUint(m.HoldMS)
+	if err := e.EncodeUint(m.HoldMS); err != nil {
+		return err
+	}
+	return encodeTenant(e, m.Tenant)
+}
+
+// hasTenant is 1 when a request names a tenant: the field goes last and
+// only then, so a request of the default tenant is the bytes it was before
+// tenants (and an older master reads it as it did).
+func hasTenant(t string) int {
+	if t == "" {
+		return 0
+	}
+	return 1
+}
+
+func encodeTenant(e *msgpack.Encoder, t string) error {
+	if t == "" {
+		return nil
+	}
+	return e.EncodeString(t)
 }
 
 func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -149,6 +169,12 @@ func (m *KeysReq) DecodeMsgpack(d *msgpack.Decoder) error {
 	}
 	if n > 5 { // HoldMS came later still
 		if m.HoldMS, err = d.DecodeUint64(); err != nil {
+			return err
+		}
+		used++
+	}
+	if n > 6 { // Tenant: only when not the default
+		if m.Tenant, err = d.DecodeString(); err != nil {
 			return err
 		}
 		used++
@@ -199,7 +225,7 @@ func (m *ReplicaConfig) DecodeMsgpack(d *msgpack.Decoder) error {
 }
 
 func (m *PutStartReq) EncodeMsgpack(e *msgpack.Encoder) error {
-	if err := e.EncodeArrayLen(5); err != nil {
+	if err := e.EncodeArrayLen(5 + hasTenant(m.Tenant)); err != nil {
 		return err
 	}
 	if err := e.EncodeString(m.ClientID); err != nil {
@@ -214,7 +240,10 @@ func (m *PutStartReq) EncodeMsgpack(e *msgpack.Encoder) error {
 	if err := m.Config.EncodeMsgpack(e); err != nil {
 		return err
 	}
-	return e.EncodeString(m.HostID)
+	if err := e.EncodeString(m.HostID); err != nil {
+		return err
+	}
+	return encodeTenant(e, m.Tenant)
 }
 
 func (m *PutStartReq) DecodeMsgpack(d *msgpack.Decoder) error {
@@ -236,6 +265,12 @@ func (m *PutStartReq) DecodeMsgpack(d *msgpack.Decoder) error {
 	}
 	if m.HostID, err = d.DecodeString(); err != nil {
 		return err
+	}
+	if n > 5 {
+		if m.Tenant, err = d.DecodeString(); err != nil {
+			return err
+		}
+		return skipRest(d, n, 6)
 	}
 	return skipRest(d, n, 5)
 }

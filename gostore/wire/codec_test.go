@@ -32,11 +32,11 @@ func TestHandWrittenCodecsMatchReflection(t *testing.T) {
 		fast, plain      any
 		fresh, freshPlan func() any
 	}{
-		{&KeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, HoldMS: 5000},
-			&plainKeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, HoldMS: 5000},
+		{&KeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, HoldMS: 5000, Tenant: "team-a"},
+			&plainKeysReq{ClientID: "c", Keys: []string{"k1", "ключ"}, Epochs: []uint64{1, 1 << 63}, ForRead: true, HoldMS: 5000, Tenant: "team-a"},
 			func() any { return new(KeysReq) }, func() any { return new(plainKeysReq) }},
-		{&PutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h"},
-			&plainPutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h"},
+		{&PutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h", Tenant: "team-a"},
+			&plainPutStartReq{ClientID: "c", Keys: []string{"x"}, Sizes: []uint64{4096}, Config: cfg, HostID: "h", Tenant: "team-a"},
 			func() any { return new(PutStartReq) }, func() any { return new(plainPutStartReq) }},
 		{&PutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9}, {Code: ErrNoAvailableHandle, Replicas: reps[:1]}, {Code: ErrNoAvailableHandle, Replicas: reps[1:], NoSpace: &NoSpace{Why: "pool full", Space: SpaceComing, Passes: 12}}}},
 			&plainPutStartResp{Results: []PutStartResult{{Code: OK, Replicas: reps, Epoch: 9}, {Code: ErrNoAvailableHandle, Replicas: reps[:1]}, {Code: ErrNoAvailableHandle, Replicas: reps[1:], NoSpace: &NoSpace{Why: "pool full", Space: SpaceComing, Passes: 12}}}},
@@ -69,6 +69,30 @@ func TestHandWrittenCodecsMatchReflection(t *testing.T) {
 		}
 		if !reflect.DeepEqual(back, tc.fast) {
 			t.Errorf("%T: round trip\n%+v\n%+v", back, back, tc.fast)
+		}
+	}
+}
+
+// A request of the default tenant leaves the tenant out: its bytes are
+// those of a message from before tenants, one field shorter.
+func TestDefaultTenantIsLeftOut(t *testing.T) {
+	for _, tc := range []struct {
+		with, without any
+		fields        byte
+	}{
+		{&KeysReq{ClientID: "c", Keys: []string{"k"}, Tenant: "a"}, &KeysReq{ClientID: "c", Keys: []string{"k"}}, 6},
+		{&PutStartReq{ClientID: "c", Keys: []string{"k"}, Tenant: "a"}, &PutStartReq{ClientID: "c", Keys: []string{"k"}}, 5},
+	} {
+		b, err := msgpack.Marshal(tc.without)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != 0x90|tc.fields {
+			t.Errorf("%T without a tenant: header % x, want %d fields", tc.without, b[0], tc.fields)
+		}
+		w, _ := msgpack.Marshal(tc.with)
+		if w[0] != 0x90|(tc.fields+1) {
+			t.Errorf("%T with a tenant: header % x, want %d fields", tc.with, w[0], tc.fields+1)
 		}
 	}
 }

@@ -51,6 +51,8 @@ const (
 	ErrFileInvalidBuffer        Code = -1104
 	ErrBucketNotFound           Code = -1200
 	ErrUnableOffload            Code = -1300
+	ErrTenantQuotaExceeded      Code = -1700
+	ErrTenantNotRegistered      Code = -1701
 )
 
 var codeNames = map[Code]string{
@@ -72,6 +74,7 @@ var codeNames = map[Code]string{
 	ErrFileOpenFail: "FILE_OPEN_FAIL", ErrFileReadFail: "FILE_READ_FAIL",
 	ErrFileWriteFail: "FILE_WRITE_FAIL", ErrFileInvalidBuffer: "FILE_INVALID_BUFFER",
 	ErrBucketNotFound: "BUCKET_NOT_FOUND", ErrUnableOffload: "UNABLE_OFFLOAD",
+	ErrTenantQuotaExceeded: "TENANT_QUOTA_EXCEEDED", ErrTenantNotRegistered: "TENANT_NOT_REGISTERED",
 }
 
 // String returns the contract's name of the code, e.g. "OBJECT_NOT_FOUND".

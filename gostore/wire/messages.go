@@ -148,6 +148,10 @@ type PingResp struct {
 	// client asked for a tier refuses to start without it: its disk would
 	// never receive anything.
 	OffloadEnabled bool
+	// MultiTenants: the master runs --enable_multi_tenants; a client of
+	// another tenant than the default one finds its disk copies under
+	// their scoped keys (ScopeKey). Sent only when true (tenantcodec.go).
+	MultiTenants bool
 	// Tasks are replica tasks the master started for the client to run
 	// (hot-object replicas, --dynamic_replication_mode=enforce); each
 	// ends with TaskDone.
@@ -217,6 +221,8 @@ type PutStartReq struct {
 	Sizes    []uint64
 	Config   ReplicaConfig
 	HostID   string // the writer's host, for ReplicaConfig.SameNode
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 // PutStartResult is the outcome for one key: OK with the replicas to write,
@@ -287,6 +293,8 @@ type KeysReq struct {
 	// they have a disk copy, for up to this long or until PutUnhold.
 	// (PutUnhold): end those holds this much later (0: now).
 	HoldMS uint64
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 // ReplicaClearReq asks the master to drop replicas of objects ClientID
@@ -296,6 +304,8 @@ type ReplicaClearReq struct {
 	ClientID string
 	Keys     []string
 	Segment  string
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 // KeysResp is a list of keys (ReplicaClear: the keys cleared).
@@ -340,17 +350,23 @@ type RemoveReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Keys     []string
 	Force    bool
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 type RemoveByRegexReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Pattern  string
 	Force    bool
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 type RemoveAllReq struct {
 	_msgpack struct{} `msgpack:",as_array"`
 	Force    bool
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 type CountResp struct {
@@ -375,6 +391,8 @@ type CreateTaskReq struct {
 	Key      string
 	Source   string // move: the segment to take the replica from
 	Targets  []string
+	// Tenant is the caller's tenant (Tenanted); "" is the default one.
+	Tenant string
 }
 
 // TaskPlan is what the executing client must do: read Size bytes from one

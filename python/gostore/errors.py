@@ -55,6 +55,8 @@ class ErrorCode(enum.IntEnum):
     FILE_INVALID_BUFFER = -1104
     BUCKET_NOT_FOUND = -1200
     UNABLE_OFFLOAD = -1300
+    TENANT_QUOTA_EXCEEDED = -1700
+    TENANT_NOT_REGISTERED = -1701
 
     @classmethod
     def name_of(cls, code: int) -> str:

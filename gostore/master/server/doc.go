@@ -1,6 +1,7 @@
 // Package server drives the master's metadata core: it serves the core over
 // the RPC protocol, runs the clock (Tick) and answers HTTP for operators
-// (/metrics, /health, /get_all_segments, /query_key) and routers
+// (/metrics, /health, /get_all_segments, /get_all_keys, /query_key,
+// /api/v1/tenant_quotas) and routers
 // (/query_prefix: the leading pages of a request stored, per medium and
 // host; a request it cannot read is refused whole, with one log line).
 //
@@ -39,6 +40,15 @@
 // (ha.Trim), and serves its newest at /ha/snapshot for standbys whose
 // state the log no longer reaches (hastate.go). A master never leads with
 // a state the log does not continue: it gives the leadership back.
+//
+// # Tenants
+//
+// Under --enable_multi_tenants (tenants.go) every handler of a request
+// that names keys scopes them by the request's tenant (wire.ScopeKey)
+// before it calls the core, and unscopes the keys it answers with; the
+// SSD tier's requests (peeks, offloads, disk recovery and eviction) carry
+// stored keys already and are not touched. The HTTP queries take
+// ?tenant_id=. The core sees stored keys only.
 //
 // # Limits
 //

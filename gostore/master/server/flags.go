@@ -63,6 +63,13 @@ type Options struct {
 	DynamicReplicationQPSThreshold      float64
 	DynamicReplicationMaxMemoryReplicas int
 
+	// EnableMultiTenants gives each tenant (setup's tenant_id) its own
+	// key space (tenants.go); TenantQuotaURI, a policy file
+	// (TenantQuotaConnector "file"), their quotas (tenantpolicy.go).
+	EnableMultiTenants   bool
+	TenantQuotaConnector string
+	TenantQuotaURI       string
+
 	// StateDir, when set, holds the journal of every durable change and its
 	// snapshots (every SnapshotInterval); Start restores from it.
 	StateDir         string
@@ -296,6 +303,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--rpc_port=%d (or --port): out of range, from 0 to 65535", o.RPCPort)
 	case o.MetricsPort > 65535:
 		return fmt.Errorf("--metrics_port=%d: out of range, at most 65535 (negative turns HTTP off)", o.MetricsPort)
+	case o.TenantQuotaURI != "" && !o.EnableMultiTenants:
+		return fmt.Errorf("--tenant_quota_connector_uri=%s needs --enable_multi_tenants", o.TenantQuotaURI)
+	case o.TenantQuotaURI != "" && o.TenantQuotaConnector != "file":
+		return fmt.Errorf("--tenant_quota_connector_type=%s: this master reads its quota policy from a file only (file)", o.TenantQuotaConnector)
 	case o.EnableHA && len(o.EtcdEndpoints) == 0:
 		return fmt.Errorf("--enable_ha needs --etcd_endpoints")
 	case o.EnableHA && o.StateDir == "":

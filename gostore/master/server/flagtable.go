@@ -235,7 +235,9 @@ var specs = []flagSpec{
 	// Mooncake logs a summary of its metrics periodically by default; this
 	// master does not, so only asking for it (true) earns the warning.
 	{name: "enable_metric_reporting", gtype: "bool", def: "true", inert: func(v string) bool { return v == "false" }},
-	mc("enable_multi_tenants", "bool", "false"),
+	{name: "enable_multi_tenants", gtype: "bool", def: "false",
+		help: "each tenant (a client's setup tenant_id) has its own key space",
+		set:  to(func(o *Options) *bool { return &o.EnableMultiTenants }, asBool)},
 	{name: "enable_offload", gtype: "bool", def: "false",
 		help: "accept SSD tiers: clients persist objects, eviction drops a memory copy once its disk copy exists",
 		set:  to(func(o *Options) *bool { return &o.EnableOffload }, asBool)},
@@ -358,8 +360,12 @@ var specs = []flagSpec{
 	mc("snapshot_payload_backend_type", "string", ""),
 	mc("snapshot_payload_store_type", "string", ""),
 	mc("snapshot_retention_count", "uint32", "2"),
-	mc("tenant_quota_connector_type", "string", "file"),
-	mc("tenant_quota_connector_uri", "string", ""),
+	{name: "tenant_quota_connector_type", gtype: "string", def: "file",
+		help: "where the tenants' quota policy is read: file (the only one here)",
+		set:  to(func(o *Options) *string { return &o.TenantQuotaConnector }, asString)},
+	{name: "tenant_quota_connector_uri", gtype: "string", def: "",
+		help: "with --enable_multi_tenants: the YAML quota policy file, read again when it changes",
+		set:  to(func(o *Options) *string { return &o.TenantQuotaURI }, asString)},
 	{name: "mmap_arena_pool_size", gtype: "uint64", def: "8589934592", fileKey: "-"},
 	{name: "use_mmap_arena_allocator", gtype: "bool", def: "false", fileKey: "-"},
 

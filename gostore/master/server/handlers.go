@@ -35,7 +35,8 @@ func (s *Server) registerClients() {
 	rpc.HandleFunc(s.rpc, wire.OpPing, func(r *wire.PingReq) (*wire.PingResp, error) {
 		mc.ping.call(nil)
 		return &wire.PingResp{Known: c.Ping(r.ClientID), OffloadWork: c.OffloadPending(r.ClientID),
-			OffloadEnabled: s.opts.EnableOffload, Tasks: c.TakeAssignedTasks(r.ClientID)}, nil
+			OffloadEnabled: s.opts.EnableOffload, MultiTenants: s.opts.EnableMultiTenants,
+			Tasks: c.TakeAssignedTasks(r.ClientID)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpClientLeave, func(r *wire.LeaveReq) (*struct{}, error) {
 		if c.ClientLeave(r.ClientID) {
@@ -101,25 +102,40 @@ func (s *Server) mount(r *wire.MountReq) (*wire.MountResp, error) {
 func (s *Server) registerWrites() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpPutStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		res, err := c.PutStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config)
 		mc.putStarted(r, res, err)
 		return s.startWrites(res, err)
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutEnd, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		codes := c.PutEndHold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
 		mc.putEnd.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutUnhold, func(r *wire.KeysReq) (*struct{}, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		c.PutUnhold(r.ClientID, r.Keys, r.Epochs, holdOf(r))
 		return &struct{}{}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpPutRevoke, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		codes := c.PutRevoke(r.ClientID, r.Keys, r.Epochs)
 		mc.putRevoke.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpUpsertStart, func(r *wire.PutStartReq) (*wire.PutStartResp, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		return s.startWrites(c.UpsertStart(r.ClientID, r.HostID, r.Keys, r.Sizes, r.Config))
 	})
 }
@@ -149,19 +165,28 @@ func holdOf(r *wire.KeysReq) time.Duration {
 func (s *Server) registerReads() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
-		if r.Peek {
+		if r.Peek { // the SSD tier's: its keys are stored keys already
 			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
+		}
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
 		}
 		res := c.GetReplicas(r.Keys, r.ForRead)
 		mc.got(res) // peeks are the SSD tier's, not gets
 		return &wire.GetReplicasResp{Results: res}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpExist, func(r *wire.KeysReq) (*wire.CodesResp, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		codes := c.Exist(r.Keys)
 		mc.exist.codes(codes, existFailed)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpReadDone, func(r *wire.KeysReq) (*struct{}, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		c.ReadDone(r.Keys, r.Epochs)
 		return &struct{}{}, nil
 	})
@@ -172,21 +197,37 @@ func (s *Server) registerReads() {
 func (s *Server) registerRemovals() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpRemove, func(r *wire.RemoveReq) (*wire.CodesResp, error) {
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
 		codes := c.Remove(r.Keys, r.Force)
 		mc.remove.codes(codes, notOK)
 		return &wire.CodesResp{Codes: codes}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpReplicaClear, func(r *wire.ReplicaClearReq) (*wire.KeysResp, error) {
-		return &wire.KeysResp{Keys: c.ReplicaClear(r.ClientID, r.Keys, r.Segment)}, nil
+		if err := s.scope(r.Tenant, r.Keys); err != nil {
+			return nil, err
+		}
+		cleared := c.ReplicaClear(r.ClientID, r.Keys, r.Segment)
+		s.unscope(cleared)
+		return &wire.KeysResp{Keys: cleared}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpRemoveByRegex, func(r *wire.RemoveByRegexReq) (*wire.CountResp, error) {
-		n, err := c.RemoveByRegex(r.Pattern, r.Force)
+		t, err := s.tenantOf(r.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		n, err := c.RemoveByRegexOf(t, r.Pattern, r.Force)
 		mc.removeRegex.call(err)
 		return &wire.CountResp{N: n}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpRemoveAll, func(r *wire.RemoveAllReq) (*wire.CountResp, error) {
-		mc.removeAll.call(nil)
-		return &wire.CountResp{N: c.RemoveAll(r.Force)}, nil
+		t, err := s.tenantOf(r.Tenant)
+		mc.removeAll.call(err)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.CountResp{N: c.RemoveAllOf(t, r.Force)}, nil
 	})
 	rpc.HandleFunc(s.rpc, wire.OpEvictUntil, func(r *wire.EvictUntilReq) (*wire.EvictUntilResp, error) {
 		if !(r.Ratio >= 0 && r.Ratio <= 1) {
@@ -201,6 +242,13 @@ func (s *Server) registerRemovals() {
 func (s *Server) registerTasks() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpCreateTask, func(r *wire.CreateTaskReq) (*wire.TaskPlan, error) {
+		t, err := s.tenantOf(r.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		if t != "" {
+			r.Key = wire.ScopeKey(t, r.Key)
+		}
 		plan, err := c.CreateTask(*r)
 		if r.Kind == wire.TaskMove {
 			mc.moveTask.call(err)
@@ -216,6 +264,9 @@ func (s *Server) registerTasks() {
 	})
 	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
 		info, err := c.QueryTask(r.ID)
+		if s.opts.EnableMultiTenants {
+			_, info.Key = wire.SplitScoped(info.Key)
+		}
 		mc.queryTask.call(err)
 		return &info, err
 	})

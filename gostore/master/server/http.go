@@ -3,6 +3,7 @@
 package server
 
 import (
+	"bufio"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -94,6 +95,9 @@ func newMetrics(core *master.Core) *metrics {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_clients", Help: "Clients alive (pinged within client_ttl)."},
 		func() float64 { return float64(core.Clients()) }))
 	m.mc = newMCMetrics(m.reg, core)
+	if core.Config().MultiTenants {
+		m.reg.MustRegister(tenantCollector{core})
+	}
 	return m
 }
 
@@ -131,15 +135,47 @@ func (s *Server) httpHandler() http.Handler {
 			http.Error(w, "missing ?key=", http.StatusBadRequest)
 			return
 		}
-		info, ok := s.core.QueryKey(key)
+		scoped := []string{key}
+		if err := s.httpKeys(r, scoped); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		info, ok := s.core.QueryKey(scoped[0])
+		info.Key = key
 		if !ok {
 			http.Error(w, "key not found", http.StatusNotFound)
 			return
 		}
 		writeJSON(w, info)
 	})
+	mux.HandleFunc("/get_all_keys", s.getAllKeys)
 	mux.HandleFunc("/query_prefix", s.queryPrefix)
+	mux.HandleFunc("/api/v1/tenant_quotas", s.tenantQuotas)
 	return mux
+}
+
+// getAllKeys answers Mooncake's /get_all_keys: every key, one a line;
+// under --enable_multi_tenants those of ?tenant_id= (the default tenant's
+// without it, as Mooncake lists). The keys are written a shard at a time,
+// none held under a lock while the client reads.
+func (s *Server) getAllKeys(w http.ResponseWriter, r *http.Request) {
+	tenant, err := s.tenantOf(r.URL.Query().Get("tenant_id"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	bw := bufio.NewWriter(w)
+	s.core.KeysOf(tenant, func(keys []string) bool {
+		for _, k := range keys {
+			bw.WriteString(k)
+			if err := bw.WriteByte('\n'); err != nil {
+				return false // the client went away
+			}
+		}
+		return true
+	})
+	bw.Flush()
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -71,6 +71,11 @@ func (s *Server) queryPrefix(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "query_prefix: "+err.Error(), status)
 		return
 	}
+	if err := s.httpKeys(r, q.Keys); err != nil {
+		s.log.Warn("query_prefix refused", "remote", r.RemoteAddr, "status", http.StatusBadRequest, "err", err)
+		http.Error(w, "query_prefix: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	bs := 1
 	if q.BlockSize != nil {
 		bs = *q.BlockSize

@@ -79,6 +79,14 @@ func Start(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	policy, err := loadTenantPolicy(opts, core, log)
+	if err != nil {
+		rpcLn.Close()
+		if state != nil {
+			state.j.Close()
+		}
+		return nil, err
+	}
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
 		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
 	s.wireRPC(guard)
@@ -93,13 +101,14 @@ func Start(opts Options) (*Server, error) {
 		s.advertiseSnapshots(guard)
 	}
 	s.serveRPC()
+	s.watchTenantPolicy(policy)
 	s.watchLeadership()
 	s.startSnapshots(saved != nil)
 	// The addresses the sockets are bound to, as the kernel reports them
 	// (a wildcard stays a wildcard), then where a local client dials.
 	log.Info("master serving", "rpc_listen", s.rpcLn.Addr().String(), "http_listen", s.httpListen(),
 		"rpc", s.Addr(), "http", s.HTTPAddr(), "auth", guard.Mode(), "offload", opts.EnableOffload,
-		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL)
+		"lease_ttl", opts.DefaultKVLeaseTTL, "client_ttl", opts.ClientTTL, "multi_tenants", opts.EnableMultiTenants)
 	return s, nil
 }
 
@@ -179,6 +188,7 @@ func coreConfig(opts Options, state *durability) master.Config {
 		DynamicReplicationHeatWindow:        opts.DynamicReplicationHeatWindow,
 		DynamicReplicationQPSThreshold:      opts.DynamicReplicationQPSThreshold,
 		DynamicReplicationMaxMemoryReplicas: opts.DynamicReplicationMaxMemoryReplicas,
+		MultiTenants:                        opts.EnableMultiTenants,
 		RestoreQuarantine:                   opts.RestoreQuarantine,
 		MaxKeyBytes:                         opts.MaxKeyBytes,
 		MaxBatchKeys:                        opts.MaxBatchKeys,

@@ -532,7 +532,7 @@ _FLAGS = {
     "device_names": ("", str, "setup's rdma_devices"),
     "enable_offload": (False, bool, "turn the SSD tier on (in --ssd_offload_path, else $MOONCAKE_OFFLOAD_FILE_STORAGE_PATH)"),
     "start_offload_rpc_server": (True, bool, "accepted, no effect"),
-    "tenant_id": ("default", str, "setup's tenant_id (logged; isolates nothing)"),
+    "tenant_id": ("default", str, "setup's tenant_id: its own key space and quota under the master's --enable_multi_tenants"),
     "threads": (1, int, "accepted, no effect: one thread serves each connection"),
     "enable_http_server": (False, bool, "serve /metrics, /metrics/summary and /health on --http_port"),
     "http_port": (9300, int, "port of --enable_http_server"),

@@ -536,9 +536,12 @@ class MooncakeDistributedStore(TensorAPI, ParallelTensorAPI, SessionAPI, Segment
         ``ssd_offload_path`` alone turns the SSD tier on in that directory
         (``enable_ssd_offload=False`` keeps it off);
         ``enable_ssd_offload=True`` alone takes the directory from
-        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``. ``tenant_id`` is logged and
-        shown by the client HTTP server; like Mooncake 0.3.13, it isolates
-        nothing (clients of different tenants see each other's keys).
+        ``MOONCAKE_OFFLOAD_FILE_STORAGE_PATH``. ``tenant_id`` names the
+        client's tenant: against a master with ``--enable_multi_tenants``
+        each tenant has its own key space (and quota); otherwise, as in
+        Mooncake 0.3.13, it isolates nothing. It is shown by the client
+        HTTP server; a name starting with ``_`` or holding a control
+        character is -600.
         ``enable_client_http_server=True`` serves ``/metrics``
         (Prometheus), ``/health`` and ``/metrics/summary`` on
         ``0.0.0.0:client_http_port`` until close(); the port must then be

@@ -1,0 +1,425 @@
+// tenants.go holds the tenants' accounts under --enable_multi_tenants
+// (Config.MultiTenants): what each tenant's objects hold in memory, the
+// quota policy, admission of writes against it and the tenant-first
+// eviction. Keys are stored scoped (wire.ScopeKey); the tenant of an
+// object is read from its key.
+//
+// An object is charged its size times its memory replicas (those being
+// written included), as Mooncake charges; the charge follows every change
+// of its replicas through report (every such change is reported, see the
+// package invariants) and o.charged remembers what was charged, so a
+// removal refunds exactly that. Restore recounts.
+
+package master
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.yaml.in/yaml/v2"
+
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// TenantPolicy is a quota policy: each registered tenant's quota in bytes
+// (Mooncake's requested_quota_bytes).
+type TenantPolicy map[string]uint64
+
+// ParseTenantPolicy reads Mooncake's policy file: `version: 1` and a list
+// `tenants` of `name` and `quota` (a positive integer, optionally with a
+// unit B, KB, MB, GB or TB, binary multiples). Names follow
+// wire.ValidTenant and are unique.
+func ParseTenantPolicy(b []byte) (TenantPolicy, error) {
+	var doc struct {
+		Version *int `yaml:"version"`
+		Tenants []struct {
+			Name  *string `yaml:"name"`
+			Quota *string `yaml:"quota"`
+		} `yaml:"tenants"`
+	}
+	if err := yaml.UnmarshalStrict(b, &doc); err != nil {
+		return nil, fmt.Errorf("invalid YAML: %v", err)
+	}
+	if doc.Version == nil {
+		return nil, fmt.Errorf("tenant quota policy version is required")
+	}
+	if *doc.Version != 1 {
+		return nil, fmt.Errorf("unsupported tenant quota policy version %d (want 1)", *doc.Version)
+	}
+	p := make(TenantPolicy, len(doc.Tenants))
+	for _, t := range doc.Tenants {
+		if t.Name == nil || !wire.ValidTenant(*t.Name) {
+			return nil, fmt.Errorf("tenant name missing or invalid (empty, starting with '_' or holding a control character)")
+		}
+		if t.Quota == nil {
+			return nil, fmt.Errorf("tenant %q: quota is required", *t.Name)
+		}
+		if _, dup := p[*t.Name]; dup {
+			return nil, fmt.Errorf("duplicate tenant name %q", *t.Name)
+		}
+		q, err := parseQuota(*t.Quota)
+		if err != nil {
+			return nil, fmt.Errorf("tenant %q: %v", *t.Name, err)
+		}
+		p[*t.Name] = q
+	}
+	return p, nil
+}
+
+var quotaUnits = map[string]uint64{"": 1, "B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+func parseQuota(s string) (uint64, error) {
+	digits := len(s) - len(strings.TrimLeft(s, "0123456789"))
+	if digits == 0 {
+		return 0, fmt.Errorf("quota %q must start with an integer", s)
+	}
+	n, err := strconv.ParseUint(s[:digits], 10, 64)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("quota %q must be a positive integer that fits 64 bits", s)
+	}
+	unit, ok := quotaUnits[s[digits:]]
+	if !ok {
+		return 0, fmt.Errorf("quota %q: unsupported unit %q (B, KB, MB, GB, TB)", s, s[digits:])
+	}
+	if n > math.MaxInt64/unit {
+		return 0, fmt.Errorf("quota %q is over 2^63-1 bytes", s)
+	}
+	return n * unit, nil
+}
+
+// tenantAccount is one tenant's usage and counters.
+type tenantAccount struct {
+	charged  atomic.Int64 // bytes its objects' memory replicas hold
+	reserved atomic.Int64 // bytes of writes being admitted (startWrites)
+	// rejects by reason (Mooncake's label): quota_exceeded, not_registered.
+	rejectQuota, rejectUnregistered atomic.Int64
+	evicted                         atomic.Int64 // bytes taken by tenant-first eviction
+}
+
+// tenantLedger is every tenant's account and the policy in force.
+// Accounts are never removed; they are read without a lock (charge runs
+// under shard locks, on every change of replicas).
+type tenantLedger struct {
+	accounts sync.Map // tenant name -> *tenantAccount
+	mu       sync.RWMutex
+	policy   TenantPolicy      // nil: no quotas
+	share    map[string]uint64 // each registered tenant's effective quota
+	capacity uint64            // the pool's capacity share was computed for
+}
+
+func (l *tenantLedger) account(tenant string) *tenantAccount {
+	if a, ok := l.accounts.Load(tenant); ok {
+		return a.(*tenantAccount)
+	}
+	a, _ := l.accounts.LoadOrStore(strings.Clone(tenant), &tenantAccount{})
+	return a.(*tenantAccount)
+}
+
+// charge moves key's tenant's charge to o's replicas (o nil: none), from
+// what o was charged before; the caller holds key's shard lock.
+func (c *Core) charge(key string, o *object) {
+	var before, after int64
+	if o != nil {
+		n := min(o.numReplicas(), math.MaxUint8)
+		before, after = int64(o.charged)*int64(o.size), int64(n)*int64(o.size)
+		o.charged = uint8(n)
+	}
+	if before != after {
+		t, _ := wire.SplitScoped(key)
+		c.ledger.account(t).charged.Add(after - before)
+	}
+}
+
+// uncharge refunds what o (being deleted under key) was charged; the
+// caller holds key's shard lock.
+func (l *tenantLedger) uncharge(key string, o *object) {
+	if o.charged == 0 {
+		return
+	}
+	t, _ := wire.SplitScoped(key)
+	l.account(t).charged.Add(-int64(o.charged) * int64(o.size))
+	o.charged = 0
+}
+
+// recountTenants sets every tenant's charge from the objects (after a
+// restore, which reports nothing).
+func (c *Core) recountTenants() {
+	if c.ledger == nil {
+		return
+	}
+	for i := range c.shards {
+		c.shards[i].sweep(func(key string, o *object) {
+			o.charged = 0
+			c.charge(key, o)
+		})
+	}
+}
+
+// SetTenantPolicy puts p in force (nil: no quotas): from now on writes of
+// a tenant p does not name are refused (-1701), and a tenant's writes are
+// admitted against its share of the pool. Without MultiTenants it does
+// nothing.
+func (c *Core) SetTenantPolicy(p TenantPolicy) {
+	if c.ledger == nil {
+		return
+	}
+	l := c.ledger
+	l.mu.Lock()
+	l.policy = p
+	l.capacity = c.capacity()
+	l.share = shares(p, l.capacity)
+	l.mu.Unlock()
+	for t := range p {
+		l.account(t) // listed in the series from now on
+	}
+}
+
+// refreshShares recomputes the shares when the pool's capacity changed.
+func (c *Core) refreshShares() {
+	l := c.ledger
+	if l == nil {
+		return
+	}
+	capacity := c.capacity()
+	l.mu.Lock()
+	if l.policy != nil && capacity != l.capacity {
+		l.capacity = capacity
+		l.share = shares(l.policy, capacity)
+	}
+	l.mu.Unlock()
+}
+
+// shares is each tenant's effective quota (Mooncake's rule): its quota
+// while the quotas together fit the pool, otherwise the pool divided in
+// proportion to the quotas, the bytes left by rounding down going one
+// each to the largest remainders (ties to the smaller name).
+func shares(p TenantPolicy, capacity uint64) map[string]uint64 {
+	if p == nil {
+		return nil
+	}
+	out := make(map[string]uint64, len(p))
+	sum := new(big.Int)
+	for t, q := range p {
+		out[t] = q
+		sum.Add(sum, new(big.Int).SetUint64(q))
+	}
+	if sum.Cmp(new(big.Int).SetUint64(capacity)) <= 0 {
+		return out
+	}
+	type rem struct {
+		t string
+		r *big.Int
+	}
+	var rems []rem
+	var given uint64
+	for t, q := range p {
+		prod := new(big.Int).Mul(new(big.Int).SetUint64(capacity), new(big.Int).SetUint64(q))
+		base, r := new(big.Int).QuoRem(prod, sum, new(big.Int))
+		out[t] = base.Uint64()
+		given += out[t]
+		rems = append(rems, rem{t, r})
+	}
+	slices.SortFunc(rems, func(a, b rem) int {
+		if c := b.r.Cmp(a.r); c != 0 {
+			return c
+		}
+		return strings.Compare(a.t, b.t)
+	})
+	for i := 0; given < capacity && i < len(rems); i++ {
+		out[rems[i].t]++
+		given++
+	}
+	return out
+}
+
+// capacity is the pool's capacity (draining segments left out, as usage
+// leaves them).
+func (c *Core) capacity() uint64 {
+	_, capacity := c.poolBytes()
+	return capacity
+}
+
+// admitTenant decides a write of need bytes under key against its
+// tenant's share: OK with the bytes reserved (the caller gives them back
+// with unreserve once the write has started or failed: by then its
+// replicas are charged), or the refusal. A tenant at its share first
+// evicts its own objects (Mooncake's tenant-scoped eviction), as much as
+// the write needs and an EvictionRatio of its share besides, so that the
+// next writes find room. No lock may be held.
+func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, wire.Code) {
+	l := c.ledger
+	t, _ := wire.SplitScoped(key)
+	a := l.account(t)
+	l.mu.RLock()
+	policy := l.policy
+	share, registered := l.share[t]
+	l.mu.RUnlock()
+	if policy == nil {
+		return nil, wire.OK
+	}
+	if !registered {
+		a.rejectUnregistered.Add(1)
+		return nil, wire.ErrTenantNotRegistered
+	}
+	for try := 0; ; try++ {
+		used := a.charged.Load() + a.reserved.Add(int64(need))
+		if used <= int64(share) {
+			return a, wire.OK
+		}
+		a.reserved.Add(-int64(need))
+		if try == 1 || need > share {
+			a.rejectQuota.Add(1)
+			return nil, wire.ErrTenantQuotaExceeded
+		}
+		want := used - int64(share) + int64(c.cfg.EvictionRatio*float64(share))
+		c.evictTenant(now, t, want)
+	}
+}
+
+// testHookAdmitted, when set (tests), runs after a write is admitted,
+// before it starts.
+var testHookAdmitted func()
+
+func unreserve(a *tenantAccount, need uint64) {
+	if a != nil {
+		a.reserved.Add(-int64(need))
+	}
+}
+
+// evictTenant evicts tenant's evictable objects (EvictPass's rules; soft
+// pinned ones only when AllowEvictSoftPinned, after the others) until
+// want bytes of memory replicas are freed, least recently used first
+// among those a sweep finds: the tenant's candidates are listed, then
+// taken oldest first. It returns the bytes freed.
+func (c *Core) evictTenant(now int64, tenant string, want int64) int64 {
+	if want <= 0 {
+		return 0
+	}
+	type cand struct {
+		key     string
+		lastUse int64
+		soft    bool
+	}
+	var cands []cand
+	for i := range c.shards {
+		c.shards[i].sweep(func(key string, o *object) {
+			if t, _ := wire.SplitScoped(key); t != tenant {
+				return
+			}
+			if ok, soft := c.evictable(o, now); ok && (!soft || c.cfg.AllowEvictSoftPinned) {
+				cands = append(cands, cand{key, o.lastUse, soft})
+			}
+		})
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.soft != b.soft {
+			if a.soft {
+				return 1
+			}
+			return -1
+		}
+		return int(max(-1, min(1, a.lastUse-b.lastUse)))
+	})
+	var freed, objects int64
+	for _, cd := range cands {
+		if freed >= want {
+			break
+		}
+		sh := c.shardOf(cd.key)
+		sh.mu.Lock()
+		if o, ok := sh.objects[cd.key]; ok {
+			if ok, _ := c.evictable(o, now); ok {
+				freed += int64(o.size) * int64(o.numReplicas())
+				f := o.release()
+				c.settle(sh, cd.key, o)
+				f.free(&c.stats)
+				objects++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if freed > 0 {
+		c.ledger.account(tenant).evicted.Add(freed)
+		c.stats.EvictedObjects.Add(objects)
+		c.stats.EvictedBytes.Add(freed)
+	}
+	return freed
+}
+
+// evictOverShare evicts, tenant by tenant, what each tenant holds beyond
+// its share: the first thing an eviction pass takes. It returns the
+// objects' bytes freed.
+func (c *Core) evictOverShare(now int64) int64 {
+	l := c.ledger
+	if l == nil {
+		return 0
+	}
+	l.mu.RLock()
+	over := map[string]int64{}
+	if l.policy != nil {
+		l.accounts.Range(func(k, v any) bool {
+			t := k.(string)
+			share := l.share[t] // 0 for a tenant the policy no longer names: it holds nothing by right
+			if d := v.(*tenantAccount).charged.Load() - int64(share); d > 0 {
+				over[t] = d
+			}
+			return true
+		})
+	}
+	l.mu.RUnlock()
+	var freed int64
+	for t, d := range over {
+		freed += c.evictTenant(now, t, d)
+	}
+	return freed
+}
+
+// TenantSnapshot is one tenant's account, as Mooncake's tenant quota
+// snapshot and its mooncake_tenant_* series name them.
+type TenantSnapshot struct {
+	TenantID            string `json:"tenant_id"`
+	RequestedQuotaBytes uint64 `json:"requested_quota_bytes"`
+	EffectiveQuotaBytes uint64 `json:"effective_quota_bytes"`
+	ChargedBytes        int64  `json:"charged_bytes"`
+	AdmissionClosed     bool   `json:"admission_closed"`
+	OverQuota           bool   `json:"over_quota"`
+	HasExplicitPolicy   bool   `json:"has_explicit_policy"`
+	// RejectQuotaExceeded and RejectNotRegistered count refused writes;
+	// EvictedBytes what tenant-first eviction took.
+	RejectQuotaExceeded int64 `json:"-"`
+	RejectNotRegistered int64 `json:"-"`
+	EvictedBytes        int64 `json:"-"`
+}
+
+// Tenants returns every tenant's account, by name, and the capacity the
+// shares were computed for (nil without MultiTenants).
+func (c *Core) Tenants() ([]TenantSnapshot, uint64) {
+	l := c.ledger
+	if l == nil {
+		return nil, 0
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []TenantSnapshot
+	l.accounts.Range(func(k, v any) bool {
+		t, a := k.(string), v.(*tenantAccount)
+		q, explicit := l.policy[t]
+		share := l.share[t]
+		s := TenantSnapshot{TenantID: t, RequestedQuotaBytes: q, EffectiveQuotaBytes: share,
+			ChargedBytes: a.charged.Load(), HasExplicitPolicy: explicit,
+			AdmissionClosed:     l.policy != nil && !explicit,
+			RejectQuotaExceeded: a.rejectQuota.Load(), RejectNotRegistered: a.rejectUnregistered.Load(),
+			EvictedBytes: a.evicted.Load()}
+		s.OverQuota = l.policy != nil && s.ChargedBytes > int64(share)
+		out = append(out, s)
+		return true
+	})
+	slices.SortFunc(out, func(a, b TenantSnapshot) int { return strings.Compare(a.TenantID, b.TenantID) })
+	return out, l.capacity
+}
