@@ -119,7 +119,7 @@ install: $(STAMP)
 $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "setuptools>=68" wheel pytest numpy
+	$(PIP) install -q "setuptools>=68" wheel pytest numpy pyzmq msgpack
 
 $(STAMP): $(PY) $(SOURCES)
 	$(PIP) install -q --no-build-isolation .

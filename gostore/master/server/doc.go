@@ -48,4 +48,16 @@
 // handler runs, admit checks every request that names keys (wire.Keyed)
 // against the core's limits, so a refusal leaves the core untouched; the
 // RPC server answers and logs it (docs/operations.md, "Limits").
+//
+// # KV events
+//
+// With --enable_kv_events the core gets a bounded event queue
+// (master.EventQueue, first an all-cleared event); kvevents.go drains it
+// in one goroutine, never under a core lock, into numbered msgpack batches
+// on a ZeroMQ PUB socket (go-zeromq/zmq4) and keeps the last batches for
+// the replay endpoint, where each TCP connection is a ROUTER peer of its
+// own (a request of the wrong shape is logged once and ends its
+// connection). The sockets carry no authentication: off loopback they
+// need --allow_insecure. /kv_events/status and gostore_master_kv_events_*
+// count what was published, dropped and skipped.
 package server

@@ -1,0 +1,632 @@
+// kvevents.go publishes the core's KV events (--enable_kv_events) over a
+// ZeroMQ PUB socket, in the layout vLLM's and SGLang's KV event batches
+// have, and serves a replay endpoint for a subscriber that missed some.
+
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gostore/gostore/gostore/auth"
+	"github.com/gostore/gostore/gostore/master"
+)
+
+// KVEventsOptions are Mooncake's --kv_events_* flags and gostore's
+// --kv_events_replay_endpoint (docs/master-flags.md, "KV events").
+type KVEventsOptions struct {
+	Enable       bool
+	BindEndpoint string // the PUB socket: tcp://host:port
+	// ReplayEndpoint, when set, is the ROUTER socket a subscriber asks for
+	// the batches from a sequence number on (vLLM's replay_endpoint).
+	ReplayEndpoint string
+	BackendID      string // names this master's stream in every event
+	// Stamped on every event for the engines' decoders and indexers.
+	ModelName, TenantID, AdditionalSalt, LoraName string
+	BlockSize, DPRank                             uint32
+	// LegacyCompat: the engines' field names (type, block_hashes,
+	// parent_block_hash, lora_id) beside RFC #1527's; without them vLLM's
+	// and SGLang's decoders cannot read the events.
+	LegacyCompat bool
+	// ObjectKey: each event names its key; without it, an event whose key
+	// is not a hash (decimal or 0x-hex u64) is not published.
+	ObjectKey     bool
+	QueueCapacity uint32 // events waiting for the publisher; 0: unbounded
+}
+
+const (
+	// kvBatchMax: events per published batch (Mooncake's publisher's).
+	kvBatchMax = 64
+	// kvSendHWM: batches the PUB socket queues for its subscribers before
+	// it drops (Mooncake's ZMQ_SNDHWM).
+	kvSendHWM = 10000
+	// The replay buffer keeps the last kvReplayBatches batches (vLLM's
+	// buffer_steps default), at most kvReplayBytes of them.
+	kvReplayBatches = 10000
+	kvReplayBytes   = 64 << 20
+	// kvReplayConns bounds the replay connections served at once; each
+	// must send its request within kvReplayIdle and take the answer
+	// within kvReplayIdle per batch.
+	kvReplayConns = 64
+	kvReplayIdle  = 10 * time.Second
+)
+
+// kvEndSeq ends a replay: sequence number -1, as vLLM's END_SEQ.
+var kvEndSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// checkKVEvents refuses settings the publisher cannot run with, before
+// anything is bound.
+func checkKVEvents(o KVEventsOptions, allowInsecure bool) error {
+	if !o.Enable {
+		return nil
+	}
+	if o.BindEndpoint == "" {
+		return errors.New("--enable_kv_events needs --kv_events_bind_endpoint (tcp://host:port)")
+	}
+	if o.BackendID == "" {
+		return errors.New("--enable_kv_events needs --kv_events_backend_id (names this master's events)")
+	}
+	for _, ep := range []struct{ flag, v string }{{"--kv_events_bind_endpoint", o.BindEndpoint},
+		{"--kv_events_replay_endpoint", o.ReplayEndpoint}} {
+		if ep.v == "" {
+			continue
+		}
+		host, _, err := tcpEndpoint(ep.v)
+		if err != nil {
+			return fmt.Errorf("%s=%s: %w", ep.flag, ep.v, err)
+		}
+		// The ZeroMQ sockets carry no authentication (as the engines'
+		// do not): the events name keys.
+		if err := auth.Check(nil, "the KV events socket", host, allowInsecure); err != nil {
+			return fmt.Errorf("%s=%s: %w (--allow_insecure)", ep.flag, ep.v, err)
+		}
+	}
+	return nil
+}
+
+// tcpEndpoint splits tcp://host:port; host * is every interface.
+func tcpEndpoint(ep string) (host, addr string, err error) {
+	rest, ok := strings.CutPrefix(ep, "tcp://")
+	if !ok {
+		return "", "", errors.New("want tcp://host:port")
+	}
+	h, p, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := strconv.ParseUint(p, 10, 16); err != nil {
+		return "", "", fmt.Errorf("bad port %q", p)
+	}
+	if h == "*" {
+		h = ""
+	}
+	return h, net.JoinHostPort(h, p), nil
+}
+
+// kvPublisher drains the core's event queue into batches on the PUB
+// socket, numbered, and keeps the last ones for replay. Its goroutines
+// never hold a core lock: the core only pushes into the queue.
+type kvPublisher struct {
+	o   KVEventsOptions
+	q   *master.EventQueue
+	log *slog.Logger
+	now func() time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	pub    zmq4.Socket
+	replay net.Listener // nil without a replay endpoint
+	wg     sync.WaitGroup
+
+	seq     uint64 // the last batch's; the publishing goroutine's alone
+	eventID uint64 // the last event's; likewise
+
+	mu          sync.Mutex // guards the replay buffer
+	buf         []kvBatch  // oldest first
+	bufBytes    int
+	replayConns atomic.Int32
+
+	batches, events, skipped atomic.Uint64
+}
+
+// kvBatch is one published batch: its number and its msgpack payload.
+type kvBatch struct {
+	seq     uint64
+	payload []byte
+}
+
+// newKVPublisher binds the sockets; start runs the publisher.
+func newKVPublisher(o KVEventsOptions, q *master.EventQueue, log *slog.Logger) (*kvPublisher, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &kvPublisher{o: o, q: q, log: log, now: time.Now, ctx: ctx, cancel: cancel}
+	// The socket outlives ctx (closed after the last batch went out).
+	p.pub = zmq4.NewPub(context.Background(), zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelWarn)))
+	if err := p.pub.SetOption(zmq4.OptionHWM, kvSendHWM); err != nil {
+		cancel()
+		p.pub.Close()
+		return nil, err
+	}
+	if err := p.pub.Listen(o.BindEndpoint); err != nil {
+		cancel()
+		p.pub.Close()
+		return nil, fmt.Errorf("--kv_events_bind_endpoint=%s: %w", o.BindEndpoint, err)
+	}
+	if o.ReplayEndpoint != "" {
+		_, addr, _ := tcpEndpoint(o.ReplayEndpoint) // checked by checkKVEvents
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			cancel()
+			p.pub.Close()
+			return nil, fmt.Errorf("--kv_events_replay_endpoint=%s: %w", o.ReplayEndpoint, err)
+		}
+		p.replay = ln
+	}
+	return p, nil
+}
+
+// kvEventsFor binds the publisher's sockets and gives the core its event
+// queue, which starts with an all-cleared event: a subscriber forgets what
+// an earlier master announced, then learns what this one restores. Nil
+// without --enable_kv_events.
+func kvEventsFor(opts Options, cfg *master.Config, log *slog.Logger) (*kvPublisher, error) {
+	if !opts.KVEvents.Enable {
+		return nil, nil
+	}
+	q := master.NewEventQueue(int(opts.KVEvents.QueueCapacity))
+	q.Push(master.Event{Kind: master.EventAllCleared, At: time.Now().UnixNano()})
+	p, err := newKVPublisher(opts.KVEvents, q, log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Events = q
+	return p, nil
+}
+
+// closeSockets closes a publisher that never started.
+func (p *kvPublisher) closeSockets() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	if p.replay != nil {
+		p.replay.Close()
+	}
+	p.pub.Close()
+}
+
+func (p *kvPublisher) start() {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.publishLoop()
+	}()
+	if p.replay != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.serveReplay()
+		}()
+	}
+	p.log.Info("kv events publishing", "endpoint", p.o.BindEndpoint, "replay", p.o.ReplayEndpoint,
+		"backend_id", p.o.BackendID, "queue_capacity", p.o.QueueCapacity)
+}
+
+// close publishes what is queued, then closes the sockets.
+func (p *kvPublisher) close() {
+	p.cancel()
+	if p.replay != nil {
+		p.replay.Close()
+	}
+	p.wg.Wait()
+	p.pub.Close()
+}
+
+// publishLoop sends the queued events in batches of at most kvBatchMax
+// until the publisher closes, then what is left.
+func (p *kvPublisher) publishLoop() {
+	var evs []master.Event
+	var enc kvEncoder
+	for {
+		var lost uint64
+		evs, lost = p.q.Drain(evs[:0], kvBatchMax)
+		if len(evs) == 0 {
+			select {
+			case <-p.q.Ready():
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		}
+		// Events dropped for room leave a gap of their number in the
+		// sequence (as Mooncake's publisher): a subscriber sees it.
+		p.seq += lost
+		p.send(&enc, evs)
+	}
+}
+
+// send encodes evs as one batch and publishes it under the next sequence
+// number (none when every event was skipped).
+func (p *kvPublisher) send(enc *kvEncoder, evs []master.Event) {
+	payload, n, skipped := enc.batch(p, evs)
+	p.skipped.Add(skipped)
+	if n == 0 {
+		return
+	}
+	p.seq++
+	seq := make([]byte, 8)
+	binary.BigEndian.PutUint64(seq, p.seq)
+	// The topic frame is empty, as Mooncake's and the engines' default.
+	if err := p.pub.SendMulti(zmq4.NewMsgFrom([]byte{}, seq, payload)); err != nil {
+		p.log.Warn("kv events: publish failed", "seq", p.seq, "err", err)
+	}
+	p.batches.Add(1)
+	p.events.Add(uint64(n))
+	p.keep(kvBatch{seq: p.seq, payload: payload})
+}
+
+// keep adds b to the replay buffer, dropping the oldest beyond its bounds.
+func (p *kvPublisher) keep(b kvBatch) {
+	if p.replay == nil {
+		return
+	}
+	p.mu.Lock()
+	p.buf = append(p.buf, b)
+	p.bufBytes += len(b.payload)
+	drop := 0
+	for len(p.buf)-drop > kvReplayBatches || (p.bufBytes > kvReplayBytes && len(p.buf)-drop > 1) {
+		p.bufBytes -= len(p.buf[drop].payload)
+		drop++
+	}
+	if drop > 0 {
+		p.buf = append(p.buf[:0:0], p.buf[drop:]...)
+	}
+	p.mu.Unlock()
+}
+
+// from is the buffered batches numbered start or later.
+func (p *kvPublisher) from(start uint64) []kvBatch {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := 0
+	for i < len(p.buf) && p.buf[i].seq < start {
+		i++
+	}
+	return append([]kvBatch(nil), p.buf[i:]...)
+}
+
+// serveReplay accepts replay connections until the publisher closes.
+func (p *kvPublisher) serveReplay() {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := p.replay.Accept()
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			p.log.Warn("kv events: replay accept failed", "err", err)
+			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
+			continue
+		}
+		if p.replayConns.Add(1) > kvReplayConns {
+			p.replayConns.Add(-1)
+			p.log.Warn("kv events: replay connection refused: too many at once", "peer", c.RemoteAddr(), "max", kvReplayConns)
+			c.Close()
+			continue
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer p.replayConns.Add(-1)
+			p.serveReplayConn(c)
+		}()
+	}
+}
+
+// serveReplayConn answers one subscriber's replay requests: [empty
+// delimiter, 8-byte big-endian start sequence] (a DEALER's request, as
+// vLLM's and SGLang's subscribers send it) is answered with each buffered
+// batch from there as [empty, topic, sequence, payload], then [empty,
+// empty, -1, empty]. Anything else is logged once and ends the
+// connection. Each connection is a ROUTER peer of its own, so an answer
+// goes back on the connection that asked.
+func (p *kvPublisher) serveReplayConn(c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(p.ctx, func() { c.Close() })
+	defer stop()
+	c.SetDeadline(time.Now().Add(kvReplayIdle))
+	zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Router, nil, true, nil)
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.log.Warn("kv events: replay handshake failed", "peer", c.RemoteAddr(), "err", err)
+		}
+		return
+	}
+	for {
+		c.SetDeadline(time.Now().Add(kvReplayIdle))
+		msg, err := zc.RecvMsg()
+		if err != nil {
+			if p.ctx.Err() == nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
+				p.log.Warn("kv events: replay connection ended", "peer", c.RemoteAddr(), "err", err)
+			}
+			return
+		}
+		if len(msg.Frames) == 0 { // a command (ping): nothing to answer here
+			continue
+		}
+		if len(msg.Frames) != 2 || len(msg.Frames[0]) != 0 || len(msg.Frames[1]) != 8 {
+			p.log.Warn("kv events: bad replay request: want an empty frame and an 8-byte big-endian start sequence",
+				"peer", c.RemoteAddr(), "frames", len(msg.Frames), "sizes", frameSizes(msg.Frames))
+			return
+		}
+		start := binary.BigEndian.Uint64(msg.Frames[1])
+		seq := make([]byte, 8)
+		for _, b := range p.from(start) {
+			binary.BigEndian.PutUint64(seq, b.seq)
+			c.SetDeadline(time.Now().Add(kvReplayIdle))
+			if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, seq, b.payload)); err != nil {
+				return
+			}
+		}
+		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, kvEndSeq, []byte{})); err != nil {
+			return
+		}
+	}
+}
+
+// zmtpNull is ZMTP's NULL mechanism (no authentication), which zmq4 does
+// not export for a connection opened by hand: each side sends READY with
+// its metadata (socket type, identity) and reads the other's.
+type zmtpNull struct{}
+
+func (zmtpNull) Type() zmq4.SecurityType { return zmq4.NullSecurity }
+
+func (zmtpNull) Handshake(c *zmq4.Conn, server bool) error {
+	meta, err := c.Meta.MarshalZMTP()
+	if err != nil {
+		return err
+	}
+	if err := c.SendCmd(zmq4.CmdReady, meta); err != nil {
+		return err
+	}
+	cmd, err := c.RecvCmd()
+	if err != nil {
+		return err
+	}
+	if cmd.Name != zmq4.CmdReady {
+		return fmt.Errorf("peer sent %q, want READY", cmd.Name)
+	}
+	return c.Peer.Meta.UnmarshalZMTP(cmd.Body)
+}
+
+func (zmtpNull) Encrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
+func (zmtpNull) Decrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
+
+func frameSizes(frames [][]byte) []int {
+	n := make([]int, 0, min(len(frames), 8))
+	for i := range min(len(frames), 8) {
+		n = append(n, len(frames[i]))
+	}
+	return n
+}
+
+// registerMetrics adds the publisher's series to reg.
+func (p *kvPublisher) registerMetrics(reg *prometheus.Registry) {
+	for _, c := range []struct {
+		name, help string
+		f          func() uint64
+	}{
+		{"gostore_master_kv_events_published_total", "KV events published.", p.events.Load},
+		{"gostore_master_kv_events_batches_total", "KV event batches published (each one sequence number).", p.batches.Load},
+		{"gostore_master_kv_events_dropped_total", "KV events dropped, the oldest, from a full queue (--kv_events_queue_capacity).", p.q.Dropped},
+		{"gostore_master_kv_events_skipped_unparsed_keys_total", "KV events whose key is not a u64 hash (published only with --kv_events_emit_object_key).", p.skipped.Load},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(c.f()) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_kv_events_queued",
+		Help: "KV events waiting for the publisher."}, func() float64 { return float64(p.q.Len()) }))
+}
+
+// kvStatus is /kv_events/status: Mooncake's fields.
+type kvStatus struct {
+	Enabled             bool   `json:"enabled"`
+	PublishedBatches    uint64 `json:"published_batches"`
+	PublishedEvents     uint64 `json:"published_events"`
+	DroppedEvents       uint64 `json:"dropped_events"`
+	SkippedUnparsedKeys uint64 `json:"skipped_unparsed_keys"`
+}
+
+func (p *kvPublisher) status() kvStatus {
+	if p == nil {
+		return kvStatus{}
+	}
+	return kvStatus{Enabled: true, PublishedBatches: p.batches.Load(), PublishedEvents: p.events.Load(),
+		DroppedEvents: p.q.Dropped(), SkippedUnparsedKeys: p.skipped.Load()}
+}
+
+// kvEncoder writes batches; it is reused, one per publishing goroutine.
+type kvEncoder struct {
+	b   bytes.Buffer
+	enc *msgpack.Encoder
+}
+
+// keyHash reads a key that is a block hash: a decimal or 0x-hex u64, as
+// Mooncake's publisher reads them.
+func keyHash(key string) (uint64, bool) {
+	if h, ok := strings.CutPrefix(key, "0x"); ok || strings.HasPrefix(key, "0X") {
+		if !ok {
+			h = key[2:]
+		}
+		v, err := strconv.ParseUint(h, 16, 64)
+		return v, err == nil && h != ""
+	}
+	v, err := strconv.ParseUint(key, 10, 64)
+	return v, err == nil
+}
+
+// batch encodes evs as a KVEventBatch, [ts, events, data_parallel_rank]
+// with ts in seconds, and returns it, the events in it and those skipped
+// (keys that are not hashes, without --kv_events_emit_object_key).
+// Each event is a map: the engines' tagged-struct fields (type and their
+// names; decoders ignore the keys they do not know) and RFC #1527's.
+func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint64) {
+	e.b.Reset()
+	if e.enc == nil {
+		e.enc = msgpack.NewEncoder(&e.b)
+	}
+	e.enc.Reset(&e.b)
+	o := p.o
+	type item struct {
+		ev     *master.Event
+		hash   uint64
+		isHash bool
+	}
+	items := make([]item, 0, len(evs))
+	var skipped uint64
+	for i := range evs {
+		ev := &evs[i]
+		it := item{ev: ev}
+		if ev.Kind != master.EventAllCleared {
+			it.hash, it.isHash = keyHash(ev.Key)
+			if !it.isHash {
+				skipped++
+				if !o.ObjectKey {
+					continue
+				}
+			}
+		}
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return nil, 0, skipped
+	}
+	w := e.enc
+	w.EncodeArrayLen(3)
+	w.EncodeFloat64(float64(p.now().UnixNano()) / 1e9)
+	w.EncodeArrayLen(len(items))
+	for _, it := range items {
+		ev := it.ev
+		p.eventID++
+		f := kvFields{w: w}
+		stored := ev.Kind == master.EventStored
+		legacy, rfc := "AllBlocksCleared", "cleared"
+		switch ev.Kind {
+		case master.EventStored:
+			legacy, rfc = "BlockStored", "stored"
+		case master.EventRemoved:
+			legacy, rfc = "BlockRemoved", "removed"
+		}
+		// The tag first: msgspec finds it anywhere, other decoders may not.
+		if o.LegacyCompat {
+			f.str("type", legacy)
+		}
+		f.uint("event_id", p.eventID)
+		f.int("timestamp", ev.At/1e6)
+		f.str("event_type", rfc)
+		f.str("backend_id", o.BackendID)
+		if ev.Kind == master.EventAllCleared {
+			f.end(w)
+			continue
+		}
+		if o.LegacyCompat {
+			hashes := []int64{}
+			if it.isHash {
+				hashes = []int64{int64(it.hash)} // the engines' hashes are signed 64-bit
+			}
+			f.any("block_hashes", hashes)
+			if stored {
+				f.null("parent_block_hash")
+				f.null("lora_id")
+			}
+		}
+		seq := []uint64{}
+		if it.isHash {
+			seq = []uint64{it.hash}
+		}
+		f.any("seq_hashes", seq)
+		if o.ObjectKey {
+			f.str("object_key", ev.Key)
+		}
+		f.str("medium", ev.Medium.String())
+		tenant := ev.Tenant
+		if tenant == "" {
+			tenant = o.TenantID
+		}
+		f.str("tenant_id", tenant)
+		f.null("group_id")
+		f.optStr("model_name", o.ModelName)
+		f.optStr("additional_salt", o.AdditionalSalt)
+		f.optStr("lora_name", o.LoraName)
+		f.uint("block_size", uint64(o.BlockSize))
+		f.uint("dp_rank", uint64(o.DPRank))
+		if stored {
+			// A master's key is one block on its own: depth 0, no parent,
+			// its tokens unknown here (an empty list the engines' decoders
+			// accept where null they would not).
+			f.uint("base_block_idx", 0)
+			f.null("parent_hash")
+			f.any("token_ids", []int{})
+		} else {
+			f.null("base_block_idx")
+		}
+		f.end(w)
+	}
+	w.EncodeUint(uint64(o.DPRank))
+	return bytes.Clone(e.b.Bytes()), len(items), skipped
+}
+
+// kvFields collects one event's map entries, written when it ends (a
+// msgpack map states its length first).
+type kvFields struct {
+	w     *msgpack.Encoder
+	names []string
+	vals  []any
+}
+
+func (f *kvFields) add(name string, v any) {
+	f.names, f.vals = append(f.names, name), append(f.vals, v)
+}
+func (f *kvFields) str(name, v string) { f.add(name, v) }
+func (f *kvFields) uint(name string, v uint64) {
+	f.add(name, v)
+}
+func (f *kvFields) int(name string, v int64) { f.add(name, v) }
+func (f *kvFields) null(name string)         { f.add(name, nil) }
+func (f *kvFields) any(name string, v any)   { f.add(name, v) }
+
+// optStr is v, or nil when empty (Mooncake's unset field).
+func (f *kvFields) optStr(name, v string) {
+	if v == "" {
+		f.null(name)
+		return
+	}
+	f.str(name, v)
+}
+
+func (f *kvFields) end(w *msgpack.Encoder) {
+	w.EncodeMapLen(len(f.names))
+	for i, n := range f.names {
+		w.EncodeString(n)
+		w.Encode(f.vals[i])
+	}
+}

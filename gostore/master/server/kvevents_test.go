@@ -1,0 +1,99 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gostore/gostore/gostore/master"
+)
+
+func TestKeyHash(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want uint64
+		ok   bool
+	}{
+		{"12345", 12345, true},
+		{"18446744073709551615", 1<<64 - 1, true},
+		{"18446744073709551616", 0, false}, // past u64
+		{"0xff", 255, true},
+		{"0XFF", 255, true},
+		{"0x", 0, false},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"k1", 0, false},
+		{"12a", 0, false},
+	} {
+		got, ok := keyHash(tc.key)
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("keyHash(%q) = %d, %v; want %d, %v", tc.key, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// The batch layout under each setting of the two emit flags: which
+// fields an event has, and which events are left out.
+func TestKVBatchLayout(t *testing.T) {
+	evs := []master.Event{
+		{Kind: master.EventStored, Medium: master.MediumCPU, Key: "7", At: int64(3 * time.Millisecond)},
+		{Kind: master.EventRemoved, Medium: master.MediumDisk, Key: "k", Tenant: "t1"},
+		{Kind: master.EventAllCleared},
+	}
+	for _, tc := range []struct {
+		legacy, objectKey bool
+		keys              [][]string // each event's keys, sorted
+		skipped           uint64
+	}{
+		{true, true, [][]string{
+			{"additional_salt", "backend_id", "base_block_idx", "block_hashes", "block_size", "dp_rank", "event_id", "event_type", "group_id",
+				"lora_id", "lora_name", "medium", "model_name", "object_key", "parent_block_hash", "parent_hash", "seq_hashes",
+				"tenant_id", "timestamp", "token_ids", "type"},
+			{"additional_salt", "backend_id", "base_block_idx", "block_hashes", "block_size", "dp_rank", "event_id", "event_type", "group_id",
+				"lora_name", "medium", "model_name", "object_key", "seq_hashes", "tenant_id", "timestamp", "type"},
+			{"backend_id", "event_id", "event_type", "timestamp", "type"},
+		}, 1},
+		{false, false, [][]string{
+			{"additional_salt", "backend_id", "base_block_idx", "block_size", "dp_rank", "event_id", "event_type", "group_id",
+				"lora_name", "medium", "model_name", "parent_hash", "seq_hashes", "tenant_id", "timestamp", "token_ids"},
+			{"backend_id", "event_id", "event_type", "timestamp"},
+		}, 1},
+	} {
+		p := &kvPublisher{o: KVEventsOptions{BackendID: "b", TenantID: "default", LegacyCompat: tc.legacy, ObjectKey: tc.objectKey, DPRank: 2},
+			log: slog.Default(), now: func() time.Time { return time.Unix(10, 500_000_000) }}
+		var enc kvEncoder
+		payload, n, skipped := enc.batch(p, evs)
+		if n != len(tc.keys) || skipped != tc.skipped {
+			t.Fatalf("legacy %v, object key %v: %d events, %d skipped", tc.legacy, tc.objectKey, n, skipped)
+		}
+		var batch []any
+		if err := msgpack.Unmarshal(payload, &batch); err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) != 3 || batch[0] != 10.5 || fmt.Sprint(batch[2]) != "2" {
+			t.Fatalf("batch %v", batch)
+		}
+		for i, e := range batch[1].([]any) {
+			m := e.(map[string]any)
+			var keys []string
+			for k := range m {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if !reflect.DeepEqual(keys, tc.keys[i]) {
+				t.Errorf("legacy %v, object key %v: event %d has %v, want %v", tc.legacy, tc.objectKey, i, keys, tc.keys[i])
+			}
+			if i == 0 && (fmt.Sprint(m["seq_hashes"]) != "[7]" || fmt.Sprint(m["timestamp"]) != "3" || m["medium"] != "cpu") {
+				t.Errorf("stored event %v", m)
+			}
+			if i == 1 && tc.objectKey && (m["tenant_id"] != "t1" || m["medium"] != "disk" || m["object_key"] != "k") {
+				t.Errorf("removed event %v", m)
+			}
+		}
+	}
+}

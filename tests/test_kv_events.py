@@ -1,0 +1,304 @@
+"""KV events (--enable_kv_events, docs/master-flags.md "KV events"): the
+real master binary publishes, over ZeroMQ PUB, numbered batches of
+stored / removed / all-cleared events for the objects real clients put and
+remove; a real pyzmq subscriber decodes them (msgpack), and one restarted
+mid-stream recovers what it missed from the replay endpoint (vLLM's
+protocol: a DEALER sends a start sequence, gets the batches from there and
+an end marker).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import List, Optional, Tuple
+
+import msgpack
+import pytest
+import zmq
+
+from conftest import wait_until
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def events_master(launcher, **flags):
+    """A master publishing KV events on loopback; its endpoints as .pub
+    and .replay."""
+    pub, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    m = launcher.master(enable_kv_events=True, kv_events_bind_endpoint=pub, kv_events_replay_endpoint=replay,
+                        kv_events_backend_id="test-backend", **flags)
+    m.pub, m.replay = pub, replay
+    return m
+
+
+Batch = Tuple[int, list]  # (sequence number, [ts, events, dp_rank])
+
+
+class Subscriber:
+    """A pyzmq SUB socket on the master's events, and DEALER replays."""
+
+    def __init__(self, m) -> None:
+        self.m = m
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.connect(m.pub)
+        self.batches: List[Batch] = []
+
+    def close(self) -> None:
+        self.sub.close()
+        self.ctx.term()
+
+    def recv(self, timeout: float = 10.0) -> Optional[Batch]:
+        if not self.sub.poll(int(timeout * 1000)):
+            return None
+        frames = self.sub.recv_multipart()
+        assert len(frames) == 3 and frames[0] == b"" and len(frames[1]) == 8, frames
+        b = (int.from_bytes(frames[1], "big"), msgpack.unpackb(frames[2]))
+        self.batches.append(b)
+        return b
+
+    def sync(self, store) -> int:
+        """Put probe objects until one's event arrives (a SUB socket hears
+        nothing before its subscription reached the publisher); returns the
+        sequence number of the last batch received, once nothing more is
+        in flight."""
+        for i in range(200):
+            assert store.put(f"probe-{i}", b"p" * 64) == 0
+            got = self.recv(timeout=0.05)
+            if got is not None:
+                while self.recv(timeout=0.3) is not None:
+                    pass
+                return self.batches[-1][0]
+        pytest.fail("no KV event batch arrived for 200 puts")
+
+    def until(self, pred, timeout: float = 10.0) -> List[Batch]:
+        """Receive until pred(batch) holds for one; the batches received."""
+        start = len(self.batches)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            b = self.recv(timeout=max(0.0, deadline - time.monotonic()))
+            if b is not None and pred(b):
+                return self.batches[start:]
+        pytest.fail(f"no batch matched within {timeout}s; got {self.batches[start:]}")
+
+
+def replay(m, start: int, frames: Optional[list] = None, timeout: float = 10.0) -> List[Batch]:
+    """Ask the replay endpoint for the batches from start on (or send
+    frames as they are) and read until the end marker."""
+    ctx = zmq.Context()
+    d = ctx.socket(zmq.DEALER)
+    d.setsockopt(zmq.LINGER, 0)
+    d.connect(m.replay)
+    try:
+        d.send_multipart(frames if frames is not None else [b"", start.to_bytes(8, "big")])
+        out: List[Batch] = []
+        while True:
+            assert d.poll(int(timeout * 1000)), f"no replay answer within {timeout}s; got {out}"
+            f = d.recv_multipart()
+            assert len(f) == 4 and f[0] == b"", f
+            if f[2] == END_SEQ:
+                assert f[1] == b"" and f[3] == b""
+                return out
+            assert f[1] == b""  # the topic
+            out.append((int.from_bytes(f[2], "big"), msgpack.unpackb(f[3])))
+    finally:
+        d.close()
+        ctx.term()
+
+
+def events_of(batches: List[Batch]) -> List[dict]:
+    return [e for _, b in batches for e in b[1]]
+
+
+def short(e: dict) -> tuple:
+    """(type, medium, object_key) of an event."""
+    return (e["type"], e.get("medium"), e.get("object_key"))
+
+
+def status(m) -> dict:
+    code, body = m.http("/kv_events/status")
+    assert code == 200, body
+    return json.loads(body)
+
+
+def test_put_remove_clear_in_order(launcher):
+    """Puts, removes and a remove-all give their events in order, in
+    batches numbered one after another, each event with its medium, tenant,
+    backend and key (a hash key also as its block hash); the object an
+    event announces is readable with its bytes."""
+    m = events_master(launcher, kv_events_block_size=16, kv_events_model_name="m1")
+    store = launcher.store(m)
+    sub = Subscriber(m)
+    try:
+        last = sub.sync(store)
+        value = bytes(range(256)) * 16
+        for k in ("k1", "12345", "0xff"):
+            assert store.put(k, value) == 0
+        assert store.remove("k1", force=True) == 0
+        assert store.remove_all(force=True) > 0
+        got = sub.until(lambda b: any(e["type"] == "AllBlocksCleared" for e in b[1][1]))
+        assert [s for s, _ in got] == list(range(last + 1, last + 1 + len(got))), "sequence numbers skip"
+        evs = events_of(got)
+        head = [short(e) for e in evs[:4]]
+        assert head == [("BlockStored", "cpu", "k1"), ("BlockStored", "cpu", "12345"),
+                        ("BlockStored", "cpu", "0xff"), ("BlockRemoved", "cpu", "k1")], head
+        removed = {e["object_key"] for e in evs[4:-1] if e["type"] == "BlockRemoved"}
+        assert {"12345", "0xff"} <= removed and all(e["type"] == "BlockRemoved" for e in evs[4:-1])
+        assert evs[-1]["type"] == "AllBlocksCleared" and evs[-1]["event_type"] == "cleared"
+
+        stored = evs[1]
+        assert stored["block_hashes"] == [12345] and stored["seq_hashes"] == [12345]
+        assert evs[2]["block_hashes"] == [255]
+        assert evs[0]["block_hashes"] == [] and evs[0]["seq_hashes"] == []  # not a hash: named by its key
+        for e in evs[:-1]:
+            assert e["backend_id"] == "test-backend" and e["tenant_id"] == "default", e
+            assert e["block_size"] == 16 and e["model_name"] == "m1" and e["lora_name"] is None, e
+        assert stored["event_type"] == "stored" and stored["token_ids"] == [] and stored["parent_block_hash"] is None
+        ids = [e["event_id"] for e in evs]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+        ts, _, rank = got[0][1]
+        assert isinstance(ts, float) and abs(ts - time.time()) < 60 and rank == 0
+        st = status(m)
+        assert st["enabled"] and st["published_batches"] >= len(got) and st["dropped_events"] == 0, st
+        assert m.metric("gostore_master_kv_events_published_total") == st["published_events"]
+
+        # The replay endpoint has them too, byte for byte the same batches.
+        assert replay(m, last + 1)[: len(got)] == got
+    finally:
+        sub.close()
+
+
+def test_values_readable_when_announced(launcher):
+    """A stored event is sent once the object is readable: the reader that
+    waits for it gets the bytes."""
+    m = events_master(launcher)
+    writer, reader = launcher.store(m), launcher.store(m)
+    sub = Subscriber(m)
+    try:
+        sub.sync(writer)
+        for i in range(5):
+            value = bytes([i]) * 4096
+            assert writer.put(f"v{i}", value) == 0
+            sub.until(lambda b: any(e.get("object_key") == f"v{i}" for e in b[1][1]))
+            assert reader.get(f"v{i}") == value
+    finally:
+        sub.close()
+
+
+def test_restarted_subscriber_recovers_through_replay(launcher):
+    """A subscriber that stops mid-stream and comes back sees a gap in the
+    sequence numbers and fills it from the replay endpoint: every event it
+    missed, in order."""
+    m = events_master(launcher)
+    store = launcher.store(m)
+    sub = Subscriber(m)
+    sub.sync(store)
+    assert store.put("a", b"a" * 100) == 0
+    sub.until(lambda b: any(e.get("object_key") == "a" for e in b[1][1]))
+    seen = sub.batches[-1][0]
+    sub.close()  # the subscriber is gone while these happen
+    for k in ("b", "c", "d"):
+        assert store.put(k, k.encode() * 100) == 0
+    assert store.remove("a", force=True) == 0
+
+    sub2 = Subscriber(m)
+    try:
+        first = sub2.sync(store)
+        first_live = sub2.batches[0][0]
+        assert first_live > seen + 1, (seen, first_live)  # a gap: it missed some
+        missed = replay(m, seen + 1)
+        seqs = [s for s, _ in missed]
+        assert seqs == list(range(seen + 1, seqs[-1] + 1)) and seqs[-1] >= first, seqs
+        evs = [short(e) for e in events_of([b for b in missed if b[0] < first_live])]
+        mine = [x for x in evs if not (x[2] or "").startswith("probe-")]
+        assert mine == [("BlockStored", "cpu", "b"), ("BlockStored", "cpu", "c"), ("BlockStored", "cpu", "d"),
+                        ("BlockRemoved", "cpu", "a")], evs
+        # From the start: the master's first batch clears what an earlier
+        # master announced.
+        start = replay(m, 0)
+        assert start[0][0] == 1 and events_of(start[:1])[0]["type"] == "AllBlocksCleared"
+    finally:
+        sub2.close()
+
+
+def test_queue_overflow_drops_the_oldest(launcher):
+    """With room for one event, a batch put of many keys overflows the
+    queue: the oldest events go, counted (status and metric), the
+    sequence numbers skip as many, and the newest event still arrives."""
+    m = events_master(launcher, kv_events_queue_capacity=1)
+    store = launcher.store(m)
+    sub = Subscriber(m)
+    try:
+        last = sub.sync(store)
+        keys = [f"o{i:04d}" for i in range(2000)]
+        assert store.put_batch(keys, [b"x" * 64] * len(keys)) == 0
+        got = sub.until(lambda b: any(e.get("object_key") == keys[-1] for e in b[1][1]))
+        st = status(m)
+        assert st["dropped_events"] > 0, st
+        assert m.metric("gostore_master_kv_events_dropped_total") == st["dropped_events"]
+        received = [e["object_key"] for e in events_of(got)]
+        assert received == sorted(received) and received[-1] == keys[-1]
+        gaps = sum(b[0] - a[0] - 1 for a, b in zip([(last, None)] + got, got))
+        assert gaps == len(keys) - len(received) == st["dropped_events"], (gaps, len(received), st)
+    finally:
+        sub.close()
+
+
+def test_bad_replay_requests_do_not_crash(launcher):
+    """Garbage on the replay port, a request of the wrong shape: each is
+    logged once and its connection closed; the master keeps serving and
+    answers a good request."""
+    m = events_master(launcher)
+    store = launcher.store(m)
+    assert store.put("x", b"x") == 0
+    host, port = m.replay[len("tcp://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"\x00" * 7 + b"GET / HTTP/1.1\r\n\r\n" + b"\xff" * 100)
+        s.settimeout(5)
+        try:
+            while s.recv(4096):
+                pass
+        except (ConnectionResetError, socket.timeout):
+            pass
+    ctx = zmq.Context()
+    try:
+        for frames in ([b"", b"\x00\x01"], [b"", b"\x00" * 8, b"more"], [b"\x00" * 8]):
+            d = ctx.socket(zmq.DEALER)
+            d.setsockopt(zmq.LINGER, 0)
+            d.connect(m.replay)
+            d.send_multipart(frames)
+            assert not d.poll(300), "a bad request was answered"
+            d.close()
+    finally:
+        ctx.term()
+    wait_until(lambda: m.log().count("bad replay request") == 3, what="one log line per bad request")
+    assert m.alive()
+    got = replay(m, 0)
+    assert any(e.get("object_key") == "x" for e in events_of(got))
+    assert store.put("y", b"y") == 0 and m.alive()
+
+
+@pytest.mark.parametrize("flags,want", [
+    ({"enable_kv_events": True}, "--kv_events_bind_endpoint"),
+    ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://127.0.0.1:1"}, "--kv_events_backend_id"),
+    ({"enable_kv_events": True, "kv_events_bind_endpoint": "ipc:///tmp/x", "kv_events_backend_id": "b"},
+     "want tcp://host:port"),
+    ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://0.0.0.0:5557", "kv_events_backend_id": "b"},
+     "--allow_insecure"),
+])
+def test_settings_refused(launcher, flags, want):
+    """Settings the publisher cannot run with stop the master at start,
+    saying which flag to fix."""
+    with pytest.raises(RuntimeError) as e:
+        launcher.master(**flags)
+    assert want in str(e.value), str(e.value)
