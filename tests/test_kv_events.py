@@ -12,109 +12,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import List, Optional, Tuple
+from typing import List
 
 import msgpack
 import pytest
 import zmq
 
 from conftest import wait_until
-
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def events_master(launcher, **flags):
-    """A master publishing KV events on loopback; its endpoints as .pub
-    and .replay."""
-    pub, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    m = launcher.master(enable_kv_events=True, kv_events_bind_endpoint=pub, kv_events_replay_endpoint=replay,
-                        kv_events_backend_id="test-backend", **flags)
-    m.pub, m.replay = pub, replay
-    return m
-
-
-Batch = Tuple[int, list]  # (sequence number, [ts, events, dp_rank])
-
-
-class Subscriber:
-    """A pyzmq SUB socket on the master's events, and DEALER replays."""
-
-    def __init__(self, m) -> None:
-        self.m = m
-        self.ctx = zmq.Context()
-        self.sub = self.ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.connect(m.pub)
-        self.batches: List[Batch] = []
-
-    def close(self) -> None:
-        self.sub.close()
-        self.ctx.term()
-
-    def recv(self, timeout: float = 10.0) -> Optional[Batch]:
-        if not self.sub.poll(int(timeout * 1000)):
-            return None
-        frames = self.sub.recv_multipart()
-        assert len(frames) == 3 and frames[0] == b"" and len(frames[1]) == 8, frames
-        b = (int.from_bytes(frames[1], "big"), msgpack.unpackb(frames[2]))
-        self.batches.append(b)
-        return b
-
-    def sync(self, store) -> int:
-        """Put probe objects until one's event arrives (a SUB socket hears
-        nothing before its subscription reached the publisher); returns the
-        sequence number of the last batch received, once nothing more is
-        in flight."""
-        for i in range(200):
-            assert store.put(f"probe-{i}", b"p" * 64) == 0
-            got = self.recv(timeout=0.05)
-            if got is not None:
-                while self.recv(timeout=0.3) is not None:
-                    pass
-                return self.batches[-1][0]
-        pytest.fail("no KV event batch arrived for 200 puts")
-
-    def until(self, pred, timeout: float = 10.0) -> List[Batch]:
-        """Receive until pred(batch) holds for one; the batches received."""
-        start = len(self.batches)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            b = self.recv(timeout=max(0.0, deadline - time.monotonic()))
-            if b is not None and pred(b):
-                return self.batches[start:]
-        pytest.fail(f"no batch matched within {timeout}s; got {self.batches[start:]}")
-
-
-def replay(m, start: int, frames: Optional[list] = None, timeout: float = 10.0) -> List[Batch]:
-    """Ask the replay endpoint for the batches from start on (or send
-    frames as they are) and read until the end marker."""
-    ctx = zmq.Context()
-    d = ctx.socket(zmq.DEALER)
-    d.setsockopt(zmq.LINGER, 0)
-    d.connect(m.replay)
-    try:
-        d.send_multipart(frames if frames is not None else [b"", start.to_bytes(8, "big")])
-        out: List[Batch] = []
-        while True:
-            assert d.poll(int(timeout * 1000)), f"no replay answer within {timeout}s; got {out}"
-            f = d.recv_multipart()
-            assert len(f) == 4 and f[0] == b"", f
-            if f[2] == END_SEQ:
-                assert f[1] == b"" and f[3] == b""
-                return out
-            assert f[1] == b""  # the topic
-            out.append((int.from_bytes(f[2], "big"), msgpack.unpackb(f[3])))
-    finally:
-        d.close()
-        ctx.term()
-
+from kv_events_sub import Batch, Subscriber, events_master, replay
 
 def events_of(batches: List[Batch]) -> List[dict]:
     return [e for _, b in batches for e in b[1]]
@@ -138,7 +43,7 @@ def test_put_remove_clear_in_order(launcher):
     event announces is readable with its bytes."""
     m = events_master(launcher, kv_events_block_size=16, kv_events_model_name="m1")
     store = launcher.store(m)
-    sub = Subscriber(m)
+    sub = Subscriber(m, msgpack.unpackb)
     try:
         last = sub.sync(store)
         value = bytes(range(256)) * 16
@@ -173,7 +78,7 @@ def test_put_remove_clear_in_order(launcher):
         assert m.metric("gostore_master_kv_events_published_total") == st["published_events"]
 
         # The replay endpoint has them too, byte for byte the same batches.
-        assert replay(m, last + 1)[: len(got)] == got
+        assert replay(m, last + 1, msgpack.unpackb)[: len(got)] == got
     finally:
         sub.close()
 
@@ -183,7 +88,7 @@ def test_values_readable_when_announced(launcher):
     waits for it gets the bytes."""
     m = events_master(launcher)
     writer, reader = launcher.store(m), launcher.store(m)
-    sub = Subscriber(m)
+    sub = Subscriber(m, msgpack.unpackb)
     try:
         sub.sync(writer)
         for i in range(5):
@@ -201,7 +106,7 @@ def test_restarted_subscriber_recovers_through_replay(launcher):
     missed, in order."""
     m = events_master(launcher)
     store = launcher.store(m)
-    sub = Subscriber(m)
+    sub = Subscriber(m, msgpack.unpackb)
     sub.sync(store)
     assert store.put("a", b"a" * 100) == 0
     sub.until(lambda b: any(e.get("object_key") == "a" for e in b[1][1]))
@@ -211,12 +116,12 @@ def test_restarted_subscriber_recovers_through_replay(launcher):
         assert store.put(k, k.encode() * 100) == 0
     assert store.remove("a", force=True) == 0
 
-    sub2 = Subscriber(m)
+    sub2 = Subscriber(m, msgpack.unpackb)
     try:
         first = sub2.sync(store)
         first_live = sub2.batches[0][0]
         assert first_live > seen + 1, (seen, first_live)  # a gap: it missed some
-        missed = replay(m, seen + 1)
+        missed = replay(m, seen + 1, msgpack.unpackb)
         seqs = [s for s, _ in missed]
         assert seqs == list(range(seen + 1, seqs[-1] + 1)) and seqs[-1] >= first, seqs
         evs = [short(e) for e in events_of([b for b in missed if b[0] < first_live])]
@@ -225,7 +130,7 @@ def test_restarted_subscriber_recovers_through_replay(launcher):
                         ("BlockRemoved", "cpu", "a")], evs
         # From the start: the master's first batch clears what an earlier
         # master announced.
-        start = replay(m, 0)
+        start = replay(m, 0, msgpack.unpackb)
         assert start[0][0] == 1 and events_of(start[:1])[0]["type"] == "AllBlocksCleared"
     finally:
         sub2.close()
@@ -237,7 +142,7 @@ def test_queue_overflow_drops_the_oldest(launcher):
     sequence numbers skip as many, and the newest event still arrives."""
     m = events_master(launcher, kv_events_queue_capacity=1)
     store = launcher.store(m)
-    sub = Subscriber(m)
+    sub = Subscriber(m, msgpack.unpackb)
     try:
         last = sub.sync(store)
         keys = [f"o{i:04d}" for i in range(2000)]
@@ -283,7 +188,7 @@ def test_bad_replay_requests_do_not_crash(launcher):
         ctx.term()
     wait_until(lambda: m.log().count("bad replay request") == 3, what="one log line per bad request")
     assert m.alive()
-    got = replay(m, 0)
+    got = replay(m, 0, msgpack.unpackb)
     assert any(e.get("object_key") == "x" for e in events_of(got))
     assert store.put("y", b"y") == 0 and m.alive()
 
