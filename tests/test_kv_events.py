@@ -10,6 +10,7 @@ an end marker).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from typing import List
@@ -18,8 +19,9 @@ import msgpack
 import pytest
 import zmq
 
-from conftest import wait_until
+from conftest import pattern, wait_until
 from kv_events_sub import Batch, Subscriber, events_master, replay
+from test_ssd_tier import OBJ, SEGMENT, disk_only, put_retrying, tier_env
 
 def events_of(batches: List[Batch]) -> List[dict]:
     return [e for _, b in batches for e in b[1]]
@@ -134,6 +136,35 @@ def test_restarted_subscriber_recovers_through_replay(launcher):
         assert start[0][0] == 1 and events_of(start[:1])[0]["type"] == "AllBlocksCleared"
     finally:
         sub2.close()
+
+
+def test_disk_tier_events_carry_medium_disk(launcher, tmp_path):
+    """A real SSD tier: an object's disk copy is announced stored with
+    medium disk, and when eviction takes its memory copy, removed from cpu
+    only; what the events leave it on (disk) serves its bytes."""
+    m = events_master(launcher, enable_offload=True, tick_interval_ms=20, eviction_high_watermark_ratio=0.8,
+                      eviction_ratio=0.2, client_ttl=2)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    launcher.peer(m, segment=str(SEGMENT), ssd=ssd, env=tier_env("bucket_storage_backend", False))
+    writer = launcher.store(m, segment=0)  # every object lands on the holder
+    sub = Subscriber(m, msgpack.unpackb)
+    try:
+        sub.sync(writer)
+        key = "disk/0"
+        put_retrying(writer, key, pattern(0, OBJ))
+        filler = 0
+        while not disk_only(m, key):
+            assert filler < 8 * SEGMENT // OBJ, "the object never became disk-only"
+            put_retrying(writer, f"fill/{filler}", pattern(100 + filler, OBJ))
+            filler += 1
+        got = sub.until(lambda b: any(e.get("object_key") == key and e["type"] == "BlockRemoved" for e in b[1][1]),
+                        timeout=20)
+        mine = [short(e) for e in events_of(sub.batches) if e.get("object_key") == key]
+        assert mine == [("BlockStored", "cpu", key), ("BlockStored", "disk", key), ("BlockRemoved", "cpu", key)], mine
+        assert got and writer.get(key) == pattern(0, OBJ)
+    finally:
+        sub.close()
 
 
 def test_queue_overflow_drops_the_oldest(launcher):
