@@ -78,6 +78,7 @@ bench: install ucx
 	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
 	go run $(GOLD) ./bench/auth --json bench/auth-results.json
 	go run $(GOLD) ./bench/prefix --json bench/prefix-results.json
+	go run $(GOLD) ./bench/kvevents --json bench/kvevents-results.json
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/restart.py --json bench/restart-results.json

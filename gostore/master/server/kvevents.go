@@ -471,24 +471,45 @@ type kvEncoder struct {
 }
 
 // keyHash reads a key that is a block hash: a decimal or 0x-hex u64, as
-// Mooncake's publisher reads them.
+// Mooncake's publisher reads them. By hand: strconv's error for every key
+// that is not one would allocate, twice per event.
 func keyHash(key string) (uint64, bool) {
-	if h, ok := strings.CutPrefix(key, "0x"); ok || strings.HasPrefix(key, "0X") {
-		if !ok {
-			h = key[2:]
-		}
-		v, err := strconv.ParseUint(h, 16, 64)
-		return v, err == nil && h != ""
+	base, digits := uint64(10), key
+	if len(key) > 2 && key[0] == '0' && (key[1] == 'x' || key[1] == 'X') {
+		base, digits = 16, key[2:]
 	}
-	v, err := strconv.ParseUint(key, 10, 64)
-	return v, err == nil
+	if digits == "" || len(digits) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		var d uint64
+		switch {
+		case '0' <= c && c <= '9':
+			d = uint64(c - '0')
+		case base == 16 && 'a' <= c && c <= 'f':
+			d = uint64(c-'a') + 10
+		case base == 16 && 'A' <= c && c <= 'F':
+			d = uint64(c-'A') + 10
+		default:
+			return 0, false
+		}
+		if v > (1<<64-1-d)/base {
+			return 0, false // past u64
+		}
+		v = v*base + d
+	}
+	return v, true
 }
 
 // batch encodes evs as a KVEventBatch, [ts, events, data_parallel_rank]
 // with ts in seconds, and returns it, the events in it and those skipped
 // (keys that are not hashes, without --kv_events_emit_object_key).
 // Each event is a map: the engines' tagged-struct fields (type and their
-// names; decoders ignore the keys they do not know) and RFC #1527's.
+// names; decoders ignore the keys they do not know) and RFC #1527's. It
+// writes with the encoder's typed calls, not reflection: the publisher's
+// rate is bound by this loop (bench/kvevents).
 func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint64) {
 	e.b.Reset()
 	if e.enc == nil {
@@ -496,137 +517,152 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 	}
 	e.enc.Reset(&e.b)
 	o := p.o
-	type item struct {
-		ev     *master.Event
-		hash   uint64
-		isHash bool
-	}
-	items := make([]item, 0, len(evs))
+	n := 0
 	var skipped uint64
 	for i := range evs {
-		ev := &evs[i]
-		it := item{ev: ev}
-		if ev.Kind != master.EventAllCleared {
-			it.hash, it.isHash = keyHash(ev.Key)
-			if !it.isHash {
+		if ev := &evs[i]; ev.Kind != master.EventAllCleared {
+			if _, ok := keyHash(ev.Key); !ok {
 				skipped++
 				if !o.ObjectKey {
 					continue
 				}
 			}
 		}
-		items = append(items, it)
+		n++
 	}
-	if len(items) == 0 {
+	if n == 0 {
 		return nil, 0, skipped
 	}
 	w := e.enc
 	w.EncodeArrayLen(3)
 	w.EncodeFloat64(float64(p.now().UnixNano()) / 1e9)
-	w.EncodeArrayLen(len(items))
-	for _, it := range items {
-		ev := it.ev
-		p.eventID++
-		f := kvFields{w: w}
-		stored := ev.Kind == master.EventStored
-		legacy, rfc := "AllBlocksCleared", "cleared"
-		switch ev.Kind {
-		case master.EventStored:
-			legacy, rfc = "BlockStored", "stored"
-		case master.EventRemoved:
-			legacy, rfc = "BlockRemoved", "removed"
-		}
-		// The tag first: msgspec finds it anywhere, other decoders may not.
-		if o.LegacyCompat {
-			f.str("type", legacy)
-		}
-		f.uint("event_id", p.eventID)
-		f.int("timestamp", ev.At/1e6)
-		f.str("event_type", rfc)
-		f.str("backend_id", o.BackendID)
-		if ev.Kind == master.EventAllCleared {
-			f.end(w)
+	w.EncodeArrayLen(n)
+	for i := range evs {
+		ev := &evs[i]
+		hash, isHash := keyHash(ev.Key)
+		if ev.Kind != master.EventAllCleared && !isHash && !o.ObjectKey {
 			continue
 		}
-		if o.LegacyCompat {
-			hashes := []int64{}
-			if it.isHash {
-				hashes = []int64{int64(it.hash)} // the engines' hashes are signed 64-bit
-			}
-			f.any("block_hashes", hashes)
-			if stored {
-				f.null("parent_block_hash")
-				f.null("lora_id")
-			}
-		}
-		seq := []uint64{}
-		if it.isHash {
-			seq = []uint64{it.hash}
-		}
-		f.any("seq_hashes", seq)
-		if o.ObjectKey {
-			f.str("object_key", ev.Key)
-		}
-		f.str("medium", ev.Medium.String())
-		tenant := ev.Tenant
-		if tenant == "" {
-			tenant = o.TenantID
-		}
-		f.str("tenant_id", tenant)
-		f.null("group_id")
-		f.optStr("model_name", o.ModelName)
-		f.optStr("additional_salt", o.AdditionalSalt)
-		f.optStr("lora_name", o.LoraName)
-		f.uint("block_size", uint64(o.BlockSize))
-		f.uint("dp_rank", uint64(o.DPRank))
-		if stored {
-			// A master's key is one block on its own: depth 0, no parent,
-			// its tokens unknown here (an empty list the engines' decoders
-			// accept where null they would not).
-			f.uint("base_block_idx", 0)
-			f.null("parent_hash")
-			f.any("token_ids", []int{})
-		} else {
-			f.null("base_block_idx")
-		}
-		f.end(w)
+		p.eventID++
+		e.event(p, ev, hash, isHash)
 	}
 	w.EncodeUint(uint64(o.DPRank))
-	return bytes.Clone(e.b.Bytes()), len(items), skipped
+	return bytes.Clone(e.b.Bytes()), n, skipped
 }
 
-// kvFields collects one event's map entries, written when it ends (a
-// msgpack map states its length first).
-type kvFields struct {
-	w     *msgpack.Encoder
-	names []string
-	vals  []any
-}
-
-func (f *kvFields) add(name string, v any) {
-	f.names, f.vals = append(f.names, name), append(f.vals, v)
-}
-func (f *kvFields) str(name, v string) { f.add(name, v) }
-func (f *kvFields) uint(name string, v uint64) {
-	f.add(name, v)
-}
-func (f *kvFields) int(name string, v int64) { f.add(name, v) }
-func (f *kvFields) null(name string)         { f.add(name, nil) }
-func (f *kvFields) any(name string, v any)   { f.add(name, v) }
-
-// optStr is v, or nil when empty (Mooncake's unset field).
-func (f *kvFields) optStr(name, v string) {
-	if v == "" {
-		f.null(name)
+// event writes one event's map (see batch).
+func (e *kvEncoder) event(p *kvPublisher, ev *master.Event, hash uint64, isHash bool) {
+	w, o := e.enc, p.o
+	stored := ev.Kind == master.EventStored
+	legacy, rfc := "AllBlocksCleared", "cleared"
+	switch ev.Kind {
+	case master.EventStored:
+		legacy, rfc = "BlockStored", "stored"
+	case master.EventRemoved:
+		legacy, rfc = "BlockRemoved", "removed"
+	}
+	// The map's length first: 4 fields for all-cleared; 14 for the
+	// others, 2 more when stored; the engines' 2 (type, block_hashes),
+	// 2 more when stored (parent_block_hash, lora_id); object_key 1.
+	fields := 4
+	if ev.Kind != master.EventAllCleared {
+		fields = 14
+		if stored {
+			fields += 2
+		}
+		if o.ObjectKey {
+			fields++
+		}
+		if o.LegacyCompat {
+			fields++
+			if stored {
+				fields += 2
+			}
+		}
+	}
+	if o.LegacyCompat {
+		fields++
+	}
+	w.EncodeMapLen(fields)
+	// The tag first: msgspec finds it anywhere, other decoders may not.
+	if o.LegacyCompat {
+		kv(w, "type", legacy)
+	}
+	w.EncodeString("event_id")
+	w.EncodeUint(p.eventID)
+	w.EncodeString("timestamp")
+	w.EncodeInt(ev.At / 1e6)
+	kv(w, "event_type", rfc)
+	kv(w, "backend_id", o.BackendID)
+	if ev.Kind == master.EventAllCleared {
 		return
 	}
-	f.str(name, v)
+	if o.LegacyCompat {
+		w.EncodeString("block_hashes")
+		if isHash {
+			w.EncodeArrayLen(1)
+			w.EncodeInt(int64(hash)) // the engines' hashes are signed 64-bit
+		} else {
+			w.EncodeArrayLen(0)
+		}
+		if stored {
+			w.EncodeString("parent_block_hash")
+			w.EncodeNil()
+			w.EncodeString("lora_id")
+			w.EncodeNil()
+		}
+	}
+	w.EncodeString("seq_hashes")
+	if isHash {
+		w.EncodeArrayLen(1)
+		w.EncodeUint(hash)
+	} else {
+		w.EncodeArrayLen(0)
+	}
+	if o.ObjectKey {
+		kv(w, "object_key", ev.Key)
+	}
+	kv(w, "medium", ev.Medium.String())
+	tenant := ev.Tenant
+	if tenant == "" {
+		tenant = o.TenantID
+	}
+	kv(w, "tenant_id", tenant)
+	w.EncodeString("group_id")
+	w.EncodeNil()
+	optKV(w, "model_name", o.ModelName)
+	optKV(w, "additional_salt", o.AdditionalSalt)
+	optKV(w, "lora_name", o.LoraName)
+	w.EncodeString("block_size")
+	w.EncodeUint(uint64(o.BlockSize))
+	w.EncodeString("dp_rank")
+	w.EncodeUint(uint64(o.DPRank))
+	w.EncodeString("base_block_idx")
+	if stored {
+		// A master's key is one block on its own: depth 0, no parent,
+		// its tokens unknown here (an empty list the engines' decoders
+		// accept where null they would not).
+		w.EncodeUint(0)
+		w.EncodeString("parent_hash")
+		w.EncodeNil()
+		w.EncodeString("token_ids")
+		w.EncodeArrayLen(0)
+	} else {
+		w.EncodeNil()
+	}
 }
 
-func (f *kvFields) end(w *msgpack.Encoder) {
-	w.EncodeMapLen(len(f.names))
-	for i, n := range f.names {
-		w.EncodeString(n)
-		w.Encode(f.vals[i])
+func kv(w *msgpack.Encoder, name, v string) {
+	w.EncodeString(name)
+	w.EncodeString(v)
+}
+
+// optKV writes v, or nil when empty (Mooncake's unset field).
+func optKV(w *msgpack.Encoder, name, v string) {
+	w.EncodeString(name)
+	if v == "" {
+		w.EncodeNil()
+		return
 	}
+	w.EncodeString(v)
 }

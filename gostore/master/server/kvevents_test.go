@@ -25,6 +25,9 @@ func TestKeyHash(t *testing.T) {
 		{"0xff", 255, true},
 		{"0XFF", 255, true},
 		{"0x", 0, false},
+		{"0x10000000000000000", 0, false},
+		{"0xffffffffffffffff", 1<<64 - 1, true},
+		{"0xg", 0, false},
 		{"", 0, false},
 		{"-1", 0, false},
 		{"k1", 0, false},
@@ -96,4 +99,20 @@ func TestKVBatchLayout(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkKVBatch: one batch of kvBatchMax stored events encoded.
+func BenchmarkKVBatch(b *testing.B) {
+	p := &kvPublisher{o: KVEventsOptions{BackendID: "b", TenantID: "default", LegacyCompat: true, ObjectKey: true},
+		log: slog.Default(), now: time.Now}
+	evs := make([]master.Event, kvBatchMax)
+	for i := range evs {
+		evs[i] = master.Event{Kind: master.EventStored, Medium: master.MediumCPU, Key: fmt.Sprintf("model/layer%02d/block%08d", i%61, i)}
+	}
+	var enc kvEncoder
+	b.ReportAllocs()
+	for b.Loop() {
+		enc.batch(p, evs)
+	}
+	b.ReportMetric(float64(b.N*kvBatchMax)/b.Elapsed().Seconds(), "events/s")
 }
