@@ -48,6 +48,10 @@ type putRow struct {
 	Batch   int     `json:"batch"`
 	Callers int     `json:"callers"`
 	KeysPS  float64 `json:"keys_per_s"` // the best round
+	// CPUUSPerKey: the master process's CPU time (user + system, its
+	// whole life) per key put, the best round: what a put costs the
+	// master, which a loaded machine's throughput hides.
+	CPUUSPerKey float64 `json:"master_cpu_us_per_key"`
 	// Published: events the subscriber received per second of the load
 	// (on only), and the events the queue dropped for room.
 	EventsPS float64 `json:"events_received_per_s,omitempty"`
@@ -105,9 +109,17 @@ func main() {
 		for r := 0; r < 2**rounds; r++ {
 			on := r%2 == 1
 			row := putRound(*dur, shape.batch, shape.callers, on)
-			if row.KeysPS > best[on].KeysPS {
-				best[on] = row
+			b := best[on]
+			if row.KeysPS > b.KeysPS {
+				cpu := b.CPUUSPerKey
+				b = row
+				if cpu > 0 && cpu < row.CPUUSPerKey {
+					b.CPUUSPerKey = cpu
+				}
+			} else if row.CPUUSPerKey < b.CPUUSPerKey {
+				b.CPUUSPerKey = row.CPUUSPerKey
 			}
+			best[on] = b
 		}
 		res.Rows = append(res.Rows, best[false], best[true])
 	}
@@ -120,17 +132,18 @@ func main() {
 
 func print(res result) {
 	fmt.Printf("KV events (GOMAXPROCS %d, best of %d rounds per mode, modes alternating)\n", res.GOMAXPROCS, res.Rounds)
-	fmt.Printf("%-7s %6s %8s %14s %18s %10s\n", "events", "batch", "callers", "put keys/s", "events recv/s", "dropped")
+	fmt.Printf("%-7s %6s %8s %14s %16s %18s %10s\n", "events", "batch", "callers", "put keys/s", "master CPU µs/key", "events recv/s", "dropped")
 	for _, r := range res.Rows {
 		ev, dr := "", ""
 		if r.Events == "on" {
 			ev, dr = fmt.Sprintf("%.0f", r.EventsPS), fmt.Sprintf("%d/%d", r.Dropped, r.Produced)
 		}
-		fmt.Printf("%-7s %6d %8d %14.0f %18s %10s\n", r.Events, r.Batch, r.Callers, r.KeysPS, ev, dr)
+		fmt.Printf("%-7s %6d %8d %14.0f %16.2f %18s %10s\n", r.Events, r.Batch, r.Callers, r.KeysPS, r.CPUUSPerKey, ev, dr)
 	}
 	for i := 0; i+1 < len(res.Rows); i += 2 {
 		off, on := res.Rows[i], res.Rows[i+1]
-		fmt.Printf("batch %d: puts with events on at %.1f%% of off\n", off.Batch, 100*on.KeysPS/off.KeysPS)
+		fmt.Printf("batch %d: puts with events on at %.1f%% of off; the master's CPU per key %+.2f µs (%+.0f%%)\n", off.Batch,
+			100*on.KeysPS/off.KeysPS, on.CPUUSPerKey-off.CPUUSPerKey, 100*(on.CPUUSPerKey/off.CPUUSPerKey-1))
 	}
 	bound := ""
 	if res.PublisherKeptUp {
@@ -144,7 +157,10 @@ func print(res result) {
 // is given. It prints its RPC and HTTP addresses, then serves until its
 // stdin closes.
 func serve(args []string) {
-	flags := []string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=error", "--client_ttl=3600"}
+	// No polling for a connection's next request (--rpc_spin_us=0): its
+	// CPU would count per second, not per put.
+	flags := []string{"--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=0", "--log_level=error", "--client_ttl=3600",
+		"--rpc_spin_us=0"}
 	if len(args) > 0 {
 		flags = append(flags, "--enable_kv_events", "--kv_events_bind_endpoint="+args[0], "--kv_events_backend_id=bench")
 	}
@@ -158,6 +174,13 @@ func serve(args []string) {
 	}
 	for i := range 4 {
 		srv.Core().MountSegment(wire.SegmentDesc{Name: "seg" + strconv.Itoa(i), ClientID: "c" + strconv.Itoa(i), Size: 64 << 30}, nil)
+	}
+	if path := os.Getenv("KVEVENTS_SERVE_PROFILE"); path != "" && len(args) > 0 {
+		f, err := os.Create(path)
+		if err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 	}
 	fmt.Println(srv.Addr(), srv.HTTPAddr())
 	io.Copy(io.Discard, os.Stdin)
@@ -216,8 +239,8 @@ func batchLen(payload []byte) int {
 
 // putRound starts a master (events on or off), runs puts for d and, with
 // events on, counts what a subscriber received.
-func putRound(d time.Duration, batch, callers int, on bool) putRow {
-	row := putRow{Events: "off", Batch: batch, Callers: callers}
+func putRound(d time.Duration, batch, callers int, on bool) (row putRow) {
+	row = putRow{Events: "off", Batch: batch, Callers: callers}
 	var args []string
 	ep := ""
 	if on {
@@ -226,7 +249,11 @@ func putRound(d time.Duration, batch, callers int, on bool) putRow {
 		args = []string{ep}
 	}
 	addr, httpAddr, stop := startServer(args...)
-	defer stop()
+	defer func() {
+		if cpu := stop(); row.KeysPS > 0 {
+			row.CPUUSPerKey = float64(cpu.Microseconds()) / float64(row.Produced)
+		}
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clients := make([]*rpc.Client, callers)
@@ -279,8 +306,8 @@ func putRound(d time.Duration, batch, callers int, on bool) putRow {
 	wg.Wait()
 	took := time.Since(start)
 	row.KeysPS = float64(total.Load()) / took.Seconds()
+	row.Produced = uint64(total.Load())
 	if on {
-		row.Produced = uint64(total.Load())
 		// Wait for the publisher to catch up: received and dropped account
 		// for every event produced, or nothing more arrives for a second.
 		last, lastAt := sub.events.Load(), time.Now()
@@ -319,8 +346,9 @@ func status(httpAddr string) kvStatus {
 }
 
 // startServer runs a master in a child process (args after -serve) and
-// returns its addresses and how to stop it.
-func startServer(args ...string) (string, string, func()) {
+// returns its addresses and how to stop it (which returns the CPU time it
+// used).
+func startServer(args ...string) (string, string, func() time.Duration) {
 	cmd := exec.Command(os.Args[0], append([]string{"-serve"}, args...)...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -333,9 +361,10 @@ func startServer(args ...string) (string, string, func()) {
 		panic(err)
 	}
 	f := strings.Fields(line)
-	return f[0], f[1], func() {
+	return f[0], f[1], func() time.Duration {
 		stdin.Close()
 		cmd.Wait()
+		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	}
 }
 

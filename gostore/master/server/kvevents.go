@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -21,7 +22,6 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/auth"
 	"github.com/gostore/gostore/gostore/master"
@@ -64,6 +64,9 @@ const (
 	// within kvReplayIdle per batch.
 	kvReplayConns = 64
 	kvReplayIdle  = 10 * time.Second
+	// kvLinger: how long a batch may wait for more events while they
+	// come as a stream (publishLoop).
+	kvLinger = time.Millisecond
 )
 
 // kvEndSeq ends a replay: sequence number -1, as vLLM's END_SEQ.
@@ -137,7 +140,8 @@ type kvPublisher struct {
 	eventID uint64 // the last event's; likewise
 
 	mu          sync.Mutex // guards the replay buffer
-	buf         []kvBatch  // oldest first
+	buf         []kvBatch  // a ring of n batches from head, oldest first
+	head, n     int
 	bufBytes    int
 	replayConns atomic.Int32
 
@@ -237,10 +241,17 @@ func (p *kvPublisher) close() {
 }
 
 // publishLoop sends the queued events in batches of at most kvBatchMax
-// until the publisher closes, then what is left.
+// until the publisher closes, then what is left. Events arriving as a
+// stream (the last batch went out less than kvLinger ago) wait for the
+// rest of kvLinger to share a batch: at a few thousand events a second,
+// one batch (and its sends) per event would cost the master more CPU than
+// the events themselves.
 func (p *kvPublisher) publishLoop() {
 	var evs []master.Event
 	var enc kvEncoder
+	var last time.Time
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		var lost uint64
 		evs, lost = p.q.Drain(evs[:0], kvBatchMax)
@@ -252,10 +263,22 @@ func (p *kvPublisher) publishLoop() {
 				return
 			}
 		}
+		if since := time.Since(last); len(evs) < kvBatchMax && since < kvLinger && p.ctx.Err() == nil {
+			linger.Reset(kvLinger - since)
+			select {
+			case <-linger.C:
+			case <-p.ctx.Done():
+				linger.Stop()
+			}
+			var more uint64
+			evs, more = p.q.Drain(evs, kvBatchMax-len(evs))
+			lost += more
+		}
 		// Events dropped for room leave a gap of their number in the
 		// sequence (as Mooncake's publisher): a subscriber sees it.
 		p.seq += lost
 		p.send(&enc, evs)
+		last = time.Now()
 	}
 }
 
@@ -285,28 +308,32 @@ func (p *kvPublisher) keep(b kvBatch) {
 		return
 	}
 	p.mu.Lock()
-	p.buf = append(p.buf, b)
+	defer p.mu.Unlock()
+	if p.buf == nil {
+		p.buf = make([]kvBatch, kvReplayBatches)
+	}
+	for p.n == len(p.buf) || (p.n > 0 && p.bufBytes+len(b.payload) > kvReplayBytes) {
+		p.bufBytes -= len(p.buf[p.head].payload)
+		p.buf[p.head] = kvBatch{}
+		p.head = (p.head + 1) % len(p.buf)
+		p.n--
+	}
+	p.buf[(p.head+p.n)%len(p.buf)] = b
+	p.n++
 	p.bufBytes += len(b.payload)
-	drop := 0
-	for len(p.buf)-drop > kvReplayBatches || (p.bufBytes > kvReplayBytes && len(p.buf)-drop > 1) {
-		p.bufBytes -= len(p.buf[drop].payload)
-		drop++
-	}
-	if drop > 0 {
-		p.buf = append(p.buf[:0:0], p.buf[drop:]...)
-	}
-	p.mu.Unlock()
 }
 
 // from is the buffered batches numbered start or later.
 func (p *kvPublisher) from(start uint64) []kvBatch {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := 0
-	for i < len(p.buf) && p.buf[i].seq < start {
-		i++
+	var out []kvBatch
+	for i := range p.n {
+		if b := p.buf[(p.head+i)%len(p.buf)]; b.seq >= start {
+			out = append(out, b)
+		}
 	}
-	return append([]kvBatch(nil), p.buf[i:]...)
+	return out
 }
 
 // serveReplay accepts replay connections until the publisher closes.
@@ -465,10 +492,80 @@ func (p *kvPublisher) status() kvStatus {
 }
 
 // kvEncoder writes batches; it is reused, one per publishing goroutine.
-type kvEncoder struct {
-	b   bytes.Buffer
-	enc *msgpack.Encoder
+type kvEncoder struct{ w mpWriter }
+
+// mpWriter appends msgpack to a slice: the few kinds a batch holds, each
+// in its shortest form (as msgpack encoders write them), with no
+// interface call per value (the publisher's rate is bound by it).
+type mpWriter struct{ b []byte }
+
+func (w *mpWriter) EncodeNil() { w.b = append(w.b, 0xc0) }
+
+func (w *mpWriter) EncodeUint(v uint64) {
+	switch {
+	case v < 128:
+		w.b = append(w.b, byte(v))
+	case v <= math.MaxUint8:
+		w.b = append(w.b, 0xcc, byte(v))
+	case v <= math.MaxUint16:
+		w.b = binary.BigEndian.AppendUint16(append(w.b, 0xcd), uint16(v))
+	case v <= math.MaxUint32:
+		w.b = binary.BigEndian.AppendUint32(append(w.b, 0xce), uint32(v))
+	default:
+		w.b = binary.BigEndian.AppendUint64(append(w.b, 0xcf), v)
+	}
 }
+
+func (w *mpWriter) EncodeInt(v int64) {
+	switch {
+	case v >= 0:
+		w.EncodeUint(uint64(v))
+	case v >= -32:
+		w.b = append(w.b, byte(v))
+	case v >= math.MinInt8:
+		w.b = append(w.b, 0xd0, byte(v))
+	case v >= math.MinInt16:
+		w.b = binary.BigEndian.AppendUint16(append(w.b, 0xd1), uint16(v))
+	case v >= math.MinInt32:
+		w.b = binary.BigEndian.AppendUint32(append(w.b, 0xd2), uint32(v))
+	default:
+		w.b = binary.BigEndian.AppendUint64(append(w.b, 0xd3), uint64(v))
+	}
+}
+
+func (w *mpWriter) EncodeFloat64(v float64) {
+	w.b = binary.BigEndian.AppendUint64(append(w.b, 0xcb), math.Float64bits(v))
+}
+
+func (w *mpWriter) EncodeString(v string) {
+	n := len(v)
+	switch {
+	case n < 32:
+		w.b = append(w.b, 0xa0|byte(n))
+	case n <= math.MaxUint8:
+		w.b = append(w.b, 0xd9, byte(n))
+	case n <= math.MaxUint16:
+		w.b = binary.BigEndian.AppendUint16(append(w.b, 0xda), uint16(n))
+	default:
+		w.b = binary.BigEndian.AppendUint32(append(w.b, 0xdb), uint32(n))
+	}
+	w.b = append(w.b, v...)
+}
+
+// header writes a length: fix (below 16, code fix|n), 16 or 32 bits.
+func (w *mpWriter) header(n int, fix, c16, c32 byte) {
+	switch {
+	case n < 16:
+		w.b = append(w.b, fix|byte(n))
+	case n <= math.MaxUint16:
+		w.b = binary.BigEndian.AppendUint16(append(w.b, c16), uint16(n))
+	default:
+		w.b = binary.BigEndian.AppendUint32(append(w.b, c32), uint32(n))
+	}
+}
+
+func (w *mpWriter) EncodeArrayLen(n int) { w.header(n, 0x90, 0xdc, 0xdd) }
+func (w *mpWriter) EncodeMapLen(n int)   { w.header(n, 0x80, 0xde, 0xdf) }
 
 // keyHash reads a key that is a block hash: a decimal or 0x-hex u64, as
 // Mooncake's publisher reads them. By hand: strconv's error for every key
@@ -508,14 +605,10 @@ func keyHash(key string) (uint64, bool) {
 // (keys that are not hashes, without --kv_events_emit_object_key).
 // Each event is a map: the engines' tagged-struct fields (type and their
 // names; decoders ignore the keys they do not know) and RFC #1527's. It
-// writes with the encoder's typed calls, not reflection: the publisher's
-// rate is bound by this loop (bench/kvevents).
+// appends to one buffer (mpWriter): the publisher's rate is bound by this
+// loop (bench/kvevents).
 func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint64) {
-	e.b.Reset()
-	if e.enc == nil {
-		e.enc = msgpack.NewEncoder(&e.b)
-	}
-	e.enc.Reset(&e.b)
+	e.w.b = e.w.b[:0]
 	o := p.o
 	n := 0
 	var skipped uint64
@@ -533,7 +626,7 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 	if n == 0 {
 		return nil, 0, skipped
 	}
-	w := e.enc
+	w := &e.w
 	w.EncodeArrayLen(3)
 	w.EncodeFloat64(float64(p.now().UnixNano()) / 1e9)
 	w.EncodeArrayLen(n)
@@ -547,12 +640,12 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 		e.event(p, ev, hash, isHash)
 	}
 	w.EncodeUint(uint64(o.DPRank))
-	return bytes.Clone(e.b.Bytes()), n, skipped
+	return bytes.Clone(w.b), n, skipped
 }
 
 // event writes one event's map (see batch).
 func (e *kvEncoder) event(p *kvPublisher, ev *master.Event, hash uint64, isHash bool) {
-	w, o := e.enc, p.o
+	w, o := &e.w, p.o
 	stored := ev.Kind == master.EventStored
 	legacy, rfc := "AllBlocksCleared", "cleared"
 	switch ev.Kind {
@@ -652,13 +745,13 @@ func (e *kvEncoder) event(p *kvPublisher, ev *master.Event, hash uint64, isHash 
 	}
 }
 
-func kv(w *msgpack.Encoder, name, v string) {
+func kv(w *mpWriter, name, v string) {
 	w.EncodeString(name)
 	w.EncodeString(v)
 }
 
 // optKV writes v, or nil when empty (Mooncake's unset field).
-func optKV(w *msgpack.Encoder, name, v string) {
+func optKV(w *mpWriter, name, v string) {
 	w.EncodeString(name)
 	if v == "" {
 		w.EncodeNil()

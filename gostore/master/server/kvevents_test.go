@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
 	"slices"
 	"testing"
@@ -116,3 +117,30 @@ func BenchmarkKVBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*kvBatchMax)/b.Elapsed().Seconds(), "events/s")
 }
+
+// The replay buffer keeps the newest kvReplayBatches batches, and from
+// answers those numbered from a start on.
+func TestKVReplayBufferKeepsTheNewest(t *testing.T) {
+	p := &kvPublisher{replay: fakeListener{}}
+	for seq := uint64(1); seq <= kvReplayBatches+5; seq++ {
+		p.keep(kvBatch{seq: seq, payload: []byte{1}})
+	}
+	all := p.from(0)
+	if len(all) != kvReplayBatches || all[0].seq != 6 || all[len(all)-1].seq != kvReplayBatches+5 {
+		t.Fatalf("kept %d, from %d to %d", len(all), all[0].seq, all[len(all)-1].seq)
+	}
+	if tail := p.from(kvReplayBatches + 4); len(tail) != 2 || tail[0].seq != kvReplayBatches+4 {
+		t.Fatalf("from the last two: %v", tail)
+	}
+	if none := p.from(kvReplayBatches + 6); len(none) != 0 {
+		t.Fatalf("from past the end: %v", none)
+	}
+	// A batch larger than the byte bound's rest pushes out the oldest.
+	p.keep(kvBatch{seq: kvReplayBatches + 6, payload: make([]byte, kvReplayBytes-10)})
+	if got := p.from(0); len(got) != 11 || got[len(got)-1].seq != kvReplayBatches+6 || p.bufBytes > kvReplayBytes {
+		t.Fatalf("after a big batch: %d kept, %d bytes", len(got), p.bufBytes)
+	}
+}
+
+// fakeListener stands for a replay socket: keep stores nothing without one.
+type fakeListener struct{ net.Listener }
