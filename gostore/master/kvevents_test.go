@@ -202,3 +202,45 @@ func TestKVEventsAfterRestore(t *testing.T) {
 		t.Fatalf("restored: %q, want %q", got, want)
 	}
 }
+
+// BenchmarkPutWithEvents: PutStart+PutEnd of 128 keys, events off and on
+// (the queue drained by a goroutine, as the publisher does): what the
+// core's side of KV events costs a put.
+func BenchmarkPutWithEvents(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=%v", on), func(b *testing.B) {
+			c := New(Config{ClientTTL: time.Hour})
+			c.MountSegment(wire.SegmentDesc{Name: "s", ClientID: "c", Size: 1 << 40}, nil)
+			if on {
+				q := NewEventQueue(65536)
+				c.cfg.Events = q
+				done := make(chan struct{})
+				defer close(done)
+				go func() {
+					var buf []Event
+					for {
+						buf, _ = q.Drain(buf[:0], 64)
+						if len(buf) == 0 {
+							select {
+							case <-q.Ready():
+							case <-done:
+								return
+							}
+						}
+					}
+				}()
+			}
+			keys := make([]string, 128)
+			sizes := make([]uint64, 128)
+			n := 0
+			for b.Loop() {
+				for i := range keys {
+					keys[i], sizes[i] = fmt.Sprintf("k/%d", n), 4096
+					n++
+				}
+				c.PutStart("w", "", keys, sizes, wire.ReplicaConfig{})
+				c.PutEnd("w", keys, nil)
+			}
+		})
+	}
+}
