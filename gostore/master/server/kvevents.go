@@ -503,7 +503,10 @@ func (p *kvPublisher) status() kvStatus {
 }
 
 // kvEncoder writes batches; it is reused, one per publishing goroutine.
-type kvEncoder struct{ w mpWriter }
+type kvEncoder struct {
+	w     mpWriter
+	fixed []kvFixed // by master.EventKind, built on first use
+}
 
 // mpWriter appends msgpack to a slice: the few kinds a batch holds, each
 // in its shortest form (as msgpack encoders write them), with no
@@ -654,106 +657,132 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 	return bytes.Clone(w.b), n, skipped
 }
 
-// event writes one event's map (see batch).
+// event writes one event's map (see batch): its head and tail, the same
+// for every event of its kind (kvFixed), around the fields that vary.
 func (e *kvEncoder) event(p *kvPublisher, ev *master.Event, hash uint64, isHash bool) {
-	w, o := &e.w, p.o
-	stored := ev.Kind == master.EventStored
-	legacy, rfc := "AllBlocksCleared", "cleared"
-	switch ev.Kind {
-	case master.EventStored:
-		legacy, rfc = "BlockStored", "stored"
-	case master.EventRemoved:
-		legacy, rfc = "BlockRemoved", "removed"
+	if e.fixed == nil {
+		e.fixed = kvFixedParts(p.o)
 	}
-	// The map's length first: 4 fields for all-cleared; 14 for the
-	// others, 2 more when stored; the engines' 2 (type, block_hashes),
-	// 2 more when stored (parent_block_hash, lora_id); object_key 1.
-	fields := 4
-	if ev.Kind != master.EventAllCleared {
-		fields = 14
-		if stored {
-			fields += 2
-		}
-		if o.ObjectKey {
-			fields++
-		}
-		if o.LegacyCompat {
-			fields++
-			if stored {
-				fields += 2
-			}
-		}
-	}
-	if o.LegacyCompat {
-		fields++
-	}
-	w.EncodeMapLen(fields)
-	// The tag first: msgspec finds it anywhere, other decoders may not.
-	if o.LegacyCompat {
-		kv(w, "type", legacy)
-	}
+	w, o, f := &e.w, p.o, &e.fixed[ev.Kind]
+	w.b = append(w.b, f.head...)
 	w.EncodeString("event_id")
 	w.EncodeUint(p.eventID)
 	w.EncodeString("timestamp")
 	w.EncodeInt(ev.At / 1e6)
-	kv(w, "event_type", rfc)
-	kv(w, "backend_id", o.BackendID)
-	if ev.Kind == master.EventAllCleared {
-		return
-	}
-	if o.LegacyCompat {
-		w.EncodeString("block_hashes")
+	if ev.Kind != master.EventAllCleared {
+		if o.LegacyCompat {
+			w.EncodeString("block_hashes")
+			if isHash {
+				w.EncodeArrayLen(1)
+				w.EncodeInt(int64(hash)) // the engines' hashes are signed 64-bit
+			} else {
+				w.EncodeArrayLen(0)
+			}
+		}
+		w.EncodeString("seq_hashes")
 		if isHash {
 			w.EncodeArrayLen(1)
-			w.EncodeInt(int64(hash)) // the engines' hashes are signed 64-bit
+			w.EncodeUint(hash)
 		} else {
 			w.EncodeArrayLen(0)
 		}
-		if stored {
-			w.EncodeString("parent_block_hash")
-			w.EncodeNil()
-			w.EncodeString("lora_id")
-			w.EncodeNil()
+		if o.ObjectKey {
+			kv(w, "object_key", ev.Key)
 		}
+		kv(w, "medium", ev.Medium.String())
+		tenant := ev.Tenant
+		if tenant == "" {
+			tenant = o.TenantID
+		}
+		kv(w, "tenant_id", tenant)
 	}
-	w.EncodeString("seq_hashes")
-	if isHash {
-		w.EncodeArrayLen(1)
-		w.EncodeUint(hash)
-	} else {
-		w.EncodeArrayLen(0)
+	w.b = append(w.b, f.tail...)
+}
+
+// kvFixed is what every event of a kind has alike, encoded once: the
+// map's header and tag (head), and the fields from the flags (tail).
+type kvFixed struct{ head, tail []byte }
+
+// kvFixedParts encodes each kind's fixed parts under o.
+func kvFixedParts(o KVEventsOptions) []kvFixed {
+	out := make([]kvFixed, master.EventAllCleared+1)
+	for _, kind := range []master.EventKind{master.EventStored, master.EventRemoved, master.EventAllCleared} {
+		stored := kind == master.EventStored
+		legacy, rfc := "AllBlocksCleared", "cleared"
+		switch kind {
+		case master.EventStored:
+			legacy, rfc = "BlockStored", "stored"
+		case master.EventRemoved:
+			legacy, rfc = "BlockRemoved", "removed"
+		}
+		// The map's length: event_id, timestamp, event_type, backend_id
+		// for all; 10 more for stored and removed (seq_hashes, medium,
+		// tenant_id, group_id, model_name, additional_salt, lora_name,
+		// block_size, dp_rank, base_block_idx), 2 more when stored
+		// (parent_hash, token_ids); object_key; the engines' type, and
+		// block_hashes, with parent_block_hash and lora_id when stored.
+		fields := 4
+		if kind != master.EventAllCleared {
+			fields += 10
+			if stored {
+				fields += 2
+			}
+			if o.ObjectKey {
+				fields++
+			}
+			if o.LegacyCompat {
+				fields++
+				if stored {
+					fields += 2
+				}
+			}
+		}
+		if o.LegacyCompat {
+			fields++
+		}
+		var w mpWriter
+		w.EncodeMapLen(fields)
+		// The tag first: msgspec finds it anywhere, other decoders may not.
+		if o.LegacyCompat {
+			kv(&w, "type", legacy)
+		}
+		head := w.b
+		w = mpWriter{}
+		kv(&w, "event_type", rfc)
+		kv(&w, "backend_id", o.BackendID)
+		if kind != master.EventAllCleared {
+			if o.LegacyCompat && stored {
+				w.EncodeString("parent_block_hash")
+				w.EncodeNil()
+				w.EncodeString("lora_id")
+				w.EncodeNil()
+			}
+			w.EncodeString("group_id")
+			w.EncodeNil()
+			optKV(&w, "model_name", o.ModelName)
+			optKV(&w, "additional_salt", o.AdditionalSalt)
+			optKV(&w, "lora_name", o.LoraName)
+			w.EncodeString("block_size")
+			w.EncodeUint(uint64(o.BlockSize))
+			w.EncodeString("dp_rank")
+			w.EncodeUint(uint64(o.DPRank))
+			w.EncodeString("base_block_idx")
+			if stored {
+				// A master's key is one block on its own: depth 0, no
+				// parent, its tokens unknown here (an empty list the
+				// engines' decoders accept where null they would not).
+				w.EncodeUint(0)
+				w.EncodeString("parent_hash")
+				w.EncodeNil()
+				w.EncodeString("token_ids")
+				w.EncodeArrayLen(0)
+			} else {
+				w.EncodeNil()
+			}
+		}
+		out[kind] = kvFixed{head: head, tail: w.b}
 	}
-	if o.ObjectKey {
-		kv(w, "object_key", ev.Key)
-	}
-	kv(w, "medium", ev.Medium.String())
-	tenant := ev.Tenant
-	if tenant == "" {
-		tenant = o.TenantID
-	}
-	kv(w, "tenant_id", tenant)
-	w.EncodeString("group_id")
-	w.EncodeNil()
-	optKV(w, "model_name", o.ModelName)
-	optKV(w, "additional_salt", o.AdditionalSalt)
-	optKV(w, "lora_name", o.LoraName)
-	w.EncodeString("block_size")
-	w.EncodeUint(uint64(o.BlockSize))
-	w.EncodeString("dp_rank")
-	w.EncodeUint(uint64(o.DPRank))
-	w.EncodeString("base_block_idx")
-	if stored {
-		// A master's key is one block on its own: depth 0, no parent,
-		// its tokens unknown here (an empty list the engines' decoders
-		// accept where null they would not).
-		w.EncodeUint(0)
-		w.EncodeString("parent_hash")
-		w.EncodeNil()
-		w.EncodeString("token_ids")
-		w.EncodeArrayLen(0)
-	} else {
-		w.EncodeNil()
-	}
+	return out
 }
 
 func kv(w *mpWriter, name, v string) {
