@@ -58,13 +58,13 @@ class Subscriber:
         self.batches.append(b)
         return b
 
-    def sync(self, store) -> int:
+    def sync(self, store, probe: Callable[[int], str] = lambda i: f"probe-{i}") -> int:
         """Put probe objects until one's event arrives (a SUB socket hears
         nothing before its subscription reached the publisher); returns the
         sequence number of the last batch received, once nothing more is
         in flight."""
         for i in range(200):
-            assert store.put(f"probe-{i}", b"p" * 64) == 0
+            assert store.put(probe(i), b"p" * 64) == 0
             got = self.recv(timeout=0.05)
             if got is not None:
                 while self.recv(timeout=0.3) is not None:

@@ -224,6 +224,57 @@ def test_bad_replay_requests_do_not_crash(launcher):
     assert store.put("y", b"y") == 0 and m.alive()
 
 
+def test_flags_shape_the_events(launcher):
+    """The stamping flags reach every event and batch; without the legacy
+    fields an event has no engine tag; without object keys an event whose
+    key is no block hash is not published, and counted as skipped."""
+    m = events_master(launcher, kv_events_emit_legacy_compat=False, kv_events_emit_object_key=False,
+                      kv_events_dp_rank=3, kv_events_lora_name="lora-a", kv_events_additional_salt="salt",
+                      kv_events_tenant_id="t0", kv_events_model_name="m")
+    store = launcher.store(m)
+    sub = Subscriber(m, msgpack.unpackb)
+    try:
+        sub.sync(store, probe=lambda i: str(10**9 + i))  # keys that are hashes: published
+        assert store.put("named", b"n") == 0
+        assert store.put("0x2a", b"h") == 0
+        got = sub.until(lambda b: any(e.get("seq_hashes") == [42] for e in b[1][1]))
+        evs = events_of(got)
+        assert len(evs) == 1, evs  # "named" was skipped
+        e = evs[0]
+        assert "type" not in e and "block_hashes" not in e and "object_key" not in e, e
+        assert e["event_type"] == "stored" and e["medium"] == "cpu" and e["tenant_id"] == "t0"
+        assert (e["dp_rank"], e["lora_name"], e["additional_salt"], e["model_name"]) == (3, "lora-a", "salt", "m")
+        assert got[-1][1][2] == 3
+        assert status(m)["skipped_unparsed_keys"] == 1  # "named"
+    finally:
+        sub.close()
+
+
+def test_restarted_master_clears_then_announces_what_it_restored(launcher, tmp_path):
+    """A master restarted on its state directory starts its events with
+    all cleared, then announces every object it restored (a subscriber
+    that follows it keeps a true picture), and it goes on from there."""
+    state = str(tmp_path / "state")
+    m = events_master(launcher, snapshot_backup_dir=state)
+    store = launcher.store(m)
+    for k in ("r1", "r2", "r3"):
+        assert store.put(k, k.encode() * 10) == 0
+    assert store.remove("r2", force=True) == 0
+    pub, replay_ep = m.pub, m.replay
+    m.kill()
+    m2 = launcher.master(enable_kv_events=True, kv_events_bind_endpoint=pub, kv_events_replay_endpoint=replay_ep,
+                         kv_events_backend_id="test-backend", snapshot_backup_dir=state, rpc_port=m.rpc_port)
+    m2.pub, m2.replay = pub, replay_ep
+    # The publisher starts once the state is restored: poll its replay.
+    def replayed():
+        evs = [short(e) for e in events_of(replay(m2, 0, msgpack.unpackb))]
+        return evs if len(evs) >= 3 else None
+
+    evs = wait_until(replayed, what="the restarted master's first three events")
+    assert evs[0] == ("AllBlocksCleared", None, None), evs
+    assert sorted(evs[1:]) == [("BlockStored", "cpu", "r1"), ("BlockStored", "cpu", "r3")], evs
+
+
 @pytest.mark.parametrize("flags,want", [
     ({"enable_kv_events": True}, "--kv_events_bind_endpoint"),
     ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://127.0.0.1:1"}, "--kv_events_backend_id"),
