@@ -224,6 +224,40 @@ def test_bad_replay_requests_do_not_crash(launcher):
     assert store.put("y", b"y") == 0 and m.alive()
 
 
+# A ZMTP 3.0 greeting (NULL mechanism, not as server) and a frame header
+# claiming 2^62 bytes: a peer that asks the master to allocate that much.
+GREETING = b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
+HUGE_FRAME = b"\x02" + (1 << 62).to_bytes(8, "big")
+
+
+@pytest.mark.parametrize("port", ["pub", "replay"])
+def test_a_huge_frame_is_refused_not_allocated(launcher, port):
+    """A peer on the PUB or the replay port whose frame header claims 2^62
+    bytes is dropped with one log line before anything is allocated; the
+    master keeps publishing to the subscriber it has."""
+    m = events_master(launcher)
+    store = launcher.store(m)
+    sub = Subscriber(m, msgpack.unpackb)
+    try:
+        sub.sync(store)
+        host, p = getattr(m, port)[len("tcp://"):].rsplit(":", 1)
+        with socket.create_connection((host, int(p)), timeout=5) as s:
+            assert len(GREETING) == 64
+            s.sendall(GREETING + HUGE_FRAME)
+            s.settimeout(5)
+            try:
+                while s.recv(4096):  # the master's greeting, then the close
+                    pass
+            except (ConnectionResetError, socket.timeout):
+                pass
+        wait_until(lambda: m.log().count("a frame of 4611686018427387904 bytes") == 1, what="one log line")
+        assert m.alive()
+        assert store.put("after", b"a") == 0
+        sub.until(lambda b: any(e.get("object_key") == "after" for e in b[1][1]))
+    finally:
+        sub.close()
+
+
 def test_flags_shape_the_events(launcher):
     """The stamping flags reach every event and batch; without the legacy
     fields an event has no engine tag; without object keys an event whose

@@ -54,10 +54,12 @@
 // With --enable_kv_events the core gets a bounded event queue
 // (master.EventQueue, first an all-cleared event); kvevents.go drains it
 // in one goroutine, never under a core lock, into numbered msgpack batches
-// on a ZeroMQ PUB socket (go-zeromq/zmq4) and keeps the last batches for
-// the replay endpoint, where each TCP connection is a ROUTER peer of its
-// own (a request of the wrong shape is logged once and ends its
-// connection). The sockets carry no authentication: off loopback they
+// for every subscriber of its PUB socket, and keeps the last batches for
+// the replay endpoint (a request of the wrong shape is logged once and
+// ends its connection). Both sockets are zmtp.go's: zmq4's ZMTP
+// connections on listeners of our own, each peer's reads bounded
+// (zmq4's sockets would allocate whatever a frame header claims), each
+// subscriber with a queue of its own. The sockets carry no authentication: off loopback they
 // need --allow_insecure. /kv_events/status and gostore_master_kv_events_*
 // count what was published, dropped and skipped.
 package server

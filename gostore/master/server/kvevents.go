@@ -52,9 +52,11 @@ type KVEventsOptions struct {
 const (
 	// kvBatchMax: events per published batch (Mooncake's publisher's).
 	kvBatchMax = 64
-	// kvSendHWM: batches the PUB socket queues for its subscribers before
-	// it drops (Mooncake's ZMQ_SNDHWM).
-	kvSendHWM = 10000
+	// kvSendHWM: batches the PUB socket queues for each subscriber before
+	// that one loses them (Mooncake's ZMQ_SNDHWM is 10 000; a tenth keeps
+	// a stalled subscriber's backlog to about 20 MB: 64 000 events, the
+	// size of the default event queue).
+	kvSendHWM = 1000
 	// The replay buffer keeps the last kvReplayBatches batches (vLLM's
 	// buffer_steps default), at most kvReplayBytes of them.
 	kvReplayBatches = 10000
@@ -132,7 +134,7 @@ type kvPublisher struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	pub    zmq4.Socket
+	pub    *zmtpPub
 	replay net.Listener // nil without a replay endpoint
 	wg     sync.WaitGroup
 
@@ -158,24 +160,19 @@ type kvBatch struct {
 func newKVPublisher(o KVEventsOptions, q *master.EventQueue, log *slog.Logger) (*kvPublisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &kvPublisher{o: o, q: q, log: log, now: time.Now, ctx: ctx, cancel: cancel}
-	// The socket outlives ctx (closed after the last batch went out).
-	p.pub = zmq4.NewPub(context.Background(), zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelWarn)))
-	if err := p.pub.SetOption(zmq4.OptionHWM, kvSendHWM); err != nil {
+	_, addr, _ := tcpEndpoint(o.BindEndpoint) // checked by checkKVEvents
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
 		cancel()
-		p.pub.Close()
-		return nil, err
-	}
-	if err := p.pub.Listen(o.BindEndpoint); err != nil {
-		cancel()
-		p.pub.Close()
 		return nil, fmt.Errorf("--kv_events_bind_endpoint=%s: %w", o.BindEndpoint, err)
 	}
+	p.pub = newZMTPPub(ln, kvSendHWM, log)
 	if o.ReplayEndpoint != "" {
 		_, addr, _ := tcpEndpoint(o.ReplayEndpoint) // checked by checkKVEvents
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			cancel()
-			p.pub.Close()
+			p.pub.close()
 			return nil, fmt.Errorf("--kv_events_replay_endpoint=%s: %w", o.ReplayEndpoint, err)
 		}
 		p.replay = ln
@@ -210,7 +207,7 @@ func (p *kvPublisher) closeSockets() {
 	if p.replay != nil {
 		p.replay.Close()
 	}
-	p.pub.Close()
+	p.pub.close()
 }
 
 func (p *kvPublisher) start() {
@@ -237,7 +234,7 @@ func (p *kvPublisher) close() {
 		p.replay.Close()
 	}
 	p.wg.Wait()
-	p.pub.Close()
+	p.pub.close()
 }
 
 // publishLoop sends the queued events in batches of at most kvBatchMax
@@ -305,9 +302,7 @@ func (p *kvPublisher) send(enc *kvEncoder, evs []master.Event) {
 	seq := make([]byte, 8)
 	binary.BigEndian.PutUint64(seq, p.seq)
 	// The topic frame is empty, as Mooncake's and the engines' default.
-	if err := p.pub.SendMulti(zmq4.NewMsgFrom([]byte{}, seq, payload)); err != nil {
-		p.log.Warn("kv events: publish failed", "seq", p.seq, "err", err)
-	}
+	p.pub.send(zmq4.NewMsgFrom([]byte{}, seq, payload))
 	p.batches.Add(1)
 	p.events.Add(uint64(n))
 	p.keep(kvBatch{seq: p.seq, payload: payload})
@@ -391,14 +386,14 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(p.ctx, func() { c.Close() })
 	defer stop()
-	c.SetDeadline(time.Now().Add(kvReplayIdle))
-	zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Router, nil, true, nil)
+	wc, zc, err := zmtpOpen(c, zmq4.Router)
 	if err != nil {
 		if p.ctx.Err() == nil {
 			p.log.Warn("kv events: replay handshake failed", "peer", c.RemoteAddr(), "err", err)
 		}
 		return
 	}
+	wc.buffered()
 	for {
 		c.SetDeadline(time.Now().Add(kvReplayIdle))
 		msg, err := zc.RecvMsg()
@@ -428,36 +423,11 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, kvEndSeq, []byte{})); err != nil {
 			return
 		}
+		if err := wc.flush(); err != nil {
+			return
+		}
 	}
 }
-
-// zmtpNull is ZMTP's NULL mechanism (no authentication), which zmq4 does
-// not export for a connection opened by hand: each side sends READY with
-// its metadata (socket type, identity) and reads the other's.
-type zmtpNull struct{}
-
-func (zmtpNull) Type() zmq4.SecurityType { return zmq4.NullSecurity }
-
-func (zmtpNull) Handshake(c *zmq4.Conn, server bool) error {
-	meta, err := c.Meta.MarshalZMTP()
-	if err != nil {
-		return err
-	}
-	if err := c.SendCmd(zmq4.CmdReady, meta); err != nil {
-		return err
-	}
-	cmd, err := c.RecvCmd()
-	if err != nil {
-		return err
-	}
-	if cmd.Name != zmq4.CmdReady {
-		return fmt.Errorf("peer sent %q, want READY", cmd.Name)
-	}
-	return c.Peer.Meta.UnmarshalZMTP(cmd.Body)
-}
-
-func (zmtpNull) Encrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
-func (zmtpNull) Decrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
 
 func frameSizes(frames [][]byte) []int {
 	n := make([]int, 0, min(len(frames), 8))
@@ -477,6 +447,7 @@ func (p *kvPublisher) registerMetrics(reg *prometheus.Registry) {
 		{"gostore_master_kv_events_batches_total", "KV event batches published (each one sequence number).", p.batches.Load},
 		{"gostore_master_kv_events_dropped_total", "KV events dropped, the oldest, from a full queue (--kv_events_queue_capacity).", p.q.Dropped},
 		{"gostore_master_kv_events_skipped_unparsed_keys_total", "KV events whose key is not a u64 hash (published only with --kv_events_emit_object_key).", p.skipped.Load},
+		{"gostore_master_kv_events_subscriber_lost_total", "KV event batches a subscriber lost: its queue was full (it read too slowly).", p.pub.lost.Load},
 	} {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
 			func() float64 { return float64(c.f()) }))
