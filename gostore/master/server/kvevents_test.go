@@ -1,11 +1,14 @@
 package server
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,3 +147,55 @@ func TestKVReplayBufferKeepsTheNewest(t *testing.T) {
 
 // fakeListener stands for a replay socket: keep stores nothing without one.
 type fakeListener struct{ net.Listener }
+
+// zmtpConn's reads pass the greeting and frames within the bounds, and
+// fail, before the frame's body is read, on a frame or a message beyond
+// them.
+func TestZMTPReadBounds(t *testing.T) {
+	greeting := make([]byte, 64)
+	short := func(more bool, body string) []byte {
+		flag := byte(0)
+		if more {
+			flag = 1
+		}
+		return append([]byte{flag, byte(len(body))}, body...)
+	}
+	long := func(size uint64) []byte {
+		return binary.BigEndian.AppendUint64([]byte{0x02}, size)
+	}
+	many := func(n int) []byte {
+		var b []byte
+		for i := range n {
+			b = append(b, short(i < n-1, "x")...)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		stream []byte
+		fails  string
+	}{
+		{"a request", append(short(true, ""), short(false, "12345678")...), ""},
+		{"a long frame within the bound", append(long(zmtpMaxFrame), make([]byte, zmtpMaxFrame)...), ""},
+		{"a frame past the bound", long(zmtpMaxFrame + 1), "a frame of 4097 bytes"},
+		{"2^62 bytes claimed", long(1 << 62), "a frame of 4611686018427387904 bytes"},
+		{"16 frames", many(zmtpMaxFrames), ""},
+		{"17 frames", many(zmtpMaxFrames + 1), "more than 16 frames"},
+		{"messages of 16 frames, one after another", append(many(zmtpMaxFrames), many(zmtpMaxFrames)...), ""},
+	} {
+		a, b := net.Pipe()
+		go func() {
+			a.Write(append(append([]byte{}, greeting...), tc.stream...))
+			a.Close()
+		}()
+		c := &zmtpConn{Conn: b, greet: 64}
+		_, err := io.ReadAll(c)
+		switch {
+		case tc.fails == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.fails != "" && (err == nil || !strings.Contains(err.Error(), tc.fails)):
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.fails)
+		}
+		b.Close()
+	}
+}
