@@ -78,6 +78,7 @@ bench: install ucx
 	go run $(GOLD) ./bench/ssd --json bench/ssd-results.json
 	go run $(GOLD) ./bench/auth --json bench/auth-results.json
 	go run $(GOLD) ./bench/prefix --json bench/prefix-results.json
+	go run $(GOLD) ./bench/kvevents --json bench/kvevents-results.json
 	$(PY) bench/nano.py --json bench/nano-results.json
 	$(PY) bench/full_pool.py --json bench/full-pool-results.json
 	$(PY) bench/zipf.py --json bench/zipf-results.json
@@ -120,7 +121,7 @@ install: $(STAMP)
 $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "setuptools>=68" wheel pytest numpy
+	$(PIP) install -q "setuptools>=68" wheel pytest numpy pyzmq msgpack
 
 $(STAMP): $(PY) $(SOURCES)
 	$(PIP) install -q --no-build-isolation .

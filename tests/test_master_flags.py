@@ -85,18 +85,18 @@ def test_bad_flags_fail_naming_the_flag(arg, says):
 
 
 def test_one_warning_names_the_unimplemented_flags(master_factory):
-    m = master_factory(enable_kv_events=True, enable_cxl=True, cxl_size=1, enable_snapshot=True, logtostderr=True)
+    m = master_factory(enable_oplog=True, enable_cxl=True, cxl_size=1, enable_snapshot=True, logtostderr=True)
     warned = warnings(m)
     assert len(warned) == 1, warned
     # enable_snapshot is accepted without a word (a state directory turns
     # the journal on).
-    assert "flags=cxl_size,enable_cxl,enable_kv_events" in warned[0], warned
+    assert "flags=cxl_size,enable_cxl,enable_oplog" in warned[0], warned
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
 def test_config_file_and_command_line_precedence(master_factory, tmp_path, fmt):
     conf = {"client_live_ttl_sec": 33, "default_kv_lease_ttl": "7s", "enable_offload": True,
-            "rpc_port": 1, "metrics_port": 1, "enable_kv_events": True, "not_a_flag": 5}
+            "rpc_port": 1, "metrics_port": 1, "enable_oplog": True, "not_a_flag": 5}
     path = tmp_path / f"master.{fmt}"
     if fmt == "json":
         path.write_text(json.dumps(conf))
@@ -107,10 +107,10 @@ def test_config_file_and_command_line_precedence(master_factory, tmp_path, fmt):
     m = master_factory(config_path=str(path))
     assert "offload=true lease_ttl=7s client_ttl=33s" in serving(m)
     warned = warnings(m)
-    assert len(warned) == 1 and "flags=enable_kv_events" in warned[0], warned
+    assert len(warned) == 1 and "flags=enable_oplog" in warned[0], warned
     assert "unknown_config_keys=not_a_flag" in warned[0], warned
     # A flag wins over the file even at its default value.
-    m2 = master_factory(config_path=str(path), client_ttl=10, enable_offload=False, enable_kv_events=False)
+    m2 = master_factory(config_path=str(path), client_ttl=10, enable_offload=False, enable_oplog=False)
     assert "offload=false lease_ttl=7s client_ttl=10s" in serving(m2)
     assert "flags=" not in "".join(warnings(m2))
 

@@ -66,6 +66,10 @@ type Config struct {
 	// Change), under the lock that made it: it must not block. The server
 	// journals them.
 	OnChange func(Change)
+	// Events, when set, gets the KV events (kvevents.go): an object
+	// becoming readable from memory or disk, no longer so, everything
+	// cleared. Pushed under the lock that made the change; never blocks.
+	Events *EventQueue
 	// RestoreQuarantine: after Restore, how long restored segments' free
 	// space takes no new replica (default 0: the journal names every range
 	// a writer was given, and Restore holds exactly those).

@@ -101,6 +101,15 @@
 //     State those replay to (the concurrent-snapshot test checks it); it
 //     never holds a State of the objects, and of two records of one key
 //     in the stream the later is restored, the earlier claiming nothing.
+//   - KV events (kvevents.go, Config.Events): every report of an object's
+//     state (report, recordGone) also brings what its events said
+//     (object.announced) to what it is: readable from memory, from disk.
+//     So an object's events alternate stored/removed per medium, in the
+//     order of its changes, and need no call site of their own; a new
+//     path that forgets an object with the object in hand goes through
+//     recordGone. The events go into a bounded queue (oldest dropped,
+//     counted) that never blocks; the server publishes from it. Its lock
+//     is the last taken: nothing is locked under it.
 //   - A range goes back to its segment only after the report that lets it
 //     go (object.release, then free): a server acknowledging a new write
 //     in its range has the release in its log before it.

@@ -338,10 +338,21 @@ func (c *Core) recordCompleted(key string, o *object) {
 	c.report(key, o, Change{Completes: true})
 }
 
-// report tells OnChange key's state; how carries the change's flags.
+// recordGone reports key gone, o having been its object: o's KV events
+// end. The caller holds key's shard lock and has taken o out of the map.
+func (c *Core) recordGone(key string, o *object) {
+	c.announce(key, o, true)
+	c.report(key, nil, Change{})
+}
+
+// report tells OnChange key's state, and the KV events what became or
+// stopped being readable; how carries the change's flags.
 func (c *Core) report(key string, o *object, how Change) {
-	if c.ledger != nil && o != nil {
-		c.charge(key, o) // every change of o's replicas comes through here
+	if o != nil {
+		if c.ledger != nil {
+			c.charge(key, o) // every change of o's replicas comes through here
+		}
+		c.announce(key, o, false)
 	}
 	if c.cfg.OnChange == nil {
 		return

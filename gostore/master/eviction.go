@@ -104,7 +104,7 @@ func (c *Core) forgetClients(dead map[string]bool, disks bool) {
 				n++
 				if o.onDisk() == nil || dead[o.onDisk().client] {
 					sh.remove(key)
-					c.record(key, nil)
+					c.recordGone(key, o)
 					f.free(&c.stats)
 					return
 				} // a rewrite that never ended: the disk keeps the last value

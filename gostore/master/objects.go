@@ -61,6 +61,9 @@ type object struct {
 	// charged is the memory replicas its tenant is charged for
 	// (tenants.go; in what was padding: the object stays 80 bytes).
 	charged uint8
+	// announced: what of it KV events have said is readable (kvevents.go:
+	// announcedCPU, announcedDisk). In the struct's padding.
+	announced uint8
 }
 
 // objectExtra holds the fields few objects set; see object.trim.
@@ -706,7 +709,13 @@ func (c *Core) RemoveByRegex(pattern string, force bool) (int64, error) {
 
 // RemoveAll removes every removable object and returns how many.
 func (c *Core) RemoveAll(force bool) int64 {
-	return c.removeMatching(func(string) bool { return true }, force)
+	n := c.removeMatching(func(string) bool { return true }, force)
+	// Each removal had its events; when nothing is left, one more says so
+	// (a subscriber that lost some to a full queue forgets them too).
+	if c.cfg.Events != nil && n > 0 && c.objectCount() == 0 {
+		c.cfg.Events.Push(Event{Kind: EventAllCleared, At: c.now()})
+	}
+	return n
 }
 
 // RemoveByRegexOf is RemoveByRegex over tenant's objects only, the

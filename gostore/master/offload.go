@@ -186,7 +186,7 @@ func (c *Core) dropDisk(key string, o *object) {
 func (c *Core) deleteObject(sh *shard, key string, o *object) {
 	c.dropDisk(key, o)
 	sh.remove(key)
-	c.record(key, nil)
+	c.recordGone(key, o)
 }
 
 // settle removes o when nothing serves it any more (no memory replica, no
@@ -195,7 +195,7 @@ func (c *Core) deleteObject(sh *shard, key string, o *object) {
 func (c *Core) settle(sh *shard, key string, o *object) {
 	if o.numReplicas() == 0 && o.onDisk() == nil {
 		sh.remove(key)
-		c.record(key, nil)
+		c.recordGone(key, o)
 		return
 	}
 	c.record(key, o)

@@ -96,7 +96,22 @@ func (c *Core) restore(st *State, entries []restoreEntry, rb *restoreBlocks) Res
 	rep.HeldRanges += c.holdRestored(c.rangesToHold(holds, writes, now))
 	c.restoreDrops(st)
 	c.recountTenants()
+	c.announceRestored()
 	return rep
+}
+
+// announceRestored queues a stored event for each restored object's
+// readable media (KV events): a subscriber learns them after the
+// all-cleared event its publisher sent at its start.
+func (c *Core) announceRestored() {
+	if c.cfg.Events == nil {
+		return
+	}
+	c.forShards(func(_ int, sh *shard) {
+		for key, o := range sh.objects {
+			c.announce(key, o, false)
+		}
+	})
 }
 
 // restoreSegments installs st's segments (those a mount could have made:

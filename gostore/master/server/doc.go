@@ -58,4 +58,18 @@
 // handler runs, admit checks every request that names keys (wire.Keyed)
 // against the core's limits, so a refusal leaves the core untouched; the
 // RPC server answers and logs it (docs/operations.md, "Limits").
+//
+// # KV events
+//
+// With --enable_kv_events the core gets a bounded event queue
+// (master.EventQueue, first an all-cleared event); kvevents.go drains it
+// in one goroutine, never under a core lock, into numbered msgpack batches
+// for every subscriber of its PUB socket, and keeps the last batches for
+// the replay endpoint (a request of the wrong shape is logged once and
+// ends its connection). Both sockets are zmtp.go's: zmq4's ZMTP
+// connections on listeners of our own, each peer's reads bounded
+// (zmq4's sockets would allocate whatever a frame header claims), each
+// subscriber with a queue of its own. The sockets carry no authentication: off loopback they
+// need --allow_insecure. /kv_events/status and gostore_master_kv_events_*
+// count what was published, dropped and skipped.
 package server

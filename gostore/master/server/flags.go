@@ -70,6 +70,10 @@ type Options struct {
 	TenantQuotaConnector string
 	TenantQuotaURI       string
 
+	// KVEvents: the KV events publisher (--enable_kv_events and the
+	// --kv_events_* flags; kvevents.go).
+	KVEvents KVEventsOptions
+
 	// StateDir, when set, holds the journal of every durable change and its
 	// snapshots (every SnapshotInterval); Start restores from it.
 	StateDir         string

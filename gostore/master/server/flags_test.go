@@ -49,7 +49,7 @@ var ourDefaults = map[string]string{
 }
 
 // ourFlags are gostore's own, not Mooncake's.
-var ourFlags = map[string]bool{"tick_interval_ms": true, "log_level": true, "restore_quarantine_ms": true,
+var ourFlags = map[string]bool{"tick_interval_ms": true, "kv_events_replay_endpoint": true, "log_level": true, "restore_quarantine_ms": true,
 	"journal_ack_before_sync": true, "ha_lease_ttl_ms": true, "max_key_bytes": true, "max_batch_keys": true,
 	"max_object_bytes": true, "rpc_max_request_bytes": true, "rpc_max_connections_per_ip": true,
 	"rpc_max_inflight_per_ip": true, "auth_secret_file": true, "tls_ca_file": true, "tls_cert_file": true,
@@ -240,21 +240,21 @@ func writeFile(t *testing.T, name, text string) string {
 func TestConfigFile(t *testing.T) {
 	js := writeFile(t, "master.json", `{"client_live_ttl_sec": 33, "eviction_ratio": 0.2,
 		"default_kv_lease_ttl": "7s", "default_kv_soft_pin_ttl": 1234, "enable_offload": true,
-		"rpc_port": 4567, "enable_kv_events": true, "client_ttl": 99, "nested": {"a": 1}, "metrics_port": 9100}`)
+		"rpc_port": 4567, "enable_oplog": true, "client_ttl": 99, "nested": {"a": 1}, "metrics_port": 9100}`)
 	o := parse(t, "--config_path="+js)
 	if o.ClientTTL != 33*time.Second || o.EvictionRatio != 0.2 || o.DefaultKVLeaseTTL != 7*time.Second ||
 		o.DefaultKVSoftPinTTL != 1234*time.Millisecond || !o.EnableOffload || o.RPCPort != 4567 || o.MetricsPort != 9100 {
 		t.Errorf("from %s: %+v", js, o)
 	}
 	// The file's client_ttl is not Mooncake's key for it: ignored, and said so.
-	if !reflect.DeepEqual(o.Unimplemented, []string{"enable_kv_events"}) || !reflect.DeepEqual(o.IgnoredKeys, []string{"client_ttl", "nested.a"}) {
+	if !reflect.DeepEqual(o.Unimplemented, []string{"enable_oplog"}) || !reflect.DeepEqual(o.IgnoredKeys, []string{"client_ttl", "nested.a"}) {
 		t.Errorf("unimplemented %v, ignored %v", o.Unimplemented, o.IgnoredKeys)
 	}
 	// The command line wins, even with a flag's default value, and in
-	// either order; --noenable_kv_events leaves nothing to warn about.
+	// either order; --noenable_oplog leaves nothing to warn about.
 	for _, args := range [][]string{
-		{"--config_path=" + js, "--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_kv_events", "--rpc_port=0"},
-		{"--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_kv_events", "--rpc_port=0", "--config_path=" + js},
+		{"--config_path=" + js, "--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_oplog", "--rpc_port=0"},
+		{"--eviction_ratio=0.05", "--client_ttl=10", "--noenable_offload", "--noenable_oplog", "--rpc_port=0", "--config_path=" + js},
 	} {
 		o = parse(t, args...)
 		if o.EvictionRatio != 0.05 || o.ClientTTL != 10*time.Second || o.EnableOffload || o.RPCPort != 0 ||
@@ -334,7 +334,7 @@ func TestPortsAddressesAndLevels(t *testing.T) {
 // config keys ignored.
 func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 	js := writeFile(t, "m.json", `{"enable_snapshot": true, "bogus": 1}`)
-	o := parse(t, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--enable_kv_events", "--enable_cxl",
+	o := parse(t, "--rpc_address=127.0.0.1", "--rpc_port=0", "--metrics_port=-1", "--enable_oplog", "--enable_cxl",
 		"--cxl_size=1", "--rpc_thread_num=8", "--logtostderr", "--config_path="+js)
 	var logs bytes.Buffer
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
@@ -351,7 +351,7 @@ func TestStartWarnsOnceAboutUnimplementedFlags(t *testing.T) {
 	}
 	// enable_snapshot is accepted without a word: a state directory is
 	// what turns the journal on.
-	if len(warns) != 1 || !strings.Contains(warns[0], "flags=cxl_size,enable_cxl,enable_kv_events,rpc_thread_num") ||
+	if len(warns) != 1 || !strings.Contains(warns[0], "flags=cxl_size,enable_cxl,enable_oplog,rpc_thread_num") ||
 		!strings.Contains(warns[0], "unknown_config_keys=bogus") {
 		t.Errorf("warnings: %q", warns)
 	}

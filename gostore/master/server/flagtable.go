@@ -230,7 +230,9 @@ var specs = []flagSpec{
 		help: "high availability: lead through an etcd lease (a standby until then), the change log on etcd",
 		set:  to(func(o *Options) *bool { return &o.EnableHA }, asBool)},
 	mc("enable_http_metadata_server", "bool", "false"),
-	mc("enable_kv_events", "bool", "false"),
+	{name: "enable_kv_events", gtype: "bool", def: "false",
+		help: "publish KV events (stored/removed/all cleared, with medium and tenant) on --kv_events_bind_endpoint over ZeroMQ",
+		set:  to(func(o *Options) *bool { return &o.KVEvents.Enable }, asBool)},
 	mc("enable_metadata_cleanup_on_timeout", "bool", "false"),
 	// Mooncake logs a summary of its metrics periodically by default; this
 	// master does not, so only asking for it (true) earns the warning.
@@ -263,17 +265,51 @@ var specs = []flagSpec{
 	mc("ha_backend_type", "string", "etcd"),
 	mc("http_metadata_server_host", "string", "0.0.0.0"),
 	mc("http_metadata_server_port", "int32", "8080"),
-	mc("kv_events_additional_salt", "string", ""),
-	mc("kv_events_backend_id", "string", ""),
-	mc("kv_events_bind_endpoint", "string", ""),
-	mc("kv_events_block_size", "uint32", "0"),
-	mc("kv_events_dp_rank", "uint32", "0"),
-	mc("kv_events_emit_legacy_compat", "bool", "true"),
-	mc("kv_events_emit_object_key", "bool", "true"),
-	mc("kv_events_lora_name", "string", ""),
-	mc("kv_events_model_name", "string", ""),
-	mc("kv_events_queue_capacity", "uint32", "65536"),
-	mc("kv_events_tenant_id", "string", "default"),
+	{name: "kv_events_additional_salt", gtype: "string", def: "",
+		help: "stamped on every KV event as additional_salt (none: null)",
+		set:  to(func(o *Options) *string { return &o.KVEvents.AdditionalSalt }, asString)},
+	{name: "kv_events_backend_id", gtype: "string", def: "",
+		help: "names this master's KV event stream (backend_id of every event); required with --enable_kv_events",
+		set:  to(func(o *Options) *string { return &o.KVEvents.BackendID }, asString)},
+	{name: "kv_events_bind_endpoint", gtype: "string", def: "",
+		help: "the KV events PUB socket, tcp://host:port (host * for every interface; unauthenticated: off loopback it wants --allow_insecure)",
+		set:  to(func(o *Options) *string { return &o.KVEvents.BindEndpoint }, asString)},
+	{name: "kv_events_block_size", gtype: "uint32", def: "0",
+		help: "stamped on every KV event as block_size (tokens per block)",
+		set: func(st *flagState, v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			st.o.KVEvents.BlockSize = uint32(n)
+			return err
+		}},
+	{name: "kv_events_dp_rank", gtype: "uint32", def: "0",
+		help: "the data-parallel rank of every KV event batch (and event)",
+		set: func(st *flagState, v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			st.o.KVEvents.DPRank = uint32(n)
+			return err
+		}},
+	{name: "kv_events_emit_legacy_compat", gtype: "bool", def: "true",
+		help: "KV events carry the engines' fields (type, block_hashes...) that vLLM's and SGLang's decoders need",
+		set:  to(func(o *Options) *bool { return &o.KVEvents.LegacyCompat }, asBool)},
+	{name: "kv_events_emit_object_key", gtype: "bool", def: "true",
+		help: "KV events name their key (object_key); without it, keys that are not a decimal or 0x-hex u64 hash are not published",
+		set:  to(func(o *Options) *bool { return &o.KVEvents.ObjectKey }, asBool)},
+	{name: "kv_events_lora_name", gtype: "string", def: "",
+		help: "stamped on every KV event as lora_name (none: null)",
+		set:  to(func(o *Options) *string { return &o.KVEvents.LoraName }, asString)},
+	{name: "kv_events_model_name", gtype: "string", def: "",
+		help: "stamped on every KV event as model_name (none: null)",
+		set:  to(func(o *Options) *string { return &o.KVEvents.ModelName }, asString)},
+	{name: "kv_events_queue_capacity", gtype: "uint32", def: "65536",
+		help: "KV events waiting for the publisher; when full the oldest is dropped and counted (0: unbounded)",
+		set: func(st *flagState, v string) error {
+			n, err := strconv.ParseUint(v, 10, 32)
+			st.o.KVEvents.QueueCapacity = uint32(n)
+			return err
+		}},
+	{name: "kv_events_tenant_id", gtype: "string", def: "default",
+		help: "the tenant_id of KV events for objects of the default tenant",
+		set:  to(func(o *Options) *string { return &o.KVEvents.TenantID }, asString)},
 	// Bounds a per-request soft pin TTL, which this master's protocol does
 	// not carry: every soft pin lasts default_kv_soft_pin_ttl.
 	{name: "max_kv_soft_pin_ttl", gtype: "string", unit: time.Millisecond, def: "86400000"},
@@ -478,6 +514,9 @@ var specs = []flagSpec{
 	{name: "rpc_max_inflight_per_ip", gtype: "int32", def: "256",
 		help: "the most RPC requests from one IP address read and running at once; more wait for a slot",
 		set:  to(func(o *Options) *int { return &o.RPCMaxInflightPerIP }, asInt)},
+	{name: "kv_events_replay_endpoint", gtype: "string", def: "",
+		help: "with --enable_kv_events: a ROUTER socket, tcp://host:port, where a subscriber sends a start sequence number and gets the buffered KV event batches from it (vLLM's replay protocol)",
+		set:  to(func(o *Options) *string { return &o.KVEvents.ReplayEndpoint }, asString)},
 	{name: "rpc_spin_us", gtype: "int32", def: "200",
 		help: "how long, in microseconds, a connection polls for its client's next request after an answer before it sleeps (0: never); see docs/operations.md",
 		set:  to(func(o *Options) *int { return &o.RPCSpinMicros }, asInt)},

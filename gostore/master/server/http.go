@@ -126,6 +126,9 @@ func (s *Server) httpHandler() http.Handler {
 	if s.opts.EnableHA {
 		mux.HandleFunc(snapshotPath, serveSnapshot(s.opts.StateDir, s.log))
 	}
+	mux.HandleFunc("/kv_events/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, s.events.status())
+	})
 	mux.HandleFunc("/get_all_segments", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.core.Segments())
 	})

@@ -33,8 +33,9 @@ type Server struct {
 	http    *http.Server
 	httpLn  net.Listener
 	metrics *metrics
-	state   *durability // nil without a state directory or HA
-	leader  *ha.Leader  // nil without HA
+	state   *durability  // nil without a state directory or HA
+	leader  *ha.Leader   // nil without HA
+	events  *kvPublisher // nil without --enable_kv_events
 	done    chan struct{}
 
 	// evictNow asks the tick loop for a pass before its next tick: a put
@@ -60,6 +61,9 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkKVEvents(opts.KVEvents, opts.AllowInsecure); err != nil {
+		return nil, err
+	}
 	// The RPC port is bound first: a master under HA advertises it while
 	// it campaigns.
 	rpcLn, err := net.Listen(listenNetwork(opts.RPCAddress), net.JoinHostPort(opts.RPCAddress, strconv.Itoa(opts.RPCPort)))
@@ -71,11 +75,21 @@ func Start(opts Options) (*Server, error) {
 		rpcLn.Close()
 		return nil, err
 	}
-	core := master.New(coreConfig(opts, state))
+	cfg := coreConfig(opts, state)
+	events, err := kvEventsFor(opts, &cfg, log)
+	if err != nil {
+		rpcLn.Close()
+		if state != nil {
+			state.j.Close()
+		}
+		return nil, err
+	}
+	core := master.New(cfg)
 	if saved != nil {
 		if err := restoreSaved(opts, saved, core, log); err != nil {
 			rpcLn.Close()
 			state.j.Close()
+			events.closeSockets()
 			return nil, err
 		}
 	}
@@ -88,17 +102,24 @@ func Start(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{opts: opts, log: log, core: core, state: state, stop: make(chan struct{}),
-		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, done: make(chan struct{})}
+		evictNow: make(chan struct{}, 1), rpcLn: rpcLn, leader: leader, events: events, done: make(chan struct{})}
 	s.wireRPC(guard)
+	if events != nil {
+		events.registerMetrics(s.metrics.reg)
+	}
 	if opts.MetricsPort >= 0 {
 		if err := s.serveHTTP(guard); err != nil {
 			s.rpcLn.Close()
 			if state != nil {
 				state.j.Close()
 			}
+			events.closeSockets()
 			return nil, err
 		}
 		s.advertiseSnapshots(guard)
+	}
+	if s.events != nil {
+		s.events.start()
 	}
 	s.serveRPC()
 	s.watchTenantPolicy(policy)
@@ -482,6 +503,9 @@ func (s *Server) shutdown(clean bool) {
 			cancel()
 		}
 		s.wg.Wait()
+		if s.events != nil {
+			s.events.close() // after the RPCs: it publishes their last events
+		}
 		if s.state != nil {
 			if clean {
 				// A last snapshot makes the next start quick; the log

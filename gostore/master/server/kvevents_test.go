@@ -1,0 +1,273 @@
+package server
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/gostore/gostore/gostore/master"
+)
+
+func TestKeyHash(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want uint64
+		ok   bool
+	}{
+		{"12345", 12345, true},
+		{"18446744073709551615", 1<<64 - 1, true},
+		{"18446744073709551616", 0, false}, // past u64
+		{"0xff", 255, true},
+		{"0XFF", 255, true},
+		{"0x", 0, false},
+		{"0x10000000000000000", 0, false},
+		{"0xffffffffffffffff", 1<<64 - 1, true},
+		{"0xg", 0, false},
+		{"", 0, false},
+		{"-1", 0, false},
+		{"k1", 0, false},
+		{"12a", 0, false},
+	} {
+		got, ok := keyHash(tc.key)
+		if ok != tc.ok || (ok && got != tc.want) {
+			t.Errorf("keyHash(%q) = %d, %v; want %d, %v", tc.key, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// The batch layout under each setting of the two emit flags: which
+// fields an event has, and which events are left out.
+func TestKVBatchLayout(t *testing.T) {
+	evs := []master.Event{
+		{Kind: master.EventStored, Medium: master.MediumCPU, Key: "7", At: int64(3 * time.Millisecond)},
+		{Kind: master.EventRemoved, Medium: master.MediumDisk, Key: "k", Tenant: "t1"},
+		{Kind: master.EventAllCleared},
+	}
+	for _, tc := range []struct {
+		legacy, objectKey bool
+		keys              [][]string // each event's keys, sorted
+		skipped           uint64
+	}{
+		{true, true, [][]string{
+			{"additional_salt", "backend_id", "base_block_idx", "block_hashes", "block_size", "dp_rank", "event_id", "event_type", "group_id",
+				"lora_id", "lora_name", "medium", "model_name", "object_key", "parent_block_hash", "parent_hash", "seq_hashes",
+				"tenant_id", "timestamp", "token_ids", "type"},
+			{"additional_salt", "backend_id", "base_block_idx", "block_hashes", "block_size", "dp_rank", "event_id", "event_type", "group_id",
+				"lora_name", "medium", "model_name", "object_key", "seq_hashes", "tenant_id", "timestamp", "type"},
+			{"backend_id", "event_id", "event_type", "timestamp", "type"},
+		}, 1},
+		{false, false, [][]string{
+			{"additional_salt", "backend_id", "base_block_idx", "block_size", "dp_rank", "event_id", "event_type", "group_id",
+				"lora_name", "medium", "model_name", "parent_hash", "seq_hashes", "tenant_id", "timestamp", "token_ids"},
+			{"backend_id", "event_id", "event_type", "timestamp"},
+		}, 1},
+	} {
+		p := &kvPublisher{o: KVEventsOptions{BackendID: "b", TenantID: "default", LegacyCompat: tc.legacy, ObjectKey: tc.objectKey, DPRank: 2},
+			log: slog.Default(), now: func() time.Time { return time.Unix(10, 500_000_000) }}
+		var enc kvEncoder
+		payload, n, skipped := enc.batch(p, evs)
+		if n != len(tc.keys) || skipped != tc.skipped {
+			t.Fatalf("legacy %v, object key %v: %d events, %d skipped", tc.legacy, tc.objectKey, n, skipped)
+		}
+		var batch []any
+		if err := msgpack.Unmarshal(payload, &batch); err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) != 3 || batch[0] != 10.5 || fmt.Sprint(batch[2]) != "2" {
+			t.Fatalf("batch %v", batch)
+		}
+		for i, e := range batch[1].([]any) {
+			m := e.(map[string]any)
+			var keys []string
+			for k := range m {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if !reflect.DeepEqual(keys, tc.keys[i]) {
+				t.Errorf("legacy %v, object key %v: event %d has %v, want %v", tc.legacy, tc.objectKey, i, keys, tc.keys[i])
+			}
+			if i == 0 && (fmt.Sprint(m["seq_hashes"]) != "[7]" || fmt.Sprint(m["timestamp"]) != "3" || m["medium"] != "cpu") {
+				t.Errorf("stored event %v", m)
+			}
+			if i == 1 && tc.objectKey && (m["tenant_id"] != "t1" || m["medium"] != "disk" || m["object_key"] != "k") {
+				t.Errorf("removed event %v", m)
+			}
+		}
+	}
+}
+
+// BenchmarkKVBatch: one batch of kvBatchMax stored events encoded.
+func BenchmarkKVBatch(b *testing.B) {
+	p := &kvPublisher{o: KVEventsOptions{BackendID: "b", TenantID: "default", LegacyCompat: true, ObjectKey: true},
+		log: slog.Default(), now: time.Now}
+	evs := make([]master.Event, kvBatchMax)
+	for i := range evs {
+		evs[i] = master.Event{Kind: master.EventStored, Medium: master.MediumCPU, Key: fmt.Sprintf("model/layer%02d/block%08d", i%61, i)}
+	}
+	var enc kvEncoder
+	b.ReportAllocs()
+	for b.Loop() {
+		enc.batch(p, evs)
+	}
+	b.ReportMetric(float64(b.N*kvBatchMax)/b.Elapsed().Seconds(), "events/s")
+}
+
+// The replay buffer keeps the newest kvReplayBatches batches, and from
+// answers those numbered from a start on.
+func TestKVReplayBufferKeepsTheNewest(t *testing.T) {
+	p := &kvPublisher{replay: fakeListener{}}
+	for seq := uint64(1); seq <= kvReplayBatches+5; seq++ {
+		p.keep(kvBatch{seq: seq, payload: []byte{1}})
+	}
+	all := p.from(0)
+	if len(all) != kvReplayBatches || all[0].seq != 6 || all[len(all)-1].seq != kvReplayBatches+5 {
+		t.Fatalf("kept %d, from %d to %d", len(all), all[0].seq, all[len(all)-1].seq)
+	}
+	if tail := p.from(kvReplayBatches + 4); len(tail) != 2 || tail[0].seq != kvReplayBatches+4 {
+		t.Fatalf("from the last two: %v", tail)
+	}
+	if none := p.from(kvReplayBatches + 6); len(none) != 0 {
+		t.Fatalf("from past the end: %v", none)
+	}
+	// A batch larger than the byte bound's rest pushes out the oldest.
+	p.keep(kvBatch{seq: kvReplayBatches + 6, payload: make([]byte, kvReplayBytes-10)})
+	if got := p.from(0); len(got) != 11 || got[len(got)-1].seq != kvReplayBatches+6 || p.bufBytes > kvReplayBytes {
+		t.Fatalf("after a big batch: %d kept, %d bytes", len(got), p.bufBytes)
+	}
+}
+
+// fakeListener stands for a replay socket: keep stores nothing without one.
+type fakeListener struct{ net.Listener }
+
+// zmtpConn's reads pass the greeting and frames within the bounds, and
+// fail, before the frame's body is read, on a frame or a message beyond
+// them.
+func TestZMTPReadBounds(t *testing.T) {
+	greeting := make([]byte, 64)
+	short := func(more bool, body string) []byte {
+		flag := byte(0)
+		if more {
+			flag = 1
+		}
+		return append([]byte{flag, byte(len(body))}, body...)
+	}
+	long := func(size uint64) []byte {
+		return binary.BigEndian.AppendUint64([]byte{0x02}, size)
+	}
+	many := func(n int) []byte {
+		var b []byte
+		for i := range n {
+			b = append(b, short(i < n-1, "x")...)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		stream []byte
+		fails  string
+	}{
+		{"a request", append(short(true, ""), short(false, "12345678")...), ""},
+		{"a long frame within the bound", append(long(zmtpMaxFrame), make([]byte, zmtpMaxFrame)...), ""},
+		{"a frame past the bound", long(zmtpMaxFrame + 1), "a frame of 4097 bytes"},
+		{"2^62 bytes claimed", long(1 << 62), "a frame of 4611686018427387904 bytes"},
+		{"16 frames", many(zmtpMaxFrames), ""},
+		{"17 frames", many(zmtpMaxFrames + 1), "more than 16 frames"},
+		{"messages of 16 frames, one after another", append(many(zmtpMaxFrames), many(zmtpMaxFrames)...), ""},
+	} {
+		a, b := net.Pipe()
+		go func() {
+			a.Write(append(append([]byte{}, greeting...), tc.stream...))
+			a.Close()
+		}()
+		c := &zmtpConn{Conn: b, greet: 64}
+		_, err := io.ReadAll(c)
+		switch {
+		case tc.fails == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.fails != "" && (err == nil || !strings.Contains(err.Error(), tc.fails)):
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.fails)
+		}
+		b.Close()
+	}
+}
+
+// A subscriber that reads nothing loses its own batches (counted) once its
+// queue is full, and holds up no other: the one that reads gets them all.
+func TestZMTPPubSlowSubscriberLosesItsOwn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newZMTPPub(ln, 100, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer pub.close()
+	dial := func() (net.Conn, *zmq4.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Sub, nil, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, zc
+	}
+	readerConn, reader := dial()
+	dial() // handshaken, never read
+	// The reader's queue on the publisher's side, once both are in.
+	var readerQueue chan zmq4.Msg
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pub.mu.Lock()
+		n := len(pub.subs)
+		for s := range pub.subs {
+			if s.c.RemoteAddr().String() == readerConn.LocalAddr().String() {
+				readerQueue = s.out
+			}
+		}
+		pub.mu.Unlock()
+		if n == 2 && readerQueue != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscribers registered", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	payload := make([]byte, 64<<10)
+	const batches = 2000 // 128 MiB to each: past the stalled one's queue and its socket's buffers
+	got := make(chan int)
+	go func() {
+		n := 0
+		for n < batches {
+			if _, err := reader.RecvMsg(); err != nil {
+				break
+			}
+			n++
+		}
+		got <- n
+	}()
+	for i := range batches {
+		// The reader is not the one under test for losses: let its queue
+		// drain when full (len of a channel is safe to read).
+		for len(readerQueue) == cap(readerQueue) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		pub.send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, uint64(i)), payload))
+	}
+	if n := <-got; n != batches {
+		t.Fatalf("the reading subscriber got %d of %d batches", n, batches)
+	}
+	if lost := pub.lost.Load(); lost == 0 || lost >= batches {
+		t.Fatalf("the stalled subscriber lost %d of %d", lost, batches)
+	}
+}

@@ -1,0 +1,311 @@
+// zmtp.go: the ZeroMQ side of the KV events publisher, on zmq4's ZMTP
+// connection (zmq4.Open) over listeners of our own: the PUB socket's
+// subscribers and the replay endpoint's peers. zmq4's own sockets read a
+// frame of whatever size its header claims into one allocation, so a
+// peer could stop the master with nine bytes; here every connection reads
+// through zmtpLimit, and each subscriber has its own bounded queue, so a
+// slow one loses its own batches (counted) and holds up no other.
+
+package server
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+const (
+	// zmtpMaxFrame bounds a frame a peer sends us, zmtpMaxFrames the
+	// frames of one message: subscriptions, replay requests and the
+	// handshake's commands are a frame or two of tens of bytes.
+	zmtpMaxFrame  = 4 << 10
+	zmtpMaxFrames = 16
+	// zmtpMaxSubscribers bounds the PUB socket's connections.
+	zmtpMaxSubscribers = 256
+	// zmtpWriteTimeout: a subscriber that takes no bytes this long is
+	// dropped.
+	zmtpWriteTimeout = 10 * time.Second
+)
+
+// zmtpConn is a peer's connection as zmq4.Open sees it: reads refuse a
+// frame longer than zmtpMaxFrame before zmq4 allocates it, and writes,
+// once buffered() is called, collect in a buffer flush sends whole.
+type zmtpConn struct {
+	net.Conn
+	// Reading: the ZMTP greeting (64 bytes), then frames of a flags byte
+	// and a 1- or 8-byte size.
+	greet  int    // greeting bytes still to pass
+	hdr    []byte // the frame header read so far
+	body   uint64 // body bytes still to pass
+	frames int    // frames of the message being read
+
+	wmu sync.Mutex
+	bw  *bufio.Writer // nil: writes go straight to the connection
+}
+
+func (c *zmtpConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for i := 0; i < n; {
+		switch {
+		case c.greet > 0:
+			k := min(c.greet, n-i)
+			c.greet -= k
+			i += k
+		case c.body > 0:
+			k := int(min(c.body, uint64(n-i)))
+			c.body -= uint64(k)
+			i += k
+		default:
+			c.hdr = append(c.hdr, p[i])
+			i++
+			long := c.hdr[0]&0x02 != 0
+			if (long && len(c.hdr) < 9) || (!long && len(c.hdr) < 2) {
+				continue
+			}
+			size := uint64(c.hdr[1])
+			if long {
+				size = binary.BigEndian.Uint64(c.hdr[1:9])
+			}
+			more := c.hdr[0]&0x01 != 0
+			c.hdr = c.hdr[:0]
+			if size > zmtpMaxFrame {
+				return 0, fmt.Errorf("a frame of %d bytes: at most %d here", size, zmtpMaxFrame)
+			}
+			if c.frames++; c.frames > zmtpMaxFrames {
+				return 0, fmt.Errorf("a message of more than %d frames", zmtpMaxFrames)
+			}
+			if !more {
+				c.frames = 0
+			}
+			c.body = size
+		}
+	}
+	return n, err
+}
+
+func (c *zmtpConn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.bw == nil {
+		return c.Conn.Write(p)
+	}
+	return c.bw.Write(p)
+}
+
+// buffered turns write buffering on (after the handshake, whose writes
+// must reach the peer before its answer is read).
+func (c *zmtpConn) buffered() {
+	c.wmu.Lock()
+	c.bw = bufio.NewWriterSize(c.Conn, 64<<10)
+	c.wmu.Unlock()
+}
+
+func (c *zmtpConn) flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.bw == nil {
+		return nil
+	}
+	c.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
+	return c.bw.Flush()
+}
+
+// zmtpOpen does the ZMTP handshake as a socket of type typ (the server
+// side) on c, within zmtpWriteTimeout.
+func zmtpOpen(c net.Conn, typ zmq4.SocketType) (*zmtpConn, *zmq4.Conn, error) {
+	zc := &zmtpConn{Conn: c, greet: 64}
+	c.SetDeadline(time.Now().Add(zmtpWriteTimeout))
+	conn, err := zmq4.Open(zc, zmtpNull{}, typ, nil, true, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return zc, conn, nil
+}
+
+// zmtpNull is ZMTP's NULL mechanism (no authentication), which zmq4 does
+// not export for a connection opened by hand: each side sends READY with
+// its metadata (socket type, identity) and reads the other's.
+type zmtpNull struct{}
+
+func (zmtpNull) Type() zmq4.SecurityType { return zmq4.NullSecurity }
+
+func (zmtpNull) Handshake(c *zmq4.Conn, server bool) error {
+	meta, err := c.Meta.MarshalZMTP()
+	if err != nil {
+		return err
+	}
+	if err := c.SendCmd(zmq4.CmdReady, meta); err != nil {
+		return err
+	}
+	cmd, err := c.RecvCmd()
+	if err != nil {
+		return err
+	}
+	if cmd.Name != zmq4.CmdReady {
+		return fmt.Errorf("peer sent %q, want READY", cmd.Name)
+	}
+	return c.Peer.Meta.UnmarshalZMTP(cmd.Body)
+}
+
+func (zmtpNull) Encrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
+func (zmtpNull) Decrypt(w io.Writer, data []byte) (int, error) { return w.Write(data) }
+
+// zmtpPub is a PUB socket: every subscriber gets every message (the
+// topic is always empty: subscriptions are read and not filtered on),
+// through a queue of its own of at most queue messages.
+type zmtpPub struct {
+	ln    net.Listener
+	log   *slog.Logger
+	queue int
+
+	mu     sync.Mutex
+	subs   map[*zmtpSub]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	// lost: messages a subscriber's full queue refused.
+	lost atomic.Uint64
+}
+
+type zmtpSub struct {
+	c   *zmtpConn
+	zc  *zmq4.Conn
+	out chan zmq4.Msg
+}
+
+func newZMTPPub(ln net.Listener, queue int, log *slog.Logger) *zmtpPub {
+	p := &zmtpPub{ln: ln, log: log, queue: queue, subs: map[*zmtpSub]struct{}{}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.accept()
+	}()
+	return p
+}
+
+func (p *zmtpPub) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if p.isClosed() {
+				return
+			}
+			p.log.Warn("kv events: accept failed", "err", err)
+			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.serve(c)
+		}()
+	}
+}
+
+func (p *zmtpPub) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+// serve runs one subscriber: the handshake, then a writer of its queue
+// while this goroutine reads (and drops) what it sends.
+func (p *zmtpPub) serve(c net.Conn) {
+	defer c.Close()
+	zc, conn, err := zmtpOpen(c, zmq4.Pub)
+	if err != nil {
+		p.log.Warn("kv events: subscriber handshake failed", "peer", c.RemoteAddr(), "err", err)
+		return
+	}
+	zc.buffered()
+	s := &zmtpSub{c: zc, zc: conn, out: make(chan zmq4.Msg, p.queue)}
+	p.mu.Lock()
+	if p.closed || len(p.subs) >= zmtpMaxSubscribers {
+		full := !p.closed
+		p.mu.Unlock()
+		if full {
+			p.log.Warn("kv events: subscriber refused: too many", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
+		}
+		return
+	}
+	p.subs[s] = struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.write()
+	}()
+	for {
+		if _, err := conn.RecvMsg(); err != nil {
+			break
+		}
+	}
+	p.mu.Lock()
+	delete(p.subs, s)
+	p.mu.Unlock()
+	close(s.out)
+	<-done
+}
+
+// write sends s's queue, flushing whenever it is empty. On an error it
+// closes the connection (the reader then ends and closes the queue) and
+// drops what is left.
+func (s *zmtpSub) write() {
+	for m := range s.out {
+		// A payload larger than the buffer goes straight to the socket.
+		s.c.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
+		err := s.zc.SendMsg(m)
+		if err == nil && len(s.out) == 0 {
+			err = s.c.flush()
+		}
+		if err != nil {
+			s.c.Close()
+			for range s.out {
+			}
+			return
+		}
+	}
+}
+
+// send queues m for every subscriber; one whose queue is full loses it.
+func (p *zmtpPub) send(m zmq4.Msg) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s := range p.subs {
+		select {
+		case s.out <- m:
+		default:
+			p.lost.Add(1)
+		}
+	}
+}
+
+// close stops accepting, ends every subscriber's connection once its
+// queue is written, at most a second from now, and waits for them.
+func (p *zmtpPub) close() {
+	p.mu.Lock()
+	p.closed = true
+	subs := make([]*zmtpSub, 0, len(p.subs))
+	for s := range p.subs {
+		s.c.SetReadDeadline(time.Now()) // the reader returns; the writer finishes the queue
+		subs = append(subs, s)
+	}
+	p.mu.Unlock()
+	p.ln.Close()
+	grace := time.AfterFunc(time.Second, func() {
+		for _, s := range subs {
+			s.c.Close() // a subscriber that takes nothing: its writer stops
+		}
+	})
+	p.wg.Wait()
+	grace.Stop()
+}
