@@ -8,6 +8,8 @@ package master
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // EventKind says what an Event announces.
@@ -87,15 +89,23 @@ func (c *Core) announce(key string, o *object, gone bool) {
 	}
 	o.announced = now
 	at := c.now()
+	// A tenant's object is stored under its scoped key (wire.ScopeKey):
+	// subscribers get the tenant's own key and the tenant by name.
+	tenant := ""
+	if c.cfg.MultiTenants {
+		if t, k := wire.SplitScoped(key); t != wire.DefaultTenant {
+			tenant, key = t, k
+		}
+	}
 	for _, m := range [...]struct {
 		bit    uint8
 		medium Medium
 	}{{announcedCPU, MediumCPU}, {announcedDisk, MediumDisk}} {
 		switch {
 		case was&m.bit == 0 && now&m.bit != 0:
-			q.Push(Event{Kind: EventStored, Medium: m.medium, Key: key, At: at})
+			q.Push(Event{Kind: EventStored, Medium: m.medium, Key: key, Tenant: tenant, At: at})
 		case was&m.bit != 0 && now&m.bit == 0:
-			q.Push(Event{Kind: EventRemoved, Medium: m.medium, Key: key, At: at})
+			q.Push(Event{Kind: EventRemoved, Medium: m.medium, Key: key, Tenant: tenant, At: at})
 		}
 	}
 }

@@ -244,3 +244,17 @@ func BenchmarkPutWithEvents(b *testing.B) {
 		})
 	}
 }
+
+// Under --enable_multi_tenants a tenant's object is stored under its
+// scoped key; its events carry the tenant's own key and the tenant's name,
+// and the default tenant's object is announced as it is stored.
+func TestKVEventsNameTheTenant(t *testing.T) {
+	c, _, q := eventsCore(t, 0)
+	c.cfg.MultiTenants = true
+	put(t, c, wire.ScopeKey("tenant-a", "k"), 100, wire.ReplicaConfig{})
+	put(t, c, "k", 100, wire.ReplicaConfig{})
+	evs, _ := q.Drain(nil, 10)
+	if len(evs) != 2 || evs[0].Key != "k" || evs[0].Tenant != "tenant-a" || evs[1].Key != "k" || evs[1].Tenant != "" {
+		t.Fatalf("events %+v, want k of tenant-a then k of the default tenant", evs)
+	}
+}
