@@ -71,6 +71,17 @@ func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 	return peer, ok
 }
 
+// forgetStale forgets segment id if what is cached of it still carries
+// the UCX desc ucx: another call may have cached the master's newer one.
+func (p *peerCache) forgetStale(id uint64, ucx []byte) {
+	p.mu.Lock()
+	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
+		delete(p.byID, id)
+		delete(p.descs, id)
+	}
+	p.mu.Unlock()
+}
+
 func (p *peerCache) forget(id uint64) {
 	p.mu.Lock()
 	delete(p.byID, id)
@@ -183,8 +194,12 @@ func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]tr
 			c.engine.Route(op.Peer) != transfer.RouteUCX {
 			continue
 		}
+		// Only the cached desc goes: the UCX worker already dropped the
+		// failed endpoint, and the engine's Forget would drop the
+		// segment's current one too, cutting short the ops that other
+		// calls are retrying on it.
+		c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
 		if !slices.Contains(ids, op.Peer.SegID) {
-			c.failed(op.Peer.SegID)
 			ids = append(ids, op.Peer.SegID)
 		}
 		stale = append(stale, k)
