@@ -30,6 +30,8 @@ line on stdin and answers one JSON line on stdout per command:
 ``batch_pattern``   ``keys``, ``size``, ``seed`` [, config as ``put``]: put_batch
                     of a pattern per key (seed + index), then get_batch ->
                     ``{"put": [rc...], "ok": [bytes equal...]}``
+``get_batch_pattern`` ``keys``, ``size``, ``seed``: get_batch, each checked
+                    against the pattern of seed + index -> ``{"ok": [bytes equal...]}``
 ``registered``      ``keys``, ``size``, ``seed`` [, config as ``put``]:
                     batch_put_from out of a registered buffer, then
                     batch_get_into another -> ``{"put": [rc...], "get":
@@ -208,6 +210,10 @@ def handle(store, cmd: dict) -> dict:
         got = store.get_batch(keys)
         return {"put": put if isinstance(put, list) else [put] * len(keys),
                 "ok": [g == d for g, d in zip(got, datas)]}
+    if op == "get_batch_pattern":
+        keys, size, seed = list(cmd["keys"]), int(cmd["size"]), int(cmd["seed"])
+        got = store.get_batch(keys)
+        return {"ok": [g == pattern(seed + i, size) for i, g in enumerate(got)]}
     if op == "registered":
         import ctypes
 

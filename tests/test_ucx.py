@@ -10,7 +10,9 @@ between clients with UCX one-sided put/get into the owner's segment.
   shared-memory mapping), over ``UCX_TLS`` tcp, shared memory and CMA.
 - Hosts as network namespaces joined by veth, UCX over tcp between them.
 - Faults: a peer killed -9 mid-transfer (an error, no hang), a peer
-  restarted (endpoints rebuilt; new objects served).
+  restarted (endpoints rebuilt; new objects served), an owner that
+  remounted its segment after a master restart (a reader's stale
+  descriptor refreshed and its op tried once more: no failed call).
 - Segments mounted after setup (allocate_and_mount_segment) are exposed
   and reached over UCX too, again after a master restart.
 
@@ -551,3 +553,53 @@ def test_an_allocated_segment_is_reached_over_ucx(launcher):
     no_tcp_route(a.pid, b, types.SimpleNamespace(hostname=seg["Name"]))
     after = route_ops(a.call("transport_info")["info"])
     assert after.get("ucx", 0) >= ops["ucx"] + 2 and all(n == 0 for r, n in after.items() if r != "ucx"), after
+
+
+STALE_OPS = ("get", "batch_get", "put", "zero_copy")
+
+
+@pytest.mark.parametrize("op", STALE_OPS)
+def test_an_owner_remount_does_not_fail_the_next_op(launcher, tmp_path, tls, op):
+    """a reads from and writes into b's segment over UCX, caching b's
+    descriptor. The master restarts on its state (objects kept), b's
+    heartbeat remounts its segment under the same id with a fresh exposure,
+    and the old descriptor is refused (canary, closed worker). a's first op
+    of each kind after that still succeeds, bytes verified: it drops the
+    stale descriptor, asks the master for the new one and tries once more."""
+    state = str(tmp_path / "state")
+    m = launcher.master(snapshot_backup_dir=state)
+    a, b = ucx_peer(launcher, m, tls), ucx_peer(launcher, m, tls)
+    on_b = b.hostname
+    assert a.put_pattern("st/one", 4096, seed=1, preferred_segment=on_b) == 0
+    keys = [f"st/batch/{j}" for j in range(8)]
+    ans = a.call("batch_pattern", keys=keys, size=64 << 10, seed=10, preferred_segment=on_b)
+    assert ans["put"] == [0] * 8 and all(ans["ok"]), ans
+    assert a.check_pattern("st/one", 4096, seed=1)  # a now holds b's descriptor (and a spot)
+    before = route_ops(a.call("transport_info")["info"]).get("ucx", 0)
+
+    m.kill()
+    m2 = launcher.master(snapshot_backup_dir=state, rpc_port=m.rpc_port)
+    # b's first ping finds a master that does not know it: it remounts its
+    # segment, exposed afresh, and the master logs the mount.
+    wait_until(lambda: any("segment mounted" in ln and f"name={on_b}" in ln for ln in m2.log().splitlines()),
+               timeout=20, what="b's remount at the restarted master")
+    # a's calls fail at once until its own ping reached the new master.
+    wait_until(lambda: a.is_exist("st/one") == 1, timeout=20, what="a reaching the restarted master")
+
+    if op == "get":
+        assert a.check_pattern("st/one", 4096, seed=1)
+    elif op == "batch_get":
+        got = a.call("get_batch_pattern", keys=keys, size=64 << 10, seed=10)
+        assert all(got["ok"]), got
+    elif op == "put":
+        assert a.put_pattern("st/after", 1 * MiB, seed=3, preferred_segment=on_b) == 0
+        assert b.check_pattern("st/after", 1 * MiB, seed=3)
+    else:
+        ans = a.call("registered", keys=[f"st/zc/{j}" for j in range(4)], size=128 << 10, seed=20,
+                     preferred_segment=on_b)
+        assert ans["put"] == [0] * 4 and ans["get"] == [128 << 10] * 4 and ans["ok"], ans
+    with open(a.log_path) as f:  # the case this test is about was met
+        assert "UCX descriptor was stale" in f.read()
+    after = route_ops(a.call("transport_info")["info"]).get("ucx", 0)
+    assert after > before  # the op went over UCX, not around it
+    assert_ucx_route(a, tls, b)

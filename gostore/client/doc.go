@@ -123,7 +123,12 @@
 // expose to the master's answer, and none runs after the revoke, so a
 // heartbeat remount never re-exposes memory being freed and a peer's stale
 // desc fails rather than reach memory. A remount that reached the master
-// after an unmount began is undone there (remountOne).
+// after an unmount began is undone there (remountOne). On the reader's
+// side, the get, put and put-session rounds go through
+// core.doRefreshing: an op that failed over UCX with a desc the master
+// has since replaced (same segment id, new exposure) is sent once more
+// with the new one, within the same call; a desc the master still gives
+// leaves the error as it was.
 //
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD

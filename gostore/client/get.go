@@ -302,7 +302,7 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 			opWant = append(opWant, w)
 		}
 		if len(ops) > 0 {
-			for j, err := range c.engine.Do(ctx, ops) {
+			for j, err := range c.doRefreshing(ctx, ops, func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }) {
 				w := opWant[j]
 				if err == nil {
 					out[w.item] = int64(w.size)

@@ -3,7 +3,9 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,6 +69,17 @@ func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 	defer p.mu.RUnlock()
 	peer, ok := p.byID[id]
 	return peer, ok
+}
+
+// forgetStale forgets segment id if what is cached of it still carries
+// the UCX desc ucx: another call may have cached the master's newer one.
+func (p *peerCache) forgetStale(id uint64, ucx []byte) {
+	p.mu.Lock()
+	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
+		delete(p.byID, id)
+		delete(p.descs, id)
+	}
+	p.mu.Unlock()
 }
 
 func (p *peerCache) forget(id uint64) {
@@ -157,4 +170,63 @@ func (c *core) failed(id uint64) {
 	}
 	c.peers.forget(id)
 	c.engine.Forget(id)
+}
+
+// doRefreshing runs ops with do and then, once, each op that failed over
+// the UCX route because the desc it carried is stale: its owner remounted
+// the segment (the heartbeat's remount after a master restart or
+// failover keeps the segment's id but exposes the memory afresh, so the
+// old desc's canary or worker refuses every op). Such an op's segment is
+// forgotten and asked of the master again, and the op goes once more to
+// the desc the master now gives, when that desc differs from the one that
+// failed; the same desc means the owner is dead or unreachable, not
+// remounted, and the error stands. Only the route changes: the op's
+// segment, offset and grant are the master's answer that the caller
+// holds, so a retry reads or writes the same range of the same object.
+// A second failure is returned as it is, for the caller (opFailed).
+func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]transfer.Op) []error) []error {
+	errs := do(ops)
+	var stale []int
+	var ids []uint64
+	for k, err := range errs {
+		op := &ops[k]
+		if wire.CodeOf(err) != wire.ErrTransferFail || len(op.Peer.UCX) == 0 ||
+			c.engine.Route(op.Peer) != transfer.RouteUCX {
+			continue
+		}
+		// Only the cached desc goes: the UCX worker already dropped the
+		// failed endpoint, and the engine's Forget would drop the
+		// segment's current one too, cutting short the ops that other
+		// calls are retrying on it.
+		c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
+		if !slices.Contains(ids, op.Peer.SegID) {
+			ids = append(ids, op.Peer.SegID)
+		}
+		stale = append(stale, k)
+	}
+	if len(stale) == 0 {
+		return errs
+	}
+	_ = c.resolve(ctx, ids) // a segment the master no longer knows is not retried
+	again := make([]transfer.Op, 0, len(stale))
+	at := make([]int, 0, len(stale))
+	for _, k := range stale {
+		peer, ok := c.peers.get(ops[k].Peer.SegID)
+		if !ok || bytes.Equal(peer.UCX, ops[k].Peer.UCX) {
+			continue
+		}
+		op := ops[k]
+		op.Peer = peer
+		again = append(again, op)
+		at = append(at, k)
+	}
+	if len(again) == 0 {
+		return errs
+	}
+	c.log.Info("transfer: a segment's UCX descriptor was stale (its owner remounted it); retrying once with the master's new one",
+		"segments", ids, "ops", len(again))
+	for j, err := range do(again) {
+		errs[at[j]] = err
+	}
+	return errs
 }

@@ -221,7 +221,8 @@ func (c *Writes) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 	}
 	if len(ops) > 0 {
-		for k, err := range c.timedWrite(ctx, ops, len(items)) {
+		write := func(ops []transfer.Op) []error { return c.timedWrite(ctx, ops, len(items)) }
+		for k, err := range c.doRefreshing(ctx, ops, write) {
 			if err != nil {
 				i, seg := opItem[k], ops[k].Peer.SegID
 				c.log.Warn("put: transfer failed", "key", items[i].Key, "segment", seg, "err", err)

@@ -346,3 +346,79 @@ func TestUCXRemountBetweenUnmountAndRelease(t *testing.T) {
 		}
 	})
 }
+
+// A reader holding a desc that a remount made stale (same id, new
+// exposure) does not see one failed call: its gets (one key, read first
+// from its spot, and a batch) and its put, in flight together, each find
+// the old desc refused, ask the master for the new one and succeed with
+// the right bytes, over UCX.
+func TestUCXStaleDescIsRefreshedWithinTheCall(t *testing.T) {
+	eachUCXSegment(t, func(t *testing.T, m *server.Server, owner *Client, seg ucxSegment) {
+		reader := newUCXClient(t, m.Addr(), 0)
+		const n = 4
+		vals := make([][]byte, n)
+		for i := range vals {
+			vals[i] = testkit.Pattern(uint64(20+i), 50_000+i)
+			if codes := reader.Writes().PutBatch([]PutItem{{Key: fmt.Sprint("s", i), Parts: [][]byte{vals[i]}}},
+				wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+				t.Fatal(codes[0])
+			}
+		}
+		id := seg.id()
+		before, _ := reader.peers.get(id)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := seg.remount(ctx); err != nil || seg.id() != id {
+			t.Fatalf("remount: %v (id %d, was %d)", err, seg.id(), id)
+		}
+		if cached, _ := reader.peers.get(id); !bytes.Equal(cached.UCX, before.UCX) {
+			t.Fatal("the reader's cached desc changed by itself: nothing stale to test")
+		}
+		ops := reader.engine.RouteOps(transfer.RouteUCX)
+		fresh := testkit.Pattern(99, 70_000)
+		errs := make(chan error, n+2)
+		for i := 0; i < n; i++ {
+			go func() {
+				dest := make([]byte, len(vals[i]))
+				if got := reader.Reads().GetIntoOne(fmt.Sprint("s", i), [][]byte{dest}); got != int64(len(dest)) || !bytes.Equal(dest, vals[i]) {
+					errs <- fmt.Errorf("get s%d: %d", i, got)
+					return
+				}
+				errs <- nil
+			}()
+		}
+		go func() {
+			keys := make([]string, n)
+			dests := make([][][]byte, n)
+			for i := range keys {
+				keys[i], dests[i] = fmt.Sprint("s", i), [][]byte{make([]byte, len(vals[i]))}
+			}
+			for i, got := range reader.Reads().GetInto(keys, dests) {
+				if got != int64(len(vals[i])) || !bytes.Equal(dests[i][0], vals[i]) {
+					errs <- fmt.Errorf("batch get s%d: %d", i, got)
+					return
+				}
+			}
+			errs <- nil
+		}()
+		go func() {
+			if codes := reader.Writes().PutBatch([]PutItem{{Key: "fresh", Parts: [][]byte{fresh}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+				errs <- fmt.Errorf("put after the remount: %v", codes[0])
+				return
+			}
+			errs <- nil
+		}()
+		for range n + 2 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		dest := [][][]byte{{make([]byte, len(fresh))}}
+		if got := owner.Reads().GetInto([]string{"fresh"}, dest); got[0] != int64(len(fresh)) || !bytes.Equal(dest[0][0], fresh) {
+			t.Fatalf("the owner's read of the put after the remount: %d", got[0])
+		}
+		if reader.engine.RouteOps(transfer.RouteUCX) == ops {
+			t.Fatal("nothing went over UCX after the remount")
+		}
+	})
+}
