@@ -118,12 +118,17 @@ $(PEERS)/mooncake/mooncake_master: | $(PY)
 
 install: $(STAMP)
 
+# What the build and the tests use besides gostore (pyzmq and msgpack: the
+# KV events' subscriber in tests/); installed again when this list changes,
+# so an existing .venv gets what a new one does.
+DEV_PKGS := "setuptools>=68" wheel pytest numpy pyzmq msgpack
+
 $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "setuptools>=68" wheel pytest numpy pyzmq msgpack
 
-$(STAMP): $(PY) $(SOURCES)
+$(STAMP): $(PY) $(SOURCES) Makefile
+	$(PIP) install -q $(DEV_PKGS)
 	$(PIP) install -q --no-build-isolation .
 	touch $@
 
