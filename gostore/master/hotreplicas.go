@@ -273,6 +273,17 @@ func (c *Core) hotReplicaEnded(t *task, added []replica) {
 	h.stats.Added.Add(int64(len(added)))
 }
 
+// extraDroppable reports whether o's extra replica may go now: eviction's
+// rules (evictable) but for those protecting the object's last copy (a pin,
+// its writer's hold), as another replica stays: not while any lease runs (a
+// lookup leases without counting a reader, and its caller may read any
+// replica), a write is rewriting the ranges in place, a task copies from
+// them, or the SSD tier has yet to persist the object (it may copy from
+// this one). The caller holds o's shard lock.
+func (c *Core) extraDroppable(o *object, now int64) bool {
+	return !o.leased(now) && !o.unfinished() && o.taskCount() == 0 && o.numReplicas() >= 2 && !c.waitsForDisk(o)
+}
+
 // dropHotReplicas takes back extra replicas no reader holds now, until
 // want bytes are free: what a memory shortage takes before any object's
 // last replica. An extra a reader still copies from waits for the next
@@ -309,7 +320,7 @@ func (c *Core) dropHotReplicas(now int64, want uint64) uint64 {
 			switch {
 			case i < 0:
 				continue // evicted or dropped with its segment
-			case o.busy(now) || o.numReplicas() < 2 || o.taskCount() > 0:
+			case !c.extraDroppable(o, now):
 				if kept == nil {
 					kept = make(map[string][]extraReplica)
 				}

@@ -272,3 +272,61 @@ func TestHotReplicaDropIsBounded(t *testing.T) {
 		t.Fatalf("freed %d bytes, %d extras left; want one extra's bytes and one left", n, c.HotReplicasLive())
 	}
 }
+
+// TestHotReplicaDropKeepsRangesInUse: a shortage takes an extra only when
+// eviction could take the object but for its last copy: not while a lease
+// runs (readers or not), a write rewrites it in place, or the SSD tier has
+// yet to persist the object.
+func TestHotReplicaDropKeepsRangesInUse(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		offload bool // seg-a has an SSD tier, which persists "hot"
+		then    func(t *testing.T, c *Core)
+		freed   uint64
+	}{
+		{"idle: dropped", false, func(*testing.T, *Core) {}, 100},
+		{"leased by a lookup that counts no reader", false, func(t *testing.T, c *Core) {
+			if g := c.GetReplicas([]string{"hot"}, false)[0]; g.Code != wire.OK || len(g.Replicas) != 2 {
+				t.Fatalf("lookup = %+v", g)
+			}
+		}, 0},
+		{"rewritten in place by an upsert", false, func(t *testing.T, c *Core) {
+			res, err := c.UpsertStart("w", "", []string{"hot"}, []uint64{100}, wire.ReplicaConfig{})
+			if err != nil || res[0].Code != wire.OK || len(res[0].Replicas) != 2 {
+				t.Fatalf("upsert = %+v %v", res, err)
+			}
+		}, 0},
+		{"not yet on the SSD tier", true, func(*testing.T, *Core) {}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := newTestCore(t)
+			c.cfg.EnableOffload = tc.offload
+			c.cfg.DynamicReplicationMode, c.cfg.DynamicReplicationQPSThreshold = DynamicReplicationEnforce, 0.5
+			c.cfg.DynamicReplicationMaxMemoryReplicas = 2
+			c.hot.init(&c.cfg)
+			if _, err := c.MountSegment(wire.SegmentDesc{Name: "seg-a", ClientID: "a", Size: 1 << 20, ShmPath: "/x/a", Offload: tc.offload}, nil); err != nil {
+				t.Fatal(err)
+			}
+			mount(t, c, "b", "seg-b", 1<<20)
+			putOn(t, c, "hot", 100, "seg-a")
+			readN(c, 5, "hot")
+			c.Tick()
+			tasks := c.TakeAssignedTasks("b")
+			if len(tasks) != 1 {
+				t.Fatalf("tasks = %+v", tasks)
+			}
+			if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(2 * time.Second) // past the reads' lease
+			used := c.Totals().Used
+			tc.then(t, c)
+			if n := c.dropHotReplicas(c.now(), 1<<20); n != tc.freed {
+				t.Fatalf("freed %d bytes, want %d", n, tc.freed)
+			}
+			if tc.freed == 0 && (c.HotReplicasLive() != 1 || c.Totals().Used != used) {
+				t.Fatalf("live %d, used %d (was %d): the extra's range went", c.HotReplicasLive(), c.Totals().Used, used)
+			}
+		})
+	}
+}
