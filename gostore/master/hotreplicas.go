@@ -72,9 +72,13 @@ type hotReplicas struct {
 	queued  map[string]bool
 	pending map[string][]wire.AssignedTask // per executor: tasks its next ping takes
 	// extras are the replicas added here, by key, until they are dropped:
-	// the first a memory shortage takes.
-	extras map[string][]extraReplica
-	live   int           // len of every extras slice
+	// the first a memory shortage takes. An extra that went another way
+	// (its object removed, rewritten or evicted, its segment unmounted) is
+	// forgotten by pruneExtras, at least once per heatPruneInterval and
+	// before its count is reported.
+	extras  map[string][]extraReplica
+	live    int   // len of every extras slice
+	pruneAt int64 // the first Tick to prune extras again
 	next   int           // the segment the next target search starts at
 	spread atomic.Uint64 // rotates the replicas reads see
 	stats  HotReplicaStats
@@ -105,9 +109,49 @@ func (c *Core) HotReplicaStats() *HotReplicaStats { return &c.hot.stats }
 
 // HotReplicasLive is the number of extra replicas that exist now.
 func (c *Core) HotReplicasLive() int {
+	c.pruneExtras()
 	c.hot.mu.Lock()
 	defer c.hot.mu.Unlock()
 	return c.hot.live
+}
+
+// pruneExtras forgets the extras that are no longer replicas of their
+// object: removed, rewritten, evicted or unmounted since they were added.
+// Each key's check holds its shard's lock (then h.mu, as observeHeat).
+func (c *Core) pruneExtras() {
+	h := &c.hot
+	h.mu.Lock()
+	keys := make([]string, 0, len(h.extras))
+	for k := range h.extras {
+		keys = append(keys, k)
+	}
+	h.mu.Unlock()
+	for _, key := range keys {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o := sh.objects[key]
+		h.mu.Lock()
+		list := h.extras[key]
+		var kept []extraReplica
+		for _, x := range list {
+			if o != nil && o == x.obj && x.index(o) >= 0 {
+				kept = append(kept, x)
+			}
+		}
+		h.live -= len(list) - len(kept)
+		if kept == nil {
+			delete(h.extras, key)
+		} else {
+			h.extras[key] = kept
+		}
+		h.mu.Unlock()
+		sh.mu.Unlock()
+	}
+}
+
+// index is x's position in o's replicas, -1 if it is not one of them.
+func (x extraReplica) index(o *object) int {
+	return slices.IndexFunc(o.replicaList(), func(r replica) bool { return r.seg == x.seg && r.offset == x.offset })
 }
 
 // observeHeat counts a use of o (under key) in its heat window and acts
@@ -166,6 +210,15 @@ func (c *Core) tickHotReplicas(now int64) {
 	h := &c.hot
 	if h.mode != DynamicReplicationEnforce {
 		return
+	}
+	h.mu.Lock()
+	prune := now >= h.pruneAt && h.live > 0
+	if prune {
+		h.pruneAt = now + int64(heatPruneInterval)
+	}
+	h.mu.Unlock()
+	if prune {
+		c.pruneExtras()
 	}
 	h.mu.Lock()
 	n := min(len(h.queue), hotBatch)
@@ -316,7 +369,7 @@ func (c *Core) dropHotReplicas(now int64, want uint64) uint64 {
 			if !ok || o != x.obj {
 				continue // the object went, and the range with it
 			}
-			i := slices.IndexFunc(o.replicaList(), func(r replica) bool { return r.seg == x.seg && r.offset == x.offset })
+			i := x.index(o)
 			switch {
 			case i < 0:
 				continue // evicted or dropped with its segment

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -326,6 +327,74 @@ func TestHotReplicaDropKeepsRangesInUse(t *testing.T) {
 			}
 			if tc.freed == 0 && (c.HotReplicasLive() != 1 || c.Totals().Used != used) {
 				t.Fatalf("live %d, used %d (was %d): the extra's range went", c.HotReplicasLive(), c.Totals().Used, used)
+			}
+		})
+	}
+}
+
+// hotExtra makes key (on seg-a) hot and runs its replica task on seg-b.
+func hotExtra(t *testing.T, c *Core, clk *fakeClock, key string) {
+	t.Helper()
+	putOn(t, c, key, 100, "seg-a")
+	readN(c, 5, key)
+	c.Tick()
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != 1 {
+		t.Fatalf("%s: tasks = %+v, stats %+v", key, tasks, hotNow(c))
+	}
+	if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	c.Ping("a")
+	c.Ping("b")
+}
+
+// TestHotReplicaExtrasForgotten: an extra that goes with its object
+// (removed, rewritten) or its segment is no longer counted nor kept.
+func TestHotReplicaExtrasForgotten(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gone func(t *testing.T, c *Core, key string)
+	}{
+		{"removed", func(t *testing.T, c *Core, key string) {
+			if codes := c.Remove([]string{key}, false); codes[0] != wire.OK {
+				t.Fatalf("remove: %v", codes[0])
+			}
+		}},
+		{"rewritten with another size", func(t *testing.T, c *Core, key string) {
+			res, err := c.UpsertStart("w", "", []string{key}, []uint64{200}, wire.ReplicaConfig{Preferred: []string{"seg-a"}})
+			if err != nil || res[0].Code != wire.OK {
+				t.Fatalf("upsert = %+v %v", res, err)
+			}
+			if codes := c.PutEnd("w", []string{key}, nil); codes[0] != wire.OK {
+				t.Fatalf("PutEnd: %v", codes[0])
+			}
+		}},
+		{"its segment unmounted", func(t *testing.T, c *Core, key string) {
+			if err := c.UnmountSegment("b", "seg-b"); err != nil {
+				t.Fatal(err)
+			}
+			mount(t, c, "b", "seg-b", 1<<20)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+			for i := range 20 {
+				key := fmt.Sprintf("k%d", i)
+				hotExtra(t, c, clk, key)
+				if n := c.HotReplicasLive(); n != 1 {
+					t.Fatalf("cycle %d: %d extras, want 1", i, n)
+				}
+				tc.gone(t, c, key)
+				if n := c.HotReplicasLive(); n != 0 {
+					t.Fatalf("cycle %d: %d extras counted after the extra went", i, n)
+				}
+			}
+			c.hot.mu.Lock()
+			defer c.hot.mu.Unlock()
+			if len(c.hot.extras) != 0 {
+				t.Fatalf("%d keys kept in the extras list", len(c.hot.extras))
 			}
 		})
 	}
