@@ -179,7 +179,9 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 		c.stats.TasksCreated.Add(1)
 		return pt, true
 	}
-	c.evictSoon.Store(true) // no room on the holder: let eviction make some
+	// No room on the holder's segments: cancelled (and counted so). An
+	// eviction pass is not asked for: below the watermark it would evict
+	// others' objects every Tick for a replica nobody waits on.
 	return pt, false
 }
 

@@ -202,6 +202,30 @@ func TestPromotionCancelledWhenItsPremiseGoes(t *testing.T) {
 	}
 }
 
+// TestPromotionWithNoRoomEvictsNothing: a promotion the holder's segments
+// have no room for is cancelled; it does not make every Tick run an
+// eviction pass while the pool is below its high watermark.
+func TestPromotionWithNoRoomEvictsNothing(t *testing.T) {
+	c, _ := promotionCore(t, 1, 10, 1, "k")
+	mount(t, c, "b", "seg-b", 16<<20) // the pool: 1 + 16 MiB, far below the watermark
+	if r := put(t, c, "big", 1<<20-100, wire.ReplicaConfig{Preferred: []string{"seg-a"}}); r.Code != wire.OK {
+		t.Fatalf("put: %v", r.Code)
+	}
+	readN(c, 1, "k")
+	if got := c.PromotionHeartbeat("a"); len(got) != 0 {
+		t.Fatalf("promotions = %+v", got)
+	}
+	for range 3 {
+		c.Tick()
+	}
+	if n := c.Stats().EvictionPasses.Load(); n != 0 {
+		t.Fatalf("%d eviction passes below the watermark", n)
+	}
+	if got := promoNow(c); got != (promoCounts{admitted: 1, cancelled: 1}) {
+		t.Fatalf("%+v", got)
+	}
+}
+
 func TestPromotionOff(t *testing.T) {
 	c, _ := newTestCore(t)
 	c.cfg.EnableOffload = true
