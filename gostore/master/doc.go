@@ -60,8 +60,11 @@
 //     in the shard, under its lock (at most heatEntriesPerShard). Their
 //     extra replicas are tasks the master starts for the target segment's
 //     owner (its ping carries them); the extras are remembered by object,
-//     segment and offset, and Tick drops those no reader holds before an
-//     eviction pass runs. Lock order: a shard, then the hot state's lock.
+//     segment and offset, and Tick drops those eviction could take but
+//     for the object's last copy (extraDroppable) before an eviction pass
+//     runs; extras no longer among their object's replicas are pruned
+//     (pruneExtras) each second and before they are counted. Lock order:
+//     a shard, then the hot state's lock.
 //   - An object is readable only once it has a COMPLETE replica.
 //   - An object's fields are read and set through its accessors
 //     (objects.go): the first replica is inline and the rare fields (more
