@@ -77,11 +77,11 @@ type hotReplicas struct {
 	// forgotten by pruneExtras, at least once per heatPruneInterval and
 	// before its count is reported.
 	extras  map[string][]extraReplica
-	live    int   // len of every extras slice
-	pruneAt int64 // the first Tick to prune extras again
-	next   int           // the segment the next target search starts at
-	spread atomic.Uint64 // rotates the replicas reads see
-	stats  HotReplicaStats
+	live    int           // len of every extras slice
+	pruneAt int64         // the first Tick to prune extras again
+	next    int           // the segment the next target search starts at
+	spread  atomic.Uint64 // rotates the replicas reads see
+	stats   HotReplicaStats
 }
 
 type extraReplica struct {
