@@ -265,7 +265,7 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 			continue
 		}
 		t := &task{obj: o, client: s.desc.ClientID, size: o.size, hot: true,
-			deadline: now + int64(c.cfg.PutStartReleaseTimeout),
+			deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
 			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
 			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
 		o.addTasks(1)

@@ -399,3 +399,41 @@ func TestHotReplicaExtrasForgotten(t *testing.T) {
 		})
 	}
 }
+
+// TestMasterTaskExpiresWithItsGrant: a hot-replica task never reported
+// ends when its write grant does (not PutStartReleaseTimeout later), so
+// the object can be removed again; its target range is quarantined, not
+// handed to the next put while a late executor may still write into it.
+func TestMasterTaskExpiresWithItsGrant(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "k", 100, "seg-a")
+	readN(c, 5, "k")
+	c.Tick()
+	if tasks := c.TakeAssignedTasks("b"); len(tasks) != 1 {
+		t.Fatalf("tasks = %+v", tasks)
+	}
+	used := c.Totals().Used // the replica's range and the target's, the same size
+	expiry := c.taskGrantExpiry(c.now())
+	for c.now() <= expiry {
+		clk.Advance(5 * time.Second)
+		c.Ping("a")
+		c.Ping("b")
+		c.Tick()
+	}
+	if got := hotNow(c).failed; got != 1 {
+		t.Fatalf("%d hot tasks failed %v after the grant's end", got, time.Duration(c.now()-expiry+int64(time.Second)))
+	}
+	if codes := c.Remove([]string{"k"}, false); codes[0] != wire.OK {
+		t.Fatalf("remove after the task's end: %v", codes[0])
+	}
+	if u := c.Totals().Used; u != used/2 {
+		t.Fatalf("used %d, want %d: the task's target left the quarantine early", u, used/2)
+	}
+	clk.Advance(c.cfg.PutStartReleaseTimeout)
+	c.Ping("a")
+	c.Ping("b")
+	c.Tick()
+	if u := c.Totals().Used; u != 0 {
+		t.Fatalf("used %d after the quarantine, want 0", u)
+	}
+}

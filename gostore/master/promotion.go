@@ -33,7 +33,8 @@ type PromotionStats struct {
 	// reported. Failed: the holder reported an error. Cancelled: the
 	// promotion's premise went away (object removed or rewritten, holder
 	// gone, no room on the holder's segments). Expired: the holder did
-	// not report within PutStartReleaseTimeout.
+	// not report while the target's write grant lasted (taskGrantExpiry);
+	// the target is quarantined.
 	Completed, CompletedBytes, Failed, Cancelled, Expired atomic.Int64
 }
 
@@ -169,7 +170,7 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 			continue
 		}
 		t := &task{obj: o, client: clientID, size: o.size, promotion: true,
-			deadline: now + int64(c.cfg.PutStartReleaseTimeout),
+			deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
 			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
 			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
 		o.addTasks(1)

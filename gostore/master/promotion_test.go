@@ -142,10 +142,14 @@ func TestPromotionEnds(t *testing.T) {
 			}},
 		{name: "holder never reports", want: promoCounts{admitted: 1, expired: 1},
 			end: func(t *testing.T, c *Core, clk *fakeClock, _ wire.PromotionTask) {
-				clk.Advance(c.cfg.PutStartReleaseTimeout / 2)
-				c.Ping("a")
-				c.Tick()
-				clk.Advance(c.cfg.PutStartReleaseTimeout/2 + time.Second)
+				// It expires with its write grant; its range then waits
+				// out the quarantine (the holder may still be writing).
+				for expiry := c.taskGrantExpiry(c.now()); c.now() <= expiry; {
+					clk.Advance(5 * time.Second)
+					c.Ping("a")
+					c.Tick()
+				}
+				clk.Advance(c.cfg.PutStartReleaseTimeout + time.Second)
 				c.Ping("a")
 				c.Tick()
 			}},

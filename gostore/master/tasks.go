@@ -259,6 +259,14 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 	if t.promotion {
 		c.promotionEnded(t, code, added > 0, expired)
 	}
+	// A task the master started expires with its targets' write grants,
+	// but its executor may still be writing: an SSD tier loads a promotion
+	// into its own segment without a grant. Its targets wait out the
+	// quarantine rather than go to the next put at once.
+	quarantined := added == 0 && expired
+	if quarantined {
+		c.discard(t.targets, t.size, now)
+	}
 	c.tasks.Lock()
 	defer c.tasks.Unlock()
 	switch {
@@ -269,7 +277,9 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 		if code == wire.OK {
 			code = wire.ErrReplicaIsGone // the object or every target vanished
 		}
-		freeRanges(t.targets, t.size, &c.stats)
+		if !quarantined {
+			freeRanges(t.targets, t.size, &c.stats)
+		}
 		t.info.Status, t.info.Error = TaskFailed, code.String()
 		c.stats.TasksFailed.Add(1)
 	}
