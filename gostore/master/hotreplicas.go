@@ -38,6 +38,11 @@ const (
 	// admission queue limit); hotBatch is how many one Tick serves.
 	hotQueueLimit = 50000
 	hotBatch      = 64
+	// hotTasksPerClient bounds the hot-replica tasks one client runs at
+	// once (each holds a buffer of its object's size there; the client
+	// runs as many side by side, gostore/client's assignedWorkers): a
+	// segment whose owner has that many takes no new one.
+	hotTasksPerClient = 4
 	// heatPruneInterval: a full shard looks for stale windows at most this
 	// often (Mooncake's cleanup interval).
 	heatPruneInterval = time.Second
@@ -71,6 +76,7 @@ type hotReplicas struct {
 	queue   []string
 	queued  map[string]bool
 	pending map[string][]wire.AssignedTask // per executor: tasks its next ping takes
+	running map[string]int                 // per executor: its tasks not yet ended
 	// extras are the replicas added here, by key, until they are dropped:
 	// the first a memory shortage takes. An extra that went another way
 	// (its object removed, rewritten or evicted, its segment unmounted) is
@@ -101,6 +107,7 @@ func (h *hotReplicas) init(cfg *Config) {
 	h.minHits = uint32(max(1, math.Ceil(cfg.DynamicReplicationQPSThreshold*cfg.DynamicReplicationHeatWindow.Seconds())))
 	h.queued = make(map[string]bool)
 	h.pending = make(map[string][]wire.AssignedTask)
+	h.running = make(map[string]int)
 	h.extras = make(map[string][]extraReplica)
 }
 
@@ -260,6 +267,12 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 		if o.hasReplicaOn(s) || s.desc.Location != "" {
 			continue
 		}
+		h.mu.Lock()
+		full := h.running[s.desc.ClientID] >= hotTasksPerClient
+		h.mu.Unlock()
+		if full {
+			continue
+		}
 		off, ok := s.allocate(o.size)
 		if !ok {
 			continue
@@ -279,6 +292,7 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 		c.stats.TasksCreated.Add(1)
 		h.mu.Lock()
 		h.pending[t.client] = append(h.pending[t.client], wire.AssignedTask{Key: key, Plan: plan})
+		h.running[t.client]++
 		h.mu.Unlock()
 		h.stats.Started.Add(1)
 		return
@@ -313,6 +327,11 @@ func (c *Core) forgetAssigned(clientID string) {
 // the replicas that joined the object. The caller holds its shard's lock.
 func (c *Core) hotReplicaEnded(t *task, added []replica) {
 	h := &c.hot
+	h.mu.Lock()
+	if h.running[t.client]--; h.running[t.client] <= 0 {
+		delete(h.running, t.client)
+	}
+	h.mu.Unlock()
 	if len(added) == 0 {
 		h.stats.Failed.Add(1)
 		return

@@ -437,3 +437,34 @@ func TestMasterTaskExpiresWithItsGrant(t *testing.T) {
 		t.Fatalf("used %d after the quarantine, want 0", u)
 	}
 }
+
+// TestHotTasksPerClientBounded: one client runs at most hotTasksPerClient
+// hot-replica tasks at once; the next start once those end.
+func TestHotTasksPerClientBounded(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	for i := range 2 * hotTasksPerClient {
+		key := fmt.Sprintf("k%d", i)
+		putOn(t, c, key, 100, "seg-a")
+		readN(c, 5, key)
+	}
+	c.Tick()
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != hotTasksPerClient {
+		t.Fatalf("%d tasks for one client at once, want %d", len(tasks), hotTasksPerClient)
+	}
+	for _, at := range tasks {
+		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(11 * time.Second) // a new heat window
+	c.Ping("a")
+	c.Ping("b")
+	for i := range 2 * hotTasksPerClient {
+		readN(c, 5, fmt.Sprintf("k%d", i)) // hot again (those with an extra are at the cap)
+	}
+	c.Tick()
+	if got := len(c.TakeAssignedTasks("b")); got != hotTasksPerClient {
+		t.Fatalf("%d tasks once the first ended, want %d", got, hotTasksPerClient)
+	}
+}
