@@ -83,10 +83,9 @@ type hotReplicas struct {
 	// forgotten by pruneExtras, at least once per heatPruneInterval and
 	// before its count is reported.
 	extras  map[string][]extraReplica
-	live    int           // len of every extras slice
-	pruneAt int64         // the first Tick to prune extras again
-	next    int           // the segment the next target search starts at
-	spread  atomic.Uint64 // rotates the replicas reads see
+	live    int   // len of every extras slice
+	pruneAt int64 // the first Tick to prune extras again
+	next    int   // the segment the next target search starts at
 	stats   HotReplicaStats
 }
 
@@ -213,7 +212,7 @@ func (c *Core) observeHeat(sh *shard, key string, o *object, now int64) {
 // objects, unless the pool is at or above HighWatermark (an extra replica
 // would only push out objects that have none). Each task's executor is the
 // owner of its target segment: its next ping takes the task.
-func (c *Core) tickHotReplicas(now int64) {
+func (c *Core) tickHotReplicas(now int64, usage float64) {
 	h := &c.hot
 	if h.mode != DynamicReplicationEnforce {
 		return
@@ -235,7 +234,7 @@ func (c *Core) tickHotReplicas(now int64) {
 		delete(h.queued, k)
 	}
 	h.mu.Unlock()
-	if len(keys) == 0 || c.usage() >= c.cfg.HighWatermark {
+	if len(keys) == 0 || usage >= c.cfg.HighWatermark {
 		return
 	}
 	c.segs.RLock()

@@ -468,3 +468,23 @@ func TestHotTasksPerClientBounded(t *testing.T) {
 		t.Fatalf("%d tasks once the first ended, want %d", got, hotTasksPerClient)
 	}
 }
+
+// TestObserveKeepsReplicaOrder: observe mode counts and changes nothing,
+// the order reads see replicas in included.
+func TestObserveKeepsReplicaOrder(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationObserve, 2)
+	if r := put(t, c, "k", 100, wire.ReplicaConfig{ReplicaNum: 2}); r.Code != wire.OK {
+		t.Fatalf("put: %v", r.Code)
+	}
+	firsts := map[uint64]int{}
+	for range 10 {
+		g := c.GetReplicas([]string{"k"}, false)[0]
+		if len(g.Replicas) != 2 {
+			t.Fatalf("get = %+v", g)
+		}
+		firsts[g.Replicas[0].SegID]++
+	}
+	if len(firsts) != 1 {
+		t.Fatalf("first replica per segment over 10 reads: %v, want one segment always first", firsts)
+	}
+}

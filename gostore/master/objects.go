@@ -569,10 +569,12 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 					out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 				}
 			}
-			if n := len(out[i].Replicas); n > 1 && c.hot.mode != "" {
+			if n := len(out[i].Replicas); n > 1 && c.hot.mode == DynamicReplicationEnforce {
 				// Spread reads over the replicas: a reader tries the
 				// cheapest first, and in this order among equals.
-				k := int(c.hot.spread.Add(1) % uint64(n))
+				// (observe only counts: the order stays as it was.)
+				sh.spread++
+				k := int(sh.spread % uint32(n))
 				slices.Reverse(out[i].Replicas[:k])
 				slices.Reverse(out[i].Replicas[k:])
 				slices.Reverse(out[i].Replicas)

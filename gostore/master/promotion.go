@@ -6,6 +6,7 @@ package master
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -72,7 +73,6 @@ type diskRead struct{ key, holder string }
 // holds no shard lock (the watermark takes segs).
 func (c *Core) observeDiskReads(reads []diskRead) {
 	p, st := &c.promo, &c.promo.stats
-	usage := -1.0 // read once per call, and only when needed
 	for _, r := range reads {
 		if p.queues.has(r.holder, r.key) {
 			continue // already waiting: this read changes nothing
@@ -81,10 +81,7 @@ func (c *Core) observeDiskReads(reads []diskRead) {
 			st.RejectedFrequency.Add(1)
 			continue
 		}
-		if usage < 0 {
-			usage = c.usage()
-		}
-		if usage >= c.cfg.HighWatermark {
+		if math.Float64frombits(c.usageBits.Load()) >= c.cfg.HighWatermark { // as of the last Tick
 			// A replica now would only be evicted again, or push out others.
 			st.RejectedWatermark.Add(1)
 			continue

@@ -74,6 +74,7 @@ func TestPromotionGates(t *testing.T) {
 			c, _ := promotionCore(t, tc.threshold, tc.limit, tc.perHeartbeat, tc.keys...)
 			if tc.fill {
 				put(t, c, "big", 1<<20-100, wire.ReplicaConfig{})
+				c.Tick() // the gate reads the usage the last Tick saw
 			}
 			readN(c, tc.reads, tc.keys...)
 			if got := promoNow(c); got != tc.want {
