@@ -303,6 +303,11 @@ func (sh *shard) set(key string, o *object) {
 
 // remove deletes key; the caller holds mu.
 func (sh *shard) remove(key string) {
+	if sh.heat != nil { // a removed object's heat window goes with it
+		if o := sh.objects[key]; o != nil {
+			delete(sh.heat, o)
+		}
+	}
 	delete(sh.objects, key)
 	sh.n.Store(int64(len(sh.objects)))
 }

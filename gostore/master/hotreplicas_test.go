@@ -488,3 +488,28 @@ func TestObserveKeepsReplicaOrder(t *testing.T) {
 		t.Fatalf("first replica per segment over 10 reads: %v, want one segment always first", firsts)
 	}
 }
+
+// TestHeatWindowGoesWithItsObject: removing or rewriting an object drops
+// its heat window at once (not when the shard is full and pruned).
+func TestHeatWindowGoesWithItsObject(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationObserve, 2)
+	putOn(t, c, "gone", 100, "seg-a")
+	putOn(t, c, "rewritten", 100, "seg-a")
+	readN(c, 1, "gone", "rewritten")
+	clk.Advance(2 * time.Second) // past the reads' lease
+	if codes := c.Remove([]string{"gone"}, false); codes[0] != wire.OK {
+		t.Fatalf("remove: %v", codes[0])
+	}
+	if res, err := c.UpsertStart("w", "", []string{"rewritten"}, []uint64{200}, wire.ReplicaConfig{}); err != nil || res[0].Code != wire.OK {
+		t.Fatalf("upsert = %+v %v", res, err)
+	}
+	for _, key := range []string{"gone", "rewritten"} {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		n := len(sh.heat)
+		sh.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%s: %d heat windows left in its shard", key, n)
+		}
+	}
+}
