@@ -56,8 +56,9 @@ type HotReplicaStats struct {
 	// Queued: hot objects queued for a replica (enforce); Started: tasks
 	// created for them; Added: extra replicas that became readable;
 	// Failed: tasks that ended without one. Dropped: extras taken back
-	// under memory pressure.
-	Queued, Started, Added, Failed, Dropped atomic.Int64
+	// under memory pressure. Skipped: queued hot objects a Tick let go
+	// without a task, the pool being at or above its high watermark.
+	Queued, Started, Added, Failed, Dropped, Skipped atomic.Int64
 }
 
 // heatWindow counts an object's uses since start (ns on the core's clock).
@@ -234,7 +235,11 @@ func (c *Core) tickHotReplicas(now int64, usage float64) {
 		delete(h.queued, k)
 	}
 	h.mu.Unlock()
-	if len(keys) == 0 || usage >= c.cfg.HighWatermark {
+	if len(keys) == 0 {
+		return
+	}
+	if usage >= c.cfg.HighWatermark {
+		h.stats.Skipped.Add(int64(len(keys))) // hot again later, they queue again
 		return
 	}
 	c.segs.RLock()

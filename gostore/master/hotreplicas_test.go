@@ -30,11 +30,12 @@ func putOn(t *testing.T, c *Core, key string, size uint64, seg string) {
 	}
 }
 
-type hotCounts struct{ hot, queued, started, added, failed, dropped int64 }
+type hotCounts struct{ hot, queued, started, added, failed, dropped, skipped int64 }
 
 func hotNow(c *Core) hotCounts {
 	s := c.HotReplicaStats()
-	return hotCounts{s.Hot.Load(), s.Queued.Load(), s.Started.Load(), s.Added.Load(), s.Failed.Load(), s.Dropped.Load()}
+	return hotCounts{s.Hot.Load(), s.Queued.Load(), s.Started.Load(), s.Added.Load(), s.Failed.Load(), s.Dropped.Load(),
+		s.Skipped.Load()}
 }
 
 func TestHeatThreshold(t *testing.T) {
@@ -128,7 +129,7 @@ func TestHeatEntriesBounded(t *testing.T) {
 }
 
 func TestHotReplicaAddedOnAnotherSegment(t *testing.T) {
-	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
 	putOn(t, c, "k", 100, "seg-a")
 	readN(c, 5, "k")
 	c.Tick()
@@ -165,10 +166,12 @@ func TestHotReplicaAddedOnAnotherSegment(t *testing.T) {
 		t.Fatalf("first replica per segment over 10 reads: %v, want 5 and 5", firsts)
 	}
 	// At the cap: hot again in a later window, nothing more is queued.
-	c.cfg.DynamicReplicationHeatWindow = time.Second
+	clk.Advance(11 * time.Second)
+	c.Ping("a")
+	c.Ping("b")
 	readN(c, 5, "k")
-	if got := hotNow(c).queued; got != 1 {
-		t.Fatalf("queued %d at the replica cap", got)
+	if got := hotNow(c); got.hot != 2 || got.queued != 1 {
+		t.Fatalf("hot %d, queued %d at the replica cap; want hot again, not queued", got.hot, got.queued)
 	}
 }
 
@@ -511,5 +514,22 @@ func TestHeatWindowGoesWithItsObject(t *testing.T) {
 		if n != 0 {
 			t.Errorf("%s: %d heat windows left in its shard", key, n)
 		}
+	}
+}
+
+// TestHotQueueSkippedAtTheWatermark: at or above the high watermark a Tick
+// lets the queued hot objects go without a task, and counts them.
+func TestHotQueueSkippedAtTheWatermark(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "k", 100, "seg-a")
+	putOn(t, c, "fill-a", 1000<<10, "seg-a")
+	putOn(t, c, "fill-b", 1000<<10, "seg-b")
+	readN(c, 5, "k")
+	c.Tick()
+	if tasks := c.TakeAssignedTasks("b"); len(tasks) != 0 {
+		t.Fatalf("tasks above the watermark: %+v", tasks)
+	}
+	if got := hotNow(c); got != (hotCounts{hot: 1, queued: 1, skipped: 1}) {
+		t.Fatalf("%+v", got)
 	}
 }
