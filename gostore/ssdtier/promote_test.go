@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gostore/gostore/gostore/grant"
+	"github.com/gostore/gostore/gostore/internal/testkit"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -46,6 +47,7 @@ func TestPromotionAfterItsGrantWritesNothing(t *testing.T) {
 	holder := newTierClient(t, m, segment, t.TempDir(), tierEnv(nil))
 	v := bytes.Repeat([]byte{7}, 4096)
 	putRetrying(t, holder, "k", v)
+	testkit.WaitFor(t, "the copy on disk", func() bool { _, ok := holder.SSD().Storage().Backend().Size("k"); return ok })
 	res, err := holder.SSD().Peek([]string{"k"})
 	if err != nil || len(res[0].Replicas) != 1 {
 		t.Fatalf("peek = %+v, %v", res, err)
