@@ -533,3 +533,51 @@ func TestHotQueueSkippedAtTheWatermark(t *testing.T) {
 		t.Fatalf("%+v", got)
 	}
 }
+
+// TestRemoveAndUpsertPreemptMasterTasks: a remove or upsert does not wait
+// for a task the master started (-708 until it ends): the task ends, its
+// target is quarantined, and its executor's late report is refused.
+func TestRemoveAndUpsertPreemptMasterTasks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(c *Core) wire.Code
+	}{
+		{"remove", func(c *Core) wire.Code { return c.Remove([]string{"k"}, false)[0] }},
+		{"upsert", func(c *Core) wire.Code {
+			res, _ := c.UpsertStart("w", "", []string{"k"}, []uint64{100}, wire.ReplicaConfig{Preferred: []string{"seg-a"}})
+			return res[0].Code
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+			putOn(t, c, "k", 100, "seg-a")
+			readN(c, 5, "k")
+			c.Tick()
+			tasks := c.TakeAssignedTasks("b")
+			if len(tasks) != 1 {
+				t.Fatalf("tasks = %+v", tasks)
+			}
+			clk.Advance(2 * time.Second) // past the reads' lease
+			if code := tc.write(c); code != wire.OK {
+				t.Fatalf("%s during the hot task: %v", tc.name, code)
+			}
+			if got := hotNow(c).failed; got != 1 {
+				t.Fatalf("%d hot tasks failed, want the pre-empted one", got)
+			}
+			if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err == nil {
+				t.Fatal("a pre-empted task's report was taken")
+			}
+			if n := c.HotReplicasLive(); n != 0 {
+				t.Fatalf("%d extras", n)
+			}
+			used := c.Totals().Used // the quarantined target among it
+			clk.Advance(c.cfg.PutStartReleaseTimeout + time.Second)
+			c.Ping("a")
+			c.Ping("b")
+			c.Tick()
+			if u := c.Totals().Used; u >= used {
+				t.Fatalf("used %d after the quarantine, was %d: the target was never freed", u, used)
+			}
+		})
+	}
+}

@@ -645,6 +645,11 @@ func removable(o *object, now int64, force bool) wire.Code {
 	if o.taskCount() > 0 {
 		return wire.ErrObjectHasReplicationTask // even forced: the task holds ranges
 	}
+	return removableWithTasks(o, now, force)
+}
+
+// removableWithTasks is removable but for o's tasks.
+func removableWithTasks(o *object, now int64, force bool) wire.Code {
 	if force {
 		return wire.OK
 	}
@@ -668,7 +673,9 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 		o, ok := sh.objects[key]
 		if !ok {
 			out[i] = wire.ErrObjectNotFound
-		} else if out[i] = removable(o, now, force); out[i] == wire.OK {
+		} else if out[i] = removableWithTasks(o, now, force); out[i] == wire.OK && o.taskCount() > 0 && !c.preemptStarted(o, now) {
+			out[i] = wire.ErrObjectHasReplicationTask // a client's task: it holds ranges, even forced
+		} else if out[i] == wire.OK {
 			f := o.release()
 			c.deleteObject(sh, key, o)
 			f.free(&c.stats)

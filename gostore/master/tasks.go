@@ -329,3 +329,41 @@ func (c *Core) tickTasks(now int64, dead map[string]bool) {
 		c.finishTask(t, wire.ErrLeaseExpired, now, true)
 	}
 }
+
+// preemptStarted ends the running tasks the master started on o (a
+// promotion, a hot object's extra replica) for a remove or upsert of its
+// key, which would otherwise be refused (-708) until they end: their
+// targets go to the quarantine (the executor may still be writing), and a
+// late TaskDone is refused as for any ended task. It reports false, ending
+// nothing, when a task a client asked for runs on o. The caller holds o's
+// shard lock (then the task table's, as addTask).
+func (c *Core) preemptStarted(o *object, now int64) bool {
+	c.tasks.Lock()
+	defer c.tasks.Unlock()
+	var started []*task
+	for _, t := range c.tasks.byID {
+		if t.obj != o || t.finished != 0 {
+			continue
+		}
+		if !t.hot && !t.promotion {
+			return false
+		}
+		started = append(started, t)
+	}
+	for _, t := range started {
+		t.finished = now
+		o.addTasks(-1)
+		c.releaseHold(t.hold)
+		c.discard(t.targets, t.size, now)
+		t.targets = nil
+		t.info.Status, t.info.Error = TaskFailed, wire.ErrReplicaIsGone.String()
+		c.stats.TasksFailed.Add(1)
+		if t.hot {
+			c.hotReplicaEnded(t, nil)
+		}
+		if t.promotion {
+			c.promotionEnded(t, wire.OK, false, false) // cancelled: its object is going
+		}
+	}
+	return true
+}
