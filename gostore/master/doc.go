@@ -27,7 +27,9 @@
 //     with it).
 //   - Lock order: the segment registry (segs), then a shard, then a segment,
 //     then the quarantine (discarded), the task table or the promotion
-//     state (promotion.go; its queues' lock after its own). segs is never taken
+//     state (promotion.go; its queues' lock after its own); the task table
+//     before the quarantine, the hot state or the promotion state
+//     (preemptStarted). segs is never taken
 //     under a shard lock. Unmounting marks the segment dead under its own
 //     lock before sweeping the shards, so an allocation racing with an
 //     unmount either fails or is swept. The segment list is copy-on-write.
@@ -56,6 +58,11 @@
 //     PromotionQueueLimit. A promotion is a task of the disk holder's
 //     whose target is a range of its own segment, so TaskDone, a dead
 //     holder and the task table end it as any task.
+//   - A task the master started (a promotion, a hot object's extra
+//     replica) has a deadline, its targets' write grant's expiry; expired,
+//     or pre-empted by a remove or upsert of its key (preemptStarted), its
+//     targets go to the quarantine, not back to the allocator: its
+//     executor may still be writing.
 //   - Hot-object replicas (hotreplicas.go) keep each shard's heat windows
 //     in the shard, under its lock (at most heatEntriesPerShard). Their
 //     extra replicas are tasks the master starts for the target segment's
@@ -63,8 +70,9 @@
 //     segment and offset, and Tick drops those eviction could take but
 //     for the object's last copy (extraDroppable) before an eviction pass
 //     runs; extras no longer among their object's replicas are pruned
-//     (pruneExtras) each second and before they are counted. Lock order:
-//     a shard, then the hot state's lock.
+//     (pruneExtras) each second and before they are counted. One client
+//     runs at most hotTasksPerClient of them at once. Lock order: a shard,
+//     then the hot state's lock.
 //   - An object is readable only once it has a COMPLETE replica.
 //   - An object's fields are read and set through its accessors
 //     (objects.go): the first replica is inline and the rare fields (more
