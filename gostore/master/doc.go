@@ -27,9 +27,7 @@
 //     with it).
 //   - Lock order: the segment registry (segs), then a shard, then a segment,
 //     then the quarantine (discarded), the task table or the promotion
-//     state (promotion.go; its queues' lock after its own); the task table
-//     before the quarantine, the hot state or the promotion state
-//     (preemptStarted). segs is never taken
+//     state (promotion.go; its queues' lock after its own). segs is never taken
 //     under a shard lock. Unmounting marks the segment dead under its own
 //     lock before sweeping the shards, so an allocation racing with an
 //     unmount either fails or is swept. The segment list is copy-on-write.

@@ -336,33 +336,41 @@ func (c *Core) tickTasks(now int64, dead map[string]bool) {
 // targets go to the quarantine (the executor may still be writing), and a
 // late TaskDone is refused as for any ended task. It reports false, ending
 // nothing, when a task a client asked for runs on o. The caller holds o's
-// shard lock (then the task table's, as addTask).
+// shard lock (the task table's is taken under it, as addTask does).
 func (c *Core) preemptStarted(o *object, now int64) bool {
+	type ended struct {
+		t       *task
+		targets []replica
+	}
+	var started []ended
 	c.tasks.Lock()
-	defer c.tasks.Unlock()
-	var started []*task
 	for _, t := range c.tasks.byID {
 		if t.obj != o || t.finished != 0 {
 			continue
 		}
 		if !t.hot && !t.promotion {
+			c.tasks.Unlock()
 			return false
 		}
-		started = append(started, t)
+		started = append(started, ended{t, t.targets})
 	}
-	for _, t := range started {
-		t.finished = now
-		o.addTasks(-1)
-		c.releaseHold(t.hold)
-		c.discard(t.targets, t.size, now)
-		t.targets = nil
-		t.info.Status, t.info.Error = TaskFailed, wire.ErrReplicaIsGone.String()
+	for _, e := range started {
+		e.t.finished = now
+		e.t.targets = nil
+		e.t.info.Status, e.t.info.Error = TaskFailed, wire.ErrReplicaIsGone.String()
 		c.stats.TasksFailed.Add(1)
-		if t.hot {
-			c.hotReplicaEnded(t, nil)
+	}
+	c.tasks.Unlock()
+	// As finishTask: under the shard's lock, not the task table's.
+	for _, e := range started {
+		o.addTasks(-1)
+		c.releaseHold(e.t.hold)
+		c.discard(e.targets, e.t.size, now)
+		if e.t.hot {
+			c.hotReplicaEnded(e.t, nil)
 		}
-		if t.promotion {
-			c.promotionEnded(t, wire.OK, false, false) // cancelled: its object is going
+		if e.t.promotion {
+			c.promotionEnded(e.t, wire.OK, false, false) // cancelled: its object is going
 		}
 	}
 	return true
