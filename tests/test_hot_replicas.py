@@ -20,8 +20,10 @@ VALUE = pattern(77, MiB)
 
 
 def hot_master(master_factory, mode: str):
+    # A short lease: an extra (like any object) is not taken while a read's
+    # lease runs, and the pressure test fills memory right after the reads.
     return master_factory(dynamic_replication_mode=mode, dynamic_replication_admission_qps_threshold=0.5,
-                          tick_interval_ms=20)
+                          tick_interval_ms=20, default_kv_lease_ttl=100)
 
 
 def endpoints(store, key: str):
@@ -67,7 +69,8 @@ def test_the_extra_replica_goes_first_under_pressure(master_factory, peer_factor
     m, a, b, readers = setup(master_factory, peer_factory, store_factory, "enforce")
     read_hot(readers)
     wait_until(lambda: m.metric("gostore_master_hot_replicas") == 1, timeout=10, what="the extra replica")
-    # 29 of 32 MiB with the extra, above the 90 % watermark; 28 without it.
+    # The reads' leases (100 ms) end before memory runs short: no read holds
+    # the extra then. 29 of 32 MiB with the extra, above the 90 % watermark; 28 without it.
     writer = readers[0]
     for i in range(27):
         assert writer.put(f"cold/{i}", pattern(i, MiB)) == 0, i
@@ -95,3 +98,34 @@ def test_off_changes_nothing(master_factory, peer_factory, store_factory):
     assert m.metric("gostore_master_hot_objects_total") == 0
     assert m.metric("gostore_master_task_created_total") == 0
     assert len(m.query_key("hot")["replicas"]) == 1
+
+
+def test_replica_cap_from_the_flag(master_factory, peer_factory, store_factory):
+    """--dynamic_replication_max_memory_replicas=1: the object is hot, but
+    at the cap already: nothing is queued, no replica added."""
+    m = master_factory(dynamic_replication_mode="enforce", dynamic_replication_admission_qps_threshold=0.5,
+                       dynamic_replication_max_memory_replicas=1, tick_interval_ms=20)
+    a = peer_factory(m, segment=str(SEG))
+    peer_factory(m, segment=str(SEG))
+    assert a.put("hot", VALUE, preferred_segment=a.hostname) == 0
+    readers = [store_factory(m, segment=0) for _ in range(3)]
+    read_hot(readers)
+    assert m.metric("gostore_master_hot_objects_total") == 1
+    assert m.metric("gostore_master_hot_replica_queued_total") == 0
+    assert m.metric("gostore_master_task_created_total") == 0
+    assert len(m.query_key("hot")["replicas"]) == 1
+
+
+def test_heat_window_from_the_flag(master_factory, peer_factory, store_factory):
+    """--dynamic_replication_heat_window_seconds=60 at 0.1 reads per second:
+    hot at the 6th read of a window (at the default 10 s window, the 1st)."""
+    m = master_factory(dynamic_replication_mode="observe", dynamic_replication_admission_qps_threshold=0.1,
+                       dynamic_replication_heat_window_seconds=60, tick_interval_ms=20)
+    a = peer_factory(m, segment=str(SEG))
+    assert a.put("hot", VALUE, preferred_segment=a.hostname) == 0
+    reader = store_factory(m, segment=0)
+    for _ in range(5):
+        assert reader.get("hot") == VALUE
+    assert m.metric("gostore_master_hot_objects_total") == 0
+    assert reader.get("hot") == VALUE
+    assert m.metric("gostore_master_hot_objects_total") == 1

@@ -132,7 +132,7 @@ func assemble(cfg Config, log *slog.Logger, metrics *clientmetrics.Metrics) *Cli
 	c.reads = &Reads{core: k, ends: c.ends}
 	c.writes = &Writes{core: k, reads: c.reads, ends: c.ends}
 	c.sessions = &Sessions{core: k, reads: c.reads, ends: c.ends}
-	c.tasks = &Tasks{core: k, reads: c.reads}
+	c.tasks = newTasks(k, c.reads)
 	c.keys = &Keys{core: k, reads: c.reads}
 	c.bufs = &Buffers{core: k}
 	c.own = &ownSegment{core: k}

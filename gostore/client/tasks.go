@@ -10,12 +10,24 @@ import (
 
 // Tasks carries out replica tasks: it asks the master for a copy or move
 // plan and runs it in the background (a goroutine counted by core's wg,
-// so Close waits for it), reading the object through Reads. It owns no
-// state and takes no lock of its own but core's inFlight read lock, held
-// while a task is started.
+// so Close waits for it), reading the object through Reads. Its only state
+// is slots; it takes no lock of its own but core's inFlight read lock,
+// held while a task is started.
 type Tasks struct {
 	*core
 	reads *Reads
+	// slots holds a token per master-started task running (at most
+	// assignedWorkers): each holds a buffer of its object's size.
+	slots chan struct{}
+}
+
+// assignedWorkers bounds the master-started tasks a client runs at once;
+// the master hands one client no more than that many at a time either
+// (gostore/master's hotTasksPerClient), so the rest wait rarely.
+const assignedWorkers = 4
+
+func newTasks(k *core, reads *Reads) *Tasks {
+	return &Tasks{core: k, reads: reads, slots: make(chan struct{}, assignedWorkers)}
 }
 
 // CreateCopyTask starts copying key to the named segments and returns the
@@ -76,7 +88,11 @@ func (c *Tasks) runAssigned(tasks []wire.AssignedTask) {
 	}
 	for _, at := range tasks {
 		c.wg.Add(1)
-		go c.runAndReport(at.Key, at.Plan)
+		go func() {
+			c.slots <- struct{}{} // before runTask allocates its buffer
+			defer func() { <-c.slots }()
+			c.runAndReport(at.Key, at.Plan)
+		}()
 	}
 }
 

@@ -5,6 +5,7 @@ package master
 import (
 	"bytes"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -223,7 +224,11 @@ type Core struct {
 	// is positive (see noSpace).
 	evictSoon   atomic.Bool
 	reclaimable atomic.Int64
-	epochs      atomic.Uint64
+	// usageBits is the pool's usage (math.Float64bits) as the last Tick
+	// saw it: what promotion's watermark gate reads on a get, which must
+	// not take every segment's lock.
+	usageBits atomic.Uint64
+	epochs    atomic.Uint64
 	// placements names replica sets a task or a restart made (see
 	// wire.GetResult.Placed). It starts at a random point in each master
 	// process: the names are not durable, and one minted before a restart
@@ -296,6 +301,9 @@ type shard struct {
 	// ledger, under MultiTenants, is refunded what a deleted object was
 	// charged (tenants.go).
 	ledger *tenantLedger
+	// spread rotates the replicas its objects' reads see (enforce mode):
+	// a counter per shard, under its lock, not one all reads contend on.
+	spread uint32
 }
 
 // set stores o under key; the caller holds mu.
@@ -314,6 +322,11 @@ func (sh *shard) remove(key string) {
 	if sh.ledger != nil {
 		if old := sh.objects[key]; old != nil {
 			sh.ledger.uncharge(key, old)
+		}
+	}
+	if sh.heat != nil { // a removed object's heat window goes with it
+		if o := sh.objects[key]; o != nil {
+			delete(sh.heat, o)
 		}
 	}
 	delete(sh.objects, key)
@@ -731,10 +744,12 @@ func (c *Core) Tick() []string {
 	c.tickTasks(now.UnixNano(), dead)
 	c.reclaimAbandoned(now.UnixNano())
 	c.releaseDiscarded(now.UnixNano())
-	c.tickHotReplicas(now.UnixNano())
+	u := c.usage()
+	c.usageBits.Store(math.Float64bits(u))
+	c.tickHotReplicas(now.UnixNano(), u)
 	c.refreshShares()
 	due := c.evictSoon.Swap(false)
-	if u := c.usage(); due || u > c.cfg.HighWatermark {
+	if u = c.usage(); due || u > c.cfg.HighWatermark {
 		// Hot objects' extra replicas go first, up to what a pass would
 		// free; objects are evicted when the pool is still above the
 		// watermark, or a writer waits for a pass.
@@ -744,6 +759,7 @@ func (c *Core) Tick() []string {
 		if due || c.usage() > c.cfg.HighWatermark {
 			c.Evict()
 		}
+		c.usageBits.Store(math.Float64bits(c.usage()))
 	}
 	return expired
 }

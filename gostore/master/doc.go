@@ -56,12 +56,21 @@
 //     PromotionQueueLimit. A promotion is a task of the disk holder's
 //     whose target is a range of its own segment, so TaskDone, a dead
 //     holder and the task table end it as any task.
+//   - A task the master started (a promotion, a hot object's extra
+//     replica) has a deadline, its targets' write grant's expiry; expired,
+//     or pre-empted by a remove or upsert of its key (preemptStarted), its
+//     targets go to the quarantine, not back to the allocator: its
+//     executor may still be writing.
 //   - Hot-object replicas (hotreplicas.go) keep each shard's heat windows
 //     in the shard, under its lock (at most heatEntriesPerShard). Their
 //     extra replicas are tasks the master starts for the target segment's
 //     owner (its ping carries them); the extras are remembered by object,
-//     segment and offset, and Tick drops those no reader holds before an
-//     eviction pass runs. Lock order: a shard, then the hot state's lock.
+//     segment and offset, and Tick drops those eviction could take but
+//     for the object's last copy (extraDroppable) before an eviction pass
+//     runs; extras no longer among their object's replicas are pruned
+//     (pruneExtras) each second and before they are counted. One client
+//     runs at most hotTasksPerClient of them at once. Lock order: a shard,
+//     then the hot state's lock.
 //   - An object is readable only once it has a COMPLETE replica.
 //   - An object's fields are read and set through its accessors
 //     (objects.go): the first replica is inline and the rare fields (more

@@ -38,6 +38,11 @@ const (
 	// admission queue limit); hotBatch is how many one Tick serves.
 	hotQueueLimit = 50000
 	hotBatch      = 64
+	// hotTasksPerClient bounds the hot-replica tasks one client runs at
+	// once (each holds a buffer of its object's size there; the client
+	// runs as many side by side, gostore/client's assignedWorkers): a
+	// segment whose owner has that many takes no new one.
+	hotTasksPerClient = 4
 	// heatPruneInterval: a full shard looks for stale windows at most this
 	// often (Mooncake's cleanup interval).
 	heatPruneInterval = time.Second
@@ -51,8 +56,9 @@ type HotReplicaStats struct {
 	// Queued: hot objects queued for a replica (enforce); Started: tasks
 	// created for them; Added: extra replicas that became readable;
 	// Failed: tasks that ended without one. Dropped: extras taken back
-	// under memory pressure.
-	Queued, Started, Added, Failed, Dropped atomic.Int64
+	// under memory pressure. Skipped: queued hot objects a Tick let go
+	// without a task, the pool being at or above its high watermark.
+	Queued, Started, Added, Failed, Dropped, Skipped atomic.Int64
 }
 
 // heatWindow counts an object's uses since start (ns on the core's clock).
@@ -71,13 +77,17 @@ type hotReplicas struct {
 	queue   []string
 	queued  map[string]bool
 	pending map[string][]wire.AssignedTask // per executor: tasks its next ping takes
+	running map[string]int                 // per executor: its tasks not yet ended
 	// extras are the replicas added here, by key, until they are dropped:
-	// the first a memory shortage takes.
-	extras map[string][]extraReplica
-	live   int           // len of every extras slice
-	next   int           // the segment the next target search starts at
-	spread atomic.Uint64 // rotates the replicas reads see
-	stats  HotReplicaStats
+	// the first a memory shortage takes. An extra that went another way
+	// (its object removed, rewritten or evicted, its segment unmounted) is
+	// forgotten by pruneExtras, at least once per heatPruneInterval and
+	// before its count is reported.
+	extras  map[string][]extraReplica
+	live    int   // len of every extras slice
+	pruneAt int64 // the first Tick to prune extras again
+	next    int   // the segment the next target search starts at
+	stats   HotReplicaStats
 }
 
 type extraReplica struct {
@@ -97,6 +107,7 @@ func (h *hotReplicas) init(cfg *Config) {
 	h.minHits = uint32(max(1, math.Ceil(cfg.DynamicReplicationQPSThreshold*cfg.DynamicReplicationHeatWindow.Seconds())))
 	h.queued = make(map[string]bool)
 	h.pending = make(map[string][]wire.AssignedTask)
+	h.running = make(map[string]int)
 	h.extras = make(map[string][]extraReplica)
 }
 
@@ -105,9 +116,49 @@ func (c *Core) HotReplicaStats() *HotReplicaStats { return &c.hot.stats }
 
 // HotReplicasLive is the number of extra replicas that exist now.
 func (c *Core) HotReplicasLive() int {
+	c.pruneExtras()
 	c.hot.mu.Lock()
 	defer c.hot.mu.Unlock()
 	return c.hot.live
+}
+
+// pruneExtras forgets the extras that are no longer replicas of their
+// object: removed, rewritten, evicted or unmounted since they were added.
+// Each key's check holds its shard's lock (then h.mu, as observeHeat).
+func (c *Core) pruneExtras() {
+	h := &c.hot
+	h.mu.Lock()
+	keys := make([]string, 0, len(h.extras))
+	for k := range h.extras {
+		keys = append(keys, k)
+	}
+	h.mu.Unlock()
+	for _, key := range keys {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		o := sh.objects[key]
+		h.mu.Lock()
+		list := h.extras[key]
+		var kept []extraReplica
+		for _, x := range list {
+			if o != nil && o == x.obj && x.index(o) >= 0 {
+				kept = append(kept, x)
+			}
+		}
+		h.live -= len(list) - len(kept)
+		if kept == nil {
+			delete(h.extras, key)
+		} else {
+			h.extras[key] = kept
+		}
+		h.mu.Unlock()
+		sh.mu.Unlock()
+	}
+}
+
+// index is x's position in o's replicas, -1 if it is not one of them.
+func (x extraReplica) index(o *object) int {
+	return slices.IndexFunc(o.replicaList(), func(r replica) bool { return r.seg == x.seg && r.offset == x.offset })
 }
 
 // observeHeat counts a use of o (under key) in its heat window and acts
@@ -162,10 +213,19 @@ func (c *Core) observeHeat(sh *shard, key string, o *object, now int64) {
 // objects, unless the pool is at or above HighWatermark (an extra replica
 // would only push out objects that have none). Each task's executor is the
 // owner of its target segment: its next ping takes the task.
-func (c *Core) tickHotReplicas(now int64) {
+func (c *Core) tickHotReplicas(now int64, usage float64) {
 	h := &c.hot
 	if h.mode != DynamicReplicationEnforce {
 		return
+	}
+	h.mu.Lock()
+	prune := now >= h.pruneAt && h.live > 0
+	if prune {
+		h.pruneAt = now + int64(heatPruneInterval)
+	}
+	h.mu.Unlock()
+	if prune {
+		c.pruneExtras()
 	}
 	h.mu.Lock()
 	n := min(len(h.queue), hotBatch)
@@ -175,7 +235,11 @@ func (c *Core) tickHotReplicas(now int64) {
 		delete(h.queued, k)
 	}
 	h.mu.Unlock()
-	if len(keys) == 0 || c.usage() >= c.cfg.HighWatermark {
+	if len(keys) == 0 {
+		return
+	}
+	if usage >= c.cfg.HighWatermark {
+		h.stats.Skipped.Add(int64(len(keys))) // hot again later, they queue again
 		return
 	}
 	c.segs.RLock()
@@ -207,12 +271,18 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 		if o.hasReplicaOn(s) || s.desc.Location != "" {
 			continue
 		}
+		h.mu.Lock()
+		full := h.running[s.desc.ClientID] >= hotTasksPerClient
+		h.mu.Unlock()
+		if full {
+			continue
+		}
 		off, ok := s.allocate(o.size)
 		if !ok {
 			continue
 		}
 		t := &task{obj: o, client: s.desc.ClientID, size: o.size, hot: true,
-			deadline: now + int64(c.cfg.PutStartReleaseTimeout),
+			deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
 			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
 			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
 		o.addTasks(1)
@@ -226,6 +296,7 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 		c.stats.TasksCreated.Add(1)
 		h.mu.Lock()
 		h.pending[t.client] = append(h.pending[t.client], wire.AssignedTask{Key: key, Plan: plan})
+		h.running[t.client]++
 		h.mu.Unlock()
 		h.stats.Started.Add(1)
 		return
@@ -260,6 +331,11 @@ func (c *Core) forgetAssigned(clientID string) {
 // the replicas that joined the object. The caller holds its shard's lock.
 func (c *Core) hotReplicaEnded(t *task, added []replica) {
 	h := &c.hot
+	h.mu.Lock()
+	if h.running[t.client]--; h.running[t.client] <= 0 {
+		delete(h.running, t.client)
+	}
+	h.mu.Unlock()
 	if len(added) == 0 {
 		h.stats.Failed.Add(1)
 		return
@@ -271,6 +347,17 @@ func (c *Core) hotReplicaEnded(t *task, added []replica) {
 	}
 	h.mu.Unlock()
 	h.stats.Added.Add(int64(len(added)))
+}
+
+// extraDroppable reports whether o's extra replica may go now: eviction's
+// rules (evictable) but for those protecting the object's last copy (a pin,
+// its writer's hold), as another replica stays: not while any lease runs (a
+// lookup leases without counting a reader, and its caller may read any
+// replica), a write is rewriting the ranges in place, a task copies from
+// them, or the SSD tier has yet to persist the object (it may copy from
+// this one). The caller holds o's shard lock.
+func (c *Core) extraDroppable(o *object, now int64) bool {
+	return !o.leased(now) && !o.unfinished() && o.taskCount() == 0 && o.numReplicas() >= 2 && !c.waitsForDisk(o)
 }
 
 // dropHotReplicas takes back extra replicas no reader holds now, until
@@ -305,11 +392,11 @@ func (c *Core) dropHotReplicas(now int64, want uint64) uint64 {
 			if !ok || o != x.obj {
 				continue // the object went, and the range with it
 			}
-			i := slices.IndexFunc(o.replicaList(), func(r replica) bool { return r.seg == x.seg && r.offset == x.offset })
+			i := x.index(o)
 			switch {
 			case i < 0:
 				continue // evicted or dropped with its segment
-			case o.busy(now) || o.numReplicas() < 2 || o.taskCount() > 0:
+			case !c.extraDroppable(o, now):
 				if kept == nil {
 					kept = make(map[string][]extraReplica)
 				}

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -29,11 +30,12 @@ func putOn(t *testing.T, c *Core, key string, size uint64, seg string) {
 	}
 }
 
-type hotCounts struct{ hot, queued, started, added, failed, dropped int64 }
+type hotCounts struct{ hot, queued, started, added, failed, dropped, skipped int64 }
 
 func hotNow(c *Core) hotCounts {
 	s := c.HotReplicaStats()
-	return hotCounts{s.Hot.Load(), s.Queued.Load(), s.Started.Load(), s.Added.Load(), s.Failed.Load(), s.Dropped.Load()}
+	return hotCounts{s.Hot.Load(), s.Queued.Load(), s.Started.Load(), s.Added.Load(), s.Failed.Load(), s.Dropped.Load(),
+		s.Skipped.Load()}
 }
 
 func TestHeatThreshold(t *testing.T) {
@@ -127,7 +129,7 @@ func TestHeatEntriesBounded(t *testing.T) {
 }
 
 func TestHotReplicaAddedOnAnotherSegment(t *testing.T) {
-	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
 	putOn(t, c, "k", 100, "seg-a")
 	readN(c, 5, "k")
 	c.Tick()
@@ -164,10 +166,12 @@ func TestHotReplicaAddedOnAnotherSegment(t *testing.T) {
 		t.Fatalf("first replica per segment over 10 reads: %v, want 5 and 5", firsts)
 	}
 	// At the cap: hot again in a later window, nothing more is queued.
-	c.cfg.DynamicReplicationHeatWindow = time.Second
+	clk.Advance(11 * time.Second)
+	c.Ping("a")
+	c.Ping("b")
 	readN(c, 5, "k")
-	if got := hotNow(c).queued; got != 1 {
-		t.Fatalf("queued %d at the replica cap", got)
+	if got := hotNow(c); got.hot != 2 || got.queued != 1 {
+		t.Fatalf("hot %d, queued %d at the replica cap; want hot again, not queued", got.hot, got.queued)
 	}
 }
 
@@ -270,5 +274,310 @@ func TestHotReplicaDropIsBounded(t *testing.T) {
 	clk.Advance(2 * time.Second) // past the reads' lease
 	if n := c.dropHotReplicas(c.now(), 1); n != 100<<10 || c.HotReplicasLive() != 1 {
 		t.Fatalf("freed %d bytes, %d extras left; want one extra's bytes and one left", n, c.HotReplicasLive())
+	}
+}
+
+// TestHotReplicaDropKeepsRangesInUse: a shortage takes an extra only when
+// eviction could take the object but for its last copy: not while a lease
+// runs (readers or not), a write rewrites it in place, or the SSD tier has
+// yet to persist the object.
+func TestHotReplicaDropKeepsRangesInUse(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		offload bool // seg-a has an SSD tier, which persists "hot"
+		then    func(t *testing.T, c *Core)
+		freed   uint64
+	}{
+		{"idle: dropped", false, func(*testing.T, *Core) {}, 100},
+		{"leased by a lookup that counts no reader", false, func(t *testing.T, c *Core) {
+			if g := c.GetReplicas([]string{"hot"}, false)[0]; g.Code != wire.OK || len(g.Replicas) != 2 {
+				t.Fatalf("lookup = %+v", g)
+			}
+		}, 0},
+		{"rewritten in place by an upsert", false, func(t *testing.T, c *Core) {
+			res, err := c.UpsertStart("w", "", []string{"hot"}, []uint64{100}, wire.ReplicaConfig{})
+			if err != nil || res[0].Code != wire.OK || len(res[0].Replicas) != 2 {
+				t.Fatalf("upsert = %+v %v", res, err)
+			}
+		}, 0},
+		{"not yet on the SSD tier", true, func(*testing.T, *Core) {}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := newTestCore(t)
+			c.cfg.EnableOffload = tc.offload
+			c.cfg.DynamicReplicationMode, c.cfg.DynamicReplicationQPSThreshold = DynamicReplicationEnforce, 0.5
+			c.cfg.DynamicReplicationMaxMemoryReplicas = 2
+			c.hot.init(&c.cfg)
+			if _, err := c.MountSegment(wire.SegmentDesc{Name: "seg-a", ClientID: "a", Size: 1 << 20, ShmPath: "/x/a", Offload: tc.offload}, nil); err != nil {
+				t.Fatal(err)
+			}
+			mount(t, c, "b", "seg-b", 1<<20)
+			putOn(t, c, "hot", 100, "seg-a")
+			readN(c, 5, "hot")
+			c.Tick()
+			tasks := c.TakeAssignedTasks("b")
+			if len(tasks) != 1 {
+				t.Fatalf("tasks = %+v", tasks)
+			}
+			if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(2 * time.Second) // past the reads' lease
+			used := c.Totals().Used
+			tc.then(t, c)
+			if n := c.dropHotReplicas(c.now(), 1<<20); n != tc.freed {
+				t.Fatalf("freed %d bytes, want %d", n, tc.freed)
+			}
+			if tc.freed == 0 && (c.HotReplicasLive() != 1 || c.Totals().Used != used) {
+				t.Fatalf("live %d, used %d (was %d): the extra's range went", c.HotReplicasLive(), c.Totals().Used, used)
+			}
+		})
+	}
+}
+
+// hotExtra makes key (on seg-a) hot and runs its replica task on seg-b.
+func hotExtra(t *testing.T, c *Core, clk *fakeClock, key string) {
+	t.Helper()
+	putOn(t, c, key, 100, "seg-a")
+	readN(c, 5, key)
+	c.Tick()
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != 1 {
+		t.Fatalf("%s: tasks = %+v, stats %+v", key, tasks, hotNow(c))
+	}
+	if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	c.Ping("a")
+	c.Ping("b")
+}
+
+// TestHotReplicaExtrasForgotten: an extra that goes with its object
+// (removed, rewritten) or its segment is no longer counted nor kept.
+func TestHotReplicaExtrasForgotten(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gone func(t *testing.T, c *Core, key string)
+	}{
+		{"removed", func(t *testing.T, c *Core, key string) {
+			if codes := c.Remove([]string{key}, false); codes[0] != wire.OK {
+				t.Fatalf("remove: %v", codes[0])
+			}
+		}},
+		{"rewritten with another size", func(t *testing.T, c *Core, key string) {
+			res, err := c.UpsertStart("w", "", []string{key}, []uint64{200}, wire.ReplicaConfig{Preferred: []string{"seg-a"}})
+			if err != nil || res[0].Code != wire.OK {
+				t.Fatalf("upsert = %+v %v", res, err)
+			}
+			if codes := c.PutEnd("w", []string{key}, nil); codes[0] != wire.OK {
+				t.Fatalf("PutEnd: %v", codes[0])
+			}
+		}},
+		{"its segment unmounted", func(t *testing.T, c *Core, key string) {
+			if err := c.UnmountSegment("b", "seg-b"); err != nil {
+				t.Fatal(err)
+			}
+			mount(t, c, "b", "seg-b", 1<<20)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+			for i := range 20 {
+				key := fmt.Sprintf("k%d", i)
+				hotExtra(t, c, clk, key)
+				if n := c.HotReplicasLive(); n != 1 {
+					t.Fatalf("cycle %d: %d extras, want 1", i, n)
+				}
+				tc.gone(t, c, key)
+				if n := c.HotReplicasLive(); n != 0 {
+					t.Fatalf("cycle %d: %d extras counted after the extra went", i, n)
+				}
+			}
+			c.hot.mu.Lock()
+			defer c.hot.mu.Unlock()
+			if len(c.hot.extras) != 0 {
+				t.Fatalf("%d keys kept in the extras list", len(c.hot.extras))
+			}
+		})
+	}
+}
+
+// TestMasterTaskExpiresWithItsGrant: a hot-replica task never reported
+// ends when its write grant does (not PutStartReleaseTimeout later), so
+// the object can be removed again; its target range is quarantined, not
+// handed to the next put while a late executor may still write into it.
+func TestMasterTaskExpiresWithItsGrant(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "k", 100, "seg-a")
+	readN(c, 5, "k")
+	c.Tick()
+	if tasks := c.TakeAssignedTasks("b"); len(tasks) != 1 {
+		t.Fatalf("tasks = %+v", tasks)
+	}
+	used := c.Totals().Used // the replica's range and the target's, the same size
+	expiry := c.taskGrantExpiry(c.now())
+	for c.now() <= expiry {
+		clk.Advance(5 * time.Second)
+		c.Ping("a")
+		c.Ping("b")
+		c.Tick()
+	}
+	if got := hotNow(c).failed; got != 1 {
+		t.Fatalf("%d hot tasks failed %v after the grant's end", got, time.Duration(c.now()-expiry+int64(time.Second)))
+	}
+	if codes := c.Remove([]string{"k"}, false); codes[0] != wire.OK {
+		t.Fatalf("remove after the task's end: %v", codes[0])
+	}
+	if u := c.Totals().Used; u != used/2 {
+		t.Fatalf("used %d, want %d: the task's target left the quarantine early", u, used/2)
+	}
+	clk.Advance(c.cfg.PutStartReleaseTimeout)
+	c.Ping("a")
+	c.Ping("b")
+	c.Tick()
+	if u := c.Totals().Used; u != 0 {
+		t.Fatalf("used %d after the quarantine, want 0", u)
+	}
+}
+
+// TestHotTasksPerClientBounded: one client runs at most hotTasksPerClient
+// hot-replica tasks at once; the next start once those end.
+func TestHotTasksPerClientBounded(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	for i := range 2 * hotTasksPerClient {
+		key := fmt.Sprintf("k%d", i)
+		putOn(t, c, key, 100, "seg-a")
+		readN(c, 5, key)
+	}
+	c.Tick()
+	tasks := c.TakeAssignedTasks("b")
+	if len(tasks) != hotTasksPerClient {
+		t.Fatalf("%d tasks for one client at once, want %d", len(tasks), hotTasksPerClient)
+	}
+	for _, at := range tasks {
+		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(11 * time.Second) // a new heat window
+	c.Ping("a")
+	c.Ping("b")
+	for i := range 2 * hotTasksPerClient {
+		readN(c, 5, fmt.Sprintf("k%d", i)) // hot again (those with an extra are at the cap)
+	}
+	c.Tick()
+	if got := len(c.TakeAssignedTasks("b")); got != hotTasksPerClient {
+		t.Fatalf("%d tasks once the first ended, want %d", got, hotTasksPerClient)
+	}
+}
+
+// TestObserveKeepsReplicaOrder: observe mode counts and changes nothing,
+// the order reads see replicas in included.
+func TestObserveKeepsReplicaOrder(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationObserve, 2)
+	if r := put(t, c, "k", 100, wire.ReplicaConfig{ReplicaNum: 2}); r.Code != wire.OK {
+		t.Fatalf("put: %v", r.Code)
+	}
+	firsts := map[uint64]int{}
+	for range 10 {
+		g := c.GetReplicas([]string{"k"}, false)[0]
+		if len(g.Replicas) != 2 {
+			t.Fatalf("get = %+v", g)
+		}
+		firsts[g.Replicas[0].SegID]++
+	}
+	if len(firsts) != 1 {
+		t.Fatalf("first replica per segment over 10 reads: %v, want one segment always first", firsts)
+	}
+}
+
+// TestHeatWindowGoesWithItsObject: removing or rewriting an object drops
+// its heat window at once (not when the shard is full and pruned).
+func TestHeatWindowGoesWithItsObject(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationObserve, 2)
+	putOn(t, c, "gone", 100, "seg-a")
+	putOn(t, c, "rewritten", 100, "seg-a")
+	readN(c, 1, "gone", "rewritten")
+	clk.Advance(2 * time.Second) // past the reads' lease
+	if codes := c.Remove([]string{"gone"}, false); codes[0] != wire.OK {
+		t.Fatalf("remove: %v", codes[0])
+	}
+	if res, err := c.UpsertStart("w", "", []string{"rewritten"}, []uint64{200}, wire.ReplicaConfig{}); err != nil || res[0].Code != wire.OK {
+		t.Fatalf("upsert = %+v %v", res, err)
+	}
+	for _, key := range []string{"gone", "rewritten"} {
+		sh := c.shardOf(key)
+		sh.mu.Lock()
+		n := len(sh.heat)
+		sh.mu.Unlock()
+		if n != 0 {
+			t.Errorf("%s: %d heat windows left in its shard", key, n)
+		}
+	}
+}
+
+// TestHotQueueSkippedAtTheWatermark: at or above the high watermark a Tick
+// lets the queued hot objects go without a task, and counts them.
+func TestHotQueueSkippedAtTheWatermark(t *testing.T) {
+	c, _ := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "k", 100, "seg-a")
+	putOn(t, c, "fill-a", 1000<<10, "seg-a")
+	putOn(t, c, "fill-b", 1000<<10, "seg-b")
+	readN(c, 5, "k")
+	c.Tick()
+	if tasks := c.TakeAssignedTasks("b"); len(tasks) != 0 {
+		t.Fatalf("tasks above the watermark: %+v", tasks)
+	}
+	if got := hotNow(c); got != (hotCounts{hot: 1, queued: 1, skipped: 1}) {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// TestRemoveAndUpsertPreemptMasterTasks: a remove or upsert does not wait
+// for a task the master started (-708 until it ends): the task ends, its
+// target is quarantined, and its executor's late report is refused.
+func TestRemoveAndUpsertPreemptMasterTasks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(c *Core) wire.Code
+	}{
+		{"remove", func(c *Core) wire.Code { return c.Remove([]string{"k"}, false)[0] }},
+		{"upsert", func(c *Core) wire.Code {
+			res, _ := c.UpsertStart("w", "", []string{"k"}, []uint64{100}, wire.ReplicaConfig{Preferred: []string{"seg-a"}})
+			return res[0].Code
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+			putOn(t, c, "k", 100, "seg-a")
+			readN(c, 5, "k")
+			c.Tick()
+			tasks := c.TakeAssignedTasks("b")
+			if len(tasks) != 1 {
+				t.Fatalf("tasks = %+v", tasks)
+			}
+			clk.Advance(2 * time.Second) // past the reads' lease
+			if code := tc.write(c); code != wire.OK {
+				t.Fatalf("%s during the hot task: %v", tc.name, code)
+			}
+			if got := hotNow(c).failed; got != 1 {
+				t.Fatalf("%d hot tasks failed, want the pre-empted one", got)
+			}
+			if err := c.TaskDone("b", tasks[0].Plan.ID, wire.OK); err == nil {
+				t.Fatal("a pre-empted task's report was taken")
+			}
+			if n := c.HotReplicasLive(); n != 0 {
+				t.Fatalf("%d extras", n)
+			}
+			used := c.Totals().Used // the quarantined target among it
+			clk.Advance(c.cfg.PutStartReleaseTimeout + time.Second)
+			c.Ping("a")
+			c.Ping("b")
+			c.Tick()
+			if u := c.Totals().Used; u >= used {
+				t.Fatalf("used %d after the quarantine, was %d: the target was never freed", u, used)
+			}
+		})
 	}
 }

@@ -589,10 +589,12 @@ func (c *Core) replicasOf(keys []string, forRead, use bool) []wire.GetResult {
 					out[i].Replicas = append(out[i].Replicas, c.readReplica(r, o.size, now, use))
 				}
 			}
-			if n := len(out[i].Replicas); n > 1 && c.hot.mode != "" {
+			if n := len(out[i].Replicas); n > 1 && c.hot.mode == DynamicReplicationEnforce {
 				// Spread reads over the replicas: a reader tries the
 				// cheapest first, and in this order among equals.
-				k := int(c.hot.spread.Add(1) % uint64(n))
+				// (observe only counts: the order stays as it was.)
+				sh.spread++
+				k := int(sh.spread % uint32(n))
 				slices.Reverse(out[i].Replicas[:k])
 				slices.Reverse(out[i].Replicas[k:])
 				slices.Reverse(out[i].Replicas)
@@ -663,6 +665,11 @@ func removable(o *object, now int64, force bool) wire.Code {
 	if o.taskCount() > 0 {
 		return wire.ErrObjectHasReplicationTask // even forced: the task holds ranges
 	}
+	return removableWithTasks(o, now, force)
+}
+
+// removableWithTasks is removable but for o's tasks.
+func removableWithTasks(o *object, now int64, force bool) wire.Code {
 	if force {
 		return wire.OK
 	}
@@ -686,7 +693,9 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 		o, ok := sh.objects[key]
 		if !ok {
 			out[i] = wire.ErrObjectNotFound
-		} else if out[i] = removable(o, now, force); out[i] == wire.OK {
+		} else if out[i] = removableWithTasks(o, now, force); out[i] == wire.OK && o.taskCount() > 0 && !c.preemptStarted(o, now) {
+			out[i] = wire.ErrObjectHasReplicationTask // a client's task: it holds ranges, even forced
+		} else if out[i] == wire.OK {
 			f := o.release()
 			c.deleteObject(sh, key, o)
 			f.free(&c.stats)

@@ -6,6 +6,7 @@ package master
 
 import (
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -33,7 +34,8 @@ type PromotionStats struct {
 	// reported. Failed: the holder reported an error. Cancelled: the
 	// promotion's premise went away (object removed or rewritten, holder
 	// gone, no room on the holder's segments). Expired: the holder did
-	// not report within PutStartReleaseTimeout.
+	// not report while the target's write grant lasted (taskGrantExpiry);
+	// the target is quarantined.
 	Completed, CompletedBytes, Failed, Cancelled, Expired atomic.Int64
 }
 
@@ -71,7 +73,6 @@ type diskRead struct{ key, holder string }
 // holds no shard lock (the watermark takes segs).
 func (c *Core) observeDiskReads(reads []diskRead) {
 	p, st := &c.promo, &c.promo.stats
-	usage := -1.0 // read once per call, and only when needed
 	for _, r := range reads {
 		if p.queues.has(r.holder, r.key) {
 			continue // already waiting: this read changes nothing
@@ -80,10 +81,7 @@ func (c *Core) observeDiskReads(reads []diskRead) {
 			st.RejectedFrequency.Add(1)
 			continue
 		}
-		if usage < 0 {
-			usage = c.usage()
-		}
-		if usage >= c.cfg.HighWatermark {
+		if math.Float64frombits(c.usageBits.Load()) >= c.cfg.HighWatermark { // as of the last Tick
 			// A replica now would only be evicted again, or push out others.
 			st.RejectedWatermark.Add(1)
 			continue
@@ -169,7 +167,7 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 			continue
 		}
 		t := &task{obj: o, client: clientID, size: o.size, promotion: true,
-			deadline: now + int64(c.cfg.PutStartReleaseTimeout),
+			deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
 			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
 			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
 		o.addTasks(1)
@@ -179,7 +177,9 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 		c.stats.TasksCreated.Add(1)
 		return pt, true
 	}
-	c.evictSoon.Store(true) // no room on the holder: let eviction make some
+	// No room on the holder's segments: cancelled (and counted so). An
+	// eviction pass is not asked for: below the watermark it would evict
+	// others' objects every Tick for a replica nobody waits on.
 	return pt, false
 }
 

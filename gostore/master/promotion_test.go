@@ -74,6 +74,7 @@ func TestPromotionGates(t *testing.T) {
 			c, _ := promotionCore(t, tc.threshold, tc.limit, tc.perHeartbeat, tc.keys...)
 			if tc.fill {
 				put(t, c, "big", 1<<20-100, wire.ReplicaConfig{})
+				c.Tick() // the gate reads the usage the last Tick saw
 			}
 			readN(c, tc.reads, tc.keys...)
 			if got := promoNow(c); got != tc.want {
@@ -142,10 +143,14 @@ func TestPromotionEnds(t *testing.T) {
 			}},
 		{name: "holder never reports", want: promoCounts{admitted: 1, expired: 1},
 			end: func(t *testing.T, c *Core, clk *fakeClock, _ wire.PromotionTask) {
-				clk.Advance(c.cfg.PutStartReleaseTimeout / 2)
-				c.Ping("a")
-				c.Tick()
-				clk.Advance(c.cfg.PutStartReleaseTimeout/2 + time.Second)
+				// It expires with its write grant; its range then waits
+				// out the quarantine (the holder may still be writing).
+				for expiry := c.taskGrantExpiry(c.now()); c.now() <= expiry; {
+					clk.Advance(5 * time.Second)
+					c.Ping("a")
+					c.Tick()
+				}
+				clk.Advance(c.cfg.PutStartReleaseTimeout + time.Second)
 				c.Ping("a")
 				c.Tick()
 			}},
@@ -199,6 +204,30 @@ func TestPromotionCancelledWhenItsPremiseGoes(t *testing.T) {
 				t.Fatalf("%+v", got)
 			}
 		})
+	}
+}
+
+// TestPromotionWithNoRoomEvictsNothing: a promotion the holder's segments
+// have no room for is cancelled; it does not make every Tick run an
+// eviction pass while the pool is below its high watermark.
+func TestPromotionWithNoRoomEvictsNothing(t *testing.T) {
+	c, _ := promotionCore(t, 1, 10, 1, "k")
+	mount(t, c, "b", "seg-b", 16<<20) // the pool: 1 + 16 MiB, far below the watermark
+	if r := put(t, c, "big", 1<<20-100, wire.ReplicaConfig{Preferred: []string{"seg-a"}}); r.Code != wire.OK {
+		t.Fatalf("put: %v", r.Code)
+	}
+	readN(c, 1, "k")
+	if got := c.PromotionHeartbeat("a"); len(got) != 0 {
+		t.Fatalf("promotions = %+v", got)
+	}
+	for range 3 {
+		c.Tick()
+	}
+	if n := c.Stats().EvictionPasses.Load(); n != 0 {
+		t.Fatalf("%d eviction passes below the watermark", n)
+	}
+	if got := promoNow(c); got != (promoCounts{admitted: 1, cancelled: 1}) {
+		t.Fatalf("%+v", got)
 	}
 }
 

@@ -259,6 +259,14 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 	if t.promotion {
 		c.promotionEnded(t, code, added > 0, expired)
 	}
+	// A task the master started expires with its targets' write grants,
+	// but its executor may still be writing: an SSD tier loads a promotion
+	// into its own segment without a grant. Its targets wait out the
+	// quarantine rather than go to the next put at once.
+	quarantined := added == 0 && expired
+	if quarantined {
+		c.discard(t.targets, t.size, now)
+	}
 	c.tasks.Lock()
 	defer c.tasks.Unlock()
 	switch {
@@ -269,7 +277,9 @@ func (c *Core) finishTask(t *task, code wire.Code, now int64, expired bool) {
 		if code == wire.OK {
 			code = wire.ErrReplicaIsGone // the object or every target vanished
 		}
-		freeRanges(t.targets, t.size, &c.stats)
+		if !quarantined {
+			freeRanges(t.targets, t.size, &c.stats)
+		}
 		t.info.Status, t.info.Error = TaskFailed, code.String()
 		c.stats.TasksFailed.Add(1)
 	}
@@ -318,4 +328,50 @@ func (c *Core) tickTasks(now int64, dead map[string]bool) {
 	for _, t := range expired {
 		c.finishTask(t, wire.ErrLeaseExpired, now, true)
 	}
+}
+
+// preemptStarted ends the running tasks the master started on o (a
+// promotion, a hot object's extra replica) for a remove or upsert of its
+// key, which would otherwise be refused (-708) until they end: their
+// targets go to the quarantine (the executor may still be writing), and a
+// late TaskDone is refused as for any ended task. It reports false, ending
+// nothing, when a task a client asked for runs on o. The caller holds o's
+// shard lock (the task table's is taken under it, as addTask does).
+func (c *Core) preemptStarted(o *object, now int64) bool {
+	type ended struct {
+		t       *task
+		targets []replica
+	}
+	var started []ended
+	c.tasks.Lock()
+	for _, t := range c.tasks.byID {
+		if t.obj != o || t.finished != 0 {
+			continue
+		}
+		if !t.hot && !t.promotion {
+			c.tasks.Unlock()
+			return false
+		}
+		started = append(started, ended{t, t.targets})
+	}
+	for _, e := range started {
+		e.t.finished = now
+		e.t.targets = nil
+		e.t.info.Status, e.t.info.Error = TaskFailed, wire.ErrReplicaIsGone.String()
+		c.stats.TasksFailed.Add(1)
+	}
+	c.tasks.Unlock()
+	// As finishTask: under the shard's lock, not the task table's.
+	for _, e := range started {
+		o.addTasks(-1)
+		c.releaseHold(e.t.hold)
+		c.discard(e.targets, e.t.size, now)
+		if e.t.hot {
+			c.hotReplicaEnded(e.t, nil)
+		}
+		if e.t.promotion {
+			c.promotionEnded(e.t, wire.OK, false, false) // cancelled: its object is going
+		}
+	}
+	return true
 }

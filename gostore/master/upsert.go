@@ -11,7 +11,9 @@ import "github.com/gostore/gostore/gostore/wire"
 //   - an unfinished put/upsert is preempted first: its PROCESSING ranges go
 //     to the quarantine (its writer may still be copying) and, if nothing
 //     complete remains, the key is treated as missing;
-//   - a running copy/move task: -708; readers copying out: -714;
+//   - a running copy/move task a client asked for: -708 (one the master
+//     started, a promotion or a hot object's extra replica, is pre-empted);
+//     readers copying out: -714;
 //   - same size (case B): rewritten in place: every replica turns
 //     PROCESSING (readers get -703) under a new epoch, same ranges returned;
 //   - other size (case C): the old ranges go to the quarantine and new ones
@@ -32,7 +34,7 @@ func (c *Core) upsertOne(now int64, clientID, key string, size uint64, cfg wire.
 		return c.insertLocked(sh, now, clientID, key, size, cfg, cfg.HardPin, p)
 	}
 	hardPin := o.hardPin || cfg.HardPin
-	if o.taskCount() > 0 {
+	if o.taskCount() > 0 && !c.preemptStarted(o, now) {
 		return wire.PutStartResult{Code: wire.ErrObjectHasReplicationTask}
 	}
 	if o.unfinished() {

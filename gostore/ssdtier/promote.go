@@ -5,6 +5,9 @@
 package ssdtier
 
 import (
+	"time"
+
+	"github.com/gostore/gostore/gostore/grant"
 	"github.com/gostore/gostore/gostore/wire"
 )
 
@@ -22,6 +25,12 @@ func (t *Tier) promote(tasks []wire.PromotionTask) {
 			code = wire.ErrInvalidParams
 			t.log.Warn("promotion target is not a range of this client's host-memory segment",
 				"key", p.Key, "seg", p.Target.SegID, "offset", p.Target.Offset, "size", p.Size)
+		case grantExpired(p.Target.Grant):
+			// The master has ended the task by now and quarantined the
+			// range: this load would write into memory it no longer
+			// reserves for us.
+			code = wire.ErrLeaseExpired
+			t.log.Warn("promotion ran after its write grant expired; nothing written", "key", p.Key, "task", p.ID)
 		default:
 			dst := seg[p.Target.Offset : p.Target.Offset+p.Size]
 			code = t.loadLocal([]string{p.Key}, []uint64{p.Size}, [][][]byte{{dst}})[0]
@@ -35,9 +44,17 @@ func (t *Tier) promote(tasks []wire.PromotionTask) {
 		err := t.host.CallMaster(ctx, wire.OpTaskDone, &wire.TaskDoneReq{ClientID: t.host.ClientID(), ID: p.ID, Code: code}, nil)
 		cancel()
 		if err != nil {
-			// The master expires the task (put_start_release_timeout_sec)
-			// and frees the range.
+			// The master expires the task with its write grant and
+			// quarantines the range.
 			t.log.Debug("promotion report not delivered", "key", p.Key, "task", p.ID, "err", err)
 		}
 	}
+}
+
+// grantExpired reports a target grant past its expiry on this host's
+// clock. The grant is the master's, for our own segment: its fields are
+// read, not verified (no grant: a segment without a key, nothing to check).
+func grantExpired(tok []byte) bool {
+	f, err := grant.Decode(tok)
+	return err == nil && time.Now().UnixNano() >= f.Expiry
 }

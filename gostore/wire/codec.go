@@ -660,3 +660,67 @@ func strs(p *[]string) func(*msgpack.Decoder) error {
 func uints(p *[]uint64) func(*msgpack.Decoder) error {
 	return func(d *msgpack.Decoder) (err error) { *p, err = decodeUints(d); return }
 }
+
+// PingResp and OffloadHeartbeatResp grew trailing fields (PingResp's
+// MultiTenants and Tasks: tenantcodec.go; OffloadHeartbeatResp's Promote).
+// msgpack's reflection codec refuses an array-encoded struct whose field
+// count differs from its own, so an older peer could not read a newer one
+// (or the reverse). These codecs write the older field count while the new
+// list is empty, so an older peer reads what a newer master sends with the
+// features off, and read any count from the older one's up.
+
+var (
+	_ msgpack.CustomEncoder = (*OffloadHeartbeatResp)(nil)
+	_ msgpack.CustomDecoder = (*OffloadHeartbeatResp)(nil)
+)
+
+// offloadHeartbeatRespFields is OffloadHeartbeatResp's field count before
+// Promote.
+const offloadHeartbeatRespFields = 3
+
+func (m *OffloadHeartbeatResp) EncodeMsgpack(e *msgpack.Encoder) error {
+	n := offloadHeartbeatRespFields
+	if len(m.Promote) > 0 {
+		n++
+	}
+	if err := e.EncodeArrayLen(n); err != nil {
+		return err
+	}
+	if err := encodeStrings(e, m.Keys); err != nil {
+		return err
+	}
+	if err := encodeUints(e, m.Sizes); err != nil {
+		return err
+	}
+	if err := encodeStrings(e, m.Drop); err != nil {
+		return err
+	}
+	if n == offloadHeartbeatRespFields {
+		return nil
+	}
+	return encodeList(e, m.Promote, func(t PromotionTask) error { return e.Encode(&t) })
+}
+
+func (m *OffloadHeartbeatResp) DecodeMsgpack(d *msgpack.Decoder) error {
+	n, err := arrayOf(d, offloadHeartbeatRespFields)
+	if err != nil {
+		return err
+	}
+	if m.Keys, err = decodeStrings(d); err != nil {
+		return err
+	}
+	if m.Sizes, err = decodeUints(d); err != nil {
+		return err
+	}
+	if m.Drop, err = decodeStrings(d); err != nil {
+		return err
+	}
+	m.Promote = nil
+	if n == offloadHeartbeatRespFields {
+		return nil
+	}
+	if m.Promote, err = decodeList(d, func(t *PromotionTask) error { return d.Decode(t) }); err != nil {
+		return err
+	}
+	return skipRest(d, n, offloadHeartbeatRespFields+1)
+}

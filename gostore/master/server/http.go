@@ -82,6 +82,7 @@ func newMetrics(core *master.Core) *metrics {
 	counter("gostore_master_hot_replica_added_total", "Extra memory replicas of hot objects that became readable.", hs.Added.Load)
 	counter("gostore_master_hot_replica_failed_total", "Extra-replica tasks that ended without a replica.", hs.Failed.Load)
 	counter("gostore_master_hot_replica_dropped_total", "Extra replicas of hot objects dropped under memory pressure.", hs.Dropped.Load)
+	counter("gostore_master_hot_replica_skipped_total", "Queued hot objects let go without a task: the pool was at or above its high watermark.", hs.Skipped.Load)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gostore_master_hot_replicas",
 		Help: "Extra memory replicas of hot objects that exist now."}, func() float64 { return float64(core.HotReplicasLive()) }))
 	gauge := func(name, help string, f func(master.Totals) float64) {
