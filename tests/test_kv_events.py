@@ -323,3 +323,31 @@ def test_settings_refused(launcher, flags, want):
     with pytest.raises(RuntimeError) as e:
         launcher.master(**flags)
     assert want in str(e.value), str(e.value)
+
+
+def test_restore_beyond_the_queue_capacity_loses_nothing(launcher, tmp_path):
+    """A master that restores more objects than its event queue holds
+    (--kv_events_queue_capacity) still starts with all cleared and
+    announces every one: nothing drains the queue before the publisher
+    starts, so it keeps what the restore pushes."""
+    state = str(tmp_path / "state")
+    m = events_master(launcher, snapshot_backup_dir=state)
+    store = launcher.store(m)
+    keys = [f"r{i}" for i in range(40)]
+    for k in keys:
+        assert store.put(k, k.encode() * 10) == 0
+    pub, replay_ep = m.pub, m.replay
+    m.kill()
+    m2 = launcher.master(enable_kv_events=True, kv_events_bind_endpoint=pub, kv_events_replay_endpoint=replay_ep,
+                         kv_events_backend_id="test-backend", snapshot_backup_dir=state, rpc_port=m.rpc_port,
+                         kv_events_queue_capacity=4)
+    m2.pub, m2.replay = pub, replay_ep
+
+    def replayed():
+        evs = [short(e) for e in events_of(replay(m2, 0, msgpack.unpackb))]
+        return evs if len(evs) >= 4 else None
+
+    evs = wait_until(replayed, what="the restarted master's first events")
+    assert evs[0] == ("AllBlocksCleared", None, None), evs[:5]
+    assert sorted(evs[1:]) == sorted(("BlockStored", "cpu", k) for k in keys), evs
+    assert status(m2)["dropped_events"] == 0

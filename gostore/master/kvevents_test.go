@@ -162,6 +162,68 @@ func TestEventQueueDropsTheOldest(t *testing.T) {
 	}
 }
 
+// An all-cleared event is never the one dropped: the next goes instead
+// (the all-cleared stays first), or the new event when the all-cleared is
+// all there is. A held queue (Hold, until Release) drops nothing, and
+// what it held comes out first.
+func TestEventQueueKeepsAllClearedAndHeld(t *testing.T) {
+	cl := Event{Kind: EventAllCleared}
+	st := func(k string) Event { return Event{Kind: EventStored, Key: k} }
+	for _, tc := range []struct {
+		name     string
+		capacity int
+		hold     []Event // pushed while held
+		pushed   []Event
+		want     []string
+		lost     uint64
+	}{
+		{name: "cleared oldest, capacity 2", capacity: 2, pushed: []Event{cl, st("k1"), st("k2"), st("k3")},
+			want: []string{"cleared", "k3"}, lost: 2},
+		{name: "cleared alone, capacity 1", capacity: 1, pushed: []Event{cl, st("k1"), st("k2")},
+			want: []string{"cleared"}, lost: 2},
+		{name: "a newer cleared replaces it", capacity: 1, pushed: []Event{cl, st("k1"), cl},
+			want: []string{"cleared"}, lost: 2},
+		{name: "two cleared, capacity 2", capacity: 2, pushed: []Event{cl, cl, st("k1")},
+			want: []string{"cleared", "k1"}, lost: 1},
+		{name: "held beyond capacity", capacity: 2, hold: []Event{cl, st("r1"), st("r2"), st("r3"), st("r4")},
+			pushed: []Event{st("k1"), st("k2"), st("k3")},
+			want:   []string{"cleared", "r1", "r2", "r3", "r4", "k2", "k3"}, lost: 1},
+	} {
+		q := NewEventQueue(tc.capacity)
+		q.Hold()
+		for _, e := range tc.hold {
+			q.Push(e)
+		}
+		q.Release()
+		for _, e := range tc.pushed {
+			q.Push(e)
+		}
+		if q.Len() != len(tc.want) {
+			t.Errorf("%s: Len %d, want %d", tc.name, q.Len(), len(tc.want))
+		}
+		var got []string
+		for {
+			evs, lost := q.Drain(nil, 3) // in pieces: the held part, then the ring
+			if lost != 0 && lost != tc.lost {
+				t.Errorf("%s: lost %d, want %d", tc.name, lost, tc.lost)
+			}
+			if len(evs) == 0 {
+				break
+			}
+			for _, e := range evs {
+				if e.Kind == EventAllCleared {
+					got = append(got, "cleared")
+				} else {
+					got = append(got, e.Key)
+				}
+			}
+		}
+		if !slices.Equal(got, tc.want) || q.Dropped() != tc.lost {
+			t.Errorf("%s: kept %v (dropped %d), want %v (%d)", tc.name, got, q.Dropped(), tc.want, tc.lost)
+		}
+	}
+}
+
 // Drain takes at most max, oldest first, and Ready wakes a waiting
 // publisher once an event arrives in an empty queue.
 func TestEventQueueDrainsInBatches(t *testing.T) {

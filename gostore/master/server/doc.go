@@ -52,7 +52,8 @@
 // # KV events
 //
 // With --enable_kv_events the core gets a bounded event queue
-// (master.EventQueue, first an all-cleared event); kvevents.go drains it
+// (master.EventQueue, first an all-cleared event, held unbounded until the
+// publisher starts so a restore's announcements all stay); kvevents.go drains it
 // in one goroutine, never under a core lock, into numbered msgpack batches
 // for every subscriber of its PUB socket, and keeps the last batches for
 // the replay endpoint (a request of the wrong shape is logged once and

@@ -189,6 +189,9 @@ func kvEventsFor(opts Options, cfg *master.Config, log *slog.Logger) (*kvPublish
 		return nil, nil
 	}
 	q := master.NewEventQueue(int(opts.KVEvents.QueueCapacity))
+	// Held until the publisher starts: nothing drains it before, and a
+	// restore announces every object it brings back (start releases it).
+	q.Hold()
 	q.Push(master.Event{Kind: master.EventAllCleared, At: time.Now().UnixNano()})
 	p, err := newKVPublisher(opts.KVEvents, q, log)
 	if err != nil {
@@ -211,6 +214,7 @@ func (p *kvPublisher) closeSockets() {
 }
 
 func (p *kvPublisher) start() {
+	p.q.Release()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
