@@ -138,7 +138,7 @@ type kvPublisher struct {
 	replay net.Listener // nil without a replay endpoint
 	wg     sync.WaitGroup
 
-	seq     uint64 // the last batch's; the publishing goroutine's alone
+	seq     uint64 // the last batch's (the start's µs at first); the publishing goroutine's alone
 	eventID uint64 // the last event's; likewise
 
 	mu          sync.Mutex // guards the replay buffer
@@ -160,6 +160,12 @@ type kvBatch struct {
 func newKVPublisher(o KVEventsOptions, q *master.EventQueue, log *slog.Logger) (*kvPublisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &kvPublisher{o: o, q: q, log: log, now: time.Now, ctx: ctx, cancel: cancel}
+	// Numbered on from the wall clock's µs at the start, not from 1: a
+	// subscriber of the master before a restart or failover sees the next
+	// master's first batch as a gap (never as a number it already had) and
+	// replays from its all-cleared on. A master publishes far fewer than a
+	// batch per µs, so the numbers only grow across restarts.
+	p.seq = uint64(p.now().UnixMicro())
 	_, addr, _ := tcpEndpoint(o.BindEndpoint) // checked by checkKVEvents
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
