@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/gostore/gostore/gostore/master"
@@ -198,4 +199,82 @@ func TestZMTPReadBounds(t *testing.T) {
 		}
 		b.Close()
 	}
+}
+
+// zmtpSubscriber connects to a zmtpPub as a ZMTP SUB peer (the handshake
+// done); it reads only when the test does.
+func zmtpSubscriber(t *testing.T, addr string) (net.Conn, *zmq4.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Sub, nil, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, zc
+}
+
+// pubWithSubscriber is a zmtpPub on loopback with one subscriber served.
+func pubWithSubscriber(t *testing.T) (*zmtpPub, net.Conn, *zmq4.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newZMTPPub(ln, 16, slog.New(slog.DiscardHandler))
+	c, zc := zmtpSubscriber(t, ln.Addr().String())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		n := len(p.subs)
+		p.mu.Unlock()
+		if n == 1 {
+			return p, c, zc
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber was not served")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Every write to a subscriber has a deadline of its own: a healthy one
+// that was idle longer than the timeout still gets a batch larger than
+// the write buffer, and one that reads nothing, before any flush, is
+// dropped within the timeout rather than holding the publisher's close.
+func TestZMTPWriteDeadlinePerWrite(t *testing.T) {
+	defer func(d time.Duration) { zmtpWriteTimeout = d }(zmtpWriteTimeout)
+	zmtpWriteTimeout = 300 * time.Millisecond
+	big := make([]byte, 8<<20) // past the write buffer and the socket's
+
+	t.Run("idle, then a large batch", func(t *testing.T) {
+		p, c, zc := pubWithSubscriber(t)
+		p.send(zmq4.NewMsgFrom([]byte{}, []byte("small")))
+		if m, err := zc.RecvMsg(); err != nil || string(m.Frames[1]) != "small" {
+			t.Fatalf("first: %v %v", m, err)
+		}
+		time.Sleep(2 * zmtpWriteTimeout) // idle past the last flush's deadline
+		p.send(zmq4.NewMsgFrom([]byte{}, big))
+		if m, err := zc.RecvMsg(); err != nil || len(m.Frames) != 2 || len(m.Frames[1]) != len(big) {
+			t.Fatalf("a healthy subscriber idle a while lost the large batch: %v", err)
+		}
+		c.Close()
+		p.close()
+	})
+	t.Run("never reading", func(t *testing.T) {
+		p, c, _ := pubWithSubscriber(t)
+		defer c.Close()
+		p.send(zmq4.NewMsgFrom([]byte{}, big)) // never read
+		closed := make(chan struct{})
+		go func() {
+			p.close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(10 * zmtpWriteTimeout):
+			t.Fatalf("close still waits on a subscriber that reads nothing after %v", 10*zmtpWriteTimeout)
+		}
+	})
 }

@@ -30,10 +30,12 @@ const (
 	zmtpMaxFrames = 16
 	// zmtpMaxSubscribers bounds the PUB socket's connections.
 	zmtpMaxSubscribers = 256
-	// zmtpWriteTimeout: a subscriber that takes no bytes this long is
-	// dropped.
-	zmtpWriteTimeout = 10 * time.Second
 )
+
+// zmtpWriteTimeout: a peer that takes none of a write's bytes this long is
+// dropped (each write to the socket gets its own deadline). A variable for
+// the tests.
+var zmtpWriteTimeout = 10 * time.Second
 
 // zmtpConn is a peer's connection as zmq4.Open sees it: reads refuse a
 // frame longer than zmtpMaxFrame before zmq4 allocates it, and writes,
@@ -95,16 +97,27 @@ func (c *zmtpConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.bw == nil {
-		return c.Conn.Write(p)
+		return deadlineWriter{c.Conn}.Write(p)
 	}
 	return c.bw.Write(p)
+}
+
+// deadlineWriter gives every write to the socket a deadline of its own:
+// the buffer's flushes and its overflow (a message larger than the
+// buffer goes straight through), before the first flush as after an idle
+// while.
+type deadlineWriter struct{ net.Conn }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
+	return w.Conn.Write(p)
 }
 
 // buffered turns write buffering on (after the handshake, whose writes
 // must reach the peer before its answer is read).
 func (c *zmtpConn) buffered() {
 	c.wmu.Lock()
-	c.bw = bufio.NewWriterSize(c.Conn, 64<<10)
+	c.bw = bufio.NewWriterSize(deadlineWriter{c.Conn}, 64<<10)
 	c.wmu.Unlock()
 }
 
@@ -114,7 +127,6 @@ func (c *zmtpConn) flush() error {
 	if c.bw == nil {
 		return nil
 	}
-	c.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
 	return c.bw.Flush()
 }
 
