@@ -327,6 +327,8 @@ def test_restarted_master_clears_then_announces_what_it_restored(launcher, tmp_p
      "want tcp://host:port"),
     ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://0.0.0.0:5557", "kv_events_backend_id": "b"},
      "--allow_insecure"),
+    ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://127.0.0.1:1", "kv_events_backend_id": "b",
+      "kv_events_format": "json"}, "--kv_events_format=json: want array or map"),
 ])
 def test_settings_refused(launcher, flags, want):
     """Settings the publisher cannot run with stop the master at start,

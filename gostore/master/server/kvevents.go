@@ -47,7 +47,17 @@ type KVEventsOptions struct {
 	// is not a hash (decimal or 0x-hex u64) is not published.
 	ObjectKey     bool
 	QueueCapacity uint32 // events waiting for the publisher; 0: unbounded
+	// Format is the batch's layout (--kv_events_format): kvFormatArray or
+	// kvFormatMap. The engines' decoders differ: SGLang's and vLLM 0.32's
+	// EventBatch is array_like, some vLLM releases' a map, and those
+	// answer a replay without the topic frame.
+	Format string
 }
+
+const (
+	kvFormatArray = "array"
+	kvFormatMap   = "map"
+)
 
 const (
 	// kvBatchMax: events per published batch (Mooncake's publisher's).
@@ -85,6 +95,9 @@ func checkKVEvents(o KVEventsOptions, allowInsecure bool) error {
 	}
 	if o.BackendID == "" {
 		return errors.New("--enable_kv_events needs --kv_events_backend_id (names this master's events)")
+	}
+	if o.Format != kvFormatArray && o.Format != kvFormatMap && o.Format != "" {
+		return fmt.Errorf("--kv_events_format=%s: want %s or %s", o.Format, kvFormatArray, kvFormatMap)
 	}
 	for _, ep := range []struct{ flag, v string }{{"--kv_events_bind_endpoint", o.BindEndpoint},
 		{"--kv_events_replay_endpoint", o.ReplayEndpoint}} {
@@ -423,14 +436,22 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 		}
 		start := binary.BigEndian.Uint64(msg.Frames[1])
 		seq := make([]byte, 8)
+		// The answer's frames after the empty delimiter: the map format's
+		// engines read [seq, payload], the others [topic, seq, payload].
+		answer := func(seq, payload []byte) zmq4.Msg {
+			if p.o.Format == kvFormatMap {
+				return zmq4.NewMsgFrom([]byte{}, seq, payload)
+			}
+			return zmq4.NewMsgFrom([]byte{}, []byte{}, seq, payload)
+		}
 		for _, b := range p.from(start) {
 			binary.BigEndian.PutUint64(seq, b.seq)
 			c.SetDeadline(time.Now().Add(kvReplayIdle))
-			if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, seq, b.payload)); err != nil {
+			if err := zc.SendMsg(answer(seq, b.payload)); err != nil {
 				return
 			}
 		}
-		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, kvEndSeq, []byte{})); err != nil {
+		if err := zc.SendMsg(answer(kvEndSeq, []byte{})); err != nil {
 			return
 		}
 		if err := wc.flush(); err != nil {
@@ -596,7 +617,7 @@ func keyHash(key string) (uint64, bool) {
 }
 
 // batch encodes evs as a KVEventBatch, [ts, events, data_parallel_rank]
-// with ts in seconds, and returns it, the events in it and those skipped
+// with ts in seconds (a map of those three names in the map format), and returns it, the events in it and those skipped
 // (keys that are not hashes, without --kv_events_emit_object_key).
 // Each event is a map: the engines' tagged-struct fields (type and their
 // names; decoders ignore the keys they do not know) and RFC #1527's. It
@@ -622,8 +643,16 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 		return nil, 0, skipped
 	}
 	w := &e.w
-	w.EncodeArrayLen(3)
-	w.EncodeFloat64(float64(p.now().UnixNano()) / 1e9)
+	ts := float64(p.now().UnixNano()) / 1e9
+	if o.Format == kvFormatMap {
+		w.EncodeMapLen(3)
+		w.EncodeString("ts")
+		w.EncodeFloat64(ts)
+		w.EncodeString("events")
+	} else {
+		w.EncodeArrayLen(3)
+		w.EncodeFloat64(ts)
+	}
 	w.EncodeArrayLen(n)
 	for i := range evs {
 		ev := &evs[i]
@@ -633,6 +662,9 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 		}
 		p.eventID++
 		e.event(p, ev, hash, isHash)
+	}
+	if o.Format == kvFormatMap {
+		w.EncodeString("data_parallel_rank")
 	}
 	w.EncodeUint(uint64(o.DPRank))
 	return bytes.Clone(w.b), n, skipped

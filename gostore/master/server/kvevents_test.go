@@ -107,6 +107,40 @@ func TestKVBatchLayout(t *testing.T) {
 }
 
 // BenchmarkKVBatch: one batch of kvBatchMax stored events encoded.
+// --kv_events_format=map: the batch is a map of vLLM's EventBatch field
+// names, its events as in the array format.
+func TestKVBatchMapFormat(t *testing.T) {
+	evs := []master.Event{{Kind: master.EventStored, Medium: master.MediumCPU, Key: "7"}, {Kind: master.EventAllCleared}}
+	for _, format := range []string{kvFormatArray, kvFormatMap} {
+		p := &kvPublisher{o: KVEventsOptions{BackendID: "b", LegacyCompat: true, DPRank: 2, Format: format},
+			log: slog.Default(), now: func() time.Time { return time.Unix(10, 500_000_000) }}
+		var enc kvEncoder
+		payload, n, _ := enc.batch(p, evs)
+		var got any
+		if err := msgpack.Unmarshal(payload, &got); err != nil || n != 2 {
+			t.Fatalf("%s: %v, %d events", format, err, n)
+		}
+		var ts, rank, events any
+		switch b := got.(type) {
+		case []any:
+			if format != kvFormatArray || len(b) != 3 {
+				t.Fatalf("%s: batch %v", format, b)
+			}
+			ts, events, rank = b[0], b[1], b[2]
+		case map[string]any:
+			if format != kvFormatMap || len(b) != 3 {
+				t.Fatalf("%s: batch %v", format, b)
+			}
+			ts, events, rank = b["ts"], b["events"], b["data_parallel_rank"]
+		}
+		evs, _ := events.([]any)
+		if ts != 10.5 || fmt.Sprint(rank) != "2" || len(evs) != 2 || evs[0].(map[string]any)["type"] != "BlockStored" ||
+			evs[1].(map[string]any)["type"] != "AllBlocksCleared" {
+			t.Errorf("%s: batch %v", format, got)
+		}
+	}
+}
+
 func BenchmarkKVBatch(b *testing.B) {
 	p := &kvPublisher{o: KVEventsOptions{BackendID: "b", TenantID: "default", LegacyCompat: true, ObjectKey: true},
 		log: slog.Default(), now: time.Now}
