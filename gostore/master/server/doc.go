@@ -58,7 +58,9 @@
 // for every subscriber of its PUB socket, and keeps the last batches for
 // the replay endpoint (a request of the wrong shape is logged once and
 // ends its connection). Both sockets are zmtp.go's: zmq4's ZMTP
-// connections on listeners of our own, each peer's reads bounded
+// handshake on listeners of our own, then frames read and written by
+// zmtp.go (a peer's PING answered by a flushed PONG, a message written
+// whole under the connection's lock), each peer's reads bounded
 // (zmq4's sockets would allocate whatever a frame header claims), each
 // subscriber with a queue of its own. The sockets carry no authentication: off loopback they
 // need --allow_insecure. /kv_events/status and gostore_master_kv_events_*

@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -409,49 +410,46 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(p.ctx, func() { c.Close() })
 	defer stop()
-	wc, zc, err := zmtpOpen(c, zmq4.Router)
+	wc, err := zmtpOpen(c, zmq4.Router)
 	if err != nil {
 		if p.ctx.Err() == nil {
 			p.log.Warn("kv events: replay handshake failed", "peer", c.RemoteAddr(), "err", err)
 		}
 		return
 	}
-	wc.buffered()
+	r := bufio.NewReaderSize(wc, 512)
 	for {
 		c.SetDeadline(time.Now().Add(kvReplayIdle))
-		msg, err := zc.RecvMsg()
+		frames, err := wc.readMsg(r) // answers the peer's PINGs itself
 		if err != nil {
 			if p.ctx.Err() == nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
 				p.log.Warn("kv events: replay connection ended", "peer", c.RemoteAddr(), "err", err)
 			}
 			return
 		}
-		if len(msg.Frames) == 0 { // a command (ping): nothing to answer here
-			continue
-		}
-		if len(msg.Frames) != 2 || len(msg.Frames[0]) != 0 || len(msg.Frames[1]) != 8 {
+		if len(frames) != 2 || len(frames[0]) != 0 || len(frames[1]) != 8 {
 			p.log.Warn("kv events: bad replay request: want an empty frame and an 8-byte big-endian start sequence",
-				"peer", c.RemoteAddr(), "frames", len(msg.Frames), "sizes", frameSizes(msg.Frames))
+				"peer", c.RemoteAddr(), "frames", len(frames), "sizes", frameSizes(frames))
 			return
 		}
-		start := binary.BigEndian.Uint64(msg.Frames[1])
+		start := binary.BigEndian.Uint64(frames[1])
 		seq := make([]byte, 8)
 		// The answer's frames after the empty delimiter: the map format's
 		// engines read [seq, payload], the others [topic, seq, payload].
-		answer := func(seq, payload []byte) zmq4.Msg {
+		answer := func(seq, payload []byte) error {
 			if p.o.Format == kvFormatMap {
-				return zmq4.NewMsgFrom([]byte{}, seq, payload)
+				return wc.writeMsg(false, []byte{}, seq, payload)
 			}
-			return zmq4.NewMsgFrom([]byte{}, []byte{}, seq, payload)
+			return wc.writeMsg(false, []byte{}, []byte{}, seq, payload)
 		}
 		for _, b := range p.from(start) {
 			binary.BigEndian.PutUint64(seq, b.seq)
 			c.SetDeadline(time.Now().Add(kvReplayIdle))
-			if err := zc.SendMsg(answer(seq, b.payload)); err != nil {
+			if err := answer(seq, b.payload); err != nil {
 				return
 			}
 		}
-		if err := zc.SendMsg(answer(kvEndSeq, []byte{})); err != nil {
+		if err := answer(kvEndSeq, []byte{}); err != nil {
 			return
 		}
 		if err := wc.flush(); err != nil {

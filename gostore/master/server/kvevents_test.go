@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -309,6 +310,71 @@ func TestZMTPWriteDeadlinePerWrite(t *testing.T) {
 		case <-closed:
 		case <-time.After(10 * zmtpWriteTimeout):
 			t.Fatalf("close still waits on a subscriber that reads nothing after %v", 10*zmtpWriteTimeout)
+		}
+	})
+}
+
+// pong reads the raw bytes of a PONG command with context ctx from c.
+func readPong(t *testing.T, c net.Conn, ctx string) {
+	t.Helper()
+	want := append([]byte{0x04, byte(5 + len(ctx)), 4}, "PONG"+ctx...)
+	got := make([]byte, len(want))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after a PING: % x (%v), want the PONG % x", got, err, want)
+	}
+	c.SetReadDeadline(time.Time{})
+}
+
+// A peer's ZMTP PING is answered with a PONG echoing its context, at once
+// (flushed), on the PUB socket and on the replay endpoint, where the
+// request that follows is then answered as usual.
+func TestZMTPPingAnswered(t *testing.T) {
+	ping := []byte{0, 100, 'c', 't', 'x'} // TTL 10 s, context "ctx"
+	t.Run("pub", func(t *testing.T) {
+		p, c, zc := pubWithSubscriber(t)
+		defer p.close()
+		defer c.Close()
+		if err := zc.SendCmd(zmq4.CmdPing, ping); err != nil {
+			t.Fatal(err)
+		}
+		readPong(t, c, "ctx")
+	})
+	t.Run("replay", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		p := &kvPublisher{o: KVEventsOptions{Format: kvFormatArray}, log: slog.New(slog.DiscardHandler), replay: ln}
+		p.ctx, p.cancel = context.WithCancel(context.Background())
+		defer p.cancel()
+		p.keep(kvBatch{seq: 7, payload: []byte("batch")})
+		go func() {
+			if s, err := ln.Accept(); err == nil {
+				p.serveReplayConn(s)
+			}
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Dealer, nil, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := zc.SendCmd(zmq4.CmdPing, ping); err != nil {
+			t.Fatal(err)
+		}
+		readPong(t, c, "ctx")
+		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, 0))); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		m, err := zc.RecvMsg()
+		if err != nil || len(m.Frames) != 4 || string(m.Frames[3]) != "batch" {
+			t.Fatalf("the request after a PING: %v %v", m.Frames, err)
 		}
 	})
 }

@@ -130,17 +130,100 @@ func (c *zmtpConn) flush() error {
 	return c.bw.Flush()
 }
 
+// writeMsg appends frames as one ZMTP message (a command when cmd) to the
+// write buffer, whole under wmu: the subscriber's writer and a PONG to
+// the peer's PING, from its reader, never interleave. (zmq4's SendMsg
+// writes a frame in two writes, and its RecvMsg answers a PING itself,
+// unflushed and with no context, so neither is used after the
+// handshake.)
+func (c *zmtpConn) writeMsg(cmd bool, frames ...[]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for i, f := range frames {
+		flag := byte(0)
+		if i < len(frames)-1 {
+			flag |= 0x01 // more
+		}
+		if cmd {
+			flag |= 0x04
+		}
+		var hdr []byte
+		if len(f) > 255 {
+			hdr = binary.BigEndian.AppendUint64([]byte{flag | 0x02}, uint64(len(f)))
+		} else {
+			hdr = []byte{flag, byte(len(f))}
+		}
+		if _, err := c.bw.Write(hdr); err != nil {
+			return err
+		}
+		if _, err := c.bw.Write(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readMsg reads the peer's next message from r (a reader of c, so every
+// frame passed zmtpConn.Read's bounds before it is allocated here). A
+// PING command is answered at once with its PONG, flushed; other commands
+// are skipped. It returns the next message that is not a command.
+func (c *zmtpConn) readMsg(r *bufio.Reader) ([][]byte, error) {
+	var frames [][]byte
+	for {
+		flag, err := r.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		var size uint64
+		if flag&0x02 != 0 {
+			var b [8]byte
+			if _, err := io.ReadFull(r, b[:]); err != nil {
+				return nil, err
+			}
+			size = binary.BigEndian.Uint64(b[:])
+		} else {
+			b, err := r.ReadByte()
+			if err != nil {
+				return nil, err
+			}
+			size = uint64(b)
+		}
+		body := make([]byte, size) // at most zmtpMaxFrame: zmtpConn.Read refused more
+		if _, err := io.ReadFull(r, body); err != nil {
+			return nil, err
+		}
+		if flag&0x04 != 0 {
+			// A command: name length, name, data. PING's data is a TTL
+			// (2 bytes) and a context the PONG echoes.
+			if len(body) >= 1+4+2 && body[0] == 4 && string(body[1:5]) == "PING" {
+				if err := c.writeMsg(true, append([]byte("\x04PONG"), body[7:]...)); err != nil {
+					return nil, err
+				}
+				if err := c.flush(); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		frames = append(frames, body)
+		if flag&0x01 == 0 {
+			return frames, nil
+		}
+	}
+}
+
 // zmtpOpen does the ZMTP handshake as a socket of type typ (the server
-// side) on c, within zmtpWriteTimeout.
-func zmtpOpen(c net.Conn, typ zmq4.SocketType) (*zmtpConn, *zmq4.Conn, error) {
+// side) on c, within zmtpWriteTimeout; then writes are buffered
+// (writeMsg, flush) and reads go through readMsg.
+func zmtpOpen(c net.Conn, typ zmq4.SocketType) (*zmtpConn, error) {
 	zc := &zmtpConn{Conn: c, greet: 64}
 	c.SetDeadline(time.Now().Add(zmtpWriteTimeout))
-	conn, err := zmq4.Open(zc, zmtpNull{}, typ, nil, true, nil)
-	if err != nil {
-		return nil, nil, err
+	if _, err := zmq4.Open(zc, zmtpNull{}, typ, nil, true, nil); err != nil {
+		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	return zc, conn, nil
+	zc.buffered()
+	return zc, nil
 }
 
 // zmtpNull is ZMTP's NULL mechanism (no authentication), which zmq4 does
@@ -190,7 +273,6 @@ type zmtpPub struct {
 
 type zmtpSub struct {
 	c   *zmtpConn
-	zc  *zmq4.Conn
 	out chan zmq4.Msg
 }
 
@@ -233,13 +315,12 @@ func (p *zmtpPub) isClosed() bool {
 // while this goroutine reads (and drops) what it sends.
 func (p *zmtpPub) serve(c net.Conn) {
 	defer c.Close()
-	zc, conn, err := zmtpOpen(c, zmq4.Pub)
+	zc, err := zmtpOpen(c, zmq4.Pub)
 	if err != nil {
 		p.log.Warn("kv events: subscriber handshake failed", "peer", c.RemoteAddr(), "err", err)
 		return
 	}
-	zc.buffered()
-	s := &zmtpSub{c: zc, zc: conn, out: make(chan zmq4.Msg, p.queue)}
+	s := &zmtpSub{c: zc, out: make(chan zmq4.Msg, p.queue)}
 	p.mu.Lock()
 	if p.closed || len(p.subs) >= zmtpMaxSubscribers {
 		full := !p.closed
@@ -256,8 +337,9 @@ func (p *zmtpPub) serve(c net.Conn) {
 		defer close(done)
 		s.write()
 	}()
+	r := bufio.NewReaderSize(zc, 512)
 	for {
-		if _, err := conn.RecvMsg(); err != nil {
+		if _, err := zc.readMsg(r); err != nil { // subscriptions: not filtered on
 			break
 		}
 	}
@@ -273,7 +355,7 @@ func (p *zmtpPub) serve(c net.Conn) {
 // drops what is left.
 func (s *zmtpSub) write() {
 	for m := range s.out {
-		err := s.zc.SendMsg(m)
+		err := s.c.writeMsg(false, m.Frames...)
 		if err == nil && len(s.out) == 0 {
 			err = s.c.flush()
 		}
