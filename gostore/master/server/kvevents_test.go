@@ -378,3 +378,35 @@ func TestZMTPPingAnswered(t *testing.T) {
 		}
 	})
 }
+
+// A subscriber's queue is bounded in bytes as well as in messages: one
+// that reads nothing loses what would take its queue past zmtpSubBytes.
+func TestZMTPSubscriberQueueBoundInBytes(t *testing.T) {
+	defer func(b int64) { zmtpSubBytes = b }(zmtpSubBytes)
+	p, c, _ := pubWithSubscriber(t) // a queue of 16 messages; it reads nothing
+	defer p.close()
+	defer c.Close()
+	p.send(zmq4.NewMsgFrom([]byte{}, make([]byte, 32<<20))) // the writer blocks on it, past the socket's buffers
+	var s *zmtpSub
+	p.mu.Lock()
+	for s = range p.subs {
+	}
+	p.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.queued.Load() != 0 || len(s.out) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take the first message")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p.lost.Load() != 0 {
+		t.Fatal("the first message was lost")
+	}
+	zmtpSubBytes = 1 << 20 // read by send alone, on this goroutine
+	for range 10 {
+		p.send(zmq4.NewMsgFrom([]byte{}, make([]byte, 256<<10)))
+	}
+	if got := p.lost.Load(); got != 6 || len(s.out) != 4 {
+		t.Fatalf("lost %d, queued %d (%d bytes); want 6 lost, 4 queued (1 MiB)", got, len(s.out), s.queued.Load())
+	}
+}

@@ -37,6 +37,13 @@ const (
 // the tests.
 var zmtpWriteTimeout = 10 * time.Second
 
+// zmtpSubBytes bounds the payload bytes queued for one subscriber, beside
+// its count of messages: every subscriber's queue holds the same
+// messages (one payload shared by all), the newest ones, so this bounds
+// what slow subscribers pin in all, however many (large keys make large
+// batches). A variable for the tests.
+var zmtpSubBytes int64 = 32 << 20
+
 // zmtpConn is a peer's connection as zmq4.Open sees it: reads refuse a
 // frame longer than zmtpMaxFrame before zmq4 allocates it, and writes,
 // once buffered() is called, collect in a buffer flush sends whole.
@@ -272,8 +279,17 @@ type zmtpPub struct {
 }
 
 type zmtpSub struct {
-	c   *zmtpConn
-	out chan zmq4.Msg
+	c      *zmtpConn
+	out    chan zmq4.Msg
+	queued atomic.Int64 // payload bytes in out
+}
+
+func msgBytes(m zmq4.Msg) int64 {
+	n := 0
+	for _, f := range m.Frames {
+		n += len(f)
+	}
+	return int64(n)
 }
 
 func newZMTPPub(ln net.Listener, queue int, log *slog.Logger) *zmtpPub {
@@ -355,6 +371,7 @@ func (p *zmtpPub) serve(c net.Conn) {
 // drops what is left.
 func (s *zmtpSub) write() {
 	for m := range s.out {
+		s.queued.Add(-msgBytes(m))
 		err := s.c.writeMsg(false, m.Frames...)
 		if err == nil && len(s.out) == 0 {
 			err = s.c.flush()
@@ -368,14 +385,22 @@ func (s *zmtpSub) write() {
 	}
 }
 
-// send queues m for every subscriber; one whose queue is full loses it.
+// send queues m for every subscriber; one whose queue is full (in
+// messages, or in bytes: zmtpSubBytes) loses it.
 func (p *zmtpPub) send(m zmq4.Msg) {
+	size := msgBytes(m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for s := range p.subs {
+		if s.queued.Add(size) > zmtpSubBytes {
+			s.queued.Add(-size)
+			p.lost.Add(1)
+			continue
+		}
 		select {
 		case s.out <- m:
 		default:
+			s.queued.Add(-size)
 			p.lost.Add(1)
 		}
 	}
