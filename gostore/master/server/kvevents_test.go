@@ -410,3 +410,43 @@ func TestZMTPSubscriberQueueBoundInBytes(t *testing.T) {
 		t.Fatalf("lost %d, queued %d (%d bytes); want 6 lost, 4 queued (1 MiB)", got, len(s.out), s.queued.Load())
 	}
 }
+
+// The subscriber cap counts connections from before their handshake: one
+// past it is closed at once, even while the others never finish theirs.
+func TestZMTPSubscriberCapCountsHandshakes(t *testing.T) {
+	defer func(n int32) { zmtpMaxSubscribers = n }(zmtpMaxSubscribers)
+	zmtpMaxSubscribers = 2
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newZMTPPub(ln, 16, slog.New(slog.DiscardHandler))
+	defer p.close()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 { // they never send their greeting
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.conns.Load() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections counted, want 2", p.conns.Load())
+		}
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = append(conns, c)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if got, err := io.ReadAll(c); err != nil {
+		t.Fatalf("the third connection is still open after 2 s (%d bytes read, %v)", len(got), err)
+	}
+}

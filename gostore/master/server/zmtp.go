@@ -28,14 +28,16 @@ const (
 	// handshake's commands are a frame or two of tens of bytes.
 	zmtpMaxFrame  = 4 << 10
 	zmtpMaxFrames = 16
-	// zmtpMaxSubscribers bounds the PUB socket's connections.
-	zmtpMaxSubscribers = 256
 )
 
 // zmtpWriteTimeout: a peer that takes none of a write's bytes this long is
 // dropped (each write to the socket gets its own deadline). A variable for
 // the tests.
 var zmtpWriteTimeout = 10 * time.Second
+
+// zmtpMaxSubscribers bounds the PUB socket's connections, those in their
+// handshake included. A variable for the tests.
+var zmtpMaxSubscribers int32 = 256
 
 // zmtpSubBytes bounds the payload bytes queued for one subscriber, beside
 // its count of messages: every subscriber's queue holds the same
@@ -276,6 +278,8 @@ type zmtpPub struct {
 
 	// lost: messages a subscriber's full queue refused.
 	lost atomic.Uint64
+	// conns: connections served, from before their handshake on.
+	conns atomic.Int32
 }
 
 type zmtpSub struct {
@@ -313,9 +317,18 @@ func (p *zmtpPub) accept() {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
 			continue
 		}
+		// Counted before the handshake: a peer that opens connections and
+		// never finishes one holds at most zmtpMaxSubscribers of them.
+		if p.conns.Add(1) > zmtpMaxSubscribers {
+			p.conns.Add(-1)
+			p.log.Warn("kv events: subscriber refused: too many", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
+			c.Close()
+			continue
+		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
+			defer p.conns.Add(-1)
 			p.serve(c)
 		}()
 	}
@@ -338,12 +351,8 @@ func (p *zmtpPub) serve(c net.Conn) {
 	}
 	s := &zmtpSub{c: zc, out: make(chan zmq4.Msg, p.queue)}
 	p.mu.Lock()
-	if p.closed || len(p.subs) >= zmtpMaxSubscribers {
-		full := !p.closed
+	if p.closed {
 		p.mu.Unlock()
-		if full {
-			p.log.Warn("kv events: subscriber refused: too many", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
-		}
 		return
 	}
 	p.subs[s] = struct{}{}
