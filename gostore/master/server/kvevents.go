@@ -72,11 +72,6 @@ const (
 	// buffer_steps default), at most kvReplayBytes of them.
 	kvReplayBatches = 10000
 	kvReplayBytes   = 64 << 20
-	// kvReplayConns bounds the replay connections served at once; each
-	// must send its request within kvReplayIdle and take the answer
-	// within kvReplayIdle per batch.
-	kvReplayConns = 64
-	kvReplayIdle  = 10 * time.Second
 	// kvLinger: how long a batch may wait for more events while they
 	// come as a stream (publishLoop).
 	kvLinger = time.Millisecond
@@ -384,9 +379,11 @@ func (p *kvPublisher) serveReplay() {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
 			continue
 		}
-		if p.replayConns.Add(1) > kvReplayConns {
+		// As many replay connections as subscribers: an engine's
+		// subscriber keeps one open for its life.
+		if p.replayConns.Add(1) > zmtpMaxSubscribers {
 			p.replayConns.Add(-1)
-			p.log.Warn("kv events: replay connection refused: too many at once", "peer", c.RemoteAddr(), "max", kvReplayConns)
+			p.log.Warn("kv events: replay connection refused: too many at once", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
 			c.Close()
 			continue
 		}
@@ -419,7 +416,8 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 	}
 	r := bufio.NewReaderSize(wc, 512)
 	for {
-		c.SetDeadline(time.Now().Add(kvReplayIdle))
+		// No read deadline: an engine's subscriber keeps its replay
+		// connection idle between gaps (writes have theirs: zmtpConn).
 		frames, err := wc.readMsg(r) // answers the peer's PINGs itself
 		if err != nil {
 			if p.ctx.Err() == nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
@@ -444,7 +442,6 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 		}
 		for _, b := range p.from(start) {
 			binary.BigEndian.PutUint64(seq, b.seq)
-			c.SetDeadline(time.Now().Add(kvReplayIdle))
 			if err := answer(seq, b.payload); err != nil {
 				return
 			}

@@ -450,3 +450,61 @@ func TestZMTPSubscriberCapCountsHandshakes(t *testing.T) {
 		t.Fatalf("the third connection is still open after 2 s (%d bytes read, %v)", len(got), err)
 	}
 }
+
+// Replay connections: as many as subscribers (zmtpMaxSubscribers), one
+// more closed at once, and an idle one stays open (an engine's subscriber
+// keeps its replay socket for life): after idling past the write timeout
+// it is answered.
+func TestKVReplayConnsLikeSubscribers(t *testing.T) {
+	defer func(n int32, d time.Duration) { zmtpMaxSubscribers, zmtpWriteTimeout = n, d }(zmtpMaxSubscribers, zmtpWriteTimeout)
+	zmtpMaxSubscribers, zmtpWriteTimeout = 2, 300*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kvPublisher{o: KVEventsOptions{Format: kvFormatArray}, log: slog.New(slog.DiscardHandler), replay: ln}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.keep(kvBatch{seq: 7, payload: []byte("batch")})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.serveReplay()
+	}()
+	defer func() {
+		p.cancel()
+		ln.Close()
+		<-done
+	}()
+	var zcs []*zmq4.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Dealer, nil, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zcs = append(zcs, zc)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if got, err := io.ReadAll(c); err != nil {
+		t.Fatalf("a third replay connection is still open after 2 s (%d bytes read, %v)", len(got), err)
+	}
+	time.Sleep(3 * zmtpWriteTimeout) // idle
+	for i, zc := range zcs {
+		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, 0))); err != nil {
+			t.Fatal(err)
+		}
+		m, err := zc.RecvMsg()
+		if err != nil || len(m.Frames) != 4 || string(m.Frames[3]) != "batch" {
+			t.Fatalf("connection %d, idle a while: %v %v", i, m.Frames, err)
+		}
+	}
+}
