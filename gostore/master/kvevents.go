@@ -155,24 +155,34 @@ func (q *EventQueue) Release() {
 // (unless e clears too, which then replaces it).
 func (q *EventQueue) Push(e Event) {
 	q.mu.Lock()
+	wake := q.push(e)
+	q.mu.Unlock()
+	q.wake(wake)
+}
+
+// push is Push under q.mu; true: the queue was empty (wake the publisher).
+func (q *EventQueue) push(e Event) bool {
 	if q.holding {
 		q.held = append(q.held, e)
-		wake := len(q.held)+q.n == 1
-		q.mu.Unlock()
-		q.wake(wake)
-		return
+		return len(q.held)+q.n == 1
 	}
 	if q.n == len(q.buf) {
 		if q.limit == 0 || q.n < q.limit {
 			q.grow()
 		} else if !q.dropFor(e) {
-			q.mu.Unlock()
-			return
+			return false
 		}
 	}
 	q.buf[(q.head+q.n)%len(q.buf)] = e
 	q.n++
-	wake := q.n+len(q.held) == 1
+	return q.n+len(q.held) == 1
+}
+
+// PushIf pushes e if ok(), called under the queue's lock: nothing is
+// queued between the two. ok must take no lock (this one is the last).
+func (q *EventQueue) PushIf(e Event, ok func() bool) {
+	q.mu.Lock()
+	wake := ok() && q.push(e)
 	q.mu.Unlock()
 	q.wake(wake)
 }

@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,5 +305,44 @@ func BenchmarkPutWithEvents(b *testing.B) {
 				c.PutEnd("w", keys, nil)
 			}
 		})
+	}
+}
+
+// A remove-all racing with a put never queues its all-cleared after the
+// stored event of an object still there. The put lands at the last moment
+// it can: the clock read for the all-cleared event's time (after the
+// sweep), the injected clock being the one seam the core has.
+func TestRemoveAllClearedNotAfterANewerStored(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "a", "seg-a", 1<<20)
+	q := NewEventQueue(0)
+	c.cfg.Events = q
+	put(t, c, "old", 64, wire.ReplicaConfig{})
+	calls, fired := 0, false
+	c.cfg.Now = func() time.Time {
+		if calls++; calls == 3 && !fired { // removeMatching's, "old"'s removed, the all-cleared's
+			fired = true
+			put(t, c, "late", 64, wire.ReplicaConfig{})
+		}
+		return clk.Now()
+	}
+	if n := c.RemoveAll(true); n != 1 {
+		t.Fatalf("removed %d", n)
+	}
+	got, _ := drained(q)
+	known := map[string]bool{}
+	for _, e := range got {
+		kind, key, _ := strings.Cut(e, " ")
+		switch kind {
+		case "stored":
+			known[strings.Fields(key)[1]] = true
+		case "removed":
+			delete(known, strings.Fields(key)[1])
+		case "cleared":
+			clear(known)
+		}
+	}
+	if !fired || !known["late"] {
+		t.Fatalf("events %q: a subscriber does not know \"late\", which is there (put: %v)", got, fired)
 	}
 }
