@@ -1,10 +1,12 @@
-// zmtp.go: the ZeroMQ side of the KV events publisher, on zmq4's ZMTP
-// connection (zmq4.Open) over listeners of our own: the PUB socket's
-// subscribers and the replay endpoint's peers. zmq4's own sockets read a
-// frame of whatever size its header claims into one allocation, so a
-// peer could stop the master with nine bytes; here every connection reads
-// through zmtpLimit, and each subscriber has its own bounded queue, so a
-// slow one loses its own batches (counted) and holds up no other.
+// zmtp.go: the ZeroMQ side of the KV events publisher, zmq4's ZMTP
+// handshake (zmq4.Open) over listeners of our own, then frames read and
+// written here: the PUB socket's subscribers and the replay endpoint's
+// peers. zmq4's own sockets read a frame of whatever size its header
+// claims into one allocation, so a peer could stop the master with nine
+// bytes; here every connection reads through zmtpConn's bounds, each
+// write has its own deadline, and each subscriber has its own bounded
+// queue (messages and bytes), so a slow one loses its own batches
+// (counted) and holds up no other.
 
 package server
 
