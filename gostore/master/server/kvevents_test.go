@@ -508,3 +508,74 @@ func TestKVReplayConnsLikeSubscribers(t *testing.T) {
 		}
 	}
 }
+
+// A subscriber that reads nothing loses its own batches (counted) once its
+// queue is full, and holds up no other: the one that reads gets them all.
+func TestZMTPPubSlowSubscriberLosesItsOwn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newZMTPPub(ln, 100, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer pub.close()
+	dial := func() (net.Conn, *zmq4.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Sub, nil, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, zc
+	}
+	readerConn, reader := dial()
+	dial() // handshaken, never read
+	// The reader's queue on the publisher's side, once both are in.
+	var readerQueue chan zmq4.Msg
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		pub.mu.Lock()
+		n := len(pub.subs)
+		for s := range pub.subs {
+			if s.c.RemoteAddr().String() == readerConn.LocalAddr().String() {
+				readerQueue = s.out
+			}
+		}
+		pub.mu.Unlock()
+		if n == 2 && readerQueue != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscribers registered", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	payload := make([]byte, 64<<10)
+	const batches = 2000 // 128 MiB to each: past the stalled one's queue and its socket's buffers
+	got := make(chan int)
+	go func() {
+		n := 0
+		for n < batches {
+			if _, err := reader.RecvMsg(); err != nil {
+				break
+			}
+			n++
+		}
+		got <- n
+	}()
+	for i := range batches {
+		// The reader is not the one under test for losses: let its queue
+		// drain when full (len of a channel is safe to read).
+		for len(readerQueue) == cap(readerQueue) {
+			time.Sleep(100 * time.Microsecond)
+		}
+		pub.send(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, uint64(i)), payload))
+	}
+	if n := <-got; n != batches {
+		t.Fatalf("the reading subscriber got %d of %d batches", n, batches)
+	}
+	if lost := pub.lost.Load(); lost == 0 || lost >= batches {
+		t.Fatalf("the stalled subscriber lost %d of %d", lost, batches)
+	}
+}

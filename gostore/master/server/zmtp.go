@@ -383,7 +383,7 @@ func (p *zmtpPub) serve(c net.Conn) {
 func (s *zmtpSub) write() {
 	for m := range s.out {
 		s.queued.Add(-msgBytes(m))
-		err := s.c.writeMsg(false, m.Frames...)
+		err := s.c.writeMsg(false, m.Frames...) // each write to the socket has its deadline (deadlineWriter)
 		if err == nil && len(s.out) == 0 {
 			err = s.c.flush()
 		}
@@ -418,14 +418,22 @@ func (p *zmtpPub) send(m zmq4.Msg) {
 }
 
 // close stops accepting, ends every subscriber's connection once its
-// queue is written (at most zmtpWriteTimeout), and waits for them.
+// queue is written, at most a second from now, and waits for them.
 func (p *zmtpPub) close() {
 	p.mu.Lock()
 	p.closed = true
+	subs := make([]*zmtpSub, 0, len(p.subs))
 	for s := range p.subs {
 		s.c.SetReadDeadline(time.Now()) // the reader returns; the writer finishes the queue
+		subs = append(subs, s)
 	}
 	p.mu.Unlock()
 	p.ln.Close()
+	grace := time.AfterFunc(time.Second, func() {
+		for _, s := range subs {
+			s.c.Close() // a subscriber that takes nothing: its writer stops
+		}
+	})
 	p.wg.Wait()
+	grace.Stop()
 }
