@@ -301,6 +301,19 @@ func TestZMTPWriteDeadlinePerWrite(t *testing.T) {
 		p, c, _ := pubWithSubscriber(t)
 		defer c.Close()
 		p.send(zmq4.NewMsgFrom([]byte{}, big)) // never read
+		// Its writer gives up within the timeout, before any close (whose
+		// grace second would end it anyway), and the subscriber is gone.
+		for deadline := time.Now().Add(10 * zmtpWriteTimeout); ; time.Sleep(time.Millisecond) {
+			p.mu.Lock()
+			n := len(p.subs)
+			p.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a subscriber that reads nothing is still served after %v", 10*zmtpWriteTimeout)
+			}
+		}
 		closed := make(chan struct{})
 		go func() {
 			p.close()
