@@ -133,7 +133,7 @@ def test_restarted_subscriber_recovers_through_replay(launcher):
         # From the start: the master's first batch clears what an earlier
         # master announced.
         start = replay(m, 0, msgpack.unpackb)
-        assert start[0][0] == 1 and events_of(start[:1])[0]["type"] == "AllBlocksCleared"
+        assert start[0][0] > 1.6e15 and events_of(start[:1])[0]["type"] == "AllBlocksCleared"  # µs at start
     finally:
         sub2.close()
 
@@ -291,22 +291,33 @@ def test_restarted_master_clears_then_announces_what_it_restored(launcher, tmp_p
     state = str(tmp_path / "state")
     m = events_master(launcher, snapshot_backup_dir=state)
     store = launcher.store(m)
-    for k in ("r1", "r2", "r3"):
-        assert store.put(k, k.encode() * 10) == 0
-    assert store.remove("r2", force=True) == 0
+    sub = Subscriber(m, msgpack.unpackb)
+    try:
+        sub.sync(store)
+        for k in ("r1", "r2", "r3"):
+            assert store.put(k, k.encode() * 10) == 0
+        assert store.remove("r2", force=True) == 0
+        seen = sub.until(lambda b: any(e.get("object_key") == "r2" and e["type"] == "BlockRemoved"
+                                       for e in b[1][1]))[-1][0]
+    finally:
+        sub.close()
     pub, replay_ep = m.pub, m.replay
     m.kill()
     m2 = launcher.master(enable_kv_events=True, kv_events_bind_endpoint=pub, kv_events_replay_endpoint=replay_ep,
                          kv_events_backend_id="test-backend", snapshot_backup_dir=state, rpc_port=m.rpc_port)
     m2.pub, m2.replay = pub, replay_ep
     # The publisher starts once the state is restored: poll its replay.
+    # Its sequence numbers go on above the first master's: a subscriber
+    # that saw `seen` asks for what follows and gets the new master's
+    # batches from its all-cleared on.
     def replayed():
-        evs = [short(e) for e in events_of(replay(m2, 0, msgpack.unpackb))]
+        evs = [short(e) for e in events_of(replay(m2, seen + 1, msgpack.unpackb))]
         return evs if len(evs) >= 3 else None
 
-    evs = wait_until(replayed, what="the restarted master's first three events")
+    evs = wait_until(replayed, what="the restarted master's first three events, numbered after the first's")
     assert evs[0] == ("AllBlocksCleared", None, None), evs
-    assert sorted(evs[1:]) == [("BlockStored", "cpu", "r1"), ("BlockStored", "cpu", "r3")], evs
+    mine = [e for e in evs[1:] if not e[2].startswith("probe-")]  # sync's probes are restored too
+    assert sorted(mine) == [("BlockStored", "cpu", "r1"), ("BlockStored", "cpu", "r3")], evs
 
 
 @pytest.mark.parametrize("flags,want", [
@@ -316,6 +327,8 @@ def test_restarted_master_clears_then_announces_what_it_restored(launcher, tmp_p
      "want tcp://host:port"),
     ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://0.0.0.0:5557", "kv_events_backend_id": "b"},
      "--allow_insecure"),
+    ({"enable_kv_events": True, "kv_events_bind_endpoint": "tcp://127.0.0.1:1", "kv_events_backend_id": "b",
+      "kv_events_format": "json"}, "--kv_events_format=json: want array or map"),
 ])
 def test_settings_refused(launcher, flags, want):
     """Settings the publisher cannot run with stop the master at start,
@@ -323,3 +336,31 @@ def test_settings_refused(launcher, flags, want):
     with pytest.raises(RuntimeError) as e:
         launcher.master(**flags)
     assert want in str(e.value), str(e.value)
+
+
+def test_restore_beyond_the_queue_capacity_loses_nothing(launcher, tmp_path):
+    """A master that restores more objects than its event queue holds
+    (--kv_events_queue_capacity) still starts with all cleared and
+    announces every one: nothing drains the queue before the publisher
+    starts, so it keeps what the restore pushes."""
+    state = str(tmp_path / "state")
+    m = events_master(launcher, snapshot_backup_dir=state)
+    store = launcher.store(m)
+    keys = [f"r{i}" for i in range(40)]
+    for k in keys:
+        assert store.put(k, k.encode() * 10) == 0
+    pub, replay_ep = m.pub, m.replay
+    m.kill()
+    m2 = launcher.master(enable_kv_events=True, kv_events_bind_endpoint=pub, kv_events_replay_endpoint=replay_ep,
+                         kv_events_backend_id="test-backend", snapshot_backup_dir=state, rpc_port=m.rpc_port,
+                         kv_events_queue_capacity=4)
+    m2.pub, m2.replay = pub, replay_ep
+
+    def replayed():
+        evs = [short(e) for e in events_of(replay(m2, 0, msgpack.unpackb))]
+        return evs if len(evs) >= 4 else None
+
+    evs = wait_until(replayed, what="the restarted master's first events")
+    assert evs[0] == ("AllBlocksCleared", None, None), evs[:5]
+    assert sorted(evs[1:]) == sorted(("BlockStored", "cpu", k) for k in keys), evs
+    assert status(m2)["dropped_events"] == 0

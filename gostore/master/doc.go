@@ -117,8 +117,10 @@
 //     order of its changes, and need no call site of their own; a new
 //     path that forgets an object with the object in hand goes through
 //     recordGone. The events go into a bounded queue (oldest dropped,
-//     counted) that never blocks; the server publishes from it. Its lock
-//     is the last taken: nothing is locked under it.
+//     counted, never an all-cleared; while held, as during a restore,
+//     nothing dropped) that never blocks; the server publishes from it. Its lock
+//     is the last taken: nothing is locked under it (RemoveAll's
+//     all-cleared reads the object count, atomics, under it: PushIf).
 //   - A range goes back to its segment only after the report that lets it
 //     go (object.release, then free): a server acknowledging a new write
 //     in its range has the release in its log before it.

@@ -115,11 +115,16 @@ func (c *Core) announce(key string, o *object, gone bool) {
 // a push never waits for a socket. Full, it drops its oldest event and
 // counts it (Mooncake's --kv_events_queue_capacity).
 type EventQueue struct {
-	mu    sync.Mutex
-	buf   []Event // a ring: n events from head
-	head  int
-	n     int
-	limit int // 0: unbounded (the ring grows)
+	mu sync.Mutex
+	// held: events pushed while the queue is held (Hold), before the ring's
+	// and never dropped: the all-cleared a master starts with and the
+	// stored events of what it restores, pushed before the publisher runs.
+	held    []Event
+	holding bool
+	buf     []Event // a ring: n events from head
+	head    int
+	n       int
+	limit   int // 0: unbounded (the ring grows)
 	// lost: events dropped since the last Drain (the publisher leaves a
 	// gap of that many in its sequence numbers); dropped: ever.
 	lost    uint64
@@ -137,24 +142,83 @@ func NewEventQueue(capacity int) *EventQueue {
 	return &EventQueue{buf: make([]Event, size), limit: capacity, ready: make(chan struct{}, 1)}
 }
 
-// Push appends e, dropping the oldest event when the queue is full.
+// Hold keeps every event pushed from now until Release, whatever the
+// capacity: the server holds the queue while a master restores its state,
+// before the publisher drains it (a restore announces each object).
+func (q *EventQueue) Hold() {
+	q.mu.Lock()
+	q.holding = true
+	q.mu.Unlock()
+}
+
+// Release ends Hold: the events held are drained first, and the capacity
+// bounds what comes after.
+func (q *EventQueue) Release() {
+	q.mu.Lock()
+	q.holding = false
+	q.mu.Unlock()
+}
+
+// Push appends e. When the queue is full it drops its oldest event, but
+// never an all-cleared one: with an all-cleared oldest it drops the next
+// (the all-cleared stays first), and with nothing else to drop it drops e
+// (unless e clears too, which then replaces it).
 func (q *EventQueue) Push(e Event) {
 	q.mu.Lock()
+	wake := q.push(e)
+	q.mu.Unlock()
+	q.wake(wake)
+}
+
+// push is Push under q.mu; true: the queue was empty (wake the publisher).
+func (q *EventQueue) push(e Event) bool {
+	if q.holding {
+		q.held = append(q.held, e)
+		return len(q.held)+q.n == 1
+	}
 	if q.n == len(q.buf) {
 		if q.limit == 0 || q.n < q.limit {
 			q.grow()
-		} else {
-			q.buf[q.head] = Event{}
-			q.head = (q.head + 1) % len(q.buf)
-			q.n--
-			q.lost++
-			q.dropped.Add(1)
+		} else if !q.dropFor(e) {
+			return false
 		}
 	}
 	q.buf[(q.head+q.n)%len(q.buf)] = e
 	q.n++
-	wake := q.n == 1
+	return q.n+len(q.held) == 1
+}
+
+// PushIf pushes e if ok(), called under the queue's lock: nothing is
+// queued between the two. ok must take no lock (this one is the last).
+func (q *EventQueue) PushIf(e Event, ok func() bool) {
+	q.mu.Lock()
+	wake := ok() && q.push(e)
 	q.mu.Unlock()
+	q.wake(wake)
+}
+
+// dropFor makes room in the full ring for e (see Push); false: e itself
+// is the one dropped.
+func (q *EventQueue) dropFor(e Event) bool {
+	q.lost++
+	q.dropped.Add(1)
+	oldest := &q.buf[q.head]
+	if oldest.Kind == EventAllCleared && e.Kind != EventAllCleared {
+		if q.n == 1 {
+			return false
+		}
+		next := &q.buf[(q.head+1)%len(q.buf)]
+		if next.Kind != EventAllCleared {
+			*next = *oldest // the all-cleared takes the dropped event's place
+		}
+	}
+	*oldest = Event{}
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	return true
+}
+
+func (q *EventQueue) wake(wake bool) {
 	if wake {
 		select {
 		case q.ready <- struct{}{}:
@@ -181,6 +245,13 @@ func (q *EventQueue) grow() {
 func (q *EventQueue) Drain(dst []Event, max int) ([]Event, uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	k := min(max, len(q.held))
+	dst = append(dst, q.held[:k]...)
+	q.held = q.held[k:]
+	if len(q.held) == 0 {
+		q.held = nil
+	}
+	max -= k
 	for ; max > 0 && q.n > 0; max-- {
 		dst = append(dst, q.buf[q.head])
 		q.buf[q.head] = Event{}
@@ -200,7 +271,7 @@ func (q *EventQueue) Ready() <-chan struct{} { return q.ready }
 func (q *EventQueue) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.n
+	return len(q.held) + q.n
 }
 
 // Dropped is the number of events dropped for room since the start.

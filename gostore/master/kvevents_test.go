@@ -3,6 +3,7 @@ package master
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +163,68 @@ func TestEventQueueDropsTheOldest(t *testing.T) {
 	}
 }
 
+// An all-cleared event is never the one dropped: the next goes instead
+// (the all-cleared stays first), or the new event when the all-cleared is
+// all there is. A held queue (Hold, until Release) drops nothing, and
+// what it held comes out first.
+func TestEventQueueKeepsAllClearedAndHeld(t *testing.T) {
+	cl := Event{Kind: EventAllCleared}
+	st := func(k string) Event { return Event{Kind: EventStored, Key: k} }
+	for _, tc := range []struct {
+		name     string
+		capacity int
+		hold     []Event // pushed while held
+		pushed   []Event
+		want     []string
+		lost     uint64
+	}{
+		{name: "cleared oldest, capacity 2", capacity: 2, pushed: []Event{cl, st("k1"), st("k2"), st("k3")},
+			want: []string{"cleared", "k3"}, lost: 2},
+		{name: "cleared alone, capacity 1", capacity: 1, pushed: []Event{cl, st("k1"), st("k2")},
+			want: []string{"cleared"}, lost: 2},
+		{name: "a newer cleared replaces it", capacity: 1, pushed: []Event{cl, st("k1"), cl},
+			want: []string{"cleared"}, lost: 2},
+		{name: "two cleared, capacity 2", capacity: 2, pushed: []Event{cl, cl, st("k1")},
+			want: []string{"cleared", "k1"}, lost: 1},
+		{name: "held beyond capacity", capacity: 2, hold: []Event{cl, st("r1"), st("r2"), st("r3"), st("r4")},
+			pushed: []Event{st("k1"), st("k2"), st("k3")},
+			want:   []string{"cleared", "r1", "r2", "r3", "r4", "k2", "k3"}, lost: 1},
+	} {
+		q := NewEventQueue(tc.capacity)
+		q.Hold()
+		for _, e := range tc.hold {
+			q.Push(e)
+		}
+		q.Release()
+		for _, e := range tc.pushed {
+			q.Push(e)
+		}
+		if q.Len() != len(tc.want) {
+			t.Errorf("%s: Len %d, want %d", tc.name, q.Len(), len(tc.want))
+		}
+		var got []string
+		for {
+			evs, lost := q.Drain(nil, 3) // in pieces: the held part, then the ring
+			if lost != 0 && lost != tc.lost {
+				t.Errorf("%s: lost %d, want %d", tc.name, lost, tc.lost)
+			}
+			if len(evs) == 0 {
+				break
+			}
+			for _, e := range evs {
+				if e.Kind == EventAllCleared {
+					got = append(got, "cleared")
+				} else {
+					got = append(got, e.Key)
+				}
+			}
+		}
+		if !slices.Equal(got, tc.want) || q.Dropped() != tc.lost {
+			t.Errorf("%s: kept %v (dropped %d), want %v (%d)", tc.name, got, q.Dropped(), tc.want, tc.lost)
+		}
+	}
+}
+
 // Drain takes at most max, oldest first, and Ready wakes a waiting
 // publisher once an event arrives in an empty queue.
 func TestEventQueueDrainsInBatches(t *testing.T) {
@@ -256,5 +319,44 @@ func TestKVEventsNameTheTenant(t *testing.T) {
 	evs, _ := q.Drain(nil, 10)
 	if len(evs) != 2 || evs[0].Key != "k" || evs[0].Tenant != "tenant-a" || evs[1].Key != "k" || evs[1].Tenant != "" {
 		t.Fatalf("events %+v, want k of tenant-a then k of the default tenant", evs)
+	}
+}
+
+// A remove-all racing with a put never queues its all-cleared after the
+// stored event of an object still there. The put lands at the last moment
+// it can: the clock read for the all-cleared event's time (after the
+// sweep), the injected clock being the one seam the core has.
+func TestRemoveAllClearedNotAfterANewerStored(t *testing.T) {
+	c, clk := newTestCore(t)
+	mount(t, c, "a", "seg-a", 1<<20)
+	q := NewEventQueue(0)
+	c.cfg.Events = q
+	put(t, c, "old", 64, wire.ReplicaConfig{})
+	calls, fired := 0, false
+	c.cfg.Now = func() time.Time {
+		if calls++; calls == 3 && !fired { // removeMatching's, "old"'s removed, the all-cleared's
+			fired = true
+			put(t, c, "late", 64, wire.ReplicaConfig{})
+		}
+		return clk.Now()
+	}
+	if n := c.RemoveAll(true); n != 1 {
+		t.Fatalf("removed %d", n)
+	}
+	got, _ := drained(q)
+	known := map[string]bool{}
+	for _, e := range got {
+		kind, key, _ := strings.Cut(e, " ")
+		switch kind {
+		case "stored":
+			known[strings.Fields(key)[1]] = true
+		case "removed":
+			delete(known, strings.Fields(key)[1])
+		case "cleared":
+			clear(known)
+		}
+	}
+	if !fired || !known["late"] {
+		t.Fatalf("events %q: a subscriber does not know \"late\", which is there (put: %v)", got, fired)
 	}
 }

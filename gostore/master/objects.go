@@ -721,8 +721,12 @@ func (c *Core) RemoveAll(force bool) int64 {
 	n := c.removeMatching(func(string) bool { return true }, force)
 	// Each removal had its events; when nothing is left, one more says so
 	// (a subscriber that lost some to a full queue forgets them too).
-	if c.cfg.Events != nil && n > 0 && c.objectCount() == 0 {
-		c.cfg.Events.Push(Event{Kind: EventAllCleared, At: c.now()})
+	// The count is read under the queue's lock: an object's stored event
+	// is queued after its shard counts it, so none can come between a
+	// count of zero and the all-cleared (which would forget it).
+	if c.cfg.Events != nil && n > 0 {
+		at := c.now()
+		c.cfg.Events.PushIf(Event{Kind: EventAllCleared, At: at}, func() bool { return c.objectCount() == 0 })
 	}
 	return n
 }

@@ -62,12 +62,15 @@
 // # KV events
 //
 // With --enable_kv_events the core gets a bounded event queue
-// (master.EventQueue, first an all-cleared event); kvevents.go drains it
+// (master.EventQueue, first an all-cleared event, held unbounded until the
+// publisher starts so a restore's announcements all stay); kvevents.go drains it
 // in one goroutine, never under a core lock, into numbered msgpack batches
 // for every subscriber of its PUB socket, and keeps the last batches for
 // the replay endpoint (a request of the wrong shape is logged once and
 // ends its connection). Both sockets are zmtp.go's: zmq4's ZMTP
-// connections on listeners of our own, each peer's reads bounded
+// handshake on listeners of our own, then frames read and written by
+// zmtp.go (a peer's PING answered by a flushed PONG, a message written
+// whole under the connection's lock), each peer's reads bounded
 // (zmq4's sockets would allocate whatever a frame header claims), each
 // subscriber with a queue of its own. The sockets carry no authentication: off loopback they
 // need --allow_insecure. /kv_events/status and gostore_master_kv_events_*

@@ -49,7 +49,7 @@ var ourDefaults = map[string]string{
 }
 
 // ourFlags are gostore's own, not Mooncake's.
-var ourFlags = map[string]bool{"tick_interval_ms": true, "kv_events_replay_endpoint": true, "log_level": true, "restore_quarantine_ms": true,
+var ourFlags = map[string]bool{"tick_interval_ms": true, "kv_events_replay_endpoint": true, "kv_events_format": true, "log_level": true, "restore_quarantine_ms": true,
 	"journal_ack_before_sync": true, "ha_lease_ttl_ms": true, "max_key_bytes": true, "max_batch_keys": true,
 	"max_object_bytes": true, "rpc_max_request_bytes": true, "rpc_max_connections_per_ip": true,
 	"rpc_max_inflight_per_ip": true, "auth_secret_file": true, "tls_ca_file": true, "tls_cert_file": true,

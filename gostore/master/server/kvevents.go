@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -47,7 +48,17 @@ type KVEventsOptions struct {
 	// is not a hash (decimal or 0x-hex u64) is not published.
 	ObjectKey     bool
 	QueueCapacity uint32 // events waiting for the publisher; 0: unbounded
+	// Format is the batch's layout (--kv_events_format): kvFormatArray or
+	// kvFormatMap. The engines' decoders differ: SGLang's and vLLM 0.32's
+	// EventBatch is array_like, some vLLM releases' a map, and those
+	// answer a replay without the topic frame.
+	Format string
 }
+
+const (
+	kvFormatArray = "array"
+	kvFormatMap   = "map"
+)
 
 const (
 	// kvBatchMax: events per published batch (Mooncake's publisher's).
@@ -61,11 +72,6 @@ const (
 	// buffer_steps default), at most kvReplayBytes of them.
 	kvReplayBatches = 10000
 	kvReplayBytes   = 64 << 20
-	// kvReplayConns bounds the replay connections served at once; each
-	// must send its request within kvReplayIdle and take the answer
-	// within kvReplayIdle per batch.
-	kvReplayConns = 64
-	kvReplayIdle  = 10 * time.Second
 	// kvLinger: how long a batch may wait for more events while they
 	// come as a stream (publishLoop).
 	kvLinger = time.Millisecond
@@ -85,6 +91,9 @@ func checkKVEvents(o KVEventsOptions, allowInsecure bool) error {
 	}
 	if o.BackendID == "" {
 		return errors.New("--enable_kv_events needs --kv_events_backend_id (names this master's events)")
+	}
+	if o.Format != kvFormatArray && o.Format != kvFormatMap && o.Format != "" {
+		return fmt.Errorf("--kv_events_format=%s: want %s or %s", o.Format, kvFormatArray, kvFormatMap)
 	}
 	for _, ep := range []struct{ flag, v string }{{"--kv_events_bind_endpoint", o.BindEndpoint},
 		{"--kv_events_replay_endpoint", o.ReplayEndpoint}} {
@@ -138,7 +147,7 @@ type kvPublisher struct {
 	replay net.Listener // nil without a replay endpoint
 	wg     sync.WaitGroup
 
-	seq     uint64 // the last batch's; the publishing goroutine's alone
+	seq     uint64 // the last batch's (the start's µs at first); the publishing goroutine's alone
 	eventID uint64 // the last event's; likewise
 
 	mu          sync.Mutex // guards the replay buffer
@@ -160,6 +169,12 @@ type kvBatch struct {
 func newKVPublisher(o KVEventsOptions, q *master.EventQueue, log *slog.Logger) (*kvPublisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &kvPublisher{o: o, q: q, log: log, now: time.Now, ctx: ctx, cancel: cancel}
+	// Numbered on from the wall clock's µs at the start, not from 1: a
+	// subscriber of the master before a restart or failover sees the next
+	// master's first batch as a gap (never as a number it already had) and
+	// replays from its all-cleared on. A master publishes far fewer than a
+	// batch per µs, so the numbers only grow across restarts.
+	p.seq = uint64(p.now().UnixMicro())
 	_, addr, _ := tcpEndpoint(o.BindEndpoint) // checked by checkKVEvents
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -189,6 +204,9 @@ func kvEventsFor(opts Options, cfg *master.Config, log *slog.Logger) (*kvPublish
 		return nil, nil
 	}
 	q := master.NewEventQueue(int(opts.KVEvents.QueueCapacity))
+	// Held until the publisher starts: nothing drains it before, and a
+	// restore announces every object it brings back (start releases it).
+	q.Hold()
 	q.Push(master.Event{Kind: master.EventAllCleared, At: time.Now().UnixNano()})
 	p, err := newKVPublisher(opts.KVEvents, q, log)
 	if err != nil {
@@ -211,6 +229,7 @@ func (p *kvPublisher) closeSockets() {
 }
 
 func (p *kvPublisher) start() {
+	p.q.Release()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -360,9 +379,11 @@ func (p *kvPublisher) serveReplay() {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
 			continue
 		}
-		if p.replayConns.Add(1) > kvReplayConns {
+		// As many replay connections as subscribers: an engine's
+		// subscriber keeps one open for its life.
+		if p.replayConns.Add(1) > zmtpMaxSubscribers {
 			p.replayConns.Add(-1)
-			p.log.Warn("kv events: replay connection refused: too many at once", "peer", c.RemoteAddr(), "max", kvReplayConns)
+			p.log.Warn("kv events: replay connection refused: too many at once", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
 			c.Close()
 			continue
 		}
@@ -386,41 +407,46 @@ func (p *kvPublisher) serveReplayConn(c net.Conn) {
 	defer c.Close()
 	stop := context.AfterFunc(p.ctx, func() { c.Close() })
 	defer stop()
-	wc, zc, err := zmtpOpen(c, zmq4.Router)
+	wc, err := zmtpOpen(c, zmq4.Router)
 	if err != nil {
 		if p.ctx.Err() == nil {
 			p.log.Warn("kv events: replay handshake failed", "peer", c.RemoteAddr(), "err", err)
 		}
 		return
 	}
-	wc.buffered()
+	r := bufio.NewReaderSize(wc, 512)
 	for {
-		c.SetDeadline(time.Now().Add(kvReplayIdle))
-		msg, err := zc.RecvMsg()
+		// No read deadline: an engine's subscriber keeps its replay
+		// connection idle between gaps (writes have theirs: zmtpConn).
+		frames, err := wc.readMsg(r) // answers the peer's PINGs itself
 		if err != nil {
 			if p.ctx.Err() == nil && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "EOF") {
 				p.log.Warn("kv events: replay connection ended", "peer", c.RemoteAddr(), "err", err)
 			}
 			return
 		}
-		if len(msg.Frames) == 0 { // a command (ping): nothing to answer here
-			continue
-		}
-		if len(msg.Frames) != 2 || len(msg.Frames[0]) != 0 || len(msg.Frames[1]) != 8 {
+		if len(frames) != 2 || len(frames[0]) != 0 || len(frames[1]) != 8 {
 			p.log.Warn("kv events: bad replay request: want an empty frame and an 8-byte big-endian start sequence",
-				"peer", c.RemoteAddr(), "frames", len(msg.Frames), "sizes", frameSizes(msg.Frames))
+				"peer", c.RemoteAddr(), "frames", len(frames), "sizes", frameSizes(frames))
 			return
 		}
-		start := binary.BigEndian.Uint64(msg.Frames[1])
+		start := binary.BigEndian.Uint64(frames[1])
 		seq := make([]byte, 8)
+		// The answer's frames after the empty delimiter: the map format's
+		// engines read [seq, payload], the others [topic, seq, payload].
+		answer := func(seq, payload []byte) error {
+			if p.o.Format == kvFormatMap {
+				return wc.writeMsg(false, []byte{}, seq, payload)
+			}
+			return wc.writeMsg(false, []byte{}, []byte{}, seq, payload)
+		}
 		for _, b := range p.from(start) {
 			binary.BigEndian.PutUint64(seq, b.seq)
-			c.SetDeadline(time.Now().Add(kvReplayIdle))
-			if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, seq, b.payload)); err != nil {
+			if err := answer(seq, b.payload); err != nil {
 				return
 			}
 		}
-		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, []byte{}, kvEndSeq, []byte{})); err != nil {
+		if err := answer(kvEndSeq, []byte{}); err != nil {
 			return
 		}
 		if err := wc.flush(); err != nil {
@@ -586,7 +612,7 @@ func keyHash(key string) (uint64, bool) {
 }
 
 // batch encodes evs as a KVEventBatch, [ts, events, data_parallel_rank]
-// with ts in seconds, and returns it, the events in it and those skipped
+// with ts in seconds (a map of those three names in the map format), and returns it, the events in it and those skipped
 // (keys that are not hashes, without --kv_events_emit_object_key).
 // Each event is a map: the engines' tagged-struct fields (type and their
 // names; decoders ignore the keys they do not know) and RFC #1527's. It
@@ -612,8 +638,16 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 		return nil, 0, skipped
 	}
 	w := &e.w
-	w.EncodeArrayLen(3)
-	w.EncodeFloat64(float64(p.now().UnixNano()) / 1e9)
+	ts := float64(p.now().UnixNano()) / 1e9
+	if o.Format == kvFormatMap {
+		w.EncodeMapLen(3)
+		w.EncodeString("ts")
+		w.EncodeFloat64(ts)
+		w.EncodeString("events")
+	} else {
+		w.EncodeArrayLen(3)
+		w.EncodeFloat64(ts)
+	}
 	w.EncodeArrayLen(n)
 	for i := range evs {
 		ev := &evs[i]
@@ -623,6 +657,9 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 		}
 		p.eventID++
 		e.event(p, ev, hash, isHash)
+	}
+	if o.Format == kvFormatMap {
+		w.EncodeString("data_parallel_rank")
 	}
 	w.EncodeUint(uint64(o.DPRank))
 	return bytes.Clone(w.b), n, skipped

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -107,6 +108,40 @@ func TestKVBatchLayout(t *testing.T) {
 }
 
 // BenchmarkKVBatch: one batch of kvBatchMax stored events encoded.
+// --kv_events_format=map: the batch is a map of vLLM's EventBatch field
+// names, its events as in the array format.
+func TestKVBatchMapFormat(t *testing.T) {
+	evs := []master.Event{{Kind: master.EventStored, Medium: master.MediumCPU, Key: "7"}, {Kind: master.EventAllCleared}}
+	for _, format := range []string{kvFormatArray, kvFormatMap} {
+		p := &kvPublisher{o: KVEventsOptions{BackendID: "b", LegacyCompat: true, DPRank: 2, Format: format},
+			log: slog.Default(), now: func() time.Time { return time.Unix(10, 500_000_000) }}
+		var enc kvEncoder
+		payload, n, _ := enc.batch(p, evs)
+		var got any
+		if err := msgpack.Unmarshal(payload, &got); err != nil || n != 2 {
+			t.Fatalf("%s: %v, %d events", format, err, n)
+		}
+		var ts, rank, events any
+		switch b := got.(type) {
+		case []any:
+			if format != kvFormatArray || len(b) != 3 {
+				t.Fatalf("%s: batch %v", format, b)
+			}
+			ts, events, rank = b[0], b[1], b[2]
+		case map[string]any:
+			if format != kvFormatMap || len(b) != 3 {
+				t.Fatalf("%s: batch %v", format, b)
+			}
+			ts, events, rank = b["ts"], b["events"], b["data_parallel_rank"]
+		}
+		evs, _ := events.([]any)
+		if ts != 10.5 || fmt.Sprint(rank) != "2" || len(evs) != 2 || evs[0].(map[string]any)["type"] != "BlockStored" ||
+			evs[1].(map[string]any)["type"] != "AllBlocksCleared" {
+			t.Errorf("%s: batch %v", format, got)
+		}
+	}
+}
+
 func BenchmarkKVBatch(b *testing.B) {
 	p := &kvPublisher{o: KVEventsOptions{BackendID: "b", TenantID: "default", LegacyCompat: true, ObjectKey: true},
 		log: slog.Default(), now: time.Now}
@@ -198,6 +233,292 @@ func TestZMTPReadBounds(t *testing.T) {
 			t.Errorf("%s: err %v, want %q", tc.name, err, tc.fails)
 		}
 		b.Close()
+	}
+}
+
+// zmtpSubscriber connects to a zmtpPub as a ZMTP SUB peer (the handshake
+// done); it reads only when the test does.
+func zmtpSubscriber(t *testing.T, addr string) (net.Conn, *zmq4.Conn) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Sub, nil, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, zc
+}
+
+// pubWithSubscriber is a zmtpPub on loopback with one subscriber served.
+func pubWithSubscriber(t *testing.T) (*zmtpPub, net.Conn, *zmq4.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newZMTPPub(ln, 16, slog.New(slog.DiscardHandler))
+	c, zc := zmtpSubscriber(t, ln.Addr().String())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		n := len(p.subs)
+		p.mu.Unlock()
+		if n == 1 {
+			return p, c, zc
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the subscriber was not served")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Every write to a subscriber has a deadline of its own: a healthy one
+// that was idle longer than the timeout still gets a batch larger than
+// the write buffer, and one that reads nothing, before any flush, is
+// dropped within the timeout rather than holding the publisher's close.
+func TestZMTPWriteDeadlinePerWrite(t *testing.T) {
+	defer func(d time.Duration) { zmtpWriteTimeout = d }(zmtpWriteTimeout)
+	zmtpWriteTimeout = 300 * time.Millisecond
+	big := make([]byte, 8<<20) // past the write buffer and the socket's
+
+	t.Run("idle, then a large batch", func(t *testing.T) {
+		p, c, zc := pubWithSubscriber(t)
+		p.send(zmq4.NewMsgFrom([]byte{}, []byte("small")))
+		if m, err := zc.RecvMsg(); err != nil || string(m.Frames[1]) != "small" {
+			t.Fatalf("first: %v %v", m, err)
+		}
+		time.Sleep(2 * zmtpWriteTimeout) // idle past the last flush's deadline
+		p.send(zmq4.NewMsgFrom([]byte{}, big))
+		if m, err := zc.RecvMsg(); err != nil || len(m.Frames) != 2 || len(m.Frames[1]) != len(big) {
+			t.Fatalf("a healthy subscriber idle a while lost the large batch: %v", err)
+		}
+		c.Close()
+		p.close()
+	})
+	t.Run("never reading", func(t *testing.T) {
+		p, c, _ := pubWithSubscriber(t)
+		defer c.Close()
+		p.send(zmq4.NewMsgFrom([]byte{}, big)) // never read
+		// Its writer gives up within the timeout, before any close (whose
+		// grace second would end it anyway), and the subscriber is gone.
+		for deadline := time.Now().Add(10 * zmtpWriteTimeout); ; time.Sleep(time.Millisecond) {
+			p.mu.Lock()
+			n := len(p.subs)
+			p.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("a subscriber that reads nothing is still served after %v", 10*zmtpWriteTimeout)
+			}
+		}
+		closed := make(chan struct{})
+		go func() {
+			p.close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(10 * zmtpWriteTimeout):
+			t.Fatalf("close still waits on a subscriber that reads nothing after %v", 10*zmtpWriteTimeout)
+		}
+	})
+}
+
+// pong reads the raw bytes of a PONG command with context ctx from c.
+func readPong(t *testing.T, c net.Conn, ctx string) {
+	t.Helper()
+	want := append([]byte{0x04, byte(5 + len(ctx)), 4}, "PONG"+ctx...)
+	got := make([]byte, len(want))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after a PING: % x (%v), want the PONG % x", got, err, want)
+	}
+	c.SetReadDeadline(time.Time{})
+}
+
+// A peer's ZMTP PING is answered with a PONG echoing its context, at once
+// (flushed), on the PUB socket and on the replay endpoint, where the
+// request that follows is then answered as usual.
+func TestZMTPPingAnswered(t *testing.T) {
+	ping := []byte{0, 100, 'c', 't', 'x'} // TTL 10 s, context "ctx"
+	t.Run("pub", func(t *testing.T) {
+		p, c, zc := pubWithSubscriber(t)
+		defer p.close()
+		defer c.Close()
+		if err := zc.SendCmd(zmq4.CmdPing, ping); err != nil {
+			t.Fatal(err)
+		}
+		readPong(t, c, "ctx")
+	})
+	t.Run("replay", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		p := &kvPublisher{o: KVEventsOptions{Format: kvFormatArray}, log: slog.New(slog.DiscardHandler), replay: ln}
+		p.ctx, p.cancel = context.WithCancel(context.Background())
+		defer p.cancel()
+		p.keep(kvBatch{seq: 7, payload: []byte("batch")})
+		go func() {
+			if s, err := ln.Accept(); err == nil {
+				p.serveReplayConn(s)
+			}
+		}()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Dealer, nil, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := zc.SendCmd(zmq4.CmdPing, ping); err != nil {
+			t.Fatal(err)
+		}
+		readPong(t, c, "ctx")
+		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, 0))); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		m, err := zc.RecvMsg()
+		if err != nil || len(m.Frames) != 4 || string(m.Frames[3]) != "batch" {
+			t.Fatalf("the request after a PING: %v %v", m.Frames, err)
+		}
+	})
+}
+
+// A subscriber's queue is bounded in bytes as well as in messages: one
+// that reads nothing loses what would take its queue past zmtpSubBytes.
+func TestZMTPSubscriberQueueBoundInBytes(t *testing.T) {
+	defer func(b int64) { zmtpSubBytes = b }(zmtpSubBytes)
+	p, c, _ := pubWithSubscriber(t) // a queue of 16 messages; it reads nothing
+	defer p.close()
+	defer c.Close()
+	p.send(zmq4.NewMsgFrom([]byte{}, make([]byte, 32<<20))) // the writer blocks on it, past the socket's buffers
+	var s *zmtpSub
+	p.mu.Lock()
+	for s = range p.subs {
+	}
+	p.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.queued.Load() != 0 || len(s.out) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take the first message")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if p.lost.Load() != 0 {
+		t.Fatal("the first message was lost")
+	}
+	zmtpSubBytes = 1 << 20 // read by send alone, on this goroutine
+	for range 10 {
+		p.send(zmq4.NewMsgFrom([]byte{}, make([]byte, 256<<10)))
+	}
+	if got := p.lost.Load(); got != 6 || len(s.out) != 4 {
+		t.Fatalf("lost %d, queued %d (%d bytes); want 6 lost, 4 queued (1 MiB)", got, len(s.out), s.queued.Load())
+	}
+}
+
+// The subscriber cap counts connections from before their handshake: one
+// past it is closed at once, even while the others never finish theirs.
+func TestZMTPSubscriberCapCountsHandshakes(t *testing.T) {
+	defer func(n int32) { zmtpMaxSubscribers = n }(zmtpMaxSubscribers)
+	zmtpMaxSubscribers = 2
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newZMTPPub(ln, 16, slog.New(slog.DiscardHandler))
+	defer p.close()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 2 { // they never send their greeting
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.conns.Load() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections counted, want 2", p.conns.Load())
+		}
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = append(conns, c)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if got, err := io.ReadAll(c); err != nil {
+		t.Fatalf("the third connection is still open after 2 s (%d bytes read, %v)", len(got), err)
+	}
+}
+
+// Replay connections: as many as subscribers (zmtpMaxSubscribers), one
+// more closed at once, and an idle one stays open (an engine's subscriber
+// keeps its replay socket for life): after idling past the write timeout
+// it is answered.
+func TestKVReplayConnsLikeSubscribers(t *testing.T) {
+	defer func(n int32, d time.Duration) { zmtpMaxSubscribers, zmtpWriteTimeout = n, d }(zmtpMaxSubscribers, zmtpWriteTimeout)
+	zmtpMaxSubscribers, zmtpWriteTimeout = 2, 300*time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kvPublisher{o: KVEventsOptions{Format: kvFormatArray}, log: slog.New(slog.DiscardHandler), replay: ln}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.keep(kvBatch{seq: 7, payload: []byte("batch")})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.serveReplay()
+	}()
+	defer func() {
+		p.cancel()
+		ln.Close()
+		<-done
+	}()
+	var zcs []*zmq4.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		zc, err := zmq4.Open(c, zmtpNull{}, zmq4.Dealer, nil, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zcs = append(zcs, zc)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if got, err := io.ReadAll(c); err != nil {
+		t.Fatalf("a third replay connection is still open after 2 s (%d bytes read, %v)", len(got), err)
+	}
+	time.Sleep(3 * zmtpWriteTimeout) // idle
+	for i, zc := range zcs {
+		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, 0))); err != nil {
+			t.Fatal(err)
+		}
+		m, err := zc.RecvMsg()
+		if err != nil || len(m.Frames) != 4 || string(m.Frames[3]) != "batch" {
+			t.Fatalf("connection %d, idle a while: %v %v", i, m.Frames, err)
+		}
 	}
 }
 

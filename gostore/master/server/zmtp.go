@@ -1,10 +1,12 @@
-// zmtp.go: the ZeroMQ side of the KV events publisher, on zmq4's ZMTP
-// connection (zmq4.Open) over listeners of our own: the PUB socket's
-// subscribers and the replay endpoint's peers. zmq4's own sockets read a
-// frame of whatever size its header claims into one allocation, so a
-// peer could stop the master with nine bytes; here every connection reads
-// through zmtpLimit, and each subscriber has its own bounded queue, so a
-// slow one loses its own batches (counted) and holds up no other.
+// zmtp.go: the ZeroMQ side of the KV events publisher, zmq4's ZMTP
+// handshake (zmq4.Open) over listeners of our own, then frames read and
+// written here: the PUB socket's subscribers and the replay endpoint's
+// peers. zmq4's own sockets read a frame of whatever size its header
+// claims into one allocation, so a peer could stop the master with nine
+// bytes; here every connection reads through zmtpConn's bounds, each
+// write has its own deadline, and each subscriber has its own bounded
+// queue (messages and bytes), so a slow one loses its own batches
+// (counted) and holds up no other.
 
 package server
 
@@ -28,12 +30,23 @@ const (
 	// handshake's commands are a frame or two of tens of bytes.
 	zmtpMaxFrame  = 4 << 10
 	zmtpMaxFrames = 16
-	// zmtpMaxSubscribers bounds the PUB socket's connections.
-	zmtpMaxSubscribers = 256
-	// zmtpWriteTimeout: a subscriber that takes no bytes this long is
-	// dropped.
-	zmtpWriteTimeout = 10 * time.Second
 )
+
+// zmtpWriteTimeout: a peer that takes none of a write's bytes this long is
+// dropped (each write to the socket gets its own deadline). A variable for
+// the tests.
+var zmtpWriteTimeout = 10 * time.Second
+
+// zmtpMaxSubscribers bounds the PUB socket's connections, those in their
+// handshake included. A variable for the tests.
+var zmtpMaxSubscribers int32 = 256
+
+// zmtpSubBytes bounds the payload bytes queued for one subscriber, beside
+// its count of messages: every subscriber's queue holds the same
+// messages (one payload shared by all), the newest ones, so this bounds
+// what slow subscribers pin in all, however many (large keys make large
+// batches). A variable for the tests.
+var zmtpSubBytes int64 = 32 << 20
 
 // zmtpConn is a peer's connection as zmq4.Open sees it: reads refuse a
 // frame longer than zmtpMaxFrame before zmq4 allocates it, and writes,
@@ -95,16 +108,27 @@ func (c *zmtpConn) Write(p []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.bw == nil {
-		return c.Conn.Write(p)
+		return deadlineWriter{c.Conn}.Write(p)
 	}
 	return c.bw.Write(p)
+}
+
+// deadlineWriter gives every write to the socket a deadline of its own:
+// the buffer's flushes and its overflow (a message larger than the
+// buffer goes straight through), before the first flush as after an idle
+// while.
+type deadlineWriter struct{ net.Conn }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
+	return w.Conn.Write(p)
 }
 
 // buffered turns write buffering on (after the handshake, whose writes
 // must reach the peer before its answer is read).
 func (c *zmtpConn) buffered() {
 	c.wmu.Lock()
-	c.bw = bufio.NewWriterSize(c.Conn, 64<<10)
+	c.bw = bufio.NewWriterSize(deadlineWriter{c.Conn}, 64<<10)
 	c.wmu.Unlock()
 }
 
@@ -114,21 +138,103 @@ func (c *zmtpConn) flush() error {
 	if c.bw == nil {
 		return nil
 	}
-	c.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
 	return c.bw.Flush()
 }
 
+// writeMsg appends frames as one ZMTP message (a command when cmd) to the
+// write buffer, whole under wmu: the subscriber's writer and a PONG to
+// the peer's PING, from its reader, never interleave. (zmq4's SendMsg
+// writes a frame in two writes, and its RecvMsg answers a PING itself,
+// unflushed and with no context, so neither is used after the
+// handshake.)
+func (c *zmtpConn) writeMsg(cmd bool, frames ...[]byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for i, f := range frames {
+		flag := byte(0)
+		if i < len(frames)-1 {
+			flag |= 0x01 // more
+		}
+		if cmd {
+			flag |= 0x04
+		}
+		var hdr []byte
+		if len(f) > 255 {
+			hdr = binary.BigEndian.AppendUint64([]byte{flag | 0x02}, uint64(len(f)))
+		} else {
+			hdr = []byte{flag, byte(len(f))}
+		}
+		if _, err := c.bw.Write(hdr); err != nil {
+			return err
+		}
+		if _, err := c.bw.Write(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readMsg reads the peer's next message from r (a reader of c, so every
+// frame passed zmtpConn.Read's bounds before it is allocated here). A
+// PING command is answered at once with its PONG, flushed; other commands
+// are skipped. It returns the next message that is not a command.
+func (c *zmtpConn) readMsg(r *bufio.Reader) ([][]byte, error) {
+	var frames [][]byte
+	for {
+		flag, err := r.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		var size uint64
+		if flag&0x02 != 0 {
+			var b [8]byte
+			if _, err := io.ReadFull(r, b[:]); err != nil {
+				return nil, err
+			}
+			size = binary.BigEndian.Uint64(b[:])
+		} else {
+			b, err := r.ReadByte()
+			if err != nil {
+				return nil, err
+			}
+			size = uint64(b)
+		}
+		body := make([]byte, size) // at most zmtpMaxFrame: zmtpConn.Read refused more
+		if _, err := io.ReadFull(r, body); err != nil {
+			return nil, err
+		}
+		if flag&0x04 != 0 {
+			// A command: name length, name, data. PING's data is a TTL
+			// (2 bytes) and a context the PONG echoes.
+			if len(body) >= 1+4+2 && body[0] == 4 && string(body[1:5]) == "PING" {
+				if err := c.writeMsg(true, append([]byte("\x04PONG"), body[7:]...)); err != nil {
+					return nil, err
+				}
+				if err := c.flush(); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		frames = append(frames, body)
+		if flag&0x01 == 0 {
+			return frames, nil
+		}
+	}
+}
+
 // zmtpOpen does the ZMTP handshake as a socket of type typ (the server
-// side) on c, within zmtpWriteTimeout.
-func zmtpOpen(c net.Conn, typ zmq4.SocketType) (*zmtpConn, *zmq4.Conn, error) {
+// side) on c, within zmtpWriteTimeout; then writes are buffered
+// (writeMsg, flush) and reads go through readMsg.
+func zmtpOpen(c net.Conn, typ zmq4.SocketType) (*zmtpConn, error) {
 	zc := &zmtpConn{Conn: c, greet: 64}
 	c.SetDeadline(time.Now().Add(zmtpWriteTimeout))
-	conn, err := zmq4.Open(zc, zmtpNull{}, typ, nil, true, nil)
-	if err != nil {
-		return nil, nil, err
+	if _, err := zmq4.Open(zc, zmtpNull{}, typ, nil, true, nil); err != nil {
+		return nil, err
 	}
 	c.SetDeadline(time.Time{})
-	return zc, conn, nil
+	zc.buffered()
+	return zc, nil
 }
 
 // zmtpNull is ZMTP's NULL mechanism (no authentication), which zmq4 does
@@ -174,12 +280,22 @@ type zmtpPub struct {
 
 	// lost: messages a subscriber's full queue refused.
 	lost atomic.Uint64
+	// conns: connections served, from before their handshake on.
+	conns atomic.Int32
 }
 
 type zmtpSub struct {
-	c   *zmtpConn
-	zc  *zmq4.Conn
-	out chan zmq4.Msg
+	c      *zmtpConn
+	out    chan zmq4.Msg
+	queued atomic.Int64 // payload bytes in out
+}
+
+func msgBytes(m zmq4.Msg) int64 {
+	n := 0
+	for _, f := range m.Frames {
+		n += len(f)
+	}
+	return int64(n)
 }
 
 func newZMTPPub(ln net.Listener, queue int, log *slog.Logger) *zmtpPub {
@@ -203,9 +319,18 @@ func (p *zmtpPub) accept() {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
 			continue
 		}
+		// Counted before the handshake: a peer that opens connections and
+		// never finishes one holds at most zmtpMaxSubscribers of them.
+		if p.conns.Add(1) > zmtpMaxSubscribers {
+			p.conns.Add(-1)
+			p.log.Warn("kv events: subscriber refused: too many", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
+			c.Close()
+			continue
+		}
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
+			defer p.conns.Add(-1)
 			p.serve(c)
 		}()
 	}
@@ -221,20 +346,15 @@ func (p *zmtpPub) isClosed() bool {
 // while this goroutine reads (and drops) what it sends.
 func (p *zmtpPub) serve(c net.Conn) {
 	defer c.Close()
-	zc, conn, err := zmtpOpen(c, zmq4.Pub)
+	zc, err := zmtpOpen(c, zmq4.Pub)
 	if err != nil {
 		p.log.Warn("kv events: subscriber handshake failed", "peer", c.RemoteAddr(), "err", err)
 		return
 	}
-	zc.buffered()
-	s := &zmtpSub{c: zc, zc: conn, out: make(chan zmq4.Msg, p.queue)}
+	s := &zmtpSub{c: zc, out: make(chan zmq4.Msg, p.queue)}
 	p.mu.Lock()
-	if p.closed || len(p.subs) >= zmtpMaxSubscribers {
-		full := !p.closed
+	if p.closed {
 		p.mu.Unlock()
-		if full {
-			p.log.Warn("kv events: subscriber refused: too many", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
-		}
 		return
 	}
 	p.subs[s] = struct{}{}
@@ -244,8 +364,9 @@ func (p *zmtpPub) serve(c net.Conn) {
 		defer close(done)
 		s.write()
 	}()
+	r := bufio.NewReaderSize(zc, 512)
 	for {
-		if _, err := conn.RecvMsg(); err != nil {
+		if _, err := zc.readMsg(r); err != nil { // subscriptions: not filtered on
 			break
 		}
 	}
@@ -261,9 +382,8 @@ func (p *zmtpPub) serve(c net.Conn) {
 // drops what is left.
 func (s *zmtpSub) write() {
 	for m := range s.out {
-		// A payload larger than the buffer goes straight to the socket.
-		s.c.SetWriteDeadline(time.Now().Add(zmtpWriteTimeout))
-		err := s.zc.SendMsg(m)
+		s.queued.Add(-msgBytes(m))
+		err := s.c.writeMsg(false, m.Frames...) // each write to the socket has its deadline (deadlineWriter)
 		if err == nil && len(s.out) == 0 {
 			err = s.c.flush()
 		}
@@ -276,14 +396,22 @@ func (s *zmtpSub) write() {
 	}
 }
 
-// send queues m for every subscriber; one whose queue is full loses it.
+// send queues m for every subscriber; one whose queue is full (in
+// messages, or in bytes: zmtpSubBytes) loses it.
 func (p *zmtpPub) send(m zmq4.Msg) {
+	size := msgBytes(m)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for s := range p.subs {
+		if s.queued.Add(size) > zmtpSubBytes {
+			s.queued.Add(-size)
+			p.lost.Add(1)
+			continue
+		}
 		select {
 		case s.out <- m:
 		default:
+			s.queued.Add(-size)
 			p.lost.Add(1)
 		}
 	}
