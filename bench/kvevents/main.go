@@ -15,7 +15,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -25,7 +24,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -37,6 +35,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/gostore/gostore/bench/internal/child"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/rpc"
@@ -349,23 +348,11 @@ func status(httpAddr string) kvStatus {
 // returns its addresses and how to stop it (which returns the CPU time it
 // used).
 func startServer(args ...string) (string, string, func() time.Duration) {
-	cmd := exec.Command(os.Args[0], append([]string{"-serve"}, args...)...)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		panic(err)
+	p, f, err := child.Start(args...)
+	if err != nil || len(f) < 2 {
+		panic(fmt.Sprintf("master child: %v, printed %q", err, f))
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		panic(err)
-	}
-	f := strings.Fields(line)
-	return f[0], f[1], func() time.Duration {
-		stdin.Close()
-		cmd.Wait()
-		return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	}
+	return f[0], f[1], p.Stop
 }
 
 // queueLimit: events pushed and drained (64 at a time) per second through

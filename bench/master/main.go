@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,7 +13,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -24,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gostore/gostore/bench/internal/child"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/master/server"
 	"github.com/gostore/gostore/gostore/rpc"
@@ -298,21 +297,11 @@ func overRPC(d time.Duration) []row {
 // startServer runs a master in a child process (args after -serve) and
 // returns its address and how to stop it.
 func startServer(args ...string) (string, func()) {
-	cmd := exec.Command(os.Args[0], append([]string{"-serve"}, args...)...)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		panic(err)
+	p, f, err := child.Start(args...)
+	if err != nil || len(f) < 1 {
+		panic(fmt.Sprintf("master child: %v, printed %q", err, f))
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		panic(err)
-	}
-	return strings.TrimSpace(line), func() {
-		stdin.Close()
-		cmd.Wait()
-	}
+	return f[0], func() { p.Stop() }
 }
 
 // journalRow is one cell of the journal's cost: puts (PutStart+PutEnd of

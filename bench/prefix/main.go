@@ -19,7 +19,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"flag"
@@ -29,14 +28,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/gostore/gostore/bench/internal/child"
 	"github.com/gostore/gostore/bench/internal/corefill"
 	"github.com/gostore/gostore/gostore/master"
 	"github.com/gostore/gostore/gostore/master/server"
@@ -212,20 +210,15 @@ func serve(n int) error {
 // startServer runs serve in a child process and returns its HTTP base
 // address and how to stop it.
 func startServer(n int) (string, func(), error) {
-	cmd := exec.Command(os.Args[0], "-serve", strconv.Itoa(n))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	p, f, err := child.Start(strconv.Itoa(n))
+	if err != nil {
 		return "", nil, err
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return "", nil, fmt.Errorf("the master child did not start: %v", err)
+	if len(f) < 1 {
+		p.Stop()
+		return "", nil, fmt.Errorf("the master child printed no address")
 	}
-	return strings.TrimSpace(line), func() { stdin.Close(); cmd.Wait() }, nil
+	return f[0], func() { p.Stop() }, nil
 }
 
 // fill puts objects [0, n) on four segments, in batches.
