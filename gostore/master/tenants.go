@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -267,19 +268,37 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 		a.rejectUnregistered.Add(1)
 		return nil, wire.ErrTenantNotRegistered
 	}
+	if need > share { // checked first: need may be over 2^63 (quotaCharge)
+		a.rejectQuota.Add(1)
+		return nil, wire.ErrTenantQuotaExceeded
+	}
 	for try := 0; ; try++ {
 		used := a.charged.Load() + a.reserved.Add(int64(need))
 		if used <= int64(share) {
 			return a, wire.OK
 		}
 		a.reserved.Add(-int64(need))
-		if try == 1 || need > share {
+		if try == 1 {
 			a.rejectQuota.Add(1)
 			return nil, wire.ErrTenantQuotaExceeded
 		}
 		want := used - int64(share) + int64(c.cfg.EvictionRatio*float64(share))
 		c.evictTenant(now, t, want)
 	}
+}
+
+// quotaCharge is what a write of size bytes in replicas memory replicas
+// is charged (Mooncake's requested charge): their product, saturated at
+// 2^64-1 rather than wrapped. replicas is what the placer will try to
+// place (replica_num capped at the segments mounted), so a huge
+// replica_num is charged the replicas it can get, never a wrapped product
+// small enough to pass admission.
+func quotaCharge(size uint64, replicas int) uint64 {
+	hi, lo := bits.Mul64(size, uint64(max(replicas, 1)))
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
 }
 
 // testHookAdmitted, when set (tests), runs after a write is admitted,

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -328,5 +329,36 @@ func TestSharesFollowAMountAtOnce(t *testing.T) {
 	}
 	if ts, capacity := c.Tenants(); capacity != 0 || ts[0].EffectiveQuotaBytes != 0 {
 		t.Fatalf("after the drain: capacity %d, %+v", capacity, ts)
+	}
+}
+
+// A replica_num that would overflow the charge (size times replicas) is
+// charged what the placer can place, never wrapped to a small number.
+func TestHugeReplicaNumIsChargedNotWrapped(t *testing.T) {
+	c, _ := newTenantCore(t)
+	mount(t, c, "x", "s1", 1<<20)
+	c.SetTenantPolicy(TenantPolicy{"a": 10_000})
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		for _, n := range []int{1 << 57, math.MaxInt} {
+			key := wire.ScopeKey("a", fmt.Sprintf("k%d-%d", i, n))
+			r, _ := c.PutStart("w", "", []string{key}, []uint64{8000}, wire.ReplicaConfig{ReplicaNum: n})
+			if r[0].Code == wire.OK {
+				admitted++
+				c.PutEnd("w", []string{key}, nil)
+			}
+		}
+	}
+	// One segment: one replica of 8000 fits the share of 10000 at a time
+	// (the next write evicts the last one).
+	if got := charged(c, "a"); got > 10_000 {
+		t.Fatalf("charged %d over a share of 10000 (%d writes admitted)", got, admitted)
+	}
+	// The charge is size times the replicas placeable: with two segments,
+	// two replicas of 6000 are 12000, over the share.
+	mount(t, c, "y", "s2", 1<<20)
+	r, _ := c.PutStart("w", "", []string{wire.ScopeKey("a", "two")}, []uint64{6000}, wire.ReplicaConfig{ReplicaNum: 1 << 57})
+	if r[0].Code != wire.ErrTenantQuotaExceeded {
+		t.Fatalf("6000 x 2 segments against 10000: %v", r[0].Code)
 	}
 }
