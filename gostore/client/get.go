@@ -32,9 +32,10 @@ type Reads struct {
 	specReads, specHits atomic.Uint64
 	diskReads           atomic.Int64    // batches read from SSD tiers (DiskReads)
 	disk                *ssdtier.Reader // reads disk copies, ours or other clients'
-	// diskTenant, set at setup when the master separates tenants and
-	// this client's is not the default one: SSD tiers hold the stored
-	// (scoped) keys, which disk reads name.
+	// diskTenant, set at setup to this client's tenant when the master
+	// separates tenants: SSD tiers hold the stored keys (wire.ScopeKey;
+	// a default tenant's key is scoped when it holds a NUL), which disk
+	// reads name.
 	diskTenant string
 }
 

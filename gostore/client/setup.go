@@ -277,7 +277,9 @@ func (s *setup) hello(ctx context.Context) error {
 	}
 	s.known = true
 	c.healthy.Store(true) // it answered: calls may go to it (core.ctx)
-	if hello.MultiTenants && cfg.TenantID != wire.DefaultTenant {
+	if hello.MultiTenants {
+		// The default tenant's too: its keys holding a NUL are stored
+		// scoped (wire.ScopeKey), and so named on the SSD tiers.
 		c.reads.diskTenant = cfg.TenantID
 	}
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
