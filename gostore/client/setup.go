@@ -206,11 +206,12 @@ func (s *setup) dialMaster() {
 	mopt := cfg.RPC // the master's calls only: disk holders are not the master
 	mopt.Observe = chainObservers(mopt.Observe, c.masterLog.observe)
 	if cfg.TenantID != wire.DefaultTenant {
-		// Every request that names keys names the tenant too; the
-		// default tenant's go as they always did.
+		// Every request that names keys names the tenant too, once the
+		// master said it separates tenants (c.tenanted); the default
+		// tenant's go as they always did.
 		tenant := cfg.TenantID
 		mopt.Stamp = func(req any) {
-			if t, ok := req.(wire.Tenanted); ok {
+			if t, ok := req.(wire.Tenanted); ok && c.tenanted.Load() {
 				t.SetTenant(tenant)
 			}
 		}
@@ -277,6 +278,7 @@ func (s *setup) hello(ctx context.Context) error {
 	}
 	s.known = true
 	c.healthy.Store(true) // it answered: calls may go to it (core.ctx)
+	c.tenanted.Store(hello.MultiTenants)
 	if hello.MultiTenants {
 		// The default tenant's too: its keys holding a NUL are stored
 		// scoped (wire.ScopeKey), and so named on the SSD tiers.

@@ -1,0 +1,142 @@
+package client
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/gostore/gostore/gostore/internal/testkit"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// tap is a TCP relay in front of a master that keeps a copy of every
+// request frame's body a client sends through it.
+type tap struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	bodies map[wire.Op][][]byte
+}
+
+func newTap(t *testing.T, master string) *tap {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := &tap{ln: ln, bodies: map[wire.Op][][]byte{}}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			m, err := net.Dial("tcp", master)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { io.Copy(c, m); c.Close() }()
+			go func() {
+				defer m.Close()
+				for {
+					h, body, err := wire.ReadFrame(c, nil)
+					if err != nil {
+						return
+					}
+					tp.mu.Lock()
+					tp.bodies[h.Op] = append(tp.bodies[h.Op], bytes.Clone(body))
+					tp.mu.Unlock()
+					if _, err := m.Write(wire.AppendFrame(nil, h.ID, h.Op, h.Status, body)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return tp
+}
+
+// carrying is the ops of the requests whose bytes hold s.
+func (tp *tap) carrying(s string) []wire.Op {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	var ops []wire.Op
+	for op, bs := range tp.bodies {
+		for _, b := range bs {
+			if bytes.Contains(b, []byte(s)) {
+				ops = append(ops, op)
+				break
+			}
+		}
+	}
+	return ops
+}
+
+// A client with a tenant_id sends it only to a master that separates
+// tenants (its ping said so): to one without --enable_multi_tenants
+// (an older master decodes RemoveReq and its kind strictly) every request
+// keeps the shape it had before tenants, and every call works.
+func TestTenantIsSentOnlyToAMasterWithTenants(t *testing.T) {
+	for _, multi := range []bool{false, true} {
+		var extra []string
+		if multi {
+			extra = []string{"--enable_multi_tenants"}
+		}
+		m := testkit.StartMaster(t, extra...)
+		tp := newTap(t, m.Addr())
+		holder := newClient(t, m.Addr(), 8<<20)
+		other := newClient(t, m.Addr(), 8<<20)
+		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: tp.ln.Addr().String(),
+			LocalBufferSize: 1 << 20, TenantID: "team-a"}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		v := testkit.Pattern(9, 100_000)
+		put := func(key string) {
+			t.Helper()
+			if r := c.Writes().PutBatch([]PutItem{{Key: key, Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
+				t.Fatalf("multi=%v: put %s: %v", multi, key, r[0])
+			}
+		}
+		for _, k := range []string{"k", "r1", "r2", "x"} {
+			put(k)
+		}
+		dst := make([]byte, len(v))
+		if got := c.Reads().GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+			t.Fatalf("multi=%v: get: %d", multi, got[0])
+		}
+		if codes := c.Keys().Exist([]string{"k", "missing"}); codes[0] != 1 || codes[1] != 0 {
+			t.Fatalf("multi=%v: exist: %v", multi, codes)
+		}
+		id, err := c.Tasks().CreateCopyTask("k", []string{other.Hostname()})
+		if err != nil {
+			t.Fatalf("multi=%v: copy task: %v", multi, err)
+		}
+		testkit.WaitFor(t, "the copy task's end", func() bool {
+			info, err := c.Tasks().QueryTask(id)
+			return err == nil && info.Status == "SUCCESS"
+		})
+		if n, err := c.Keys().RemoveByRegex("^r", true); err != nil || n != 2 {
+			t.Fatalf("multi=%v: remove by regex: %d, %v", multi, n, err)
+		}
+		if _, err := c.Keys().ReplicaClear([]string{"x"}, ""); err != nil {
+			t.Fatalf("multi=%v: replica clear: %v", multi, err)
+		}
+		if codes := c.Keys().Remove([]string{"k"}, true); codes[0] != wire.OK {
+			t.Fatalf("multi=%v: remove: %v", multi, codes)
+		}
+		if _, err := c.Keys().RemoveAll(true); err != nil {
+			t.Fatalf("multi=%v: remove all: %v", multi, err)
+		}
+		ops := tp.carrying("team-a")
+		if !multi && len(ops) != 0 {
+			t.Errorf("a master without tenants was sent the tenant in ops %v", ops)
+		}
+		if multi && len(ops) == 0 {
+			t.Errorf("a master with tenants was never sent the tenant")
+		}
+	}
+}
