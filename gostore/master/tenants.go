@@ -273,7 +273,14 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 		return nil, wire.ErrTenantQuotaExceeded
 	}
 	for try := 0; ; try++ {
-		used := a.charged.Load() + a.reserved.Add(int64(need))
+		// The reservations first, then the charge: a write that starts
+		// meanwhile is charged before it is unreserved (startWrites), so
+		// it is counted in one reading or both, never in neither.
+		r := a.reserved.Add(int64(need))
+		if testHookAdmitting != nil {
+			testHookAdmitting()
+		}
+		used := a.charged.Load() + r
 		if used <= int64(share) {
 			return a, wire.OK
 		}
@@ -300,6 +307,10 @@ func quotaCharge(size uint64, replicas int) uint64 {
 	}
 	return lo
 }
+
+// testHookAdmitting, when set (tests), runs between admission's two
+// readings of the account.
+var testHookAdmitting func()
 
 // testHookAdmitted, when set (tests), runs after a write is admitted,
 // before it starts.

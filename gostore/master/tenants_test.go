@@ -362,3 +362,24 @@ func TestHugeReplicaNumIsChargedNotWrapped(t *testing.T) {
 		t.Fatalf("6000 x 2 segments against 10000: %v", r[0].Code)
 	}
 }
+
+// Admission reads the reservations before the charge: a write that
+// starts (charged, then unreserved) between the two readings is seen in
+// one of them, never in neither.
+func TestAdmissionSeesAWriteStartingBetweenItsReadings(t *testing.T) {
+	c, _ := newTenantCore(t)
+	mount(t, c, "x", "s1", 1<<20)
+	c.SetTenantPolicy(TenantPolicy{"a": 10_000})
+	done := false // the hook runs on this goroutine only
+	testHookAdmitting = func() {
+		if !done {
+			done = true
+			c.PutStart("w", "", []string{wire.ScopeKey("a", "w1")}, []uint64{6000}, wire.ReplicaConfig{})
+		}
+	}
+	t.Cleanup(func() { testHookAdmitting = nil })
+	c.PutStart("w", "", []string{wire.ScopeKey("a", "w2")}, []uint64{6000}, wire.ReplicaConfig{})
+	if got := charged(c, "a"); got > 10_000 {
+		t.Fatalf("charged %d over a share of 10000: both writes were admitted", got)
+	}
+}
