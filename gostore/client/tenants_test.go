@@ -140,3 +140,35 @@ func TestTenantIsSentOnlyToAMasterWithTenants(t *testing.T) {
 		}
 	}
 }
+
+// A task is its tenant's: another tenant asking for it by its ID is told
+// there is no such task, as for an ID never given.
+func TestQueryTaskIsScopedByTenant(t *testing.T) {
+	m := testkit.StartMaster(t, "--enable_multi_tenants")
+	holder := newClient(t, m.Addr(), 8<<20)
+	other := newClient(t, m.Addr(), 8<<20)
+	tenant := func(name string) *Client {
+		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+			LocalBufferSize: 1 << 20, TenantID: name}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := tenant("team-a"), tenant("team-b")
+	v := testkit.Pattern(3, 1000)
+	if r := a.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	id, err := a.Tasks().CreateCopyTask("k", []string{other.Hostname()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := a.Tasks().QueryTask(id); err != nil || info.Key != "k" {
+		t.Fatalf("its own tenant: %+v, %v", info, err)
+	}
+	if info, err := b.Tasks().QueryTask(id); wire.CodeOf(err) != wire.ErrObjectNoReplicationTask {
+		t.Fatalf("another tenant read task %q: %+v, %v", id, info, err)
+	}
+}

@@ -25,7 +25,6 @@ const (
 type taskTable struct {
 	sync.Mutex
 	byID map[string]*task
-	next uint64
 }
 
 // task is a running or finished replica task; taskTable's mutex guards it.
@@ -125,14 +124,24 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	return plan, nil
 }
 
-// addTask gives t the next id and files it; the id.
+// addTask gives t a new id and files it; the id. An id is a random
+// 64-bit number, not a count (Mooncake's are random UUIDs): one tenant's
+// task ids tell nothing of another's, nor how many tasks there were. It
+// is decimal, the low half of the (high, low) pair Python shows.
 func (c *Core) addTask(t *task) string {
 	c.tasks.Lock()
 	defer c.tasks.Unlock()
-	c.tasks.next++
-	t.info.ID = strconv.FormatUint(c.tasks.next, 10)
-	c.tasks.byID[t.info.ID] = t
-	return t.info.ID
+	for {
+		c.randMu.Lock()
+		n := c.cfg.Rand.Uint64()
+		c.randMu.Unlock()
+		id := strconv.FormatUint(n, 10)
+		if _, taken := c.tasks.byID[id]; !taken && n != 0 { // (0, 0) is Python's "no task"
+			t.info.ID = id
+			c.tasks.byID[id] = t
+			return id
+		}
+	}
 }
 
 // dropReplicaOn removes o's replica on seg (the source of a finished

@@ -413,8 +413,8 @@ type TaskDoneReq struct {
 }
 
 type QueryTaskReq struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	ID       string
+	ID     string
+	Tenant string // the caller's tenant ("": default); last, sent only when set (tenantcodec.go)
 }
 
 // TaskInfo describes a task; Status is PENDING, PROCESSING, SUCCESS or FAILED.

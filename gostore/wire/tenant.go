@@ -73,3 +73,4 @@ func (r *RemoveByRegexReq) SetTenant(name string) { r.Tenant = name }
 func (r *RemoveAllReq) SetTenant(name string)     { r.Tenant = name }
 func (r *ReplicaClearReq) SetTenant(name string)  { r.Tenant = name }
 func (r *CreateTaskReq) SetTenant(name string)    { r.Tenant = name }
+func (r *QueryTaskReq) SetTenant(name string)     { r.Tenant = name }

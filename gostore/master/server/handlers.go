@@ -263,9 +263,17 @@ func (s *Server) registerTasks() {
 		return &struct{}{}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
+		t, err := s.tenantOf(r.Tenant)
+		if err != nil {
+			return nil, err
+		}
 		info, err := c.QueryTask(r.ID)
-		if s.opts.EnableMultiTenants {
-			_, info.Key = wire.SplitScoped(info.Key)
+		if t != "" && err == nil {
+			var owner string
+			if owner, info.Key = wire.SplitScoped(info.Key); owner != t {
+				// Another tenant's task is not the caller's to see.
+				info, err = wire.TaskInfo{}, wire.Errorf(wire.ErrObjectNoReplicationTask, "no task %q", r.ID)
+			}
 		}
 		mc.queryTask.call(err)
 		return &info, err
