@@ -98,10 +98,19 @@ func (c *Reads) getStart(keys []string, read bool) (*Pending, error) {
 // peek locates the keys' replicas without using the objects (no lease, no
 // reader, no recency): how the SSD tier reads what it persists.
 func (c *Reads) peek(keys []string) (*Pending, error) {
-	return c.locate(keys, false, true)
+	return c.locateAs(keys, false, true, false)
+}
+
+// peekStored is peek of stored keys (the SSD tier's: wire.KeysReq.Stored).
+func (c *Reads) peekStored(keys []string) (*Pending, error) {
+	return c.locateAs(keys, false, true, true)
 }
 
 func (c *Reads) locate(keys []string, read, peek bool) (*Pending, error) {
+	return c.locateAs(keys, read, peek, false)
+}
+
+func (c *Reads) locateAs(keys []string, read, peek, stored bool) (*Pending, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -133,7 +142,7 @@ func (c *Reads) locate(keys []string, read, peek bool) (*Pending, error) {
 		}
 	}
 	var resp wire.GetReplicasResp
-	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek}, &resp); err != nil {
+	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek, Stored: stored}, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Results) != len(q) {

@@ -211,6 +211,9 @@ func (s *setup) dialMaster() {
 		// tenant's go as they always did.
 		tenant := cfg.TenantID
 		mopt.Stamp = func(req any) {
+			if k, ok := req.(*wire.KeysReq); ok && k.Stored {
+				return // stored keys: the master scopes nothing
+			}
 			if t, ok := req.(wire.Tenanted); ok && c.tenanted.Load() {
 				t.SetTenant(tenant)
 			}
@@ -336,13 +339,13 @@ func (s *setup) openTier(context.Context) error {
 		}
 		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: bind, Auth: s.guard}
 		var err error
-		if c.ssd, err = ssdtier.Open(clientHost{c}, tcfg, c.log); err != nil {
+		if c.ssd, err = ssdtier.Open(tierHost{clientHost{c}}, tcfg, c.log); err != nil {
 			s.ln.Close()
 			c.log.Error("SSD tier rejected", "err", err)
 			return err
 		}
 	}
-	c.reads.disk = ssdtier.NewReader(clientHost{c}, c.log, c.ssd, cfg.RPC)
+	c.reads.disk = ssdtier.NewReader(tierHost{clientHost{c}}, c.log, c.ssd, cfg.RPC)
 	return nil
 }
 

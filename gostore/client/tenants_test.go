@@ -172,3 +172,40 @@ func TestQueryTaskIsScopedByTenant(t *testing.T) {
 		t.Fatalf("another tenant read task %q: %+v, %v", id, info, err)
 	}
 }
+
+// A peek (the plan API's look at a key) names the caller's key and is
+// scoped like every other request: tenant a peeking at "team-b\x00k"
+// finds nothing of team-b's, and its own "k" is found. The SSD tier's
+// peeks name stored keys, any tenant's (TestTenant disk tests in Python).
+func TestPeekIsScopedByTenant(t *testing.T) {
+	m := testkit.StartMaster(t, "--enable_multi_tenants")
+	holder := newClient(t, m.Addr(), 8<<20)
+	tenant := func(name string) *Client {
+		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+			LocalBufferSize: 1 << 20, TenantID: name}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := tenant("team-a"), tenant("team-b")
+	for _, c := range []*Client{a, b} {
+		if r := c.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 100)}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
+			t.Fatal(r[0])
+		}
+	}
+	if b.Writes().PutBatch([]PutItem{{Key: "only-b", Parts: [][]byte{testkit.Pattern(1, 100)}}}, wire.ReplicaConfig{})[0] != wire.OK {
+		t.Fatal("put only-b")
+	}
+	res, err := clientHost{a}.Peek([]string{"team-b\x00only-b", "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Code != wire.ErrObjectNotFound {
+		t.Errorf("team-a peeked at team-b's object: %v, %d replicas", res[0].Code, len(res[0].Replicas))
+	}
+	if res[1].Code != wire.OK {
+		t.Errorf("team-a's own k: %v", res[1].Code)
+	}
+}

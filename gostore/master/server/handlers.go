@@ -165,7 +165,16 @@ func holdOf(r *wire.KeysReq) time.Duration {
 func (s *Server) registerReads() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
-		if r.Peek { // the SSD tier's: its keys are stored keys already
+		if r.Peek {
+			// A peek naming a tenant is the plan API's, of the caller's
+			// keys: scoped. One naming none is the default tenant's or
+			// the SSD tier's, whose keys are stored keys already (the
+			// tenant is the client's claim: this is no access control).
+			if r.Tenant != "" {
+				if err := s.scope(r.Tenant, r.Keys); err != nil {
+					return nil, err
+				}
+			}
 			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
 		}
 		if err := s.scope(r.Tenant, r.Keys); err != nil {
