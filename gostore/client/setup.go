@@ -398,7 +398,7 @@ func validate(cfg *Config) error {
 	}
 	cfg.TenantID = wire.TenantOrDefault(cfg.TenantID)
 	if !wire.ValidTenant(cfg.TenantID) {
-		return wire.Errorf(wire.ErrInvalidParams, "tenant_id %q starts with '_' or holds a control character", cfg.TenantID)
+		return wire.Errorf(wire.ErrInvalidParams, "tenant_id %q starts with '_', holds a control character or is over 256 bytes", cfg.TenantID)
 	}
 	switch strings.ToLower(cfg.Protocol) {
 	case "", "tcp", "ucx", "rdma":

@@ -56,7 +56,7 @@ func ParseTenantPolicy(b []byte) (TenantPolicy, error) {
 	p := make(TenantPolicy, len(doc.Tenants))
 	for _, t := range doc.Tenants {
 		if t.Name == nil || !wire.ValidTenant(*t.Name) {
-			return nil, fmt.Errorf("tenant name missing or invalid (empty, starting with '_' or holding a control character)")
+			return nil, fmt.Errorf("tenant name missing or invalid (empty, starting with '_', holding a control character or over 256 bytes)")
 		}
 		if t.Quota == nil {
 			return nil, fmt.Errorf("tenant %q: quota is required", *t.Name)
@@ -101,13 +101,29 @@ type tenantAccount struct {
 	// rejects by reason (Mooncake's label): quota_exceeded, not_registered.
 	rejectQuota, rejectUnregistered atomic.Int64
 	evicted                         atomic.Int64 // bytes taken by tenant-first eviction
+	// dropped: the account left the ledger (dropEmpty); a charge that
+	// lands on it is moved to the tenant's new account (charge).
+	dropped atomic.Bool
 }
 
+// An unregistered tenant's refused writes are counted on its own account
+// (Mooncake's series are per tenant) for the first maxRefusedAccounts
+// such tenants; beyond, on the one account unregisteredTenants, so that
+// names a peer makes up cost bounded state. A tenant name never starts
+// with '_'.
+const (
+	maxRefusedAccounts  = 256
+	unregisteredTenants = "_unregistered"
+)
+
 // tenantLedger is every tenant's account and the policy in force.
-// Accounts are never removed; they are read without a lock (charge runs
-// under shard locks, on every change of replicas).
+// An account exists for each tenant the policy names and each that holds
+// objects; an empty one the policy does not name is dropped at the next
+// tick (dropEmpty). Accounts are read without a lock (charge runs under
+// shard locks, on every change of replicas).
 type tenantLedger struct {
-	accounts sync.Map // tenant name -> *tenantAccount
+	accounts sync.Map     // tenant name -> *tenantAccount
+	refused  atomic.Int64 // accounts made for an unregistered tenant's refusal
 	mu       sync.RWMutex
 	policy   TenantPolicy      // nil: no quotas
 	share    map[string]uint64 // each registered tenant's effective quota
@@ -133,8 +149,45 @@ func (c *Core) charge(key string, o *object) {
 	}
 	if before != after {
 		t, _ := wire.SplitScoped(key)
-		c.ledger.account(t).charged.Add(after - before)
+		c.ledger.addCharge(t, after-before)
 	}
+}
+
+// addCharge adds d to tenant's charge. An account dropped meanwhile
+// (dropEmpty) does not keep it: dropEmpty marks the account, then reads
+// its charge; this adds, then reads the mark, so one of them sees the
+// other and the charge lands on a live account.
+func (l *tenantLedger) addCharge(tenant string, d int64) {
+	for {
+		a := l.account(tenant)
+		a.charged.Add(d)
+		if !a.dropped.Load() {
+			return
+		}
+		a.charged.Add(-d)
+		l.accounts.CompareAndDelete(tenant, a)
+	}
+}
+
+// dropEmpty drops the accounts of tenants the policy does not name that
+// hold and reserve nothing and count no refusal (their other counters
+// go with them).
+func (l *tenantLedger) dropEmpty() {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	l.accounts.Range(func(k, v any) bool {
+		t, a := k.(string), v.(*tenantAccount)
+		if _, named := l.policy[t]; named || t == unregisteredTenants || a.rejectUnregistered.Load() != 0 {
+			return true // named, or counting refusals (bounded by maxRefusedAccounts)
+		}
+		a.dropped.Store(true)
+		if a.charged.Load() != 0 || a.reserved.Load() != 0 {
+			a.dropped.Store(false)
+			return true
+		}
+		l.accounts.CompareAndDelete(t, a)
+		return true
+	})
 }
 
 // uncharge refunds what o (being deleted under key) was charged; the
@@ -144,7 +197,7 @@ func (l *tenantLedger) uncharge(key string, o *object) {
 		return
 	}
 	t, _ := wire.SplitScoped(key)
-	l.account(t).charged.Add(-int64(o.charged) * int64(o.size))
+	l.addCharge(t, -int64(o.charged)*int64(o.size))
 	o.charged = 0
 }
 
@@ -194,6 +247,7 @@ func (c *Core) refreshShares() {
 		l.share = shares(l.policy, capacity)
 	}
 	l.mu.Unlock()
+	l.dropEmpty()
 }
 
 // shares is each tenant's effective quota (Mooncake's rule): its quota
@@ -256,7 +310,6 @@ func (c *Core) capacity() uint64 {
 func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, wire.Code) {
 	l := c.ledger
 	t, _ := wire.SplitScoped(key)
-	a := l.account(t)
 	l.mu.RLock()
 	policy := l.policy
 	share, registered := l.share[t]
@@ -265,9 +318,18 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 		return nil, wire.OK
 	}
 	if !registered {
-		a.rejectUnregistered.Add(1)
+		// Counted on the tenant's account when it has one (it holds
+		// objects), else on the one account of all the others.
+		a, ok := l.accounts.Load(t)
+		if !ok && l.refused.Add(1) <= maxRefusedAccounts {
+			a = l.account(t)
+		} else if !ok {
+			a = l.account(unregisteredTenants)
+		}
+		a.(*tenantAccount).rejectUnregistered.Add(1)
 		return nil, wire.ErrTenantNotRegistered
 	}
+	a := l.account(t) // a named tenant's: the policy bounds them
 	if need > share { // checked first: need may be over 2^63 (quotaCharge)
 		a.rejectQuota.Add(1)
 		return nil, wire.ErrTenantQuotaExceeded

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,5 +382,36 @@ func TestAdmissionSeesAWriteStartingBetweenItsReadings(t *testing.T) {
 	c.PutStart("w", "", []string{wire.ScopeKey("a", "w2")}, []uint64{6000}, wire.ReplicaConfig{})
 	if got := charged(c, "a"); got > 10_000 {
 		t.Fatalf("charged %d over a share of 10000: both writes were admitted", got)
+	}
+}
+
+// The ledger holds accounts for the tenants the policy names, those
+// holding objects and at most maxRefusedAccounts refused ones: refused
+// writes under more made-up names leave one shared counter behind, and an
+// unnamed tenant's account goes once it holds nothing.
+func TestTenantAccountsAreBounded(t *testing.T) {
+	c, clk := newTenantCore(t)
+	mount(t, c, "x", "s1", 1<<20)
+	put(t, c, wire.ScopeKey("gone", "k"), 100, wire.ReplicaConfig{}) // no policy yet: admitted
+	c.SetTenantPolicy(TenantPolicy{"a": 10_000})
+	for i := 0; i < 1000; i++ {
+		r, _ := c.PutStart("w", "", []string{wire.ScopeKey(fmt.Sprint("t", i), "k")}, []uint64{10}, wire.ReplicaConfig{})
+		if r[0].Code != wire.ErrTenantNotRegistered {
+			t.Fatal(r[0].Code)
+		}
+	}
+	c.Remove([]string{wire.ScopeKey("gone", "k")}, true)
+	clk.Advance(time.Second)
+	c.Tick()
+	ts, _ := c.Tenants()
+	var names []string
+	for _, s := range ts {
+		names = append(names, s.TenantID)
+	}
+	if len(ts) != maxRefusedAccounts+2 || ts[0].TenantID != unregisteredTenants || ts[0].RejectNotRegistered != 1000-maxRefusedAccounts || slices.Contains(names, "gone") {
+		t.Fatalf("%d accounts: %v", len(ts), names[:min(len(names), 5)])
+	}
+	if wire.ValidTenant(strings.Repeat("x", wire.MaxTenantLen+1)) || !wire.ValidTenant(strings.Repeat("x", wire.MaxTenantLen)) {
+		t.Fatal("tenant name length bound")
 	}
 }
