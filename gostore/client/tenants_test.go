@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 
@@ -207,5 +208,36 @@ func TestPeekIsScopedByTenant(t *testing.T) {
 	}
 	if res[1].Code != wire.OK {
 		t.Errorf("team-a's own k: %v", res[1].Code)
+	}
+}
+
+// Under a quota policy, the plan API's evict_until (which evicts from the
+// whole pool) is refused: one tenant's call would take every tenant's
+// objects, past their shares.
+func TestEvictUntilIsRefusedUnderAPolicy(t *testing.T) {
+	policy := t.TempDir() + "/policy.yaml"
+	if err := os.WriteFile(policy, []byte("version: 1\ntenants:\n  - name: team-a\n    quota: 1MB\n  - name: team-b\n    quota: 1MB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := testkit.StartMaster(t, "--enable_multi_tenants", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri="+policy)
+	holder := newClient(t, m.Addr(), 8<<20)
+	tenant := func(name string) *Client {
+		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
+			LocalBufferSize: 1 << 20, TenantID: name}), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := tenant("team-a"), tenant("team-b")
+	if r := b.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 1000)}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
+		t.Fatal(r[0])
+	}
+	if n, _, err := a.plans.EvictUntil(0); wire.CodeOf(err) != wire.ErrInvalidParams {
+		t.Errorf("evict_until under a policy: %d evicted, %v", n, err)
+	}
+	if got := b.Keys().Exist([]string{"k"}); got[0] != 1 {
+		t.Errorf("team-b's object after team-a's evict_until: %d", got[0])
 	}
 }

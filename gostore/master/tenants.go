@@ -234,6 +234,17 @@ func (c *Core) SetTenantPolicy(p TenantPolicy) {
 	}
 }
 
+// TenantPolicyInForce reports whether a quota policy is in force.
+func (c *Core) TenantPolicyInForce() bool {
+	l := c.ledger
+	if l == nil {
+		return false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.policy != nil
+}
+
 // refreshShares recomputes the shares when the pool's capacity changed.
 func (c *Core) refreshShares() {
 	l := c.ledger

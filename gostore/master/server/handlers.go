@@ -242,6 +242,13 @@ func (s *Server) registerRemovals() {
 		if !(r.Ratio >= 0 && r.Ratio <= 1) {
 			return nil, wire.Errorf(wire.ErrInvalidParams, "usage ratio %v is not in [0, 1]", r.Ratio)
 		}
+		if c.TenantPolicyInForce() {
+			// It evicts from the whole pool: one tenant's call would take
+			// every tenant's objects, whatever their shares.
+			err := wire.Errorf(wire.ErrInvalidParams, "evict_until is refused under a tenant quota policy (it would evict every tenant's objects)")
+			s.log.Warn("evict_until refused", "err", err)
+			return nil, err
+		}
 		res, usage := c.EvictUntil(r.Ratio)
 		return &wire.EvictUntilResp{Objects: res.Objects, Bytes: res.Bytes, Usage: usage}, nil
 	})
