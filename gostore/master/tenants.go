@@ -14,6 +14,7 @@ package master
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"math/bits"
@@ -127,7 +128,12 @@ type tenantLedger struct {
 	mu       sync.RWMutex
 	policy   TenantPolicy      // nil: no quotas
 	share    map[string]uint64 // each registered tenant's effective quota
-	capacity uint64            // the pool's capacity share was computed for
+	// kept is the last share of each tenant a new policy no longer
+	// names while it still owns objects (Mooncake refuses to delete a
+	// tenant that is not empty): its writes are refused, and eviction
+	// takes only what it holds beyond that share, until it holds nothing.
+	kept     map[string]uint64
+	capacity uint64 // the pool's capacity share was computed for
 }
 
 func (l *tenantLedger) account(tenant string) *tenantAccount {
@@ -177,7 +183,8 @@ func (l *tenantLedger) dropEmpty() {
 	defer l.mu.RUnlock()
 	l.accounts.Range(func(k, v any) bool {
 		t, a := k.(string), v.(*tenantAccount)
-		if _, named := l.policy[t]; named || t == unregisteredTenants || a.rejectUnregistered.Load() != 0 {
+		_, kept := l.kept[t]
+		if _, named := l.policy[t]; named || kept || t == unregisteredTenants || a.rejectUnregistered.Load() != 0 {
 			return true // named, or counting refusals (bounded by maxRefusedAccounts)
 		}
 		a.dropped.Store(true)
@@ -217,21 +224,59 @@ func (c *Core) recountTenants() {
 
 // SetTenantPolicy puts p in force (nil: no quotas): from now on writes of
 // a tenant p does not name are refused (-1701), and a tenant's writes are
-// admitted against its share of the pool. Without MultiTenants it does
-// nothing.
-func (c *Core) SetTenantPolicy(p TenantPolicy) {
+// admitted against its share of the pool. A tenant the last policy named
+// and p does not keeps its last share while it owns objects (ledger.kept):
+// those tenants are returned, by name, for the caller to warn of. Without
+// MultiTenants it does nothing.
+func (c *Core) SetTenantPolicy(p TenantPolicy) []string {
 	if c.ledger == nil {
-		return
+		return nil
 	}
 	l := c.ledger
 	l.mu.Lock()
-	l.policy = p
+	var kept map[string]uint64
+	var names []string
+	if p != nil {
+		last := maps.Clone(l.share)
+		if last == nil {
+			last = map[string]uint64{}
+		}
+		for t, sh := range l.kept {
+			if _, named := last[t]; !named {
+				last[t] = sh
+			}
+		}
+		for t, sh := range last {
+			if _, named := p[t]; named {
+				continue
+			}
+			if a, ok := l.accounts.Load(t); ok && a.(*tenantAccount).charged.Load() > 0 {
+				if kept == nil {
+					kept = map[string]uint64{}
+				}
+				kept[t] = sh
+				names = append(names, t)
+			}
+		}
+	}
+	l.policy, l.kept = p, kept
 	l.capacity = c.capacity()
 	l.share = shares(p, l.capacity)
 	l.mu.Unlock()
 	for t := range p {
 		l.account(t) // listed in the series from now on
 	}
+	slices.Sort(names)
+	return names
+}
+
+// shareOf is tenant's share: its registered one, else a kept one (0 for
+// neither); the caller holds l.mu.
+func (l *tenantLedger) shareOf(tenant string) uint64 {
+	if sh, ok := l.share[tenant]; ok {
+		return sh
+	}
+	return l.kept[tenant]
 }
 
 // TenantPolicyInForce reports whether a quota policy is in force.
@@ -256,6 +301,11 @@ func (c *Core) refreshShares() {
 	if l.policy != nil && capacity != l.capacity {
 		l.capacity = capacity
 		l.share = shares(l.policy, capacity)
+	}
+	for t := range l.kept {
+		if a, ok := l.accounts.Load(t); !ok || a.(*tenantAccount).charged.Load() <= 0 {
+			delete(l.kept, t) // empty now: gone for good
+		}
 	}
 	l.mu.Unlock()
 	l.dropEmpty()
@@ -468,7 +518,7 @@ func (c *Core) evictOverShare(now int64) int64 {
 	if l.policy != nil {
 		l.accounts.Range(func(k, v any) bool {
 			t := k.(string)
-			share := l.share[t] // 0 for a tenant the policy no longer names: it holds nothing by right
+			share := l.shareOf(t) // 0 for a tenant no policy names
 			if d := v.(*tenantAccount).charged.Load() - int64(share); d > 0 {
 				over[t] = d
 			}
@@ -513,7 +563,7 @@ func (c *Core) Tenants() ([]TenantSnapshot, uint64) {
 	l.accounts.Range(func(k, v any) bool {
 		t, a := k.(string), v.(*tenantAccount)
 		q, explicit := l.policy[t]
-		share := l.share[t]
+		share := l.shareOf(t)
 		s := TenantSnapshot{TenantID: t, RequestedQuotaBytes: q, EffectiveQuotaBytes: share,
 			ChargedBytes: a.charged.Load(), HasExplicitPolicy: explicit,
 			AdmissionClosed:     l.policy != nil && !explicit,

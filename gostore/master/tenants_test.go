@@ -415,3 +415,41 @@ func TestTenantAccountsAreBounded(t *testing.T) {
 		t.Fatal("tenant name length bound")
 	}
 }
+
+// A tenant edited out of the policy while it owns objects keeps its last
+// share (its writes refused) rather than losing every object at the next
+// pass, as Mooncake refuses to delete a tenant that is not empty.
+func TestATenantEditedOutKeepsItsLastShare(t *testing.T) {
+	c, clk := newTenantCore(t)
+	c.cfg.HighWatermark = 0.9
+	mount(t, c, "x", "s1", 100_000)
+	c.SetTenantPolicy(TenantPolicy{"a": 30_000, "b": 60_000})
+	// b's object is the oldest: a plain pass (Evict forces one) takes it.
+	if r := put(t, c, wire.ScopeKey("b", "old"), 10_000, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatal(r.Code)
+	}
+	clk.Advance(2 * time.Second)
+	var as []string
+	for i := 0; i < 2; i++ {
+		as = append(as, wire.ScopeKey("a", fmt.Sprint(i)))
+		if r := put(t, c, as[i], 10_000, wire.ReplicaConfig{}); r.Code != wire.OK {
+			t.Fatal(r.Code)
+		}
+	}
+	if kept := c.SetTenantPolicy(TenantPolicy{"b": 60_000}); !slices.Equal(kept, []string{"a"}) {
+		t.Errorf("kept %v, want [a]", kept)
+	}
+	c.Evict()
+	if got := present(c, as); len(got) != 2 {
+		t.Fatalf("a keeps %v of its objects after it left the policy", got)
+	}
+	if r, _ := c.PutStart("w", "", []string{wire.ScopeKey("a", "new")}, []uint64{10}, wire.ReplicaConfig{}); r[0].Code != wire.ErrTenantNotRegistered {
+		t.Fatalf("a's write after it left the policy: %v", r[0].Code)
+	}
+	// Once empty it is gone for good.
+	c.Remove(as, true)
+	c.Tick()
+	if kept := c.SetTenantPolicy(TenantPolicy{"b": 60_000}); len(kept) != 0 {
+		t.Fatalf("kept %v after a emptied", kept)
+	}
+}

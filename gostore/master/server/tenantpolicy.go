@@ -95,8 +95,12 @@ func (s *Server) watchTenantPolicy(last policyStamp) {
 				s.log.Error("tenant quota policy not reloaded: the last good one stays in force", "file", path, "err", err)
 				continue
 			}
-			s.core.SetTenantPolicy(p)
+			kept := s.core.SetTenantPolicy(p)
 			s.log.Info("tenant quota policy reloaded", "file", path, "tenants", len(p))
+			if len(kept) > 0 {
+				s.log.Warn("tenants no longer in the policy still own objects: each keeps its last quota, its writes "+
+					"refused, until its objects are removed or evicted", "tenants", kept)
+			}
 		}
 	}()
 }
