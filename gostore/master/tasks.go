@@ -69,15 +69,15 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	o, ok := sh.objects[req.Key]
 	switch {
 	case !ok: // a missing key comes before bad segments, as in Mooncake
-		return plan, wire.Errorf(wire.ErrObjectNotFound, "%q", req.Key)
+		return plan, wire.Errorf(wire.ErrObjectNotFound, "%q", c.userKey(req.Key))
 	case segErr != nil:
 		return plan, segErr
 	case o.unfinished():
-		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", req.Key)
+		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", c.userKey(req.Key))
 	case o.taskCount() > 0:
-		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", req.Key)
+		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", c.userKey(req.Key))
 	case source != nil && !o.hasReplicaOn(source):
-		return plan, wire.Errorf(wire.ErrInvalidParams, "%q has no replica on %s to move", req.Key, req.Source)
+		return plan, wire.Errorf(wire.ErrInvalidParams, "%q has no replica on %s to move", c.userKey(req.Key), req.Source)
 	}
 	t := &task{obj: o, client: req.ClientID, size: o.size, source: source,
 		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
@@ -89,7 +89,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		if !ok {
 			freeRanges(t.targets, o.size, &c.stats)
 			c.evictSoon.Store(true)
-			return plan, wire.Errorf(wire.ErrNoAvailableHandle, "no room for %q on %s", req.Key, s.desc.Name)
+			return plan, wire.Errorf(wire.ErrNoAvailableHandle, "no room for %q on %s", c.userKey(req.Key), s.desc.Name)
 		}
 		t.targets = append(t.targets, replica{seg: s, offset: off, status: replicaProcessing})
 	}

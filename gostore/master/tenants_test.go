@@ -453,3 +453,24 @@ func TestATenantEditedOutKeepsItsLastShare(t *testing.T) {
 		t.Fatalf("kept %v after a emptied", kept)
 	}
 }
+
+// --max_key_bytes bounds the user's key, not the stored one: a tenant's
+// key at the limit is written and read like the default tenant's (the
+// server checks reads on the user's key), and messages name the user's
+// key.
+func TestKeyLimitAndMessagesAreTheUsersKey(t *testing.T) {
+	c, _ := newTenantCore(t)
+	c.cfg.MaxKeyBytes = 16
+	mount(t, c, "x", "s1", 1<<20)
+	atLimit := strings.Repeat("k", 16)
+	if r := put(t, c, wire.ScopeKey("team-a", atLimit), 10, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatalf("a tenant's key of %d bytes at --max_key_bytes=16: %v", len(atLimit), r.Code)
+	}
+	if err := c.CheckRequest([]string{wire.ScopeKey("team-a", atLimit+"k")}, nil); wire.CodeOf(err) != wire.ErrInvalidKey {
+		t.Fatalf("17 bytes: %v", err)
+	}
+	_, err := c.CreateTask(wire.CreateTaskReq{ClientID: "w", Kind: wire.TaskCopy, Key: wire.ScopeKey("team-a", "missing"), Targets: []string{"s1"}})
+	if wire.CodeOf(err) != wire.ErrObjectNotFound || strings.Contains(err.Error(), "team-a") {
+		t.Fatalf("a missing key's message: %v", err)
+	}
+}
