@@ -318,6 +318,37 @@ def test_a_tenants_disk_copies_read_back_through_the_ssd_tier(launcher, tmp_path
     assert b.check_pattern("d/0", 1000, 999)
 
 
+def test_a_default_tenant_key_with_a_nul_reads_its_own_disk_copy(launcher, tmp_path):
+    """The default tenant's keys holding a NUL are stored scoped like any
+    other tenant's ("default\\0" + key): its reader names them so on the
+    SSD tier, not as the raw key, which is tenant "n"'s object "k/i"."""
+    import os
+
+    m = launcher.master(enable_multi_tenants=True, enable_offload=True, tick_interval_ms=20,
+                        eviction_high_watermark_ratio=0.8, eviction_ratio=0.2)
+    ssd = str(tmp_path / "ssd")
+    os.mkdir(ssd)
+    env = {"MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS": "0.2",
+           "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": str(256 * MiB)}
+    launcher.peer(m, segment="16MB", ssd=ssd, env=env)  # the holder
+    d = launcher.peer(m, segment="0")  # the default tenant's reader: holds nothing
+    n = 48  # three times the pool
+    for i in range(n):
+        wait_until(lambda: d.put_pattern(f"n\x00k/{i}", MiB, seed=i) == 0, timeout=30, interval=0.05,
+                   what=f"put n\\0k/{i}")
+
+    def disk_only(key):
+        status, body = m.http("/query_key?key=" + urllib.parse.quote(key))
+        info = json.loads(body) if status == 200 else {}
+        return bool(info.get("disk")) and not info.get("replicas")
+
+    wait_until(lambda: sum(disk_only(f"n\x00k/{i}") for i in range(n)) >= n // 2, timeout=30,
+               what="most of the objects disk-only")
+    for i in range(n):
+        assert d.check_pattern(f"n\x00k/{i}", MiB, i), f"n\\0k/{i}"
+    assert d.call("disk_reads")["n"] > 0
+
+
 def test_failover_keeps_each_tenants_objects(launcher, tmp_path, request):
     """Under --enable_ha the standby that takes over serves each tenant's
     objects (the log on etcd carries the stored, scoped keys)."""

@@ -249,6 +249,9 @@ func (c *Client) heartbeat() {
 		ctx, cancel := context.WithTimeout(c.life, c.cfg.PingTimeout)
 		var resp wire.PingResp
 		err := c.master.Call(ctx, wire.OpPing, &wire.PingReq{ClientID: c.id}, &resp)
+		if err == nil {
+			c.tenanted.Store(resp.MultiTenants) // a failover may bring a master with or without tenants
+		}
 		if err == nil && !resp.Known && !c.closed.Load() {
 			err = c.rejoin(ctx)
 		}

@@ -47,8 +47,13 @@ type core struct {
 
 	metrics *clientmetrics.Metrics // nil with HTTPPort 0
 
-	healthy   atomic.Bool
-	closed    atomic.Bool
+	healthy atomic.Bool
+	closed  atomic.Bool
+	// tenanted: the master's last ping answered that it separates
+	// tenants. Only then do requests carry a tenant other than the
+	// default one: an older master, or one without
+	// --enable_multi_tenants, gets the requests' old shape.
+	tenanted  atomic.Bool
 	scopes    scopes    // the parents of the calls' contexts (calls.go)
 	masterLog masterLog // calls the master did not answer
 	// life ends when the client is released: the heartbeat's pings.

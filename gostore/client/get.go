@@ -32,9 +32,10 @@ type Reads struct {
 	specReads, specHits atomic.Uint64
 	diskReads           atomic.Int64    // batches read from SSD tiers (DiskReads)
 	disk                *ssdtier.Reader // reads disk copies, ours or other clients'
-	// diskTenant, set at setup when the master separates tenants and
-	// this client's is not the default one: SSD tiers hold the stored
-	// (scoped) keys, which disk reads name.
+	// diskTenant, set at setup to this client's tenant when the master
+	// separates tenants: SSD tiers hold the stored keys (wire.ScopeKey;
+	// a default tenant's key is scoped when it holds a NUL), which disk
+	// reads name.
 	diskTenant string
 }
 
@@ -97,10 +98,19 @@ func (c *Reads) getStart(keys []string, read bool) (*Pending, error) {
 // peek locates the keys' replicas without using the objects (no lease, no
 // reader, no recency): how the SSD tier reads what it persists.
 func (c *Reads) peek(keys []string) (*Pending, error) {
-	return c.locate(keys, false, true)
+	return c.locateAs(keys, false, true, false)
+}
+
+// peekStored is peek of stored keys (the SSD tier's: wire.KeysReq.Stored).
+func (c *Reads) peekStored(keys []string) (*Pending, error) {
+	return c.locateAs(keys, false, true, true)
 }
 
 func (c *Reads) locate(keys []string, read, peek bool) (*Pending, error) {
+	return c.locateAs(keys, read, peek, false)
+}
+
+func (c *Reads) locateAs(keys []string, read, peek, stored bool) (*Pending, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -132,7 +142,7 @@ func (c *Reads) locate(keys []string, read, peek bool) (*Pending, error) {
 		}
 	}
 	var resp wire.GetReplicasResp
-	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek}, &resp); err != nil {
+	if err := c.master.Call(ctx, wire.OpGetReplicas, &wire.KeysReq{ClientID: c.id, Keys: q, ForRead: read, Peek: peek, Stored: stored}, &resp); err != nil {
 		return nil, err
 	}
 	if len(resp.Results) != len(q) {

@@ -19,7 +19,7 @@ import (
 type clientHost struct{ c *Client }
 
 var (
-	_ ssdtier.Host    = clientHost{}
+	_ ssdtier.Host    = tierHost{}
 	_ planclient.Host = clientHost{}
 )
 
@@ -36,6 +36,18 @@ func (h clientHost) Enter() (func(), error)                             { return
 
 func (h clientHost) Peek(keys []string) ([]wire.GetResult, error) {
 	p, err := h.c.reads.peek(keys)
+	if err != nil {
+		return nil, err
+	}
+	return p.res, nil
+}
+
+// tierHost is the client as its SSD tier sees it: the tier names stored
+// keys (any tenant's), so its peeks say so (wire.KeysReq.Stored).
+type tierHost struct{ clientHost }
+
+func (h tierHost) Peek(keys []string) ([]wire.GetResult, error) {
+	p, err := h.c.reads.peekStored(keys)
 	if err != nil {
 		return nil, err
 	}

@@ -206,11 +206,15 @@ func (s *setup) dialMaster() {
 	mopt := cfg.RPC // the master's calls only: disk holders are not the master
 	mopt.Observe = chainObservers(mopt.Observe, c.masterLog.observe)
 	if cfg.TenantID != wire.DefaultTenant {
-		// Every request that names keys names the tenant too; the
-		// default tenant's go as they always did.
+		// Every request that names keys names the tenant too, once the
+		// master said it separates tenants (c.tenanted); the default
+		// tenant's go as they always did.
 		tenant := cfg.TenantID
 		mopt.Stamp = func(req any) {
-			if t, ok := req.(wire.Tenanted); ok {
+			if k, ok := req.(*wire.KeysReq); ok && k.Stored {
+				return // stored keys: the master scopes nothing
+			}
+			if t, ok := req.(wire.Tenanted); ok && c.tenanted.Load() {
 				t.SetTenant(tenant)
 			}
 		}
@@ -277,7 +281,10 @@ func (s *setup) hello(ctx context.Context) error {
 	}
 	s.known = true
 	c.healthy.Store(true) // it answered: calls may go to it (core.ctx)
-	if hello.MultiTenants && cfg.TenantID != wire.DefaultTenant {
+	c.tenanted.Store(hello.MultiTenants)
+	if hello.MultiTenants {
+		// The default tenant's too: its keys holding a NUL are stored
+		// scoped (wire.ScopeKey), and so named on the SSD tiers.
 		c.reads.diskTenant = cfg.TenantID
 	}
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
@@ -332,13 +339,13 @@ func (s *setup) openTier(context.Context) error {
 		}
 		tcfg := ssdtier.Config{Path: cfg.SSDOffloadPath, Getenv: cfg.Getenv, Segment: c.hostname, ListenHost: bind, Auth: s.guard}
 		var err error
-		if c.ssd, err = ssdtier.Open(clientHost{c}, tcfg, c.log); err != nil {
+		if c.ssd, err = ssdtier.Open(tierHost{clientHost{c}}, tcfg, c.log); err != nil {
 			s.ln.Close()
 			c.log.Error("SSD tier rejected", "err", err)
 			return err
 		}
 	}
-	c.reads.disk = ssdtier.NewReader(clientHost{c}, c.log, c.ssd, cfg.RPC)
+	c.reads.disk = ssdtier.NewReader(tierHost{clientHost{c}}, c.log, c.ssd, cfg.RPC)
 	return nil
 }
 
@@ -391,7 +398,7 @@ func validate(cfg *Config) error {
 	}
 	cfg.TenantID = wire.TenantOrDefault(cfg.TenantID)
 	if !wire.ValidTenant(cfg.TenantID) {
-		return wire.Errorf(wire.ErrInvalidParams, "tenant_id %q starts with '_' or holds a control character", cfg.TenantID)
+		return wire.Errorf(wire.ErrInvalidParams, "tenant_id %q starts with '_', holds a control character or is over 256 bytes", cfg.TenantID)
 	}
 	switch strings.ToLower(cfg.Protocol) {
 	case "", "tcp", "ucx", "rdma":

@@ -148,5 +148,14 @@
 //     never take a tenant beyond its share; the tenant's own objects are
 //     evicted first to make room (evictTenant: no lock held by the
 //     caller), and Evict takes what tenants hold beyond their shares
-//     before anything else.
+//     before anything else. Admission reserves before it reads the
+//     charge, and startWrites charges before it unreserves: a write
+//     starting meanwhile is seen in one reading or both. A write's charge
+//     is size times the replicas the placer can place, saturated
+//     (quotaCharge), never a wrapped product. Accounts exist for named
+//     tenants, tenants holding objects (kept ones included: ledger.kept)
+//     and a bounded number of refused ones; empty others go at the tick
+//     (dropEmpty, with addCharge's mark against a charge landing on a
+//     dropped account). Limits and messages use the user's key
+//     (userKey), not the stored one.
 package master

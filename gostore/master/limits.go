@@ -56,14 +56,21 @@ func (c *Core) CheckRequest(keys []string, sizes []uint64) error {
 	for i, size := range sizes {
 		if size > c.cfg.MaxObjectBytes {
 			return wire.Errorf(wire.ErrInvalidParams, "object %s (item %d) of %d bytes exceeds --max_object_bytes=%d",
-				quoteKey(keyOf(keys, i)), i, size, c.cfg.MaxObjectBytes)
+				quoteKey(c.userKey(keyOf(keys, i))), i, size, c.cfg.MaxObjectBytes)
 		}
 	}
 	return nil
 }
 
 // checkKey refuses key, item i of a request, when it is over MaxKeyBytes.
+// Under MultiTenants the user's key is measured (and named), not the
+// stored one: the server checks requests before it scopes their keys, and
+// a tenant's keys must not be shorter than the default tenant's.
 func (c *Core) checkKey(i int, key string) error {
+	if len(key) <= c.cfg.MaxKeyBytes {
+		return nil
+	}
+	key = c.userKey(key)
 	if len(key) <= c.cfg.MaxKeyBytes {
 		return nil
 	}
@@ -85,4 +92,14 @@ func keyOf(keys []string, i int) string {
 		return keys[i]
 	}
 	return ""
+}
+
+// userKey is key as its writer named it: unscoped under MultiTenants, for
+// limits and messages.
+func (c *Core) userKey(key string) string {
+	if c.ledger == nil {
+		return key
+	}
+	_, k := wire.SplitScoped(key)
+	return k
 }

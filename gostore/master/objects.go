@@ -355,7 +355,7 @@ func (c *Core) startWrites(clientID, hostID string, keys []string, sizes []uint6
 			out[i] = one(now, clientID, key, sizes[i], cfg, p)
 			continue
 		}
-		need := sizes[i] * uint64(max(1, cfg.ReplicaNum))
+		need := quotaCharge(sizes[i], p.want)
 		a, code := c.admitTenant(now, key, need)
 		if code != wire.OK {
 			out[i] = wire.PutStartResult{Code: code}

@@ -25,7 +25,6 @@ const (
 type taskTable struct {
 	sync.Mutex
 	byID map[string]*task
-	next uint64
 }
 
 // task is a running or finished replica task; taskTable's mutex guards it.
@@ -70,15 +69,15 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	o, ok := sh.objects[req.Key]
 	switch {
 	case !ok: // a missing key comes before bad segments, as in Mooncake
-		return plan, wire.Errorf(wire.ErrObjectNotFound, "%q", req.Key)
+		return plan, wire.Errorf(wire.ErrObjectNotFound, "%q", c.userKey(req.Key))
 	case segErr != nil:
 		return plan, segErr
 	case o.unfinished():
-		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", req.Key)
+		return plan, wire.Errorf(wire.ErrReplicaIsNotReady, "%q is being written", c.userKey(req.Key))
 	case o.taskCount() > 0:
-		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", req.Key)
+		return plan, wire.Errorf(wire.ErrObjectHasReplicationTask, "%q already has a task", c.userKey(req.Key))
 	case source != nil && !o.hasReplicaOn(source):
-		return plan, wire.Errorf(wire.ErrInvalidParams, "%q has no replica on %s to move", req.Key, req.Source)
+		return plan, wire.Errorf(wire.ErrInvalidParams, "%q has no replica on %s to move", c.userKey(req.Key), req.Source)
 	}
 	t := &task{obj: o, client: req.ClientID, size: o.size, source: source,
 		info: wire.TaskInfo{Key: req.Key, Kind: req.Kind, Status: TaskProcessing}}
@@ -90,7 +89,7 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 		if !ok {
 			freeRanges(t.targets, o.size, &c.stats)
 			c.evictSoon.Store(true)
-			return plan, wire.Errorf(wire.ErrNoAvailableHandle, "no room for %q on %s", req.Key, s.desc.Name)
+			return plan, wire.Errorf(wire.ErrNoAvailableHandle, "no room for %q on %s", c.userKey(req.Key), s.desc.Name)
 		}
 		t.targets = append(t.targets, replica{seg: s, offset: off, status: replicaProcessing})
 	}
@@ -125,14 +124,24 @@ func (c *Core) CreateTask(req wire.CreateTaskReq) (wire.TaskPlan, error) {
 	return plan, nil
 }
 
-// addTask gives t the next id and files it; the id.
+// addTask gives t a new id and files it; the id. An id is a random
+// 64-bit number, not a count (Mooncake's are random UUIDs): one tenant's
+// task ids tell nothing of another's, nor how many tasks there were. It
+// is decimal, the low half of the (high, low) pair Python shows.
 func (c *Core) addTask(t *task) string {
 	c.tasks.Lock()
 	defer c.tasks.Unlock()
-	c.tasks.next++
-	t.info.ID = strconv.FormatUint(c.tasks.next, 10)
-	c.tasks.byID[t.info.ID] = t
-	return t.info.ID
+	for {
+		c.randMu.Lock()
+		n := c.cfg.Rand.Uint64()
+		c.randMu.Unlock()
+		id := strconv.FormatUint(n, 10)
+		if _, taken := c.tasks.byID[id]; !taken && n != 0 { // (0, 0) is Python's "no task"
+			t.info.ID = id
+			c.tasks.byID[id] = t
+			return id
+		}
+	}
 }
 
 // dropReplicaOn removes o's replica on seg (the source of a finished

@@ -14,8 +14,10 @@ package master
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,7 +57,7 @@ func ParseTenantPolicy(b []byte) (TenantPolicy, error) {
 	p := make(TenantPolicy, len(doc.Tenants))
 	for _, t := range doc.Tenants {
 		if t.Name == nil || !wire.ValidTenant(*t.Name) {
-			return nil, fmt.Errorf("tenant name missing or invalid (empty, starting with '_' or holding a control character)")
+			return nil, fmt.Errorf("tenant name missing or invalid (empty, starting with '_', holding a control character or over 256 bytes)")
 		}
 		if t.Quota == nil {
 			return nil, fmt.Errorf("tenant %q: quota is required", *t.Name)
@@ -100,17 +102,38 @@ type tenantAccount struct {
 	// rejects by reason (Mooncake's label): quota_exceeded, not_registered.
 	rejectQuota, rejectUnregistered atomic.Int64
 	evicted                         atomic.Int64 // bytes taken by tenant-first eviction
+	// dropped: the account left the ledger (dropEmpty); a charge that
+	// lands on it is moved to the tenant's new account (charge).
+	dropped atomic.Bool
 }
 
+// An unregistered tenant's refused writes are counted on its own account
+// (Mooncake's series are per tenant) for the first maxRefusedAccounts
+// such tenants; beyond, on the one account unregisteredTenants, so that
+// names a peer makes up cost bounded state. A tenant name never starts
+// with '_'.
+const (
+	maxRefusedAccounts  = 256
+	unregisteredTenants = "_unregistered"
+)
+
 // tenantLedger is every tenant's account and the policy in force.
-// Accounts are never removed; they are read without a lock (charge runs
-// under shard locks, on every change of replicas).
+// An account exists for each tenant the policy names and each that holds
+// objects; an empty one the policy does not name is dropped at the next
+// tick (dropEmpty). Accounts are read without a lock (charge runs under
+// shard locks, on every change of replicas).
 type tenantLedger struct {
-	accounts sync.Map // tenant name -> *tenantAccount
+	accounts sync.Map     // tenant name -> *tenantAccount
+	refused  atomic.Int64 // accounts made for an unregistered tenant's refusal
 	mu       sync.RWMutex
 	policy   TenantPolicy      // nil: no quotas
 	share    map[string]uint64 // each registered tenant's effective quota
-	capacity uint64            // the pool's capacity share was computed for
+	// kept is the last share of each tenant a new policy no longer
+	// names while it still owns objects (Mooncake refuses to delete a
+	// tenant that is not empty): its writes are refused, and eviction
+	// takes only what it holds beyond that share, until it holds nothing.
+	kept     map[string]uint64
+	capacity uint64 // the pool's capacity share was computed for
 }
 
 func (l *tenantLedger) account(tenant string) *tenantAccount {
@@ -132,8 +155,46 @@ func (c *Core) charge(key string, o *object) {
 	}
 	if before != after {
 		t, _ := wire.SplitScoped(key)
-		c.ledger.account(t).charged.Add(after - before)
+		c.ledger.addCharge(t, after-before)
 	}
+}
+
+// addCharge adds d to tenant's charge. An account dropped meanwhile
+// (dropEmpty) does not keep it: dropEmpty marks the account, then reads
+// its charge; this adds, then reads the mark, so one of them sees the
+// other and the charge lands on a live account.
+func (l *tenantLedger) addCharge(tenant string, d int64) {
+	for {
+		a := l.account(tenant)
+		a.charged.Add(d)
+		if !a.dropped.Load() {
+			return
+		}
+		a.charged.Add(-d)
+		l.accounts.CompareAndDelete(tenant, a)
+	}
+}
+
+// dropEmpty drops the accounts of tenants the policy does not name that
+// hold and reserve nothing and count no refusal (their other counters
+// go with them).
+func (l *tenantLedger) dropEmpty() {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	l.accounts.Range(func(k, v any) bool {
+		t, a := k.(string), v.(*tenantAccount)
+		_, kept := l.kept[t]
+		if _, named := l.policy[t]; named || kept || t == unregisteredTenants || a.rejectUnregistered.Load() != 0 {
+			return true // named, or counting refusals (bounded by maxRefusedAccounts)
+		}
+		a.dropped.Store(true)
+		if a.charged.Load() != 0 || a.reserved.Load() != 0 {
+			a.dropped.Store(false)
+			return true
+		}
+		l.accounts.CompareAndDelete(t, a)
+		return true
+	})
 }
 
 // uncharge refunds what o (being deleted under key) was charged; the
@@ -143,7 +204,7 @@ func (l *tenantLedger) uncharge(key string, o *object) {
 		return
 	}
 	t, _ := wire.SplitScoped(key)
-	l.account(t).charged.Add(-int64(o.charged) * int64(o.size))
+	l.addCharge(t, -int64(o.charged)*int64(o.size))
 	o.charged = 0
 }
 
@@ -163,21 +224,70 @@ func (c *Core) recountTenants() {
 
 // SetTenantPolicy puts p in force (nil: no quotas): from now on writes of
 // a tenant p does not name are refused (-1701), and a tenant's writes are
-// admitted against its share of the pool. Without MultiTenants it does
-// nothing.
-func (c *Core) SetTenantPolicy(p TenantPolicy) {
+// admitted against its share of the pool. A tenant the last policy named
+// and p does not keeps its last share while it owns objects (ledger.kept):
+// those tenants are returned, by name, for the caller to warn of. Without
+// MultiTenants it does nothing.
+func (c *Core) SetTenantPolicy(p TenantPolicy) []string {
 	if c.ledger == nil {
-		return
+		return nil
 	}
 	l := c.ledger
 	l.mu.Lock()
-	l.policy = p
+	var kept map[string]uint64
+	var names []string
+	if p != nil {
+		last := maps.Clone(l.share)
+		if last == nil {
+			last = map[string]uint64{}
+		}
+		for t, sh := range l.kept {
+			if _, named := last[t]; !named {
+				last[t] = sh
+			}
+		}
+		for t, sh := range last {
+			if _, named := p[t]; named {
+				continue
+			}
+			if a, ok := l.accounts.Load(t); ok && a.(*tenantAccount).charged.Load() > 0 {
+				if kept == nil {
+					kept = map[string]uint64{}
+				}
+				kept[t] = sh
+				names = append(names, t)
+			}
+		}
+	}
+	l.policy, l.kept = p, kept
 	l.capacity = c.capacity()
 	l.share = shares(p, l.capacity)
 	l.mu.Unlock()
 	for t := range p {
 		l.account(t) // listed in the series from now on
 	}
+	slices.Sort(names)
+	return names
+}
+
+// shareOf is tenant's share: its registered one, else a kept one (0 for
+// neither); the caller holds l.mu.
+func (l *tenantLedger) shareOf(tenant string) uint64 {
+	if sh, ok := l.share[tenant]; ok {
+		return sh
+	}
+	return l.kept[tenant]
+}
+
+// TenantPolicyInForce reports whether a quota policy is in force.
+func (c *Core) TenantPolicyInForce() bool {
+	l := c.ledger
+	if l == nil {
+		return false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.policy != nil
 }
 
 // refreshShares recomputes the shares when the pool's capacity changed.
@@ -192,7 +302,13 @@ func (c *Core) refreshShares() {
 		l.capacity = capacity
 		l.share = shares(l.policy, capacity)
 	}
+	for t := range l.kept {
+		if a, ok := l.accounts.Load(t); !ok || a.(*tenantAccount).charged.Load() <= 0 {
+			delete(l.kept, t) // empty now: gone for good
+		}
+	}
 	l.mu.Unlock()
+	l.dropEmpty()
 }
 
 // shares is each tenant's effective quota (Mooncake's rule): its quota
@@ -255,7 +371,6 @@ func (c *Core) capacity() uint64 {
 func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, wire.Code) {
 	l := c.ledger
 	t, _ := wire.SplitScoped(key)
-	a := l.account(t)
 	l.mu.RLock()
 	policy := l.policy
 	share, registered := l.share[t]
@@ -264,16 +379,36 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 		return nil, wire.OK
 	}
 	if !registered {
-		a.rejectUnregistered.Add(1)
+		// Counted on the tenant's account when it has one (it holds
+		// objects), else on the one account of all the others.
+		a, ok := l.accounts.Load(t)
+		if !ok && l.refused.Add(1) <= maxRefusedAccounts {
+			a = l.account(t)
+		} else if !ok {
+			a = l.account(unregisteredTenants)
+		}
+		a.(*tenantAccount).rejectUnregistered.Add(1)
 		return nil, wire.ErrTenantNotRegistered
 	}
+	a := l.account(t) // a named tenant's: the policy bounds them
+	if need > share { // checked first: need may be over 2^63 (quotaCharge)
+		a.rejectQuota.Add(1)
+		return nil, wire.ErrTenantQuotaExceeded
+	}
 	for try := 0; ; try++ {
-		used := a.charged.Load() + a.reserved.Add(int64(need))
+		// The reservations first, then the charge: a write that starts
+		// meanwhile is charged before it is unreserved (startWrites), so
+		// it is counted in one reading or both, never in neither.
+		r := a.reserved.Add(int64(need))
+		if testHookAdmitting != nil {
+			testHookAdmitting()
+		}
+		used := a.charged.Load() + r
 		if used <= int64(share) {
 			return a, wire.OK
 		}
 		a.reserved.Add(-int64(need))
-		if try == 1 || need > share {
+		if try == 1 {
 			a.rejectQuota.Add(1)
 			return nil, wire.ErrTenantQuotaExceeded
 		}
@@ -281,6 +416,24 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 		c.evictTenant(now, t, want)
 	}
 }
+
+// quotaCharge is what a write of size bytes in replicas memory replicas
+// is charged (Mooncake's requested charge): their product, saturated at
+// 2^64-1 rather than wrapped. replicas is what the placer will try to
+// place (replica_num capped at the segments mounted), so a huge
+// replica_num is charged the replicas it can get, never a wrapped product
+// small enough to pass admission.
+func quotaCharge(size uint64, replicas int) uint64 {
+	hi, lo := bits.Mul64(size, uint64(max(replicas, 1)))
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
+}
+
+// testHookAdmitting, when set (tests), runs between admission's two
+// readings of the account.
+var testHookAdmitting func()
 
 // testHookAdmitted, when set (tests), runs after a write is admitted,
 // before it starts.
@@ -365,7 +518,7 @@ func (c *Core) evictOverShare(now int64) int64 {
 	if l.policy != nil {
 		l.accounts.Range(func(k, v any) bool {
 			t := k.(string)
-			share := l.share[t] // 0 for a tenant the policy no longer names: it holds nothing by right
+			share := l.shareOf(t) // 0 for a tenant no policy names
 			if d := v.(*tenantAccount).charged.Load() - int64(share); d > 0 {
 				over[t] = d
 			}
@@ -410,7 +563,7 @@ func (c *Core) Tenants() ([]TenantSnapshot, uint64) {
 	l.accounts.Range(func(k, v any) bool {
 		t, a := k.(string), v.(*tenantAccount)
 		q, explicit := l.policy[t]
-		share := l.share[t]
+		share := l.shareOf(t)
 		s := TenantSnapshot{TenantID: t, RequestedQuotaBytes: q, EffectiveQuotaBytes: share,
 			ChargedBytes: a.charged.Load(), HasExplicitPolicy: explicit,
 			AdmissionClosed:     l.policy != nil && !explicit,

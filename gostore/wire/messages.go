@@ -286,8 +286,13 @@ type KeysReq struct {
 	// object counts it as a reader until ReadDone or the lease ends.
 	ForRead bool
 	// Peek (GetReplicas): locate the replicas without using the object
-	// (no lease, no reader, no recency): the SSD tier's reads.
+	// (no lease, no reader, no recency): the SSD tier's reads and the
+	// plan API's look at a key.
 	Peek bool
+	// Stored (with Peek; not sent): Keys are stored keys (the SSD
+	// tier's, any tenant's), so the client sends no tenant with them and
+	// the master scopes nothing.
+	Stored bool `msgpack:"-"`
 	// HoldMS (PutEnd): the call that wrote these objects goes on writing
 	// (it waits for room for the rest): keep them from eviction, unless
 	// they have a disk copy, for up to this long or until PutUnhold.
@@ -413,8 +418,8 @@ type TaskDoneReq struct {
 }
 
 type QueryTaskReq struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	ID       string
+	ID     string
+	Tenant string // the caller's tenant ("": default); last, sent only when set (tenantcodec.go)
 }
 
 // TaskInfo describes a task; Status is PENDING, PROCESSING, SUCCESS or FAILED.

@@ -15,10 +15,15 @@ const DefaultTenant = "default"
 // a scoped key is always the separator, whatever the user's key holds.
 const tenantSep = "\x00"
 
+// MaxTenantLen bounds a tenant name's bytes: a name is held in every
+// key of its tenant and labels its series.
+const MaxTenantLen = 256
+
 // ValidTenant reports whether name may name a tenant (Mooncake's rule):
-// not empty, not starting with '_' (reserved), no control character.
+// not empty, not starting with '_' (reserved), no control character;
+// and at most MaxTenantLen bytes.
 func ValidTenant(name string) bool {
-	if name == "" || name[0] == '_' {
+	if name == "" || name[0] == '_' || len(name) > MaxTenantLen {
 		return false
 	}
 	for i := 0; i < len(name); i++ {
@@ -73,3 +78,4 @@ func (r *RemoveByRegexReq) SetTenant(name string) { r.Tenant = name }
 func (r *RemoveAllReq) SetTenant(name string)     { r.Tenant = name }
 func (r *ReplicaClearReq) SetTenant(name string)  { r.Tenant = name }
 func (r *CreateTaskReq) SetTenant(name string)    { r.Tenant = name }
+func (r *QueryTaskReq) SetTenant(name string)     { r.Tenant = name }

@@ -19,6 +19,8 @@ var (
 	_ msgpack.CustomDecoder = (*ReplicaClearReq)(nil)
 	_ msgpack.CustomEncoder = (*CreateTaskReq)(nil)
 	_ msgpack.CustomDecoder = (*CreateTaskReq)(nil)
+	_ msgpack.CustomEncoder = (*QueryTaskReq)(nil)
+	_ msgpack.CustomDecoder = (*QueryTaskReq)(nil)
 	_ msgpack.CustomEncoder = (*PingResp)(nil)
 	_ msgpack.CustomDecoder = (*PingResp)(nil)
 )
@@ -66,6 +68,14 @@ func (m *CreateTaskReq) DecodeMsgpack(d *msgpack.Decoder) error {
 	return decodeTenanted(d, &m.Tenant, str(&m.ClientID),
 		func(d *msgpack.Decoder) (err error) { v, err := d.DecodeUint8(); m.Kind = TaskKind(v); return err },
 		str(&m.Key), str(&m.Source), strs(&m.Targets))
+}
+
+func (m *QueryTaskReq) EncodeMsgpack(e *msgpack.Encoder) error {
+	return encodeTenanted(e, m.Tenant, func() error { return e.EncodeString(m.ID) })
+}
+
+func (m *QueryTaskReq) DecodeMsgpack(d *msgpack.Decoder) error {
+	return decodeTenanted(d, &m.Tenant, str(&m.ID))
 }
 
 func (m *PingResp) EncodeMsgpack(e *msgpack.Encoder) error {

@@ -1,7 +1,12 @@
 package wire
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -96,15 +101,49 @@ func TestScopeKey(t *testing.T) {
 	}
 }
 
-// Every request that names keys carries the tenant, but the SSD tier's,
-// whose keys are stored keys already (the master does not scope them).
+// Every request that names keys (every type of the package whose name
+// ends in Req with a Key or Keys field, found in the source) carries the
+// tenant, but those whose keys are stored keys already (the SSD tier's:
+// the master does not scope them).
 func TestEveryKeyedRequestIsTenanted(t *testing.T) {
-	stored := map[string]bool{"*wire.NotifyOffloadedReq": true, "*wire.RecoverDiskReq": true}
-	for _, r := range []Keyed{&PutStartReq{}, &KeysReq{}, &ReplicaClearReq{}, &RemoveReq{}, &NotifyOffloadedReq{},
-		&RecoverDiskReq{}, &CreateTaskReq{}} {
-		name := reflect.TypeOf(r).String()
-		if _, ok := r.(Tenanted); ok == stored[name] {
-			t.Errorf("%s: Tenanted %v", name, ok)
+	stored := map[string]bool{"NotifyOffloadedReq": true, "RecoverDiskReq": true, "StageReq": true}
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed, tenanted := map[string]bool{}, map[string]bool{}
+	for _, f := range pkgs["wire"].Files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch d := n.(type) {
+			case *ast.TypeSpec:
+				st, ok := d.Type.(*ast.StructType)
+				if !ok || !strings.HasSuffix(d.Name.Name, "Req") {
+					return true
+				}
+				for _, fld := range st.Fields.List {
+					for _, name := range fld.Names {
+						if name.Name == "Key" || name.Name == "Keys" {
+							keyed[d.Name.Name] = true
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				if d.Recv != nil && d.Name.Name == "SetTenant" {
+					if star, ok := d.Recv.List[0].Type.(*ast.StarExpr); ok {
+						tenanted[star.X.(*ast.Ident).Name] = true
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(keyed) < 5 {
+		t.Fatalf("found only %v", keyed)
+	}
+	for name := range keyed {
+		if tenanted[name] == stored[name] {
+			t.Errorf("%s: names keys, Tenanted %v", name, tenanted[name])
 		}
 	}
 }

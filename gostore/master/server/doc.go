@@ -46,9 +46,13 @@
 // Under --enable_multi_tenants (tenants.go) every handler of a request
 // that names keys scopes them by the request's tenant (wire.ScopeKey)
 // before it calls the core, and unscopes the keys it answers with; the
-// SSD tier's requests (peeks, offloads, disk recovery and eviction) carry
-// stored keys already and are not touched. The HTTP queries take
-// ?tenant_id=. The core sees stored keys only.
+// SSD tier's requests (peeks naming no tenant, offloads, disk recovery
+// and eviction) carry stored keys already and are not touched; a peek
+// naming a tenant (the plan API's) is scoped. QueryTask answers only the
+// caller's tenant's tasks; EvictUntil is refused under a quota policy.
+// The HTTP queries take ?tenant_id=. The core sees stored keys only.
+// Tenants separate cooperating clients: the tenant is the client's claim,
+// and --auth is the access control.
 //
 // # Limits
 //

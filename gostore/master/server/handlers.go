@@ -165,7 +165,16 @@ func holdOf(r *wire.KeysReq) time.Duration {
 func (s *Server) registerReads() {
 	c, mc := s.core, s.metrics.mc
 	rpc.HandleFunc(s.rpc, wire.OpGetReplicas, func(r *wire.KeysReq) (*wire.GetReplicasResp, error) {
-		if r.Peek { // the SSD tier's: its keys are stored keys already
+		if r.Peek {
+			// A peek naming a tenant is the plan API's, of the caller's
+			// keys: scoped. One naming none is the default tenant's or
+			// the SSD tier's, whose keys are stored keys already (the
+			// tenant is the client's claim: this is no access control).
+			if r.Tenant != "" {
+				if err := s.scope(r.Tenant, r.Keys); err != nil {
+					return nil, err
+				}
+			}
 			return &wire.GetReplicasResp{Results: c.PeekReplicas(r.Keys)}, nil
 		}
 		if err := s.scope(r.Tenant, r.Keys); err != nil {
@@ -233,6 +242,13 @@ func (s *Server) registerRemovals() {
 		if !(r.Ratio >= 0 && r.Ratio <= 1) {
 			return nil, wire.Errorf(wire.ErrInvalidParams, "usage ratio %v is not in [0, 1]", r.Ratio)
 		}
+		if c.TenantPolicyInForce() {
+			// It evicts from the whole pool: one tenant's call would take
+			// every tenant's objects, whatever their shares.
+			err := wire.Errorf(wire.ErrInvalidParams, "evict_until is refused under a tenant quota policy (it would evict every tenant's objects)")
+			s.log.Warn("evict_until refused", "err", err)
+			return nil, err
+		}
 		res, usage := c.EvictUntil(r.Ratio)
 		return &wire.EvictUntilResp{Objects: res.Objects, Bytes: res.Bytes, Usage: usage}, nil
 	})
@@ -263,9 +279,17 @@ func (s *Server) registerTasks() {
 		return &struct{}{}, err
 	})
 	rpc.HandleFunc(s.rpc, wire.OpQueryTask, func(r *wire.QueryTaskReq) (*wire.TaskInfo, error) {
+		t, err := s.tenantOf(r.Tenant)
+		if err != nil {
+			return nil, err
+		}
 		info, err := c.QueryTask(r.ID)
-		if s.opts.EnableMultiTenants {
-			_, info.Key = wire.SplitScoped(info.Key)
+		if t != "" && err == nil {
+			var owner string
+			if owner, info.Key = wire.SplitScoped(info.Key); owner != t {
+				// Another tenant's task is not the caller's to see.
+				info, err = wire.TaskInfo{}, wire.Errorf(wire.ErrObjectNoReplicationTask, "no task %q", r.ID)
+			}
 		}
 		mc.queryTask.call(err)
 		return &info, err

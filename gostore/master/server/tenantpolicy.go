@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -49,14 +50,30 @@ func loadTenantPolicy(opts Options, core *master.Core, log *slog.Logger) (policy
 	return st, nil
 }
 
+// maxPolicyBytes bounds the policy file the master reads (a policy of
+// thousands of tenants is some tens of KiB).
+const maxPolicyBytes = 1 << 20
+
 func readPolicy(path string) (policyStamp, master.TenantPolicy, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return policyStamp{}, nil, err
 	}
-	body, err := os.ReadFile(path)
+	if fi.Size() > maxPolicyBytes {
+		return policyStamp{}, nil, fmt.Errorf("the policy file has %d bytes, over the %d this master reads", fi.Size(), maxPolicyBytes)
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return policyStamp{}, nil, err
+	}
+	defer f.Close()
+	// Bounded again as read: the file may grow after the Stat.
+	body, err := io.ReadAll(io.LimitReader(f, maxPolicyBytes+1))
+	if err != nil {
+		return policyStamp{}, nil, err
+	}
+	if len(body) > maxPolicyBytes {
+		return policyStamp{}, nil, fmt.Errorf("the policy file has over %d bytes, the most this master reads", maxPolicyBytes)
 	}
 	st := policyStamp{mod: fi.ModTime(), size: fi.Size(), body: body}
 	p, err := master.ParseTenantPolicy(body)
@@ -95,8 +112,12 @@ func (s *Server) watchTenantPolicy(last policyStamp) {
 				s.log.Error("tenant quota policy not reloaded: the last good one stays in force", "file", path, "err", err)
 				continue
 			}
-			s.core.SetTenantPolicy(p)
+			kept := s.core.SetTenantPolicy(p)
 			s.log.Info("tenant quota policy reloaded", "file", path, "tenants", len(p))
+			if len(kept) > 0 {
+				s.log.Warn("tenants no longer in the policy still own objects: each keeps its last quota, its writes "+
+					"refused, until its objects are removed or evicted", "tenants", kept)
+			}
 		}
 	}()
 }

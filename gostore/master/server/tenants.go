@@ -21,7 +21,7 @@ func (s *Server) tenantOf(name string) (string, error) {
 	}
 	name = wire.TenantOrDefault(name)
 	if !wire.ValidTenant(name) {
-		return "", wire.Errorf(wire.ErrInvalidParams, "tenant_id %q: empty, starting with '_' or holding a control character", name)
+		return "", wire.Errorf(wire.ErrInvalidParams, "tenant_id %q: empty, starting with '_', holding a control character or over 256 bytes", name)
 	}
 	return name, nil
 }

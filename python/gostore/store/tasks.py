@@ -7,8 +7,8 @@ its state, which :meth:`MooncakeDistributedStore.query_task` reports as a
 ``upsert`` of that key return -708 (OBJECT_HAS_REPLICATION_TASK).
 
 Task ids have Mooncake's form, a 128-bit UUID as a tuple of two unsigned
-64-bit ints ``(high, low)``. gostore's master numbers tasks with a 64-bit
-counter, so its ids are ``(0, n)``.
+64-bit ints ``(high, low)``. gostore's master gives each task a random 64-bit
+number ``n`` (not a count), so its ids are ``(0, n)``.
 """
 
 from __future__ import annotations
