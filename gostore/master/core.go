@@ -755,8 +755,10 @@ func (c *Core) Tick() []string {
 		// watermark, or a writer waits for a pass.
 		_, capacity := c.poolBytes()
 		want := uint64(max(c.cfg.EvictionRatio, u-c.cfg.HighWatermark+c.cfg.EvictionRatio) * float64(capacity))
-		c.dropHotReplicas(now.UnixNano(), want)
-		if due || c.usage() > c.cfg.HighWatermark {
+		// A writer waiting for a pass has it once the drops freed a
+		// pass's worth: evicting on top would take objects for nothing.
+		freed := c.dropHotReplicas(now.UnixNano(), want)
+		if (due && freed < want) || c.usage() > c.cfg.HighWatermark {
 			c.Evict()
 		}
 		c.usageBits.Store(math.Float64bits(c.usage()))

@@ -277,6 +277,41 @@ func TestHotReplicaDropIsBounded(t *testing.T) {
 	}
 }
 
+// TestHotDropForAWaitingPutIsThePass: a put waiting for room asks for one
+// pass; when dropping extras frees a pass's worth, no object is evicted
+// on top of it.
+func TestHotDropForAWaitingPutIsThePass(t *testing.T) {
+	c, clk := hotCore(t, DynamicReplicationEnforce, 2)
+	putOn(t, c, "h1", 200<<10, "seg-a")
+	putOn(t, c, "cold", 200<<10, "seg-a")
+	readN(c, 5, "h1")
+	c.Tick()
+	for _, at := range c.TakeAssignedTasks("b") {
+		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.HotReplicasLive(); n != 1 {
+		t.Fatalf("%d extras, want 1", n)
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	c.Ping("a")
+	c.Ping("b")
+	c.evictSoon.Store(true) // a put found no room
+	c.Tick()
+	if got := hotNow(c).dropped; got != 1 {
+		t.Fatalf("dropped %d extras, want 1", got)
+	}
+	if n := c.Stats().EvictionPasses.Load(); n != 0 {
+		t.Fatalf("%d eviction passes after the drop freed a pass's worth", n)
+	}
+	for _, k := range []string{"h1", "cold"} {
+		if g := c.GetReplicas([]string{k}, false)[0]; g.Code != wire.OK {
+			t.Fatalf("%s after the drop = %+v", k, g)
+		}
+	}
+}
+
 // TestHotReplicaDropKeepsRangesInUse: a shortage takes an extra only when
 // eviction could take the object but for its last copy: not while a lease
 // runs (readers or not), a write rewrites it in place, or the SSD tier has
@@ -543,6 +578,18 @@ func TestRemoveAndUpsertPreemptMasterTasks(t *testing.T) {
 		write func(c *Core) wire.Code
 	}{
 		{"remove", func(c *Core) wire.Code { return c.Remove([]string{"k"}, false)[0] }},
+		{"remove_all", func(c *Core) wire.Code {
+			if c.RemoveAll(false) != 1 {
+				return wire.ErrObjectHasReplicationTask
+			}
+			return wire.OK
+		}},
+		{"remove_by_regex", func(c *Core) wire.Code {
+			if n, err := c.RemoveByRegex("^k$", false); err != nil || n != 1 {
+				return wire.ErrObjectHasReplicationTask
+			}
+			return wire.OK
+		}},
 		{"upsert", func(c *Core) wire.Code {
 			res, _ := c.UpsertStart("w", "", []string{"k"}, []uint64{100}, wire.ReplicaConfig{Preferred: []string{"seg-a"}})
 			return res[0].Code

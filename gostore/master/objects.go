@@ -660,15 +660,8 @@ func (c *Core) Exist(keys []string) []wire.Code {
 	return out
 }
 
-// removable says why o may not be removed now (OK if it may).
-func removable(o *object, now int64, force bool) wire.Code {
-	if o.taskCount() > 0 {
-		return wire.ErrObjectHasReplicationTask // even forced: the task holds ranges
-	}
-	return removableWithTasks(o, now, force)
-}
-
-// removableWithTasks is removable but for o's tasks.
+// removableWithTasks says why o may not be removed now (OK if it may),
+// its tasks aside: removableNow weighs those.
 func removableWithTasks(o *object, now int64, force bool) wire.Code {
 	if force {
 		return wire.OK
@@ -693,9 +686,7 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 		o, ok := sh.objects[key]
 		if !ok {
 			out[i] = wire.ErrObjectNotFound
-		} else if out[i] = removableWithTasks(o, now, force); out[i] == wire.OK && o.taskCount() > 0 && !c.preemptStarted(o, now) {
-			out[i] = wire.ErrObjectHasReplicationTask // a client's task: it holds ranges, even forced
-		} else if out[i] == wire.OK {
+		} else if out[i] = c.removableNow(o, now, force); out[i] == wire.OK {
 			f := o.release()
 			c.deleteObject(sh, key, o)
 			f.free(&c.stats)
@@ -704,6 +695,18 @@ func (c *Core) Remove(keys []string, force bool) []wire.Code {
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// removableNow is the rule of every remove: removableWithTasks, and an
+// object with a task is removed only when every task on it is one the
+// master started (promotion, hot copy), which the remove pre-empts; a
+// client's task holds ranges, even against a forced remove.
+func (c *Core) removableNow(o *object, now int64, force bool) wire.Code {
+	code := removableWithTasks(o, now, force)
+	if code == wire.OK && o.taskCount() > 0 && !c.preemptStarted(o, now) {
+		return wire.ErrObjectHasReplicationTask
+	}
+	return code
 }
 
 // RemoveByRegex removes every removable key in which pattern matches
@@ -785,7 +788,7 @@ func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.sweep(func(key string, o *object) {
-			if match(key) && removable(o, now, force) == wire.OK {
+			if match(key) && c.removableNow(o, now, force) == wire.OK {
 				f := o.release()
 				c.deleteObject(sh, key, o)
 				f.free(&c.stats)
