@@ -123,6 +123,9 @@ func TestContextCloseOrder(t *testing.T) {
 // moves the right bytes or fails with TRANSFER_FAIL (its endpoint was
 // dropped under it), nothing crashes or races, and Do works afterwards.
 func TestForgetDuringDo(t *testing.T) {
+	if !inChild(t) {
+		return
+	}
 	r := newRig(t, "tcp", 8<<20)
 	fill(r.mem, 17)
 	d := r.x.Desc()
@@ -170,6 +173,9 @@ func TestForgetDuringDo(t *testing.T) {
 // Worker.Close while Do calls are in flight: they end (with their bytes or
 // TRANSFER_FAIL), Close returns, and later Do calls are refused.
 func TestCloseDuringDo(t *testing.T) {
+	if !inChild(t) {
+		return
+	}
 	r := newRig(t, "tcp", 64<<20)
 	fill(r.mem, 19)
 	const n = 4
