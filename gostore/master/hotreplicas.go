@@ -365,6 +365,13 @@ func (c *Core) extraDroppable(o *object, now int64) bool {
 // last replica. An extra a reader still copies from waits for the next
 // pass. It reports the bytes freed.
 func (c *Core) dropHotReplicas(now int64, want uint64) uint64 {
+	return c.dropHotReplicasOf(now, want, nil)
+}
+
+// dropHotReplicasOf is dropHotReplicas over the extras of the objects
+// whose stored keys match (every object's when match is nil): a tenant
+// that must free bytes gives up its extras before any of its objects.
+func (c *Core) dropHotReplicasOf(now int64, want uint64, match func(key string) bool) uint64 {
 	h := &c.hot
 	h.mu.Lock()
 	if h.live == 0 {
@@ -378,6 +385,13 @@ func (c *Core) dropHotReplicas(now int64, want uint64) uint64 {
 	var freedBytes uint64
 	var kept map[string][]extraReplica
 	for key, list := range extras {
+		if match != nil && !match(key) {
+			if kept == nil {
+				kept = make(map[string][]extraReplica)
+			}
+			kept[key] = append(kept[key], list...)
+			continue
+		}
 		sh := c.shardOf(key)
 		sh.mu.Lock()
 		o, ok := sh.objects[key]

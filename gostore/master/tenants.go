@@ -454,6 +454,16 @@ func (c *Core) evictTenant(now int64, tenant string, want int64) int64 {
 	if want <= 0 {
 		return 0
 	}
+	// The tenant's hot extras go first: they are copies the master made,
+	// charged to the tenant like any replica, and cost it no object.
+	dropped := int64(c.dropHotReplicasOf(now, uint64(want), func(key string) bool {
+		t, _ := wire.SplitScoped(key)
+		return t == tenant
+	}))
+	if dropped >= want {
+		return dropped
+	}
+	want -= dropped
 	type cand struct {
 		key     string
 		lastUse int64
@@ -502,7 +512,7 @@ func (c *Core) evictTenant(now int64, tenant string, want int64) int64 {
 		c.stats.EvictedObjects.Add(objects)
 		c.stats.EvictedBytes.Add(freed)
 	}
-	return freed
+	return dropped + freed
 }
 
 // evictOverShare evicts, tenant by tenant, what each tenant holds beyond

@@ -474,3 +474,40 @@ func TestKeyLimitAndMessagesAreTheUsersKey(t *testing.T) {
 		t.Fatalf("a missing key's message: %v", err)
 	}
 }
+
+// A tenant over its share gives up the hot extras the master made of its
+// objects before it loses any object: they are charged to it, but cost it
+// nothing to drop.
+func TestATenantsHotExtrasGoBeforeItsObjects(t *testing.T) {
+	c, clk := newTenantCore(t)
+	c.cfg.DynamicReplicationMode, c.cfg.DynamicReplicationQPSThreshold = DynamicReplicationEnforce, 0.5
+	c.cfg.DynamicReplicationMaxMemoryReplicas = 2
+	c.hot.init(&c.cfg)
+	mount(t, c, "a", "seg-a", 1<<20)
+	mount(t, c, "b", "seg-b", 1<<20)
+	c.SetTenantPolicy(TenantPolicy{"a": 10_000})
+	a := func(k string) string { return wire.ScopeKey("a", k) }
+	putOn(t, c, a("cold"), 4000, "seg-a")
+	clk.Advance(time.Millisecond)
+	putOn(t, c, a("hot"), 4000, "seg-a")
+	readN(c, 5, a("hot"))
+	c.Tick()
+	for _, at := range c.TakeAssignedTasks("b") {
+		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.HotReplicasLive(); n != 1 || charged(c, "a") != 12_000 {
+		t.Fatalf("%d extras, charged %d; want 1 and 12000", n, charged(c, "a"))
+	}
+	clk.Advance(2 * time.Second) // past the reads' lease
+	if r := put(t, c, a("new"), 1500, wire.ReplicaConfig{}); r.Code != wire.OK {
+		t.Fatalf("put beside: %v", r.Code)
+	}
+	if got := present(c, []string{a("cold"), a("hot"), a("new")}); len(got) != 3 {
+		t.Fatalf("present %q: an object went while the extra could", got)
+	}
+	if n := c.HotReplicasLive(); n != 0 {
+		t.Fatalf("%d extras left", n)
+	}
+}
