@@ -133,7 +133,9 @@ func (c *Tasks) runTask(key string, plan wire.TaskPlan) wire.Code {
 		}
 		ops = append(ops, transfer.Op{Peer: peer, Offset: t.Offset, Bufs: [][]byte{buf}, Write: true, Grant: t.Grant})
 	}
-	for _, err := range c.engine.Do(ctx, ops) {
+	// A target whose owner remounted is written again with its new UCX
+	// descriptor, as puts are (doRefreshing).
+	for _, err := range c.doRefreshing(ctx, ops, func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }) {
 		if err != nil {
 			c.log.Warn("replica task transfer failed", "task", plan.ID, "err", err)
 			return wire.CodeOf(err)
