@@ -128,6 +128,15 @@ ucs_status_t gs_ucx_context_create(const char *net_devices, const char *tls,
 		 * process's UCX_TCP_*_SEG_SIZE, when set, stays UCX's to apply. */
 		if (i >= 3 && getenv(i == 3 ? "UCX_TCP_TX_SEG_SIZE" : "UCX_TCP_RX_SEG_SIZE")) continue;
 		st = p_config_modify(config, names[i], vals[i]);
+		if (st != UCS_OK && i >= 3) {
+			/* Our segment size is a default, not the caller's choice:
+			 * UCX 1.22 refuses the unprefixed name that 1.13 hands to
+			 * tcp, so try tcp's own, then leave UCX's size. */
+			char full[32];
+			snprintf(full, sizeof(full), "TCP_%s", names[i]);
+			(void)p_config_modify(config, full, vals[i]);
+			continue;
+		}
 		if (st != UCS_OK) {
 			snprintf(err, cap, "ucp_config_modify %s=%s", names[i], vals[i]);
 			p_config_release(config);
