@@ -22,6 +22,17 @@ func hotCore(t *testing.T, mode string, maxReplicas int) (*Core, *fakeClock) {
 	return c, clk
 }
 
+// doneHotTasks reports every hot-replica task the master gave client as
+// done: the copies it asked for now exist.
+func doneHotTasks(t *testing.T, c *Core, client string) {
+	t.Helper()
+	for _, at := range c.TakeAssignedTasks(client) {
+		if err := c.TaskDone(client, at.Plan.ID, wire.OK); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // putOn writes key (size bytes) on the named segment.
 func putOn(t *testing.T, c *Core, key string, size uint64, seg string) {
 	t.Helper()
@@ -263,11 +274,7 @@ func TestHotReplicaDropIsBounded(t *testing.T) {
 		readN(c, 5, k)
 	}
 	c.Tick()
-	for _, at := range c.TakeAssignedTasks("b") {
-		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
-			t.Fatal(err)
-		}
-	}
+	doneHotTasks(t, c, "b")
 	if n := c.HotReplicasLive(); n != 2 {
 		t.Fatalf("%d extras, want 2", n)
 	}
@@ -286,11 +293,7 @@ func TestHotDropForAWaitingPutIsThePass(t *testing.T) {
 	putOn(t, c, "cold", 200<<10, "seg-a")
 	readN(c, 5, "h1")
 	c.Tick()
-	for _, at := range c.TakeAssignedTasks("b") {
-		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
-			t.Fatal(err)
-		}
-	}
+	doneHotTasks(t, c, "b")
 	if n := c.HotReplicasLive(); n != 1 {
 		t.Fatalf("%d extras, want 1", n)
 	}

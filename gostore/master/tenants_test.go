@@ -492,11 +492,7 @@ func TestATenantsHotExtrasGoBeforeItsObjects(t *testing.T) {
 	putOn(t, c, a("hot"), 4000, "seg-a")
 	readN(c, 5, a("hot"))
 	c.Tick()
-	for _, at := range c.TakeAssignedTasks("b") {
-		if err := c.TaskDone("b", at.Plan.ID, wire.OK); err != nil {
-			t.Fatal(err)
-		}
-	}
+	doneHotTasks(t, c, "b")
 	if n := c.HotReplicasLive(); n != 1 || charged(c, "a") != 12_000 {
 		t.Fatalf("%d extras, charged %d; want 1 and 12000", n, charged(c, "a"))
 	}
