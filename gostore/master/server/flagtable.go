@@ -127,6 +127,10 @@ func asString(v string) (string, error) { return v, nil }
 func asBool(v string) (bool, error)     { return strconv.ParseBool(v) }
 func asInt(v string) (int, error)       { return strconv.Atoi(v) }
 func asUint64(v string) (uint64, error) { return strconv.ParseUint(v, 10, 64) }
+func asUint32(v string) (uint32, error) {
+	n, err := strconv.ParseUint(v, 10, 32)
+	return uint32(n), err
+}
 func asFloat(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
 func asDuration(v string) (time.Duration, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
@@ -217,13 +221,7 @@ var specs = []flagSpec{
 		set:  to(func(o *Options) *int { return &o.DynamicReplicationMaxMemoryReplicas }, asInt)},
 	{name: "dynamic_replication_mode", gtype: "string", def: "off", check: oneOf("off", "observe", "enforce"),
 		help: "hot-object replicas: off, observe (count hot objects only) or enforce (add memory replicas on other segments)",
-		set: func(st *flagState, v string) error {
-			if err := oneOf("off", "observe", "enforce")(v); err != nil {
-				return err
-			}
-			st.o.DynamicReplicationMode = v
-			return nil
-		}},
+		set:  to(func(o *Options) *string { return &o.DynamicReplicationMode }, asString)}, // check ran first
 	mc("enable_cxl", "bool", "false"),
 	mc("enable_disk_eviction", "bool", "true"),
 	{name: "enable_ha", gtype: "bool", def: "false",
@@ -276,18 +274,10 @@ var specs = []flagSpec{
 		set:  to(func(o *Options) *string { return &o.KVEvents.BindEndpoint }, asString)},
 	{name: "kv_events_block_size", gtype: "uint32", def: "0",
 		help: "stamped on every KV event as block_size (tokens per block)",
-		set: func(st *flagState, v string) error {
-			n, err := strconv.ParseUint(v, 10, 32)
-			st.o.KVEvents.BlockSize = uint32(n)
-			return err
-		}},
+		set:  to(func(o *Options) *uint32 { return &o.KVEvents.BlockSize }, asUint32)},
 	{name: "kv_events_dp_rank", gtype: "uint32", def: "0",
 		help: "the data-parallel rank of every KV event batch (and event)",
-		set: func(st *flagState, v string) error {
-			n, err := strconv.ParseUint(v, 10, 32)
-			st.o.KVEvents.DPRank = uint32(n)
-			return err
-		}},
+		set:  to(func(o *Options) *uint32 { return &o.KVEvents.DPRank }, asUint32)},
 	{name: "kv_events_emit_legacy_compat", gtype: "bool", def: "true",
 		help: "KV events carry the engines' fields (type, block_hashes...) that vLLM's and SGLang's decoders need",
 		set:  to(func(o *Options) *bool { return &o.KVEvents.LegacyCompat }, asBool)},
@@ -302,11 +292,7 @@ var specs = []flagSpec{
 		set:  to(func(o *Options) *string { return &o.KVEvents.ModelName }, asString)},
 	{name: "kv_events_queue_capacity", gtype: "uint32", def: "65536",
 		help: "KV events waiting for the publisher; when full the oldest is dropped and counted (0: unbounded)",
-		set: func(st *flagState, v string) error {
-			n, err := strconv.ParseUint(v, 10, 32)
-			st.o.KVEvents.QueueCapacity = uint32(n)
-			return err
-		}},
+		set:  to(func(o *Options) *uint32 { return &o.KVEvents.QueueCapacity }, asUint32)},
 	{name: "kv_events_tenant_id", gtype: "string", def: "default",
 		help: "the tenant_id of KV events for objects of the default tenant",
 		set:  to(func(o *Options) *string { return &o.KVEvents.TenantID }, asString)},

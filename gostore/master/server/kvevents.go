@@ -216,18 +216,6 @@ func kvEventsFor(opts Options, cfg *master.Config, log *slog.Logger) (*kvPublish
 	return p, nil
 }
 
-// closeSockets closes a publisher that never started.
-func (p *kvPublisher) closeSockets() {
-	if p == nil {
-		return
-	}
-	p.cancel()
-	if p.replay != nil {
-		p.replay.Close()
-	}
-	p.pub.close()
-}
-
 func (p *kvPublisher) start() {
 	p.q.Release()
 	p.wg.Add(1)
@@ -246,8 +234,12 @@ func (p *kvPublisher) start() {
 		"backend_id", p.o.BackendID, "queue_capacity", p.o.QueueCapacity)
 }
 
-// close publishes what is queued, then closes the sockets.
+// close publishes what is queued, then closes the sockets; on a
+// publisher that never started (or none) it only closes them.
 func (p *kvPublisher) close() {
+	if p == nil {
+		return
+	}
 	p.cancel()
 	if p.replay != nil {
 		p.replay.Close()

@@ -89,7 +89,7 @@ func Start(opts Options) (*Server, error) {
 		if err := restoreSaved(opts, saved, core, log); err != nil {
 			rpcLn.Close()
 			state.j.Close()
-			events.closeSockets()
+			events.close()
 			return nil, err
 		}
 	}
@@ -113,7 +113,7 @@ func Start(opts Options) (*Server, error) {
 			if state != nil {
 				state.j.Close()
 			}
-			events.closeSockets()
+			events.close()
 			return nil, err
 		}
 		s.advertiseSnapshots(guard)
