@@ -32,11 +32,6 @@ type Reads struct {
 	specReads, specHits atomic.Uint64
 	diskReads           atomic.Int64    // batches read from SSD tiers (DiskReads)
 	disk                *ssdtier.Reader // reads disk copies, ours or other clients'
-	// diskTenant, set at setup to this client's tenant when the master
-	// separates tenants: SSD tiers hold the stored keys (wire.ScopeKey;
-	// a default tenant's key is scoped when it holds a NUL), which disk
-	// reads name.
-	diskTenant string
 }
 
 // Pending is a get whose replica lists are known but whose bytes have not
@@ -312,7 +307,7 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 			opWant = append(opWant, w)
 		}
 		if len(ops) > 0 {
-			for j, err := range c.doRefreshing(ctx, ops, func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }) {
+			for j, err := range c.doRefreshing(ctx, ops, nil) {
 				w := opWant[j]
 				if err == nil {
 					out[w.item] = int64(w.size)
@@ -334,11 +329,14 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 // staged through pinned memory by the engine.
 func (c *Reads) readDisk(ctx context.Context, keys []string, endpoint string, ws []*readWant, out []int64) {
 	c.diskReads.Add(1)
+	// SSD tiers hold the stored keys, which a master that separates
+	// tenants scopes (wire.ScopeKey; a default tenant's key too when it
+	// holds a NUL): the master's last ping says whether it does.
 	diskKeys := keys
-	if c.diskTenant != "" {
+	if c.tenanted.Load() {
 		diskKeys = make([]string, len(keys))
 		for _, w := range ws {
-			diskKeys[w.item] = wire.ScopeKey(c.diskTenant, keys[w.item])
+			diskKeys[w.item] = wire.ScopeKey(c.cfg.TenantID, keys[w.item])
 		}
 	}
 	ops := make([]transfer.Op, len(ws))

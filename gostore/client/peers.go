@@ -183,8 +183,12 @@ func (c *core) failed(id uint64) {
 // remounted, and the error stands. Only the route changes: the op's
 // segment, offset and grant are the master's answer that the caller
 // holds, so a retry reads or writes the same range of the same object.
-// A second failure is returned as it is, for the caller (opFailed).
+// A second failure is returned as it is, for the caller (opFailed). A
+// nil do is the engine's Do.
 func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]transfer.Op) []error) []error {
+	if do == nil {
+		do = func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }
+	}
 	errs := do(ops)
 	var stale []int
 	var ids []uint64

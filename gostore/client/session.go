@@ -543,7 +543,7 @@ func (c *Sessions) runOps(ctx context.Context, what string, keys []string, ops [
 	if len(ops) == 0 {
 		return
 	}
-	for k, err := range c.doRefreshing(ctx, ops, func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }) {
+	for k, err := range c.doRefreshing(ctx, ops, nil) {
 		if err == nil {
 			continue
 		}

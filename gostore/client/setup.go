@@ -282,11 +282,6 @@ func (s *setup) hello(ctx context.Context) error {
 	s.known = true
 	c.healthy.Store(true) // it answered: calls may go to it (core.ctx)
 	c.tenanted.Store(hello.MultiTenants)
-	if hello.MultiTenants {
-		// The default tenant's too: its keys holding a NUL are stored
-		// scoped (wire.ScopeKey), and so named on the SSD tiers.
-		c.reads.diskTenant = cfg.TenantID
-	}
 	if cfg.EnableSSDOffload && !hello.OffloadEnabled {
 		// The tier would run and never be asked to store anything.
 		err := wire.Errorf(wire.ErrUnableOffload, "enable_ssd_offload: the master at %s does not accept SSD offload; "+

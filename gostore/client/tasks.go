@@ -135,7 +135,7 @@ func (c *Tasks) runTask(key string, plan wire.TaskPlan) wire.Code {
 	}
 	// A target whose owner remounted is written again with its new UCX
 	// descriptor, as puts are (doRefreshing).
-	for _, err := range c.doRefreshing(ctx, ops, func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }) {
+	for _, err := range c.doRefreshing(ctx, ops, nil) {
 		if err != nil {
 			c.log.Warn("replica task transfer failed", "task", plan.ID, "err", err)
 			return wire.CodeOf(err)
