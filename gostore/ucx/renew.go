@@ -70,7 +70,9 @@ func (e renewed) Unwrap() error { return e.error }
 // does not fail because another peer died; a dead peer's ops fail on that
 // second try (at connect, or after PeerStallBound again).
 func (w *Worker) Do(ctx context.Context, ops []Op) []error {
-	return w.Begin(ctx, ops).Wait()
+	// Wait progresses the worker at once: Begin's push is for a caller
+	// that does something else first.
+	return (&Begun{t: w.begin(ctx, ops)}).Wait()
 }
 
 // Begun is a Do whose ops are posted (Begin) and not yet waited for.
