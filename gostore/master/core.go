@@ -746,10 +746,12 @@ func (c *Core) Tick() []string {
 	c.releaseDiscarded(now.UnixNano())
 	u := c.usage()
 	c.usageBits.Store(math.Float64bits(u))
-	c.tickHotReplicas(now.UnixNano(), u)
+	if c.tickHotReplicas(now.UnixNano(), u) {
+		u = c.usage()
+	}
 	c.refreshShares()
 	due := c.evictSoon.Swap(false)
-	if u = c.usage(); due || u > c.cfg.HighWatermark {
+	if due || u > c.cfg.HighWatermark {
 		// Hot objects' extra replicas go first, up to what a pass would
 		// free; objects are evicted when the pool is still above the
 		// watermark, or a writer waits for a pass.

@@ -213,10 +213,10 @@ func (c *Core) observeHeat(sh *shard, key string, o *object, now int64) {
 // objects, unless the pool is at or above HighWatermark (an extra replica
 // would only push out objects that have none). Each task's executor is the
 // owner of its target segment: its next ping takes the task.
-func (c *Core) tickHotReplicas(now int64, usage float64) {
+func (c *Core) tickHotReplicas(now int64, usage float64) (allocated bool) {
 	h := &c.hot
 	if h.mode != DynamicReplicationEnforce {
-		return
+		return false
 	}
 	h.mu.Lock()
 	prune := now >= h.pruneAt && h.live > 0
@@ -236,11 +236,11 @@ func (c *Core) tickHotReplicas(now int64, usage float64) {
 	}
 	h.mu.Unlock()
 	if len(keys) == 0 {
-		return
+		return false
 	}
 	if usage >= c.cfg.HighWatermark {
 		h.stats.Skipped.Add(int64(len(keys))) // hot again later, they queue again
-		return
+		return false
 	}
 	c.segs.RLock()
 	segs := c.segs.list
@@ -248,6 +248,7 @@ func (c *Core) tickHotReplicas(now int64, usage float64) {
 	for _, key := range keys {
 		c.startHotReplica(key, segs, now)
 	}
+	return true // the tasks' targets may have taken room
 }
 
 // startHotReplica creates the task adding a memory replica of key on a

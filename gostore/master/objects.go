@@ -712,16 +712,12 @@ func (c *Core) removableNow(o *object, now int64, force bool) wire.Code {
 // RemoveByRegex removes every removable key in which pattern matches
 // (search, not full match) and returns how many it removed.
 func (c *Core) RemoveByRegex(pattern string, force bool) (int64, error) {
-	re, err := regexp.Compile(pattern)
-	if err != nil {
-		return 0, wire.Errorf(wire.ErrInvalidParams, "bad pattern %q: %v", pattern, err)
-	}
-	return c.removeMatching(re.MatchString, force), nil
+	return c.RemoveByRegexOf("", pattern, force)
 }
 
 // RemoveAll removes every removable object and returns how many.
 func (c *Core) RemoveAll(force bool) int64 {
-	n := c.removeMatching(func(string) bool { return true }, force)
+	n := c.removeMatching(anyKey, force)
 	// Each removal had its events; when nothing is left, one more says so
 	// (a subscriber that lost some to a full queue forgets them too).
 	// The count is read under the queue's lock: an object's stored event
@@ -734,21 +730,30 @@ func (c *Core) RemoveAll(force bool) int64 {
 	return n
 }
 
+// ofTenant matches the stored keys of tenant's objects whose own key
+// (wire.SplitScoped) match takes; every stored key match takes for
+// tenant "".
+func ofTenant(tenant string, match func(key string) bool) func(string) bool {
+	if tenant == "" {
+		return match
+	}
+	return func(key string) bool {
+		t, k := wire.SplitScoped(key)
+		return t == tenant && match(k)
+	}
+}
+
+func anyKey(string) bool { return true }
+
 // RemoveByRegexOf is RemoveByRegex over tenant's objects only, the
 // pattern matched against the tenant's own keys (wire.SplitScoped); every
 // object's for tenant "".
 func (c *Core) RemoveByRegexOf(tenant, pattern string, force bool) (int64, error) {
-	if tenant == "" {
-		return c.RemoveByRegex(pattern, force)
-	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
 		return 0, wire.Errorf(wire.ErrInvalidParams, "bad pattern %q: %v", pattern, err)
 	}
-	return c.removeMatching(func(key string) bool {
-		t, k := wire.SplitScoped(key)
-		return t == tenant && re.MatchString(k)
-	}, force), nil
+	return c.removeMatching(ofTenant(tenant, re.MatchString), force), nil
 }
 
 // KeysOf calls f with the keys of tenant's objects (the tenant's own
@@ -771,15 +776,12 @@ func (c *Core) KeysOf(tenant string, f func(keys []string) bool) {
 }
 
 // RemoveAllOf is RemoveAll over tenant's objects only; every object's for
-// tenant "".
+// tenant "" (with RemoveAll's all-cleared event).
 func (c *Core) RemoveAllOf(tenant string, force bool) int64 {
 	if tenant == "" {
 		return c.RemoveAll(force)
 	}
-	return c.removeMatching(func(key string) bool {
-		t, _ := wire.SplitScoped(key)
-		return t == tenant
-	}, force)
+	return c.removeMatching(ofTenant(tenant, anyKey), force)
 }
 
 func (c *Core) removeMatching(match func(string) bool, force bool) int64 {
