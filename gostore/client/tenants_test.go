@@ -89,12 +89,7 @@ func TestTenantIsSentOnlyToAMasterWithTenants(t *testing.T) {
 		tp := newTap(t, m.Addr())
 		holder := newClient(t, m.Addr(), 8<<20)
 		other := newClient(t, m.Addr(), 8<<20)
-		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: tp.ln.Addr().String(),
-			LocalBufferSize: 1 << 20, TenantID: "team-a"}), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
+		c := newTenantClient(t, tp.ln.Addr().String(), "team-a")
 		v := testkit.Pattern(9, 100_000)
 		put := func(key string) {
 			t.Helper()
@@ -148,16 +143,7 @@ func TestQueryTaskIsScopedByTenant(t *testing.T) {
 	m := testkit.StartMaster(t, "--enable_multi_tenants")
 	holder := newClient(t, m.Addr(), 8<<20)
 	other := newClient(t, m.Addr(), 8<<20)
-	tenant := func(name string) *Client {
-		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
-			LocalBufferSize: 1 << 20, TenantID: name}), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	a, b := tenant("team-a"), tenant("team-b")
+	a, b := newTenantClient(t, m.Addr(), "team-a"), newTenantClient(t, m.Addr(), "team-b")
 	v := testkit.Pattern(3, 1000)
 	if r := a.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
 		t.Fatal(r[0])
@@ -181,16 +167,7 @@ func TestQueryTaskIsScopedByTenant(t *testing.T) {
 func TestPeekIsScopedByTenant(t *testing.T) {
 	m := testkit.StartMaster(t, "--enable_multi_tenants")
 	holder := newClient(t, m.Addr(), 8<<20)
-	tenant := func(name string) *Client {
-		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
-			LocalBufferSize: 1 << 20, TenantID: name}), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	a, b := tenant("team-a"), tenant("team-b")
+	a, b := newTenantClient(t, m.Addr(), "team-a"), newTenantClient(t, m.Addr(), "team-b")
 	for _, c := range []*Client{a, b} {
 		if r := c.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 100)}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
 			t.Fatal(r[0])
@@ -221,16 +198,7 @@ func TestEvictUntilIsRefusedUnderAPolicy(t *testing.T) {
 	}
 	m := testkit.StartMaster(t, "--enable_multi_tenants", "--tenant_quota_connector_type=file", "--tenant_quota_connector_uri="+policy)
 	holder := newClient(t, m.Addr(), 8<<20)
-	tenant := func(name string) *Client {
-		c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: m.Addr(),
-			LocalBufferSize: 1 << 20, TenantID: name}), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	a, b := tenant("team-a"), tenant("team-b")
+	a, b := newTenantClient(t, m.Addr(), "team-a"), newTenantClient(t, m.Addr(), "team-b")
 	if r := b.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{testkit.Pattern(1, 1000)}}}, wire.ReplicaConfig{Preferred: []string{holder.Hostname()}}); r[0] != wire.OK {
 		t.Fatal(r[0])
 	}
@@ -240,4 +208,17 @@ func TestEvictUntilIsRefusedUnderAPolicy(t *testing.T) {
 	if got := b.Keys().Exist([]string{"k"}); got[0] != 1 {
 		t.Errorf("team-b's object after team-a's evict_until: %d", got[0])
 	}
+}
+
+// newTenantClient is a client of tenant with a small buffer and no
+// segment, closed when the test ends.
+func newTenantClient(t *testing.T, master, tenant string) *Client {
+	t.Helper()
+	c, err := New(edge(Config{LocalHostname: "127.0.0.1", MasterServerAddr: master,
+		LocalBufferSize: 1 << 20, TenantID: tenant}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
