@@ -121,65 +121,38 @@ type Config struct {
 const DefaultPutStartDiscardTimeout = 30 * time.Second
 
 func (c *Config) fill() {
-	if c.DefaultKVLeaseTTL == 0 {
-		c.DefaultKVLeaseTTL = 10 * time.Second
-	}
-	if c.ClientTTL == 0 {
-		c.ClientTTL = 10 * time.Second
-	}
-	if c.SoftPinTTL == 0 {
-		c.SoftPinTTL = 30 * time.Minute
-	}
-	if c.EvictionRatio == 0 {
-		c.EvictionRatio = 0.05
-	}
-	if c.HighWatermark == 0 {
-		c.HighWatermark = 0.90
-	}
-	if c.PutStartDiscardTimeout == 0 {
-		c.PutStartDiscardTimeout = DefaultPutStartDiscardTimeout
-	}
-	if c.PutStartReleaseTimeout == 0 {
-		c.PutStartReleaseTimeout = 600 * time.Second
-	}
-	if c.DynamicReplicationHeatWindow == 0 {
-		c.DynamicReplicationHeatWindow = DefaultDynamicReplicationHeatWindow
-	}
-	if c.DynamicReplicationQPSThreshold == 0 {
-		c.DynamicReplicationQPSThreshold = DefaultDynamicReplicationQPSThreshold
-	}
-	if c.DynamicReplicationMaxMemoryReplicas == 0 {
-		c.DynamicReplicationMaxMemoryReplicas = DefaultDynamicReplicationMaxMemoryReplicas
-	}
-	if c.PromotionAdmissionThreshold == 0 {
-		c.PromotionAdmissionThreshold = DefaultPromotionAdmissionThreshold
-	}
-	if c.PromotionQueueLimit == 0 {
-		c.PromotionQueueLimit = DefaultPromotionQueueLimit
-	}
-	if c.PromotionMaxPerHeartbeat == 0 {
-		c.PromotionMaxPerHeartbeat = DefaultPromotionMaxPerHeartbeat
-	}
-	if c.MaxKeyBytes == 0 {
-		c.MaxKeyBytes = DefaultMaxKeyBytes
-	}
-	if c.MaxBatchKeys == 0 {
-		c.MaxBatchKeys = DefaultMaxBatchKeys
-	}
-	if c.MaxObjectBytes == 0 {
-		c.MaxObjectBytes = DefaultMaxObjectBytes
-	}
-	if c.GrantSlack == 0 {
-		c.GrantSlack = DefaultGrantSlack
-	}
-	if c.TakeoverSilence == 0 {
-		c.TakeoverSilence = min(DefaultTakeoverSilence, c.ClientTTL/2)
-	}
+	orDefault(&c.DefaultKVLeaseTTL, 10*time.Second)
+	orDefault(&c.ClientTTL, 10*time.Second)
+	orDefault(&c.SoftPinTTL, 30*time.Minute)
+	orDefault(&c.EvictionRatio, 0.05)
+	orDefault(&c.HighWatermark, 0.90)
+	orDefault(&c.PutStartDiscardTimeout, DefaultPutStartDiscardTimeout)
+	orDefault(&c.PutStartReleaseTimeout, 600*time.Second)
+	orDefault(&c.DynamicReplicationHeatWindow, DefaultDynamicReplicationHeatWindow)
+	orDefault(&c.DynamicReplicationQPSThreshold, DefaultDynamicReplicationQPSThreshold)
+	orDefault(&c.DynamicReplicationMaxMemoryReplicas, DefaultDynamicReplicationMaxMemoryReplicas)
+	orDefault(&c.PromotionAdmissionThreshold, DefaultPromotionAdmissionThreshold)
+	orDefault(&c.PromotionQueueLimit, DefaultPromotionQueueLimit)
+	orDefault(&c.PromotionMaxPerHeartbeat, DefaultPromotionMaxPerHeartbeat)
+	orDefault(&c.MaxKeyBytes, DefaultMaxKeyBytes)
+	orDefault(&c.MaxBatchKeys, DefaultMaxBatchKeys)
+	orDefault(&c.MaxObjectBytes, DefaultMaxObjectBytes)
+	orDefault(&c.GrantSlack, DefaultGrantSlack)
+	orDefault(&c.TakeoverSilence, min(DefaultTakeoverSilence, c.ClientTTL/2))
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.Rand == nil {
 		c.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+}
+
+// orDefault sets *p to def where it holds its type's zero, the value a
+// Config field leaves for "Mooncake's default".
+func orDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
 	}
 }
 

@@ -353,39 +353,13 @@ func (p *kvPublisher) from(start uint64) []kvBatch {
 	return out
 }
 
-// serveReplay accepts replay connections until the publisher closes.
+// serveReplay accepts replay connections until the publisher closes: as
+// many at once as subscribers (an engine's subscriber keeps one open for
+// its life).
 func (p *kvPublisher) serveReplay() {
 	var conns sync.WaitGroup
 	defer conns.Wait()
-	for {
-		c, err := p.replay.Accept()
-		if err != nil {
-			if p.ctx.Err() != nil {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			p.log.Warn("kv events: replay accept failed", "err", err)
-			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
-			continue
-		}
-		// As many replay connections as subscribers: an engine's
-		// subscriber keeps one open for its life.
-		if p.replayConns.Add(1) > zmtpMaxSubscribers {
-			p.replayConns.Add(-1)
-			p.log.Warn("kv events: replay connection refused: too many at once", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
-			c.Close()
-			continue
-		}
-		conns.Add(1)
-		go func() {
-			defer conns.Done()
-			defer p.replayConns.Add(-1)
-			p.serveReplayConn(c)
-		}()
-	}
+	acceptCapped(p.replay, func() bool { return p.ctx.Err() != nil }, &p.replayConns, &conns, p.log, "replay", p.serveReplayConn)
 }
 
 // serveReplayConn answers one subscriber's replay requests: [empty

@@ -309,29 +309,37 @@ func newZMTPPub(ln net.Listener, queue int, log *slog.Logger) *zmtpPub {
 }
 
 func (p *zmtpPub) accept() {
+	acceptCapped(p.ln, p.isClosed, &p.conns, &p.wg, p.log, "subscriber", p.serve)
+}
+
+// acceptCapped accepts connections on ln until closed() says ln was
+// closed on purpose, and runs serve for each on a goroutine of its own
+// (counted in wg), at most zmtpMaxSubscribers at once in live: one more
+// is logged and closed. A connection counts from its accept, before any
+// handshake, so a peer that opens connections and never finishes one
+// holds at most that many. what names the connections in the log.
+func acceptCapped(ln net.Listener, closed func() bool, live *atomic.Int32, wg *sync.WaitGroup, log *slog.Logger, what string, serve func(net.Conn)) {
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
-			if p.isClosed() {
+			if closed() {
 				return
 			}
-			p.log.Warn("kv events: accept failed", "err", err)
+			log.Warn("kv events: accept failed", "connection", what, "err", err)
 			time.Sleep(10 * time.Millisecond) // out of descriptors: do not spin
 			continue
 		}
-		// Counted before the handshake: a peer that opens connections and
-		// never finishes one holds at most zmtpMaxSubscribers of them.
-		if p.conns.Add(1) > zmtpMaxSubscribers {
-			p.conns.Add(-1)
-			p.log.Warn("kv events: subscriber refused: too many", "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
+		if live.Add(1) > zmtpMaxSubscribers {
+			live.Add(-1)
+			log.Warn("kv events: connection refused: too many at once", "connection", what, "peer", c.RemoteAddr(), "max", zmtpMaxSubscribers)
 			c.Close()
 			continue
 		}
-		p.wg.Add(1)
+		wg.Add(1)
 		go func() {
-			defer p.wg.Done()
-			defer p.conns.Add(-1)
-			p.serve(c)
+			defer wg.Done()
+			defer live.Add(-1)
+			serve(c)
 		}()
 	}
 }
