@@ -196,9 +196,9 @@ func readCost(d time.Duration) []row {
 		cfg  master.Config
 	}{
 		{"get, tiers off", master.Config{}},
-		{"get, promotion on", master.Config{EnableOffload: true, PromotionOnHit: true}},
-		{"get, dyn. observe", master.Config{DynamicReplicationMode: master.DynamicReplicationObserve}},
-		{"get, dyn. enforce", master.Config{DynamicReplicationMode: master.DynamicReplicationEnforce}},
+		{"get, promotion on", master.Config{EnableOffload: true, Promotion: master.Promotion{PromotionOnHit: true}}},
+		{"get, dyn. observe", master.Config{DynamicReplication: master.DynamicReplication{DynamicReplicationMode: master.DynamicReplicationObserve}}},
+		{"get, dyn. enforce", master.Config{DynamicReplication: master.DynamicReplication{DynamicReplicationMode: master.DynamicReplicationEnforce}}},
 	}
 	ks := keys("r", 100_000)
 	cores := make([]*master.Core, len(cases))

@@ -91,29 +91,39 @@ type Config struct {
 	// (grants.go): clock skew between the master and the segments' owners,
 	// and the RPC's time on the way.
 	GrantSlack time.Duration
-	// Promotion on hit (promotion.go), Mooncake's --promotion_*: with
-	// PromotionOnHit, an object read from its disk copy alone at least
-	// PromotionAdmissionThreshold times (by a count-min sketch) is queued
-	// for its holder, at most PromotionQueueLimit queued or running, and
-	// each offload heartbeat of the holder takes PromotionMaxPerHeartbeat.
-	// Zero takes Mooncake's default.
+	// Promotion on hit and hot-object replicas (server.Options embeds
+	// the same two structs, so a flag reaches the core as it was set).
+	Promotion
+	DynamicReplication
+	// Now is the clock; Rand picks among segments. Both injected for tests.
+	Now  func() time.Time
+	Rand *rand.Rand
+}
+
+// Promotion is promotion on hit (promotion.go), Mooncake's --promotion_*:
+// with PromotionOnHit, an object read from its disk copy alone at least
+// PromotionAdmissionThreshold times (by a count-min sketch) is queued for
+// its holder, at most PromotionQueueLimit queued or running, and each
+// offload heartbeat of the holder takes PromotionMaxPerHeartbeat. Zero
+// takes Mooncake's default.
+type Promotion struct {
 	PromotionOnHit              bool
 	PromotionAdmissionThreshold int
 	PromotionQueueLimit         int
 	PromotionMaxPerHeartbeat    int
-	// Hot-object replicas (hotreplicas.go), Mooncake's
-	// --dynamic_replication_*: DynamicReplicationMode is off (or ""),
-	// observe (count and export only) or enforce. An object used at least
-	// ceil(QPSThreshold × HeatWindow in seconds) times within one
-	// HeatWindow is hot; enforce gives it memory replicas on other
-	// segments up to MaxMemoryReplicas. Zero takes Mooncake's default.
+}
+
+// DynamicReplication is hot-object replicas (hotreplicas.go), Mooncake's
+// --dynamic_replication_*: DynamicReplicationMode is off (or ""), observe
+// (count and export only) or enforce. An object used at least
+// ceil(QPSThreshold × HeatWindow in seconds) times within one HeatWindow
+// is hot; enforce gives it memory replicas on other segments up to
+// MaxMemoryReplicas. Zero takes Mooncake's default.
+type DynamicReplication struct {
 	DynamicReplicationMode              string
 	DynamicReplicationHeatWindow        time.Duration
 	DynamicReplicationQPSThreshold      float64
 	DynamicReplicationMaxMemoryReplicas int
-	// Now is the clock; Rand picks among segments. Both injected for tests.
-	Now  func() time.Time
-	Rand *rand.Rand
 }
 
 // DefaultPutStartDiscardTimeout is Config.PutStartDiscardTimeout's default

@@ -61,8 +61,8 @@ func TestHeatThreshold(t *testing.T) {
 		{"at least one read", 0.01, time.Second, 1},
 	} {
 		var h hotReplicas
-		cfg := Config{DynamicReplicationMode: DynamicReplicationObserve, DynamicReplicationQPSThreshold: tc.qps,
-			DynamicReplicationHeatWindow: tc.window}
+		cfg := Config{DynamicReplication: DynamicReplication{DynamicReplicationMode: DynamicReplicationObserve,
+			DynamicReplicationQPSThreshold: tc.qps, DynamicReplicationHeatWindow: tc.window}}
 		h.init(&cfg)
 		if h.minHits != tc.want {
 			t.Errorf("%s: %d reads, want %d", tc.name, h.minHits, tc.want)

@@ -50,18 +50,10 @@ type Options struct {
 
 	EnableOffload  bool
 	OffloadOnEvict bool
-	// Promotion on hit (Mooncake's --promotion_*; master.Config's
-	// Promotion* fields).
-	PromotionOnHit              bool
-	PromotionAdmissionThreshold int
-	PromotionQueueLimit         int
-	PromotionMaxPerHeartbeat    int
-	// Hot-object replicas (Mooncake's --dynamic_replication_*;
-	// master.Config's DynamicReplication* fields).
-	DynamicReplicationMode              string
-	DynamicReplicationHeatWindow        time.Duration
-	DynamicReplicationQPSThreshold      float64
-	DynamicReplicationMaxMemoryReplicas int
+	// Promotion on hit and hot-object replicas (Mooncake's --promotion_*
+	// and --dynamic_replication_*), as master.Config takes them.
+	master.Promotion
+	master.DynamicReplication
 
 	// EnableMultiTenants gives each tenant (setup's tenant_id) its own
 	// key space (tenants.go); TenantQuotaURI, a policy file
