@@ -278,23 +278,15 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 		if full {
 			continue
 		}
-		off, ok := s.allocate(o.size)
+		t, id, ok := c.startCopyTask(key, o, s, s.desc.ClientID, now, func(t *task) { t.hot = true })
 		if !ok {
 			continue
 		}
-		t := &task{obj: o, client: s.desc.ClientID, size: o.size, hot: true,
-			deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
-			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
-			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
-		o.addTasks(1)
-		t.hold = c.holdRanges(t.targets, o.size, 0) // under the shard lock: before any TaskDone
 		expiry := c.taskGrantExpiry(now)
-		plan := wire.TaskPlan{Size: o.size, Targets: []wire.Replica{wireReplica(t.targets[0], o.size, true, expiry)}}
+		plan := wire.TaskPlan{ID: id, Size: o.size, Targets: []wire.Replica{wireReplica(t.targets[0], o.size, true, expiry)}}
 		for _, r := range o.reps() {
 			plan.Sources = append(plan.Sources, wireReplica(r, o.size, false, expiry))
 		}
-		plan.ID = c.addTask(t)
-		c.stats.TasksCreated.Add(1)
 		h.mu.Lock()
 		h.pending[t.client] = append(h.pending[t.client], wire.AssignedTask{Key: key, Plan: plan})
 		h.running[t.client]++

@@ -162,25 +162,39 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 		return pt, false
 	}
 	for _, s := range segs {
-		off, ok := s.allocate(o.size)
+		t, id, ok := c.startCopyTask(key, o, s, clientID, now, func(t *task) { t.promotion = true })
 		if !ok {
 			continue
 		}
-		t := &task{obj: o, client: clientID, size: o.size, promotion: true,
-			deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
-			info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
-			targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
-		o.addTasks(1)
-		t.hold = c.holdRanges(t.targets, o.size, 0) // under the shard lock: before any TaskDone
-		pt = wire.PromotionTask{ID: c.addTask(t), Key: key, Size: o.size,
+		pt = wire.PromotionTask{ID: id, Key: key, Size: o.size,
 			Target: wireReplica(t.targets[0], o.size, true, c.taskGrantExpiry(now))}
-		c.stats.TasksCreated.Add(1)
 		return pt, true
 	}
 	// No room on the holder's segments: cancelled (and counted so). An
 	// eviction pass is not asked for: below the watermark it would evict
 	// others' objects every Tick for a replica nobody waits on.
 	return pt, false
+}
+
+// startCopyTask creates a task the master starts itself (a promotion, a
+// hot replica; mark says which) copying key's object o onto a new range of
+// s, run by client, and returns it with its ID; false when s has no room.
+// sh.mu of key held: the ranges are held before any TaskDone can come.
+func (c *Core) startCopyTask(key string, o *object, s *segment, client string, now int64, mark func(*task)) (*task, string, bool) {
+	off, ok := s.allocate(o.size)
+	if !ok {
+		return nil, "", false
+	}
+	t := &task{obj: o, client: client, size: o.size,
+		deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
+		info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
+		targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
+	mark(t)
+	o.addTasks(1)
+	t.hold = c.holdRanges(t.targets, o.size, 0)
+	id := c.addTask(t)
+	c.stats.TasksCreated.Add(1)
+	return t, id, true
 }
 
 // hostSegmentsOf lists clientID's mounted host-memory segments: where its
