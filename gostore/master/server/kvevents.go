@@ -467,8 +467,15 @@ func (p *kvPublisher) status() kvStatus {
 
 // kvEncoder writes batches; it is reused, one per publishing goroutine.
 type kvEncoder struct {
-	w     mpWriter
-	fixed []kvFixed // by master.EventKind, built on first use
+	w      mpWriter
+	fixed  []kvFixed   // by master.EventKind, built on first use
+	hashes []keyHashOf // batch's events' keys read as hashes, by index
+}
+
+// keyHashOf is what keyHash made of one event's key.
+type keyHashOf struct {
+	hash   uint64
+	isHash bool
 }
 
 // mpWriter appends msgpack to a slice: the few kinds a batch holds, each
@@ -589,13 +596,15 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 	o := p.o
 	n := 0
 	var skipped uint64
+	e.hashes = e.hashes[:0]
 	for i := range evs {
-		if ev := &evs[i]; ev.Kind != master.EventAllCleared {
-			if _, ok := keyHash(ev.Key); !ok {
-				skipped++
-				if !o.ObjectKey {
-					continue
-				}
+		ev := &evs[i]
+		hash, isHash := keyHash(ev.Key)
+		e.hashes = append(e.hashes, keyHashOf{hash, isHash})
+		if ev.Kind != master.EventAllCleared && !isHash {
+			skipped++
+			if !o.ObjectKey {
+				continue
 			}
 		}
 		n++
@@ -616,13 +625,12 @@ func (e *kvEncoder) batch(p *kvPublisher, evs []master.Event) ([]byte, int, uint
 	}
 	w.EncodeArrayLen(n)
 	for i := range evs {
-		ev := &evs[i]
-		hash, isHash := keyHash(ev.Key)
-		if ev.Kind != master.EventAllCleared && !isHash && !o.ObjectKey {
+		ev, h := &evs[i], e.hashes[i]
+		if ev.Kind != master.EventAllCleared && !h.isHash && !o.ObjectKey {
 			continue
 		}
 		p.eventID++
-		e.event(p, ev, hash, isHash)
+		e.event(p, ev, h.hash, h.isHash)
 	}
 	if o.Format == kvFormatMap {
 		w.EncodeString("data_parallel_rank")
