@@ -415,16 +415,24 @@ func (c *Core) evict(now int64, ratio float64, total int) EvictResult {
 			if !cuts[class].take(o.lastUse) {
 				continue
 			}
-			bytes.Add(int64(o.size) * int64(o.numReplicas()))
-			f := o.release()
-			c.settle(sh, key, o) // with a disk copy it lives on in the SSD tier
-			f.free(&c.stats)
+			bytes.Add(c.evictObject(sh, key, o))
 			objects.Add(1)
 		}
 	})
 	res.Objects, res.Bytes, res.OffloadAsked = int(objects.Load()), uint64(bytes.Load()), int(asked.Load())
 	res.Visited += int(visited.Load())
 	return res
+}
+
+// evictObject evicts o, key's object in sh (sh.mu held), and returns the
+// bytes of memory replicas that freed. With a disk copy the object lives
+// on in the SSD tier (settle).
+func (c *Core) evictObject(sh *shard, key string, o *object) int64 {
+	n := int64(o.size) * int64(o.numReplicas())
+	f := o.release()
+	c.settle(sh, key, o)
+	f.free(&c.stats)
+	return n
 }
 
 // threshold returns the age at or below which the fraction share of ages

@@ -413,7 +413,7 @@ func (c *Core) admitTenant(now int64, key string, need uint64) (*tenantAccount, 
 			return nil, wire.ErrTenantQuotaExceeded
 		}
 		want := used - int64(share) + int64(c.cfg.EvictionRatio*float64(share))
-		c.evictTenant(now, t, want)
+		c.evictTenants(now, map[string]int64{t: want})
 	}
 }
 
@@ -445,74 +445,89 @@ func unreserve(a *tenantAccount, need uint64) {
 	}
 }
 
-// evictTenant evicts tenant's evictable objects (EvictPass's rules; soft
-// pinned ones only when AllowEvictSoftPinned, after the others) until
-// want bytes of memory replicas are freed, least recently used first
-// among those a sweep finds: the tenant's candidates are listed, then
-// taken oldest first. It returns the bytes freed.
-func (c *Core) evictTenant(now int64, tenant string, want int64) int64 {
-	if want <= 0 {
-		return 0
-	}
-	// The tenant's hot extras go first: they are copies the master made,
-	// charged to the tenant like any replica, and cost it no object.
-	dropped := int64(c.dropHotReplicasOf(now, uint64(want), func(key string) bool {
-		t, _ := wire.SplitScoped(key)
-		return t == tenant
-	}))
-	if dropped >= want {
-		return dropped
-	}
-	want -= dropped
+// evictTenants evicts, for each tenant of wants, its evictable objects
+// (EvictPass's rules; soft pinned ones only when AllowEvictSoftPinned,
+// after the others) until its want bytes of memory replicas are freed,
+// least recently used first: one sweep lists every such tenant's
+// candidates, then each tenant's are taken oldest first. It returns the
+// bytes freed in all.
+func (c *Core) evictTenants(now int64, wants map[string]int64) int64 {
 	type cand struct {
 		key     string
 		lastUse int64
 		soft    bool
 	}
-	var cands []cand
+	var dropped int64
+	cands := map[string][]cand{}
+	for t, want := range wants {
+		if want <= 0 {
+			delete(wants, t)
+			continue
+		}
+		// The tenant's hot extras go first: they are copies the master
+		// made, charged to the tenant like any replica, and cost it no
+		// object.
+		d := int64(c.dropHotReplicasOf(now, uint64(want), func(key string) bool {
+			owner, _ := wire.SplitScoped(key)
+			return owner == t
+		}))
+		dropped += d
+		if want -= d; want > 0 {
+			wants[t] = want
+			cands[t] = nil
+		} else {
+			delete(wants, t)
+		}
+	}
+	if len(wants) == 0 {
+		return dropped
+	}
 	for i := range c.shards {
 		c.shards[i].sweep(func(key string, o *object) {
-			if t, _ := wire.SplitScoped(key); t != tenant {
+			t, _ := wire.SplitScoped(key)
+			list, ok := cands[t]
+			if !ok {
 				return
 			}
 			if ok, soft := c.evictable(o, now); ok && (!soft || c.cfg.AllowEvictSoftPinned) {
-				cands = append(cands, cand{key, o.lastUse, soft})
+				cands[t] = append(list, cand{key, o.lastUse, soft})
 			}
 		})
 	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if a.soft != b.soft {
-			if a.soft {
-				return 1
+	var all int64
+	for t, list := range cands {
+		slices.SortFunc(list, func(a, b cand) int {
+			if a.soft != b.soft {
+				if a.soft {
+					return 1
+				}
+				return -1
 			}
-			return -1
-		}
-		return int(max(-1, min(1, a.lastUse-b.lastUse)))
-	})
-	var freed, objects int64
-	for _, cd := range cands {
-		if freed >= want {
-			break
-		}
-		sh := c.shardOf(cd.key)
-		sh.mu.Lock()
-		if o, ok := sh.objects[cd.key]; ok {
-			if ok, _ := c.evictable(o, now); ok {
-				freed += int64(o.size) * int64(o.numReplicas())
-				f := o.release()
-				c.settle(sh, cd.key, o)
-				f.free(&c.stats)
-				objects++
+			return int(max(-1, min(1, a.lastUse-b.lastUse)))
+		})
+		var freed, objects int64
+		for _, cd := range list {
+			if freed >= wants[t] {
+				break
 			}
+			sh := c.shardOf(cd.key)
+			sh.mu.Lock()
+			if o, ok := sh.objects[cd.key]; ok {
+				if ok, _ := c.evictable(o, now); ok {
+					freed += c.evictObject(sh, cd.key, o)
+					objects++
+				}
+			}
+			sh.mu.Unlock()
 		}
-		sh.mu.Unlock()
+		if freed > 0 {
+			c.ledger.account(t).evicted.Add(freed)
+			c.stats.EvictedObjects.Add(objects)
+			c.stats.EvictedBytes.Add(freed)
+		}
+		all += freed
 	}
-	if freed > 0 {
-		c.ledger.account(tenant).evicted.Add(freed)
-		c.stats.EvictedObjects.Add(objects)
-		c.stats.EvictedBytes.Add(freed)
-	}
-	return dropped + freed
+	return dropped + all
 }
 
 // evictOverShare evicts, tenant by tenant, what each tenant holds beyond
@@ -536,11 +551,10 @@ func (c *Core) evictOverShare(now int64) int64 {
 		})
 	}
 	l.mu.RUnlock()
-	var freed int64
-	for t, d := range over {
-		freed += c.evictTenant(now, t, d)
+	if len(over) == 0 {
+		return 0
 	}
-	return freed
+	return c.evictTenants(now, over)
 }
 
 // TenantSnapshot is one tenant's account, as Mooncake's tenant quota
