@@ -10,7 +10,8 @@ between clients with UCX one-sided put/get into the owner's segment.
   shared-memory mapping), over ``UCX_TLS`` tcp, shared memory and CMA.
 - Hosts as network namespaces joined by veth, UCX over tcp between them.
 - Faults: a peer killed -9 mid-transfer (an error, no hang), a peer
-  restarted (endpoints rebuilt; new objects served), an owner that
+  restarted (endpoints rebuilt; new objects served), a hung peer taken as
+  gone (the next calls fail at once), an owner that
   remounted its segment after a master restart (a reader's stale
   descriptor refreshed and its op tried once more: no failed call).
 - Segments mounted after setup (allocate_and_mount_segment) are exposed
@@ -415,6 +416,45 @@ def test_a_restarted_peer_is_reached_again(launcher, which):
     assert a.check_pattern("re/new", 2 * MiB, seed=2)
     assert b2.check_pattern("re/new", 2 * MiB, seed=2)
     assert not a.check_pattern("re/old", MiB, seed=1)  # gone with the old process, never stale bytes
+    assert_ucx_route(a, tls, b)
+
+
+def _stopped(pid: int) -> bool:
+    """The kernel shows process ``pid`` stopped (SIGSTOP takes effect
+    asynchronously)."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2] in "Tt"
+
+
+def test_a_peer_taken_as_gone_fails_the_next_call_at_once(launcher):
+    """Over UCX 1.13's shared memory nothing tells a reader that its peer
+    hangs: a's get of b's object, b stopped (SIGSTOP), fails after two
+    stalls of ucx.PeerStallBound (3 s each), b taken as gone. a's next gets
+    of it fail at once (ucx.GoneFor), rather than stalling 6 s again (the
+    failed get's clean-up forgot the segment, which cleared that record).
+    Once b runs again, a reads from it within GoneFor (30 s) plus a bound."""
+    _library_or_skip()
+    tls = TLS["shm"]
+    m = launcher.master(client_ttl=60)  # b stays mounted while it is stopped
+    a, b = ucx_peer(launcher, m, tls), ucx_peer(launcher, m, tls)
+    size = MiB
+    assert a.put_pattern("gone/k", size, seed=7, preferred_segment=b.hostname) == 0
+    assert a.check_pattern("gone/k", size, seed=7)
+    with b.suspended():
+        wait_until(lambda: _stopped(b.pid), timeout=10, interval=0.01, what="b stopped")
+        took = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert not a.check_pattern("gone/k", size, seed=7)
+            took.append(time.monotonic() - t0)
+        print("gets of the stopped b took", [f"{x:.2f} s" for x in took])
+        assert took[0] >= 5, took  # the two stalls: it is gone that the next ones rely on
+        assert max(took[1:]) < 1.5, f"a peer taken as gone stalled the next calls again: {took}"
+    with open(a.log_path) as f:
+        assert "taken as gone" in f.read()
+    wait_until(lambda: a.check_pattern("gone/k", size, seed=7), timeout=45, interval=0.5,
+               what="a's read of b once it runs again")
     assert_ucx_route(a, tls, b)
 
 

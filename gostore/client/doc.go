@@ -124,11 +124,18 @@
 // heartbeat remount never re-exposes memory being freed and a peer's stale
 // desc fails rather than reach memory. A remount that reached the master
 // after an unmount began is undone there (remountOne). On the reader's
-// side, the get, put and put-session rounds go through
+// side, the get, put and put-session rounds, replica tasks' reads and
+// writes, and the plan API's transfers (clientHost.Transfer) go through
 // core.doRefreshing: an op that failed over UCX with a desc the master
 // has since replaced (same segment id, new exposure) is sent once more
 // with the new one, within the same call; a desc the master still gives
-// leaves the error as it was.
+// leaves the error as it was. A final failure then drops only what it
+// showed to be unusable (core.opFailed): over UCX the cached desc, if it
+// is still the one that failed, never the engine's endpoint to the
+// segment (the UCX worker already dropped the one that failed; the
+// segment's current one may carry other calls' ops, and forgetting it
+// would also clear the worker's record of a peer taken as gone). An op
+// the engine refused (range, grant, device parts) drops nothing.
 //
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD

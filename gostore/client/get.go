@@ -316,7 +316,7 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 				seg := ops[j].Peer.SegID
 				c.log.Warn("get: transfer failed; trying another replica", "key", w.key, "segment", seg, "err", err)
 				out[w.item] = int64(wire.CodeOf(err))
-				c.opFailed(seg, err)
+				c.opFailed(&ops[j], err)
 				next = append(next, w)
 			}
 		}

@@ -79,12 +79,16 @@ func (h clientHost) SegmentMemory(ctx context.Context, segID uint64) ([]byte, tr
 	return mem, p, nil
 }
 
-// Transfer runs one transfer with a peer reached over TCP; a failure
-// forgets the peer, so the next call resolves its segment again.
+// Transfer runs one transfer with a peer reached over TCP or UCX, as a
+// get or put runs its ops: once more with the master's new UCX desc when
+// the one it carried went stale (doRefreshing), and a final failure drops
+// what it showed to be unusable (opFailed), so the next call resolves the
+// peer's segment again.
 func (h clientHost) Transfer(ctx context.Context, op transfer.Op) error {
-	err := h.c.engine.Do(ctx, []transfer.Op{op})[0]
+	ops := []transfer.Op{op}
+	err := h.c.doRefreshing(ctx, ops, nil)[0]
 	if err != nil {
-		h.c.failed(op.Peer.SegID)
+		h.c.opFailed(&ops[0], err)
 	}
 	return err
 }

@@ -154,13 +154,26 @@ func (c *core) prunePeers(ctx context.Context) {
 	}
 }
 
-// opFailed forgets segment id when an op on it failed in transfer: the
-// next use asks the master again and reopens it. An op the engine refused
-// (a bad range, bad device parts) says nothing about the segment.
-func (c *core) opFailed(id uint64, err error) {
-	if wire.CodeOf(err) == wire.ErrTransferFail {
-		c.failed(id)
+// opFailed drops what an op's final failure in transfer (after
+// doRefreshing's one retry) shows to be unusable, and only that, so that
+// the next use asks the master again. An op the engine refused (a bad
+// range, bad device parts, a grant) says nothing about the segment. Over
+// the UCX route only the cached desc goes, if it is still the one that
+// failed: the worker already dropped the endpoint that failed (a dead
+// peer, a closed exposure, a stall), and the engine's Forget would drop
+// the segment's current endpoint too, cutting short the ops other calls
+// have in flight on it, and the worker's record of a peer it took as gone
+// (see ucx.GoneFor), so the next call would stall on it again. Over the
+// other routes the segment is forgotten (failed).
+func (c *core) opFailed(op *transfer.Op, err error) {
+	if wire.CodeOf(err) != wire.ErrTransferFail {
+		return
 	}
+	if c.engine.Route(op.Peer) == transfer.RouteUCX {
+		c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
+		return
+	}
+	c.failed(op.Peer.SegID)
 }
 
 // failed forgets a segment after a transfer to it failed.
@@ -183,8 +196,9 @@ func (c *core) failed(id uint64) {
 // remounted, and the error stands. Only the route changes: the op's
 // segment, offset and grant are the master's answer that the caller
 // holds, so a retry reads or writes the same range of the same object.
-// A second failure is returned as it is, for the caller (opFailed). A
-// nil do is the engine's Do.
+// A second failure is returned as it is, for the caller (opFailed), and
+// ops[k] is left as last tried (the new desc after a retry), so opFailed
+// drops the desc that failed last. A nil do is the engine's Do.
 func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]transfer.Op) []error) []error {
 	if do == nil {
 		do = func(ops []transfer.Op) []error { return c.engine.Do(ctx, ops) }
@@ -231,6 +245,7 @@ func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]tr
 		"segments", ids, "ops", len(again))
 	for j, err := range do(again) {
 		errs[at[j]] = err
+		ops[at[j]].Peer = again[j].Peer
 	}
 	return errs
 }

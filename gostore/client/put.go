@@ -227,7 +227,7 @@ func (c *Writes) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 				i, seg := opItem[k], ops[k].Peer.SegID
 				c.log.Warn("put: transfer failed", "key", items[i].Key, "segment", seg, "err", err)
 				out[i] = wire.CodeOf(err)
-				c.opFailed(seg, err)
+				c.opFailed(&ops[k], err)
 			}
 		}
 	}

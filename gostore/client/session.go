@@ -552,6 +552,6 @@ func (c *Sessions) runOps(ctx context.Context, what string, keys []string, ops [
 		if out[i] >= 0 {
 			out[i] = int64(wire.CodeOf(err))
 		}
-		c.opFailed(seg, err)
+		c.opFailed(&ops[k], err)
 	}
 }

@@ -38,8 +38,11 @@ type Host interface {
 	// (the own segment or a same-host peer's mapping), or nil and the peer
 	// to reach it over TCP.
 	SegmentMemory(ctx context.Context, segID uint64) ([]byte, transfer.Peer, error)
-	// Transfer runs one transfer with a peer reached over TCP; a failure
-	// makes the client resolve the peer's segment again next time.
+	// Transfer runs one transfer with a peer reached over TCP or UCX, as
+	// the client's gets and puts run theirs: a UCX desc the owner's
+	// remount made stale is replaced by the master's new one and the
+	// transfer sent once more; a failure in transfer makes the client
+	// resolve the peer's segment again next time.
 	Transfer(ctx context.Context, op transfer.Op) error
 	// Remove deletes keys (force: leased and unfinished ones too).
 	Remove(keys []string, force bool) []wire.Code

@@ -35,7 +35,9 @@
 // owner's memory) before Do returns. It runs beside the local routes on a
 // goroutine of its own. A peer without a desc goes over TCP as before;
 // an op that fails on UCX fails (ErrTransferFail), it is not retried over
-// TCP: Forget(segID) drops the endpoint, and the next op reconnects.
+// TCP: the worker drops the endpoint that failed itself, and the next op
+// reconnects; Forget(segID) drops the segment's current endpoint (and the
+// worker's record of a peer taken as gone), for a segment that is gone.
 // Route.Cost orders own < shm, ipc < ucx < tcp; RouteOps counts the ops
 // each route took.
 //
@@ -100,9 +102,13 @@
 //     longer used, also after ctx ended.
 //   - The caller keeps its memory valid until Do returns, and never hands
 //     an op a range it does not own.
-//   - A mapping, connection or UCX endpoint that failed is dropped by
-//     Forget (the client calls it for segments whose ops failed in
-//     transfer); Close fails what is in flight on TCP, unmaps, unpins and
+//   - A mapping or connection that failed is dropped by Forget (the
+//     client calls it for segments whose ops failed in transfer over TCP
+//     or shared memory, and for segments the master dropped); a UCX
+//     endpoint that failed is dropped by the worker, and Forget of a
+//     segment reached over UCX cuts short the ops other calls have in
+//     flight on its endpoint (the client does not call it after a UCX op
+//     failed). Close fails what is in flight on TCP, unmaps, unpins and
 //     frees the bounces.
 //   - The UCX worker (Options.UCX) is the caller's: it outlives the Engine
 //     (closed after Engine.Close); UCX ops in flight end with their ctx.

@@ -290,9 +290,9 @@ func (e *Engine) Route(p Peer) Route {
 }
 
 // Forget drops what is cached for a segment that is gone: its shared
-// mapping (once no copy uses it), its UCX endpoint and remote key and, if
-// no other known segment lives there, the connections to its transfer
-// server.
+// mapping (once no copy uses it), its UCX endpoint and remote key (the
+// ops in flight on that endpoint end with an error) and, if no other
+// known segment lives there, the connections to its transfer server.
 func (e *Engine) Forget(segID uint64) {
 	e.shm.forget(segID)
 	e.ipc.forget(segID)

@@ -60,7 +60,11 @@
 //     renews once it saw no progress for PeerStallBound (stalledOrphans,
 //     run by Do's wait). A peer that stalls again on an endpoint made
 //     after that give-up is taken as gone: connect refuses it for
-//     GoneFor (Forget clears that), with no second renewal. More than
+//     GoneFor (Forget clears that; callers call it when the peer's
+//     exposure is gone, not after an op failed), with no second renewal.
+//     Another peer's first give-up whose stall began before that
+//     confirmation undoes it (the peer is a suspect again): a queue the
+//     other blocked explains both stalls. More than
 //     maxKept (32) endpoints kept open on the current UCP worker (closed
 //     ones UCX cannot close, see closingEP) also renew it. An Exposure's
 //     worker is not renewed.

@@ -113,8 +113,9 @@ const GoneFor = 30 * time.Second
 // receive queue a dead peer blocked (see renew), so it only renews the
 // worker and lets the peer be connected once more; a stall of that new
 // endpoint confirms the peer gone (refused until at+GoneFor, without a
-// renewal: the new worker's queue was never shared with it), a completed
-// request clears it.
+// renewal: the new worker's queue was never shared with it, unless
+// another peer's first stall, begun before, undoes that, see giveUp), a
+// completed request clears it.
 type gonePeer struct {
 	at        time.Time
 	confirmed bool
@@ -554,7 +555,7 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 			}
 			setErr(errs, i, err)
 		}
-		w.giveUp(r.ep, now)
+		w.giveUp(r.ep, since, now)
 		w.fail(r.ep)
 		r.stale = true
 		w.orphan(r, again)
@@ -602,20 +603,29 @@ func (w *Worker) stalledOrphans(now time.Time) {
 		}
 		r.stale = true
 		renew = renew || !r.ep.suspect
-		w.giveUp(r.ep, now)
+		w.giveUp(r.ep, since, now)
 	}
 	if renew {
 		w.renew("a peer without failure detection was taken as gone after an abandoned request to it saw no progress (a peer that died mid-send blocks the receive queue)")
 	}
 }
 
-// giveUp records that the stall path gave up on ep's peer: once as
-// suspect, confirmed when ep was already a suspect's (see gonePeer). It
-// prunes the records GoneFor old. w.mu held.
-func (w *Worker) giveUp(ep *endpoint, now time.Time) {
+// giveUp records that the stall path gave up on ep's peer, which saw no
+// progress from since: once as suspect, confirmed when ep was already a
+// suspect's (see gonePeer). A first give-up (a renewal follows) means the
+// receive queue may be blocked since then, which explains the stalls that
+// confirmed other peers since as well as a dead peer would: those go back
+// to suspects, connected once more. Else a double fault, a second peer
+// dying while a live one's replies wait behind the first in the queue,
+// had the live one refused for GoneFor. It prunes the records GoneFor
+// old. w.mu held.
+func (w *Worker) giveUp(ep *endpoint, since, now time.Time) {
 	for k, g := range w.gone {
-		if now.Sub(g.at) >= GoneFor {
+		switch {
+		case now.Sub(g.at) >= GoneFor:
 			delete(w.gone, k)
+		case g.confirmed && !ep.suspect && !g.at.Before(since):
+			w.gone[k] = gonePeer{at: g.at}
 		}
 	}
 	w.gone[ep.key] = gonePeer{at: now, confirmed: ep.suspect}
@@ -828,8 +838,11 @@ func (w *Worker) reap() {
 	w.closing = live
 }
 
-// Forget drops the endpoint and rkeys of desc's peer (after a failure, or
-// when the peer's exposure is known to be gone).
+// Forget drops the endpoint and rkeys of desc's peer, and the record of
+// it taken as gone, for when the peer's exposure is known to be gone (its
+// segment dropped by the master). Not after an op failed: Do already
+// dropped the endpoint that failed, and forgetting the record would have
+// the next op to a hung peer stall again.
 func (w *Worker) Forget(descBytes []byte) {
 	d, err := decodeDesc(descBytes)
 	if err != nil {
