@@ -37,8 +37,9 @@
 //     least 1.22.0: ucp_request_try_send's ucs_fatal) aborts the OWNER's
 //     process when that send meets the connection of a reader that went
 //     (closeEP says how). What remains: a reader that dies (or cancels
-//     past the bound and then closes) while the owner answers it
-//     (docs/ucx.md, Known limits).
+//     past the bound and then closes) while the owner answers it, which
+//     no owner-side setting prevents: Info.Limits names it
+//     (LimitReaderDeath) for every context with tcp.
 //   - Writes are flushed: when Do returns nil for a put, the bytes are in
 //     the peer's memory.
 //   - A dead peer or a closed exposure is an error (wire.ErrTransferFail)
