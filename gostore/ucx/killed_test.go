@@ -26,6 +26,9 @@ const (
 	// envKillRounds overrides how many readers each subtest kills (a
 	// longer run to measure how often an owner dies).
 	envKillRounds = "GOSTORE_UCX_TEST_KILL_ROUNDS"
+	// envReaderSmall overrides how many small (1 KiB) gets each reader
+	// round posts (the owner answers each from its handler).
+	envReaderSmall = "GOSTORE_UCX_TEST_READER_SMALL"
 )
 
 func TestReaderChild(t *testing.T) {
@@ -41,8 +44,12 @@ func TestReaderChild(t *testing.T) {
 	want := make([]byte, peerSize)
 	fill(want, peerSeed)
 	var ops []Op
-	for i := 0; i < 32; i++ { // small gets: the owner answers each at once
-		ops = append(ops, Op{Desc: d, Offset: uint64(i) * (16 << 10), Parts: []Part{{Host: make([]byte, 16<<10)}}})
+	small := 32
+	if n, err := strconv.Atoi(os.Getenv(envReaderSmall)); err == nil && n > 0 && n <= 4096 {
+		small = n
+	}
+	for i := 0; i < small; i++ { // small gets: the owner answers each at once
+		ops = append(ops, Op{Desc: d, Offset: uint64(i) * (1 << 10), Parts: []Part{{Host: make([]byte, 1<<10)}}})
 	}
 	for i := 0; i < 4; i++ { // large ones: the owner's answer outlasts a socket buffer
 		ops = append(ops, Op{Desc: d, Offset: uint64(i+1) * (8 << 20), Parts: []Part{{Host: make([]byte, 4<<20)}}})
