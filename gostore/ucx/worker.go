@@ -776,12 +776,18 @@ func (w *Worker) kept() int {
 // process when a reader's endpoint goes while the owner still answers it:
 // UCX's software RMA (tcp, shared memory) has the owner's worker send each
 // get's bytes back (and each put's completion) from its active-message
-// handler (rma_sw.c ucp_get_req_handler -> ucp_request_send); when that
-// send meets the reset socket of an endpoint closed under it, the tcp
-// transport fails the endpoint and returns "Endpoint timeout", and
-// ucp_request_try_send (ucp_request.inl:346) calls ucs_fatal for any
-// status but OK, INPROGRESS and NO_RESOURCE. A reader that waits for its
-// requests to end before it closes leaves the owner nothing to answer.
+// handler (rma_sw.c ucp_get_req_handler -> ucp_request_send), looping
+// over the fragments. A force close only cancels the reader's requests:
+// the owner still answers the gets it was sent, over the connection to
+// the reader's worker (which outlives the endpoint). Once that worker is
+// destroyed (Close, a renewal) or the reader dies, the owner's send meets
+// a reset socket; the tcp transport fails the endpoint and returns
+// "Endpoint timeout", and ucp_request_try_send (ucp_request.inl:346)
+// calls ucs_fatal for any status but OK, INPROGRESS and NO_RESOURCE
+// (TestCloseWithGetsInFlight: the abort in the owner's thread, from
+// ucp_get_req_handler; the same code through UCX 1.22.0). A reader that
+// waits for its requests to end before it closes leaves the owner
+// nothing to answer.
 //
 // Once it closes: a force close, which ends whatever is in flight
 // (the bound passed, or the peer failed), unless the endpoint's wireup is
