@@ -199,6 +199,9 @@ def assert_ucx_route(peer, tls: str, *others, disk_reads: int = 0) -> dict:
     assert info.get("protocol") == "ucx" and u.get("available"), info
     names = {r.split("/", 1)[0] for r in u.get("resources", [])}
     assert names and names <= set(tls.split(",")), (tls, u.get("resources"))
+    # tcp exposes an owner to UCX's abort when a reader dies mid-get
+    # (docs/ucx.md, Known limits); shared memory does not.
+    assert [l.split(":", 1)[0] for l in u.get("limits", [])] == (["tcp"] if "tcp" in names else []), (tls, u)
     no_tcp_route(peer.pid, *others)
     assert len(peer.mapped_segments()) <= 1, peer.mapped_segments()  # its own only
     ops = route_ops(info)

@@ -63,6 +63,9 @@ func (c *Client) setupUCX(log *slog.Logger) {
 	args := []any{"requested", t.Requested, "protocol", t.Protocol, "ucx_library", u.Library, "ucx_version", u.Version,
 		"ucx_transports", strings.Join(u.Resources, ","), "ucx_devices", t.UCXDevices, "verbs", u.Verbs, "cuda", u.CUDA,
 		"rdma_devices", t.RDMADevices, "unknown_devices", t.Unknown}
+	if len(u.Limits) > 0 { // known UCX defects this process is exposed to (ucx.Info.Limits)
+		args = append(args, "ucx_limits", u.Limits)
+	}
 	if t.Protocol != "ucx" {
 		log.Warn("transport: UCX route off", append(args, "reason", t.Reason)...)
 		return

@@ -24,8 +24,22 @@
 //     it reaches UCX; malformed is wire.ErrInvalidParams. An op is checked
 //     against the exposed size before it is posted.
 //   - Do returns only when no request references the caller's memory: on
-//     ctx end the endpoints involved are force-closed and progressed until
-//     every request ended. Go memory is pinned while in flight.
+//     ctx end the endpoints involved are dropped and progressed until
+//     every request ended (see the next invariant: within
+//     CloseDrainBound). Go memory is pinned while in flight.
+//   - No endpoint with peer-failure detection is closed under its own
+//     requests while its peer lives (Forget, Close, a ctx end): it leaves
+//     the cache at once and closes once no request of it is in flight, or
+//     CloseDrainBound later by a force close that cancels them; a failed
+//     peer's closes at once, and Close destroys the UCP worker only after.
+//     UCX's software RMA (tcp, shared memory) has the owner send a get's
+//     bytes (a put's completion) from its handler, and UCX (1.13.1 to at
+//     least 1.22.0: ucp_request_try_send's ucs_fatal) aborts the OWNER's
+//     process when that send meets the connection of a reader that went
+//     (closeEP says how). What remains: a reader that dies (or cancels
+//     past the bound and then closes) while the owner answers it, which
+//     no owner-side setting prevents: Info.Limits names it
+//     (LimitReaderDeath) for every context with tcp.
 //   - Writes are flushed: when Do returns nil for a put, the bytes are in
 //     the peer's memory.
 //   - A dead peer or a closed exposure is an error (wire.ErrTransferFail)

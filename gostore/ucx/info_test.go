@@ -73,6 +73,27 @@ func TestParseContextInfo(t *testing.T) {
 	}
 }
 
+// Limits names the reader-death abort where the context has tcp (UCX's
+// software RMA there has the owner answer gets from its handler), and
+// nothing for shared memory or verbs alone.
+func TestInfoLimits(t *testing.T) {
+	for _, tc := range []struct {
+		resources []string
+		want      []string
+	}{
+		{[]string{"self/memory0", "tcp/lo", "tcp/eth0"}, []string{LimitReaderDeath}},
+		{[]string{"self/memory0", "tcp/eth0", "rc_mlx5/mlx5_0:1"}, []string{LimitReaderDeath}},
+		{[]string{"self/memory0", "posix/memory", "sysv/memory", "cma/memory"}, []string{}},
+		{[]string{"rc_mlx5/mlx5_0:1", "ud_verbs/mlx5_0:1"}, []string{}},
+	} {
+		in := Info{Resources: tc.resources}
+		in.fill()
+		if !slices.Equal(in.Limits, tc.want) {
+			t.Errorf("%v: limits %q, want %q", tc.resources, in.Limits, tc.want)
+		}
+	}
+}
+
 // A library that cannot be loaded (run in a child: loading is once per
 // process): Probe says so and names the path, NewContext refuses.
 func TestLibraryMissing(t *testing.T) {

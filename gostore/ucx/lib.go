@@ -53,7 +53,24 @@ type Info struct {
 	Resources  []string `json:"resources"`        // transport/device opened: "tcp/lo"
 	Verbs      bool     `json:"verbs"`            // a verbs transport has a device
 	CUDA       bool     `json:"cuda"`             // a cuda_* component is present
+	// Limits names the known UCX defects that this library and these
+	// transports expose the process to (LimitReaderDeath), for
+	// transport_info() and setup's log line; empty when none.
+	Limits []string `json:"limits"`
 }
+
+// LimitReaderDeath is the Limits entry of a context with tcp: UCX's
+// software RMA has the owner's worker send each get's bytes back from its
+// handler, and UCX aborts the owner's process (ucp_request.inl,
+// ucp_request_try_send's ucs_fatal) when that send meets the reset
+// connection of a reader that died with the get in flight. Every UCX read
+// for it, 1.13.1 to 1.22.0, has the same code; this package's own Worker
+// never closes a connection under its requests (closeEP), so only a
+// reader that dies (or one that cancels past CloseDrainBound, then closes)
+// can. Verbs moves RMA in the NIC and shared memory never fails the send.
+const LimitReaderDeath = "tcp: UCX (1.13.1 to at least 1.22.0) aborts this process when a reader dies " +
+	"while this process sends it a get's bytes (UCX's software RMA over tcp: ucp_request.inl " +
+	"'unexpected error: Endpoint timeout'); verbs and shared-memory readers cannot cause it; docs/ucx.md, Known limits"
 
 // loaded is what opening the library found: the library's identity, or
 // why it is unusable. Probe adds the resources of a throwaway context.
@@ -158,11 +175,17 @@ func (in *Info) fill() {
 	if in.Resources == nil {
 		in.Resources = []string{}
 	}
+	in.Limits = []string{}
+	tcp := false
 	for _, r := range in.Resources {
 		tl, _, _ := strings.Cut(r, "/")
 		if strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "ud_") || strings.HasPrefix(tl, "dc_") {
 			in.Verbs = true
 		}
+		tcp = tcp || tl == "tcp"
+	}
+	if tcp {
+		in.Limits = append(in.Limits, LimitReaderDeath)
 	}
 	for _, c := range in.Components {
 		if strings.HasPrefix(c, "cuda") {
@@ -209,6 +232,7 @@ func parseContextInfo(text string) (components, resources []string) {
 func (in Info) clone() Info {
 	in.Components = append([]string{}, in.Components...)
 	in.Resources = append([]string{}, in.Resources...)
+	in.Limits = append([]string{}, in.Limits...)
 	return in
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,17 +60,38 @@ func TestPeerChild(t *testing.T) {
 
 // peer is a running peer process.
 type peer struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Scanner
-	desc []byte
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Scanner
+	desc   []byte
+	stderr lockedBuffer // what it printed to stderr (also on the test's)
+}
+
+// lockedBuffer is a bytes.Buffer that a child's stderr copier writes while
+// the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startPeer(t *testing.T, tls string) *peer {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envPeer+"="+tls)
-	cmd.Stderr = os.Stderr
+	p := &peer{cmd: cmd}
+	cmd.Stderr = io.MultiWriter(os.Stderr, &p.stderr)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +103,7 @@ func startPeer(t *testing.T, tls string) *peer {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	p.in, p.out = in, bufio.NewScanner(out)
 	t.Cleanup(func() {
 		p.in.Close()
 		p.cmd.Process.Kill()

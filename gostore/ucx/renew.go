@@ -64,8 +64,9 @@ func (e renewed) Unwrap() error { return e.error }
 // Do moves every op, many in flight, and returns one error per op (nil
 // when its bytes arrived). Writes are flushed: their bytes are in the
 // peer's memory when Do returns. On ctx end, the endpoints with requests
-// still in flight are force-closed, so Do never returns while UCX could
-// still touch the caller's memory. Ops cut short by a renewal of the UCP
+// still in flight are closed, once those ended or at most CloseDrainBound
+// later by a force close that cancels them, so Do never returns while UCX
+// could still touch the caller's memory. Ops cut short by a renewal of the UCP
 // worker (see renew) are posted once more on the new one, so a live peer
 // does not fail because another peer died; a dead peer's ops fail on that
 // second try (at connect, or after PeerStallBound again).

@@ -61,6 +61,7 @@ type Worker struct {
 	active   int                  // Do calls between their post and their end
 	eps      map[string]*endpoint // by the peer's worker address
 	closing  []closingEP          // endpoints whose close is in flight
+	draining []*endpoint          // dead endpoints whose close waits for their requests (see closeEP)
 	orphans  []request            // requests a Do gave up on (see orphan)
 	renewals int                  // UCP workers renewed away (see renew); tests read it
 	gone     map[string]gonePeer  // peers the stall path gave up on, by worker address (see stalled)
@@ -88,6 +89,9 @@ type endpoint struct {
 	// suspect: made while its peer was given up on once (see gonePeer);
 	// a completed request clears that, a stall confirms it.
 	suspect bool
+	// drainBy: when a dead endpoint whose requests were still in flight
+	// is closed at the latest (see closeEP); zero until it died so.
+	drainBy time.Time
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
 }
@@ -99,6 +103,13 @@ type endpoint struct {
 // a ctx end. A live peer completes a request far sooner (one part at
 // memory speed); a part so large that it needs longer fails here.
 const PeerStallBound = 3 * time.Second
+
+// CloseDrainBound is how long a dead endpoint (Forget, Close, a ctx end,
+// a stale desc) whose peer has not failed is left open for its requests in
+// flight to end before it is force-closed, which cancels them (see
+// closeEP). It bounds how late Do returns after its ctx ended, against a
+// live peer that is slow; a failed peer is closed at once.
+const CloseDrainBound = 500 * time.Millisecond
 
 // GoneFor is how long a peer given up on twice by the stall path (see
 // PeerStallBound) is refused at connect with wire.ErrTransferFail, rather
@@ -199,9 +210,10 @@ type try struct {
 	active bool           // counted in w.active (begin reached the worker)
 }
 
-// begin checks and posts every op once. On ctx end, finish force-closes
-// the endpoints with requests still in flight, so a try never ends while
-// UCX could still touch the caller's memory.
+// begin checks and posts every op once. On ctx end, finish closes the
+// endpoints with requests still in flight (see closeEP) and waits for
+// them, so a try never ends while UCX could still touch the caller's
+// memory.
 func (w *Worker) begin(ctx context.Context, ops []Op) *try {
 	t := &try{w: w, ctx: ctx, ops: ops, errs: make([]error, len(ops)), descs: make([]*desc, len(ops))}
 	errs, descs := t.errs, t.descs
@@ -461,10 +473,12 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			reqs = w.stalled(reqs, ops, descs, errs)
 		}
 		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
-			// Force-closing ends every request on endpoints with peer
-			// failure detection (other Do calls' too: they get errors, the
-			// endpoint is gone). Requests on the others may never end:
-			// they are left to the worker with their bounce buffers.
+			// Dropping the endpoints ends every request on those with
+			// peer-failure detection within CloseDrainBound (other Do
+			// calls' too: the endpoint is gone): they end as they would,
+			// or the bound's force close cancels them (see closeEP).
+			// Requests on the others may never end: they are left to the
+			// worker with their bounce buffers.
 			cancelled = true
 			live := reqs[:0]
 			for _, r := range reqs {
@@ -473,8 +487,9 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 				}
 				w.fail(r.ep)
 				if r.ep.peerErrors && r.bounce == nil {
-					// The force close ends it (the endpoint is ready:
-					// only canary reads, through C memory, run before).
+					// It ends, or the close at CloseDrainBound ends it
+					// (the endpoint is ready: only canary reads, through
+					// C memory, run before).
 					live = append(live, r)
 				} else {
 					// No renewal: the peer may be live and only slow.
@@ -729,8 +744,9 @@ func unpack(ep *endpoint, packed []byte, out *C.ucp_rkey_h) error {
 	return nil
 }
 
-// fail takes ep out of the cache and force-closes it now, which ends its
-// requests in flight. An endpoint without peer-failure detection cannot
+// fail takes ep out of the cache and closes it: at once when none of its
+// requests is in flight or its peer failed, else once they ended or
+// CloseDrainBound passed, whichever is first (see closeEP). An endpoint without peer-failure detection cannot
 // be closed, only kept until its UCP worker goes (see closingEP): past
 // maxKept of those on the current worker, the worker is renewed, so peer
 // churn does not grow them without bound. w.mu held.
@@ -762,34 +778,82 @@ func (w *Worker) kept() int {
 	return n
 }
 
-// closeEP starts the close of ep once: a force close, which ends its
-// requests in flight, unless ep is a tcp/verbs endpoint (peer-failure
-// detection) whose wireup is not over and whose peer has not failed. That
-// one is closed in flush mode, which lets the handshake finish first:
-// UCX 1.13 aborts the process (ucp_request.c:684 "got REP message") when
-// the peer's worker is destroyed while its wireup reply to a force-closed
-// endpoint is still queued. Such an endpoint has only canary reads in
-// flight (through C memory, see verify), which the flush close lets end.
-// w.mu held.
+// closeEP starts the close of ep once. A tcp/verbs endpoint (peer-failure
+// detection) whose peer has not failed is closed only once no request of
+// it is in flight (no Do or orphan holds it), or CloseDrainBound after it
+// was first asked to: until then it stays open, out of the cache, and its
+// requests end as they would (see drain). UCX 1.13 aborts the OWNER's
+// process when a reader's endpoint goes while the owner still answers it:
+// UCX's software RMA (tcp, shared memory) has the owner's worker send each
+// get's bytes back (and each put's completion) from its active-message
+// handler (rma_sw.c ucp_get_req_handler -> ucp_request_send), looping
+// over the fragments. A force close only cancels the reader's requests:
+// the owner still answers the gets it was sent, over the connection to
+// the reader's worker (which outlives the endpoint). Once that worker is
+// destroyed (Close, a renewal) or the reader dies, the owner's send meets
+// a reset socket; the tcp transport fails the endpoint and returns
+// "Endpoint timeout", and ucp_request_try_send (ucp_request.inl:346)
+// calls ucs_fatal for any status but OK, INPROGRESS and NO_RESOURCE
+// (TestCloseWithGetsInFlight: the abort in the owner's thread, from
+// ucp_get_req_handler; the same code through UCX 1.22.0). A reader that
+// waits for its requests to end before it closes leaves the owner
+// nothing to answer.
+//
+// Once it closes: a force close, which ends whatever is in flight
+// (the bound passed, or the peer failed), unless the endpoint's wireup is
+// not over and its peer has not failed. That one is closed in flush mode,
+// which lets the handshake finish first: UCX 1.13 aborts the process
+// (ucp_request.c:684 "got REP message") when the peer's worker is
+// destroyed while its wireup reply to a force-closed endpoint is still
+// queued. Such an endpoint has only canary reads in flight (through C
+// memory, see verify), which the flush close lets end. w.mu held.
 func (w *Worker) closeEP(ep *endpoint) {
 	if ep.closed {
 		return
 	}
-	ep.closed = true
 	if !ep.peerErrors {
 		// UCX 1.13 refuses a force close in UCP_ERR_HANDLING_MODE_NONE
 		// (and a flush close to a dead peer would never end), yet may
 		// still call the error callback: gs lives as long as the worker.
+		ep.closed = true
 		w.closing = append(w.closing, closingEP{gs: ep.gs, uw: ep.uw, keep: true})
 		return
 	}
+	if ep.users > 0 && ep.gs.failed == 0 {
+		now := time.Now()
+		if ep.drainBy.IsZero() {
+			ep.drainBy = now.Add(CloseDrainBound)
+			w.draining = append(w.draining, ep)
+		}
+		if now.Before(ep.drainBy) {
+			return
+		}
+	}
+	ep.closed = true
 	force := C.int(1)
-	if ep.peerErrors && !ep.ready && ep.gs.failed == 0 {
+	if !ep.ready && ep.gs.failed == 0 {
 		force = 0
 	}
 	var req unsafe.Pointer
 	C.gs_ucx_ep_close(ep.gs, force, &req)
 	w.closing = append(w.closing, closingEP{req: req, gs: ep.gs, uw: ep.uw})
+}
+
+// drain closes the draining endpoints whose peer failed or whose
+// CloseDrainBound passed (the others close when their last user lets go,
+// see retire). w.mu held.
+func (w *Worker) drain() {
+	live := w.draining[:0]
+	for _, ep := range w.draining {
+		if !ep.closed && (ep.gs.failed != 0 || !time.Now().Before(ep.drainBy)) {
+			w.closeEP(ep)
+		}
+		if !ep.closed {
+			live = append(live, ep)
+		}
+	}
+	clear(w.draining[len(live):])
+	w.draining = live
 }
 
 // retire releases a dead endpoint's rkeys once no Do holds it. w.mu held.
@@ -810,9 +874,12 @@ func dropKeys(ep *endpoint) {
 	}
 }
 
-// reap frees the abandoned requests and the endpoints whose close ended.
-// w.mu held.
+// reap frees the abandoned requests and the endpoints whose close ended,
+// and closes the draining endpoints that are due. w.mu held.
 func (w *Worker) reap() {
+	if len(w.draining) > 0 {
+		w.drain()
+	}
 	orphans := w.orphans[:0]
 	for _, r := range w.orphans {
 		if st := C.gs_ucx_request_test(r.req); st == C.UCS_INPROGRESS {
@@ -903,7 +970,7 @@ func (w *Worker) Close() {
 	for _, c := range w.closing {
 		C.free(unsafe.Pointer(c.gs))
 	}
-	w.orphans, w.closing = nil, nil
+	w.orphans, w.closing, w.draining = nil, nil, nil
 	w.mu.Unlock()
 	w.c.release()
 }
