@@ -16,7 +16,7 @@ SOURCES := $(shell find gostore bindings python/gostore third_party -name '*.go'
 # stamp) changes its folder, and the installed copy must follow.
 SOURCES += $(shell find python/gostore -type d -not -name __pycache__ 2>/dev/null)
 
-.PHONY: run test test-engines fuzz soak bench bench-scale bench-peers vet gotest pytest install clean etcd ucx
+.PHONY: run test test-engines test-ucx-wheel fuzz soak bench bench-scale bench-peers vet gotest pytest install clean etcd ucx
 
 run: install
 	$(PY) -m gostore.demo
@@ -52,6 +52,14 @@ gotest:
 # driven through its own Mooncake integration (tools/test_engines.sh).
 test-engines: install
 	tools/test_engines.sh $(ENGINES)
+
+# The UCX route's suites (gostore/ucx, the UCX tests of gostore/transfer and
+# gostore/client, tests/test_ucx.py) on PyPI's UCX 1.22, the `ucx` extra's
+# pinned libucx-cu12 (142 MB, in .venv-ucx), instead of the system's 1.13:
+# a run that loads any other UCX fails. Needs the network the first time
+# (tools/test_ucx_wheel.sh; --ci in UCX_WHEEL_ARGS: no wheel is no failure).
+test-ucx-wheel: install
+	DEV_PKGS='$(DEV_PKGS)' tools/test_ucx_wheel.sh $(UCX_WHEEL_ARGS)
 
 # Every Go fuzz target beyond its seed corpus (which make test replays):
 # FUZZTIME each (default 10s), one worker. A crash's input lands in the

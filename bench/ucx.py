@@ -18,6 +18,10 @@ One run, three columns per cell, all over loopback on this machine:
   sets by default (``UCX_TCP_TX_SEG_SIZE``/``UCX_TCP_RX_SEG_SIZE`` =
   gostore/ucx's DefaultTCPSegSize, 64 KiB; a value in this process's env
   wins for both), so the limit is measured with the same transport setup.
+  ``--libucx PATH`` (or ``GOSTORE_LIBUCX``) names the ``libucp.so.0`` the
+  route loads; the limit is then that UCX's own ``ucx_perftest`` (its
+  prefix's ``bin/``: PyPI's ``libucx`` wheel ships one), never the
+  system's, so a run on UCX 1.22 compares against 1.22.
 
 Cells: {put, get} x {4 KiB, 1 MiB, 16 MiB} x {single call, batch of 32}, the
 zero-copy API (``put_from``/``get_into`` and their batch forms out of a
@@ -45,7 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 KiB, MiB = 1 << 10, 1 << 20
 SIZES = [4 * KiB, 1 * MiB, 16 * MiB]
@@ -341,16 +345,33 @@ def _free_port() -> int:
 ROUTE_UCX_KNOBS = {"UCX_TCP_TX_SEG_SIZE": "64K", "UCX_TCP_RX_SEG_SIZE": "64K"}
 
 
+def ucx_tool(name: str) -> Tuple[str, Dict[str, str]]:
+    """UCX's program ``name`` (ucx_perftest, ucx_info) of the UCX the route
+    loads, and the environment it needs: with GOSTORE_LIBUCX set, the one
+    in bin/ beside that library's lib/ (found with LD_LIBRARY_PATH there;
+    "" where it has none: a limit from another UCX would compare unlike
+    things), else the system's."""
+    lib = os.environ.get("GOSTORE_LIBUCX", "")
+    if not lib:
+        return shutil.which(name) or "", {}
+    libdir = os.path.dirname(os.path.abspath(lib))
+    exe = os.path.join(os.path.dirname(libdir), "bin", name)
+    ld = ":".join(p for p in (libdir, os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    return (exe if os.access(exe, os.X_OK) else ""), {"LD_LIBRARY_PATH": ld}
+
+
 def perftest(test: str, size: int, iters: int, wait: str = "") -> Dict[str, Any]:
     """One ucx_perftest run between two processes over UCX_TLS=tcp on
     127.0.0.1: its final CSV line (latency in us, bandwidth in MB/s =
     2^20 B/s, as ucx_perftest prints them). wait "sleep" runs both sides
     event-driven (-E sleep), as the route's owner and initiator are, rather
     than busy-polling."""
-    exe = shutil.which("ucx_perftest")
+    exe, extra = ucx_tool("ucx_perftest")
+    if not exe and os.environ.get("GOSTORE_LIBUCX"):
+        return {"error": f"no ucx_perftest beside GOSTORE_LIBUCX={os.environ['GOSTORE_LIBUCX']}"}
     if not exe:
         return {"error": "ucx_perftest not installed (make ucx installs ucx-utils)"}
-    env = dict(os.environ, UCX_TLS="tcp")
+    env = dict(os.environ, UCX_TLS="tcp", **extra)
     for k, v in ROUTE_UCX_KNOBS.items():
         env.setdefault(k, v)
     port = _free_port()
@@ -395,8 +416,10 @@ def limits(sizes: List[int]) -> Dict[str, Any]:
 
 
 def ucx_version() -> str:
+    exe, extra = ucx_tool("ucx_info")
     try:
-        return subprocess.run(["ucx_info", "-v"], capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run([exe or "ucx_info", "-v"], capture_output=True, text=True, timeout=10,
+                              env=dict(os.environ, **extra)).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -455,7 +478,12 @@ def main() -> int:
                     help="interleaved arms (default ucx=ucx and tcp=tcp with this Python); "
                          "e.g. ucx-old=ucx:/tmp/old-venv/bin/python to compare builds")
     ap.add_argument("--only-interleaved", action="store_true", help="skip the cells and the limits")
+    ap.add_argument("--libucx", metavar="PATH",
+                    help="the libucp.so.0 for the route (GOSTORE_LIBUCX) and, from its prefix's bin/, "
+                         "ucx_perftest for the limit: e.g. the libucx wheel's")
     a = ap.parse_args()
+    if a.libucx:
+        os.environ["GOSTORE_LIBUCX"] = os.path.abspath(a.libucx)  # the processes this starts inherit it
     sizes = [int(x) for x in a.sizes.split(",")]
     if a.peer:
         return peer_main(a.peer, a.protocol)
@@ -530,8 +558,8 @@ def main() -> int:
               f"ucp_put_lat {ps.get('p50_us', float('nan')):.0f} us, ucp_get {gs.get('p50_us', float('nan')):.0f} us")
     ucxinfo = runs["ucx"].get("transport_info", {})
     print(f"\nUCX route's transport_info: {json.dumps(ucxinfo.get('ucx', ucxinfo))[:400]}")
-    print(f"limits: ucx_perftest ucp_put_bw/ucp_get (bandwidth), ucp_put_lat/ucp_get (4 KiB latency), "
-          f"UCX_TLS=tcp on 127.0.0.1; {time.time() - t0:.0f} s in all")
+    print(f"limits: {ucx_tool('ucx_perftest')[0] or 'ucx_perftest'} ucp_put_bw/ucp_get (bandwidth), "
+          f"ucp_put_lat/ucp_get (4 KiB latency), UCX_TLS=tcp on 127.0.0.1; {time.time() - t0:.0f} s in all")
     if a.json:
         with open(a.json, "w") as fjson:
             json.dump({"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

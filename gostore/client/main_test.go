@@ -1,7 +1,7 @@
 // main_test.go is the edge of the test binary: a child that
 // TestDevicePartsFakeDriver starts learns its CUDA driver from the
 // environment the parent gave it and passes it to gpu.Configure, as the
-// bindings do.
+// bindings do. Its UCX, likewise, through ucxtest.Main.
 
 package client
 
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gostore/gostore/gostore/gpu"
+	"github.com/gostore/gostore/gostore/internal/ucxtest"
 )
 
 func TestMain(m *testing.M) {
@@ -20,5 +21,5 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
-	os.Exit(m.Run())
+	os.Exit(ucxtest.Main(m)) // GOSTORE_LIBUCX, and the UCX a run expects
 }

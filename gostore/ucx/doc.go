@@ -54,7 +54,10 @@
 //     the target's worker (cma in UCX >= 1.16, verbs), an op already
 //     connected and racing Close may still read the memory until its
 //     endpoint sees the closed worker (tcp reset, keepalive); on verbs
-//     mem_unmap invalidates the rkey.
+//     mem_unmap invalidates the rkey. Over cma (PyPI's 1.22) that endpoint
+//     never sees it while the owner process lives: an owner's remount
+//     leaves a reader's old Desc serving the same memory (make
+//     test-ucx-wheel, test_an_owner_remount_does_not_fail_the_next_op).
 //   - Endpoints use UCP_ERR_HANDLING_MODE_PEER where the context has a
 //     transport that detects peer failure (tcp, cma, verbs). Where none does
 //     (UCX 1.13's posix/sysv alone) they connect without it, logged once,
