@@ -232,8 +232,10 @@ func TestCancelSparesOtherCallsOps(t *testing.T) {
 
 // A Do whose ctx ends while its owner is stopped returns TRANSFER_FAIL
 // within about CloseDrainBound (its endpoint is force-closed then, which
-// cancels its requests): not at the owner's return. The owner then
-// serves the next Do the right bytes.
+// cancels its requests): not at the owner's return. The owner, run again,
+// answers the cancelled get late: its bytes must not reach the caller's
+// buffer, which Do returned. The owner then serves the next Do the right
+// bytes and lives.
 func TestCancelledDoAgainstStoppedPeer(t *testing.T) {
 	needUCX(t)
 	p := startPeer(t, "tcp")
@@ -247,19 +249,29 @@ func TestCancelledDoAgainstStoppedPeer(t *testing.T) {
 	defer cancel()
 	buf := make([]byte, 4<<20)
 	start := time.Now()
-	err := w.Do(ctx, []Op{{Desc: p.desc, Parts: []Part{{Host: buf}}}})[0]
-	took := time.Since(start)
-	t.Logf("Do with a 50 ms ctx against the stopped owner: %v after %v", err, took)
+	done := make(chan error, 1)
+	go func() { done <- w.Do(ctx, []Op{{Desc: p.desc, Parts: []Part{{Host: buf}}}})[0] }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		// The deferred SIGCONT lets the Do end before the worker's Close.
+		t.Fatalf("Do not returned %v after its start (ctx 50 ms, CloseDrainBound %v)", time.Since(start), CloseDrainBound)
+	}
+	t.Logf("Do with a 50 ms ctx against the stopped owner: %v after %v", err, time.Since(start))
 	if wire.CodeOf(err) != wire.ErrTransferFail {
 		t.Fatalf("code %v: %v", wire.CodeOf(err), err)
 	}
-	if took > 10*time.Second {
-		t.Fatalf("Do returned %v after its start (ctx 50 ms, CloseDrainBound %v)", took, CloseDrainBound)
-	}
+	marked := bytes.Repeat([]byte{0x5A}, len(buf))
+	copy(buf, marked)
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	// The next read progresses the worker after the owner's late answer.
 	if err := readPeer(t, w, p, time.Minute); err != nil || !alive(p) || ucx113Abort.MatchString(p.stderr.String()) {
 		t.Fatalf("after the owner ran again: %v (owner alive: %v)\n%s", err, alive(p), p.stderr.String())
+	}
+	if !bytes.Equal(buf, marked) {
+		t.Fatal("the cancelled get's buffer was written after Do returned")
 	}
 }
