@@ -24,13 +24,17 @@
 //     it reaches UCX; malformed is wire.ErrInvalidParams. An op is checked
 //     against the exposed size before it is posted.
 //   - Do returns only when no request references the caller's memory: on
-//     ctx end the endpoints involved are dropped and progressed until
-//     every request ended (see the next invariant: within
-//     CloseDrainBound). Go memory is pinned while in flight.
+//     ctx end it progresses until its requests ended, and force-closes
+//     the endpoints of those still in flight CloseDrainBound later, which
+//     cancels them. Go memory is pinned while in flight.
+//   - One Do's ctx end, or a Forget, does not cut short another Do's ops:
+//     only a Do whose own requests outlived its ctx by CloseDrainBound,
+//     or Close, force-closes an endpoint others use (UCX has no cancel
+//     for one RMA request).
 //   - No endpoint with peer-failure detection is closed under its own
-//     requests while its peer lives (Forget, Close, a ctx end): it leaves
-//     the cache at once and closes once no request of it is in flight, or
-//     CloseDrainBound later by a force close that cancels them; a failed
+//     requests while its peer lives (Forget, Close, a stale desc): it
+//     leaves the cache at once and closes once no Do holds it (orphaned
+//     canary reads get CloseDrainBound), or when cut as above; a failed
 //     peer's closes at once, and Close destroys the UCP worker only after.
 //     UCX's software RMA (tcp, shared memory) has the owner send a get's
 //     bytes (a put's completion) from its handler, and UCX (1.13.1 to at

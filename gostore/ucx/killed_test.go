@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"syscall"
 	"testing"
@@ -80,16 +81,22 @@ func TestReaderChild(t *testing.T) {
 // aborts it when an answer meets the dead reader's reset connection
 // (ucp_request.inl:346): the window is narrow, and nothing on the owner's
 // side closes it (ucx.LimitReaderDeath, docs/ucx.md "Known limits"), so a
-// pass here says the owner survived these kills, not that it always will.
+// pass here says the owner survived these kills, not that it always will,
+// and that abort skips the test (naming the limit) rather than failing
+// it: it is UCX's, and CI can do nothing about it; any other death, or
+// wrong bytes, fails.
 // Over shared memory the owner's answer cannot fail, but a reader killed
 // mid-send can block the owner's exposure (the receive-queue limit in
 // docs/ucx.md): that is logged, and a fresh owner is started.
 func TestReaderKilledMidGet(t *testing.T) {
-	rounds := 2
-	if n, err := strconv.Atoi(os.Getenv(envKillRounds)); err == nil && n > 0 {
-		rounds = n
-	}
-	for _, tls := range []string{"tcp", "posix,sysv,self", "cma,posix,self"} {
+	for _, tc := range []struct {
+		tls    string
+		rounds int // each starts a reader process: ~5 s under -race on a busy 2-core box
+	}{{"tcp", 2}, {"posix,sysv,self", 1}, {"cma,posix,self", 1}} {
+		tls, rounds := tc.tls, tc.rounds
+		if n, err := strconv.Atoi(os.Getenv(envKillRounds)); err == nil && n > 0 {
+			rounds = n
+		}
 		t.Run(tls, func(t *testing.T) {
 			needUCX(t)
 			owner := startPeer(t, tls)
@@ -100,6 +107,9 @@ func TestReaderKilledMidGet(t *testing.T) {
 				killReader(t, tls, owner, time.Duration(rnd.Intn(3000))*time.Microsecond)
 				err := readPeer(t, w, owner, 30*time.Second)
 				if !alive(owner) || ucx113Abort.MatchString(owner.stderr.String()) {
+					if tls == "tcp" && readerDeathAbort.MatchString(owner.stderr.String()) {
+						t.Skipf("round %d: UCX aborted the owner as its reader died mid-get over tcp: the known limit ucx.LimitReaderDeath (docs/ucx.md, Known limits), not a gostore defect:\n%s", round, owner.stderr.String())
+					}
 					t.Fatalf("round %d: the owner died when its reader was killed mid-get:\n%s", round, owner.stderr.String())
 				}
 				if err == nil {
@@ -117,6 +127,10 @@ func TestReaderKilledMidGet(t *testing.T) {
 		})
 	}
 }
+
+// readerDeathAbort is UCX's abort of an owner whose answer to a get met
+// the reset connection of a reader that died (ucx.LimitReaderDeath).
+var readerDeathAbort = regexp.MustCompile(`ucp_request\.inl:\d+ +Fatal: unexpected error: Endpoint timeout`)
 
 // killReader starts a reader process against owner, waits until its gets
 // brought the owner's bytes once (it goes on getting), lets it run for

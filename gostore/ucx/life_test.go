@@ -56,8 +56,9 @@ func TestForeignMemory(t *testing.T) {
 }
 
 // A Do whose ctx ends mid-transfer returns TRANSFER_FAIL with nothing left
-// writing into the caller's memory (its endpoint was force-closed), and the
-// next Do to the same peer connects afresh and works.
+// writing into the caller's memory (its requests ended, or were cancelled
+// by a force close of their endpoint), and the next Do to the same peer
+// works.
 func TestCancelledDo(t *testing.T) {
 	r := newRig(t, "tcp", 64<<20)
 	fill(r.mem, 11)

@@ -63,10 +63,10 @@ func (e renewed) Unwrap() error { return e.error }
 
 // Do moves every op, many in flight, and returns one error per op (nil
 // when its bytes arrived). Writes are flushed: their bytes are in the
-// peer's memory when Do returns. On ctx end, the endpoints with requests
-// still in flight are closed, once those ended or at most CloseDrainBound
-// later by a force close that cancels them, so Do never returns while UCX
-// could still touch the caller's memory. Ops cut short by a renewal of the UCP
+// peer's memory when Do returns. On ctx end, Do waits for its requests
+// still in flight, and CloseDrainBound later force-closes the endpoints of
+// those that did not end, which cancels them (see wait), so Do never
+// returns while UCX could still touch the caller's memory. Ops cut short by a renewal of the UCP
 // worker (see renew) are posted once more on the new one, so a live peer
 // does not fail because another peer died; a dead peer's ops fail on that
 // second try (at connect, or after PeerStallBound again).
@@ -205,7 +205,7 @@ func (w *Worker) destroy(u *uworker) {
 	w.closing = keptC
 	for ep := range u.eps {
 		dropKeys(ep)
-		ep.dead, ep.users = true, 0
+		ep.dead, ep.users, ep.orph = true, 0, 0
 		if !ep.closed {
 			// The worker's destroy closes it.
 			ep.closed = true

@@ -61,7 +61,7 @@ type Worker struct {
 	active   int                  // Do calls between their post and their end
 	eps      map[string]*endpoint // by the peer's worker address
 	closing  []closingEP          // endpoints whose close is in flight
-	draining []*endpoint          // dead endpoints whose close waits for their requests (see closeEP)
+	draining []*endpoint          // dead endpoints whose close waits for their users (see closeEP)
 	orphans  []request            // requests a Do gave up on (see orphan)
 	renewals int                  // UCP workers renewed away (see renew); tests read it
 	gone     map[string]gonePeer  // peers the stall path gave up on, by worker address (see stalled)
@@ -77,6 +77,7 @@ type endpoint struct {
 	key    string
 	rkeys  map[string]*remoteKey // by the desc's packed rkey
 	users  int                   // Do calls and orphaned requests holding it
+	orph   int                   // of users, the orphaned requests (see orphan)
 	dead   bool                  // out of the cache; its rkeys go with the last user
 	closed bool                  // ucp_ep_close_nbx was called
 	// ready: a request on it completed, so its wireup (the handshake) is
@@ -89,9 +90,12 @@ type endpoint struct {
 	// suspect: made while its peer was given up on once (see gonePeer);
 	// a completed request clears that, a stall confirms it.
 	suspect bool
-	// drainBy: when a dead endpoint whose requests were still in flight
-	// is closed at the latest (see closeEP); zero until it died so.
+	// drainBy: when a dead endpoint that only orphaned requests hold is
+	// closed at the latest (see closeEP); zero until it died with users.
 	drainBy time.Time
+	// cut: close it now, cancelling whatever is in flight on it (a Do
+	// whose own requests outlived its ctx by CloseDrainBound, or Close).
+	cut bool
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
 }
@@ -104,11 +108,13 @@ type endpoint struct {
 // memory speed); a part so large that it needs longer fails here.
 const PeerStallBound = 3 * time.Second
 
-// CloseDrainBound is how long a dead endpoint (Forget, Close, a ctx end,
-// a stale desc) whose peer has not failed is left open for its requests in
-// flight to end before it is force-closed, which cancels them (see
-// closeEP). It bounds how late Do returns after its ctx ended, against a
-// live peer that is slow; a failed peer is closed at once.
+// CloseDrainBound is how long a Do whose ctx ended waits for its requests
+// in flight on an endpoint whose peer has not failed before it
+// force-closes that endpoint, which cancels them (and every other Do's on
+// it, which UCX cannot spare: it has no cancel for one RMA request). It
+// bounds how late Do returns after its ctx ended against a live peer that
+// is slow. Close and the orphaned requests of a dead endpoint get the same
+// bound (see closeEP); a failed peer's endpoint is closed at once.
 const CloseDrainBound = 500 * time.Millisecond
 
 // GoneFor is how long a peer given up on twice by the stall path (see
@@ -426,7 +432,8 @@ func (w *Worker) post(ep *endpoint, rkey C.ucp_rkey_h, op *Op, p *Part, raddr ui
 
 // wait progresses the worker until every request ended.
 func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*desc, errs []error) {
-	cancelled := false
+	cancelled, cutDone := false, false
+	var cutAt time.Time // CloseDrainBound after the ctx end was seen
 	for idle := 0; len(reqs) > 0; {
 		w.mu.Lock()
 		progressed := C.gs_ucx_progress(w.cur.h) != 0
@@ -473,30 +480,38 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			reqs = w.stalled(reqs, ops, descs, errs)
 		}
 		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
-			// Dropping the endpoints ends every request on those with
-			// peer-failure detection within CloseDrainBound (other Do
-			// calls' too: the endpoint is gone): they end as they would,
-			// or the bound's force close cancels them (see closeEP).
-			// Requests on the others may never end: they are left to the
-			// worker with their bounce buffers.
-			cancelled = true
+			// Requests on endpoints with peer-failure detection use the
+			// caller's memory: they are waited for, their endpoint left
+			// as it is (other Do calls' ops on it go on), and only if
+			// they are still in flight CloseDrainBound later is it
+			// force-closed, which cancels them (and the others', which
+			// UCX cannot spare). Requests on the others may never end:
+			// they are left to the worker with their bounce buffers, and
+			// their endpoint dropped.
+			cancelled, cutAt = true, time.Now().Add(CloseDrainBound)
 			live := reqs[:0]
 			for _, r := range reqs {
 				for _, i := range r.ops {
 					setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: %v", opName(&ops[i]), descs[i].base, ops[i].Offset, ctx.Err()))
 				}
-				w.fail(r.ep)
 				if r.ep.peerErrors && r.bounce == nil {
-					// It ends, or the close at CloseDrainBound ends it
-					// (the endpoint is ready: only canary reads, through
-					// C memory, run before).
+					// The endpoint is ready (only canary reads, through C
+					// memory, run before), so a cut force-closes it.
 					live = append(live, r)
 				} else {
+					w.fail(r.ep)
 					// No renewal: the peer may be live and only slow.
 					w.orphan(r, false)
 				}
 			}
 			reqs = live
+		}
+		if cancelled && !cutDone && len(reqs) > 0 && !time.Now().Before(cutAt) {
+			// The peer is slower than the bound, or hung.
+			cutDone = true
+			for _, r := range reqs {
+				w.cut(r.ep)
+			}
 		}
 		armed, unarmable := false, false
 		if len(reqs) > 0 && !progressed {
@@ -590,6 +605,7 @@ func (w *Worker) stalled(reqs []request, ops []Op, descs []*desc, errs []error) 
 func (w *Worker) orphan(r request, renew bool) {
 	r.into = nil
 	r.ep.users++
+	r.ep.orph++
 	w.orphans = append(w.orphans, r)
 	if renew && !r.ep.peerErrors && r.ep.uw == w.cur {
 		w.renew("a peer without failure detection was taken as gone (a peer that died mid-send blocks the receive queue)")
@@ -744,10 +760,10 @@ func unpack(ep *endpoint, packed []byte, out *C.ucp_rkey_h) error {
 	return nil
 }
 
-// fail takes ep out of the cache and closes it: at once when none of its
-// requests is in flight or its peer failed, else once they ended or
-// CloseDrainBound passed, whichever is first (see closeEP). An endpoint without peer-failure detection cannot
-// be closed, only kept until its UCP worker goes (see closingEP): past
+// fail takes ep out of the cache and closes it: at once when nothing
+// holds it or its peer failed, else once no Do holds it and its orphaned
+// requests ended or CloseDrainBound passed (see closeEP). An endpoint
+// without peer-failure detection cannot be closed, only kept until its UCP worker goes (see closingEP): past
 // maxKept of those on the current worker, the worker is renewed, so peer
 // churn does not grow them without bound. w.mu held.
 func (w *Worker) fail(ep *endpoint) {
@@ -779,10 +795,13 @@ func (w *Worker) kept() int {
 }
 
 // closeEP starts the close of ep once. A tcp/verbs endpoint (peer-failure
-// detection) whose peer has not failed is closed only once no request of
-// it is in flight (no Do or orphan holds it), or CloseDrainBound after it
-// was first asked to: until then it stays open, out of the cache, and its
-// requests end as they would (see drain). UCX 1.13 aborts the OWNER's
+// detection) whose peer has not failed and that is not cut is closed only
+// once no Do holds it and no orphaned request of it is in flight, or, the
+// Do calls gone, CloseDrainBound after it was first asked to (orphans use
+// C memory, and a hung peer would keep them for good): until then it
+// stays open, out of the cache, and its requests end as they would (see
+// drain). Each Do bounds its own wait (see cut in wait): one Do's ctx end
+// or a Forget does not cancel another Do's ops. UCX 1.13 aborts the OWNER's
 // process when a reader's endpoint goes while the owner still answers it:
 // UCX's software RMA (tcp, shared memory) has the owner's worker send each
 // get's bytes back (and each put's completion) from its active-message
@@ -819,13 +838,13 @@ func (w *Worker) closeEP(ep *endpoint) {
 		w.closing = append(w.closing, closingEP{gs: ep.gs, uw: ep.uw, keep: true})
 		return
 	}
-	if ep.users > 0 && ep.gs.failed == 0 {
+	if ep.users > 0 && ep.gs.failed == 0 && !ep.cut {
 		now := time.Now()
 		if ep.drainBy.IsZero() {
 			ep.drainBy = now.Add(CloseDrainBound)
 			w.draining = append(w.draining, ep)
 		}
-		if now.Before(ep.drainBy) {
+		if ep.users > ep.orph || now.Before(ep.drainBy) {
 			return
 		}
 	}
@@ -839,13 +858,13 @@ func (w *Worker) closeEP(ep *endpoint) {
 	w.closing = append(w.closing, closingEP{req: req, gs: ep.gs, uw: ep.uw})
 }
 
-// drain closes the draining endpoints whose peer failed or whose
-// CloseDrainBound passed (the others close when their last user lets go,
-// see retire). w.mu held.
+// drain closes the draining endpoints whose peer failed, and those only
+// orphans hold past their CloseDrainBound (the others close when their
+// last user lets go, see retire, or when cut). w.mu held.
 func (w *Worker) drain() {
 	live := w.draining[:0]
 	for _, ep := range w.draining {
-		if !ep.closed && (ep.gs.failed != 0 || !time.Now().Before(ep.drainBy)) {
+		if !ep.closed && (ep.gs.failed != 0 || ep.users == ep.orph && !time.Now().Before(ep.drainBy)) {
 			w.closeEP(ep)
 		}
 		if !ep.closed {
@@ -854,6 +873,13 @@ func (w *Worker) drain() {
 	}
 	clear(w.draining[len(live):])
 	w.draining = live
+}
+
+// cut takes ep out of the cache and force-closes it now, which cancels
+// every request in flight on it (see closeEP). w.mu held.
+func (w *Worker) cut(ep *endpoint) {
+	ep.cut = true
+	w.fail(ep)
 }
 
 // retire releases a dead endpoint's rkeys once no Do holds it. w.mu held.
@@ -890,6 +916,7 @@ func (w *Worker) reap() {
 				r.ep.ready, r.ep.moved = true, time.Now()
 			}
 			r.ep.users--
+			r.ep.orph--
 			w.retire(r.ep)
 		}
 	}
@@ -937,9 +964,20 @@ func (w *Worker) Close() {
 	}
 	// Abandoned requests on endpoints without peer-failure detection may
 	// never end: give them a moment, then destroying the worker ends them
-	// (and closes those endpoints, see closingEP.keep).
+	// (and closes those endpoints, see closingEP.keep). Do calls in flight
+	// get CloseDrainBound for their requests to end, then their
+	// endpoints are cut.
 	var deadline time.Time
+	cutBy := time.Now().Add(CloseDrainBound)
 	for {
+		if !time.Now().Before(cutBy) {
+			for _, ep := range w.draining {
+				if !ep.closed {
+					ep.cut = true
+					w.closeEP(ep)
+				}
+			}
+		}
 		if w.active == 0 {
 			if w.closesInFlight()+len(w.orphans) == 0 {
 				break
@@ -960,7 +998,7 @@ func (w *Worker) Close() {
 		w.destroy(w.old[0])
 	}
 	for _, r := range w.orphans {
-		r.ep.users = 0
+		r.ep.users, r.ep.orph = 0, 0
 		w.retire(r.ep) // rkeys go before their worker
 	}
 	C.gs_ucx_worker_destroy(w.cur.h)
