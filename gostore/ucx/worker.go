@@ -436,41 +436,10 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 	var cutAt time.Time // CloseDrainBound after the ctx end was seen
 	for idle := 0; len(reqs) > 0; {
 		w.mu.Lock()
-		progressed := C.gs_ucx_progress(w.cur.h) != 0
-		for _, o := range w.old {
-			// A renewal leaves requests on tcp/verbs endpoints of the old
-			// worker in flight (the noPeerErrors choice can flip mid-life,
-			// so a worker may hold both kinds): only progress ends them.
-			if C.gs_ucx_progress(o.h) != 0 {
-				progressed = true
-			}
-		}
-		w.reap()
-		if len(w.orphans) > 0 {
-			w.stalledOrphans(time.Now())
-		}
-		live := reqs[:0]
-		for _, r := range reqs {
-			st := C.gs_ucx_request_test(r.req)
-			if st == C.UCS_INPROGRESS {
-				live = append(live, r)
-				continue
-			}
-			progressed = true
-			r.end(st)
-			if st == C.UCS_OK {
-				r.ep.ready, r.ep.moved = true, time.Now()
-				if r.ep.suspect {
-					r.ep.suspect = false
-					delete(w.gone, r.ep.key)
-				}
-			} else {
-				for _, i := range r.ops {
-					setErr(errs, i, w.opError(&ops[i], descs[i], st))
-				}
-			}
-		}
-		reqs = live
+		progressed := w.progressAll()
+		var ended bool
+		reqs, ended = w.collect(reqs, ops, descs, errs)
+		progressed = progressed || ended
 		for _, r := range reqs {
 			if r.ep.gs.failed != 0 {
 				w.fail(r.ep)
@@ -480,31 +449,8 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 			reqs = w.stalled(reqs, ops, descs, errs)
 		}
 		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
-			// Requests on endpoints with peer-failure detection use the
-			// caller's memory: they are waited for, their endpoint left
-			// as it is (other Do calls' ops on it go on), and only if
-			// they are still in flight CloseDrainBound later is it
-			// force-closed, which cancels them (and the others', which
-			// UCX cannot spare). Requests on the others may never end:
-			// they are left to the worker with their bounce buffers, and
-			// their endpoint dropped.
 			cancelled, cutAt = true, time.Now().Add(CloseDrainBound)
-			live := reqs[:0]
-			for _, r := range reqs {
-				for _, i := range r.ops {
-					setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: %v", opName(&ops[i]), descs[i].base, ops[i].Offset, ctx.Err()))
-				}
-				if r.ep.peerErrors && r.bounce == nil {
-					// The endpoint is ready (only canary reads, through C
-					// memory, run before), so a cut force-closes it.
-					live = append(live, r)
-				} else {
-					w.fail(r.ep)
-					// No renewal: the peer may be live and only slow.
-					w.orphan(r, false)
-				}
-			}
-			reqs = live
+			reqs = w.cancel(ctx, reqs, ops, descs, errs)
 		}
 		if cancelled && !cutDone && len(reqs) > 0 && !time.Now().Before(cutAt) {
 			// The peer is slower than the bound, or hung.
@@ -542,6 +488,81 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 		// counted 19-24 per 4 KiB put with it, 6-8 without; our TCP route
 		// 9). Other goroutines still run: w.mu is let go each round.
 	}
+}
+
+// progressAll progresses the current UCP worker and those renewed away,
+// then reaps closed endpoints and ends stalled orphans; it reports whether
+// UCX did anything. w.mu held.
+func (w *Worker) progressAll() bool {
+	progressed := C.gs_ucx_progress(w.cur.h) != 0
+	for _, o := range w.old {
+		// A renewal leaves requests on tcp/verbs endpoints of the old
+		// worker in flight (the noPeerErrors choice can flip mid-life,
+		// so a worker may hold both kinds): only progress ends them.
+		if C.gs_ucx_progress(o.h) != 0 {
+			progressed = true
+		}
+	}
+	w.reap()
+	if len(w.orphans) > 0 {
+		w.stalledOrphans(time.Now())
+	}
+	return progressed
+}
+
+// collect ends the requests UCX has finished, setting their ops' errors,
+// and returns those still in flight and whether any ended. w.mu held.
+func (w *Worker) collect(reqs []request, ops []Op, descs []*desc, errs []error) ([]request, bool) {
+	ended := false
+	live := reqs[:0]
+	for _, r := range reqs {
+		st := C.gs_ucx_request_test(r.req)
+		if st == C.UCS_INPROGRESS {
+			live = append(live, r)
+			continue
+		}
+		ended = true
+		r.end(st)
+		if st == C.UCS_OK {
+			r.ep.ready, r.ep.moved = true, time.Now()
+			if r.ep.suspect {
+				r.ep.suspect = false
+				delete(w.gone, r.ep.key)
+			}
+		} else {
+			for _, i := range r.ops {
+				setErr(errs, i, w.opError(&ops[i], descs[i], st))
+			}
+		}
+	}
+	return live, ended
+}
+
+// cancel fails the ops of reqs, whose call's ctx ended, and returns the
+// requests still to wait for. Requests on endpoints with peer-failure
+// detection use the caller's memory: they are waited for, their endpoint
+// left as it is (other Do calls' ops on it go on), and only if they are
+// still in flight CloseDrainBound later is it force-closed (wait's cut),
+// which cancels them (and the others', which UCX cannot spare). Requests
+// on the others may never end: they are left to the worker with their
+// bounce buffers, and their endpoint dropped. w.mu held.
+func (w *Worker) cancel(ctx context.Context, reqs []request, ops []Op, descs []*desc, errs []error) []request {
+	live := reqs[:0]
+	for _, r := range reqs {
+		for _, i := range r.ops {
+			setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: %v", opName(&ops[i]), descs[i].base, ops[i].Offset, ctx.Err()))
+		}
+		if r.ep.peerErrors && r.bounce == nil {
+			// The endpoint is ready (only canary reads, through C
+			// memory, run before), so a cut force-closes it.
+			live = append(live, r)
+		} else {
+			w.fail(r.ep)
+			// No renewal: the peer may be live and only slow.
+			w.orphan(r, false)
+		}
+	}
+	return live
 }
 
 // spinRounds is how many rounds without progress wait polls before it
