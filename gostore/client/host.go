@@ -68,10 +68,11 @@ func (h clientHost) OwnSegment(segID uint64) []byte { return h.c.peers.local(seg
 // own segment, a same-host peer's mapping, or nil (reach it over TCP).
 func (h clientHost) SegmentMemory(ctx context.Context, segID uint64) ([]byte, transfer.Peer, error) {
 	c := h.c
-	if err := c.resolve(ctx, []uint64{segID}); err != nil {
+	known, err := c.resolve(ctx, []uint64{segID})
+	if err != nil {
 		return nil, transfer.Peer{}, err
 	}
-	p, ok := c.peers.get(segID)
+	p, ok := known[segID]
 	if !ok {
 		return nil, transfer.Peer{}, wire.Errorf(wire.ErrSegmentNotFound, "segment %d is gone", segID)
 	}

@@ -72,7 +72,8 @@ func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 }
 
 // forgetStale forgets segment id if what is cached of it still carries
-// the UCX desc ucx: another call may have cached the master's newer one.
+// the UCX desc ucx (none for a segment reached without UCX): another call
+// may have cached the master's newer one.
 func (p *peerCache) forgetStale(id uint64, ucx []byte) {
 	p.mu.Lock()
 	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
@@ -89,31 +90,39 @@ func (p *peerCache) forget(id uint64) {
 	p.mu.Unlock()
 }
 
-// resolve makes sure every ID in ids is cached, asking the master once for
-// all the unknown ones. IDs the master no longer knows stay unresolved.
-func (c *core) resolve(ctx context.Context, ids []uint64) error {
+// resolve returns how to reach each segment of ids, caching it, and asks
+// the master once for all the ones not cached. IDs the master no longer
+// knows are left out. Callers use what it returns, not the cache: another
+// call whose op failed may drop a segment from the cache at any moment
+// (opFailed), and a lookup there after resolve would then find nothing.
+func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.Peer, error) {
+	known := make(map[uint64]transfer.Peer, len(ids))
 	var missing []uint64
 	c.peers.mu.RLock()
 	for _, id := range ids {
-		if _, ok := c.peers.byID[id]; !ok {
+		if p, ok := c.peers.byID[id]; ok {
+			known[id] = p
+		} else {
 			missing = append(missing, id)
 		}
 	}
 	c.peers.mu.RUnlock()
 	if len(missing) == 0 {
-		return nil
+		return known, nil
 	}
 	var resp wire.QuerySegmentsResp
 	if err := c.master.Call(ctx, wire.OpQuerySegments, &wire.QuerySegmentsReq{IDs: missing}, &resp); err != nil {
-		return err
+		return known, err
 	}
 	c.peers.mu.Lock()
 	for _, d := range resp.Segs {
-		c.peers.byID[d.ID] = transfer.PeerFromDesc(d)
+		p := transfer.PeerFromDesc(d)
+		c.peers.byID[d.ID] = p
 		c.peers.descs[d.ID] = d
+		known[d.ID] = p
 	}
 	c.peers.mu.Unlock()
-	return nil
+	return known, nil
 }
 
 // peerPruneInterval is how often the heartbeat asks the master which of
@@ -149,35 +158,35 @@ func (c *core) prunePeers(ctx context.Context) {
 	for _, id := range ids {
 		if !known[id] {
 			c.log.Debug("forgetting a segment the master dropped", "segment", id)
-			c.failed(id)
+			c.segmentGone(id)
 		}
 	}
 }
 
 // opFailed drops what an op's final failure in transfer (after
-// doRefreshing's one retry) shows to be unusable, and only that, so that
-// the next use asks the master again. An op the engine refused (a bad
-// range, bad device parts, a grant) says nothing about the segment. Over
-// the UCX route only the cached desc goes, if it is still the one that
-// failed: the worker already dropped the endpoint that failed (a dead
-// peer, a closed exposure, a stall), and the engine's Forget would drop
-// the segment's current endpoint too, cutting short the ops other calls
-// have in flight on it, and the worker's record of a peer it took as gone
-// (see ucx.GoneFor), so the next call would stall on it again. Over the
-// other routes the segment is forgotten (failed).
+// doRefreshing's one retry) shows to be unusable, and only that: the
+// segment's cached desc, if it is still the one the op carried (another
+// call may have cached the master's newer one), so that the next use asks
+// the master again. The engine keeps its connections and endpoints: the
+// one that failed is already gone (a broken TCP stream drops itself from
+// its pool; the UCX worker drops an endpoint that failed or stalled), and
+// the others may carry other calls' transfers at this moment. Forget
+// would cut those short: it closes the whole connection pool to the
+// peer's transfer server, and force-closes the segment's UCX endpoint and
+// clears the worker's record of a peer it took as gone (see ucx.GoneFor),
+// so the next call would stall on it again. An op the engine refused (a
+// bad range, bad device parts, a grant) says nothing about the segment.
+// The own segment stays.
 func (c *core) opFailed(op *transfer.Op, err error) {
-	if wire.CodeOf(err) != wire.ErrTransferFail {
+	if wire.CodeOf(err) != wire.ErrTransferFail || c.peers.isOwn(op.Peer.SegID) {
 		return
 	}
-	if c.engine.Route(op.Peer) == transfer.RouteUCX {
-		c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
-		return
-	}
-	c.failed(op.Peer.SegID)
+	c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
 }
 
-// failed forgets a segment after a transfer to it failed.
-func (c *core) failed(id uint64) {
+// segmentGone forgets a segment the master no longer knows, here and in
+// the engine (its mapping, connections and UCX endpoint).
+func (c *core) segmentGone(id uint64) {
 	if c.peers.isOwn(id) {
 		return
 	}
@@ -225,11 +234,11 @@ func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]tr
 	if len(stale) == 0 {
 		return errs
 	}
-	_ = c.resolve(ctx, ids) // a segment the master no longer knows is not retried
+	known, _ := c.resolve(ctx, ids) // a segment the master no longer knows is not retried
 	again := make([]transfer.Op, 0, len(stale))
 	at := make([]int, 0, len(stale))
 	for _, k := range stale {
-		peer, ok := c.peers.get(ops[k].Peer.SegID)
+		peer, ok := known[ops[k].Peer.SegID]
 		if !ok || bytes.Equal(peer.UCX, ops[k].Peer.UCX) {
 			continue
 		}

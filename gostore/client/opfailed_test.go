@@ -1,0 +1,123 @@
+// opfailed_test.go: what an op that failed in transfer over TCP drops,
+// with real clients and the owner's real transfer server on loopback.
+
+package client
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gostore/gostore/gostore/internal/testkit"
+	"github.com/gostore/gostore/gostore/transfer"
+	"github.com/gostore/gostore/gostore/wire"
+)
+
+// A call whose op fails in transfer over TCP does not cut short another
+// call's TCP reads from the same transfer server: a reader gets a 16 MiB
+// object on the owner's segment 10 times, bytes checked, while other
+// calls' ops on that segment fail in transfer one after another (their
+// ctx ended) and go through opFailed, as a get, put or plan transfer
+// does. Before, opFailed forgot the segment
+// in the engine, which closed the whole connection pool to the owner's
+// transfer server: the gets' requests on it failed, their one retry on
+// fresh connections was cut short too, and a get that had taken the pool
+// before it closed could not even send. The failed call
+// still drops the segment's cached desc, so the next call asks the
+// master again.
+func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
+	forceTCP(t)
+	m := testkit.StartMaster(t)
+	owner := newClient(t, m.Addr(), 32<<20)
+	reader := newClient(t, m.Addr(), 0)
+	v := testkit.Pattern(51, 16<<20)
+	small := testkit.Pattern(52, 4096)
+	if codes := reader.Writes().PutBatch([]PutItem{{Key: "big", Parts: [][]byte{v}}, {Key: "small", Parts: [][]byte{small}}},
+		wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK || codes[1] != wire.OK {
+		t.Fatal(codes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rep := replicaOf(t, ctx, reader, "small")
+	id := owner.peers.ownID
+	if rep.SegID != id {
+		t.Fatalf("the object is on segment %d, not the owner's %d", rep.SegID, id)
+	}
+	get := func(dest []byte) error {
+		if got := reader.Reads().GetInto([]string{"big"}, [][][]byte{{dest}}); got[0] != int64(len(v)) {
+			return wire.Errorf(wire.Code(got[0]), "get of the 16 MiB object: %d", got[0])
+		}
+		if !bytes.Equal(dest, v) {
+			return wire.Errorf(wire.ErrInternal, "get of the 16 MiB object: bytes differ")
+		}
+		return nil
+	}
+	if err := get(make([]byte, len(v))); err != nil {
+		t.Fatal(err)
+	}
+	peer, ok := reader.peers.get(id)
+	if !ok || reader.engine.Route(peer) != transfer.RouteTCP {
+		t.Fatalf("the owner's segment is not reached over TCP (cached %v)", ok)
+	}
+	// What a call does once its op failed in transfer: here its ctx had
+	// ended, which Do reports as ErrTransferFail without touching the
+	// connections the gets use.
+	fail := func() {
+		p, ok := reader.peers.get(id)
+		if !ok {
+			p = peer
+		}
+		done, end := context.WithCancel(context.Background())
+		end()
+		op := transfer.Op{Peer: p, Offset: rep.Offset, Bufs: [][]byte{make([]byte, len(small))}, Grant: rep.Grant}
+		err := reader.engine.Do(done, []transfer.Op{op})[0]
+		if wire.CodeOf(err) != wire.ErrTransferFail {
+			t.Errorf("a read whose ctx ended: %v", err)
+		}
+		reader.opFailed(&op, err)
+	}
+
+	// Calls fail one after another, on a goroutine of their own, all
+	// through the reader's gets.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fail()
+			failures.Add(1)
+		}
+	}()
+	const gets = 10
+	var bad []error
+	dest := make([]byte, len(v))
+	for range gets {
+		clear(dest)
+		if err := get(dest); err != nil {
+			bad = append(bad, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d gets beside %d failed calls", gets, failures.Load())
+	if len(bad) > 0 {
+		t.Fatalf("%d of %d gets of the same segment failed beside the failed calls; the first: %v", len(bad), gets, bad[0])
+	}
+	fail()
+	if _, cached := reader.peers.get(id); cached {
+		t.Fatal("the failed call left the segment's desc cached: the next call would not ask the master again")
+	}
+	if err := get(make([]byte, len(v))); err != nil {
+		t.Fatal(err)
+	}
+}
