@@ -136,7 +136,8 @@
 // endpoint already dropped themselves; the others may carry other calls'
 // ops, and over UCX forgetting the endpoint would also clear the worker's
 // record of a peer taken as gone). Only a segment the master dropped is
-// forgotten in the engine (prunePeers). An op the engine refused (range,
+// forgotten in the engine (prunePeers, which asks the master of the
+// cached segments and of those a failed op dropped from the cache). An op the engine refused (range,
 // grant, device parts) drops nothing. Since any call may so drop a cached
 // desc at any moment, callers reach segments through what resolve
 // returned, not a second lookup of the cache.

@@ -6,6 +6,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,4 +122,64 @@ func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 	if err := get(make([]byte, len(v))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A segment whose cached desc a failed call dropped is still let go once
+// the master drops it: a reader maps a same-host owner's segment, a call
+// of it fails in transfer (its ctx had ended), and the owner leaves
+// without the reader asking for its segment again. opFailed no longer
+// forgets the segment in the engine, so the heartbeat's pruning
+// (prunePeers) must unmap it, as it does for a cached segment. Before,
+// the pruning asked the master only of the cached segments, and the
+// failed call had dropped this one from the cache: the owner's whole
+// segment stayed mapped here (the finding of tests/test_soak_findings.py
+// back by another way), as its TCP connections and its UCX endpoint would.
+func TestAFailedCallsSegmentIsStillLetGoWhenItGoes(t *testing.T) {
+	m := testkit.StartMaster(t)
+	owner := newClient(t, m.Addr(), 8<<20)
+	reader := newClient(t, m.Addr(), 0)
+	v := testkit.Pattern(53, 4096)
+	if codes := reader.Writes().PutBatch([]PutItem{{Key: "k", Parts: [][]byte{v}}}, wire.ReplicaConfig{ReplicaNum: 1}); codes[0] != wire.OK {
+		t.Fatal(codes[0])
+	}
+	dst := make([]byte, len(v))
+	if got := reader.Reads().GetInto([]string{"k"}, [][][]byte{{dst}}); got[0] != int64(len(v)) || !bytes.Equal(dst, v) {
+		t.Fatalf("get: %d", got[0])
+	}
+	id := owner.peers.ownID
+	peer, ok := reader.peers.get(id)
+	if !ok || reader.engine.Route(peer) != transfer.RouteShm {
+		t.Fatalf("the owner's segment is not mapped here (cached %v)", ok)
+	}
+	name := "/memfd:gostore:" + owner.Hostname()
+	if n := mappings(t, name); n < 2 { // the owner's own and the reader's
+		t.Fatalf("%d mappings of %s, want 2 or more", n, name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	op := transfer.Op{Peer: peer, Offset: 0, Bufs: [][]byte{dst}}
+	err := reader.engine.Do(ctx, []transfer.Op{op})[0]
+	if wire.CodeOf(err) != wire.ErrTransferFail {
+		t.Fatalf("a read whose ctx ended: %v", err)
+	}
+	reader.opFailed(&op, err)
+	owner.Close()
+	testkit.WaitFor(t, "the reader to unmap the segment the master dropped", func() bool { return mappings(t, name) == 0 })
+}
+
+// mappings counts this process's mappings of the file name (as
+// /proc/self/maps writes it, " (deleted)" aside).
+func mappings(t *testing.T, name string) int {
+	t.Helper()
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && strings.TrimSuffix(strings.Join(f[5:], " "), " (deleted)") == name {
+			n++
+		}
+	}
+	return n
 }

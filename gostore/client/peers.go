@@ -23,11 +23,17 @@ type peerCache struct {
 	descs  map[uint64]wire.SegmentDesc // what the master said of each, for replica descriptors
 	ownID  uint64                      // this client's segment, 0 before its mount
 	engine *transfer.Engine
+	// dropped holds the segments a failed op dropped from byID
+	// (forgetStale) that no call resolved since: the engine may still
+	// hold their mapping, connections or UCX endpoint, which prunePeers
+	// lets go once the master drops the segment, as for cached ones.
+	dropped map[uint64]struct{}
 }
 
 func (p *peerCache) init(e *transfer.Engine) {
 	p.byID = make(map[uint64]transfer.Peer)
 	p.descs = make(map[uint64]wire.SegmentDesc)
+	p.dropped = make(map[uint64]struct{})
 	p.engine = e
 }
 
@@ -79,6 +85,7 @@ func (p *peerCache) forgetStale(id uint64, ucx []byte) {
 	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
 		delete(p.byID, id)
 		delete(p.descs, id)
+		p.dropped[id] = struct{}{}
 	}
 	p.mu.Unlock()
 }
@@ -87,6 +94,7 @@ func (p *peerCache) forget(id uint64) {
 	p.mu.Lock()
 	delete(p.byID, id)
 	delete(p.descs, id)
+	delete(p.dropped, id)
 	p.mu.Unlock()
 }
 
@@ -119,6 +127,7 @@ func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.P
 		p := transfer.PeerFromDesc(d)
 		c.peers.byID[d.ID] = p
 		c.peers.descs[d.ID] = d
+		delete(c.peers.dropped, d.ID)
 		known[d.ID] = p
 	}
 	c.peers.mu.Unlock()
@@ -129,16 +138,23 @@ func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.P
 // the cached segments it still knows (prunePeers).
 const peerPruneInterval = 2 * time.Second
 
-// prunePeers forgets the cached segments the master no longer knows: a
-// dead or departed peer's, dropped after client_ttl or its unmount. A
-// same-host peer's memory is mapped into this process, and no transfer
-// fails over shared memory to tell us it is gone: without this, each peer
-// that ever left kept its whole segment allocated here. The own segment
-// is never forgotten. An error (the master unreachable) prunes nothing.
+// prunePeers forgets the segments the master no longer knows, cached or
+// dropped from the cache by a failed op (the engine may still hold
+// them): a dead or departed peer's, dropped after client_ttl or its
+// unmount. A same-host peer's memory is mapped into this process, and no
+// transfer fails over shared memory to tell us it is gone: without this,
+// each peer that ever left kept its whole segment allocated here. The own
+// segment is never forgotten. An error (the master unreachable) prunes
+// nothing.
 func (c *core) prunePeers(ctx context.Context) {
 	c.peers.mu.RLock()
-	ids := make([]uint64, 0, len(c.peers.byID))
+	ids := make([]uint64, 0, len(c.peers.byID)+len(c.peers.dropped))
 	for id := range c.peers.byID {
+		if id != c.peers.ownID {
+			ids = append(ids, id)
+		}
+	}
+	for id := range c.peers.dropped {
 		if id != c.peers.ownID {
 			ids = append(ids, id)
 		}
