@@ -48,15 +48,7 @@ func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 	if rep.SegID != id {
 		t.Fatalf("the object is on segment %d, not the owner's %d", rep.SegID, id)
 	}
-	get := func(dest []byte) error {
-		if got := reader.Reads().GetInto([]string{"big"}, [][][]byte{{dest}}); got[0] != int64(len(v)) {
-			return wire.Errorf(wire.Code(got[0]), "get of the 16 MiB object: %d", got[0])
-		}
-		if !bytes.Equal(dest, v) {
-			return wire.Errorf(wire.ErrInternal, "get of the 16 MiB object: bytes differ")
-		}
-		return nil
-	}
+	get := bigGet(reader, "big", v)
 	if err := get(make([]byte, len(v))); err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +74,35 @@ func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 		reader.opFailed(&op, err)
 	}
 
-	// Calls fail one after another, on a goroutine of their own, all
-	// through the reader's gets.
+	getsBesideFailures(t, get, len(v), fail)
+	fail()
+	if _, cached := reader.peers.get(id); cached {
+		t.Fatal("the failed call left the segment's desc cached: the next call would not ask the master again")
+	}
+	if err := get(make([]byte, len(v))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bigGet is a get of key by reader into dest that checks it returned v's
+// bytes.
+func bigGet(reader *Client, key string, v []byte) func(dest []byte) error {
+	return func(dest []byte) error {
+		if got := reader.Reads().GetInto([]string{key}, [][][]byte{{dest}}); got[0] != int64(len(v)) {
+			return wire.Errorf(wire.Code(got[0]), "get of %s: %d", key, got[0])
+		}
+		if !bytes.Equal(dest, v) {
+			return wire.Errorf(wire.ErrInternal, "get of %s: bytes differ", key)
+		}
+		return nil
+	}
+}
+
+// getsBesideFailures runs 10 gets of size bytes while fail runs one
+// failed call after another on a goroutine of its own, and fails t if a
+// get failed.
+func getsBesideFailures(t *testing.T, get func(dest []byte) error, size int, fail func()) {
+	t.Helper()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var failures atomic.Int64
@@ -102,7 +121,7 @@ func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 	}()
 	const gets = 10
 	var bad []error
-	dest := make([]byte, len(v))
+	dest := make([]byte, size)
 	for range gets {
 		clear(dest)
 		if err := get(dest); err != nil {
@@ -114,13 +133,6 @@ func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 	t.Logf("%d gets beside %d failed calls", gets, failures.Load())
 	if len(bad) > 0 {
 		t.Fatalf("%d of %d gets of the same segment failed beside the failed calls; the first: %v", len(bad), gets, bad[0])
-	}
-	fail()
-	if _, cached := reader.peers.get(id); cached {
-		t.Fatal("the failed call left the segment's desc cached: the next call would not ask the master again")
-	}
-	if err := get(make([]byte, len(v))); err != nil {
-		t.Fatal(err)
 	}
 }
 
