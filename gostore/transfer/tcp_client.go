@@ -145,6 +145,7 @@ type tconn struct {
 	mu      sync.Mutex
 	queue   []*tcpReq          // registered, not yet taken by the writer
 	pending map[uint64]*tcpReq // registered, not yet answered (queue included)
+	reading *tcpReq            // answered, its payload being read into its bufs
 	nextID  uint64
 	err     error // set once the connection is broken
 
@@ -232,8 +233,9 @@ func (c *tconn) exit() {
 }
 
 // abandon ends the requests of cl on c because cl's ctx ended: queued ones
-// are withdrawn; if some are on the wire, the connection is broken, since
-// their answers would land in buffers the caller takes back.
+// are withdrawn; if some are on the wire or their payload is being read,
+// the connection is broken, since their answers would land in buffers the
+// caller takes back.
 func (c *tconn) abandon(cl *call, cause error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -252,7 +254,10 @@ func (c *tconn) abandon(cl *call, cause error) {
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
-	onWire := false
+	// A request whose payload is being read is no longer pending, yet the
+	// reader writes into its buffers: a peer that stalls in the middle of
+	// it would hold the call past its ctx.
+	onWire := c.reading != nil && c.reading.call == cl
 	for _, r := range c.pending {
 		if r.call == cl {
 			onWire = true
@@ -328,9 +333,13 @@ func (c *tconn) readLoop() {
 			return
 		}
 		id, status, n := le.Uint64(h[0:]), wire.Code(int32(le.Uint32(h[8:]))), le.Uint64(h[12:])
+		payload := false
 		c.mu.Lock()
 		r := c.pending[id]
 		delete(c.pending, id)
+		if r != nil && !isWrite(r.op) && status == wire.OK && n == r.n {
+			c.reading, payload = r, true
+		}
 		c.mu.Unlock()
 		if r == nil {
 			err := fmt.Errorf("%s answered unknown request %d", c.pool.addr, id)
@@ -346,13 +355,8 @@ func (c *tconn) readLoop() {
 		case status != wire.OK && n == 0:
 			r.call.finish(r.opIdx, c.pool.statusErr(r, status), false)
 			continue
-		case !isWrite(r.op) && status == wire.OK && n == r.n:
-			for _, b := range r.bufs {
-				if _, err = io.ReadFull(br, b); err != nil {
-					err = transferErr("read from %s: %v", c.pool.addr, err)
-					break
-				}
-			}
+		case payload:
+			err = c.readPayload(br, r)
 		case isWrite(r.op) && status == wire.OK && n == 0:
 		default:
 			err = transferErr("%s answered request %d (op %d, %d bytes) with status %d and %d bytes",
@@ -365,6 +369,22 @@ func (c *tconn) readLoop() {
 		}
 		r.call.finish(r.opIdx, nil, false)
 	}
+}
+
+// readPayload reads the payload of r, the request being read (c.reading),
+// into its buffers.
+func (c *tconn) readPayload(br *bufio.Reader, r *tcpReq) error {
+	var err error
+	for _, b := range r.bufs {
+		if _, err = io.ReadFull(br, b); err != nil {
+			err = transferErr("read from %s: %v", c.pool.addr, err)
+			break
+		}
+	}
+	c.mu.Lock()
+	c.reading = nil
+	c.mu.Unlock()
+	return err
 }
 
 // call tracks the TCP requests of one startTCP.

@@ -5,8 +5,10 @@ package transfer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -226,6 +228,45 @@ func TestTCPHungServerDeadline(t *testing.T) {
 	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 1, Bufs: [][]byte{data}, Write: true}}))
 	if d := firstDiff(tp.seg.Bytes()[1:5001], data); d != "" {
 		t.Fatal(d)
+	}
+}
+
+// A peer that stalls in the middle of a read's payload does not hang the
+// call past its ctx: the server answers the one request of a 512 KiB read
+// (past the lane, on a pooled stream) with its header and a quarter of
+// the bytes, then sends nothing more. Once the ctx ends, Do returns -800
+// matching DeadlineExceeded. Before, the request being read was no longer
+// among the connection's pending ones, so abandoning the call did not
+// break the connection, and Do waited for the rest of the payload for
+// good.
+func TestTCPStallMidPayloadEndsWithTheCtx(t *testing.T) {
+	const n = 512 << 10
+	sent := make(chan struct{}, 1)
+	peer := rawPeer(t, 1<<20, func(c net.Conn) {
+		var hdr [reqHdrSize]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		var resp [respHdrSize]byte
+		copy(resp[0:8], hdr[1:9]) // the request's id
+		binary.LittleEndian.PutUint64(resp[12:], n)
+		if _, err := c.Write(append(resp[:], make([]byte, n/4)...)); err != nil {
+			return
+		}
+		sent <- struct{}{}
+		io.Copy(io.Discard, c) // the rest of the request (its grant), then silence
+	})
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := newDeadlineCtx()
+	done := make(chan []error, 1)
+	go func() { done <- grantDo(e, ctx, []Op{{Peer: peer, Bufs: [][]byte{make([]byte, n)}}}) }()
+	await(t, sent, "the peer to send part of the payload")
+	ctx.expire()
+	errs := await(t, done, "Do to return once its ctx ended")
+	wantCode(t, errs[0], wire.ErrTransferFail)
+	if !errors.Is(errs[0], context.DeadlineExceeded) {
+		t.Fatalf("%v does not match DeadlineExceeded", errs[0])
 	}
 }
 
