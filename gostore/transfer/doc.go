@@ -20,7 +20,10 @@
 // cannot be opened, goes over TCP to the peer's Server: a small call to
 // one peer (Options.LaneBytes) on the lane, written and answered on the
 // calling thread (tcp_lane.go), anything larger over pooled, pipelined
-// streams. Engine.Begin (begin.go) starts one small read, on the lane or
+// streams, which other calls share: a call whose ctx ends lets go of its
+// requests on the wire (their answers are read and dropped) rather than
+// break the stream, unless one of its requests is being written or its
+// payload read, which only breaking it can stop. Engine.Begin (begin.go) starts one small read, on the lane or
 // posted over UCX (at most 1 MiB), and returns, for a caller with
 // something to do before the answer. Each route is a
 // Transport; Options.Wrap puts a test's fake in front of any of them. TCP
