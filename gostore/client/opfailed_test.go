@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,10 +21,10 @@ import (
 
 // A call whose op fails in transfer over TCP does not cut short another
 // call's TCP reads from the same transfer server: a reader gets a 16 MiB
-// object on the owner's segment 10 times, bytes checked, while other
-// calls' ops on that segment fail in transfer one after another (their
-// ctx ended) and go through opFailed, as a get, put or plan transfer
-// does. Before, opFailed forgot the segment
+// object on the owner's segment 10 times, bytes checked, and then asks for
+// a small object's replica descriptors 200 times, while other calls' ops
+// on that segment fail in transfer one after another (their ctx ended)
+// and go through opFailed, as a get, put or plan transfer does. Before, opFailed forgot the segment
 // in the engine, which closed the whole connection pool to the owner's
 // transfer server: the gets' requests on it failed, their one retry on
 // fresh connections was cut short too, and a get that had taken the pool
@@ -74,7 +75,20 @@ func TestTCPAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 		reader.opFailed(&op, err)
 	}
 
-	getsBesideFailures(t, get, len(v), fail)
+	getsBesideFailures(t, get, len(v), 10, fail)
+	// The replica descriptors name the object beside such failures too.
+	want, codes := reader.Keys().ReplicaDescs([]string{"small"})
+	if codes[0] != wire.OK || len(want[0]) != 1 {
+		t.Fatalf("replica descriptors of small: %v, %v", want[0], codes[0])
+	}
+	describe := func([]byte) error {
+		got, codes := reader.Keys().ReplicaDescs([]string{"small"})
+		if codes[0] != wire.OK || !slices.Equal(got[0], want[0]) {
+			return wire.Errorf(wire.ErrInternal, "replica descriptors of small: %v, %v; want %v", got[0], codes[0], want[0])
+		}
+		return nil
+	}
+	getsBesideFailures(t, describe, 0, 200, fail)
 	fail()
 	if _, cached := reader.peers.get(id); cached {
 		t.Fatal("the failed call left the segment's desc cached: the next call would not ask the master again")
@@ -98,10 +112,10 @@ func bigGet(reader *Client, key string, v []byte) func(dest []byte) error {
 	}
 }
 
-// getsBesideFailures runs 10 gets of size bytes while fail runs one
+// getsBesideFailures runs gets gets of size bytes while fail runs one
 // failed call after another on a goroutine of its own, and fails t if a
 // get failed.
-func getsBesideFailures(t *testing.T, get func(dest []byte) error, size int, fail func()) {
+func getsBesideFailures(t *testing.T, get func(dest []byte) error, size, gets int, fail func()) {
 	t.Helper()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -119,7 +133,6 @@ func getsBesideFailures(t *testing.T, get func(dest []byte) error, size int, fai
 			failures.Add(1)
 		}
 	}()
-	const gets = 10
 	var bad []error
 	dest := make([]byte, size)
 	for range gets {

@@ -77,14 +77,17 @@ func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 	return peer, ok
 }
 
-// forgetStale forgets segment id if what is cached of it still carries
-// the UCX desc ucx (none for a segment reached without UCX): another call
-// may have cached the master's newer one.
+// forgetStale forgets how to reach segment id if what is cached of it
+// still carries the UCX desc ucx (none for a segment reached without
+// UCX): another call may have cached the master's newer one. What the
+// master said of the segment (descs) stays, for replica descriptors: a
+// failed op changes none of its place or name, and a lookup of it after
+// resolve must not come back empty; the next resolve replaces it, and
+// prunePeers drops it once the segment is gone.
 func (p *peerCache) forgetStale(id uint64, ucx []byte) {
 	p.mu.Lock()
 	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
 		delete(p.byID, id)
-		delete(p.descs, id)
 		p.dropped[id] = struct{}{}
 	}
 	p.mu.Unlock()

@@ -97,7 +97,7 @@ func TestUCXAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 			fail := failure(t, reader, stale, rep)
-			getsBesideFailures(t, get, len(v), fail)
+			getsBesideFailures(t, get, len(v), 10, fail)
 		})
 	}
 }
