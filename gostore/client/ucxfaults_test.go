@@ -177,6 +177,46 @@ func TestUCXStaleDescIsRefreshedForPlansAndTasks(t *testing.T) {
 		}
 	})
 
+	// A write plan keeps the peer it opened with: once one of its
+	// transfers learned the master's new desc, the others go with it, one
+	// UCX op each, not a failed one with the old desc and a retry.
+	t.Run("plan open across a remount", func(t *testing.T) {
+		m := testkit.StartMaster(t)
+		owner := newUCXClient(t, m.Addr(), 8<<20)
+		reader := newUCXClient(t, m.Addr(), 0)
+		if _, err := owner.Plans().Join(); err != nil {
+			t.Fatal(err)
+		}
+		v := testkit.Pattern(43, 100_000)
+		dest, err := reader.Plans().Owner("p", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := reader.Plans().OpenForWrite("p", uint64(len(v)), 4096, dest, 0)
+		if err != nil || p.Writable() != nil {
+			t.Fatalf("open: %v (mapped here: %v)", err, p != nil && p.Writable() != nil)
+		}
+		remount(t, reader, owner)
+		half := len(v) / 2
+		if err := reader.Plans().Write(p, 0, v[:half]); err != nil {
+			t.Fatalf("the first write after the remount: %v", err)
+		}
+		ops := reader.engine.RouteOps(transfer.RouteUCX)
+		if err := reader.Plans().Write(p, uint64(half), v[half:]); err != nil {
+			t.Fatalf("the second write after the remount: %v", err)
+		}
+		if n := reader.engine.RouteOps(transfer.RouteUCX) - ops; n != 1 {
+			t.Fatalf("the second write took %d UCX ops, want 1: it tried the stale desc again", n)
+		}
+		if err := reader.Plans().Commit("p"); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, len(v))
+		if n, err := reader.Plans().Read("p", dst); err != nil || n != len(v) || !bytes.Equal(dst, v) {
+			t.Fatalf("plan read: %d, %v (bytes equal %v)", n, err, bytes.Equal(dst, v))
+		}
+	})
+
 	t.Run("task", func(t *testing.T) {
 		m := testkit.StartMaster(t)
 		a := newUCXClient(t, m.Addr(), 8<<20)
