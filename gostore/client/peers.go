@@ -138,7 +138,8 @@ func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.P
 }
 
 // peerPruneInterval is how often the heartbeat asks the master which of
-// the cached segments it still knows (prunePeers).
+// the cached segments, and of those a failed op dropped, it still knows
+// (prunePeers).
 const peerPruneInterval = 2 * time.Second
 
 // prunePeers forgets the segments the master no longer knows, cached or
