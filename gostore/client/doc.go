@@ -130,12 +130,17 @@
 // has since replaced (same segment id, new exposure) is sent once more
 // with the new one, within the same call; a desc the master still gives
 // leaves the error as it was. A final failure then drops only what it
-// showed to be unusable (core.opFailed): over UCX the cached desc, if it
-// is still the one that failed, never the engine's endpoint to the
-// segment (the UCX worker already dropped the one that failed; the
-// segment's current one may carry other calls' ops, and forgetting it
-// would also clear the worker's record of a peer taken as gone). An op
-// the engine refused (range, grant, device parts) drops nothing.
+// showed to be unusable (core.opFailed): the cached desc, if it is still
+// the one that failed, over every route, never the engine's connections
+// or endpoints to the segment (a broken TCP stream and a failed UCX
+// endpoint already dropped themselves; the others may carry other calls'
+// ops, and over UCX forgetting the endpoint would also clear the worker's
+// record of a peer taken as gone). Only a segment the master dropped is
+// forgotten in the engine (prunePeers, which asks the master of the
+// cached segments and of those a failed op dropped from the cache). An op the engine refused (range,
+// grant, device parts) drops nothing. Since any call may so drop a cached
+// desc at any moment, callers reach segments through what resolve
+// returned, not a second lookup of the cache.
 //
 // Two subsystems live in packages of their own and reach the client only
 // through the interfaces they declare, which host.go implements: the SSD

@@ -276,7 +276,7 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 	if len(wants) == 0 {
 		return nil
 	}
-	_ = c.resolve(ctx, ids) // unresolved replicas are skipped below
+	known, _ := c.resolve(ctx, ids) // unresolved replicas are skipped below
 	for _, w := range wants {
 		c.orderReplicas(w.replicas)
 	}
@@ -296,7 +296,7 @@ func (c *Reads) readReplicas(ctx context.Context, wants []*readWant, ids []uint6
 				continue
 			}
 			rep := w.replicas[round]
-			peer, ok := c.peers.get(rep.SegID)
+			peer, ok := known[rep.SegID]
 			if !ok {
 				out[w.item] = int64(wire.ErrReplicaIsGone)
 				next = append(next, w)

@@ -68,10 +68,11 @@ func (h clientHost) OwnSegment(segID uint64) []byte { return h.c.peers.local(seg
 // own segment, a same-host peer's mapping, or nil (reach it over TCP).
 func (h clientHost) SegmentMemory(ctx context.Context, segID uint64) ([]byte, transfer.Peer, error) {
 	c := h.c
-	if err := c.resolve(ctx, []uint64{segID}); err != nil {
+	known, err := c.resolve(ctx, []uint64{segID})
+	if err != nil {
 		return nil, transfer.Peer{}, err
 	}
-	p, ok := c.peers.get(segID)
+	p, ok := known[segID]
 	if !ok {
 		return nil, transfer.Peer{}, wire.Errorf(wire.ErrSegmentNotFound, "segment %d is gone", segID)
 	}
@@ -80,11 +81,17 @@ func (h clientHost) SegmentMemory(ctx context.Context, segID uint64) ([]byte, tr
 }
 
 // Transfer runs one transfer with a peer reached over TCP or UCX, as a
-// get or put runs its ops: once more with the master's new UCX desc when
-// the one it carried went stale (doRefreshing), and a final failure drops
-// what it showed to be unusable (opFailed), so the next call resolves the
-// peer's segment again.
+// get or put runs its ops: with the segment's cached desc, once more with
+// the master's new UCX desc when that one went stale (doRefreshing), and
+// a final failure drops what it showed to be unusable (opFailed), so the
+// next call resolves the peer's segment again.
 func (h clientHost) Transfer(ctx context.Context, op transfer.Op) error {
+	// A write plan holds the peer it opened with, and another of its
+	// transfers may since have cached the master's new desc of that
+	// segment (an owner's remount): only the route changes.
+	if p, ok := h.c.peers.get(op.Peer.SegID); ok {
+		op.Peer = p
+	}
 	ops := []transfer.Op{op}
 	err := h.c.doRefreshing(ctx, ops, nil)[0]
 	if err != nil {

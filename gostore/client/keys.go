@@ -125,7 +125,7 @@ func (c *Keys) ReplicaDescs(keys []string) (descs [][]ReplicaDesc, codes []wire.
 	}
 	ctx, cancel := c.ctx()
 	defer cancel()
-	_ = c.resolve(ctx, ids) // a segment the master forgot meanwhile is left out
+	_, _ = c.resolve(ctx, ids) // a segment the master forgot meanwhile is left out
 	for i, r := range p.res {
 		codes[i] = r.Code
 		if r.Code != wire.OK {

@@ -23,11 +23,17 @@ type peerCache struct {
 	descs  map[uint64]wire.SegmentDesc // what the master said of each, for replica descriptors
 	ownID  uint64                      // this client's segment, 0 before its mount
 	engine *transfer.Engine
+	// dropped holds the segments a failed op dropped from byID
+	// (forgetStale) that no call resolved since: the engine may still
+	// hold their mapping, connections or UCX endpoint, which prunePeers
+	// lets go once the master drops the segment, as for cached ones.
+	dropped map[uint64]struct{}
 }
 
 func (p *peerCache) init(e *transfer.Engine) {
 	p.byID = make(map[uint64]transfer.Peer)
 	p.descs = make(map[uint64]wire.SegmentDesc)
+	p.dropped = make(map[uint64]struct{})
 	p.engine = e
 }
 
@@ -71,13 +77,18 @@ func (p *peerCache) get(id uint64) (transfer.Peer, bool) {
 	return peer, ok
 }
 
-// forgetStale forgets segment id if what is cached of it still carries
-// the UCX desc ucx: another call may have cached the master's newer one.
+// forgetStale forgets how to reach segment id if what is cached of it
+// still carries the UCX desc ucx (none for a segment reached without
+// UCX): another call may have cached the master's newer one. What the
+// master said of the segment (descs) stays, for replica descriptors: a
+// failed op changes none of its place or name, and a lookup of it after
+// resolve must not come back empty; the next resolve replaces it, and
+// prunePeers drops it once the segment is gone.
 func (p *peerCache) forgetStale(id uint64, ucx []byte) {
 	p.mu.Lock()
 	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
 		delete(p.byID, id)
-		delete(p.descs, id)
+		p.dropped[id] = struct{}{}
 	}
 	p.mu.Unlock()
 }
@@ -86,50 +97,68 @@ func (p *peerCache) forget(id uint64) {
 	p.mu.Lock()
 	delete(p.byID, id)
 	delete(p.descs, id)
+	delete(p.dropped, id)
 	p.mu.Unlock()
 }
 
-// resolve makes sure every ID in ids is cached, asking the master once for
-// all the unknown ones. IDs the master no longer knows stay unresolved.
-func (c *core) resolve(ctx context.Context, ids []uint64) error {
+// resolve returns how to reach each segment of ids, caching it, and asks
+// the master once for all the ones not cached. IDs the master no longer
+// knows are left out. Callers use what it returns, not the cache: another
+// call whose op failed may drop a segment from the cache at any moment
+// (opFailed), and a lookup there after resolve would then find nothing.
+func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.Peer, error) {
+	known := make(map[uint64]transfer.Peer, len(ids))
 	var missing []uint64
 	c.peers.mu.RLock()
 	for _, id := range ids {
-		if _, ok := c.peers.byID[id]; !ok {
+		if p, ok := c.peers.byID[id]; ok {
+			known[id] = p
+		} else {
 			missing = append(missing, id)
 		}
 	}
 	c.peers.mu.RUnlock()
 	if len(missing) == 0 {
-		return nil
+		return known, nil
 	}
 	var resp wire.QuerySegmentsResp
 	if err := c.master.Call(ctx, wire.OpQuerySegments, &wire.QuerySegmentsReq{IDs: missing}, &resp); err != nil {
-		return err
+		return known, err
 	}
 	c.peers.mu.Lock()
 	for _, d := range resp.Segs {
-		c.peers.byID[d.ID] = transfer.PeerFromDesc(d)
+		p := transfer.PeerFromDesc(d)
+		c.peers.byID[d.ID] = p
 		c.peers.descs[d.ID] = d
+		delete(c.peers.dropped, d.ID)
+		known[d.ID] = p
 	}
 	c.peers.mu.Unlock()
-	return nil
+	return known, nil
 }
 
 // peerPruneInterval is how often the heartbeat asks the master which of
-// the cached segments it still knows (prunePeers).
+// the cached segments, and of those a failed op dropped, it still knows
+// (prunePeers).
 const peerPruneInterval = 2 * time.Second
 
-// prunePeers forgets the cached segments the master no longer knows: a
-// dead or departed peer's, dropped after client_ttl or its unmount. A
-// same-host peer's memory is mapped into this process, and no transfer
-// fails over shared memory to tell us it is gone: without this, each peer
-// that ever left kept its whole segment allocated here. The own segment
-// is never forgotten. An error (the master unreachable) prunes nothing.
+// prunePeers forgets the segments the master no longer knows, cached or
+// dropped from the cache by a failed op (the engine may still hold
+// them): a dead or departed peer's, dropped after client_ttl or its
+// unmount. A same-host peer's memory is mapped into this process, and no
+// transfer fails over shared memory to tell us it is gone: without this,
+// each peer that ever left kept its whole segment allocated here. The own
+// segment is never forgotten. An error (the master unreachable) prunes
+// nothing.
 func (c *core) prunePeers(ctx context.Context) {
 	c.peers.mu.RLock()
-	ids := make([]uint64, 0, len(c.peers.byID))
+	ids := make([]uint64, 0, len(c.peers.byID)+len(c.peers.dropped))
 	for id := range c.peers.byID {
+		if id != c.peers.ownID {
+			ids = append(ids, id)
+		}
+	}
+	for id := range c.peers.dropped {
 		if id != c.peers.ownID {
 			ids = append(ids, id)
 		}
@@ -149,35 +178,35 @@ func (c *core) prunePeers(ctx context.Context) {
 	for _, id := range ids {
 		if !known[id] {
 			c.log.Debug("forgetting a segment the master dropped", "segment", id)
-			c.failed(id)
+			c.segmentGone(id)
 		}
 	}
 }
 
 // opFailed drops what an op's final failure in transfer (after
-// doRefreshing's one retry) shows to be unusable, and only that, so that
-// the next use asks the master again. An op the engine refused (a bad
-// range, bad device parts, a grant) says nothing about the segment. Over
-// the UCX route only the cached desc goes, if it is still the one that
-// failed: the worker already dropped the endpoint that failed (a dead
-// peer, a closed exposure, a stall), and the engine's Forget would drop
-// the segment's current endpoint too, cutting short the ops other calls
-// have in flight on it, and the worker's record of a peer it took as gone
-// (see ucx.GoneFor), so the next call would stall on it again. Over the
-// other routes the segment is forgotten (failed).
+// doRefreshing's one retry) shows to be unusable, and only that: the
+// segment's cached desc, if it is still the one the op carried (another
+// call may have cached the master's newer one), so that the next use asks
+// the master again. The engine keeps its connections and endpoints: the
+// one that failed is already gone (a broken TCP stream drops itself from
+// its pool; the UCX worker drops an endpoint that failed or stalled), and
+// the others may carry other calls' transfers at this moment. Forget
+// would cut those short: it closes the whole connection pool to the
+// peer's transfer server, and force-closes the segment's UCX endpoint and
+// clears the worker's record of a peer it took as gone (see ucx.GoneFor),
+// so the next call would stall on it again. An op the engine refused (a
+// bad range, bad device parts, a grant) says nothing about the segment.
+// The own segment stays.
 func (c *core) opFailed(op *transfer.Op, err error) {
-	if wire.CodeOf(err) != wire.ErrTransferFail {
+	if wire.CodeOf(err) != wire.ErrTransferFail || c.peers.isOwn(op.Peer.SegID) {
 		return
 	}
-	if c.engine.Route(op.Peer) == transfer.RouteUCX {
-		c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
-		return
-	}
-	c.failed(op.Peer.SegID)
+	c.peers.forgetStale(op.Peer.SegID, op.Peer.UCX)
 }
 
-// failed forgets a segment after a transfer to it failed.
-func (c *core) failed(id uint64) {
+// segmentGone forgets a segment the master no longer knows, here and in
+// the engine (its mapping, connections and UCX endpoint).
+func (c *core) segmentGone(id uint64) {
 	if c.peers.isOwn(id) {
 		return
 	}
@@ -225,11 +254,11 @@ func (c *core) doRefreshing(ctx context.Context, ops []transfer.Op, do func([]tr
 	if len(stale) == 0 {
 		return errs
 	}
-	_ = c.resolve(ctx, ids) // a segment the master no longer knows is not retried
+	known, _ := c.resolve(ctx, ids) // a segment the master no longer knows is not retried
 	again := make([]transfer.Op, 0, len(stale))
 	at := make([]int, 0, len(stale))
 	for _, k := range stale {
-		peer, ok := c.peers.get(ops[k].Peer.SegID)
+		peer, ok := known[ops[k].Peer.SegID]
 		if !ok || bytes.Equal(peer.UCX, ops[k].Peer.UCX) {
 			continue
 		}

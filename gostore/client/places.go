@@ -49,7 +49,7 @@ func (c *Reads) Places(p *Pending) []Place {
 		return out
 	}
 	ctx, cancel := c.ctx()
-	_ = c.resolve(ctx, ids) // an unresolved replica gets no place
+	known, _ := c.resolve(ctx, ids) // an unresolved replica gets no place
 	cancel()
 	for i, r := range p.res {
 		if r.Code != wire.OK || len(r.Replicas) == 0 {
@@ -57,7 +57,7 @@ func (c *Reads) Places(p *Pending) []Place {
 		}
 		c.orderReplicas(r.Replicas)
 		rep := r.Replicas[0] // the one GetFinish would read first
-		peer, ok := c.peers.get(rep.SegID)
+		peer, ok := known[rep.SegID]
 		if !ok || !c.mapsHostMemory(peer) || rep.Offset > peer.Size || r.Size > peer.Size-rep.Offset {
 			continue
 		}

@@ -192,7 +192,7 @@ func (c *Writes) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 			ids = append(ids, rep.SegID)
 		}
 	}
-	resolveErr := c.resolve(ctx, ids)
+	known, resolveErr := c.resolve(ctx, ids)
 	ops := make([]transfer.Op, 0, len(ids))
 	opItem := make([]int, 0, len(ids)) // ops[k] writes items[opItem[k]]
 	writing := make([]bool, len(items))
@@ -209,7 +209,7 @@ func (c *Writes) writeRound(start wire.Op, items []PutItem, cfg wire.ReplicaConf
 		}
 		writing[i], epochs[i] = true, r.Epoch
 		for _, rep := range r.Replicas {
-			peer, ok := c.peers.get(rep.SegID)
+			peer, ok := known[rep.SegID]
 			if !ok {
 				c.log.Warn("put: replica on an unknown segment", "key", items[i].Key, "segment", rep.SegID, "err", resolveErr)
 				out[i] = wire.ErrSegmentNotFound

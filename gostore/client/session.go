@@ -139,13 +139,13 @@ func (c *Sessions) PutSessionWrite(keys []string, parts [][]RangePart) []int64 {
 		}
 	}
 	c.sess.mu.Unlock()
-	resolveErr := c.resolve(ctx, ids)
+	known, resolveErr := c.resolve(ctx, ids)
 	for i := range keys {
 		if out[i] != 0 {
 			continue
 		}
 		for _, rep := range found[i].replicas {
-			peer, ok := c.peers.get(rep.SegID)
+			peer, ok := known[rep.SegID]
 			if !ok {
 				c.log.Warn("put session: replica on an unknown segment", "key", keys[i], "segment", rep.SegID, "err", resolveErr)
 				out[i] = int64(wire.ErrSegmentNotFound)

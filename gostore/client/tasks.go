@@ -122,12 +122,13 @@ func (c *Tasks) runTask(key string, plan wire.TaskPlan) wire.Code {
 	for i, t := range plan.Targets {
 		ids[i] = t.SegID
 	}
-	if err := c.resolve(ctx, ids); err != nil {
+	known, err := c.resolve(ctx, ids)
+	if err != nil {
 		return wire.CodeOf(err)
 	}
 	var ops []transfer.Op
 	for _, t := range plan.Targets {
-		peer, ok := c.peers.get(t.SegID)
+		peer, ok := known[t.SegID]
 		if !ok {
 			return wire.ErrSegmentNotFound
 		}

@@ -6,7 +6,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,10 +17,11 @@ import (
 
 // A call whose op fails over UCX on a segment does not cut short another
 // call's ops to the same segment: a reader's gets of a 16 MiB object on
-// the owner's segment run in a loop, bytes checked, while another call on
-// that segment fails, 20 times over, either with a range outside the
-// segment (refused before anything is posted) or for good over UCX with
-// the desc a remount made stale. Before, the failure made the client
+// the owner's segment, bytes checked, run while other calls on that
+// segment fail one after another (getsBesideFailures), either with a
+// range outside the segment (refused before anything is posted), for good
+// over UCX with the desc a remount made stale, or with the current desc
+// as their ctx had ended. Before, the failure made the client
 // forget the segment in the engine, whose UCX part force-closed the
 // endpoint the gets were using.
 func TestUCXAFailedCallLeavesOtherCallsAlone(t *testing.T) {
@@ -53,6 +53,22 @@ func TestUCXAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 			}
 			return func() { reader.opFailed(&op, err) }
 		},
+		// A call whose ctx had ended: its op carried the segment's
+		// current desc, which opFailed drops from the cache while the
+		// loop's gets are between their resolve and their op.
+		"ctx ended": func(t *testing.T, reader *Client, _ transfer.Peer, rep wire.Replica) func() {
+			cur, _ := reader.peers.get(rep.SegID)
+			return func() {
+				done, end := context.WithCancel(context.Background())
+				end()
+				op := transfer.Op{Peer: cur, Offset: rep.Offset, Bufs: [][]byte{make([]byte, 4096)}, Grant: rep.Grant}
+				err := reader.engine.Do(done, []transfer.Op{op})[0]
+				if wire.CodeOf(err) != wire.ErrTransferFail {
+					t.Errorf("a read whose ctx ended: %v", err)
+				}
+				reader.opFailed(&op, err)
+			}
+		},
 	}
 	for name, failure := range failures {
 		t.Run(name, func(t *testing.T) {
@@ -76,59 +92,12 @@ func TestUCXAFailedCallLeavesOtherCallsAlone(t *testing.T) {
 			if err := owner.own.mount(ctx); err != nil {
 				t.Fatal(err)
 			}
-			get := func(dest []byte) error {
-				if got := reader.Reads().GetInto([]string{"big"}, [][][]byte{{dest}}); got[0] != int64(len(v)) {
-					return wire.Errorf(wire.Code(got[0]), "get of the 16 MiB object: %d", got[0])
-				}
-				if !bytes.Equal(dest, v) {
-					return wire.Errorf(wire.ErrInternal, "get of the 16 MiB object: bytes differ")
-				}
-				return nil
-			}
+			get := bigGet(reader, "big", v)
 			if err := get(make([]byte, len(v))); err != nil { // the reader now holds the new desc
 				t.Fatal(err)
 			}
 			fail := failure(t, reader, stale, rep)
-
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			reads, bad := 0, []error(nil)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				dest := make([]byte, len(v))
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					clear(dest)
-					err := get(dest)
-					mu.Lock()
-					reads++
-					if err != nil {
-						bad = append(bad, err)
-					}
-					mu.Unlock()
-				}
-			}()
-			testkit.WaitFor(t, "the first get of the loop", func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return reads > 0
-			})
-			for range 20 {
-				fail()
-				time.Sleep(3 * time.Millisecond) // the loop's next get is under way
-			}
-			close(stop)
-			wg.Wait()
-			t.Logf("%d gets beside 20 failed calls", reads)
-			if len(bad) > 0 {
-				t.Fatalf("%d of %d gets of the same segment failed beside the failed calls; the first: %v", len(bad), reads, bad[0])
-			}
+			getsBesideFailures(t, get, len(v), 10, fail)
 		})
 	}
 }
@@ -205,6 +174,46 @@ func TestUCXStaleDescIsRefreshedForPlansAndTasks(t *testing.T) {
 		read("p2")
 		if reader.engine.RouteOps(transfer.RouteUCX) == ops {
 			t.Fatal("nothing went over UCX after the remount")
+		}
+	})
+
+	// A write plan keeps the peer it opened with: once one of its
+	// transfers learned the master's new desc, the others go with it, one
+	// UCX op each, not a failed one with the old desc and a retry.
+	t.Run("plan open across a remount", func(t *testing.T) {
+		m := testkit.StartMaster(t)
+		owner := newUCXClient(t, m.Addr(), 8<<20)
+		reader := newUCXClient(t, m.Addr(), 0)
+		if _, err := owner.Plans().Join(); err != nil {
+			t.Fatal(err)
+		}
+		v := testkit.Pattern(43, 100_000)
+		dest, err := reader.Plans().Owner("p", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := reader.Plans().OpenForWrite("p", uint64(len(v)), 4096, dest, 0)
+		if err != nil || p.Writable() != nil {
+			t.Fatalf("open: %v (mapped here: %v)", err, p != nil && p.Writable() != nil)
+		}
+		remount(t, reader, owner)
+		half := len(v) / 2
+		if err := reader.Plans().Write(p, 0, v[:half]); err != nil {
+			t.Fatalf("the first write after the remount: %v", err)
+		}
+		ops := reader.engine.RouteOps(transfer.RouteUCX)
+		if err := reader.Plans().Write(p, uint64(half), v[half:]); err != nil {
+			t.Fatalf("the second write after the remount: %v", err)
+		}
+		if n := reader.engine.RouteOps(transfer.RouteUCX) - ops; n != 1 {
+			t.Fatalf("the second write took %d UCX ops, want 1: it tried the stale desc again", n)
+		}
+		if err := reader.Plans().Commit("p"); err != nil {
+			t.Fatal(err)
+		}
+		dst := make([]byte, len(v))
+		if n, err := reader.Plans().Read("p", dst); err != nil || n != len(v) || !bytes.Equal(dst, v) {
+			t.Fatalf("plan read: %d, %v (bytes equal %v)", n, err, bytes.Equal(dst, v))
 		}
 	})
 

@@ -20,7 +20,10 @@
 // cannot be opened, goes over TCP to the peer's Server: a small call to
 // one peer (Options.LaneBytes) on the lane, written and answered on the
 // calling thread (tcp_lane.go), anything larger over pooled, pipelined
-// streams. Engine.Begin (begin.go) starts one small read, on the lane or
+// streams, which other calls share: a call whose ctx ends lets go of its
+// requests on the wire (their answers are read and dropped) rather than
+// break the stream, unless one of its requests is being written or its
+// payload read, which only breaking it can stop. Engine.Begin (begin.go) starts one small read, on the lane or
 // posted over UCX (at most 1 MiB), and returns, for a caller with
 // something to do before the answer. Each route is a
 // Transport; Options.Wrap puts a test's fake in front of any of them. TCP
@@ -102,14 +105,14 @@
 //     longer used, also after ctx ended.
 //   - The caller keeps its memory valid until Do returns, and never hands
 //     an op a range it does not own.
-//   - A mapping or connection that failed is dropped by Forget (the
-//     client calls it for segments whose ops failed in transfer over TCP
-//     or shared memory, and for segments the master dropped); a UCX
-//     endpoint that failed is dropped by the worker, and Forget of a
-//     segment reached over UCX cuts short the ops other calls have in
-//     flight on its endpoint (the client does not call it after a UCX op
-//     failed). Close fails what is in flight on TCP, unmaps, unpins and
-//     frees the bounces.
+//   - A TCP stream that broke drops itself from its pool (the next op
+//     dials afresh), and a UCX endpoint that failed is dropped by the
+//     worker; Forget is for a segment that is gone (the client calls it
+//     for segments the master dropped, not after an op failed): it cuts
+//     short the ops other calls have in flight to the segment, on every
+//     connection of the pool to its transfer server (when no other known
+//     segment lives there) and on its UCX endpoint. Close fails what is
+//     in flight on TCP, unmaps, unpins and frees the bounces.
 //   - The UCX worker (Options.UCX) is the caller's: it outlives the Engine
 //     (closed after Engine.Close); UCX ops in flight end with their ctx.
 //

@@ -145,6 +145,9 @@ type tconn struct {
 	mu      sync.Mutex
 	queue   []*tcpReq          // registered, not yet taken by the writer
 	pending map[uint64]*tcpReq // registered, not yet answered (queue included)
+	writing []*tcpReq          // taken from queue, being written
+	reading *tcpReq            // answered, its payload being read into its bufs
+	owed    map[uint64]owed    // answers of abandoned requests, to read and drop
 	nextID  uint64
 	err     error // set once the connection is broken
 
@@ -153,8 +156,15 @@ type tconn struct {
 	live atomic.Int32  // writer and reader goroutines still running
 }
 
+// owed is what is left of a request abandoned once on the wire: its
+// answer still comes, and is read and dropped.
+type owed struct {
+	read bool
+	n    uint64
+}
+
 func newTConn(nc net.Conn, p *peerPool, slot int) *tconn {
-	c := &tconn{nc: nc, pool: p, slot: slot, pending: map[uint64]*tcpReq{},
+	c := &tconn{nc: nc, pool: p, slot: slot, pending: map[uint64]*tcpReq{}, owed: map[uint64]owed{},
 		wake: make(chan struct{}, 1), dead: make(chan struct{})}
 	c.live.Store(2)
 	go c.writeLoop()
@@ -231,20 +241,24 @@ func (c *tconn) exit() {
 	}
 }
 
-// abandon ends the requests of cl on c because cl's ctx ended: queued ones
-// are withdrawn; if some are on the wire, the connection is broken, since
-// their answers would land in buffers the caller takes back.
+// abandon ends the requests of cl on c because cl's ctx ended, and only
+// those: queued ones are withdrawn, and those on the wire are let go of,
+// their answers to be read and dropped (owed), so that other calls'
+// requests on the stream go on. Only when the writer or the reader is
+// using one of them (its bytes being written, its payload being read into
+// the caller's buffers, which a stalled peer could hold for good) is the
+// connection broken.
 func (c *tconn) abandon(cl *call, cause error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return // exit finishes them
 	}
-	var withdrawn []*tcpReq
+	var ended []*tcpReq
 	kept := c.queue[:0]
 	for _, r := range c.queue {
 		if r.call == cl {
-			withdrawn = append(withdrawn, r)
+			ended = append(ended, r)
 			delete(c.pending, r.id)
 		} else {
 			kept = append(kept, r)
@@ -252,18 +266,24 @@ func (c *tconn) abandon(cl *call, cause error) {
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
-	onWire := false
-	for _, r := range c.pending {
-		if r.call == cl {
-			onWire = true
-			break
+	broken := c.reading != nil && c.reading.call == cl
+	for _, r := range c.writing {
+		broken = broken || r.call == cl
+	}
+	if !broken {
+		for id, r := range c.pending {
+			if r.call == cl {
+				delete(c.pending, id)
+				c.owed[id] = owed{read: !isWrite(r.op), n: r.n}
+				ended = append(ended, r)
+			}
 		}
 	}
 	c.mu.Unlock()
-	for _, r := range withdrawn {
+	for _, r := range ended {
 		r.call.finish(r.opIdx, cause, false)
 	}
-	if onWire {
+	if broken {
 		c.fail(transferErr("connection to %s dropped: a transfer on it was abandoned", c.pool.addr))
 	}
 }
@@ -285,6 +305,7 @@ func (c *tconn) writeLoop() {
 		}
 		q := c.queue
 		c.queue = spare[:0]
+		c.writing = q
 		c.mu.Unlock()
 		iov = iov[:0]
 		for _, r := range q {
@@ -301,6 +322,9 @@ func (c *tconn) writeLoop() {
 			nb := net.Buffers(iov)
 			_, err = nb.WriteTo(c.nc)
 		}
+		c.mu.Lock()
+		c.writing = nil
+		c.mu.Unlock()
 		clear(iov)
 		clear(q)
 		spare = q[:0]
@@ -328,10 +352,26 @@ func (c *tconn) readLoop() {
 			return
 		}
 		id, status, n := le.Uint64(h[0:]), wire.Code(int32(le.Uint32(h[8:]))), le.Uint64(h[12:])
+		payload := false
 		c.mu.Lock()
 		r := c.pending[id]
 		delete(c.pending, id)
+		if r != nil && !isWrite(r.op) && status == wire.OK && n == r.n {
+			c.reading, payload = r, true
+		}
+		o, isOwed := c.owed[id]
+		if r == nil && isOwed {
+			delete(c.owed, id)
+		}
 		c.mu.Unlock()
+		if r == nil && isOwed {
+			if err := c.drop(br, id, o, status, n); err != nil {
+				c.fail(err)
+				return
+			}
+			first = false
+			continue
+		}
 		if r == nil {
 			err := fmt.Errorf("%s answered unknown request %d", c.pool.addr, id)
 			if first {
@@ -346,13 +386,8 @@ func (c *tconn) readLoop() {
 		case status != wire.OK && n == 0:
 			r.call.finish(r.opIdx, c.pool.statusErr(r, status), false)
 			continue
-		case !isWrite(r.op) && status == wire.OK && n == r.n:
-			for _, b := range r.bufs {
-				if _, err = io.ReadFull(br, b); err != nil {
-					err = transferErr("read from %s: %v", c.pool.addr, err)
-					break
-				}
-			}
+		case payload:
+			err = c.readPayload(br, r)
 		case isWrite(r.op) && status == wire.OK && n == 0:
 		default:
 			err = transferErr("%s answered request %d (op %d, %d bytes) with status %d and %d bytes",
@@ -365,6 +400,37 @@ func (c *tconn) readLoop() {
 		}
 		r.call.finish(r.opIdx, nil, false)
 	}
+}
+
+// drop reads the answer to request id, abandoned on the wire (o), and
+// drops it; an answer the request could not have had is an error.
+func (c *tconn) drop(br *bufio.Reader, id uint64, o owed, status wire.Code, n uint64) error {
+	switch {
+	case status != wire.OK && n == 0, !o.read && status == wire.OK && n == 0:
+		return nil
+	case o.read && status == wire.OK && n == o.n:
+		if _, err := br.Discard(int(n)); err != nil {
+			return transferErr("read from %s: %v", c.pool.addr, err)
+		}
+		return nil
+	}
+	return transferErr("%s answered abandoned request %d (%d bytes) with status %d and %d bytes", c.pool.addr, id, o.n, status, n)
+}
+
+// readPayload reads the payload of r, the request being read (c.reading),
+// into its buffers.
+func (c *tconn) readPayload(br *bufio.Reader, r *tcpReq) error {
+	var err error
+	for _, b := range r.bufs {
+		if _, err = io.ReadFull(br, b); err != nil {
+			err = transferErr("read from %s: %v", c.pool.addr, err)
+			break
+		}
+	}
+	c.mu.Lock()
+	c.reading = nil
+	c.mu.Unlock()
+	return err
 }
 
 // call tracks the TCP requests of one startTCP.

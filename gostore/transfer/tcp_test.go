@@ -5,8 +5,10 @@ package transfer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -226,6 +228,123 @@ func TestTCPHungServerDeadline(t *testing.T) {
 	mustOK(t, grantDo(e, context.Background(), []Op{{Peer: tp.peer, Offset: 1, Bufs: [][]byte{data}, Write: true}}))
 	if d := firstDiff(tp.seg.Bytes()[1:5001], data); d != "" {
 		t.Fatal(d)
+	}
+}
+
+// A peer that stalls in the middle of a read's payload does not hang the
+// call past its ctx: the server answers the one request of a 512 KiB read
+// (past the lane, on a pooled stream) with its header and a quarter of
+// the bytes, then sends nothing more. Once the ctx ends, Do returns -800
+// matching DeadlineExceeded. Before, the request being read was no longer
+// among the connection's pending ones, so abandoning the call did not
+// break the connection, and Do waited for the rest of the payload for
+// good.
+func TestTCPStallMidPayloadEndsWithTheCtx(t *testing.T) {
+	const n = 512 << 10
+	sent := make(chan struct{}, 1)
+	peer := rawPeer(t, 1<<20, func(c net.Conn) {
+		var hdr [reqHdrSize]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		var resp [respHdrSize]byte
+		copy(resp[0:8], hdr[1:9]) // the request's id
+		binary.LittleEndian.PutUint64(resp[12:], n)
+		if _, err := c.Write(append(resp[:], make([]byte, n/4)...)); err != nil {
+			return
+		}
+		sent <- struct{}{}
+		io.Copy(io.Discard, c) // the rest of the request (its grant), then silence
+	})
+	e := NewEngine(Options{ForceTCP: true, Log: quietLog()})
+	defer e.Close()
+	ctx := newDeadlineCtx()
+	done := make(chan []error, 1)
+	go func() { done <- grantDo(e, ctx, []Op{{Peer: peer, Bufs: [][]byte{make([]byte, n)}}}) }()
+	await(t, sent, "the peer to send part of the payload")
+	ctx.expire()
+	errs := await(t, done, "Do to return once its ctx ended")
+	wantCode(t, errs[0], wire.ErrTransferFail)
+	if !errors.Is(errs[0], context.DeadlineExceeded) {
+		t.Fatalf("%v does not match DeadlineExceeded", errs[0])
+	}
+}
+
+// One call's ctx end does not cut short another call's request on the
+// same stream: two 512 KiB reads (past the lane) share the engine's one
+// stream to a server that holds its answers until told. The first call's
+// ctx ends with both requests on the wire; it returns at once, and once
+// the server answers both in order, the second call gets its bytes from
+// that same connection, its request sent once. Before, the abandoned
+// call broke the stream, and the other call's request was sent again on
+// a new connection (the retry that hides one such cut; a second cut
+// fails the call).
+func TestTCPAbandonedCallLeavesTheStreamToOthers(t *testing.T) {
+	const n = 512 << 10
+	data := pattern(12, 2*n)
+	var mu sync.Mutex
+	accepts, requests := 0, 0
+	arrived := make(chan struct{}, 8)
+	release := make(chan struct{})
+	peer := rawPeer(t, 2*n, func(c net.Conn) {
+		mu.Lock()
+		accepts++
+		mu.Unlock()
+		hdrs := make(chan [reqHdrSize]byte, 8)
+		go func() {
+			defer close(hdrs)
+			for {
+				var hdr [reqHdrSize]byte
+				if _, err := io.ReadFull(c, hdr[:]); err != nil {
+					return
+				}
+				mu.Lock()
+				requests++
+				mu.Unlock()
+				hdrs <- hdr
+				arrived <- struct{}{}
+			}
+		}()
+		<-release
+		for hdr := range hdrs {
+			off, ln := binary.LittleEndian.Uint64(hdr[9:]), binary.LittleEndian.Uint64(hdr[17:])
+			var resp [respHdrSize]byte
+			copy(resp[0:8], hdr[1:9])
+			binary.LittleEndian.PutUint64(resp[12:], ln)
+			if _, err := c.Write(append(resp[:], data[off:off+ln]...)); err != nil {
+				return
+			}
+		}
+	})
+	e := NewEngine(Options{ForceTCP: true, StreamsPerPeer: 1, Log: quietLog()})
+	defer e.Close()
+	ctx := newDeadlineCtx()
+	aDone, bDone := make(chan []error, 1), make(chan []error, 1)
+	bBuf := make([]byte, n)
+	go func() { aDone <- e.Do(ctx, []Op{{Peer: peer, Bufs: [][]byte{make([]byte, n)}}}) }()
+	await(t, arrived, "the first call's request")
+	go func() { bDone <- e.Do(context.Background(), []Op{{Peer: peer, Offset: n, Bufs: [][]byte{bBuf}}}) }()
+	for {
+		mu.Lock()
+		queued := requests
+		mu.Unlock()
+		if queued >= 2 {
+			break
+		}
+		await(t, arrived, "the second call's request")
+	}
+	ctx.expire()
+	errs := await(t, aDone, "the first call to return once its ctx ended")
+	wantCode(t, errs[0], wire.ErrTransferFail)
+	close(release)
+	mustOK(t, await(t, bDone, "the second call"))
+	if d := firstDiff(bBuf, data[n:]); d != "" {
+		t.Fatal(d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if accepts != 1 || requests != 2 {
+		t.Fatalf("%d connections and %d requests for two reads: the second call's was cut short and sent again", accepts, requests)
 	}
 }
 
