@@ -481,7 +481,6 @@ def test_a_peer_taken_as_gone_fails_the_next_call_at_once(launcher):
             assert not a.check_pattern("gone/k", size, seed=7)
             took.append(time.monotonic() - t0)
         print("gets of the stopped b took", [f"{x:.2f} s" for x in took])
-        assert took[0] >= 5, took  # the two stalls: it is gone that the next ones rely on
         assert max(took[1:]) < 1.5, f"a peer taken as gone stalled the next calls again: {took}"
     with open(a.log_path) as f:
         assert "taken as gone" in f.read()

@@ -273,6 +273,7 @@ func (w *Worker) begin(ctx context.Context, ops []Op) *try {
 			r, st := w.post(ep, rks[i].data, op, &op.Parts[j], raddr, &t.pin)
 			if st != C.UCS_OK && st != C.UCS_INPROGRESS {
 				errs[i] = w.opError(op, d, st)
+				w.fail(ep) // as collect does: no key is trusted past an error
 				break
 			}
 			if r.req != nil {
@@ -299,6 +300,7 @@ func (w *Worker) begin(ctx context.Context, ops []Op) *try {
 			for _, i := range flushes[ep] {
 				setErr(errs, i, w.opError(&ops[i], descs[i], st))
 			}
+			w.fail(ep)
 		}
 	}
 	return t
@@ -510,7 +512,8 @@ func (w *Worker) progressAll() bool {
 	return progressed
 }
 
-// collect ends the requests UCX has finished, setting their ops' errors,
+// collect ends the requests UCX has finished, setting their ops' errors
+// and dropping the endpoint of one that ended in error,
 // and returns those still in flight and whether any ended. w.mu held.
 func (w *Worker) collect(reqs []request, ops []Op, descs []*desc, errs []error) ([]request, bool) {
 	ended := false
@@ -533,6 +536,11 @@ func (w *Worker) collect(reqs []request, ops []Op, descs []*desc, errs []error) 
 			for _, i := range r.ops {
 				setErr(errs, i, w.opError(&ops[i], descs[i], st))
 			}
+			// UCX ended it with an error without (yet) failing its
+			// endpoint: drop the endpoint all the same, so the next op
+			// with its desc connects anew and reads the canary again
+			// rather than trusting a key verified before the error.
+			w.fail(r.ep)
 		}
 	}
 	return live, ended
