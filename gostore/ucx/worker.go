@@ -1017,10 +1017,19 @@ func (w *Worker) Close() {
 				break
 			}
 		}
-		C.gs_ucx_progress(w.cur.h)
+		progressed := C.gs_ucx_progress(w.cur.h) != 0
 		w.reap()
+		// Sleep on the event fd when nothing moved (1 ms at most, as
+		// the deadlines above are checked each round), rather than spin
+		// a core the peer, or this process's own exposure, may need.
+		armed := !progressed && C.gs_ucx_worker_arm(w.cur.h) == C.UCS_OK
+		efd := w.cur.efd
 		w.mu.Unlock()
-		runtime.Gosched()
+		if armed {
+			C.gs_ucx_wait(efd, -1, 1)
+		} else {
+			runtime.Gosched()
+		}
 		w.mu.Lock()
 	}
 	for len(w.old) > 0 { // none left once no Do is active; see release
