@@ -94,6 +94,10 @@ type endpoint struct {
 	drainBy time.Time
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
+	// recheck: its RMA may bypass the peer's worker (bypasses), so verify
+	// reads the canary before each Do's ops, not once per rkey. True until
+	// laned, when the first canary read came back and its lanes are known.
+	recheck, laned bool
 }
 
 // PeerStallBound is how long a request on an endpoint without peer-failure
@@ -319,8 +323,13 @@ func (t *try) finish() []error {
 // verify reads the canary of every desc not yet verified on its endpoint
 // and compares it with the desc's nonce: a worker address that now leads
 // to another worker (the exposure closed, its tcp port reused) fails here,
-// before any op reaches memory the desc never named. It reports whether it
-// waited (letting go of w.mu, which it holds again on return).
+// before any op reaches memory the desc never named. On an endpoint whose
+// RMA bypasses the peer's worker (recheck: cma in UCX >= 1.16) it reads
+// the canary before every Do's ops, puts and gets alike: there nothing
+// else stops an endpoint connected before the exposure closed (a revoked
+// desc would read and write whatever the memory holds now), and over cma
+// the read is one local kernel copy. It reports whether it waited
+// (letting go of w.mu, which it holds again on return).
 func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []error, eps []*endpoint, rks []*remoteKey) bool {
 	var reqs []request
 	type check struct {
@@ -333,7 +342,7 @@ func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []err
 	var checks []*check
 	byKey := map[*remoteKey]*check{}
 	for i, rk := range rks {
-		if errs[i] != nil || rk.verified {
+		if errs[i] != nil || rk.verified && !eps[i].recheck {
 			continue
 		}
 		if c := byKey[rk]; c != nil {
@@ -374,12 +383,16 @@ func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []err
 		}
 		if !bytes.Equal(c.got, c.d.nonce[:]) {
 			for _, i := range c.ops {
-				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the exposure is closed (its address leads elsewhere now)", opName(&ops[i]), descs[i].base, ops[i].Offset)
+				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the exposure is closed (its canary no longer holds the desc's nonce)", opName(&ops[i]), descs[i].base, ops[i].Offset)
 			}
 			w.fail(c.ep)
 			continue
 		}
 		c.rk.verified = true
+		if !c.ep.laned {
+			// Its first RMA came through: the lanes are set (see bypass.go).
+			c.ep.laned, c.ep.recheck = true, bypasses(epInfo(c.ep))
+		}
 	}
 	return true
 }
@@ -714,7 +727,7 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
 		}
 		_, suspect := w.gone[key]
-		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors, suspect: suspect}
+		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors, suspect: suspect, recheck: true}
 		w.eps[key] = ep
 		w.cur.eps[ep] = struct{}{}
 	}
