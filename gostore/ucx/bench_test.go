@@ -55,3 +55,54 @@ func BenchmarkPutGet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCanaryRecheck: what the canary read before each Do costs on an
+// endpoint whose RMA bypasses the peer's worker (cma in UCX >= 1.16, see
+// bypass.go): 4 KiB puts and gets, one op per Do, with the read ("on", as
+// shipped) and without ("off": the same endpoint, recheck cleared, as
+// before the read existed), alternating within each -count round. Over
+// tcp (and any UCX without cma RMA lanes) the endpoint never rechecks:
+// "as-is" there is the unchanged path.
+func BenchmarkCanaryRecheck(b *testing.B) {
+	for _, tls := range []string{"cma,posix", "tcp"} {
+		r := newRig(b, tls, 1<<20)
+		buf := make([]byte, 4<<10)
+		if err := r.w.Do(context.Background(), []Op{{Desc: r.x.Desc(), Parts: []Part{{Host: buf}}}})[0]; err != nil {
+			b.Fatal(err)
+		}
+		var bypass bool
+		r.w.mu.Lock()
+		for _, ep := range r.w.eps {
+			bypass = ep.recheck
+		}
+		r.w.mu.Unlock()
+		modes := []string{"as-is"}
+		if bypass {
+			modes = []string{"on", "off"}
+		}
+		for _, write := range []bool{true, false} {
+			name := "get"
+			if write {
+				name = "put"
+			}
+			for _, mode := range modes {
+				b.Run(fmt.Sprintf("%s/%s/4KiB/%s", tls, name, mode), func(b *testing.B) {
+					if bypass {
+						r.w.mu.Lock()
+						for _, ep := range r.w.eps {
+							ep.recheck = mode == "on"
+						}
+						r.w.mu.Unlock()
+					}
+					op := []Op{{Desc: r.x.Desc(), Parts: []Part{{Host: buf}}, Write: write}}
+					b.SetBytes(int64(len(buf)))
+					for b.Loop() {
+						if err := r.w.Do(context.Background(), op)[0]; err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -10,8 +10,12 @@ package ucx
 import "C"
 
 import (
+	"bytes"
 	"strings"
+	"time"
 	"unsafe"
+
+	"github.com/gostore/gostore/gostore/wire"
 )
 
 // epInfo is ucp_ep_print_info's text for ep ("" when it could not be
@@ -62,4 +66,65 @@ func bypasses(info string) bool {
 // servedRMA: transports whose RMA a closed exposure stops (see bypasses).
 func servedRMA(tl string) bool {
 	return tl == "tcp" || strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "dc_") || strings.HasPrefix(tl, "ud_")
+}
+
+// canaryCheck is one read of a desc's canary on an endpoint and the ops
+// (indices into the Do's) that it vouches for.
+type canaryCheck struct {
+	rk  *remoteKey
+	ep  *endpoint
+	d   *desc
+	got []byte
+	ops []int
+}
+
+func (c *canaryCheck) getsOnly(ops []Op) bool {
+	for _, i := range c.ops {
+		if ops[i].Write {
+			return false
+		}
+	}
+	return true
+}
+
+// readCanary posts c's read into c.got; ok says it returned a request to
+// wait for (else it ended, its error, if any, set on c's ops). Always
+// through C memory: the get is small, and a request to a peer that cannot
+// fail may outlive the Do. w.mu held.
+func (w *Worker) readCanary(c *canaryCheck, ops []Op, descs []*desc, errs []error) (r request, ok bool) {
+	r = request{ep: c.ep, into: c.got, bounce: C.calloc(1, nonceLen), ops: c.ops}
+	st := C.gs_ucx_rma(c.ep.gs.ep, 0, C.uintptr_t(uintptr(r.bounce)), nonceLen, C.uint64_t(c.d.canary), c.rk.canary, MemHost.ucs(), &r.req)
+	if r.req == nil {
+		r.end(st)
+		if st != C.UCS_OK {
+			for _, i := range c.ops {
+				setErr(errs, i, w.opError(&ops[i], descs[i], st))
+			}
+		}
+		return r, false
+	}
+	r.posted = time.Now()
+	return r, true
+}
+
+// judge compares what c read (its request ended) with the desc's nonce:
+// when they differ the exposure is closed, c's ops fail and the endpoint
+// goes. It reports whether c vouched for its ops; not when every one of
+// them had already failed (the read's own failure among them). w.mu held.
+func (w *Worker) judge(c *canaryCheck, ops []Op, descs []*desc, errs []error) bool {
+	live := false
+	for _, i := range c.ops {
+		live = live || errs[i] == nil
+	}
+	if !live {
+		return false
+	}
+	if !bytes.Equal(c.got, c.d.nonce[:]) {
+		for _, i := range c.ops {
+			setErr(errs, i, wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the exposure is closed (its canary no longer holds the desc's nonce)", opName(&ops[i]), descs[i].base, ops[i].Offset))
+		}
+		w.fail(c.ep)
+		return false
+	}
+	return true
 }
