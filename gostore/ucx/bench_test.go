@@ -56,11 +56,12 @@ func BenchmarkPutGet(b *testing.B) {
 	}
 }
 
-// BenchmarkCanaryRecheck: what the canary read before each Do costs on an
+// BenchmarkCanaryRecheck: what the canary read on each Do costs on an
 // endpoint whose RMA bypasses the peer's worker (cma in UCX >= 1.16, see
-// bypass.go): 4 KiB puts and gets, one op per Do, with the read ("on", as
-// shipped) and without ("off": the same endpoint, recheck cleared, as
-// before the read existed), alternating within each -count round. Over
+// bypass.go): 4 KiB puts and gets, 1 and 32 per Do, with the read ("on",
+// as shipped) and without ("off": the same endpoint, recheck cleared, as
+// before the read existed), on and off adjacent (run the binary several
+// times with -count=1 to interleave them on a loaded machine). Over
 // tcp (and any UCX without cma RMA lanes) the endpoint never rechecks:
 // "as-is" there is the unchanged path.
 func BenchmarkCanaryRecheck(b *testing.B) {
@@ -85,23 +86,31 @@ func BenchmarkCanaryRecheck(b *testing.B) {
 			if write {
 				name = "put"
 			}
-			for _, mode := range modes {
-				b.Run(fmt.Sprintf("%s/%s/4KiB/%s", tls, name, mode), func(b *testing.B) {
-					if bypass {
-						r.w.mu.Lock()
-						for _, ep := range r.w.eps {
-							ep.recheck = mode == "on"
+			// One op per Do, and 32 (one canary read for them all).
+			for _, n := range []int{1, 32} {
+				ops := make([]Op, n)
+				for i := range ops {
+					ops[i] = Op{Desc: r.x.Desc(), Offset: uint64(i) << 12, Parts: []Part{{Host: make([]byte, 4096)}}, Write: write}
+				}
+				for _, mode := range modes {
+					b.Run(fmt.Sprintf("%s/%s/%dx4KiB/%s", tls, name, n, mode), func(b *testing.B) {
+						if bypass {
+							r.w.mu.Lock()
+							for _, ep := range r.w.eps {
+								ep.recheck = mode == "on"
+							}
+							r.w.mu.Unlock()
 						}
-						r.w.mu.Unlock()
-					}
-					op := []Op{{Desc: r.x.Desc(), Parts: []Part{{Host: buf}}, Write: write}}
-					b.SetBytes(int64(len(buf)))
-					for b.Loop() {
-						if err := r.w.Do(context.Background(), op)[0]; err != nil {
-							b.Fatal(err)
+						b.SetBytes(int64(n) << 12)
+						for b.Loop() {
+							for _, err := range r.w.Do(context.Background(), ops) {
+								if err != nil {
+									b.Fatal(err)
+								}
+							}
 						}
-					}
-				})
+					})
+				}
 			}
 		}
 	}

@@ -93,9 +93,9 @@ type endpoint struct {
 	drainBy time.Time
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
-	// recheck: its RMA may bypass the peer's worker (bypasses), so verify
-	// reads the canary before each Do's ops, not once per rkey. True until
-	// laned, when the first canary read came back and its lanes are known.
+	// recheck: its RMA may bypass the peer's worker (bypasses), so the
+	// canary is read on every Do (see verify), not once per rkey. True
+	// until laned: the first canary read came back, its lanes are known.
 	recheck, laned bool
 }
 
