@@ -1,5 +1,6 @@
 // bypass.go: which endpoints move RMA without the target's worker, and so
-// have the canary read before each Do's ops (see verify).
+// have the canary read on each Do (before its puts, after a Do's gets; see
+// verify), and that read.
 
 package ucx
 
@@ -33,8 +34,8 @@ func epInfo(ep *endpoint) string {
 // bypasses reports whether an endpoint whose ucp_ep_print_info text is
 // info may move a put or get without the target's worker, so that closing
 // the exposure (its worker destroyed, its memory unregistered) does not
-// stop an endpoint connected before: then only the canary, read before
-// each Do, revokes a desc. Such are the lanes UCX uses for RMA ("rma",
+// stop an endpoint connected before: then only the canary, read on each
+// Do, revokes a desc. Such are the lanes UCX uses for RMA ("rma",
 // "rma_bw#N") on a transport that copies with the initiator's CPU or
 // device (cma in UCX >= 1.16: process_vm_readv/writev; knem, xpmem,
 // cuda_ipc, self alike). Not: tcp (its RMA, software or zero-copy, is done
@@ -54,7 +55,7 @@ func bypasses(info string) bool {
 		tl, _, _ := strings.Cut(res, "/")
 		rma := false
 		for _, u := range f[2:] {
-			rma = rma || u == "rma" || strings.HasPrefix(u, "rma_bw")
+			rma = rma || strings.HasPrefix(u, "rma")
 		}
 		if rma && !servedRMA(tl) {
 			return true
