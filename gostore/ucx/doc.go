@@ -54,14 +54,20 @@
 //     Each new endpoint reads the canary before any op and compares it with
 //     the nonce, because UCX's software RMA (tcp, shared memory) honours no
 //     registration at the target and a tcp port may be reused by a later
-//     worker of the same process. Residual: where UCX moves RMA without
-//     the target's worker (cma in UCX >= 1.16, verbs), an op already
-//     connected and racing Close may still read the memory until its
-//     endpoint sees the closed worker (tcp reset, keepalive); on verbs
-//     mem_unmap invalidates the rkey. Over cma (PyPI's 1.22) that endpoint
-//     never sees it while the owner process lives: an owner's remount
-//     leaves a reader's old Desc serving the same memory (make
-//     test-ucx-wheel, test_an_owner_remount_does_not_fail_the_next_op).
+//     worker of the same process. An endpoint whose RMA lanes bypass the
+//     target's worker (bypass.go: cma in UCX >= 1.16, PyPI's 1.22, which
+//     is the initiator's process_vm_readv/writev; knem, xpmem, cuda_ipc;
+//     lanes it cannot read) never sees the close while the owner process
+//     lives, so it reads the canary on every Do: before any put is posted,
+//     and after the gets of a Do of gets only (posted behind them, judged
+//     when they ended: a get that fails so may have written the caller's
+//     memory, the op an error). Endpoints with no RMA lane (software RMA
+//     over tcp, shared memory: the target's worker serves each op), tcp's
+//     and verbs' (mem_unmap invalidates the rkey) read it once. Residual:
+//     on a bypassing endpoint, a Close that runs between a put's canary
+//     read and the put's post (microseconds, within one begin) does not
+//     stop the put, which may land after Close returned; no read after a
+//     put can undo it.
 //   - Endpoints use UCP_ERR_HANDLING_MODE_PEER where the context has a
 //     transport that detects peer failure (tcp, cma, verbs). Where none does
 //     (UCX 1.13's posix/sysv alone) they connect without it, logged once,

@@ -18,6 +18,7 @@ static ucs_status_t (*p_init_version)(unsigned, unsigned, const ucp_params_t *,
                                       const ucp_config_t *, ucp_context_h *);
 static void (*p_cleanup)(ucp_context_h);
 static void (*p_context_print_info)(ucp_context_h, FILE *);
+static void (*p_ep_print_info)(ucp_ep_h, FILE *);
 static ucs_status_t (*p_worker_create)(ucp_context_h, const ucp_worker_params_t *, ucp_worker_h *);
 static void (*p_worker_destroy)(ucp_worker_h);
 static ucs_status_t (*p_worker_get_address)(ucp_worker_h, ucp_address_t **, size_t *);
@@ -70,6 +71,7 @@ int gs_ucx_load(const char *path, char *err, int cap) {
 	BIND(p_init_version, "ucp_init_version");
 	BIND(p_cleanup, "ucp_cleanup");
 	BIND(p_context_print_info, "ucp_context_print_info");
+	BIND(p_ep_print_info, "ucp_ep_print_info");
 	BIND(p_worker_create, "ucp_worker_create");
 	BIND(p_worker_destroy, "ucp_worker_destroy");
 	BIND(p_worker_get_address, "ucp_worker_get_address");
@@ -164,6 +166,16 @@ char *gs_ucx_context_info(ucp_context_h ctx, size_t *len) {
 	FILE *f = open_memstream(&buf, len);
 	if (!f) return NULL;
 	p_context_print_info(ctx, f);
+	fclose(f);
+	return buf;
+}
+
+char *gs_ucx_ep_info(ucp_ep_h ep, size_t *len) {
+	char *buf = NULL;
+	*len = 0;
+	FILE *f = open_memstream(&buf, len);
+	if (!f) return NULL;
+	p_ep_print_info(ep, f);
 	fclose(f);
 	return buf;
 }

@@ -26,6 +26,9 @@ void gs_ucx_context_destroy(ucp_context_h ctx);
 /* gs_ucx_context_info returns ucp_context_print_info's text (malloc'd; the
  * caller frees it), NULL when it could not be captured. */
 char *gs_ucx_context_info(ucp_context_h ctx, size_t *len);
+/* gs_ucx_ep_info returns ucp_ep_print_info's text (its lanes), as
+ * gs_ucx_context_info does. */
+char *gs_ucx_ep_info(ucp_ep_h ep, size_t *len);
 
 ucs_status_t gs_ucx_worker_create(ucp_context_h ctx, int thread_mode, ucp_worker_h *out);
 void gs_ucx_worker_destroy(ucp_worker_h w);

@@ -10,7 +10,6 @@ package ucx
 import "C"
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -98,6 +97,10 @@ type endpoint struct {
 	cut bool
 
 	peerErrors bool // UCP_ERR_HANDLING_MODE_PEER: a dead peer ends its requests
+	// recheck: its RMA may bypass the peer's worker (bypasses), so the
+	// canary is read on every Do (see verify), not once per rkey. True
+	// until laned: the first canary read came back, its lanes are known.
+	recheck, laned bool
 }
 
 // PeerStallBound is how long a request on an endpoint without peer-failure
@@ -214,6 +217,7 @@ type try struct {
 	held   []*endpoint
 	pin    runtime.Pinner // Go memory of the ops' parts, until finish
 	active bool           // counted in w.active (begin reached the worker)
+	later  []*canaryCheck // canary reads posted after the gets they vouch for (see verify)
 }
 
 // begin checks and posts every op once. On ctx end, finish closes the
@@ -253,7 +257,8 @@ func (w *Worker) begin(ctx context.Context, ops []Op) *try {
 		t.held = append(t.held, ep)
 		eps[i], rks[i] = ep, rk
 	}
-	if w.verify(ctx, ops, descs, errs, eps, rks) {
+	waited, later := w.verify(ctx, ops, descs, errs, eps, rks)
+	if waited {
 		// verify let go of w.mu while waiting: endpoints may have failed.
 		for i, ep := range eps {
 			if errs[i] == nil && ep.dead {
@@ -289,6 +294,13 @@ func (w *Worker) begin(ctx context.Context, ops []Op) *try {
 			flushes[ep] = append(flushes[ep], i)
 		}
 	}
+	// After the gets it vouches for (see verify): read once they read.
+	for _, c := range later {
+		if r, ok := w.readCanary(c, ops, descs, errs); ok {
+			t.reqs = append(t.reqs, r)
+		}
+	}
+	t.later = later
 	// A put completes locally; the flush completes once every put before
 	// it on that endpoint is in the peer's memory.
 	for _, ep := range flushOrder {
@@ -316,6 +328,9 @@ func (t *try) finish() []error {
 	w := t.w
 	w.wait(t.ctx, t.reqs, t.ops, t.descs, t.errs)
 	w.mu.Lock()
+	for _, c := range t.later {
+		w.judge(c, t.ops, t.descs, t.errs)
+	}
 	for _, ep := range t.held {
 		w.release(ep)
 	}
@@ -327,69 +342,62 @@ func (t *try) finish() []error {
 // verify reads the canary of every desc not yet verified on its endpoint
 // and compares it with the desc's nonce: a worker address that now leads
 // to another worker (the exposure closed, its tcp port reused) fails here,
-// before any op reaches memory the desc never named. It reports whether it
-// waited (letting go of w.mu, which it holds again on return).
-func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []error, eps []*endpoint, rks []*remoteKey) bool {
-	var reqs []request
-	type check struct {
-		rk  *remoteKey
-		ep  *endpoint
-		d   *desc
-		got []byte
-		ops []int
-	}
-	var checks []*check
-	byKey := map[*remoteKey]*check{}
+// before any op reaches memory the desc never named. On an endpoint whose
+// RMA bypasses the peer's worker (recheck: cma in UCX >= 1.16) it reads
+// the canary on every Do: there nothing else stops an endpoint connected
+// before the exposure closed (a revoked desc would read and write whatever
+// the memory holds now). Before any put is posted; for gets only, the
+// read is returned as later, for begin to post after the gets and finish
+// to judge (judge): one round trip instead of two, and a get that read
+// after Close began fails rather than returning the bytes (they may be in
+// the caller's memory, the op an error). It reports whether it waited
+// (letting go of w.mu, which it holds again on return).
+func (w *Worker) verify(ctx context.Context, ops []Op, descs []*desc, errs []error, eps []*endpoint, rks []*remoteKey) (waited bool, later []*canaryCheck) {
+	var checks []*canaryCheck
+	byKey := map[*remoteKey]*canaryCheck{}
 	for i, rk := range rks {
-		if errs[i] != nil || rk.verified {
+		if errs[i] != nil || rk.verified && !eps[i].recheck {
 			continue
 		}
 		if c := byKey[rk]; c != nil {
 			c.ops = append(c.ops, i)
 			continue
 		}
-		c := &check{rk: rk, ep: eps[i], d: descs[i], got: make([]byte, nonceLen), ops: []int{i}}
+		c := &canaryCheck{rk: rk, ep: eps[i], d: descs[i], got: make([]byte, nonceLen), ops: []int{i}}
 		byKey[rk] = c
 		checks = append(checks, c)
 	}
-	if len(checks) == 0 {
-		return false
-	}
+	now := checks[:0]
 	for _, c := range checks {
-		// Always through C memory: the get is small, and a request to a
-		// peer that cannot fail may outlive this Do.
-		r := request{ep: c.ep, into: c.got, bounce: C.calloc(1, nonceLen)}
-		st := C.gs_ucx_rma(c.ep.gs.ep, 0, C.uintptr_t(uintptr(r.bounce)), nonceLen, C.uint64_t(c.d.canary), c.rk.canary, MemHost.ucs(), &r.req)
-		if r.req == nil {
-			r.end(st)
-			if st != C.UCS_OK {
-				for _, i := range c.ops {
-					errs[i] = w.opError(&ops[i], descs[i], st)
-				}
-			}
-			continue
+		if c.rk.verified && c.getsOnly(ops) {
+			later = append(later, c)
+		} else {
+			now = append(now, c)
 		}
-		r.ops = c.ops
-		r.posted = time.Now()
-		reqs = append(reqs, r)
+	}
+	if len(now) == 0 {
+		return false, later
+	}
+	var reqs []request
+	for _, c := range now {
+		if r, ok := w.readCanary(c, ops, descs, errs); ok {
+			reqs = append(reqs, r)
+		}
 	}
 	w.mu.Unlock()
 	w.wait(ctx, reqs, ops, descs, errs)
 	w.mu.Lock()
-	for _, c := range checks {
-		if errs[c.ops[0]] != nil {
-			continue
-		}
-		if !bytes.Equal(c.got, c.d.nonce[:]) {
-			for _, i := range c.ops {
-				errs[i] = wire.Errorf(wire.ErrTransferFail, "ucx %s %#x+%d: the exposure is closed (its address leads elsewhere now)", opName(&ops[i]), descs[i].base, ops[i].Offset)
-			}
-			w.fail(c.ep)
+	for _, c := range now {
+		if !w.judge(c, ops, descs, errs) {
 			continue
 		}
 		c.rk.verified = true
+		if !c.ep.laned {
+			// Its first RMA came through: the lanes are set (see bypass.go).
+			c.ep.laned, c.ep.recheck = true, bypasses(epInfo(c.ep))
+		}
 	}
-	return true
+	return true, later
 }
 
 // post starts one part's put or get. With peer-failure detection, UCX
@@ -759,7 +767,7 @@ func (w *Worker) connect(d *desc) (*endpoint, *remoteKey, error) {
 			return nil, nil, wire.Errorf(wire.ErrTransferFail, "ucx connect: %s", statusString(st))
 		}
 		_, suspect := w.gone[key]
-		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors, suspect: suspect}
+		ep = &endpoint{gs: gs, uw: w.cur, key: key, rkeys: map[string]*remoteKey{}, peerErrors: !w.noPeerErrors, suspect: suspect, recheck: true}
 		w.eps[key] = ep
 		w.cur.eps[ep] = struct{}{}
 	}
