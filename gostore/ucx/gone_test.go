@@ -3,6 +3,8 @@ package ucx
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +23,9 @@ import (
 // and the next read of s, running again, returns its bytes.
 func TestASecondPeersStallUndoesAConfirmation(t *testing.T) {
 	needUCX(t)
-	s, d := startPeer(t, "posix"), startPeer(t, "posix")
+	// UCX's own handler names the functions of a crash inside UCX (Go's
+	// report of a signal in cgo gives only the PC): see ownerCrashedInUCX.
+	s, d := startPeer(t, "posix", "UCX_HANDLE_ERRORS=bt"), startPeer(t, "posix", "UCX_HANDLE_ERRORS=bt")
 	w := newInitiator(t, "posix")
 	want := make([]byte, 1<<20)
 	fill(want, peerSeed)
@@ -73,6 +77,16 @@ func TestASecondPeersStallUndoesAConfirmation(t *testing.T) {
 	if err := <-dErr; err == nil {
 		t.Fatal("the read of the stopped d succeeded")
 	}
+	// The reader's record, before s runs again: d's give-up put s back
+	// among the suspects (a confirmed record is what refused s for
+	// GoneFor). Asserted here too because on UCX 1.22 s itself may not
+	// survive running again (see ownerCrashedInUCX).
+	w.mu.Lock()
+	g, recorded := w.gone[string(ds.addr)]
+	w.mu.Unlock()
+	if !recorded || g.confirmed {
+		t.Fatalf("after d's give-up, s's gone record: recorded %v, confirmed %v; want a suspect's, not confirmed", recorded, g.confirmed)
+	}
 	for _, p := range []*peer{s, d} {
 		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
@@ -81,6 +95,12 @@ func TestASecondPeersStallUndoesAConfirmation(t *testing.T) {
 	start := time.Now()
 	err = read(s)
 	took := time.Since(start)
+	if err != nil && ownerCrashedInUCX(s) {
+		t.Skipf("s's owner process crashed once it ran again (UCX %s's defect, docs/ucx.md#known-limits: "+
+			"a wireup request from a reader's worker destroyed meanwhile fails ucp_wireup_init_lanes, and "+
+			"ucp_ep_set_lanes_failed then reads the config of an endpoint that has none); the read: %v",
+			Probe().Version, err)
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "not connected again") {
 			t.Fatalf("s, running again, is refused as gone after a double fault (%v): %v", took, err)
@@ -90,4 +110,45 @@ func TestASecondPeersStallUndoesAConfirmation(t *testing.T) {
 	if took > PeerStallBound {
 		t.Fatalf("s's read once it runs again took %v", took)
 	}
+}
+
+// ownerCrashedInUCX says whether p, an owner child, died of UCX 1.22's
+// SIGSEGV in ucp_ep_set_lanes_failed. Its owner process (nothing of ours
+// on the stack but gs_ucx_serve's ucp_worker_progress) handles a wireup
+// request that a reader's worker sent while p was stopped and that the
+// reader's renewal has destroyed since: select finds the sender
+// unreachable, ucp_wireup_process_request schedules
+// ucp_ep_set_lanes_failed on the endpoint it just created, whose
+// cfg_index is still UCP_WORKER_CFG_INDEX_NULL, and ucp_ep_get_cm_lane
+// indexes the worker's ep_config with it. UCX 1.13 takes another path
+// there. Only that signature on 1.22 counts: another death, or one on
+// another version, fails the test.
+func ownerCrashedInUCX(p *peer) bool {
+	if !strings.HasPrefix(Probe().Version, "1.22.") {
+		return false
+	}
+	// UCX's error handler (UCX_HANDLE_ERRORS=bt, which the test gives the
+	// child) prints the backtrace before the process dies; wait for it to
+	// be gone.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if exited(p.cmd.Process.Pid) {
+			out := p.stderr.String()
+			return strings.Contains(out, "Caught signal 11") && strings.Contains(out, "ucp_ep_set_lanes_failed")
+		}
+	}
+	return false
+}
+
+// exited says whether the child pid has ended (a zombie until the
+// test's cleanup waits for it).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// The state follows the command name's closing parenthesis.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] == 'Z' || b[i+2] == 'X'
+	}
+	return false
 }

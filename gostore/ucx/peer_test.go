@@ -86,10 +86,12 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startPeer(t *testing.T, tls string) *peer {
+// startPeer starts a peer process serving tls; env adds to the
+// environment it inherits (the last value of a name wins).
+func startPeer(t *testing.T, tls string, env ...string) *peer {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPeerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), envPeer+"="+tls)
+	cmd.Env = append(append(os.Environ(), envPeer+"="+tls), env...)
 	p := &peer{cmd: cmd}
 	cmd.Stderr = io.MultiWriter(os.Stderr, &p.stderr)
 	in, err := cmd.StdinPipe()
