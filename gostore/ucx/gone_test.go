@@ -119,8 +119,9 @@ func TestASecondPeersStallUndoesAConfirmation(t *testing.T) {
 // reader's renewal has destroyed since: select finds the sender
 // unreachable, ucp_wireup_process_request schedules
 // ucp_ep_set_lanes_failed on the endpoint it just created, whose
-// cfg_index is still UCP_WORKER_CFG_INDEX_NULL, and ucp_ep_get_cm_lane
-// indexes the worker's ep_config with it. UCX 1.13 takes another path
+// cfg_index is still UCP_WORKER_CFG_INDEX_NULL, and its first load
+// (ucp_ep_config(ep)->key.err_mode, at ucp_ep_set_lanes_failed+0x18 in
+// the wheel's libucp) indexes the worker's ep_config array with it. UCX 1.13 takes another path
 // there. Only that signature on 1.22 counts: another death, or one on
 // another version, fails the test.
 func ownerCrashedInUCX(p *peer) bool {
