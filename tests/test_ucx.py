@@ -680,6 +680,12 @@ def test_an_owner_remount_does_not_fail_the_next_op(launcher, tmp_path, tls, op)
     # segment, exposed afresh, and the master logs the mount.
     wait_until(lambda: any("segment mounted" in ln and f"name={on_b}" in ln for ln in m2.log().splitlines()),
                timeout=20, what="b's remount at the restarted master")
+    # b closes its old exposure only once the master answered that mount:
+    # until then the old descriptor still reaches the same memory, and a's
+    # op may succeed on it without the stale path this test is about ("the
+    # stale descriptor was never refused", seen under load).
+    wait_until(lambda: "previous exposure is closed" in open(b.log_path).read(), timeout=20,
+               what="b closing its old exposure")
     # a's calls fail at once until its own ping reached the new master.
     wait_until(lambda: a.is_exist("st/one") == 1, timeout=20, what="a reaching the restarted master")
 

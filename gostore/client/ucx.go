@@ -162,6 +162,10 @@ func (e *segExposure) mount(r *ucxRoute, gpu bool, log *slog.Logger,
 	}
 	if e.cur != nil {
 		e.cur.Close()
+		// Only from here is the old desc refused: until now it still
+		// reached this memory (tests wait for this line).
+		log.Info("ucx: the segment's previous exposure is closed (remounted); its old descriptor is refused from now on",
+			"base", desc.Base)
 	}
 	e.cur = x
 	return nil
