@@ -160,25 +160,24 @@ ucs_status_t gs_ucx_context_create(const char *net_devices, const char *tls,
 
 void gs_ucx_context_destroy(ucp_context_h ctx) { p_cleanup(ctx); }
 
-char *gs_ucx_context_info(ucp_context_h ctx, size_t *len) {
+/* gs_print returns what print wrote about obj, malloc'd (len bytes), or
+ * NULL: UCX's *_print_info calls write to a FILE only. */
+static char *gs_print(void (*print)(void *obj, FILE *f), void *obj, size_t *len) {
 	char *buf = NULL;
 	*len = 0;
 	FILE *f = open_memstream(&buf, len);
 	if (!f) return NULL;
-	p_context_print_info(ctx, f);
+	print(obj, f);
 	fclose(f);
 	return buf;
 }
 
-char *gs_ucx_ep_info(ucp_ep_h ep, size_t *len) {
-	char *buf = NULL;
-	*len = 0;
-	FILE *f = open_memstream(&buf, len);
-	if (!f) return NULL;
-	p_ep_print_info(ep, f);
-	fclose(f);
-	return buf;
-}
+static void print_context(void *ctx, FILE *f) { p_context_print_info((ucp_context_h)ctx, f); }
+static void print_ep(void *ep, FILE *f) { p_ep_print_info((ucp_ep_h)ep, f); }
+
+char *gs_ucx_context_info(ucp_context_h ctx, size_t *len) { return gs_print(print_context, ctx, len); }
+
+char *gs_ucx_ep_info(ucp_ep_h ep, size_t *len) { return gs_print(print_ep, ep, len); }
 
 ucs_status_t gs_ucx_worker_create(ucp_context_h ctx, int thread_mode, ucp_worker_h *out) {
 	ucp_worker_params_t params;
