@@ -18,22 +18,21 @@ import (
 // when a transfer to it fails so that the next use asks the master again.
 // The own segment is an entry like the others: the engine routes it.
 type peerCache struct {
-	mu     sync.RWMutex
-	byID   map[uint64]transfer.Peer
-	descs  map[uint64]wire.SegmentDesc // what the master said of each, for replica descriptors
-	ownID  uint64                      // this client's segment, 0 before its mount
+	mu   sync.RWMutex
+	byID map[uint64]transfer.Peer
+	// descs is what the master said of each segment, for replica
+	// descriptors: every one byID holds, and those a failed op dropped
+	// from byID (forgetStale) since, whose engine state (mapping,
+	// connections, UCX endpoint) prunePeers lets go once the master drops
+	// the segment.
+	descs  map[uint64]wire.SegmentDesc
+	ownID  uint64 // this client's segment, 0 before its mount
 	engine *transfer.Engine
-	// dropped holds the segments a failed op dropped from byID
-	// (forgetStale) that no call resolved since: the engine may still
-	// hold their mapping, connections or UCX endpoint, which prunePeers
-	// lets go once the master drops the segment, as for cached ones.
-	dropped map[uint64]struct{}
 }
 
 func (p *peerCache) init(e *transfer.Engine) {
 	p.byID = make(map[uint64]transfer.Peer)
 	p.descs = make(map[uint64]wire.SegmentDesc)
-	p.dropped = make(map[uint64]struct{})
 	p.engine = e
 }
 
@@ -88,7 +87,6 @@ func (p *peerCache) forgetStale(id uint64, ucx []byte) {
 	p.mu.Lock()
 	if peer, ok := p.byID[id]; ok && bytes.Equal(peer.UCX, ucx) {
 		delete(p.byID, id)
-		p.dropped[id] = struct{}{}
 	}
 	p.mu.Unlock()
 }
@@ -97,7 +95,6 @@ func (p *peerCache) forget(id uint64) {
 	p.mu.Lock()
 	delete(p.byID, id)
 	delete(p.descs, id)
-	delete(p.dropped, id)
 	p.mu.Unlock()
 }
 
@@ -107,13 +104,18 @@ func (p *peerCache) forget(id uint64) {
 // call whose op failed may drop a segment from the cache at any moment
 // (opFailed), and a lookup there after resolve would then find nothing.
 func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.Peer, error) {
-	known := make(map[uint64]transfer.Peer, len(ids))
+	// ids has one entry per replica: each segment is looked up, and asked
+	// for, once.
+	known := map[uint64]transfer.Peer{}
 	var missing []uint64
 	c.peers.mu.RLock()
 	for _, id := range ids {
+		if _, ok := known[id]; ok {
+			continue
+		}
 		if p, ok := c.peers.byID[id]; ok {
 			known[id] = p
-		} else {
+		} else if !slices.Contains(missing, id) {
 			missing = append(missing, id)
 		}
 	}
@@ -130,7 +132,6 @@ func (c *core) resolve(ctx context.Context, ids []uint64) (map[uint64]transfer.P
 		p := transfer.PeerFromDesc(d)
 		c.peers.byID[d.ID] = p
 		c.peers.descs[d.ID] = d
-		delete(c.peers.dropped, d.ID)
 		known[d.ID] = p
 	}
 	c.peers.mu.Unlock()
@@ -152,13 +153,8 @@ const peerPruneInterval = 2 * time.Second
 // nothing.
 func (c *core) prunePeers(ctx context.Context) {
 	c.peers.mu.RLock()
-	ids := make([]uint64, 0, len(c.peers.byID)+len(c.peers.dropped))
-	for id := range c.peers.byID {
-		if id != c.peers.ownID {
-			ids = append(ids, id)
-		}
-	}
-	for id := range c.peers.dropped {
+	ids := make([]uint64, 0, len(c.peers.descs)) // the cached segments and those a failed op dropped
+	for id := range c.peers.descs {
 		if id != c.peers.ownID {
 			ids = append(ids, id)
 		}

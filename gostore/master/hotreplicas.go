@@ -278,11 +278,11 @@ func (c *Core) startHotReplica(key string, segs []*segment, now int64) {
 		if full {
 			continue
 		}
-		t, id, ok := c.startCopyTask(key, o, s, s.desc.ClientID, now, func(t *task) { t.hot = true })
+		t, id, ok := c.startCopyTask(key, o, s, s.desc.ClientID, now, true)
 		if !ok {
 			continue
 		}
-		expiry := c.taskGrantExpiry(now)
+		expiry := t.deadline // the task's grants end with it
 		plan := wire.TaskPlan{ID: id, Size: o.size, Targets: []wire.Replica{wireReplica(t.targets[0], o.size, true, expiry)}}
 		for _, r := range o.reps() {
 			plan.Sources = append(plan.Sources, wireReplica(r, o.size, false, expiry))

@@ -162,12 +162,12 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 		return pt, false
 	}
 	for _, s := range segs {
-		t, id, ok := c.startCopyTask(key, o, s, clientID, now, func(t *task) { t.promotion = true })
+		t, id, ok := c.startCopyTask(key, o, s, clientID, now, false)
 		if !ok {
 			continue
 		}
 		pt = wire.PromotionTask{ID: id, Key: key, Size: o.size,
-			Target: wireReplica(t.targets[0], o.size, true, c.taskGrantExpiry(now))}
+			Target: wireReplica(t.targets[0], o.size, true, t.deadline)}
 		return pt, true
 	}
 	// No room on the holder's segments: cancelled (and counted so). An
@@ -177,10 +177,10 @@ func (c *Core) startPromotion(clientID, key string, now int64) (wire.PromotionTa
 }
 
 // startCopyTask creates a task the master starts itself (a promotion, a
-// hot replica; mark says which) copying key's object o onto a new range of
+// hot replica: hot says which) copying key's object o onto a new range of
 // s, run by client, and returns it with its ID; false when s has no room.
 // sh.mu of key held: the ranges are held before any TaskDone can come.
-func (c *Core) startCopyTask(key string, o *object, s *segment, client string, now int64, mark func(*task)) (*task, string, bool) {
+func (c *Core) startCopyTask(key string, o *object, s *segment, client string, now int64, hot bool) (*task, string, bool) {
 	off, ok := s.allocate(o.size)
 	if !ok {
 		return nil, "", false
@@ -188,8 +188,8 @@ func (c *Core) startCopyTask(key string, o *object, s *segment, client string, n
 	t := &task{obj: o, client: client, size: o.size,
 		deadline: c.taskGrantExpiry(now), // its write grant's end: see finishTask
 		info:     wire.TaskInfo{Key: key, Kind: wire.TaskCopy, Status: TaskProcessing},
-		targets:  []replica{{seg: s, offset: off, status: replicaProcessing}}}
-	mark(t)
+		targets:  []replica{{seg: s, offset: off, status: replicaProcessing}},
+		hot:      hot, promotion: !hot}
 	o.addTasks(1)
 	t.hold = c.holdRanges(t.targets, o.size, 0)
 	id := c.addTask(t)

@@ -551,9 +551,6 @@ func (c *Core) evictOverShare(now int64) int64 {
 		})
 	}
 	l.mu.RUnlock()
-	if len(over) == 0 {
-		return 0
-	}
 	return c.evictTenants(now, over)
 }
 

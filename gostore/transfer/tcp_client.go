@@ -359,12 +359,15 @@ func (c *tconn) readLoop() {
 		if r != nil && !isWrite(r.op) && status == wire.OK && n == r.n {
 			c.reading, payload = r, true
 		}
-		o, isOwed := c.owed[id]
-		if r == nil && isOwed {
-			delete(c.owed, id)
+		var o owed
+		var isOwed bool // only an answer without a pending request can be owed
+		if r == nil {
+			if o, isOwed = c.owed[id]; isOwed {
+				delete(c.owed, id)
+			}
 		}
 		c.mu.Unlock()
-		if r == nil && isOwed {
+		if isOwed {
 			if err := c.drop(br, id, o, status, n); err != nil {
 				c.fail(err)
 				return

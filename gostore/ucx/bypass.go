@@ -57,16 +57,11 @@ func bypasses(info string) bool {
 		for _, u := range f[2:] {
 			rma = rma || strings.HasPrefix(u, "rma")
 		}
-		if rma && !servedRMA(tl) {
+		if rma && !tcpOrVerbs(tl) {
 			return true
 		}
 	}
 	return lanes == 0
-}
-
-// servedRMA: transports whose RMA a closed exposure stops (see bypasses).
-func servedRMA(tl string) bool {
-	return tl == "tcp" || strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "dc_") || strings.HasPrefix(tl, "ud_")
 }
 
 // canaryCheck is one read of a desc's canary on an endpoint and the ops

@@ -179,9 +179,7 @@ func (in *Info) fill() {
 	tcp := false
 	for _, r := range in.Resources {
 		tl, _, _ := strings.Cut(r, "/")
-		if strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "ud_") || strings.HasPrefix(tl, "dc_") {
-			in.Verbs = true
-		}
+		in.Verbs = in.Verbs || verbsTL(tl)
 		tcp = tcp || tl == "tcp"
 	}
 	if tcp {
@@ -240,3 +238,14 @@ func (in Info) clone() Info {
 func statusString(st C.ucs_status_t) string {
 	return C.GoString(C.gs_ucx_status_string(st))
 }
+
+// verbsTL reports whether a UCX transport name (rc_mlx5, ud_verbs, dc_mlx5,
+// ...) is one of the verbs (RDMA) transports.
+func verbsTL(tl string) bool {
+	return strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "ud_") || strings.HasPrefix(tl, "dc_")
+}
+
+// tcpOrVerbs reports whether a UCX transport detects a dead peer
+// (peerFailureAM) and, the same set, serves RMA only through the target's
+// worker or NIC, so a closed exposure stops it (bypasses).
+func tcpOrVerbs(tl string) bool { return tl == "tcp" || verbsTL(tl) }

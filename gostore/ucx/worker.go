@@ -442,8 +442,8 @@ func (w *Worker) post(ep *endpoint, rkey C.ucp_rkey_h, op *Op, p *Part, raddr ui
 
 // wait progresses the worker until every request ended.
 func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*desc, errs []error) {
-	cancelled, cutDone := false, false
-	var cutAt time.Time // CloseDrainBound after the ctx end was seen
+	cutDone := false
+	var cutAt time.Time // CloseDrainBound after the ctx end was seen; zero before
 	for idle := 0; len(reqs) > 0; {
 		w.mu.Lock()
 		progressed := w.progressAll()
@@ -458,11 +458,11 @@ func (w *Worker) wait(ctx context.Context, reqs []request, ops []Op, descs []*de
 		if len(reqs) > 0 {
 			reqs = w.stalled(reqs, ops, descs, errs)
 		}
-		if !cancelled && len(reqs) > 0 && ctx.Err() != nil {
-			cancelled, cutAt = true, time.Now().Add(CloseDrainBound)
+		if cutAt.IsZero() && len(reqs) > 0 && ctx.Err() != nil {
+			cutAt = time.Now().Add(CloseDrainBound)
 			reqs = w.cancel(ctx, reqs, ops, descs, errs)
 		}
-		if cancelled && !cutDone && len(reqs) > 0 && !time.Now().Before(cutAt) {
+		if !cutAt.IsZero() && !cutDone && len(reqs) > 0 && !time.Now().Before(cutAt) {
 			// The peer is slower than the bound, or hung.
 			cutDone = true
 			for _, r := range reqs {
@@ -901,8 +901,8 @@ func (w *Worker) closeEP(ep *endpoint) {
 func (w *Worker) drain() {
 	live := w.draining[:0]
 	for _, ep := range w.draining {
-		if !ep.closed && (ep.gs.failed != 0 || ep.users == ep.orph && !time.Now().Before(ep.drainBy)) {
-			w.closeEP(ep)
+		if !ep.closed {
+			w.closeEP(ep) // closes it only when its rule says so
 		}
 		if !ep.closed {
 			live = append(live, ep)
@@ -1010,8 +1010,7 @@ func (w *Worker) Close() {
 		if !time.Now().Before(cutBy) {
 			for _, ep := range w.draining {
 				if !ep.closed {
-					ep.cut = true
-					w.closeEP(ep)
+					w.cut(ep)
 				}
 			}
 		}
@@ -1065,8 +1064,7 @@ func (w *Worker) Close() {
 // fails (after UCX logs an error per lane), so the worker does not ask.
 func peerFailureAM(resources []string) bool {
 	for _, r := range resources {
-		tl, _, _ := strings.Cut(r, "/")
-		if tl == "tcp" || strings.HasPrefix(tl, "rc_") || strings.HasPrefix(tl, "ud_") || strings.HasPrefix(tl, "dc_") {
+		if tl, _, _ := strings.Cut(r, "/"); tcpOrVerbs(tl) {
 			return true
 		}
 	}
